@@ -1,0 +1,107 @@
+"""Backend registry and selection.
+
+MLX picks the device and int8nax follows it. In auto mode, when MLX's default
+device is the GPU, the Metal NAX backend is tried first, then CUDA; otherwise,
+or when neither can run, the CPU backend. An explicit choice (the `backend=`
+argument of every API function, or the INT8NAX_BACKEND environment variable)
+either runs on what it names or raises a RuntimeError saying why it cannot.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from functools import lru_cache
+
+import mlx.core as mx
+
+from .base import Backend, Probe
+
+ENV_VAR = "INT8NAX_BACKEND"
+
+# name -> module holding a `BACKEND` instance; auto mode tries GPU backends in this order.
+_MODULES = {
+    "metal": "int8nax.backends.metal",
+    "cuda": "int8nax.backends.cuda",
+    "cpu": "int8nax.backends.cpu",
+}
+_GPU_ORDER = ("metal", "cuda")
+_ALIASES = {"nax": "metal"}
+
+NAMES = tuple(_MODULES)
+
+
+def canonical(name: str) -> str:
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in _MODULES and key != "auto":
+        choices = ", ".join(("auto",) + NAMES + tuple(_ALIASES))
+        raise ValueError(f"backend: unknown backend {name!r}; expected one of {choices}")
+    return key
+
+
+@lru_cache(maxsize=None)
+def get(name: str) -> Backend | None:
+    """The backend object for a canonical name, or None if its module is absent."""
+    try:
+        module = importlib.import_module(_MODULES[name])
+    except ModuleNotFoundError as exc:
+        if exc.name == _MODULES[name]:
+            return None
+        raise
+    return module.BACKEND
+
+
+@lru_cache(maxsize=None)
+def probe(name: str) -> Probe:
+    backend = get(name)
+    if backend is None:
+        return Probe(False, "not built into this version of int8nax")
+    return backend.probe()
+
+
+def _auto() -> tuple[str, str]:
+    if mx.default_device() != mx.gpu:
+        return "cpu", f"MLX's default device is {mx.default_device()}"
+    skipped = []
+    for name in _GPU_ORDER:
+        p = probe(name)
+        if p.available:
+            return name, f"MLX's default device is the GPU and {name} is available: {p.reason}"
+        skipped.append(f"{name}: {p.reason}")
+    return "cpu", "no GPU backend can run (" + "; ".join(skipped) + ")"
+
+
+def choose(requested: str | None = None) -> tuple[str, str]:
+    """(backend name, why) for an explicit request, else INT8NAX_BACKEND, else auto."""
+    source = "argument"
+    if requested is None:
+        requested = os.environ.get(ENV_VAR) or "auto"
+        source = f"{ENV_VAR}={requested}" if requested != "auto" else "auto"
+    name = canonical(requested)
+    if name == "auto":
+        return _auto()
+    p = probe(name)
+    if not p.available:
+        raise RuntimeError(f"backend {name!r} was requested ({source}) but cannot run here: {p.reason}")
+    return name, f"requested by {source}"
+
+
+def resolve(requested: str | None = None) -> Backend:
+    name, _ = choose(requested)
+    return get(name)
+
+
+def info() -> dict:
+    """Which backend auto/env selection picks, why, and what every backend says of itself."""
+    try:
+        picked, why = choose(None)
+    except (RuntimeError, ValueError) as exc:
+        picked, why = None, str(exc)
+    return {
+        "backend": picked,
+        "reason": why,
+        "mlx_version": mx.__version__,
+        "default_device": str(mx.default_device()),
+        "backends": {n: {"available": probe(n).available, "reason": probe(n).reason} for n in NAMES},
+    }

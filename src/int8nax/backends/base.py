@@ -1,0 +1,44 @@
+"""The one small interface every backend implements.
+
+The public API (int8nax.api) validates arguments, handles empty problems and
+reshapes; a backend receives only well-formed, non-empty 2-D mx.arrays:
+
+    a  int8 [M, K], b int8 [N, K]                      (K <= 131071)
+    x  float16 | bfloat16 | float32 [M, K]
+    w  int8 [N, K], scale_w float32 [N], bias None or float [N]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Whether a backend can run here, and why (or why not), in words for int8nax.info()."""
+
+    available: bool
+    reason: str
+
+
+class Backend:
+    """Base class of the CPU, CUDA and Metal backends."""
+
+    name: str = ""
+
+    def probe(self) -> Probe:
+        raise NotImplementedError
+
+    def int8_matmul(self, a: mx.array, b: mx.array) -> mx.array:
+        """Exact int8 x int8 -> int32 [M, N] = a @ b.T."""
+        raise NotImplementedError
+
+    def quantize_activations(self, x: mx.array) -> tuple[mx.array, mx.array]:
+        """Per-token quantization (int8nax.quant): (int8 [M, K], float32 [M])."""
+        raise NotImplementedError
+
+    def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
+        """dequant(quant(x) @ w.T) (+ bias) in x's dtype, [M, N]."""
+        raise NotImplementedError

@@ -1,0 +1,58 @@
+"""Exact references that tests and benchmarks check every backend against (numpy, CPU).
+
+int8_matmul_ref is the int64 product; w8a8_linear_ref is the float64 model of
+int8nax's W8A8 quantization (int8nax.quant) with no rounding after the integer
+product, so a backend's output can be held to "within 1 ulp of the output dtype".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import quant
+
+
+def to_numpy(arr, dtype=None) -> np.ndarray:
+    """numpy copy of an mx.array or numpy array; bfloat16 is widened to float32."""
+    import mlx.core as mx
+
+    if isinstance(arr, mx.array):
+        if arr.dtype == mx.bfloat16:
+            arr = arr.astype(mx.float32)
+        arr = np.array(arr)
+    arr = np.asarray(arr)
+    return arr.astype(dtype) if dtype is not None else arr
+
+
+def int8_matmul_ref(a, b) -> np.ndarray:
+    """int64 [M, N] = a @ b.T for int8 a [M, K], b [N, K]."""
+    return to_numpy(a, np.int64) @ to_numpy(b, np.int64).T
+
+
+def quantize_activations_ref(x) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 [M, K], float32 [M]) for float x [M, K] (any MLX float dtype)."""
+    return quant.quantize_activations_np(to_numpy(x, np.float32))
+
+
+def w8a8_linear_ref(x, w_int8, scale_w, bias=None) -> np.ndarray:
+    """float64 [M, N] = (q_x @ w.T) * s_x[m] * s_w[n] (+ bias[n])."""
+    q, s_x = quantize_activations_ref(x)
+    acc = q.astype(np.int64) @ to_numpy(w_int8, np.int64).T
+    y = acc * s_x.astype(np.float64)[:, None] * to_numpy(scale_w, np.float64)[None, :]
+    if bias is not None:
+        y = y + to_numpy(bias, np.float64)[None, :]
+    return y
+
+
+# Mantissa bits and smallest normal exponent of each output dtype, for ulp bounds.
+_FORMATS = {"float16": (10, -14), "bfloat16": (7, -126), "float32": (23, -126)}
+
+
+def ulp(values: np.ndarray, dtype_name: str) -> np.ndarray:
+    """Spacing of the floating-point format `dtype_name` at each of `values` (float64)."""
+    mant, emin = _FORMATS[dtype_name]
+    mag = np.abs(values.astype(np.float64))
+    with np.errstate(divide="ignore"):
+        exp = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
+    exp = np.maximum(exp, emin)
+    return np.ldexp(1.0, (exp - mant).astype(np.int64))

@@ -1,0 +1,53 @@
+"""Backend selection: auto follows MLX's device, explicit requests run or explain themselves."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import int8nax
+from int8nax import backends
+
+
+def test_info_reports_every_backend():
+    report = int8nax.info()
+    assert set(report["backends"]) == set(backends.NAMES)
+    assert report["backend"] in backends.NAMES
+    assert report["reason"]
+    for entry in report["backends"].values():
+        assert isinstance(entry["available"], bool) and entry["reason"]
+
+
+def test_cpu_default_device_picks_cpu(monkeypatch):
+    monkeypatch.delenv(backends.ENV_VAR, raising=False)
+    with mx.stream(mx.cpu):
+        old = mx.default_device()
+        mx.set_default_device(mx.cpu)
+        try:
+            name, why = backends.choose(None)
+        finally:
+            mx.set_default_device(old)
+    assert name == "cpu" and "cpu" in why.lower()
+
+
+def test_env_var_override(monkeypatch):
+    monkeypatch.setenv(backends.ENV_VAR, "cpu")
+    assert backends.choose(None) == ("cpu", f"requested by {backends.ENV_VAR}=cpu")
+    monkeypatch.setenv(backends.ENV_VAR, "bogus")
+    with pytest.raises(ValueError, match="unknown backend 'bogus'"):
+        int8nax.int8_matmul(np.zeros((1, 1), np.int8), np.zeros((1, 1), np.int8))
+
+
+@pytest.mark.parametrize("name", [n for n in backends.NAMES if n != "cpu"])
+def test_unavailable_backend_says_why(name):
+    probe = backends.probe(name)
+    if probe.available:
+        pytest.skip(f"{name} is available on this machine")
+    with pytest.raises(RuntimeError) as info:
+        int8nax.int8_matmul(np.zeros((1, 1), np.int8), np.zeros((1, 1), np.int8), backend=name)
+    assert name in str(info.value) and probe.reason in str(info.value)
+
+
+def test_alias_nax_is_metal():
+    assert backends.canonical("NAX") == "metal"
