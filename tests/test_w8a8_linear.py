@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import int8nax
-from int8nax.reference import to_numpy, ulp, w8a8_linear_ref
+from int8nax.reference import max_ulp_error, to_numpy, ulp, w8a8_linear_ref
 
 DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 
@@ -19,13 +19,6 @@ def make_layer(rng, m, k, n, dtype, bias=False):
     w_int8, s_w = int8nax.quantize_weight_int8(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
     b = rng.standard_normal(n).astype(np.float32) if bias else None
     return x, w_int8, s_w, b
-
-
-def max_ulp_error(y, ref, dtype):
-    got = to_numpy(y, np.float64)
-    # The bound is taken at the larger of the two values (a result may round across a binade).
-    spacing = np.maximum(ulp(ref, dtype), ulp(got, dtype))
-    return float(np.max(np.abs(got - ref) / spacing)) if ref.size else 0.0
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))

@@ -24,9 +24,28 @@ def to_numpy(arr, dtype=None) -> np.ndarray:
     return arr.astype(dtype) if dtype is not None else arr
 
 
+def exact_int_product(a, b) -> np.ndarray:
+    """int64 [M, N] = a @ b.T for integer a [M, K], b [N, K], exactly.
+
+    numpy's integer matmul has no BLAS path (~0.5 GOP/s), far too slow to check a
+    benchmark-sized problem. float64 BLAS is exact here: every product and partial
+    sum is an integer of magnitude <= K * max|a| * max|b|, and float64 holds every
+    integer below 2**53 (int8 operands: any K < 2**39), whatever the summation order.
+    Inputs outside that bound fall back to int64 arithmetic.
+    """
+    a64 = to_numpy(a, np.int64)
+    b64 = to_numpy(b, np.int64)
+    if a64.size == 0 or b64.size == 0:
+        return a64 @ b64.T
+    bound = int(np.abs(a64).max()) * int(np.abs(b64).max()) * a64.shape[1]
+    if bound >= 2**53:
+        return a64 @ b64.T
+    return (a64.astype(np.float64) @ b64.astype(np.float64).T).astype(np.int64)
+
+
 def int8_matmul_ref(a, b) -> np.ndarray:
     """int64 [M, N] = a @ b.T for int8 a [M, K], b [N, K]."""
-    return to_numpy(a, np.int64) @ to_numpy(b, np.int64).T
+    return exact_int_product(a, b)
 
 
 def quantize_activations_ref(x) -> tuple[np.ndarray, np.ndarray]:
@@ -37,7 +56,7 @@ def quantize_activations_ref(x) -> tuple[np.ndarray, np.ndarray]:
 def w8a8_linear_ref(x, w_int8, scale_w, bias=None) -> np.ndarray:
     """float64 [M, N] = (q_x @ w.T) * s_x[m] * s_w[n] (+ bias[n])."""
     q, s_x = quantize_activations_ref(x)
-    acc = q.astype(np.int64) @ to_numpy(w_int8, np.int64).T
+    acc = exact_int_product(q, w_int8)
     y = acc * s_x.astype(np.float64)[:, None] * to_numpy(scale_w, np.float64)[None, :]
     if bias is not None:
         y = y + to_numpy(bias, np.float64)[None, :]
@@ -56,3 +75,16 @@ def ulp(values: np.ndarray, dtype_name: str) -> np.ndarray:
         exp = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
     exp = np.maximum(exp, emin)
     return np.ldexp(1.0, (exp - mant).astype(np.int64))
+
+
+def max_ulp_error(y, ref: np.ndarray, dtype_name: str) -> float:
+    """Largest |y - ref| in ulps of `dtype_name` (0 for empty arrays).
+
+    The ulp is taken at the larger of the two values, since a correctly rounded
+    result may land in the next binade up.
+    """
+    got = to_numpy(y, np.float64)
+    if ref.size == 0:
+        return 0.0
+    spacing = np.maximum(ulp(ref, dtype_name), ulp(got, dtype_name))
+    return float(np.max(np.abs(got - ref) / spacing))

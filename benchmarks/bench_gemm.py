@@ -1,0 +1,42 @@
+"""Raw int8 GEMM, int8 [M, K] x int8 [N, K] -> exact int32 [M, N], on the seed shapes."""
+
+from .common import ContenderBenchmark, throughput
+
+
+class NaxGemm(ContenderBenchmark):
+    """int8nax.int8_matmul on the backend int8nax picks (follows MLX's device)."""
+
+    contender = "nax-gemm"
+
+    def time_nax_gemm(self, shape):
+        self.run()
+
+    @throughput
+    def track_nax_gemm_tops(self, shape):
+        return self.tops(shape)
+
+
+class CiderRaw(ContenderBenchmark):
+    """cider's int8_matmul_int32 (Apple M5 only)."""
+
+    contender = "cider-raw"
+
+    def time_cider_raw(self, shape):
+        self.run()
+
+    @throughput
+    def track_cider_raw_tops(self, shape):
+        return self.tops(shape)
+
+
+class TorchInt8(ContenderBenchmark):
+    """cuBLASLt int8 GEMM through torch._int_mm with column-major B (CUDA + torch only)."""
+
+    contender = "torch-int8"
+
+    def time_torch_int8(self, shape):
+        self.run()
+
+    @throughput
+    def track_torch_int8_tops(self, shape):
+        return self.tops(shape)

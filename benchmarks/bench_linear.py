@@ -1,0 +1,56 @@
+"""Full linear layer, float16 x [M, K] and weights [N, K] -> float16 [M, N], on the seed shapes:
+the W8A8 implementations and the baselines users compare them against."""
+
+from .common import ContenderBenchmark, throughput
+
+
+class NaxFull(ContenderBenchmark):
+    """int8nax.w8a8_linear: per-token quantization, int8 GEMM, fused dequantization."""
+
+    contender = "nax-full"
+
+    def time_nax_full(self, shape):
+        self.run()
+
+    @throughput
+    def track_nax_full_tops(self, shape):
+        return self.tops(shape)
+
+
+class CiderFull(ContenderBenchmark):
+    """cider's per-channel W8A8 linear (Apple M5 only)."""
+
+    contender = "cider-full"
+
+    def time_cider_full(self, shape):
+        self.run()
+
+    @throughput
+    def track_cider_full_tops(self, shape):
+        return self.tops(shape)
+
+
+class MlxFp16(ContenderBenchmark):
+    """Baseline: dense float16 mx.matmul."""
+
+    contender = "mlx-fp16"
+
+    def time_mlx_fp16_matmul(self, shape):
+        self.run()
+
+    @throughput
+    def track_mlx_fp16_matmul_tops(self, shape):
+        return self.tops(shape)
+
+
+class MlxQ8(ContenderBenchmark):
+    """Baseline: weight-only 8-bit mx.quantized_matmul (group 64), cider's W8A16 reference."""
+
+    contender = "mlx-q8"
+
+    def time_mlx_q8_matmul(self, shape):
+        self.run()
+
+    @throughput
+    def track_mlx_q8_matmul_tops(self, shape):
+        return self.tops(shape)
