@@ -47,11 +47,15 @@ def row_scales(x32: np.ndarray) -> np.ndarray:
 def round_half_away(v: np.ndarray) -> np.ndarray:
     """Round float32 values to the nearest integer, ties away from zero (Metal/CUDA round()).
 
-    Done in float64 so that |v| + 0.5 is exact: in float32, 0.49999997 + 0.5
-    rounds up to 1.0 and would give the wrong integer.
+    np.rint rounds ties to even; the tie that went toward zero is moved one step out.
+    v - rint(v) is exact for |v| < 2**23, so ties are found exactly (the shortcut
+    floor(|v| + 0.5) is wrong in float32: 0.49999997 + 0.5 rounds up to 1.0).
     """
-    v64 = v.astype(np.float64)
-    return np.copysign(np.floor(np.abs(v64) + 0.5), v64)
+    r = np.rint(v)
+    d = v - r
+    r += (d == 0.5) & (v > 0)
+    r -= (d == -0.5) & (v < 0)
+    return r
 
 
 def quantize_rows_f32(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -65,7 +69,7 @@ def quantize_rows_f32(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inv = np.float32(1) / np.where(bad, np.float32(1), scale)
     with np.errstate(invalid="ignore"):
         q = round_half_away(x32 * inv[:, None])
-    q = np.clip(q, -QMAX, QMAX).astype(np.float32)
+    q = np.clip(q, -QMAX, QMAX, out=q)
     q[bad] = 0
     return q, scale
 
