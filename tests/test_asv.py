@@ -1,0 +1,175 @@
+"""The asv suite driven by asv itself, in a temporary clone of this repository:
+
+- `asv check` imports the suite and finds nothing wrong;
+- the regression gate: `asv continuous` exits 1 ("PERFORMANCE DECREASED") for a commit
+  that plants a slowdown in int8nax's CPU GEMM, and 0 for a harmless commit;
+- the site: `asv publish`, then tools/asv_site.py serves it on 127.0.0.1 and checks it
+  in headless Chromium (every benchmark listed, one series per shape, no JS error).
+
+They need asv, virtualenv and selenium (the `test` extra), network access to PyPI (asv
+builds a virtualenv with mlx), and Debian's chromium + chromium-driver for the site.
+Where CI=true a missing tool fails the test; elsewhere the test is skipped with the
+reason. The clone is made from the committed HEAD: commit before running them.
+Deselect them with `-m "not asv"` (about 3 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.asv
+
+REPO = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() == "true"
+sys.path.insert(0, str(REPO / "tools"))
+
+# One benchmark at one CPU-profile shape: a few seconds per asv run.
+GATED = r"NaxGemm\.time_nax_gemm\(\(16, 1344, 256\)\)"
+CPU_PROFILE = r"\(\((16, 512, 512|16, 256, 1344|16, 1344, 256)\)\)"
+PLANTED_SLOWDOWN = '''
+
+# Planted by tests/test_asv.py: the exact product computed three times.
+_gemm_exact_once = gemm_exact
+
+
+def gemm_exact(a, b):
+    _gemm_exact_once(a, b)
+    _gemm_exact_once(a, b)
+    return _gemm_exact_once(a, b)
+'''
+
+
+def require(available: bool, what: str) -> None:
+    """Skip with the reason, or fail where CI=true (a missing tool must not pass silently)."""
+    if available:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is missing, and CI=true requires it")
+    pytest.skip(f"{what} is missing")
+
+
+def require_asv() -> None:
+    for module in ("asv", "virtualenv"):
+        require(importlib.util.find_spec(module) is not None,
+                f"python package {module!r} (pip install -e '.[cpu,test]')")
+
+
+class Project:
+    """A clone of this repository with branch main, a private HOME and a fixed asv machine."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.clone = root / "int8nax"
+        home = root / "home"
+        home.mkdir()
+        self.env = {
+            **os.environ,
+            "HOME": str(home),
+            # Keep pip's cache (the mlx wheels) although HOME moves.
+            "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")),
+            # virtualenv looks for python3.X on PATH: the interpreter running the tests.
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            # asv 0.6.6 drops PYTHONPATH in benchmark processes unless told to keep it.
+            "ASV_PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "GIT_AUTHOR_NAME": "asv test", "GIT_AUTHOR_EMAIL": "asv-test@int8nax.invalid",
+            "GIT_COMMITTER_NAME": "asv test", "GIT_COMMITTER_EMAIL": "asv-test@int8nax.invalid",
+        }
+        self.env.pop("INT8NAX_BENCH_PROFILE", None)
+        self.env.pop("INT8NAX_BACKEND", None)
+        self.run("git", "clone", "-q", "--no-hardlinks", str(REPO), str(self.clone), cwd=root)
+        self.run("git", "checkout", "-q", "-B", "main")
+        self.python(".github/scripts/asv_machine.py", "--name", "asv-test", "--gpu", "none")
+
+    def run(self, *args, cwd=None, check=True, timeout=1200) -> subprocess.CompletedProcess:
+        result = subprocess.run(args, cwd=cwd or self.clone, env=self.env, capture_output=True, text=True,
+                                timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(map(str, args))} exited {result.returncode}:\n"
+                                 f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+        return result
+
+    def python(self, *args, **kw):
+        return self.run(sys.executable, *args, **kw)
+
+    def asv(self, *args, **kw):
+        return self.python("-m", "asv", *args, **kw)
+
+    def commit(self, message: str, path: str, text: str, append: bool = False) -> str:
+        target = self.clone / path
+        target.write_text((target.read_text() if append else "") + text)
+        self.run("git", "add", path)
+        self.run("git", "commit", "-q", "-m", message)
+        return self.run("git", "rev-parse", "HEAD").stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """main: HEAD, then a harmless commit; branch `slow`: a planted slowdown on top of main."""
+    require_asv()
+    project = Project(tmp_path_factory.mktemp("asv"))
+    project.base = project.run("git", "rev-parse", "HEAD").stdout.strip()
+    project.harmless = project.commit("A harmless change", "docs/asv-test-note.txt", "no code changed\n")
+    cpu = project.clone / "src/int8nax/backends/cpu.py"
+    assert "def gemm_exact(" in cpu.read_text(), "the planted slowdown wraps int8nax.backends.cpu.gemm_exact"
+    project.run("git", "checkout", "-q", "-b", "slow")
+    project.slow = project.commit("Planted slowdown", "src/int8nax/backends/cpu.py", PLANTED_SLOWDOWN, append=True)
+    project.run("git", "checkout", "-q", "main")
+    return project
+
+
+def test_asv_check_finds_no_problem(project):
+    result = project.asv("check", "-E", f"existing:{sys.executable}")
+    assert "No problems found" in result.stdout
+
+
+def continuous(project, base, contender):
+    """The documented gate (factor 1.1, time_ benchmarks only), narrowed to one benchmark."""
+    return project.asv("continuous", "--factor", "1.1", "--show-stderr", "-b", GATED, base, contender, check=False)
+
+
+def test_gate_passes_a_harmless_commit_and_fails_a_planted_slowdown(project):
+    slow = continuous(project, project.harmless, project.slow)
+    assert slow.returncode == 1, slow.stdout[-3000:] + slow.stderr[-3000:]
+    assert "PERFORMANCE DECREASED" in slow.stdout
+    ratio = re.search(r"^\+.*\s(\d+\.\d+)\s+bench_gemm\.NaxGemm\.time_nax_gemm", slow.stdout, re.M)
+    assert ratio and float(ratio.group(1)) > 1.1, slow.stdout[-3000:]
+
+    # A harmless commit must pass. Timing noise from other processes on a shared 2-core box
+    # can fake a significant 10% change; one retry separates that from a real flaw.
+    for attempt in range(2):
+        same = continuous(project, project.base, project.harmless)
+        if same.returncode == 0:
+            break
+    assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
+    assert "PERFORMANCE DECREASED" not in same.stdout and "failed" not in same.stdout
+
+
+def test_published_site_in_headless_chromium(project, tmp_path):
+    import asv_site
+
+    require(importlib.util.find_spec("selenium") is not None, "python package 'selenium'")
+    try:
+        asv_site.find_browser()
+    except asv_site.SiteError as exc:
+        require(False, str(exc))
+    require((REPO / "tools/asv-site/node_modules").is_dir(),
+            "the site's JavaScript libraries (npm ci --prefix tools/asv-site)")
+    # Every benchmark at the CPU-profile shapes, one quick sample each, recorded for main's head.
+    result = project.asv("run", "-E", f"existing:{sys.executable}", "--set-commit-hash", project.harmless,
+                         "--quick", "--show-stderr", "-b", CPU_PROFILE, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    project.asv("publish")
+    html = project.clone / ".asv" / "html"
+    asv_site.vendor(html)
+    report = asv_site.check(html, screenshot=tmp_path / "asv-site.png")
+    assert report["index_lists"] == report["benchmarks"] == 14
+    assert report["series"]["asv-test"]["drawn"] >= 3 and not report["js_errors"]
+    assert (tmp_path / "asv-site.png").stat().st_size > 10_000
