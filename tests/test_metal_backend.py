@@ -118,44 +118,42 @@ def test_self_test_refuses_wrong_kernels(monkeypatch, broken, words):
     assert backend.probe() is probe  # decided once per process
 
 
-def test_registry_falls_back_and_explains(monkeypatch):
+@pytest.fixture
+def registry_on_gpu(monkeypatch):
+    """The registry with MLX's default device on the GPU and a given MetalBackend installed;
+    its caches cleared before and after."""
+
+    def install(backend: metal.MetalBackend) -> None:
+        monkeypatch.setattr(metal, "BACKEND", backend)
+        backends.get.cache_clear()
+        backends.probe.cache_clear()
+
+    monkeypatch.setattr(backends, "mx", types.SimpleNamespace(
+        default_device=lambda: "gpu", gpu="gpu", __version__=mx.__version__))
+    monkeypatch.delenv(backends.ENV_VAR, raising=False)
+    yield install
+    backends.get.cache_clear()
+    backends.probe.cache_clear()
+
+
+def test_registry_falls_back_and_explains(monkeypatch, registry_on_gpu):
     """With MLX's default device on the GPU: a refused NAX makes auto mode fall back to the CPU,
     backend="nax" raises with the reason, and int8nax.info() says what happened."""
-    backend = fake_m5(monkeypatch, gemm=drop_k_remainder)
-    monkeypatch.setattr(metal, "BACKEND", backend)
-    monkeypatch.setattr(backends, "mx", types.SimpleNamespace(
-        default_device=lambda: "gpu", gpu="gpu", __version__=mx.__version__))
-    monkeypatch.delenv(backends.ENV_VAR, raising=False)
-    backends.get.cache_clear()
-    backends.probe.cache_clear()
-    try:
-        with pytest.warns(RuntimeWarning, match="NAX refused"):
-            name, why = backends.choose(None)
-        assert name == "cpu" and "metal: NAX refused" in why
-        with pytest.raises(RuntimeError, match="requested .* cannot run here: NAX refused"):
-            int8nax.int8_matmul(np.ones((2, 2), np.int8), np.ones((2, 2), np.int8), backend="nax")
-        report = int8nax.info()
-        assert report["backend"] == "cpu"
-        assert report["backends"]["metal"]["available"] is False
-        assert "self-test failed" in report["backends"]["metal"]["reason"]
-        out = int8nax.int8_matmul(np.ones((2, 600), np.int8), np.ones((3, 600), np.int8))
-        assert (np.array(out) == 600).all()  # auto ran on the CPU, exactly
-    finally:
-        backends.get.cache_clear()
-        backends.probe.cache_clear()
-
-
-def test_registry_picks_nax_when_it_passes(monkeypatch):
-    backend = fake_m5(monkeypatch)
-    monkeypatch.setattr(metal, "BACKEND", backend)
-    monkeypatch.setattr(backends, "mx", types.SimpleNamespace(
-        default_device=lambda: "gpu", gpu="gpu", __version__=mx.__version__))
-    monkeypatch.delenv(backends.ENV_VAR, raising=False)
-    backends.get.cache_clear()
-    backends.probe.cache_clear()
-    try:
+    registry_on_gpu(fake_m5(monkeypatch, gemm=drop_k_remainder))
+    with pytest.warns(RuntimeWarning, match="NAX refused"):
         name, why = backends.choose(None)
-        assert name == "metal" and "self-test passed" in why
-    finally:
-        backends.get.cache_clear()
-        backends.probe.cache_clear()
+    assert name == "cpu" and "metal: NAX refused" in why
+    with pytest.raises(RuntimeError, match="requested .* cannot run here: NAX refused"):
+        int8nax.int8_matmul(np.ones((2, 2), np.int8), np.ones((2, 2), np.int8), backend="nax")
+    report = int8nax.info()
+    assert report["backend"] == "cpu"
+    assert report["backends"]["metal"]["available"] is False
+    assert "self-test failed" in report["backends"]["metal"]["reason"]
+    out = int8nax.int8_matmul(np.ones((2, 600), np.int8), np.ones((3, 600), np.int8))
+    assert (np.array(out) == 600).all()  # auto ran on the CPU, exactly
+
+
+def test_registry_picks_nax_when_it_passes(monkeypatch, registry_on_gpu):
+    registry_on_gpu(fake_m5(monkeypatch))
+    name, why = backends.choose(None)
+    assert name == "metal" and "self-test passed" in why

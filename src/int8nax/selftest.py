@@ -116,8 +116,9 @@ FIRST_USE_CHECKS = len(FIRST_USE_GEMM_SHAPES) + 1 + len(FIRST_USE_W8A8)
 
 
 def special_rows(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
-    """float32 [rows, K] activations with the awkward rows first (when there is room): zeros, a
-    NaN, an inf, exact ties of round-half-away (absmax 127, so that the codes are x itself)."""
+    """float32 [rows, K] activations, the awkward rows first when there are at least twice as
+    many rows: zeros, a NaN, an inf, exact ties of round-half-away (absmax 127, so that the
+    codes are x itself)."""
     x = rng.standard_normal((rows, k)).astype(np.float32) * 3
     awkward = [np.zeros(k, np.float32)]
     if k > 1:
@@ -127,8 +128,8 @@ def special_rows(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
         ties[0] = 127.0
         ties[1::2] = -2.5
         awkward += [nan_row, inf_row, ties]
-    for i, row in enumerate(awkward[:rows]):
-        x[i] = row
+    if rows >= 2 * len(awkward):
+        x[: len(awkward)] = awkward
     return x
 
 
