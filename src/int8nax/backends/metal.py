@@ -131,7 +131,7 @@ def read_kernel_file(file: str) -> str:
     return (resources.files("int8nax") / "kernels" / file).read_text()
 
 
-def split_source(text: str, file: str) -> tuple[str, str]:
+def split_source(text: str) -> tuple[str, str]:
     """(global part, body) of a kernel file; a file without the marker is all global."""
     if BODY_MARKER not in text:
         return text, ""
@@ -141,11 +141,11 @@ def split_source(text: str, file: str) -> tuple[str, str]:
 
 def kernel_source(spec: KernelSpec) -> tuple[str, str]:
     """(header, source) for mx.fast.metal_kernel."""
-    head, body = split_source(read_kernel_file(spec.file), spec.file)
+    head, body = split_source(read_kernel_file(spec.file))
     if not body.strip():
         raise RuntimeError(f"{spec.file}: no '{BODY_MARKER}' section")
     if spec.uses_gemm_core:
-        core, _ = split_source(read_kernel_file(GEMM_CORE), GEMM_CORE)
+        core, _ = split_source(read_kernel_file(GEMM_CORE))
         head = core + "\n" + head
     return head, body
 
