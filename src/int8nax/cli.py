@@ -1,4 +1,5 @@
-"""Command line: `int8nax info` prints which backend runs here and why."""
+"""Command line: `int8nax info` prints which backend runs here and why; `int8nax selftest`
+checks a backend's exactness over a shape grid and times it (see int8nax.selftest)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,35 @@ def build_parser() -> argparse.ArgumentParser:
     p_info = sub.add_parser("info", help="backend detection report")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
     p_info.set_defaults(func=_cmd_info)
+    _add_selftest(sub)
     return parser
+
+
+def _cmd_selftest(args) -> int:
+    from . import selftest
+
+    return selftest.main(args)
+
+
+def _add_selftest(sub) -> None:
+    p = sub.add_parser(
+        "selftest",
+        help="exactness over a shape grid + timings next to cider, as markdown (for M5 owners)",
+        description="Checks int8_matmul (bit-exact), quantize_activations (bit-exact) and "
+        "w8a8_linear (within 1 ulp) over every (M, K, N) from --sizes, reports the NAX int8 "
+        "layout, and times int8nax next to cider where cider is installed. Paste the output "
+        "into an issue. Exit status: 0 all exact, 1 a check failed, 2 backend unavailable.",
+    )
+    p.add_argument("--backend", default="metal",
+                   help="backend under test: metal (alias nax; the default), cuda, cpu or auto")
+    p.add_argument("--sizes", help="comma-separated sizes for M, K and N (default 1,7,33,513,4097)")
+    p.add_argument("--quick", action="store_true", help="sizes 1,7,33 and one small timing shape")
+    p.add_argument("--no-timing", action="store_true", help="exactness only")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls per contender (5)")
+    p.add_argument("--repeat", type=int, default=20, help="timed calls per contender (20)")
+    p.add_argument("--layout-out", metavar="FILE.npy", help="save the int8 layout dump (metal)")
+    p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    p.set_defaults(func=_cmd_selftest)
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .quant import QMAX
+
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -87,3 +89,99 @@ def tile_of(gx: int, gy: int, s: int) -> tuple[int, int]:
     """(tile_m, tile_n) that threadgroup (gx, gy) owns; mirrors the kernels' decode."""
     t = 1 << s
     return (gy << s) + (gx & (t - 1)), gx >> s
+
+
+# ----------------------------------------------------------------------------------------------
+# Metal (Apple M5 "NAX"): matmul2d fragments, Steel-NAX-style tiles and the launch
+# ----------------------------------------------------------------------------------------------
+#
+# Every simdgroup issues mpp::tensor_ops::matmul2d with cooperative int8 operands: one call
+# multiplies an FM x FK fragment of A by an FK x FN fragment of B^T into an FM x FN int32
+# fragment. A threadgroup owns a BM x BN output tile and runs WM x WN simdgroups, each owning an
+# SM x SN sub-tile (TM = SM/FM by TN = SN/FN fragments). K advances BK elements between
+# threadgroup barriers (a full block needs no K mask); a last partial block handles the K
+# remainder with masked loads. Loads go straight from device memory (no threadgroup staging).
+# The nax_emulator module walks exactly this grid with these constants.
+
+SIMD_WIDTH = 32
+"""Threads per Apple GPU simdgroup."""
+
+NAX_FRAG_M, NAX_FRAG_N, NAX_FRAG_K = 16, 32, 16
+"""The matmul2d descriptor (m, n, k): legal with both operands cooperative (each in {16, 32},
+one of them 32); the shape MLX's NAX GEMM and cider use."""
+
+
+@dataclass(frozen=True)
+class NaxTileConfig(TileConfig):
+    """A TileConfig whose sub-tiles are made of whole matmul2d fragments."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.sm % NAX_FRAG_M or self.sn % NAX_FRAG_N or self.bk % NAX_FRAG_K:
+            raise ValueError(
+                f"{self.name}: SM, SN and BK must be multiples of the fragment "
+                f"({NAX_FRAG_M}, {NAX_FRAG_N}, {NAX_FRAG_K}); got SM={self.sm}, SN={self.sn}, BK={self.bk}"
+            )
+
+    def template(self) -> list[tuple[str, int]]:
+        frag = [("FM", NAX_FRAG_M), ("FN", NAX_FRAG_N), ("FK", NAX_FRAG_K), ("SIMD", SIMD_WIDTH)]
+        return super().template() + frag
+
+
+METAL_LARGE = NaxTileConfig("metal_128x128", bm=128, bn=128, bk=512, wm=4, wn=4)
+"""MLX's default NAX tile: 16 simdgroups (512 threads), 32 x 32 per simdgroup."""
+
+METAL_SMALL = NaxTileConfig("metal_32x128", bm=32, bn=128, bk=512, wm=1, wn=4)
+"""Small-M tile (4 simdgroups, 128 threads): a 128-row tile would leave most simdgroups idle."""
+
+METAL_SMALL_MAX_M = 64
+"""Largest M that takes METAL_SMALL (cider's threshold)."""
+
+METAL_QUANT_THREADS = 256
+"""Threads per row of the activation-quantization kernel (one threadgroup per row)."""
+
+
+def metal_config(m: int) -> NaxTileConfig:
+    return METAL_SMALL if m <= METAL_SMALL_MAX_M else METAL_LARGE
+
+
+METAL_GEMM_PARAMS = ("M", "N", "K", "SWIZZLE_LOG", "TILES_M")
+"""The GEMM kernels' run-time scalars (the int32 `params` input), in order; nax_gemm.metal
+names the positions PARAM_<name>."""
+
+
+@dataclass(frozen=True)
+class MetalGemmDispatch:
+    """Everything one NAX GEMM launch needs, as mx.fast.metal_kernel takes it."""
+
+    config: NaxTileConfig
+    launch: Launch
+    grid: tuple[int, int, int]
+    """In threads (metal_kernel calls dispatchThreads): threadgroups * threadgroup size."""
+    threadgroup: tuple[int, int, int]
+    template: list[tuple[str, int]]
+    params: tuple[int, int, int, int, int]
+    """Run-time scalars, in the order METAL_GEMM_PARAMS names them."""
+
+
+def metal_gemm_dispatch(m: int, n: int, k: int) -> MetalGemmDispatch:
+    cfg = metal_config(m)
+    lau = launch(m, n, cfg)
+    grid = (lau.grid_x * cfg.threads, lau.grid_y, 1)
+    return MetalGemmDispatch(
+        cfg, lau, grid, (cfg.threads, 1, 1), cfg.template(), (m, n, k, lau.swizzle_log, lau.tiles_m)
+    )
+
+
+@dataclass(frozen=True)
+class MetalQuantDispatch:
+    """Launch of the activation-quantization kernel: one threadgroup of QT threads per row."""
+
+    grid: tuple[int, int, int]
+    threadgroup: tuple[int, int, int]
+    template: list[tuple[str, int]]
+
+
+def metal_quant_dispatch(rows: int) -> MetalQuantDispatch:
+    qt = METAL_QUANT_THREADS
+    return MetalQuantDispatch((qt, rows, 1), (qt, 1, 1), [("QT", qt), ("SIMD", SIMD_WIDTH), ("QMAX", QMAX)])

@@ -72,9 +72,11 @@ class CPUBackend(Backend):
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         q, scale_x = quant.quantize_rows_f32(_to_numpy(x).astype(np.float32))
         acc = gemm_exact(q, _to_numpy(w))
-        # Dequantize with one rounding to spare: float32 arithmetic (relative error ~2**-22)
-        # is far inside half an ulp of float16/bfloat16; a float32 output needs float64.
-        work = np.float64 if x.dtype == mx.float32 else np.float32
+        # Dequantize with one rounding to spare. Without a bias y is a product, and float32
+        # arithmetic (relative error ~2**-22) is far inside half an ulp of float16/bfloat16.
+        # A float32 output needs float64, and so does a bias: where acc*s_x*s_w + bias nearly
+        # cancels, float32's error on the product is many ulps of the small result.
+        work = np.float32 if (bias is None and x.dtype != mx.float32) else np.float64
         y = acc.astype(work)
         y *= scale_x.astype(work)[:, None]
         y *= np.asarray(scale_w).astype(work)[None, :]

@@ -1,0 +1,26 @@
+// int8nax int8 x int8 -> int32 GEMM on NAX: C[M, N] = A[M, K] @ B[N, K]^T, exact.
+//
+// Built by int8nax/backends/metal.py with mx.fast.metal_kernel: the part above the
+// "kernel body" line goes into `header` (after nax_gemm.metal), the part below is `source`.
+//   inputs   a int8 [M, K], b int8 [N, K] (row-contiguous), params int32 [5] =
+//            (M, N, K, swizzle_log, tiles_m) from tiling.metal_gemm_dispatch
+//   output   c int32 [M, N]
+//   template BM, BN, BK, WM, WN, FM, FN, FK, SIMD (tiling.NaxTileConfig.template())
+
+namespace int8nax {
+
+// Epilogue of the raw GEMM: the exact int32 sum, stored as it is.
+struct StoreInt32 {
+  device int32_t* c;
+  int N;
+  void operator()(const int m, const int n, const int acc) const {
+    c[ulong(m) * ulong(N) + ulong(n)] = acc;
+  }
+};
+
+}  // namespace int8nax
+
+// ==== kernel body ====
+const int8nax::StoreInt32 epilogue{c, params[int8nax::PARAM_N]};
+int8nax::nax_gemm<BM, BN, BK, WM, WN, FM, FN, FK, SIMD>(
+    a, b, params, threadgroup_position_in_grid.xy, simdgroup_index_in_threadgroup, epilogue);

@@ -1,0 +1,422 @@
+"""Exactness checks of a backend, and the `int8nax selftest` report.
+
+- first_use_check: the quick check the Metal backend runs before its first real call: a few
+  awkward shapes (edges in M and N, K remainders, tiny inputs, both tile configurations),
+  bit-exact int8 GEMM and quantization, W8A8 within 1 ulp. Any failure refuses NAX.
+- run_selftest: the command an M5 owner runs. Exactness over a shape grid (M, K, N each in
+  1, 7, 33, 513, 4097 by default), the int8 cooperative-tensor layout (Metal), and timings
+  next to cider where it is installed, printed as markdown to paste into an issue.
+
+References are exact: the int8 product in float64 BLAS (every product is below 2**14 and every
+sum below 2**31, both exact in a 53-bit mantissa), quantization from int8nax.quant, W8A8 the
+float64 model of int8nax.reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from . import quant
+from .reference import to_numpy, ulp
+
+DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+
+# ---------------------------------------------------------------------------------------------
+# Single checks: each returns None when exact, else a one-line description of the mismatch
+# ---------------------------------------------------------------------------------------------
+
+
+def exact_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """int64 [M, N] = a @ b.T for int8 a [M, K], b [N, K], through float64 BLAS (exact)."""
+    return np.rint(a.astype(np.float64) @ b.astype(np.float64).T).astype(np.int64)
+
+
+def _first_mismatch(bad: np.ndarray, got: np.ndarray, want: np.ndarray) -> str:
+    where = np.argwhere(bad)
+    i = tuple(int(v) for v in where[0])
+    return f"{len(where)} of {bad.size} wrong, first at {list(i)}: got {got[i].item()}, expected {want[i].item()}"
+
+
+def check_int8_matmul(fn, a: np.ndarray, b: np.ndarray) -> str | None:
+    """fn(a [M, K], b [N, K]) -> int32 [M, N] as mx.arrays; must equal the exact product."""
+    out = fn(mx.array(a), mx.array(b))
+    if out.dtype != mx.int32 or tuple(out.shape) != (a.shape[0], b.shape[0]):
+        return f"returned {out.dtype} {tuple(out.shape)}, expected int32 {(a.shape[0], b.shape[0])}"
+    got = np.array(out).astype(np.int64)
+    want = exact_product(a, b)
+    bad = got != want
+    return _first_mismatch(bad, got, want) if bad.any() else None
+
+
+def check_quantize(fn, x: mx.array) -> str | None:
+    """fn(x [M, K]) -> (int8 [M, K], float32 [M]); must equal int8nax.quant bit for bit."""
+    q, s = fn(x)
+    with np.errstate(invalid="ignore"):  # NaN/inf rows are part of the test
+        want_q, want_s = quant.quantize_activations_np(to_numpy(x, np.float32))
+    got_s = np.array(s)
+    same_s = (got_s.view(np.int32) == want_s.view(np.int32)) | (np.isnan(got_s) & np.isnan(want_s))
+    if not same_s.all():
+        return "scales: " + _first_mismatch(~same_s, got_s, want_s)
+    got_q = np.array(q)
+    bad = got_q != want_q
+    return "codes: " + _first_mismatch(bad, got_q, want_q) if bad.any() else None
+
+
+def w8a8_reference(x: mx.array, w: np.ndarray, scale_w: np.ndarray, bias) -> np.ndarray:
+    """float64 [M, N] model of w8a8_linear (int8nax.reference.w8a8_linear_ref, with the integer
+    product through exact float64 BLAS so that large shapes stay quick)."""
+    with np.errstate(invalid="ignore"):  # NaN/inf rows are part of the test
+        q, s_x = quant.quantize_activations_np(to_numpy(x, np.float32))
+    y = exact_product(q, w) * s_x.astype(np.float64)[:, None] * scale_w.astype(np.float64)[None, :]
+    if bias is not None:
+        y = y + bias.astype(np.float64)[None, :]
+    return y
+
+
+def check_w8a8(fn, x: mx.array, w: np.ndarray, scale_w: np.ndarray, bias) -> str | None:
+    """fn(x, w, scale_w, bias) as mx.arrays -> x's dtype [M, N]; within 1 ulp of float64
+    (NaN where the model is NaN)."""
+    dtype = str(x.dtype).replace("mlx.core.", "")
+    b = None if bias is None else mx.array(bias)
+    y = fn(x, mx.array(w), mx.array(scale_w), b)
+    if y.dtype != x.dtype:
+        return f"returned {y.dtype}, expected {x.dtype}"
+    got = to_numpy(y, np.float64)
+    want = w8a8_reference(x, w, scale_w, bias)
+    with np.errstate(invalid="ignore", over="ignore"):
+        spacing = np.maximum(ulp(want, dtype), ulp(np.where(np.isfinite(got), got, 0), dtype))
+        err = np.abs(got - want) / spacing
+        nan_ok = np.isnan(got) == np.isnan(want)
+        bad = ~nan_ok | (np.isfinite(want) & ~(err <= 1.0))
+    return _first_mismatch(bad, got, want) + " (1 ulp allowed)" if bad.any() else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The first-use check
+# ---------------------------------------------------------------------------------------------
+
+FIRST_USE_GEMM_SHAPES = [
+    (1, 1, 1),  # inputs small enough to arrive in the constant address space
+    (3, 7, 5),
+    (33, 513, 7),  # small tile; K = one block + 1; N far below one tile
+    (65, 1030, 130),  # large tile; K remainder of 6; M and N edges
+    (128, 512, 128),  # exactly one tile
+]
+FIRST_USE_W8A8 = [((33, 520, 40), "float16", True), ((70, 300, 33), "float32", False),
+                  ((5, 64, 9), "bfloat16", True)]
+FIRST_USE_CHECKS = len(FIRST_USE_GEMM_SHAPES) + 1 + len(FIRST_USE_W8A8)
+
+
+def special_rows(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
+    """float32 [rows, K] activations, the awkward rows first when there are at least twice as
+    many rows: zeros, a NaN, an inf, exact ties of round-half-away (absmax 127, so that the
+    codes are x itself)."""
+    x = rng.standard_normal((rows, k)).astype(np.float32) * 3
+    awkward = [np.zeros(k, np.float32)]
+    if k > 1:
+        nan_row, inf_row, ties = x[0].copy(), x[0].copy(), np.full(k, 0.5, np.float32)
+        nan_row[k // 2] = np.nan
+        inf_row[-1] = -np.inf
+        ties[0] = 127.0
+        ties[1::2] = -2.5
+        awkward += [nan_row, inf_row, ties]
+    if rows >= 2 * len(awkward):
+        x[: len(awkward)] = awkward
+    return x
+
+
+def first_use_check(int8_matmul, quantize_activations, w8a8_linear, seed: int = 5) -> list[str]:
+    """Run the quick exactness checks on backend-level callables (a [M, K], b [N, K] ...);
+    returns the failures, each as "what (shape): mismatch"."""
+    rng = np.random.default_rng(seed)
+    failures = []
+    for m, k, n in FIRST_USE_GEMM_SHAPES:
+        a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
+        problem = check_int8_matmul(int8_matmul, a, b)
+        if problem:
+            failures.append(f"int8_matmul (M, K, N) = {(m, k, n)}: {problem}")
+    x = mx.array(special_rows(rng, 9, 301)).astype(mx.float16)
+    problem = check_quantize(quantize_activations, x)
+    if problem:
+        failures.append(f"quantize_activations float16 (9, 301): {problem}")
+    for (m, k, n), dtype, with_bias in FIRST_USE_W8A8:
+        x = mx.array(special_rows(rng, m, k)[::-1].copy()).astype(DTYPES[dtype])
+        w, s_w = quant.quantize_weight_np(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
+        bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
+        problem = check_w8a8(w8a8_linear, x, w, s_w, bias)
+        if problem:
+            failures.append(f"w8a8_linear {dtype} (M, K, N) = {(m, k, n)}: {problem}")
+    return failures
+
+
+# ---------------------------------------------------------------------------------------------
+# `int8nax selftest`
+# ---------------------------------------------------------------------------------------------
+
+DEFAULT_SIZES = (1, 7, 33, 513, 4097)
+QUICK_SIZES = (1, 7, 33)
+TIMING_SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (512, 4096, 4096),
+                 (2048, 4096, 4096), (512, 3584, 18944)]
+QUICK_TIMING_SHAPES = [(33, 513, 257)]
+
+
+@dataclass
+class Tally:
+    what: str
+    shapes: int = 0
+    failed: int = 0
+    first_failure: str = ""
+
+    def add(self, label: str, problem: str | None) -> None:
+        self.shapes += 1
+        if problem:
+            self.failed += 1
+            self.first_failure = self.first_failure or f"{label}: {problem}"
+
+
+def exactness_grid(backend: str, sizes, seed: int = 0, log=None) -> list[Tally]:
+    """Every (M, K, N) in sizes^3 for int8_matmul; every (M, K) for quantization; W8A8 on the
+    shapes whose K and N are at most 513 (dtype and bias taking turns)."""
+    import int8nax
+
+    rng = np.random.default_rng(seed)
+    gemm = Tally("int8_matmul: bit-exact vs exact int product")
+    quantize = Tally("quantize_activations: bit-exact vs int8nax.quant")
+    w8a8 = Tally("w8a8_linear: within 1 ulp of float64 model")
+
+    def api_gemm(a, b):
+        return int8nax.int8_matmul(a, b, backend=backend)
+
+    def api_quant(x):
+        return int8nax.quantize_activations(x, backend=backend)
+
+    def api_w8a8(x, w, s, b):
+        return int8nax.w8a8_linear(x, w, s, b, backend=backend)
+
+    dtypes = list(DTYPES)
+    turn = 0
+    for m in sizes:
+        for k in sizes:
+            for n in sizes:
+                if log:
+                    log(f"int8_matmul {(m, k, n)}")
+                a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+                b = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
+                gemm.add(f"{(m, k, n)}", check_int8_matmul(api_gemm, a, b))
+                if k <= 513 and n <= 513:
+                    dtype, with_bias = dtypes[turn % 3], turn % 2 == 1
+                    turn += 1
+                    x = mx.array(special_rows(rng, m, k)).astype(DTYPES[dtype])
+                    w, s_w = quant.quantize_weight_np(rng.standard_normal((n, k)).astype(np.float32))
+                    bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
+                    label = f"{dtype}{' +bias' if with_bias else ''} {(m, k, n)}"
+                    w8a8.add(label, check_w8a8(api_w8a8, x, w, s_w, bias))
+            dtype = dtypes[(m + k) % 3]
+            x = mx.array(special_rows(rng, m, k)).astype(DTYPES[dtype])
+            quantize.add(f"{dtype} {(m, k)}", check_quantize(api_quant, x))
+    return [gemm, quantize, w8a8]
+
+
+# ----- cider, only where it is the real thing (PyPI's `cider` is an unrelated package) -----
+
+
+def find_cider() -> tuple[dict, str]:
+    """({column label: callable}, note): cider's int8 GEMM and W8A8 linear where the installed
+    `cider` is Mininglamp-AI's and takes [N, K] weights (probed: the layout changed from [K, N]
+    without a version bump), else no callables and why."""
+    try:
+        import cider
+    except Exception as exc:
+        return {}, f"not installed ({type(exc).__name__}: {exc})"
+    matmul = getattr(cider, "int8_matmul_int32", None)
+    if matmul is None:
+        try:
+            from cider.ops import int8_matmul_int32 as matmul
+        except Exception:
+            matmul = None
+    linear_name = next((n for n in ("perchannel_linear", "w8a8_linear") if hasattr(cider, n)), None)
+    if matmul is None and linear_name is None:
+        return {}, ("a package named cider is installed, but it has no int8_matmul_int32, "
+                    "perchannel_linear or w8a8_linear (PyPI's unrelated `cider`, or no M5)")
+    fns, notes = {}, []
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (5, 96), dtype=np.int8)
+    b = rng.integers(-128, 128, (40, 96), dtype=np.int8)
+    if matmul is not None:
+        try:
+            problem = check_int8_matmul(matmul, a, b)
+        except Exception as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem is None:
+            fns["cider int8_matmul_int32"] = matmul
+        else:
+            notes.append(f"int8_matmul_int32 does not take [N, K] weights exactly here ({problem})")
+    if linear_name is not None:
+        linear = getattr(cider, linear_name)
+        x = mx.array(rng.standard_normal((5, 96)).astype(np.float16))
+        w, s_w = quant.quantize_weight_np(rng.standard_normal((40, 96)).astype(np.float32))
+        try:
+            y = to_numpy(linear(x, mx.array(w), mx.array(s_w)), np.float64)
+            want = w8a8_reference(x, w, s_w, None)
+            close = y.shape == want.shape and np.abs(y - want).max() <= 1e-2 * np.abs(want).max()
+        except Exception:
+            close = False
+        if close:
+            fns[f"cider {linear_name}"] = linear
+        else:
+            notes.append(f"{linear_name} does not take [N, K] weights here")
+    version = getattr(cider, "__version__", "?")
+    return fns, f"cider {version}" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _median_ms(fn, warmup: int, repeat: int) -> float:
+    for _ in range(warmup):
+        mx.eval(fn())
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        mx.eval(fn())
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[str], str]:
+    """Markdown rows: median ms (and TOPS) of int8nax and its peers on each shape."""
+    import int8nax
+
+    cider_fns, cider_note = find_cider()
+    on_gpu = backend in ("metal", "cuda")
+    columns = ["int8nax int8_matmul", "cider int8_matmul_int32", "int8nax w8a8_linear",
+               "cider linear (w8a8)", "mx.matmul fp16"]
+    lines = ["| M, K, N | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    rng = np.random.default_rng(1)
+    for m, k, n in shapes:
+        a = mx.array(rng.integers(-128, 128, (m, k), dtype=np.int8))
+        w, s_w = quant.quantize_weight_np(rng.standard_normal((n, k)).astype(np.float32))
+        w_mx, s_mx = mx.array(w), mx.array(s_w)
+        x = mx.random.normal((m, k)).astype(mx.float16)
+        w16 = mx.random.normal((n, k)).astype(mx.float16)
+        contenders = {
+            "int8nax int8_matmul": lambda: int8nax.int8_matmul(a, w_mx, backend=backend),
+            "int8nax w8a8_linear": lambda: int8nax.w8a8_linear(x, w_mx, s_mx, backend=backend),
+        }
+        if "cider int8_matmul_int32" in cider_fns:
+            contenders["cider int8_matmul_int32"] = lambda: cider_fns["cider int8_matmul_int32"](a, w_mx)
+        linear = next((f for name, f in cider_fns.items() if "linear" in name), None)
+        if linear is not None:
+            contenders["cider linear (w8a8)"] = lambda: linear(x, w_mx, s_mx)
+        if on_gpu:
+            contenders["mx.matmul fp16"] = lambda: x @ w16.T
+        cells = []
+        for col in columns:
+            if col not in contenders:
+                cells.append("n/a")
+                continue
+            ms = _median_ms(contenders[col], warmup, repeat)
+            cells.append(f"{ms:.3f} ms ({2 * m * n * k / ms / 1e9:.3g} TOPS)")
+        lines.append(f"| {m}, {k}, {n} | " + " | ".join(cells) + " |")
+    if not on_gpu:
+        cider_note += "; mx.matmul fp16 is shown only for GPU backends"
+    return lines, cider_note
+
+
+def layout_report(dump: np.ndarray) -> list[str]:
+    """Metal only: the int8 cooperative tensors' lane layout (nax_layout.metal's dump), checked
+    for what the kernels need and compared with the float layout MLX hardcodes."""
+    from . import nax_emulator
+
+    found = nax_emulator.layout_from_probe(dump)
+    problems = nax_emulator.layout_problems(found, capacities=dump[:, :, 0])
+    mlx_layout = nax_emulator.mlx_float_layout()
+    same = {part: bool(np.array_equal(getattr(found, part), getattr(mlx_layout, part)))
+            for part in ("left", "right", "dest")}
+    fingerprint = hashlib.sha256(dump.astype("<i4").tobytes()).hexdigest()[:16]
+    return [
+        "- int8 cooperative-tensor layout: "
+        + ("every fragment cell held exactly once (what the kernels need)" if not problems
+           else "; ".join(problems)),
+        "- equal to MLX's float layout: " + ", ".join(f"{p} {'yes' if v else 'no'}" for p, v in same.items()),
+        f"- layout fingerprint sha256:{fingerprint} (full dump: --layout-out FILE.npy)",
+    ]
+
+
+def run_selftest(backend: str, sizes, timing_shapes, warmup: int, repeat: int, out=print,
+                 layout_out: str | None = None, progress=None) -> int:
+    """Print the report; exit status 0 all exact, 1 a check failed, 2 backend unavailable."""
+    import int8nax
+    from . import backends
+
+    out("## int8nax selftest\n")
+    out(f"- int8nax {int8nax.__version__}, mlx {mx.__version__}, Python {platform.python_version()}, "
+        f"{platform.platform()}")
+    try:
+        gpu = mx.device_info(mx.gpu) if mx.metal.is_available() else mx.device_info()
+    except Exception as exc:
+        gpu = {"error": str(exc)}
+    out(f"- device: {gpu.get('device_name', '?')}, architecture {gpu.get('architecture', '?')}")
+    name = backends.canonical(backend)
+    for n in backends.NAMES:
+        p = backends.probe(n)
+        out(f"- backend {n}: {'available' if p.available else 'unavailable'}: {p.reason}")
+    if name == "auto":
+        name, _ = backends.choose(None)
+    probe = backends.probe(name)
+    if not probe.available:
+        label = "NAX" if name == "metal" else f"backend {name!r}"
+        out(f"\n**{label} unavailable here: {probe.reason}.** Nothing was run. "
+            "(`int8nax selftest --backend cpu` exercises the command on any machine.)")
+        return 2
+    out(f"- under test: **{name}**\n")
+
+    if name == "metal":
+        from .backends import metal
+
+        try:
+            dump = np.array(metal.run_layout_probe(metal.BACKEND.kernels))
+            lines = layout_report(dump)
+            if layout_out:
+                np.save(layout_out, dump)
+                lines.append(f"- full layout dump written to {layout_out}")
+        except Exception as exc:
+            lines = [f"- layout probe failed: {type(exc).__name__}: {exc}"]
+        out("\n".join(lines) + "\n")
+
+    out(f"### Exactness (sizes {', '.join(map(str, sizes))} in M, K, N)\n")
+    out("| check | shapes | failed | first failure |\n|---|---|---|---|")
+    with np.errstate(invalid="ignore"):  # NaN/inf rows are part of the grid
+        tallies = exactness_grid(name, sizes, log=progress)
+    for t in tallies:
+        out(f"| {t.what} | {t.shapes} | {t.failed} | {t.first_failure or '-'} |")
+    out("")
+    if timing_shapes:
+        lines, cider_note = timing_table(name, timing_shapes, warmup, repeat)
+        out(f"### Timings (median of {repeat} after {warmup} warm-up calls, call + mx.eval, "
+            "TOPS = 2MNK / time)\n")
+        out("\n".join(lines))
+        out(f"\ncider: {cider_note}")
+    failed = sum(t.failed for t in tallies)
+    out(f"\n**{'ALL EXACT' if not failed else f'{failed} CHECKS FAILED'}**")
+    return 1 if failed else 0
+
+
+def main(args) -> int:
+    if args.sizes:
+        sizes = tuple(int(v) for v in args.sizes.split(","))
+    else:
+        sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
+    if args.no_timing:
+        shapes = []
+    else:
+        shapes = QUICK_TIMING_SHAPES if args.quick else TIMING_SHAPES
+    progress = (lambda msg: print(msg, file=sys.stderr)) if args.verbose else None
+    return run_selftest(args.backend, sizes, shapes, args.warmup, args.repeat,
+                        layout_out=args.layout_out, progress=progress)

@@ -1,0 +1,2 @@
+#pragma once
+#include "metal_shim.h"

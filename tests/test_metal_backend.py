@@ -1,0 +1,159 @@
+"""NAX detection (with injected machine reports) and the first-use self-test's verdicts, from the
+backend up to the registry: auto mode falls back, an explicit request says why, info() tells."""
+
+from __future__ import annotations
+
+import types
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import int8nax
+from int8nax import backends
+from int8nax.backends import cpu, metal
+
+
+@pytest.mark.parametrize(
+    "report, available, words",
+    [
+        ((True, "applegpu_g17s", "26.4"), True, ["applegpu_g17s", "26.4"]),
+        ((True, "applegpu_g17g", "26.5.1"), True, ["applegpu_g17g"]),
+        ((True, "applegpu_g18p", "26.4"), True, ["applegpu_g18p"]),
+        ((True, "applegpu_g18s", "27.0"), True, ["27.0"]),
+        ((False, None, "26.4"), False, ["Metal is not available"]),
+        ((True, "applegpu_g16s", "26.4"), False, ["generation 16", ">= 17", "M5"]),
+        ((True, "applegpu_g13g", "15.2"), False, ["generation 13"]),
+        ((True, "applegpu_g17p", "26.4"), False, ["generation 17", ">= 18"]),
+        ((True, "applegpu_g17s", "26.3.1"), False, ["26.3.1", ">= 26.4", "int8"]),
+        ((True, "applegpu_g17s", "15.7"), False, ["15.7"]),
+        ((True, "applegpu_g17s", ""), False, ["unknown", "26.4"]),
+        ((True, "sm_90", "26.4"), False, ["'sm_90'", "not an Apple GPU"]),
+        ((True, None, "26.4"), False, ["None"]),
+    ],
+)
+def test_nax_support(report, available, words):
+    probe = metal.nax_support(*report)
+    assert probe.available is available
+    for word in words:
+        assert word in probe.reason, probe.reason
+
+
+def test_this_machine_says_why():
+    # CI has no Apple GPU: the probe must say so in words, and the API must refuse "nax".
+    probe = backends.probe("metal")
+    if probe.available:
+        pytest.skip(f"NAX is available here: {probe.reason}")
+    assert probe.reason
+    with pytest.raises(RuntimeError, match="cannot run here"):
+        int8nax.int8_matmul(np.zeros((1, 1), np.int8), np.zeros((1, 1), np.int8), backend="nax")
+
+
+def cpu_ops():
+    b = cpu.BACKEND
+    return b.int8_matmul, b.quantize_activations, b.w8a8_linear
+
+
+def fake_m5(monkeypatch, gemm=None, quantize=None, w8a8=None, failing=None) -> metal.MetalBackend:
+    """A MetalBackend on a pretend M5 whose kernels are replaced by CPU code (optionally broken)."""
+    backend = metal.MetalBackend(machine=lambda: (True, "applegpu_g17s", "26.4"))
+    ok_gemm, ok_quant, ok_w8a8 = cpu_ops()
+    monkeypatch.setattr(backend, "raw_int8_matmul", gemm or failing or ok_gemm)
+    monkeypatch.setattr(backend, "raw_quantize_activations", quantize or ok_quant)
+    monkeypatch.setattr(backend, "raw_w8a8_linear", w8a8 or ok_w8a8)
+    return backend
+
+
+def test_self_test_passes_on_exact_kernels(monkeypatch):
+    backend = fake_m5(monkeypatch)
+    probe = backend.probe()
+    assert probe.available and "self-test passed" in probe.reason and "applegpu_g17s" in probe.reason
+    out = backend.int8_matmul(mx.array(np.ones((2, 3), np.int8)), mx.array(np.ones((4, 3), np.int8)))
+    assert (np.array(out) == 3).all()
+
+
+def drop_k_remainder(a, b):
+    """The seed kernel's bug: K beyond the last whole block of 512 is ignored."""
+    k = a.shape[1] // 512 * 512
+    return cpu.BACKEND.int8_matmul(a[:, :k], b[:, :k]) if k else mx.zeros((a.shape[0], b.shape[0]), mx.int32)
+
+
+def round_half_even(x):
+    q, s = cpu.BACKEND.quantize_activations(x)
+    x32 = np.array(x.astype(mx.float32))
+    with np.errstate(invalid="ignore"):
+        codes = np.clip(np.round(x32 / np.array(s)[:, None]), -127, 127)
+    return mx.array(np.nan_to_num(codes).astype(np.int8)), s
+
+
+def naive_epilogue(x, w, scale_w, bias):
+    q, s_x = cpu.BACKEND.quantize_activations(x)
+    acc = np.array(cpu.BACKEND.int8_matmul(q, w)).astype(np.float32)
+    y = acc * np.array(s_x)[:, None] * np.array(scale_w)[None, :]
+    if bias is not None:
+        y = y + np.array(bias.astype(mx.float32))[None, :]
+    return mx.array(y.astype(np.float32)).astype(x.dtype)
+
+
+@pytest.mark.parametrize(
+    "broken, words",
+    [
+        ({"gemm": drop_k_remainder}, ["int8_matmul (M, K, N) = (1, 1, 1)", "1 of 1 wrong", "(+3 more)"]),
+        ({"quantize": round_half_even}, ["quantize_activations", "codes"]),
+        ({"w8a8": naive_epilogue}, ["w8a8_linear", "1 ulp"]),
+        ({"failing": lambda a, b: (_ for _ in ()).throw(RuntimeError("Unable to build metal library"))},
+         ["failed to build or run", "Unable to build metal library"]),
+    ],
+)
+def test_self_test_refuses_wrong_kernels(monkeypatch, broken, words):
+    backend = fake_m5(monkeypatch, **broken)
+    with pytest.warns(RuntimeWarning, match="NAX refused"):
+        probe = backend.probe()
+    assert not probe.available
+    for word in ["NAX refused", "applegpu_g17s", *words]:
+        assert word in probe.reason, probe.reason
+    # Direct use is refused too, never a wrong number.
+    with pytest.raises(RuntimeError, match="NAX refused"):
+        backend.int8_matmul(mx.zeros((1, 1), mx.int8), mx.zeros((1, 1), mx.int8))
+    assert backend.probe() is probe  # decided once per process
+
+
+@pytest.fixture
+def registry_on_gpu(monkeypatch):
+    """The registry with MLX's default device on the GPU and a given MetalBackend installed;
+    its caches cleared before and after."""
+
+    def install(backend: metal.MetalBackend) -> None:
+        monkeypatch.setattr(metal, "BACKEND", backend)
+        backends.get.cache_clear()
+        backends.probe.cache_clear()
+
+    monkeypatch.setattr(backends, "mx", types.SimpleNamespace(
+        default_device=lambda: "gpu", gpu="gpu", __version__=mx.__version__))
+    monkeypatch.delenv(backends.ENV_VAR, raising=False)
+    yield install
+    backends.get.cache_clear()
+    backends.probe.cache_clear()
+
+
+def test_registry_falls_back_and_explains(monkeypatch, registry_on_gpu):
+    """With MLX's default device on the GPU: a refused NAX makes auto mode fall back to the CPU,
+    backend="nax" raises with the reason, and int8nax.info() says what happened."""
+    registry_on_gpu(fake_m5(monkeypatch, gemm=drop_k_remainder))
+    with pytest.warns(RuntimeWarning, match="NAX refused"):
+        name, why = backends.choose(None)
+    assert name == "cpu" and "metal: NAX refused" in why
+    with pytest.raises(RuntimeError, match="requested .* cannot run here: NAX refused"):
+        int8nax.int8_matmul(np.ones((2, 2), np.int8), np.ones((2, 2), np.int8), backend="nax")
+    report = int8nax.info()
+    assert report["backend"] == "cpu"
+    assert report["backends"]["metal"]["available"] is False
+    assert "self-test failed" in report["backends"]["metal"]["reason"]
+    out = int8nax.int8_matmul(np.ones((2, 600), np.int8), np.ones((3, 600), np.int8))
+    assert (np.array(out) == 600).all()  # auto ran on the CPU, exactly
+
+
+def test_registry_picks_nax_when_it_passes(monkeypatch, registry_on_gpu):
+    registry_on_gpu(fake_m5(monkeypatch))
+    name, why = backends.choose(None)
+    assert name == "metal" and "self-test passed" in why

@@ -1,0 +1,171 @@
+"""The Metal backend's launches, checked without Metal: a recording stand-in for
+mx.fast.metal_kernel receives exactly what the real one would (sources, names, grid in threads,
+threadgroup, template arguments, inputs and output shapes)."""
+
+from __future__ import annotations
+
+import re
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from int8nax import tiling
+from int8nax.backends import metal
+
+# What mx.fast.metal_kernel 0.32.4 adds to the signature when the name occurs in `source`.
+MLX_ATTRIBUTES = {
+    "threadgroup_position_in_grid", "simdgroup_index_in_threadgroup", "thread_index_in_simdgroup",
+    "thread_index_in_threadgroup", "thread_position_in_grid", "threads_per_threadgroup",
+}
+
+
+class RecordingKernel:
+    def __init__(self, **spec):
+        self.spec = spec
+        self.calls = []
+
+    def __call__(self, **call):
+        self.calls.append(call)
+        return [mx.zeros(shape, dtype=dtype) for shape, dtype in zip(call["output_shapes"], call["output_dtypes"])]
+
+
+class RecordingFactory:
+    def __init__(self):
+        self.kernels = {}
+
+    def __call__(self, **spec):
+        kernel = RecordingKernel(**spec)
+        self.kernels[spec["name"]] = kernel
+        return kernel
+
+
+@pytest.fixture
+def recorded():
+    factory = RecordingFactory()
+    return factory, metal.KernelSet(factory)
+
+
+@pytest.mark.parametrize(
+    "m,n,k,config,grid_groups,swizzle",
+    [
+        (1, 1, 1, tiling.METAL_SMALL, (1, 1), 0),
+        (64, 4096, 4096, tiling.METAL_SMALL, (32, 2), 0),  # 2 tiles of 32 rows
+        (65, 4096, 4096, tiling.METAL_LARGE, (32, 1), 0),
+        (513, 33, 4097, tiling.METAL_LARGE, (2, 3), 1),  # 5 M tiles: swizzle 1, 6 rows of grid
+        (4097, 7, 33, tiling.METAL_LARGE, (4, 9), 2),  # 33 M tiles: swizzle 2
+    ],
+)
+def test_gemm_dispatch(m, n, k, config, grid_groups, swizzle):
+    d = tiling.metal_gemm_dispatch(m, n, k)
+    assert d.config is config
+    assert d.threadgroup == (config.threads, 1, 1) and config.threads == 32 * config.wm * config.wn
+    # metal_kernel's grid counts threads: whole threadgroups along x, one per row along y.
+    assert d.grid == (grid_groups[0] * config.threads, grid_groups[1], 1)
+    assert d.launch.swizzle_log == swizzle
+    assert d.params == (m, n, k, swizzle, tiling.ceil_div(m, config.bm))
+    assert dict(d.template) == {
+        "BM": config.bm, "BN": config.bn, "BK": config.bk, "WM": config.wm, "WN": config.wn,
+        "FM": 16, "FN": 32, "FK": 16, "SIMD": 32,
+    }
+
+
+def test_configs_are_whole_fragments():
+    for cfg in (tiling.METAL_LARGE, tiling.METAL_SMALL):
+        assert cfg.sm % tiling.NAX_FRAG_M == 0 and cfg.sn % tiling.NAX_FRAG_N == 0
+        assert cfg.bk % tiling.NAX_FRAG_K == 0 and cfg.threads <= 1024
+    with pytest.raises(ValueError, match="multiples of the fragment"):
+        tiling.NaxTileConfig("bad", bm=32, bn=48, bk=512, wm=1, wn=1)
+
+
+def test_int8_gemm_launch(recorded):
+    factory, kernels = recorded
+    a = mx.zeros((33, 513), dtype=mx.int8)
+    b = mx.zeros((7, 513), dtype=mx.int8)
+    c = metal.run_int8_gemm(kernels, a, b)
+    assert c.shape == (33, 7) and c.dtype == mx.int32
+    kernel = factory.kernels["int8nax_int8_gemm"]
+    assert kernel.spec["input_names"] == ["a", "b", "params"] and kernel.spec["output_names"] == ["c"]
+    assert kernel.spec["compile_options"] == {"math_mode": "safe"}
+    (call,) = kernel.calls
+    d = tiling.metal_gemm_dispatch(33, 7, 513)
+    assert call["inputs"][0] is a and call["inputs"][1] is b
+    params = call["inputs"][2]
+    assert params.dtype == mx.int32 and np.array(params).tolist() == list(d.params)
+    assert call["output_shapes"] == [(33, 7)] and call["output_dtypes"] == [mx.int32]
+    assert call["grid"] == d.grid and call["threadgroup"] == d.threadgroup
+    assert call["template"] == d.template and call["stream"] == mx.gpu
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float32])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_w8a8_launches(recorded, dtype, with_bias):
+    factory, kernels = recorded
+    x = mx.zeros((70, 300), dtype=dtype)
+    w = mx.zeros((33, 300), dtype=mx.int8)
+    s_w = mx.ones((33,), dtype=mx.float32)
+    bias = mx.ones((33,), dtype=mx.float16) if with_bias else None
+    y = metal.run_w8a8(kernels, x, w, s_w, bias)
+    assert y.shape == (70, 33) and y.dtype == dtype
+
+    (qcall,) = factory.kernels["int8nax_quantize_rows"].calls
+    assert qcall["inputs"][0] is x
+    assert qcall["output_shapes"] == [(70, 300), (70,)]
+    assert qcall["output_dtypes"] == [mx.int8, mx.float32]
+    assert qcall["grid"] == (256, 70, 1) and qcall["threadgroup"] == (256, 1, 1)
+    assert dict(qcall["template"]) == {"QT": 256, "SIMD": 32, "QMAX": 127}
+
+    (gcall,) = factory.kernels["int8nax_w8a8_gemm"].calls
+    q, w_in, s_x, s_w_in, bias_in, params = gcall["inputs"]
+    assert q.shape == (70, 300) and q.dtype == mx.int8 and w_in is w and s_w_in is s_w
+    assert s_x.shape == (70,) and s_x.dtype == mx.float32
+    assert bias_in.dtype == mx.float32 and bias_in.shape == ((33,) if with_bias else (1,))
+    d = tiling.metal_gemm_dispatch(70, 33, 300)
+    assert np.array(params).tolist() == list(d.params)
+    assert gcall["output_dtypes"] == [dtype] and gcall["output_shapes"] == [(70, 33)]
+    assert gcall["template"] == d.template + [("OutT", dtype), ("HAS_BIAS", with_bias)]
+    assert gcall["grid"] == d.grid and gcall["threadgroup"] == d.threadgroup
+
+
+def test_layout_probe_launch(recorded):
+    factory, kernels = recorded
+    out = metal.run_layout_probe(kernels)
+    assert out.shape == (3, 32, 1 + 3 * 16)
+    (call,) = factory.kernels["int8nax_nax_layout"].calls
+    assert call["grid"] == (32, 1, 1) and call["threadgroup"] == (32, 1, 1)
+    assert dict(call["template"]) == {"FM": 16, "FN": 32, "FK": 16, "SIMD": 32, "CAP": 16}
+
+
+def identifiers(code: str) -> set[str]:
+    return set(re.findall(r"[A-Za-z_]\w*", code))
+
+
+@pytest.mark.parametrize("name", list(metal.KERNELS))
+def test_sources_fit_metal_kernel(recorded, name):
+    """The body uses only what metal_kernel will declare: its inputs and outputs (plus their
+    _shape arrays), the template parameters passed, and the attributes it adds by name."""
+    factory, kernels = recorded
+    kernels[name]
+    spec = factory.kernels[name].spec
+    header, body = spec["header"], spec["source"]
+    assert metal.BODY_MARKER not in header + body
+    assert "#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>" in header or \
+        name == "int8nax_quantize_rows"
+    # Template parameter names passed by the launches for this kernel.
+    template_names = {
+        "int8nax_int8_gemm": {n for n, _ in tiling.METAL_LARGE.template()},
+        "int8nax_w8a8_gemm": {n for n, _ in tiling.METAL_LARGE.template()} | {"OutT", "HAS_BIAS"},
+        "int8nax_quantize_rows": {n for n, _ in tiling.metal_quant_dispatch(1).template},
+        "int8nax_nax_layout": {"FM", "FN", "FK", "SIMD", "CAP"},
+    }[name]
+    used = identifiers(body)
+    # Every template name is used somewhere in the kernel (else it could drift unnoticed).
+    assert template_names <= identifiers(header + body)
+    upper = {w for w in used if re.fullmatch(r"[A-Z][A-Z_]*", w)} - {"NAN"} - identifiers(header)
+    assert upper <= template_names, f"body uses undeclared constants {upper - template_names}"
+    args = set(spec["input_names"]) | set(spec["output_names"])
+    # Every input and output is referenced (but the layout probe's placeholder input);
+    # attributes come from MLX's list.
+    assert args - {"dummy"} <= used
+    attrs = {w for w in used if w.endswith(("_in_grid", "_in_threadgroup", "_in_simdgroup"))}
+    assert attrs <= MLX_ATTRIBUTES
