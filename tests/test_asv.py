@@ -79,6 +79,10 @@ class Project:
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             # asv 0.6.6 drops PYTHONPATH in benchmark processes unless told to keep it.
             "ASV_PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            # With two BLAS threads on a 2-core box shared with other work, a 0.4 ms GEMM
+            # sometimes stalls for 50-300 ms, which hides even a 3x slowdown in the noise
+            # (seen here); one thread keeps the gate's verdict about the code.
+            "OPENBLAS_NUM_THREADS": "1",
             "GIT_AUTHOR_NAME": "asv test", "GIT_AUTHOR_EMAIL": "asv-test@int8nax.invalid",
             "GIT_COMMITTER_NAME": "asv test", "GIT_COMMITTER_EMAIL": "asv-test@int8nax.invalid",
         }
