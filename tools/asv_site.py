@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import re
 import shutil
 import sys
@@ -94,13 +95,21 @@ def vendor(html_dir: Path) -> list[str]:
 
 # --- the browser check ---------------------------------------------------------------------
 
+BROWSERS = ("chromium", "chromium-browser", "google-chrome",
+            "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
+            "/Applications/Chromium.app/Contents/MacOS/Chromium")
+
+
 def find_browser() -> tuple[str, str]:
-    """(chromium binary, chromedriver) from PATH; SiteError naming what is missing."""
-    binary = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    """(Chromium/Chrome binary, chromedriver): from PATH, the macOS app folders, or
+    $CHROMEWEBDRIVER (GitHub's runner images); SiteError naming what is missing."""
+    binary = next((found for name in BROWSERS if (found := shutil.which(name))), None)
     driver = shutil.which("chromedriver")
+    if driver is None and os.environ.get("CHROMEWEBDRIVER"):
+        driver = shutil.which("chromedriver", path=os.environ["CHROMEWEBDRIVER"])
     if not binary or not driver:
         missing = " and ".join(n for n, v in (("chromium", binary), ("chromedriver", driver)) if not v)
-        raise SiteError(f"{missing} not found on PATH (Debian: apt-get install chromium chromium-driver)")
+        raise SiteError(f"{missing} not found (Debian: apt-get install chromium chromium-driver)")
     return binary, driver
 
 
