@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Run the asv suite on a CUDA box that has no network, in the Python that is already there.
+#
+#   [SHA=<commit>] [MACHINE=h200] [BENCH='NaxGemm|NaxFull'] tools/asv_offline_gpu.sh [asv run args...]
+#
+# Needs: python3 (or $PYTHON) importing mlx (mlx-cuda-13) and asv; torch is optional (the
+# cuBLASLt baseline). int8nax itself comes from this checkout's src/. It runs
+#     asv run --config asv.cuda.conf.json -E existing:<python> --set-commit-hash SHA --machine MACHINE
+# over the seed shapes (profile "full") of every contender that can run here; contenders that
+# cannot (cider off an M5, torch without CUDA) are left out with their reason printed, and so
+# are the CPU-profile shapes, so no process is spawned just to say "n/a". Results land in
+# .asv/results/$MACHINE/ (plus .asv/results/benchmarks.json), ready to commit; the log in
+# .asv/asv-run-$MACHINE.log.
+#
+# SHA: the commit these sources are (default: git HEAD). Without a git history here (a copy of
+# the working tree), SHA is required, and COMMIT_DATE (its `git log -1 --format=%ct`) is
+# recommended: asv needs a repository, so the script records the run against a throwaway
+# commit of these files and then files the results under SHA. Results of several calls (say,
+# BENCH='NaxGemm|TorchInt8' then BENCH='NaxFull|MlxFp16|MlxQ8' to stay within a time limit)
+# merge into one file when the earlier file is in .asv/results/$MACHINE/ at the next call.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+MACHINE=${MACHINE:-h200}
+BENCH=${BENCH:-.}
+py=$(command -v "$PYTHON") || { echo "asv_offline_gpu: no $PYTHON on PATH" >&2; exit 2; }
+command -v git >/dev/null || { echo "asv_offline_gpu: asv needs git, which is not on PATH" >&2; exit 2; }
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+export ASV_PYTHONPATH="$PYTHONPATH"   # asv 0.6.6 drops PYTHONPATH in benchmark processes otherwise
+export INT8NAX_BENCH_PROFILE=${INT8NAX_BENCH_PROFILE:-full}
+
+"$py" - <<'PY' || exit 2
+import importlib.util, sys
+missing = [m for m in ("mlx.core", "asv", "numpy") if importlib.util.find_spec(m.split(".")[0]) is None]
+if missing:
+    sys.exit(f"asv_offline_gpu: {', '.join(missing)} not importable by {sys.executable}")
+import mlx.core as mx
+print(f"mlx {mx.__version__}, default device {mx.default_device()}, {mx.device_info(mx.gpu) if mx.is_available(mx.gpu) else 'no GPU'}")
+PY
+
+# The -b regex: available contenders' classes x this profile's shapes.
+regex=$("$py" - "$BENCH" <<'PY'
+import re, sys
+sys.path.insert(0, ".")
+from int8nax import contenders
+from int8nax.peers import Unavailable, cider, torch_int
+from benchmarks import bench_gemm, bench_linear, common
+
+probes = {"cider-raw": cider.load, "cider-full": cider.load, "torch-int8": torch_int.load}
+classes = []
+for module in (bench_gemm, bench_linear):
+    for name, cls in vars(module).items():
+        if not (isinstance(cls, type) and issubclass(cls, common.ContenderBenchmark)) or not cls.contender:
+            continue
+        if not re.search(sys.argv[1], name):
+            continue
+        try:
+            probes.get(cls.contender, lambda: None)()
+        except Unavailable as exc:
+            print(f"left out {name} ({cls.contender}): {exc}", file=sys.stderr)
+            continue
+        classes.append(name)
+if not classes:
+    sys.exit(f"asv_offline_gpu: no runnable benchmark class matches {sys.argv[1]!r}")
+shapes = "|".join(re.escape(", ".join(map(str, s))) for s in contenders.profile_shapes())
+print(rf"^bench_\w+\.(?:{'|'.join(classes)})\.\w+\(\((?:{shapes})\)\)$")
+PY
+)
+echo "benchmarks: $regex"
+
+"$py" .github/scripts/asv_machine.py --name "$MACHINE"
+
+# asv needs a git repository holding the commit; a bare copy of the working tree has none.
+scratch=""
+if git rev-parse --verify -q "${SHA:-HEAD}^{commit}" >/dev/null 2>&1; then
+  sha=$(git rev-parse "${SHA:-HEAD}^{commit}")
+  record=$sha
+else
+  [ -n "${SHA:-}" ] || { echo "asv_offline_gpu: no git history here: set SHA (and COMMIT_DATE)" >&2; exit 2; }
+  [ ! -e .git ] || { echo "asv_offline_gpu: .git exists but does not hold $SHA" >&2; exit 2; }
+  sha=$SHA
+  git init -q -b main .
+  git add -A -- src benchmarks pyproject.toml 'asv*.json'
+  git -c user.name=asv-offline -c user.email=asv-offline@int8nax.invalid commit -q -m "scratch copy of $sha"
+  scratch=$(git rev-parse HEAD)
+  record=$scratch
+  trap 'rm -rf .git' EXIT
+fi
+
+# Move results between the real commit and the scratch one (so that runs merge), keeping the date.
+refile() {
+  "$py" - "$MACHINE" "$1" "$2" "${COMMIT_DATE:-}" <<'PY'
+import json, sys
+from pathlib import Path
+machine, src, dst, date = sys.argv[1:]
+for path in sorted(Path(".asv/results", machine).glob(f"{src[:8]}-*.json")):
+    data = json.loads(path.read_text())
+    data["commit_hash"] = dst
+    if date:
+        data["date"] = int(date) * 1000
+    path.unlink()
+    target = path.with_name(dst[:8] + path.name[8:])
+    target.write_text(json.dumps(data, indent=None, sort_keys=True))
+    print(f"results filed under {dst[:8]}: {target}")
+PY
+}
+[ -z "$scratch" ] || refile "$sha" "$scratch"
+
+mkdir -p .asv
+set +e
+"$py" -m asv run --config asv.cuda.conf.json -E "existing:$py" --set-commit-hash "$record" \
+  --machine "$MACHINE" --show-stderr -b "$regex" "$@" 2>&1 | tee ".asv/asv-run-$MACHINE.log"
+status=${PIPESTATUS[0]}
+set -e
+[ -z "$scratch" ] || refile "$scratch" "$sha"
+
+echo
+echo "asv exited $status (0: all ran; 2: some benchmark failed, see the log)"
+ls -l ".asv/results/$MACHINE" .asv/results/benchmarks.json
+echo "commit them with: git add .asv/results/$MACHINE .asv/results/benchmarks.json"
+exit "$status"
