@@ -4,7 +4,8 @@
 - the regression gate: `asv continuous` exits 1 ("PERFORMANCE DECREASED") for a commit
   that plants a slowdown in int8nax's CPU GEMM, and 0 for a harmless commit;
 - the site: `asv publish`, then tools/asv_site.py serves it on 127.0.0.1 and checks it
-  in headless Chromium (every benchmark listed, one series per shape, no JS error).
+  in headless Chromium (every benchmark listed, one series per shape, no JS error);
+- tools/asv_offline_gpu.sh, in a copy without .git (as the offline GPU box gets it).
 
 They need asv, virtualenv and selenium (the `test` extra), network access to PyPI (asv
 builds a virtualenv with mlx), and Debian's chromium + chromium-driver for the site.
@@ -16,6 +17,7 @@ Deselect them with `-m "not asv"` (about 3 minutes on 2 cores).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -92,13 +94,15 @@ class Project:
         self.run("git", "checkout", "-q", "-B", "main")
         self.python(".github/scripts/asv_machine.py", "--name", "asv-test", "--gpu", "none")
 
-    def run(self, *args, cwd=None, check=True, timeout=1200) -> subprocess.CompletedProcess:
-        result = subprocess.run(args, cwd=cwd or self.clone, env=self.env, capture_output=True, text=True,
+    def run(self, *args, cwd=None, check=True, timeout=1200, extra_env=None, stdin=None, capture=False):
+        """Run a command in the clone; `capture=True` returns its stdout as bytes."""
+        result = subprocess.run(args, cwd=cwd or self.clone, env={**self.env, **(extra_env or {})},
+                                input=stdin, capture_output=True, text=not (capture or stdin),
                                 timeout=timeout, check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"{' '.join(map(str, args))} exited {result.returncode}:\n"
-                                 f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
-        return result
+                                 f"{str(result.stdout)[-4000:]}\n{str(result.stderr)[-4000:]}")
+        return result.stdout if capture else result
 
     def python(self, *args, **kw):
         return self.run(sys.executable, *args, **kw)
@@ -186,3 +190,22 @@ def test_published_site_in_headless_chromium(project, tmp_path):
     assert report["index_lists"] == report["benchmarks"] == 14
     assert report["series"]["asv-test"]["drawn"] >= 3 and not report["js_errors"]
     assert (tmp_path / "asv-site.png").stat().st_size > 10_000
+
+
+def test_offline_gpu_script_files_results_under_the_commit_without_git(project, tmp_path):
+    # The H200 gets a copy of the working tree without .git: the script must still record
+    # the run under the real commit, and a second call must merge into the same file.
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    archive = project.run("git", "archive", "--format=tar", "HEAD", capture=True)
+    project.run("tar", "-x", "-C", str(copy), stdin=archive)
+    env = {"SHA": project.harmless, "COMMIT_DATE": "1795900000", "PYTHON": sys.executable, "MACHINE": "gpu-test"}
+    for bench in ("NaxGemm", "MlxFp16"):
+        project.run("bash", "tools/asv_offline_gpu.sh", "--quick", cwd=copy, extra_env={**env, "BENCH": bench})
+    files = sorted((copy / ".asv/results/gpu-test").glob("*.json"))
+    results = [f for f in files if f.name != "machine.json"]
+    assert [f.name[:8] for f in results] == [project.harmless[:8]]
+    data = json.loads(results[0].read_text())
+    assert data["commit_hash"] == project.harmless and data["date"] == 1795900000 * 1000
+    assert {"bench_gemm.NaxGemm.time_nax_gemm", "bench_linear.MlxFp16.time_mlx_fp16_matmul"} <= set(data["results"])
+    assert not (copy / ".git").exists()
