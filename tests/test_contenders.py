@@ -41,6 +41,13 @@ def test_profile_is_cpu_on_this_machine_and_overridable(monkeypatch):
         contenders.choose_profile()
 
 
+def test_a_backend_that_cannot_run_does_not_break_profile_choice(monkeypatch):
+    # The suite picks its shapes at import; a bad INT8NAX_BACKEND must not break discovery.
+    monkeypatch.delenv(contenders.PROFILE_ENV, raising=False)
+    monkeypatch.setenv("INT8NAX_BACKEND", "nonsense")
+    assert contenders.choose_profile()[0] in contenders.PROFILES
+
+
 def test_problems_are_deterministic_and_shared():
     a1, b1 = contenders.raw_problem(*TINY)
     contenders.raw_problem.cache_clear()
