@@ -87,3 +87,120 @@ def tile_of(gx: int, gy: int, s: int) -> tuple[int, int]:
     """(tile_m, tile_n) that threadgroup (gx, gy) owns; mirrors the kernels' decode."""
     t = 1 << s
     return (gy << s) + (gx & (t - 1)), gx >> s
+
+
+# ----------------------------------------------------------------------------------------------
+# CUDA (NVIDIA Hopper, sm_90a): wgmma tiles and the shape-aware plan
+# ----------------------------------------------------------------------------------------------
+#
+# The CUDA GEMM runs warpgroups (4 warps, 128 threads) that issue wgmma m64nBNk32 s8 from shared
+# memory. A block is WM warpgroups stacked along M (BM = 64 * WM, WN = 1: each warpgroup spans
+# the whole BN). K advances BK = 128 bytes per pipeline stage: one 128-byte row per tile row is
+# exactly the wgmma 128-byte swizzle atom. STAGES shared-memory stages are filled by cp.async;
+# loads run STAGES - 2 stages ahead so that one wgmma batch can stay in flight (see gemm.cuh).
+#
+# Split-K: grid z = splits, each split owns a contiguous range of K blocks and adds its int32
+# partial sums atomically into a zero-filled output (integer addition is exact in any order).
+
+CUDA_WARPGROUP_ROWS = 64
+"""Rows of A that one wgmma m64 instruction covers."""
+
+CUDA_SWIZZLE_BYTES = 128
+"""Bytes per shared-memory tile row (the 128-byte swizzle): BK must equal it for int8."""
+
+
+@dataclass(frozen=True)
+class CudaTileConfig(TileConfig):
+    """A TileConfig whose WM x WN grid counts warpgroups (128 threads), plus the pipeline depth."""
+
+    stages: int = 4
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.bm != CUDA_WARPGROUP_ROWS * self.wm or self.wn != 1:
+            raise ValueError(f"{self.name}: a CUDA tile stacks WM m64 warpgroups (BM = 64*WM, WN = 1)")
+        if self.bk != CUDA_SWIZZLE_BYTES:
+            raise ValueError(f"{self.name}: BK must be {CUDA_SWIZZLE_BYTES} (one swizzle row)")
+        if self.bn % 8 or not 8 <= self.bn <= 256:
+            raise ValueError(f"{self.name}: wgmma needs BN in 8..256, a multiple of 8")
+        if self.stages < 3:
+            raise ValueError(f"{self.name}: the pipeline needs at least 3 stages")
+
+    @property
+    def threads(self) -> int:
+        return 128 * self.wm * self.wn
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory: the stages plus 1 KB so the kernel can align to 1024 bytes."""
+        return self.stages * (self.bm + self.bn) * self.bk + 1024
+
+    def template(self) -> list[tuple[str, int]]:
+        return super().template() + [("STAGES", self.stages)]
+
+
+CUDA_CONFIGS = {
+    cfg.name: cfg
+    for cfg in (
+        # Large problems: 2 warpgroups x m64n256, 192 KB of stages, one block per SM.
+        CudaTileConfig("wg2_128x256", bm=128, bn=256, bk=128, wm=2, wn=1, stages=4),
+        # Mid-size M: twice the blocks of the above for the same problem.
+        CudaTileConfig("wg2_128x128", bm=128, bn=128, bk=128, wm=2, wn=1, stages=5),
+        # Small M (decode-like): one warpgroup, two blocks per SM.
+        CudaTileConfig("wg1_64x128", bm=64, bn=128, bk=128, wm=1, wn=1, stages=4),
+        CudaTileConfig("wg1_64x64", bm=64, bn=64, bk=128, wm=1, wn=1, stages=6),
+    )
+}
+
+CUDA_MAX_SHARED_BYTES = 232448
+"""Hopper's largest dynamic shared memory per block (227 KB)."""
+
+CUDA_SIMT_CONFIG = TileConfig("simt_64x64", bm=64, bn=64, bk=32, wm=2, wn=4)
+"""The portable __dp4a GEMM (GPUs without wgmma): 8 warps of 32 x 16 outputs, K steps of 32."""
+
+
+@dataclass(frozen=True)
+class CudaPlan:
+    """What one CUDA GEMM launch runs: a tile configuration and how many K splits."""
+
+    cfg: TileConfig
+    splits: int
+
+    def grid(self, m: int, n: int) -> tuple[Launch, tuple[int, int, int], tuple[int, int, int]]:
+        """(launch, grid in threads, block) as mx.fast.cuda_kernel wants them."""
+        lau = launch(m, n, self.cfg)
+        block = (self.cfg.threads, 1, 1)
+        return lau, (lau.grid_x * self.cfg.threads, lau.grid_y, self.splits), block
+
+
+def split_ranges(k: int, bk: int, splits: int) -> list[tuple[int, int]]:
+    """The [first, last) K blocks of each split, as the kernel computes them (empty ones too)."""
+    blocks = ceil_div(k, bk)
+    per = ceil_div(blocks, splits)
+    return [(min(blocks, z * per), min(blocks, (z + 1) * per)) for z in range(splits)]
+
+
+def cuda_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
+    """Shape-aware choice of tile and split-K for an [M, K] x [N, K] product on `sms` SMs.
+
+    Small M takes one-warpgroup tiles (the m64 instruction cannot shrink further), mid-size M
+    128-row tiles, large problems the 128x256 tile. Then K is split (in powers of two) while the
+    grid holds fewer than one block per SM and every split keeps at least MIN_SPLIT_BLOCKS K
+    blocks, so small problems still stream the weights through every SM.
+    """
+    if m <= 64:
+        cfg = CUDA_CONFIGS["wg1_64x128"]
+    elif m <= 256 or ceil_div(m, 128) * ceil_div(n, 256) < sms:
+        cfg = CUDA_CONFIGS["wg2_128x128"]
+    else:
+        cfg = CUDA_CONFIGS["wg2_128x256"]
+    tiles = ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn)
+    k_blocks = ceil_div(k, cfg.bk)
+    splits = 1
+    while tiles * splits * 2 <= sms and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
+        splits *= 2
+    return CudaPlan(cfg, splits)
+
+
+MIN_SPLIT_BLOCKS = 4
+"""Fewest K blocks (of BK) a split may own: below that the pipeline has nothing to overlap."""
