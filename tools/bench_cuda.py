@@ -250,10 +250,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for bench_cuda.md/.json")
     args = parser.parse_args(argv)
 
-    import torch
-
     if int8nax.info()["backend"] != "cuda":
         print("bench_cuda: the CUDA backend cannot run here:", int8nax.info()["backends"]["cuda"]["reason"])
+        return 2
+    try:
+        import torch
+    except ImportError:
+        print("bench_cuda: the cuBLASLt peer needs PyTorch with CUDA (torch._int_mm)")
         return 2
     env = env_report(torch)
     shapes = parse_shapes(args.shapes) if args.shapes else SEED_SHAPES + EXTRA_SHAPES
