@@ -45,6 +45,12 @@ def family_for(cc: tuple[int, int]) -> str:
 
 
 @lru_cache(maxsize=None)
+def _family() -> str:
+    """This process's GPU's GEMM family (asked once: device_info is not free per call)."""
+    return family_for(compute_capability())
+
+
+@lru_cache(maxsize=None)
 def _kernel(spec: cuda_source.KernelSpec):
     return mx.fast.cuda_kernel(
         name=spec.name,
@@ -74,7 +80,7 @@ def sm_count() -> int:
 
 def default_plan(m: int, n: int, k: int, family: str | None = None) -> tiling.CudaPlan:
     """The dispatch: tiling.cuda_plan on this GPU, or the SIMT tile when wgmma is absent."""
-    family = family or family_for(compute_capability())
+    family = family or _family()
     if family == "simt":
         return tiling.CudaPlan(tiling.CUDA_SIMT_CONFIG, 1)
     return tiling.cuda_plan(m, n, k, sm_count())
@@ -103,11 +109,14 @@ def gemm_int32(a: mx.array, b: mx.array, plan: tiling.CudaPlan | None = None, fa
     """int32 [M, N] = a [M, K] . b [N, K]^T, exact, with a given plan/family or the dispatch's."""
     m, k = a.shape
     n = b.shape[0]
-    family = family or family_for(compute_capability())
+    family = family or _family()
     plan = plan or default_plan(m, n, k, family)
     spec = cuda_source.gemm_int32(family, plan.cfg)
-    parts = [_launch_gemm(spec, [a[r0:r1], b], r1 - r0, n, mx.int32, plan, []) for r0, r1 in _row_chunks(m, plan.cfg)]
-    return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=0)
+    chunks = _row_chunks(m, plan.cfg)
+    if len(chunks) == 1:
+        return _launch_gemm(spec, [a, b], m, n, mx.int32, plan, [])
+    parts = [_launch_gemm(spec, [a[r0:r1], b], r1 - r0, n, mx.int32, plan, []) for r0, r1 in chunks]
+    return mx.concatenate(parts, axis=0)
 
 
 def quantize(x: mx.array) -> tuple[mx.array, mx.array]:
@@ -128,7 +137,7 @@ def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str |
     """dequant(quant(x) . w^T) (+ bias) in x's dtype, [M, N]; bias None or float [N]."""
     m, k = x.shape
     n = w.shape[0]
-    family = family or family_for(compute_capability())
+    family = family or _family()
     plan = plan or default_plan(m, n, k, family)
     q, scale_x = quantize(x)
     has_bias = bias is not None
@@ -146,11 +155,14 @@ def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str |
             template=epilogue,
         )[0]
     spec = cuda_source.gemm_w8a8(family, plan.cfg)
+    chunks = _row_chunks(m, plan.cfg)
+    if len(chunks) == 1:
+        return _launch_gemm(spec, [q, w, scale_x, scale_w, bias32], m, n, x.dtype, plan, epilogue)
     parts = [
         _launch_gemm(spec, [q[r0:r1], w, scale_x[r0:r1], scale_w, bias32], r1 - r0, n, x.dtype, plan, epilogue)
-        for r0, r1 in _row_chunks(m, plan.cfg)
+        for r0, r1 in chunks
     ]
-    return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=0)
+    return mx.concatenate(parts, axis=0)
 
 
 class CUDABackend(Backend):
