@@ -86,6 +86,14 @@ def default_plan(m: int, n: int, k: int, family: str | None = None) -> tiling.Cu
     return tiling.cuda_plan(m, n, k, sm_count())
 
 
+@lru_cache(maxsize=None)
+def _no_bias() -> mx.array:
+    """The placeholder bound to the kernel's bias argument when HAS_BIAS is false."""
+    placeholder = mx.zeros((1,), dtype=mx.float32)
+    mx.eval(placeholder)
+    return placeholder
+
+
 def _row_chunks(m: int, cfg: tiling.TileConfig):
     """[r0, r1) row ranges small enough for gridDim.y (each launch has at most 65535 M-tiles)."""
     step = MAX_GRID_Y * cfg.bm
@@ -142,7 +150,7 @@ def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str |
     q, scale_x = quantize(x)
     has_bias = bias is not None
     # float32 holds every float16/bfloat16/float32 bias value exactly.
-    bias32 = bias.astype(mx.float32) if has_bias else mx.zeros((1,), dtype=mx.float32)
+    bias32 = bias.astype(mx.float32) if has_bias else _no_bias()
     epilogue = [("TOut", x.dtype), ("HAS_BIAS", has_bias)]
     if plan.splits > 1:
         acc = gemm_int32(q, w, plan, family)
