@@ -113,22 +113,24 @@ def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template):
     )[0]
 
 
-def gemm_int32(a: mx.array, b: mx.array, plan: tiling.CudaPlan | None = None, family: str | None = None):
-    """int32 [M, N] = a [M, K] . b [N, K]^T, exact, with a given plan/family or the dispatch's."""
-    m, k = a.shape
-    n = b.shape[0]
-    family = family or _family()
-    plan = plan or default_plan(m, n, k, family)
-    spec = cuda_source.gemm_int32(family, plan.cfg)
+def _gemm_launches(spec, plan, rows_inputs, shared_inputs, m, n, out_dtype, template):
+    """One launch, or one per row chunk (slicing the row-indexed inputs) joined along M."""
     chunks = _row_chunks(m, plan.cfg)
     if len(chunks) == 1:
-        return _launch_gemm(spec, [a, b], m, n, mx.int32, plan, [])
-    parts = [_launch_gemm(spec, [a[r0:r1], b], r1 - r0, n, mx.int32, plan, []) for r0, r1 in chunks]
+        return _launch_gemm(spec, rows_inputs + shared_inputs, m, n, out_dtype, plan, template)
+    parts = [
+        _launch_gemm(spec, [r[r0:r1] for r in rows_inputs] + shared_inputs, r1 - r0, n, out_dtype, plan, template)
+        for r0, r1 in chunks
+    ]
     return mx.concatenate(parts, axis=0)
 
 
-def quantize(x: mx.array) -> tuple[mx.array, mx.array]:
-    """(int8 [M, K], float32 [M]) per-token quantization of float [M, K] (int8nax.quant)."""
+def _gemm_int32_graph(a, b, family, plan):
+    return _gemm_launches(cuda_source.gemm_int32(family, plan.cfg), plan, [a], [b], a.shape[0], b.shape[0],
+                          mx.int32, [])
+
+
+def _quantize_graph(x):
     m, k = x.shape
     q, s = _kernel(cuda_source.quantize())(
         inputs=[x],
@@ -141,19 +143,12 @@ def quantize(x: mx.array) -> tuple[mx.array, mx.array]:
     return q, s
 
 
-def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str | None = None):
-    """dequant(quant(x) . w^T) (+ bias) in x's dtype, [M, N]; bias None or float [N]."""
-    m, k = x.shape
-    n = w.shape[0]
-    family = family or _family()
-    plan = plan or default_plan(m, n, k, family)
-    q, scale_x = quantize(x)
-    has_bias = bias is not None
-    # float32 holds every float16/bfloat16/float32 bias value exactly.
-    bias32 = bias.astype(mx.float32) if has_bias else _no_bias()
+def _w8a8_graph(x, w, scale_w, bias32, family, plan, has_bias):
+    m, n = x.shape[0], w.shape[0]
+    q, scale_x = _quantize_graph(x)
     epilogue = [("TOut", x.dtype), ("HAS_BIAS", has_bias)]
     if plan.splits > 1:
-        acc = gemm_int32(q, w, plan, family)
+        acc = _gemm_int32_graph(q, w, family, plan)
         return _kernel(cuda_source.dequantize())(
             inputs=[acc, scale_x, scale_w, bias32],
             output_shapes=[(m, n)],
@@ -163,14 +158,48 @@ def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str |
             template=epilogue,
         )[0]
     spec = cuda_source.gemm_w8a8(family, plan.cfg)
-    chunks = _row_chunks(m, plan.cfg)
-    if len(chunks) == 1:
-        return _launch_gemm(spec, [q, w, scale_x, scale_w, bias32], m, n, x.dtype, plan, epilogue)
-    parts = [
-        _launch_gemm(spec, [q[r0:r1], w, scale_x[r0:r1], scale_w, bias32], r1 - r0, n, x.dtype, plan, epilogue)
-        for r0, r1 in chunks
-    ]
-    return mx.concatenate(parts, axis=0)
+    return _gemm_launches(spec, plan, [q, scale_x], [w, scale_w, bias32], m, n, x.dtype, epilogue)
+
+
+# Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the
+# recorded launches for every later call of the same shapes and dtypes, skipping the Python
+# work and the per-call assembly of the kernel source that a direct cuda_kernel call costs
+# (several times the GPU time of a small GEMM on the H200, measured in docs/cuda-notes.md).
+
+
+@lru_cache(maxsize=None)
+def _compiled_gemm(family: str, plan: tiling.CudaPlan):
+    return mx.compile(lambda a, b: _gemm_int32_graph(a, b, family, plan))
+
+
+@lru_cache(maxsize=None)
+def _compiled_w8a8(family: str, plan: tiling.CudaPlan, has_bias: bool):
+    return mx.compile(lambda x, w, s, bias: _w8a8_graph(x, w, s, bias, family, plan, has_bias))
+
+
+_compiled_quantize = mx.compile(_quantize_graph)
+
+
+def gemm_int32(a: mx.array, b: mx.array, plan: tiling.CudaPlan | None = None, family: str | None = None):
+    """int32 [M, N] = a [M, K] . b [N, K]^T, exact, with a given plan/family or the dispatch's."""
+    family = family or _family()
+    plan = plan or default_plan(a.shape[0], b.shape[0], a.shape[1], family)
+    return _compiled_gemm(family, plan)(a, b)
+
+
+def quantize(x: mx.array) -> tuple[mx.array, mx.array]:
+    """(int8 [M, K], float32 [M]) per-token quantization of float [M, K] (int8nax.quant)."""
+    return _compiled_quantize(x)
+
+
+def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str | None = None):
+    """dequant(quant(x) . w^T) (+ bias) in x's dtype, [M, N]; bias None or float [N]."""
+    family = family or _family()
+    plan = plan or default_plan(x.shape[0], w.shape[0], x.shape[1], family)
+    has_bias = bias is not None
+    # float32 holds every float16/bfloat16/float32 bias value exactly.
+    bias32 = bias.astype(mx.float32) if has_bias else _no_bias()
+    return _compiled_w8a8(family, plan, has_bias)(x, w, scale_w, bias32)
 
 
 class CUDABackend(Backend):

@@ -8,7 +8,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <stdint.h>
+#include <cuda/std/cstdint>
 
 namespace int8nax {
 

@@ -64,7 +64,7 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
   // 1024-byte aligned base: the swizzle is a function of the address bits.
   const uint32_t base = (smem_address(dynamic_smem) + 1023u) & ~1023u;
   const bool fast = (K & 15) == 0 &&
-                    ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15) == 0;
+                    ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b)) & 15) == 0;
 
   auto load_stage = [&](int slot, int kb) {
     const uint32_t s = base + slot * STAGE_BYTES;
