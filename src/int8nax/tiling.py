@@ -96,8 +96,10 @@ def tile_of(gx: int, gy: int, s: int) -> tuple[int, int]:
 # The CUDA GEMM runs warpgroups (4 warps, 128 threads) that issue wgmma m64nBNk32 s8 from shared
 # memory. A block is WM warpgroups stacked along M (BM = 64 * WM, WN = 1: each warpgroup spans
 # the whole BN). K advances BK = 128 bytes per pipeline stage: one 128-byte row per tile row is
-# exactly the wgmma 128-byte swizzle atom. STAGES shared-memory stages are filled by cp.async;
-# loads run STAGES - 2 stages ahead so that one wgmma batch can stay in flight (see gemm.cuh).
+# exactly the wgmma 128-byte swizzle atom. STAGES shared-memory stages are filled by cp.async,
+# AHEAD stages ahead of the one being multiplied: STAGES - 2 lets one wgmma batch stay in flight
+# across the next barrier, STAGES - 1 keeps one more stage of loads in flight instead
+# (kernels/gemm_sm90.cuh).
 #
 # Split-K: grid z = splits, each split owns a contiguous range of K blocks and adds its int32
 # partial sums atomically into a zero-filled output (integer addition is exact in any order).
@@ -114,6 +116,7 @@ class CudaTileConfig(TileConfig):
     """A TileConfig whose WM x WN grid counts warpgroups (128 threads), plus the pipeline depth."""
 
     stages: int = 4
+    ahead: int = 0  # 0: STAGES - 2
 
     def __post_init__(self):
         super().__post_init__()
@@ -125,6 +128,12 @@ class CudaTileConfig(TileConfig):
             raise ValueError(f"{self.name}: wgmma needs BN in 8..256, a multiple of 8")
         if self.stages < 3:
             raise ValueError(f"{self.name}: the pipeline needs at least 3 stages")
+        if self.ahead not in (0, self.stages - 2, self.stages - 1):
+            raise ValueError(f"{self.name}: loads run STAGES - 2 or STAGES - 1 stages ahead")
+
+    @property
+    def loads_ahead(self) -> int:
+        return self.ahead or self.stages - 2
 
     @property
     def threads(self) -> int:
@@ -136,7 +145,7 @@ class CudaTileConfig(TileConfig):
         return self.stages * (self.bm + self.bn) * self.bk + 1024
 
     def template(self) -> list[tuple[str, int]]:
-        return super().template() + [("STAGES", self.stages)]
+        return super().template() + [("STAGES", self.stages), ("AHEAD", self.loads_ahead)]
 
 
 CUDA_CONFIGS = {

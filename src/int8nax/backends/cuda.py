@@ -113,21 +113,22 @@ def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template):
     )[0]
 
 
-def _gemm_launches(spec, plan, rows_inputs, shared_inputs, m, n, out_dtype, template):
-    """One launch, or one per row chunk (slicing the row-indexed inputs) joined along M."""
+def _gemm_launches(spec, plan, inputs, row_indexed, m, n, out_dtype, template):
+    """One launch, or one per row chunk (slicing the inputs at positions `row_indexed`, the
+    ones indexed by M) joined along M."""
     chunks = _row_chunks(m, plan.cfg)
     if len(chunks) == 1:
-        return _launch_gemm(spec, rows_inputs + shared_inputs, m, n, out_dtype, plan, template)
-    parts = [
-        _launch_gemm(spec, [r[r0:r1] for r in rows_inputs] + shared_inputs, r1 - r0, n, out_dtype, plan, template)
-        for r0, r1 in chunks
-    ]
+        return _launch_gemm(spec, inputs, m, n, out_dtype, plan, template)
+    parts = []
+    for r0, r1 in chunks:
+        sliced = [v[r0:r1] if i in row_indexed else v for i, v in enumerate(inputs)]
+        parts.append(_launch_gemm(spec, sliced, r1 - r0, n, out_dtype, plan, template))
     return mx.concatenate(parts, axis=0)
 
 
 def _gemm_int32_graph(a, b, family, plan):
-    return _gemm_launches(cuda_source.gemm_int32(family, plan.cfg), plan, [a], [b], a.shape[0], b.shape[0],
-                          mx.int32, [])
+    spec = cuda_source.gemm_int32(family, plan.cfg)
+    return _gemm_launches(spec, plan, [a, b], (0,), a.shape[0], b.shape[0], mx.int32, [])
 
 
 def _quantize_graph(x):
@@ -158,7 +159,8 @@ def _w8a8_graph(x, w, scale_w, bias32, family, plan, has_bias):
             template=epilogue,
         )[0]
     spec = cuda_source.gemm_w8a8(family, plan.cfg)
-    return _gemm_launches(spec, plan, [q, scale_x], [w, scale_w, bias32], m, n, x.dtype, epilogue)
+    # Input order = spec.input_names: q, w, scale_x, scale_w, bias; q and scale_x are per row.
+    return _gemm_launches(spec, plan, [q, w, scale_x, scale_w, bias32], (0, 2), m, n, x.dtype, epilogue)
 
 
 # Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the

@@ -87,7 +87,7 @@ class KernelSpec:
 def _gemm_call(family: str, a: str, b: str, epilogue: str) -> str:
     """Body calling the family's GEMM template with the tile constants MLX declares."""
     if family == "sm90":
-        fn = "int8nax::gemm_sm90<BM, BN, BK, WM, STAGES>"
+        fn = "int8nax::gemm_sm90<BM, BN, BK, WM, STAGES, AHEAD>"
     else:
         fn = "int8nax::gemm_simt<BM, BN, BK, WM, WN>"
     return f"{fn}({a}, {b}, {a}_shape[0], {b}_shape[0], {a}_shape[1], {epilogue});"
