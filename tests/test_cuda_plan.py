@@ -43,8 +43,8 @@ def test_plan_is_valid(m, k, n, sms):
     k_blocks = tiling.ceil_div(k, plan.cfg.bk)
     tiles = tiling.ceil_div(m, plan.cfg.bm) * tiling.ceil_div(n, plan.cfg.bn)
     if plan.splits > 1:
-        # Splits only while the grid is under one block per SM, and never into slivers of K.
-        assert tiles * plan.splits <= sms
+        # Splits only while all blocks fit on the SMs at once, and never into slivers of K.
+        assert tiles * plan.splits <= sms * tiling.blocks_per_sm(plan.cfg)
         assert k_blocks // plan.splits >= tiling.MIN_SPLIT_BLOCKS
     lau, grid, block = plan.grid(m, n)
     assert block == (plan.cfg.threads, 1, 1)
@@ -57,11 +57,13 @@ def test_plan_follows_the_shape():
     assert tiling.cuda_plan(8192, 8192, 8192) == tiling.CudaPlan(tiling.CUDA_CONFIGS["wg2_128x256"], 1)
 
 
-@pytest.mark.parametrize("k,bk,splits", [(1, 128, 1), (4096, 128, 4), (4097, 128, 4), (640, 128, 4), (300, 32, 16)])
+@pytest.mark.parametrize("k,bk,splits", [(1, 128, 1), (4096, 128, 4), (4097, 128, 4), (640, 128, 4), (300, 32, 16), (1, 128, 3)])
 def test_split_ranges_cover_k_once(k, bk, splits):
     ranges = tiling.split_ranges(k, bk, splits)
     covered = [kb for lo, hi in ranges for kb in range(lo, hi)]
     assert covered == list(range(tiling.ceil_div(k, bk)))
+    sizes = [hi - lo for lo, hi in ranges]
+    assert max(sizes) - min(sizes) <= 1  # balanced; empty only when splits > K blocks
 
 
 def test_wgmma_wrapper_names_every_accumulator():
@@ -85,7 +87,7 @@ def test_sm90_header_has_a_wrapper_for_every_tile_width():
 def test_kernel_specs_are_distinct_and_use_mlx_shape_arguments():
     specs = [cuda_source.gemm_int32(f, c) for f in cuda_source.FAMILIES for c in tiling.CUDA_CONFIGS.values()]
     specs += [cuda_source.gemm_w8a8("sm90", c) for c in tiling.CUDA_CONFIGS.values()]
-    specs += [cuda_source.quantize(), cuda_source.dequantize(), cuda_source.count_sms()]
+    specs += [cuda_source.quantize(), cuda_source.reduce_int32(), cuda_source.reduce_w8a8(), cuda_source.count_sms()]
     names = [s.name for s in specs]
     assert len(set(names)) == len(names)  # MLX caches compiled modules by name
     i32 = cuda_source.gemm_int32("sm90", tiling.CUDA_CONFIGS["wg2_128x256"])
@@ -105,7 +107,7 @@ def test_cuda_probe_explains_itself():
 def test_row_chunks_respect_the_grid_limit():
     from int8nax.backends import cuda
 
-    cfg = tiling.CUDA_CONFIGS["wg1_64x128"]
+    cfg = tiling.CUDA_CONFIGS["wg1_64x64"]
     chunks = cuda._row_chunks(10_000_000, cfg)
     assert chunks[0] == (0, cuda.MAX_GRID_Y * cfg.bm) and chunks[-1][1] == 10_000_000
     assert all(hi - lo <= cuda.MAX_GRID_Y * cfg.bm for lo, hi in chunks)

@@ -76,8 +76,9 @@ def instances(arch: str):
     for t in ("float16", "bfloat16", "float32"):
         yield (f"quantize {t}", cuda_source.quantize(), [CUDA_TYPES[t]], ["int8_t", "float"],
                [("T", t), ("THREADS", 256)])
-    yield ("dequantize", cuda_source.dequantize(), ["int32_t", "float", "float", "float"], ["__half"],
-           [("TOut", "float16"), ("HAS_BIAS", False)])
+    yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])
+    yield ("reduce w8a8", cuda_source.reduce_w8a8(), ["int32_t", "float", "float", "float"], ["__half"],
+           [("TOut", "float16"), ("HAS_BIAS", True)])
     yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])
 
 

@@ -101,8 +101,9 @@ def tile_of(gx: int, gy: int, s: int) -> tuple[int, int]:
 # across the next barrier, STAGES - 1 keeps one more stage of loads in flight instead
 # (kernels/gemm_sm90.cuh).
 #
-# Split-K: grid z = splits, each split owns a contiguous range of K blocks and adds its int32
-# partial sums atomically into a zero-filled output (integer addition is exact in any order).
+# Split-K: grid z = splits, each split owns a contiguous range of K blocks and writes its int32
+# partial sums to slice z of a [splits, M, N] workspace; a reduction kernel sums the slices
+# (integer addition is exact in any order) and, for W8A8, dequantizes.
 
 CUDA_WARPGROUP_ROWS = 64
 """Rows of A that one wgmma m64 instruction covers."""
@@ -153,10 +154,10 @@ CUDA_CONFIGS = {
     for cfg in (
         # Large problems: 2 warpgroups x m64n256, 192 KB of stages, one block per SM.
         CudaTileConfig("wg2_128x256", bm=128, bn=256, bk=128, wm=2, wn=1, stages=4),
-        # Mid-size M: twice the blocks of the above for the same problem.
-        CudaTileConfig("wg2_128x128", bm=128, bn=128, bk=128, wm=2, wn=1, stages=5),
+        # Mid-size problems: 96 KB of stages so that two blocks share an SM and one block's
+        # wgmma overlaps the other's barrier and loads (loads 2 stages ahead, no wgmma in flight).
+        CudaTileConfig("wg2_128x128_x2", bm=128, bn=128, bk=128, wm=2, wn=1, stages=3, ahead=2),
         # Small M (decode-like): one warpgroup, two blocks per SM.
-        CudaTileConfig("wg1_64x128", bm=64, bn=128, bk=128, wm=1, wn=1, stages=4),
         CudaTileConfig("wg1_64x64", bm=64, bn=64, bk=128, wm=1, wn=1, stages=6),
     )
 }
@@ -183,33 +184,46 @@ class CudaPlan:
 
 
 def split_ranges(k: int, bk: int, splits: int) -> list[tuple[int, int]]:
-    """The [first, last) K blocks of each split, as the kernel computes them (empty ones too)."""
+    """The [first, last) K blocks of each split, as the kernel computes them: balanced, and
+    empty only when there are more splits than K blocks (an empty split writes zeros)."""
     blocks = ceil_div(k, bk)
-    per = ceil_div(blocks, splits)
-    return [(min(blocks, z * per), min(blocks, (z + 1) * per)) for z in range(splits)]
+    return [(blocks * z // splits, blocks * (z + 1) // splits) for z in range(splits)]
+
+
+def blocks_per_sm(cfg: TileConfig) -> int:
+    """Blocks of this configuration that fit on one SM together (shared memory decides)."""
+    shared = getattr(cfg, "shared_bytes", 0)
+    return max(1, CUDA_SM_SHARED_BYTES // shared) if shared else 1
+
+
+CUDA_SM_SHARED_BYTES = 233472
+"""Shared memory of one Hopper SM available to blocks (228 KB)."""
 
 
 def cuda_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
     """Shape-aware choice of tile and split-K for an [M, K] x [N, K] product on `sms` SMs.
 
-    Small M takes one-warpgroup tiles (the m64 instruction cannot shrink further), mid-size M
-    128-row tiles, large problems the 128x256 tile. Then K is split (in powers of two) while the
-    grid holds fewer than one block per SM and every split keeps at least MIN_SPLIT_BLOCKS K
-    blocks, so small problems still stream the weights through every SM.
+    Measured on the H200 (docs/cuda-notes.md): the 128x256 tile is fastest once it alone fills
+    the GPU; below that two 128x128 blocks per SM win; small M takes the one-warpgroup 64x64
+    tile (the m64 instruction cannot shrink further). Then K is split (in powers of two) while
+    the blocks still fit on the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks,
+    so that short-and-wide problems stream the weights through every SM.
     """
+    large = CUDA_CONFIGS["wg2_128x256"]
     if m <= 64:
-        cfg = CUDA_CONFIGS["wg1_64x128"]
-    elif m <= 256 or ceil_div(m, 128) * ceil_div(n, 256) < sms:
-        cfg = CUDA_CONFIGS["wg2_128x128"]
+        cfg = CUDA_CONFIGS["wg1_64x64"]
+    elif ceil_div(m, large.bm) * ceil_div(n, large.bn) >= sms:
+        cfg = large
     else:
-        cfg = CUDA_CONFIGS["wg2_128x256"]
+        cfg = CUDA_CONFIGS["wg2_128x128_x2"]
+    slots = sms * blocks_per_sm(cfg)
     tiles = ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn)
     k_blocks = ceil_div(k, cfg.bk)
     splits = 1
-    while tiles * splits * 2 <= sms and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
+    while tiles * splits * 2 <= slots and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
         splits *= 2
     return CudaPlan(cfg, splits)
 
 
-MIN_SPLIT_BLOCKS = 4
-"""Fewest K blocks (of BK) a split may own: below that the pipeline has nothing to overlap."""
+MIN_SPLIT_BLOCKS = 8
+"""Fewest K blocks (of BK) a split may own: shorter splits spend their time filling the pipeline."""

@@ -6,8 +6,9 @@ with wgmma (kernels/gemm_sm90.cuh); on any other GPU a portable __dp4a kernel
 int8nax.tiling (CUDA section); kernel objects are built once per process and reused.
 
 W8A8: one kernel quantizes the activations per token (kernels/quantize.cuh), then the GEMM with
-the dequantization fused into its epilogue writes y in x's dtype. When the plan splits K, the
-GEMM adds int32 partial sums atomically and a small kernel dequantizes afterwards.
+the dequantization fused into its epilogue writes y in x's dtype. When the plan splits K, each
+split writes its int32 partial sums to a [splits, M, N] workspace and one more kernel sums them
+(and, for W8A8, dequantizes).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ SM_ID_CAPACITY = 1024
 
 MAX_GRID_Y = 65535
 """CUDA's limit on gridDim.y; taller problems are launched in row chunks."""
+
+REDUCE_THREADS = 256
+MAX_REDUCE_BLOCKS = 4096
+"""The split-K reduction is a grid-stride loop over groups of four outputs."""
 
 
 def _device_info() -> dict:
@@ -101,34 +106,54 @@ def _row_chunks(m: int, cfg: tiling.TileConfig):
 
 
 def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template):
+    """The GEMM kernel over one row chunk: [M, N], or the [splits, M, N] workspace."""
     _, grid, block = plan.grid(m, n)
+    shape = (m, n) if plan.splits == 1 else (plan.splits, m, n)
     return _kernel(spec)(
         inputs=inputs,
-        output_shapes=[(m, n)],
+        output_shapes=[shape],
         output_dtypes=[out_dtype],
         grid=grid,
         threadgroup=block,
         template=plan.cfg.template() + template,
-        init_value=0 if plan.splits > 1 else None,
     )[0]
 
 
-def _gemm_launches(spec, plan, inputs, row_indexed, m, n, out_dtype, template):
-    """One launch, or one per row chunk (slicing the inputs at positions `row_indexed`, the
-    ones indexed by M) joined along M."""
+def _launch_reduce(spec, inputs, out_dtype, template):
+    """Sum a [splits, M, N] workspace (inputs[0]) into [M, N] through the spec's epilogue."""
+    _, m, n = inputs[0].shape
+    blocks = max(1, min(tiling.ceil_div(m * n, 4 * REDUCE_THREADS), MAX_REDUCE_BLOCKS))
+    return _kernel(spec)(
+        inputs=inputs,
+        output_shapes=[(m, n)],
+        output_dtypes=[out_dtype],
+        grid=(blocks * REDUCE_THREADS, 1, 1),
+        threadgroup=(REDUCE_THREADS, 1, 1),
+        template=template,
+    )[0]
+
+
+def _by_row_chunks(m, plan, one_chunk):
+    """one_chunk(r0, r1) over row ranges that fit gridDim.y, joined along M."""
     chunks = _row_chunks(m, plan.cfg)
     if len(chunks) == 1:
-        return _launch_gemm(spec, inputs, m, n, out_dtype, plan, template)
-    parts = []
-    for r0, r1 in chunks:
-        sliced = [v[r0:r1] if i in row_indexed else v for i, v in enumerate(inputs)]
-        parts.append(_launch_gemm(spec, sliced, r1 - r0, n, out_dtype, plan, template))
-    return mx.concatenate(parts, axis=0)
+        return one_chunk(0, m)
+    return mx.concatenate([one_chunk(r0, r1) for r0, r1 in chunks], axis=0)
+
+
+def _rows(v, r0, r1):
+    return v if (r0, r1) == (0, v.shape[0]) else v[r0:r1]
 
 
 def _gemm_int32_graph(a, b, family, plan):
     spec = cuda_source.gemm_int32(family, plan.cfg)
-    return _gemm_launches(spec, plan, [a, b], (0,), a.shape[0], b.shape[0], mx.int32, [])
+    n = b.shape[0]
+
+    def one_chunk(r0, r1):
+        out = _launch_gemm(spec, [_rows(a, r0, r1), b], r1 - r0, n, mx.int32, plan, [])
+        return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
+
+    return _by_row_chunks(a.shape[0], plan, one_chunk)
 
 
 def _quantize_graph(x):
@@ -145,22 +170,21 @@ def _quantize_graph(x):
 
 
 def _w8a8_graph(x, w, scale_w, bias32, family, plan, has_bias):
-    m, n = x.shape[0], w.shape[0]
+    n = w.shape[0]
     q, scale_x = _quantize_graph(x)
     epilogue = [("TOut", x.dtype), ("HAS_BIAS", has_bias)]
-    if plan.splits > 1:
-        acc = _gemm_int32_graph(q, w, family, plan)
-        return _kernel(cuda_source.dequantize())(
-            inputs=[acc, scale_x, scale_w, bias32],
-            output_shapes=[(m, n)],
-            output_dtypes=[x.dtype],
-            grid=(min(tiling.ceil_div(m * n, 256), 65536) * 256, 1, 1),
-            threadgroup=(256, 1, 1),
-            template=epilogue,
-        )[0]
-    spec = cuda_source.gemm_w8a8(family, plan.cfg)
-    # Input order = spec.input_names: q, w, scale_x, scale_w, bias; q and scale_x are per row.
-    return _gemm_launches(spec, plan, [q, w, scale_x, scale_w, bias32], (0, 2), m, n, x.dtype, epilogue)
+    fused = cuda_source.gemm_w8a8(family, plan.cfg)
+    raw = cuda_source.gemm_int32(family, plan.cfg)
+
+    def one_chunk(r0, r1):
+        q_rows, sx_rows = _rows(q, r0, r1), _rows(scale_x, r0, r1)
+        if plan.splits == 1:
+            # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
+            return _launch_gemm(fused, [q_rows, w, sx_rows, scale_w, bias32], r1 - r0, n, x.dtype, plan, epilogue)
+        ws = _launch_gemm(raw, [q_rows, w], r1 - r0, n, mx.int32, plan, [])
+        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias32], x.dtype, epilogue)
+
+    return _by_row_chunks(x.shape[0], plan, one_chunk)
 
 
 # Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the

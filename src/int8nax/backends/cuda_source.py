@@ -95,7 +95,7 @@ def _gemm_call(family: str, a: str, b: str, epilogue: str) -> str:
 
 @lru_cache(maxsize=None)
 def gemm_int32(family: str, cfg: tiling.TileConfig) -> KernelSpec:
-    """int32 out [M, N] = a [M, K] . b [N, K]^T (atomic adds when launched with split-K)."""
+    """int32 out [M, N] = a [M, K] . b [N, K]^T; with split-K, out is the [splits, M, N] workspace."""
     body = _gemm_call(family, "a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(
         f"int8nax_{family}_i32_{cfg.name}", ("a", "b"), ("out",), body, header(family), _smem(family, cfg)
@@ -118,15 +118,18 @@ def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
 
 
 @lru_cache(maxsize=None)
-def dequantize() -> KernelSpec:
-    """y [M, N] (TOut) from a finished int32 product; template TOut, HAS_BIAS."""
-    body = (
-        "int8nax::dequantize(acc, int8nax::DequantStore<TOut, HAS_BIAS>"
-        "{y, scale_x, scale_w, bias, acc_shape[0], acc_shape[1]});"
-    )
-    return KernelSpec(
-        "int8nax_dequantize", ("acc", "scale_x", "scale_w", "bias"), ("y",), body, header("quantize"), 0
-    )
+def reduce_int32() -> KernelSpec:
+    """out int32 [M, N] = the sum over splits of a split-K workspace ws int32 [splits, M, N]."""
+    body = "int8nax::reduce_splits(ws, ws_shape[0], ws_shape[1], ws_shape[2], int8nax::StoreInt32{out, ws_shape[1], ws_shape[2]});"
+    return KernelSpec("int8nax_reduce_i32", ("ws",), ("out",), body, header("quantize"), 0)
+
+
+@lru_cache(maxsize=None)
+def reduce_w8a8() -> KernelSpec:
+    """y [M, N] (TOut) = dequant(sum over splits of ws int32 [splits, M, N]); template TOut, HAS_BIAS."""
+    epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, ws_shape[1], ws_shape[2]}"
+    body = f"int8nax::reduce_splits(ws, ws_shape[0], ws_shape[1], ws_shape[2], {epilogue});"
+    return KernelSpec("int8nax_reduce_w8a8", ("ws", "scale_x", "scale_w", "bias"), ("y",), body, header("quantize"), 0)
 
 
 @lru_cache(maxsize=None)

@@ -112,11 +112,15 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const int8_t* src, int r
 // ---- which output tile and which K range a block owns ----
 
 // The swizzled tile decode of int8nax.tiling.launch()/tile_of(): gridDim.x = tiles_n << s.
+// Split z of gridDim.z owns K blocks [k_blocks * z / splits, k_blocks * (z + 1) / splits)
+// (int8nax.tiling.split_ranges); a split may be empty when splits > k_blocks, and then still
+// writes its (zero) partial sums.
 struct TileCoords {
   int m0;
   int n0;
-  int kb0;  // first K block (of BK) of this block's split
-  int kbs;  // number of K blocks; <= 0 for grid filler and empty splits
+  int kb0;      // first K block (of BK) of this block's split
+  int kbs;      // number of K blocks, >= 0
+  bool filler;  // past the last M tile: the block only pads the swizzled grid
 };
 
 template <int BM, int BN, int BK>
@@ -127,20 +131,16 @@ __device__ __forceinline__ TileCoords tile_coords(int M, int N, int K) {
   const int tile_m = (blockIdx.y << s) + (blockIdx.x & (group - 1));
   const int tile_n = blockIdx.x >> s;
   const int k_blocks = ceil_div(K, BK);
-  const int per_split = ceil_div(k_blocks, gridDim.z);
-  const int kb0 = min(k_blocks, static_cast<int>(blockIdx.z) * per_split);
-  const int kb1 = min(k_blocks, kb0 + per_split);
-  TileCoords t{tile_m * BM, tile_n * BN, kb0, kb1 - kb0};
-  if (t.m0 >= M) {
-    t.kbs = 0;
-  }
-  return t;
+  const int kb0 = k_blocks * static_cast<int>(blockIdx.z) / static_cast<int>(gridDim.z);
+  const int kb1 = k_blocks * static_cast<int>(blockIdx.z + 1) / static_cast<int>(gridDim.z);
+  return TileCoords{tile_m * BM, tile_n * BN, kb0, kb1 - kb0, tile_m * BM >= M};
 }
 
 // ---- epilogues: what happens to a pair of int32 results (row, col) and (row, col + 1) ----
 
-// Raw GEMM: int32 out [M, N]; with split-K (gridDim.z > 1) partial sums are added atomically
-// into the zero-filled output, which is exact whatever the order.
+// int32 [M, N] results. With split-K (gridDim.z > 1) split z writes its partial sums to slice z
+// of a [splits, M, N] workspace, summed afterwards by reduce_splits (plain stores: no atomics,
+// no zero-filled output).
 struct StoreInt32 {
   int32_t* out;
   int M;
@@ -150,22 +150,24 @@ struct StoreInt32 {
     return 0.0;
   }
 
+  __device__ __forceinline__ int32_t* at(int row, int col) const {
+    return out + (static_cast<size_t>(blockIdx.z) * M + row) * N + col;
+  }
+
+  __device__ __forceinline__ void store1(int row, int col, int v, double) const {
+    *at(row, col) = v;
+  }
+
   __device__ __forceinline__ void store2(int row, int col, int v0, int v1, double) const {
     if (row >= M || col >= N) {
       return;
     }
-    int32_t* p = out + static_cast<size_t>(row) * N + col;
-    const bool second = col + 1 < N;
-    if (gridDim.z > 1) {
-      atomicAdd(p, v0);
-      if (second) {
-        atomicAdd(p + 1, v1);
-      }
-    } else if (second && (N & 1) == 0) {
+    int32_t* p = at(row, col);
+    if (col + 1 < N && (N & 1) == 0) {
       *reinterpret_cast<int2*>(p) = make_int2(v0, v1);
     } else {
       p[0] = v0;
-      if (second) {
+      if (col + 1 < N) {
         p[1] = v1;
       }
     }
@@ -234,15 +236,36 @@ struct DequantStore {
   }
 };
 
-// Dequantization of a finished int32 product (the W8A8 path after a split-K GEMM).
-template <typename TOut, bool HAS_BIAS>
-__device__ void dequantize(const int32_t* acc, const DequantStore<TOut, HAS_BIAS>& epi) {
-  const size_t total = static_cast<size_t>(epi.M) * epi.N;
+// Sums the splits of an int32 [splits, M, N] workspace and hands each sum to the epilogue
+// (StoreInt32 for the raw GEMM, DequantStore for W8A8). Four neighbours per step when a row
+// holds whole groups of four, so the workspace is read 16 bytes at a time.
+template <class Epilogue>
+__device__ void reduce_splits(const int32_t* ws, int splits, int M, int N, const Epilogue& epi) {
+  const size_t total = static_cast<size_t>(M) * N;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int row = static_cast<int>(i / epi.N);
-    const int col = static_cast<int>(i % epi.N);
-    epi.store1(row, col, acc[i], epi.row_factor(row));
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if ((N & 3) == 0) {
+    for (size_t i = first; i < total / 4; i += stride) {
+      int4 sum = make_int4(0, 0, 0, 0);
+      for (int z = 0; z < splits; ++z) {
+        const int4 v = reinterpret_cast<const int4*>(ws + z * total)[i];
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+      const int row = static_cast<int>(4 * i / N);
+      const int col = static_cast<int>(4 * i % N);
+      const double f = epi.row_factor(row);
+      epi.store2(row, col, sum.x, sum.y, f);
+      epi.store2(row, col + 2, sum.z, sum.w, f);
+    }
+    return;
+  }
+  for (size_t i = first; i < total; i += stride) {
+    int sum = 0;
+    for (int z = 0; z < splits; ++z) {
+      sum += ws[z * total + i];
+    }
+    const int row = static_cast<int>(i / N);
+    epi.store1(row, static_cast<int>(i % N), sum, epi.row_factor(row));
   }
 }
 

@@ -35,7 +35,7 @@ __device__ __forceinline__ void gemm_simt(const int8_t* a, const int8_t* b, int 
   __shared__ int b_tile[BN][WORDS + 1];
 
   const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
-  if (t.kbs <= 0) {
+  if (t.filler) {
     return;
   }
   const int tid = threadIdx.x;

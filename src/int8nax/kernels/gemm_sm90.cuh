@@ -60,8 +60,8 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
   constexpr int STAGE_BYTES = (BM + BN) * BK;
 
   const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
-  if (t.kbs <= 0) {
-    return;  // grid filler, or an empty split (the output was zero-filled)
+  if (t.filler) {
+    return;
   }
   const int tid = threadIdx.x;
   // 1024-byte aligned base: the swizzle is a function of the address bits.
