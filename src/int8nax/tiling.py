@@ -185,3 +185,143 @@ class MetalQuantDispatch:
 def metal_quant_dispatch(rows: int) -> MetalQuantDispatch:
     qt = METAL_QUANT_THREADS
     return MetalQuantDispatch((qt, rows, 1), (qt, 1, 1), [("QT", qt), ("SIMD", SIMD_WIDTH), ("QMAX", QMAX)])
+
+
+# ----------------------------------------------------------------------------------------------
+# CUDA (NVIDIA Hopper, sm_90a): wgmma tiles and the shape-aware plan
+# ----------------------------------------------------------------------------------------------
+#
+# The CUDA GEMM runs warpgroups (4 warps, 128 threads) that issue wgmma m64nBNk32 s8 from shared
+# memory. A block is WM warpgroups stacked along M (BM = 64 * WM, WN = 1: each warpgroup spans
+# the whole BN). K advances BK = 128 bytes per pipeline stage: one 128-byte row per tile row is
+# exactly the wgmma 128-byte swizzle atom. STAGES shared-memory stages are filled by cp.async,
+# AHEAD stages ahead of the one being multiplied: STAGES - 2 lets one wgmma batch stay in flight
+# across the next barrier, STAGES - 1 keeps one more stage of loads in flight instead
+# (kernels/gemm_sm90.cuh).
+#
+# Split-K: grid z = splits, each split owns a contiguous range of K blocks and writes its int32
+# partial sums to slice z of a [splits, M, N] workspace; a reduction kernel sums the slices
+# (integer addition is exact in any order) and, for W8A8, dequantizes.
+
+CUDA_WARPGROUP_ROWS = 64
+"""Rows of A that one wgmma m64 instruction covers."""
+
+CUDA_SWIZZLE_BYTES = 128
+"""Bytes per shared-memory tile row (the 128-byte swizzle): BK must equal it for int8."""
+
+
+@dataclass(frozen=True)
+class CudaTileConfig(TileConfig):
+    """A TileConfig whose WM x WN grid counts warpgroups (128 threads), plus the pipeline depth."""
+
+    stages: int = 4
+    ahead: int = 0  # 0: STAGES - 2
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.bm != CUDA_WARPGROUP_ROWS * self.wm or self.wn != 1:
+            raise ValueError(f"{self.name}: a CUDA tile stacks WM m64 warpgroups (BM = 64*WM, WN = 1)")
+        if self.bk != CUDA_SWIZZLE_BYTES:
+            raise ValueError(f"{self.name}: BK must be {CUDA_SWIZZLE_BYTES} (one swizzle row)")
+        if self.bn % 8 or not 8 <= self.bn <= 256:
+            raise ValueError(f"{self.name}: wgmma needs BN in 8..256, a multiple of 8")
+        if self.stages < 3:
+            raise ValueError(f"{self.name}: the pipeline needs at least 3 stages")
+        if self.ahead not in (0, self.stages - 2, self.stages - 1):
+            raise ValueError(f"{self.name}: loads run STAGES - 2 or STAGES - 1 stages ahead")
+
+    @property
+    def loads_ahead(self) -> int:
+        return self.ahead or self.stages - 2
+
+    @property
+    def threads(self) -> int:
+        return 128 * self.wm * self.wn
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory: the stages plus 1 KB so the kernel can align to 1024 bytes."""
+        return self.stages * (self.bm + self.bn) * self.bk + 1024
+
+    def template(self) -> list[tuple[str, int]]:
+        return super().template() + [("STAGES", self.stages), ("AHEAD", self.loads_ahead)]
+
+
+CUDA_CONFIGS = {
+    cfg.name: cfg
+    for cfg in (
+        # Large problems: 2 warpgroups x m64n256, 192 KB of stages, one block per SM.
+        CudaTileConfig("wg2_128x256", bm=128, bn=256, bk=128, wm=2, wn=1, stages=4),
+        # Mid-size problems: 96 KB of stages so that two blocks share an SM and one block's
+        # wgmma overlaps the other's barrier and loads (loads 2 stages ahead, no wgmma in flight).
+        CudaTileConfig("wg2_128x128_x2", bm=128, bn=128, bk=128, wm=2, wn=1, stages=3, ahead=2),
+        # Small M (decode-like): one warpgroup, two blocks per SM.
+        CudaTileConfig("wg1_64x64", bm=64, bn=64, bk=128, wm=1, wn=1, stages=6),
+    )
+}
+
+CUDA_MAX_SHARED_BYTES = 232448
+"""Hopper's largest dynamic shared memory per block (227 KB)."""
+
+CUDA_SIMT_CONFIG = TileConfig("simt_64x64", bm=64, bn=64, bk=32, wm=2, wn=4)
+"""The portable __dp4a GEMM (GPUs without wgmma): 8 warps of 32 x 16 outputs, K steps of 32."""
+
+
+@dataclass(frozen=True)
+class CudaPlan:
+    """What one CUDA GEMM launch runs: a tile configuration and how many K splits."""
+
+    cfg: TileConfig
+    splits: int
+
+    def grid(self, m: int, n: int) -> tuple[Launch, tuple[int, int, int], tuple[int, int, int]]:
+        """(launch, grid in threads, block) as mx.fast.cuda_kernel wants them."""
+        lau = launch(m, n, self.cfg)
+        block = (self.cfg.threads, 1, 1)
+        return lau, (lau.grid_x * self.cfg.threads, lau.grid_y, self.splits), block
+
+
+def split_ranges(k: int, bk: int, splits: int) -> list[tuple[int, int]]:
+    """The [first, last) K blocks of each split, as the kernel computes them: balanced, and
+    empty only when there are more splits than K blocks (an empty split writes zeros)."""
+    blocks = ceil_div(k, bk)
+    return [(blocks * z // splits, blocks * (z + 1) // splits) for z in range(splits)]
+
+
+def blocks_per_sm(cfg: TileConfig) -> int:
+    """Blocks of this configuration that fit on one SM together (shared memory decides)."""
+    shared = getattr(cfg, "shared_bytes", 0)
+    return max(1, CUDA_SM_SHARED_BYTES // shared) if shared else 1
+
+
+CUDA_SM_SHARED_BYTES = 233472
+"""Shared memory of one Hopper SM available to blocks (228 KB)."""
+
+
+def cuda_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
+    """Shape-aware choice of tile and split-K for an [M, K] x [N, K] product on `sms` SMs.
+
+    Measured on the H200 (docs/cuda-notes.md): the 128x256 tile is fastest once it alone fills
+    the GPU; below that two 128x128 blocks per SM win; small M takes the one-warpgroup 64x64
+    tile (the m64 instruction cannot shrink further). Then K is split (in powers of two) while
+    the blocks still fit on the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks,
+    so that short-and-wide problems stream the weights through every SM.
+    """
+    large = CUDA_CONFIGS["wg2_128x256"]
+    if m <= 64:
+        cfg = CUDA_CONFIGS["wg1_64x64"]
+    elif ceil_div(m, large.bm) * ceil_div(n, large.bn) >= sms:
+        cfg = large
+    else:
+        cfg = CUDA_CONFIGS["wg2_128x128_x2"]
+    slots = sms * blocks_per_sm(cfg)
+    tiles = ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn)
+    k_blocks = ceil_div(k, cfg.bk)
+    splits = 1
+    while tiles * splits * 2 <= slots and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
+        splits *= 2
+    return CudaPlan(cfg, splits)
+
+
+MIN_SPLIT_BLOCKS = 8
+"""Fewest K blocks (of BK) a split may own: shorter splits spend their time filling the pipeline."""

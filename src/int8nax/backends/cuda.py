@@ -1,0 +1,258 @@
+"""CUDA backend: exact int8 GEMM and the W8A8 pipeline on NVIDIA GPUs through mx.fast.cuda_kernel.
+
+On compute capability 9.0 (H100/H200; MLX compiles for sm_90a) the GEMM runs on the tensor cores
+with wgmma (kernels/gemm_sm90.cuh); on any other GPU a portable __dp4a kernel
+(kernels/gemm_simt.cuh) gives the same exact results, slowly. Tile and split-K choices come from
+int8nax.tiling (CUDA section); kernel objects are built once per process and reused.
+
+W8A8: one kernel quantizes the activations per token (kernels/quantize.cuh), then the GEMM with
+the dequantization fused into its epilogue writes y in x's dtype. When the plan splits K, each
+split writes its int32 partial sums to a [splits, M, N] workspace and one more kernel sums them
+(and, for W8A8, dequantizes).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import mlx.core as mx
+
+from .. import tiling
+from . import cuda_source
+from .base import Backend, Probe
+
+QUANT_THREADS = 256
+"""Threads per row of the activation quantization kernel."""
+
+SM_ID_CAPACITY = 1024
+"""Size of the flag array the SM-count probe writes (well above any GPU's SM count)."""
+
+MAX_GRID_Y = 65535
+"""CUDA's limit on gridDim.y; taller problems are launched in row chunks."""
+
+REDUCE_THREADS = 256
+MAX_REDUCE_BLOCKS = 4096
+"""The split-K reduction is a grid-stride loop over groups of four outputs."""
+
+
+def _device_info() -> dict:
+    return mx.device_info(mx.gpu)
+
+
+def compute_capability() -> tuple[int, int]:
+    info = _device_info()
+    return int(info.get("compute_capability_major", 0)), int(info.get("compute_capability_minor", 0))
+
+
+def family_for(cc: tuple[int, int]) -> str:
+    """The GEMM family for a compute capability: wgmma exists only on 9.0 (sm_90a)."""
+    return "sm90" if cc == (9, 0) else "simt"
+
+
+@lru_cache(maxsize=None)
+def _family() -> str:
+    """This process's GPU's GEMM family (asked once: device_info is not free per call)."""
+    return family_for(compute_capability())
+
+
+@lru_cache(maxsize=None)
+def _kernel(spec: cuda_source.KernelSpec):
+    return mx.fast.cuda_kernel(
+        name=spec.name,
+        input_names=list(spec.input_names),
+        output_names=list(spec.output_names),
+        source=spec.source,
+        header=spec.header,
+        ensure_row_contiguous=True,
+        shared_memory=spec.shared_memory,
+    )
+
+
+@lru_cache(maxsize=None)
+def sm_count() -> int:
+    """Streaming multiprocessors of the GPU, counted once per process by where blocks land."""
+    flags = _kernel(cuda_source.count_sms())(
+        inputs=[mx.zeros((1,), dtype=mx.int32)],
+        output_shapes=[(SM_ID_CAPACITY,)],
+        output_dtypes=[mx.int32],
+        grid=(32 * 8 * SM_ID_CAPACITY, 1, 1),
+        threadgroup=(32, 1, 1),
+        template=[("CAPACITY", SM_ID_CAPACITY)],
+        init_value=0,
+    )[0]
+    return max(1, int(mx.sum(flags).item()))
+
+
+def default_plan(m: int, n: int, k: int, family: str | None = None) -> tiling.CudaPlan:
+    """The dispatch: tiling.cuda_plan on this GPU, or the SIMT tile when wgmma is absent."""
+    family = family or _family()
+    if family == "simt":
+        return tiling.CudaPlan(tiling.CUDA_SIMT_CONFIG, 1)
+    return tiling.cuda_plan(m, n, k, sm_count())
+
+
+@lru_cache(maxsize=None)
+def _no_bias() -> mx.array:
+    """The placeholder bound to the kernel's bias argument when HAS_BIAS is false."""
+    placeholder = mx.zeros((1,), dtype=mx.float32)
+    mx.eval(placeholder)
+    return placeholder
+
+
+def _row_chunks(m: int, cfg: tiling.TileConfig):
+    """[r0, r1) row ranges small enough for gridDim.y (each launch has at most 65535 M-tiles)."""
+    step = MAX_GRID_Y * cfg.bm
+    return [(r0, min(m, r0 + step)) for r0 in range(0, m, step)]
+
+
+def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template):
+    """The GEMM kernel over one row chunk: [M, N], or the [splits, M, N] workspace."""
+    _, grid, block = plan.grid(m, n)
+    shape = (m, n) if plan.splits == 1 else (plan.splits, m, n)
+    return _kernel(spec)(
+        inputs=inputs,
+        output_shapes=[shape],
+        output_dtypes=[out_dtype],
+        grid=grid,
+        threadgroup=block,
+        template=plan.cfg.template() + template,
+    )[0]
+
+
+def _launch_reduce(spec, inputs, out_dtype, template):
+    """Sum a [splits, M, N] workspace (inputs[0]) into [M, N] through the spec's epilogue."""
+    _, m, n = inputs[0].shape
+    blocks = max(1, min(tiling.ceil_div(m * n, 4 * REDUCE_THREADS), MAX_REDUCE_BLOCKS))
+    return _kernel(spec)(
+        inputs=inputs,
+        output_shapes=[(m, n)],
+        output_dtypes=[out_dtype],
+        grid=(blocks * REDUCE_THREADS, 1, 1),
+        threadgroup=(REDUCE_THREADS, 1, 1),
+        template=template,
+    )[0]
+
+
+def _by_row_chunks(m, plan, one_chunk):
+    """one_chunk(r0, r1) over row ranges that fit gridDim.y, joined along M."""
+    chunks = _row_chunks(m, plan.cfg)
+    if len(chunks) == 1:
+        return one_chunk(0, m)
+    return mx.concatenate([one_chunk(r0, r1) for r0, r1 in chunks], axis=0)
+
+
+def _rows(v, r0, r1):
+    return v if (r0, r1) == (0, v.shape[0]) else v[r0:r1]
+
+
+def _gemm_int32_graph(a, b, family, plan):
+    spec = cuda_source.gemm_int32(family, plan.cfg)
+    n = b.shape[0]
+
+    def one_chunk(r0, r1):
+        out = _launch_gemm(spec, [_rows(a, r0, r1), b], r1 - r0, n, mx.int32, plan, [])
+        return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
+
+    return _by_row_chunks(a.shape[0], plan, one_chunk)
+
+
+def _quantize_graph(x):
+    m, k = x.shape
+    q, s = _kernel(cuda_source.quantize())(
+        inputs=[x],
+        output_shapes=[(m, k), (m,)],
+        output_dtypes=[mx.int8, mx.float32],
+        grid=(m * QUANT_THREADS, 1, 1),
+        threadgroup=(QUANT_THREADS, 1, 1),
+        template=[("T", x.dtype), ("THREADS", QUANT_THREADS)],
+    )
+    return q, s
+
+
+def _w8a8_graph(x, w, scale_w, bias32, family, plan, has_bias):
+    n = w.shape[0]
+    q, scale_x = _quantize_graph(x)
+    epilogue = [("TOut", x.dtype), ("HAS_BIAS", has_bias)]
+    fused = cuda_source.gemm_w8a8(family, plan.cfg)
+    raw = cuda_source.gemm_int32(family, plan.cfg)
+
+    def one_chunk(r0, r1):
+        q_rows, sx_rows = _rows(q, r0, r1), _rows(scale_x, r0, r1)
+        if plan.splits == 1:
+            # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
+            return _launch_gemm(fused, [q_rows, w, sx_rows, scale_w, bias32], r1 - r0, n, x.dtype, plan, epilogue)
+        ws = _launch_gemm(raw, [q_rows, w], r1 - r0, n, mx.int32, plan, [])
+        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias32], x.dtype, epilogue)
+
+    return _by_row_chunks(x.shape[0], plan, one_chunk)
+
+
+# Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the
+# recorded launches for every later call of the same shapes and dtypes, skipping the Python
+# work and the per-call assembly of the kernel source that a direct cuda_kernel call costs
+# (several times the GPU time of a small GEMM on the H200, measured in docs/cuda-notes.md).
+
+
+@lru_cache(maxsize=None)
+def _compiled_gemm(family: str, plan: tiling.CudaPlan):
+    return mx.compile(lambda a, b: _gemm_int32_graph(a, b, family, plan))
+
+
+@lru_cache(maxsize=None)
+def _compiled_w8a8(family: str, plan: tiling.CudaPlan, has_bias: bool):
+    return mx.compile(lambda x, w, s, bias: _w8a8_graph(x, w, s, bias, family, plan, has_bias))
+
+
+_compiled_quantize = mx.compile(_quantize_graph)
+
+
+def gemm_int32(a: mx.array, b: mx.array, plan: tiling.CudaPlan | None = None, family: str | None = None):
+    """int32 [M, N] = a [M, K] . b [N, K]^T, exact, with a given plan/family or the dispatch's."""
+    family = family or _family()
+    plan = plan or default_plan(a.shape[0], b.shape[0], a.shape[1], family)
+    return _compiled_gemm(family, plan)(a, b)
+
+
+def quantize(x: mx.array) -> tuple[mx.array, mx.array]:
+    """(int8 [M, K], float32 [M]) per-token quantization of float [M, K] (int8nax.quant)."""
+    return _compiled_quantize(x)
+
+
+def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str | None = None):
+    """dequant(quant(x) . w^T) (+ bias) in x's dtype, [M, N]; bias None or float [N]."""
+    family = family or _family()
+    plan = plan or default_plan(x.shape[0], w.shape[0], x.shape[1], family)
+    has_bias = bias is not None
+    # float32 holds every float16/bfloat16/float32 bias value exactly.
+    bias32 = bias.astype(mx.float32) if has_bias else _no_bias()
+    return _compiled_w8a8(family, plan, has_bias)(x, w, scale_w, bias32)
+
+
+class CUDABackend(Backend):
+    name = "cuda"
+
+    def probe(self) -> Probe:
+        cuda = getattr(mx, "cuda", None)
+        if cuda is None or not cuda.is_available():
+            return Probe(False, "MLX reports no CUDA device (mx.cuda.is_available() is False: "
+                         "no mlx-cuda build or no NVIDIA GPU)")
+        info = _device_info()
+        cc = compute_capability()
+        name = info.get("device_name", "unknown NVIDIA GPU")
+        if cc < (6, 1):
+            return Probe(False, f"{name} has compute capability {cc[0]}.{cc[1]}; int8nax needs 6.1 (dp4a) or newer")
+        how = ("wgmma tensor-core GEMM (sm_90a)" if family_for(cc) == "sm90"
+               else "portable dp4a GEMM (no wgmma on this GPU; exact but slow)")
+        return Probe(True, f"{name}, compute capability {cc[0]}.{cc[1]}: {how}")
+
+    def int8_matmul(self, a: mx.array, b: mx.array) -> mx.array:
+        return gemm_int32(a, b)
+
+    def quantize_activations(self, x: mx.array) -> tuple[mx.array, mx.array]:
+        return quantize(x)
+
+    def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
+        return w8a8(x, w, scale_w, bias)
+
+
+BACKEND = CUDABackend()

@@ -1,0 +1,123 @@
+"""Compile every int8nax CUDA kernel the way MLX's cuda_kernel does, without a GPU.
+
+    python tools/cuda_compile_check.py [--nvcc nvcc] [--arch sm_90a] [--mlx-include DIR] [--sass]
+
+MLX wraps each body as `__global__ void name(inputs..., outputs...) { constexprs; body }` inside
+namespace mlx::core::cu, after its header mlx/backend/cuda/device/utils.cuh (a header compiled into
+libmlx, not shipped as a file). This tool writes a stand-in for that header (Shape, Strides)
+unless --mlx-include points at a copy of the real one, assembles the same translation unit for
+every kernel and template instance the backend uses, compiles it to a cubin with nvcc and prints
+ptxas's register / shared-memory / spill report. It does not run anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from int8nax import tiling
+from int8nax.backends import cuda_source
+
+STAND_IN = """#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda/std/array>
+namespace mlx::core::cu {
+using Shape = cuda::std::array<int32_t, 10>;
+using Strides = cuda::std::array<int64_t, 10>;
+}
+"""
+
+CUDA_TYPES = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+
+
+def translation_unit(spec, input_types, output_types, template) -> str:
+    """The source MLX would hand to NVRTC for this kernel object and these template arguments."""
+    args = []
+    for name, ctype in zip(spec.input_names, input_types):
+        args.append(f"    const {ctype}* {name}")
+        if f"{name}_shape" in spec.source:
+            args.append(f"    const __grid_constant__ Shape {name}_shape")
+    args += [f"    {ctype}* {name}" for name, ctype in zip(spec.output_names, output_types)]
+    consts = []
+    for name, value in template:
+        if isinstance(value, bool):
+            consts.append(f"  constexpr bool {name} = {'true' if value else 'false'};")
+        elif isinstance(value, int):
+            consts.append(f"  constexpr int {name} = {value};")
+        else:
+            consts.append(f"  using {name} = {CUDA_TYPES[value]};")
+    return (
+        '#include "mlx/backend/cuda/device/utils.cuh"\n#include <cooperative_groups.h>\n'
+        + spec.header
+        + "\nnamespace mlx::core::cu {\nnamespace cg = cooperative_groups;\n"
+        + f"__global__ void custom_kernel_{spec.name}(\n" + ",\n".join(args) + ") {\n"
+        + "\n".join(consts) + "\n" + spec.source + "\n}\n}\n"
+    )
+
+
+def instances(arch: str):
+    """(label, spec, input types, output types, template) for every kernel the backend builds."""
+    families = ["simt"] + (["sm90"] if arch.startswith("sm_90") else [])
+    for family in families:
+        cfgs = tiling.CUDA_CONFIGS.values() if family == "sm90" else [tiling.CUDA_SIMT_CONFIG]
+        for cfg in cfgs:
+            tmpl = cfg.template()
+            yield (f"{family} i32 {cfg.name}", cuda_source.gemm_int32(family, cfg),
+                   ["int8_t", "int8_t"], ["int32_t"], tmpl)
+            for out in ("float16", "bfloat16", "float32"):
+                yield (f"{family} w8a8 {cfg.name} {out}", cuda_source.gemm_w8a8(family, cfg),
+                       ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out]],
+                       tmpl + [("TOut", out), ("HAS_BIAS", True)])
+    for t in ("float16", "bfloat16", "float32"):
+        yield (f"quantize {t}", cuda_source.quantize(), [CUDA_TYPES[t]], ["int8_t", "float"],
+               [("T", t), ("THREADS", 256)])
+    yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])
+    yield ("reduce w8a8", cuda_source.reduce_w8a8(), ["int32_t", "float", "float", "float"], ["__half"],
+           [("TOut", "float16"), ("HAS_BIAS", True)])
+    yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nvcc", default="nvcc")
+    parser.add_argument("--arch", default="sm_90a")
+    parser.add_argument("--mlx-include", help="folder holding mlx/backend/cuda/device/utils.cuh")
+    parser.add_argument("--only", help="regex on the instance label")
+    parser.add_argument("--keep", help="write the .cu and .cubin files here")
+    args = parser.parse_args(argv)
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        include = args.mlx_include
+        if include is None:
+            include = os.path.join(tmp, "inc")
+            os.makedirs(os.path.join(include, "mlx/backend/cuda/device"))
+            with open(os.path.join(include, "mlx/backend/cuda/device/utils.cuh"), "w") as f:
+                f.write(STAND_IN)
+        out_dir = args.keep or tmp
+        os.makedirs(out_dir, exist_ok=True)
+        for i, (label, spec, ins, outs, tmpl) in enumerate(instances(args.arch)):
+            if args.only and not re.search(args.only, label):
+                continue
+            cu = os.path.join(out_dir, f"k{i}.cu")
+            with open(cu, "w") as f:
+                f.write(translation_unit(spec, ins, outs, tmpl))
+            arch_num = args.arch[3:]
+            cmd = [args.nvcc, "-cubin", f"-gencode=arch=compute_{arch_num},code=sm_{arch_num}",
+                   "-std=c++17", "-Xptxas", "-v", "-I", include, "-o", cu[:-3] + ".cubin", cu]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            report = " ".join(re.findall(r"(Used \d+ registers.*|\d+ bytes stack frame.*)", proc.stderr))
+            status = "ok " if proc.returncode == 0 else "ERR"
+            print(f"{status} {label:40s} smem={spec.shared_memory:6d}  {report}")
+            if proc.returncode != 0:
+                failures += 1
+                print(proc.stderr[-4000:])
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
