@@ -13,6 +13,8 @@ import pytest
 from int8nax import backends, cli, selftest
 from int8nax.backends import cpu
 
+from fakes import fake_cider, pypi_cider
+
 
 def test_selftest_on_cpu_reports_all_exact(capsys):
     rc = cli.main(["selftest", "--backend", "cpu", "--sizes", "1,7,33", "--no-timing"])
@@ -60,28 +62,23 @@ def test_quick_timing_table(capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "| 33, 513, 257 | " in out and "| n/a |" in out  # cider absent here
-    assert "cider: not installed" in out
+    assert "cider: cider is not installed" in out
 
 
 def test_unrelated_cider_is_not_a_peer(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cider", types.ModuleType("cider"))  # PyPI's `cider`
-    fns, note = selftest.find_cider()
-    assert fns == {} and "unrelated" in note
+    monkeypatch.setitem(sys.modules, "cider", pypi_cider())
+    found, note = selftest.find_cider()
+    assert found is None and "cider" in note.lower()
 
 
-def test_real_cider_api_is_probed(monkeypatch):
-    fake = types.ModuleType("cider")
-    fake.__version__ = "0.7.0"
-    fake.int8_matmul_int32 = lambda a, b: cpu.BACKEND.int8_matmul(a, b)  # [N, K] weights, exact
-    fake.perchannel_linear = lambda x, w, s, bias=None: cpu.BACKEND.w8a8_linear(x, w, s, bias)
-    monkeypatch.setitem(sys.modules, "cider", fake)
-    fns, note = selftest.find_cider()
-    assert set(fns) == {"cider int8_matmul_int32", "cider perchannel_linear"} and note == "cider 0.7.0"
-    old_layout = types.ModuleType("cider")
-    old_layout.int8_matmul_int32 = lambda a, b: cpu.BACKEND.int8_matmul(a, b.T)  # [K, N] era
-    old_layout.w8a8_linear = lambda x, w, s: cpu.BACKEND.w8a8_linear(x, w.T, s, None)
-    monkeypatch.setitem(sys.modules, "cider", old_layout)
-    fns, note = selftest.find_cider()
-    assert fns == {}
-    assert "int8_matmul_int32 does not take [N, K] weights" in note
-    assert "w8a8_linear does not take [N, K] weights" in note
+@pytest.mark.parametrize("layout,linear_name", [("nk", "perchannel_linear"), ("kn", "w8a8_linear")])
+def test_cider_of_either_generation_is_timed(monkeypatch, capsys, layout, linear_name):
+    pkg, ops = fake_cider(layout=layout, linear_name=linear_name)
+    monkeypatch.setitem(sys.modules, "cider", pkg)
+    monkeypatch.setitem(sys.modules, "cider.ops", ops)
+    found, note = selftest.find_cider()
+    assert found is not None and linear_name in note
+    rc = cli.main(["selftest", "--backend", "cpu", "--quick", "--repeat", "1", "--warmup", "0"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| 33, 513, 257 |"))
+    assert rc == 0 and "n/a" not in row.split("|")[2] and "n/a" not in row.split("|")[4]

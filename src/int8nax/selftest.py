@@ -25,18 +25,15 @@ import mlx.core as mx
 import numpy as np
 
 from . import quant
-from .reference import to_numpy, ulp
+from .peers import Unavailable
+from .peers import cider as cider_peer
+from .reference import exact_int_product, to_numpy, ulp, w8a8_linear_ref
 
 DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 
 # ---------------------------------------------------------------------------------------------
 # Single checks: each returns None when exact, else a one-line description of the mismatch
 # ---------------------------------------------------------------------------------------------
-
-
-def exact_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """int64 [M, N] = a @ b.T for int8 a [M, K], b [N, K], through float64 BLAS (exact)."""
-    return np.rint(a.astype(np.float64) @ b.astype(np.float64).T).astype(np.int64)
 
 
 def _first_mismatch(bad: np.ndarray, got: np.ndarray, want: np.ndarray) -> str:
@@ -51,7 +48,7 @@ def check_int8_matmul(fn, a: np.ndarray, b: np.ndarray) -> str | None:
     if out.dtype != mx.int32 or tuple(out.shape) != (a.shape[0], b.shape[0]):
         return f"returned {out.dtype} {tuple(out.shape)}, expected int32 {(a.shape[0], b.shape[0])}"
     got = np.array(out).astype(np.int64)
-    want = exact_product(a, b)
+    want = exact_int_product(a, b)
     bad = got != want
     return _first_mismatch(bad, got, want) if bad.any() else None
 
@@ -70,17 +67,6 @@ def check_quantize(fn, x: mx.array) -> str | None:
     return "codes: " + _first_mismatch(bad, got_q, want_q) if bad.any() else None
 
 
-def w8a8_reference(x: mx.array, w: np.ndarray, scale_w: np.ndarray, bias) -> np.ndarray:
-    """float64 [M, N] model of w8a8_linear (int8nax.reference.w8a8_linear_ref, with the integer
-    product through exact float64 BLAS so that large shapes stay quick)."""
-    with np.errstate(invalid="ignore"):  # NaN/inf rows are part of the test
-        q, s_x = quant.quantize_activations_np(to_numpy(x, np.float32))
-    y = exact_product(q, w) * s_x.astype(np.float64)[:, None] * scale_w.astype(np.float64)[None, :]
-    if bias is not None:
-        y = y + bias.astype(np.float64)[None, :]
-    return y
-
-
 def check_w8a8(fn, x: mx.array, w: np.ndarray, scale_w: np.ndarray, bias) -> str | None:
     """fn(x, w, scale_w, bias) as mx.arrays -> x's dtype [M, N]; within 1 ulp of float64
     (NaN where the model is NaN)."""
@@ -90,7 +76,8 @@ def check_w8a8(fn, x: mx.array, w: np.ndarray, scale_w: np.ndarray, bias) -> str
     if y.dtype != x.dtype:
         return f"returned {y.dtype}, expected {x.dtype}"
     got = to_numpy(y, np.float64)
-    want = w8a8_reference(x, w, scale_w, bias)
+    with np.errstate(invalid="ignore"):  # NaN/inf rows are part of the test
+        want = w8a8_linear_ref(x, w, scale_w, bias)
     with np.errstate(invalid="ignore", over="ignore"):
         spacing = np.maximum(ulp(want, dtype), ulp(np.where(np.isfinite(got), got, 0), dtype))
         err = np.abs(got - want) / spacing
@@ -226,56 +213,17 @@ def exactness_grid(backend: str, sizes, seed: int = 0, log=None) -> list[Tally]:
     return [gemm, quantize, w8a8]
 
 
-# ----- cider, only where it is the real thing (PyPI's `cider` is an unrelated package) -----
+# ----- cider: through int8nax.peers.cider (both API generations, PyPI's impostor, M5) -----
 
 
-def find_cider() -> tuple[dict, str]:
-    """({column label: callable}, note): cider's int8 GEMM and W8A8 linear where the installed
-    `cider` is Mininglamp-AI's and takes [N, K] weights (probed: the layout changed from [K, N]
-    without a version bump), else no callables and why."""
+def find_cider() -> tuple["cider_peer.Cider | None", str]:
+    """(cider adapter or None, note): the real Mininglamp-AI/cider, in whichever weight layout
+    its installed version takes, or why it cannot be timed here."""
     try:
-        import cider
-    except Exception as exc:
-        return {}, f"not installed ({type(exc).__name__}: {exc})"
-    matmul = getattr(cider, "int8_matmul_int32", None)
-    if matmul is None:
-        try:
-            from cider.ops import int8_matmul_int32 as matmul
-        except Exception:
-            matmul = None
-    linear_name = next((n for n in ("perchannel_linear", "w8a8_linear") if hasattr(cider, n)), None)
-    if matmul is None and linear_name is None:
-        return {}, ("a package named cider is installed, but it has no int8_matmul_int32, "
-                    "perchannel_linear or w8a8_linear (PyPI's unrelated `cider`, or no M5)")
-    fns, notes = {}, []
-    rng = np.random.default_rng(3)
-    a = rng.integers(-128, 128, (5, 96), dtype=np.int8)
-    b = rng.integers(-128, 128, (40, 96), dtype=np.int8)
-    if matmul is not None:
-        try:
-            problem = check_int8_matmul(matmul, a, b)
-        except Exception as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        if problem is None:
-            fns["cider int8_matmul_int32"] = matmul
-        else:
-            notes.append(f"int8_matmul_int32 does not take [N, K] weights exactly here ({problem})")
-    if linear_name is not None:
-        linear = getattr(cider, linear_name)
-        x = mx.array(rng.standard_normal((5, 96)).astype(np.float16))
-        w, s_w = quant.quantize_weight_np(rng.standard_normal((40, 96)).astype(np.float32))
-        try:
-            y = to_numpy(linear(x, mx.array(w), mx.array(s_w)), np.float64)
-            want = w8a8_reference(x, w, s_w, None)
-            close = y.shape == want.shape and np.abs(y - want).max() <= 1e-2 * np.abs(want).max()
-        except Exception:
-            close = False
-        if close:
-            fns[f"cider {linear_name}"] = linear
-        else:
-            notes.append(f"{linear_name} does not take [N, K] weights here")
-    version = getattr(cider, "__version__", "?")
-    return fns, f"cider {version}" + (f" ({'; '.join(notes)})" if notes else "")
+        found = cider_peer.load()
+    except Unavailable as exc:
+        return None, str(exc)
+    return found, found.describe()
 
 
 def _median_ms(fn, warmup: int, repeat: int) -> float:
@@ -293,7 +241,7 @@ def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[s
     """Markdown rows: median ms (and TOPS) of int8nax and its peers on each shape."""
     import int8nax
 
-    cider_fns, cider_note = find_cider()
+    cider, cider_note = find_cider()
     on_gpu = backend in ("metal", "cuda")
     columns = ["int8nax int8_matmul", "cider int8_matmul_int32", "int8nax w8a8_linear",
                "cider linear (w8a8)", "mx.matmul fp16"]
@@ -309,11 +257,10 @@ def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[s
             "int8nax int8_matmul": lambda: int8nax.int8_matmul(a, w_mx, backend=backend),
             "int8nax w8a8_linear": lambda: int8nax.w8a8_linear(x, w_mx, s_mx, backend=backend),
         }
-        if "cider int8_matmul_int32" in cider_fns:
-            contenders["cider int8_matmul_int32"] = lambda: cider_fns["cider int8_matmul_int32"](a, w_mx)
-        linear = next((f for name, f in cider_fns.items() if "linear" in name), None)
-        if linear is not None:
-            contenders["cider linear (w8a8)"] = lambda: linear(x, w_mx, s_mx)
+        if cider is not None:
+            w_raw, w_lin = cider.matmul_weights(w), cider.linear_weights(w)
+            contenders["cider int8_matmul_int32"] = lambda: cider.int8_matmul(a, w_raw)
+            contenders["cider linear (w8a8)"] = lambda: cider.linear(x, w_lin, s_mx)
         if on_gpu:
             contenders["mx.matmul fp16"] = lambda: x @ w16.T
         cells = []
