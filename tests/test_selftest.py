@@ -4,7 +4,6 @@ backend; and its peer detection (cider only where it is the real thing)."""
 from __future__ import annotations
 
 import sys
-import types
 
 import mlx.core as mx
 import numpy as np

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import int8nax
-from int8nax.reference import max_ulp_error, to_numpy, ulp, w8a8_linear_ref
+from int8nax.reference import max_ulp_error, to_numpy, w8a8_linear_ref
 
 DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 

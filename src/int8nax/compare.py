@@ -15,10 +15,11 @@ timed, and makes the command exit 1.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 
-from . import contenders
+from . import backends, contenders
 from .peers import Unavailable
 
 # (column title, contender) in table order; ratio columns are computed from these.
@@ -159,8 +160,6 @@ def any_mismatch(results) -> bool:
 
 
 def main(args) -> int:
-    from . import backends
-
     if args.shapes:
         shapes = parse_shapes(args.shapes)
         chosen = "--shapes"
@@ -182,7 +181,7 @@ def main(args) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("compare", help="side-by-side timings of int8nax, cider and baselines",
-                       description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", help="comma-separated MxKxN (default: the benchmark profile's shapes)")
     p.add_argument("--profile", choices=sorted(contenders.PROFILES),
                    help="shape profile (default: chosen by backend, INT8NAX_BENCH_PROFILE overrides)")

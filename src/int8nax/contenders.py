@@ -340,9 +340,10 @@ def get(name: str) -> Contender:
 
 # --- timing helpers (for displays; the asv suite times with asv itself) --------------------
 
-def median_seconds(run: Callable[[], object], repeat: int = 5) -> float:
-    """Median wall time of `repeat` calls of a blocking callable (after one warm-up call)."""
-    run()
+def median_seconds(run: Callable[[], object], repeat: int = 5, warmup: int = 1) -> float:
+    """Median wall time of `repeat` calls of a blocking callable, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        run()
     samples = []
     for _ in range(repeat):
         t0 = time.perf_counter()

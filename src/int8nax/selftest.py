@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import platform
-import statistics
 import sys
-import time
 from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
 
 from . import quant
+from .contenders import median_seconds
 from .peers import Unavailable
 from .peers import cider as cider_peer
 from .reference import exact_int_product, to_numpy, ulp, w8a8_linear_ref
@@ -226,17 +225,6 @@ def find_cider() -> tuple["cider_peer.Cider | None", str]:
     return found, found.describe()
 
 
-def _median_ms(fn, warmup: int, repeat: int) -> float:
-    for _ in range(warmup):
-        mx.eval(fn())
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        mx.eval(fn())
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[str], str]:
     """Markdown rows: median ms (and TOPS) of int8nax and its peers on each shape."""
     import int8nax
@@ -268,7 +256,8 @@ def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[s
             if col not in contenders:
                 cells.append("n/a")
                 continue
-            ms = _median_ms(contenders[col], warmup, repeat)
+            run = contenders[col]
+            ms = median_seconds(lambda: mx.eval(run()), repeat, warmup) * 1e3
             cells.append(f"{ms:.3f} ms ({2 * m * n * k / ms / 1e9:.3g} TOPS)")
         lines.append(f"| {m}, {k}, {n} | " + " | ".join(cells) + " |")
     if not on_gpu:
