@@ -3,6 +3,8 @@ backend's own reason where it cannot run on this machine."""
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -20,8 +22,11 @@ def backend(request):
 
 @pytest.fixture
 def rng(request):
-    # A fresh, reproducible stream per test (seeded by the test's name).
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))
+    # A fresh stream per test, seeded by the test's name through a stable digest: Python's
+    # hash() of a str changes from process to process (PYTHONHASHSEED), which made failures
+    # impossible to reproduce.
+    digest = hashlib.sha256(request.node.nodeid.encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
 def random_int8(rng, shape):

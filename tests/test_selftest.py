@@ -9,7 +9,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import backends, cli, selftest
+from int8nax import backends, cli, exactness, selftest
 from int8nax.backends import cpu
 
 from fakes import fake_cider, pypi_cider
@@ -53,7 +53,7 @@ def test_selftest_reports_a_wrong_backend(monkeypatch, capsys):
 
 def test_first_use_check_passes_on_cpu():
     b = cpu.BACKEND
-    assert selftest.first_use_check(b.int8_matmul, b.quantize_activations, b.w8a8_linear) == []
+    assert exactness.first_use_check(b.int8_matmul, b.quantize_activations, b.w8a8_linear) == []
 
 
 def test_quick_timing_table(capsys):

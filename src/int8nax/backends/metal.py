@@ -9,7 +9,7 @@ self-test's refusal path (tests/test_metal_backend.py). See docs/metal.md.
 Detection (nax_support): Metal present, an Apple GPU of generation >= 17 (M5; phones 'p' need
 18), macOS >= 26.4 (int8 tensor ops). Then, the first time anything asks whether this backend
 can run (the first int8nax call on the GPU, or int8nax.info()), a bit-exact self-test runs on
-awkward shapes (selftest.first_use_check); a mismatch, or kernels that fail to build, refuse
+awkward shapes (exactness.first_use_check); a mismatch, or kernels that fail to build, refuse
 NAX for the rest of the process with the reason, so auto mode falls back to the next backend
 and an explicit backend="nax" raises with that reason instead of returning wrong numbers.
 """
@@ -24,7 +24,7 @@ from importlib import resources
 
 import mlx.core as mx
 
-from .. import tiling
+from .. import exactness, tiling
 from .base import Backend, Probe
 
 # ---------------------------------------------------------------------------------------------
@@ -299,10 +299,8 @@ class MetalBackend(Backend):
         return self._probe
 
     def _self_test(self, hardware: Probe) -> Probe:
-        from .. import selftest
-
         try:
-            failures = selftest.first_use_check(
+            failures = exactness.first_use_check(
                 self.raw_int8_matmul, self.raw_quantize_activations, self.raw_w8a8_linear
             )
         except Exception as exc:  # e.g. "Unable to build metal library from source"
@@ -318,7 +316,7 @@ class MetalBackend(Backend):
         return Probe(
             True,
             f"NAX int8 on {hardware.reason}; first-use self-test passed "
-            f"({selftest.FIRST_USE_CHECKS} bit-exact/1-ulp checks)",
+            f"({exactness.FIRST_USE_CHECKS} bit-exact/1-ulp checks)",
         )
 
     def _ready(self) -> None:
