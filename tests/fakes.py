@@ -73,7 +73,7 @@ def pypi_cider():
 
 
 class FakeTensor:
-    """Just enough of torch.Tensor for int8nax.peers.torch_int: a numpy array on a 'device'."""
+    """Just enough of torch.Tensor for int8nax.bench.peers.torch_int: a numpy array on a 'device'."""
 
     def __init__(self, array, device="cpu"):
         self.array, self.device = array, device

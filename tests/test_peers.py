@@ -15,8 +15,8 @@ import pytest
 from fakes import fake_cider, fake_torch, pypi_cider
 
 from int8nax import contenders
-from int8nax.peers import Unavailable, torch_int
-from int8nax.peers import cider as cider_peer
+from int8nax.bench.peers import Unavailable, torch_int
+from int8nax.bench.peers import cider as cider_peer
 
 SHAPE = (5, 64, 24)  # non-square: a layout mix-up changes the output's shape, not just its values
 SQUARE = (6, 64, 64)  # square: a transposed weight goes unnoticed by shape, only values catch it

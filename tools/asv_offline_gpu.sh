@@ -43,7 +43,7 @@ regex=$("$py" - "$BENCH" <<'PY'
 import re, sys
 sys.path.insert(0, ".")
 from int8nax import contenders
-from int8nax.peers import Unavailable, cider, torch_int
+from int8nax.bench.peers import Unavailable, cider, torch_int
 from benchmarks import bench_gemm, bench_linear, common
 
 probes = {"cider-raw": cider.load, "cider-full": cider.load, "torch-int8": torch_int.load}

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 
 from . import backends, contenders
-from .peers import Unavailable
+from .bench.peers import Unavailable
 
 # (column title, contender) in table order; ratio columns are computed from these.
 TIMED = (

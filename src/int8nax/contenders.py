@@ -45,9 +45,9 @@ import mlx.core as mx
 import numpy as np
 
 from . import api, backends
-from .peers import Unavailable
-from .peers import cider as cider_peer
-from .peers import torch_int
+from .bench.peers import Unavailable
+from .bench.peers import cider as cider_peer
+from .bench.peers import torch_int
 from .reference import int8_matmul_ref, max_ulp_error, to_numpy, w8a8_linear_ref
 
 __all__ = ["Unavailable", "MismatchError", "CONTENDERS", "get", "SEED_SHAPES", "CPU_SHAPES",

@@ -25,8 +25,8 @@ import numpy as np
 from . import quant
 from .contenders import median_seconds
 from .exactness import DTYPES, check_int8_matmul, check_quantize, check_w8a8, special_rows
-from .peers import Unavailable
-from .peers import cider as cider_peer
+from .bench.peers import Unavailable
+from .bench.peers import cider as cider_peer
 
 # ---------------------------------------------------------------------------------------------
 # `int8nax selftest`
