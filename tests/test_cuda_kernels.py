@@ -101,3 +101,101 @@ def test_w8a8_epilogues(plan, rng, dtype):
 
 def test_sm_count_is_plausible():
     assert 1 <= cuda.sm_count() <= cuda.SM_ID_CAPACITY
+
+
+# ---- the float32 W8A8 epilogue at the edges of float32 (the numerics spec) ----------------
+
+# Smallest magnitude that rounds to inf in each output format.
+_ROUNDS_TO_INF = {"float16": 65520.0, "bfloat16": (2 - 2.0 ** -8) * 2.0 ** 127, "float32": (2 - 2.0 ** -24) * 2.0 ** 127}
+
+
+def _ulp_ok(y, ref, name):
+    """Within 1 ulp of the float64 model, or inf exactly where the model rounds to inf."""
+    got = to_numpy(y, np.float64)
+    with np.errstate(invalid="ignore"):
+        close = np.abs(got - ref) <= np.maximum(ulp(ref, name), ulp(got, name))
+        overflow = (np.abs(ref) >= _ROUNDS_TO_INF[name]) & (got == np.sign(ref) * np.inf)
+    return close | overflow | (np.isnan(ref) & np.isnan(got))
+
+
+EDGE_PLANS = [p for p in PLANS if p.splits == 1][:1] + [p for p in PLANS if p.splits > 1][-1:]
+
+
+@pytest.mark.parametrize("plan", EDGE_PLANS, ids=plan_id)
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("case", ["random", "huge_sx", "subnormal_sx", "cancelling_bias", "mixed"])
+def test_epilogue_edges_are_within_one_ulp(plan, rng, dtype, case):
+    m, k, n = 70, 1040, 136
+    q = random_int8(rng, (m, k))
+    q[q == -128] = -127
+    w = random_int8(rng, (n, k))
+    acc = int8_matmul_ref(q, w)
+    s_x = (rng.random(m).astype(np.float32) + 0.5) / 100
+    s_w = ((rng.random(n).astype(np.float32) + 0.5) / 2000).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    if case == "huge_sx":  # a bfloat16 row near 1e36 quantizes to s_x ~ 1e34
+        s_x = (s_x * np.float32(1e36)).astype(np.float32)
+        bias = (bias * np.float32(1e30)).astype(np.float32)
+    elif case == "subnormal_sx":  # rows of magnitude ~1e-38: s_x below 2^-126
+        s_x = (s_x * np.float32(1e-37)).astype(np.float32)
+        bias = (bias * np.float32(1e-43)).astype(np.float32)
+    elif case == "cancelling_bias":  # bias = -fl32(acc s_x s_w) of row 0: y is the rounding error
+        bias = (-(acc[0] * s_x[0].astype(np.float64) * s_w.astype(np.float64))).astype(np.float32)
+    elif case == "mixed":
+        s_x[::3] *= np.float32(1e-37)
+        s_x[1::3] *= np.float32(1e30)
+        s_w[::2] *= np.float32(1e5)
+    ref = acc * s_x.astype(np.float64)[:, None] * s_w.astype(np.float64)[None, :] + bias.astype(np.float64)
+    name = str(dtype).split(".")[-1]
+    y = cuda.dequant_gemm(mx.array(q), mx.array(s_x), mx.array(w), mx.array(s_w), mx.array(bias), dtype, plan,
+                          family_of(plan))
+    ok = _ulp_ok(y, ref, name)
+    bad = np.argwhere(~ok)
+    assert bad.size == 0, f"{len(bad)} beyond 1 ulp, first {bad[0].tolist()}: got {to_numpy(y, np.float64)[tuple(bad[0])]!r}, ref {ref[tuple(bad[0])]!r}"
+
+
+def test_epilogue_without_bias_and_with_zero_or_nonfinite_scales():
+    m, k, n = 8, 64, 16
+    rng = np.random.default_rng(5)
+    q, w = random_int8(rng, (m, k)), random_int8(rng, (n, k))
+    acc = int8_matmul_ref(q, w)
+    s_x = np.array([1e-3, 0.0, np.inf, np.nan, 1e-40, 3e38, 1.0, 2.0], np.float32)
+    s_w = np.full(n, 1e-3, np.float32)
+    s_w[3] = 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = acc * s_x.astype(np.float64)[:, None] * s_w.astype(np.float64)[None, :]
+    y = cuda.dequant_gemm(mx.array(q), mx.array(s_x), mx.array(w), mx.array(s_w), None, mx.float32)
+    assert _ulp_ok(y, ref, "float32").all()
+
+
+# ---- quantization of tiny rows (the numerics spec) ----------------------------------------
+
+def _spec_codes(x32):
+    """The spec's codes in float32 numpy: k = 64 for a subnormal scale (int8nax.quant's rule)."""
+    s = (np.max(np.abs(x32), axis=1) / np.float32(127)).astype(np.float32)
+    s[s == 0] = 1
+    up = np.where(s < np.float32(2.0 ** -126), np.float32(2.0 ** 64), np.float32(1)).astype(np.float32)
+    inv = (np.float32(1) / (s * up)).astype(np.float32)
+    v = ((x32 * up[:, None]).astype(np.float32) * inv[:, None]).astype(np.float32)
+    r = np.rint(v)
+    d = v - r
+    r += (d == 0.5) & (v > 0)
+    r -= (d == -0.5) & (v < 0)
+    return np.clip(r, -127, 127).astype(np.int8), s
+
+
+def test_tiny_row_example_of_the_spec():
+    x = mx.array(np.array([[1e-37, 1e-38, 0.0, 5e-39]], np.float32))
+    q, s = cuda.quantize(x)
+    assert np.array(q).tolist() == [[127, 13, 0, 6]]
+    assert np.array(s)[0] == np.float32(np.float32(1e-37) / np.float32(127))
+
+
+@pytest.mark.parametrize("k", [8, 1000, 4096])
+def test_tiny_and_normal_rows_follow_the_spec(rng, k):
+    mags = np.array([1e-38, 1e-40, 1e-44, 1.0, 1e30, 1e37, 2.0 ** -126 * 127, 2.0 ** -126 * 126.99], np.float64)
+    x32 = (rng.standard_normal((len(mags), k)) * mags[:, None]).astype(np.float32)
+    q, s = cuda.quantize(mx.array(x32))
+    want_q, want_s = _spec_codes(x32)
+    assert np.array_equal(np.array(s), want_s)
+    assert np.array_equal(np.array(q), want_q)

@@ -76,12 +76,53 @@ def test_wgmma_wrapper_names_every_accumulator():
 
 
 def test_sm90_header_has_a_wrapper_for_every_tile_width():
-    text = cuda_source.header("sm90")
+    text = cuda_source.header_text("sm90")
     for cfg in tiling.CUDA_CONFIGS.values():
         assert f"m64n{cfg.bn}k32" in text
     # The wrappers are declared before the GEMM template that calls them.
     assert text.index("void wgmma_s8(") < text.index("void gemm_sm90(")
-    assert "wgmma.mma_async" not in cuda_source.header("simt")
+    assert "wgmma.mma_async" not in cuda_source.header_text("simt")
+
+
+def test_committed_wgmma_header_is_current():
+    path = cuda_source.kernels_dir() / cuda_source.WGMMA_HEADER
+    assert path.read_text() == cuda_source.wgmma_header_text(), (
+        "kernels/wgmma_s8.cuh is stale: run cuda_source.write_wgmma_header()")
+
+
+@pytest.mark.parametrize("part", ["sm90", "simt", "quantize"])
+def test_header_is_a_few_absolute_includes(part):
+    text = cuda_source.header(part)
+    lines = text.splitlines()
+    assert len(text) < 400 and all(l.startswith('#include "/') and l.endswith('.cuh"') for l in lines)
+    # Every included file exists and together they are the part's text.
+    files = [l[len('#include "'):-1] for l in lines]
+    from pathlib import Path
+
+    assert "\n".join(Path(f).read_text() for f in files) == cuda_source.header_text(part)
+
+
+def test_kernel_names_change_with_the_header_text(monkeypatch):
+    spec = cuda_source.gemm_int32("sm90", tiling.CUDA_CONFIGS["wg1_64x64"])
+    assert spec.name.endswith("_" + cuda_source.digest("sm90"))
+    for fn in (cuda_source.header_text, cuda_source.digest, cuda_source.gemm_int32):
+        fn.cache_clear()
+    real = cuda_source._read
+    monkeypatch.setattr(cuda_source, "_read", lambda f: real(f) + ("// edited\n" if f == "gemm_sm90.cuh" else ""))
+    try:
+        assert cuda_source.gemm_int32("sm90", tiling.CUDA_CONFIGS["wg1_64x64"]).name != spec.name
+    finally:
+        for fn in (cuda_source.header_text, cuda_source.digest, cuda_source.gemm_int32):
+            fn.cache_clear()
+
+
+def test_header_falls_back_to_the_text_without_a_kernels_folder(monkeypatch):
+    cuda_source.header.cache_clear()
+    monkeypatch.setattr(cuda_source, "kernels_dir", lambda: None)
+    try:
+        assert cuda_source.header("quantize") == cuda_source.header_text("quantize")
+    finally:
+        cuda_source.header.cache_clear()
 
 
 def test_kernel_specs_are_distinct_and_use_mlx_shape_arguments():

@@ -169,10 +169,10 @@ def _quantize_graph(x):
     return q, s
 
 
-def _w8a8_graph(x, w, scale_w, bias32, family, plan, has_bias):
+def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias):
+    """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n])."""
     n = w.shape[0]
-    q, scale_x = _quantize_graph(x)
-    epilogue = [("TOut", x.dtype), ("HAS_BIAS", has_bias)]
+    epilogue = [("TOut", out_dtype), ("HAS_BIAS", has_bias)]
     fused = cuda_source.gemm_w8a8(family, plan.cfg)
     raw = cuda_source.gemm_int32(family, plan.cfg)
 
@@ -180,34 +180,81 @@ def _w8a8_graph(x, w, scale_w, bias32, family, plan, has_bias):
         q_rows, sx_rows = _rows(q, r0, r1), _rows(scale_x, r0, r1)
         if plan.splits == 1:
             # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
-            return _launch_gemm(fused, [q_rows, w, sx_rows, scale_w, bias32], r1 - r0, n, x.dtype, plan, epilogue)
+            return _launch_gemm(fused, [q_rows, w, sx_rows, scale_w, bias32], r1 - r0, n, out_dtype, plan, epilogue)
         ws = _launch_gemm(raw, [q_rows, w], r1 - r0, n, mx.int32, plan, [])
-        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias32], x.dtype, epilogue)
+        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias32], out_dtype, epilogue)
 
-    return _by_row_chunks(x.shape[0], plan, one_chunk)
+    return _by_row_chunks(q.shape[0], plan, one_chunk)
+
+
+def _w8a8_graph(x, w, scale_w, bias32, family, plan, has_bias):
+    q, scale_x = _quantize_graph(x)
+    return _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, x.dtype, family, plan, has_bias)
+
+
+def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaPlan | None = None,
+                 family: str | None = None):
+    """The W8A8 GEMM and epilogue on given codes: q int8 [M, K], scale_x float32 [M], w int8
+    [N, K], scale_w float32 [N], bias None or float32 [N] -> out_dtype [M, N] (tests, experiments)."""
+    family = family or _family()
+    plan = plan or default_plan(q.shape[0], w.shape[0], q.shape[1], family)
+    has_bias = bias is not None
+    return _dequant_gemm_graph(q, scale_x, w, scale_w, bias if has_bias else _no_bias(), out_dtype, family, plan,
+                               has_bias)
 
 
 # Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the
 # recorded launches for every later call of the same shapes and dtypes, skipping the Python
-# work and the per-call assembly of the kernel source that a direct cuda_kernel call costs
-# (several times the GPU time of a small GEMM on the H200, measured in docs/cuda-notes.md).
+# work of building the launches. COMPILE = False builds them directly on every call instead
+# (measured against each other in tools/cuda_experiments.py; docs/cuda-notes.md).
+
+COMPILE = True
+
+
+def _maybe_compile(fn):
+    return mx.compile(fn) if COMPILE else fn
 
 
 @lru_cache(maxsize=None)
 def _compiled_gemm(family: str, plan: tiling.CudaPlan):
-    return mx.compile(lambda a, b: _gemm_int32_graph(a, b, family, plan))
+    return _maybe_compile(lambda a, b: _gemm_int32_graph(a, b, family, plan))
 
 
 @lru_cache(maxsize=None)
 def _compiled_w8a8(family: str, plan: tiling.CudaPlan, has_bias: bool):
-    return mx.compile(lambda x, w, s, bias: _w8a8_graph(x, w, s, bias, family, plan, has_bias))
+    return _maybe_compile(lambda x, w, s, bias: _w8a8_graph(x, w, s, bias, family, plan, has_bias))
 
 
-_compiled_quantize = mx.compile(_quantize_graph)
+@lru_cache(maxsize=None)
+def _compiled_quantize():
+    return _maybe_compile(_quantize_graph)
+
+
+# The dispatch's choice per shape, cached: a call of a shape seen before costs one dict lookup
+# on ints (the plan and its compiled function are hashable dataclasses, slower to look up).
+@lru_cache(maxsize=4096)
+def _gemm_for_shape(m: int, n: int, k: int):
+    family = _family()
+    return _compiled_gemm(family, default_plan(m, n, k, family))
+
+
+@lru_cache(maxsize=4096)
+def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
+    family = _family()
+    return _compiled_w8a8(family, default_plan(m, n, k, family), has_bias)
+
+
+def clear_caches() -> None:
+    """Forget every built kernel object and compiled entry point (after changing COMPILE)."""
+    for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape):
+        fn.cache_clear()
 
 
 def gemm_int32(a: mx.array, b: mx.array, plan: tiling.CudaPlan | None = None, family: str | None = None):
     """int32 [M, N] = a [M, K] . b [N, K]^T, exact, with a given plan/family or the dispatch's."""
+    if plan is None and family is None:
+        m, k = a.shape
+        return _gemm_for_shape(m, b.shape[0], k)(a, b)
     family = family or _family()
     plan = plan or default_plan(a.shape[0], b.shape[0], a.shape[1], family)
     return _compiled_gemm(family, plan)(a, b)
@@ -215,16 +262,19 @@ def gemm_int32(a: mx.array, b: mx.array, plan: tiling.CudaPlan | None = None, fa
 
 def quantize(x: mx.array) -> tuple[mx.array, mx.array]:
     """(int8 [M, K], float32 [M]) per-token quantization of float [M, K] (int8nax.quant)."""
-    return _compiled_quantize(x)
+    return _compiled_quantize()(x)
 
 
 def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str | None = None):
     """dequant(quant(x) . w^T) (+ bias) in x's dtype, [M, N]; bias None or float [N]."""
-    family = family or _family()
-    plan = plan or default_plan(x.shape[0], w.shape[0], x.shape[1], family)
     has_bias = bias is not None
     # float32 holds every float16/bfloat16/float32 bias value exactly.
-    bias32 = bias.astype(mx.float32) if has_bias else _no_bias()
+    bias32 = (bias if bias.dtype == mx.float32 else bias.astype(mx.float32)) if has_bias else _no_bias()
+    if plan is None and family is None:
+        m, k = x.shape
+        return _w8a8_for_shape(m, w.shape[0], k, has_bias)(x, w, scale_w, bias32)
+    family = family or _family()
+    plan = plan or default_plan(x.shape[0], w.shape[0], x.shape[1], family)
     return _compiled_w8a8(family, plan, has_bias)(x, w, scale_w, bias32)
 
 

@@ -137,6 +137,9 @@ __device__ __forceinline__ TileCoords tile_coords(int M, int N, int K) {
 }
 
 // ---- epilogues: what happens to a pair of int32 results (row, col) and (row, col + 1) ----
+//
+// Every epilogue has row_factor(row) (read once per accumulator row: s_x[row] for W8A8) and
+// store2(row, col, v0, v1, factor) / store1(row, col, v, factor).
 
 // int32 [M, N] results. With split-K (gridDim.z > 1) split z writes its partial sums to slice z
 // of a [splits, M, N] workspace, summed afterwards by reduce_splits (plain stores: no atomics,
@@ -146,19 +149,19 @@ struct StoreInt32 {
   int M;
   int N;
 
-  __device__ __forceinline__ double row_factor(int) const {
-    return 0.0;
+  __device__ __forceinline__ float row_factor(int) const {
+    return 0.0f;
   }
 
   __device__ __forceinline__ int32_t* at(int row, int col) const {
     return out + (static_cast<size_t>(blockIdx.z) * M + row) * N + col;
   }
 
-  __device__ __forceinline__ void store1(int row, int col, int v, double) const {
+  __device__ __forceinline__ void store1(int row, int col, int v, float) const {
     *at(row, col) = v;
   }
 
-  __device__ __forceinline__ void store2(int row, int col, int v0, int v1, double) const {
+  __device__ __forceinline__ void store2(int row, int col, int v0, int v1, float) const {
     if (row >= M || col >= N) {
       return;
     }
@@ -174,28 +177,156 @@ struct StoreInt32 {
   }
 };
 
-__device__ __forceinline__ void store_rounded(float* p, double y) {
-  *p = __double2float_rn(y);
-}
-__device__ __forceinline__ void store_rounded(__half* p, double y) {
-  *p = __double2half(y);
-}
-__device__ __forceinline__ void store_rounded(__nv_bfloat16* p, double y) {
-  *p = __double2bfloat16(y);
-}
-// Two neighbours in one store (p aligned to twice the element size).
-__device__ __forceinline__ void store_rounded2(float* p, double y0, double y1) {
-  *reinterpret_cast<float2*>(p) = make_float2(__double2float_rn(y0), __double2float_rn(y1));
-}
-__device__ __forceinline__ void store_rounded2(__half* p, double y0, double y1) {
-  *reinterpret_cast<__half2*>(p) = __halves2half2(__double2half(y0), __double2half(y1));
-}
-__device__ __forceinline__ void store_rounded2(__nv_bfloat16* p, double y0, double y1) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __halves2bfloat162(__double2bfloat16(y0), __double2bfloat16(y1));
+// ---- W8A8 dequantization in float32: y = acc * s_x * s_w (+ bias), within 1 ulp ----
+//
+// No double (the FP64 conversions made the fused GEMM 16-26% slower than the int32 one) and no
+// int->float conversion instruction (16 per clock per SM on Hopper, against 128 for FFMA):
+//  * acc = a.hi + a.lo exactly, a.hi = acc rounded to float: the two 16-bit halves of acc become
+//    exact floats by the magic-number trick, one fma rounds their sum, Fast2Sum recovers the rest;
+//  * s_x * s_w = s.hi + s.lo exactly (fma two-product), where it neither under- nor overflows;
+//  * a.hi * s.hi = p.hi + p.lo exactly; the other cross terms, each below 2^-23 |y|, are summed
+//    by two fma (a.lo * s.lo < 2^-48 |y| is dropped); the bias joins by an exact two-sum.
+// The float32 result then carries one rounding plus an error below 2^-44 |acc * s_x * s_w|,
+// which is below 2^-36 of the result unless the bias cancels most of the product; then
+// (rarely) combine_cancelled sums every term exactly. So y is within 1 ulp of the float64
+// model; its conversion to float16/bfloat16 adds one more rounding of the nearly exact float32
+// value, still within 1 ulp of the model.
+// A scale product outside [2^-100, 2^90] (a subnormal s_x, a bfloat16 row near 1e36) or a
+// non-finite or zero scale takes dequantize_wide: the same arithmetic on the mantissas
+// (frexpf), the bias scaled to meet them, and one ldexpf at the end, so no intermediate
+// under- or overflows and inf appears only where the rounded result exceeds float32.
+
+struct FloatPair {
+  float hi;
+  float lo;
+};
+
+// a * b = hi + lo exactly, unless a * b under- or overflows.
+__device__ __forceinline__ FloatPair two_prod(float a, float b) {
+  const float hi = __fmul_rn(a, b);
+  return {hi, __fmaf_rn(a, b, -hi)};
 }
 
-// W8A8: y[m, n] = acc * s_x[m] * s_w[n] (+ bias[n]), evaluated in double in the reference's
-// order and rounded once to TOut, so the result is within half an ulp of the float64 model.
+// a + b = hi + lo exactly (Knuth's branch-free two-sum; the intrinsics forbid reassociation).
+__device__ __forceinline__ FloatPair two_sum(float a, float b) {
+  const float s = __fadd_rn(a, b);
+  const float bv = __fsub_rn(s, a);
+  const float av = __fsub_rn(s, bv);
+  return {s, __fadd_rn(__fsub_rn(a, av), __fsub_rn(b, bv))};
+}
+
+// acc = hi + lo exactly with hi = acc rounded to float32 (|lo| <= 64), in six integer/float
+// operations and no conversion instruction.
+__device__ __forceinline__ FloatPair split_int(int v) {
+  // 0x4B400000 = 1.5 * 2^23: adding |j| < 2^22 to its bits gives the float 1.5 * 2^23 + j.
+  const float h = __fsub_rn(__int_as_float(0x4B400000 + (v >> 16)), 12582912.0f);     // in [-2^15, 2^15)
+  const float l = __fsub_rn(__int_as_float(0x4B000000 | (v & 0xFFFF)), 8388608.0f);  // in [0, 2^16)
+  const float hi = __fmaf_rn(h, 65536.0f, l);                 // one rounding of 65536 h + l = v
+  return {hi, __fsub_rn(l, __fmaf_rn(h, -65536.0f, hi))};     // Fast2Sum (|65536 h| > l or h = 0)
+}
+
+// a * s + b after cancellation (|a * s + b| < 2^-8 |a * s|), where the fast sum's error could
+// exceed half an ulp of the small result: every cross term as an exact pair, summed by a
+// cascade of two-sums (Ogita-Rump-Oishi Sum2), so the error is one rounding plus 2^-60 |a * s|.
+__device__ __noinline__ float combine_cancelled(FloatPair a, FloatPair s, FloatPair p, FloatPair q) {
+  const FloatPair t1 = two_prod(a.hi, s.lo);
+  const FloatPair t2 = two_prod(a.lo, s.hi);
+  const float terms[7] = {q.lo, p.lo, t1.hi, t2.hi, t1.lo, t2.lo, __fmul_rn(a.lo, s.lo)};
+  float sum = q.hi;
+  float err = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 7; ++i) {
+    const FloatPair r = two_sum(sum, terms[i]);
+    sum = r.hi;
+    err = __fadd_rn(err, r.lo);
+  }
+  return __fadd_rn(sum, err);
+}
+
+// a * s (+ b): a and s exact pairs with |a.lo| <= 2^-24 |a.hi|, |s.lo| <= 2^-24 |s.hi|.
+template <bool HAS_BIAS>
+__device__ __forceinline__ float combine(FloatPair a, FloatPair s, float b) {
+  const FloatPair p = two_prod(a.hi, s.hi);
+  const float tail = __fmaf_rn(a.hi, s.lo, __fmaf_rn(a.lo, s.hi, p.lo));
+  if (!HAS_BIAS) {
+    return __fadd_rn(p.hi, tail);
+  }
+  const FloatPair q = two_sum(p.hi, b);
+  if (isinf(q.hi)) {
+    return q.hi;  // q.lo would be NaN; the exact value overflows as well
+  }
+  if (fabsf(q.hi) < 0x1p-8f * fabsf(p.hi)) {
+    return combine_cancelled(a, s, p, q);  // rare: the bias cancels most of the product
+  }
+  return __fadd_rn(q.hi, __fadd_rn(q.lo, tail));
+}
+
+// The rare scales (see above): exponents apart, one ldexpf at the end.
+template <bool HAS_BIAS>
+__device__ __noinline__ float dequantize_wide(int acc, float sx, float sw, float b) {
+  if (!isfinite(sx) || !isfinite(sw) || acc == 0 || sx == 0.0f || sw == 0.0f) {
+    // NaN, inf or an exact zero product: what float64 gives (0 * finite = 0, NaN/inf propagate).
+    const float y = (isfinite(sx) && isfinite(sw)) ? 0.0f : __fmul_rn(__fmul_rn(static_cast<float>(acc), sx), sw);
+    return HAS_BIAS ? __fadd_rn(y, b) : y;
+  }
+  if (HAS_BIAS && !isfinite(b)) {
+    return b;  // a finite product plus inf or NaN
+  }
+  int ex;
+  int ew;
+  const float fx = frexpf(sx, &ex);  // |fx|, |fw| in [1/2, 1), exact also for subnormal scales
+  const float fw = frexpf(sw, &ew);
+  const int e = ex + ew;
+  // |acc * fx * fw| in [1/4, 2^31): nothing below can under- or overflow.
+  const FloatPair s = two_prod(fx, fw);
+  const FloatPair a = split_int(acc);
+  float r;
+  if (HAS_BIAS && b != 0.0f) {
+    int eb;
+    frexpf(b, &eb);
+    if (eb - e > 64) {
+      return b;  // |acc s_x s_w| < 2^(31 + e) < 2^-32 |b|: below half an ulp of b
+    }
+    // Exponent >= -200 - e ... <= 64: scaled exactly, or (far below the product) to zero.
+    const float bs = eb - e < -200 ? 0.0f : ldexpf(b, -e);
+    r = combine<true>(a, s, bs);
+  } else {
+    r = combine<false>(a, s, 0.0f);
+  }
+  return ldexpf(r, e);  // exact, or the one rounding into float32's subnormals, or inf
+}
+
+template <bool HAS_BIAS>
+__device__ __forceinline__ float dequantize(int acc, float sx, float sw, float b) {
+  const FloatPair s = two_prod(sx, sw);
+  const float mag = fabsf(s.hi);
+  if (!(mag >= 0x1p-100f && mag <= 0x1p90f)) {  // also NaN
+    return dequantize_wide<HAS_BIAS>(acc, sx, sw, b);
+  }
+  return combine<HAS_BIAS>(split_int(acc), s, b);
+}
+
+__device__ __forceinline__ void store_rounded(float* p, float y) {
+  *p = y;
+}
+__device__ __forceinline__ void store_rounded(__half* p, float y) {
+  *p = __float2half_rn(y);
+}
+__device__ __forceinline__ void store_rounded(__nv_bfloat16* p, float y) {
+  *p = __float2bfloat16_rn(y);
+}
+// Two neighbours in one store (p aligned to twice the element size).
+__device__ __forceinline__ void store_rounded2(float* p, float y0, float y1) {
+  *reinterpret_cast<float2*>(p) = make_float2(y0, y1);
+}
+__device__ __forceinline__ void store_rounded2(__half* p, float y0, float y1) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(y0, y1);
+}
+__device__ __forceinline__ void store_rounded2(__nv_bfloat16* p, float y0, float y1) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(y0, y1);
+}
+
+// W8A8: y[m, n] = dequantize(acc, s_x[m], s_w[n], bias[n]) rounded to TOut.
 template <typename TOut, bool HAS_BIAS>
 struct DequantStore {
   TOut* out;
@@ -205,23 +336,19 @@ struct DequantStore {
   int M;
   int N;
 
-  __device__ __forceinline__ double row_factor(int row) const {
-    return row < M ? static_cast<double>(scale_x[row]) : 0.0;
+  __device__ __forceinline__ float row_factor(int row) const {
+    return row < M ? scale_x[row] : 0.0f;
   }
 
-  __device__ __forceinline__ double value(int col, int v, double sx) const {
-    double y = static_cast<double>(v) * sx * static_cast<double>(scale_w[col]);
-    if (HAS_BIAS) {
-      y += static_cast<double>(bias[col]);
-    }
-    return y;
+  __device__ __forceinline__ float value(int col, int v, float sx) const {
+    return dequantize<HAS_BIAS>(v, sx, scale_w[col], HAS_BIAS ? bias[col] : 0.0f);
   }
 
-  __device__ __forceinline__ void store1(int row, int col, int v, double sx) const {
+  __device__ __forceinline__ void store1(int row, int col, int v, float sx) const {
     store_rounded(out + static_cast<size_t>(row) * N + col, value(col, v, sx));
   }
 
-  __device__ __forceinline__ void store2(int row, int col, int v0, int v1, double sx) const {
+  __device__ __forceinline__ void store2(int row, int col, int v0, int v1, float sx) const {
     if (row >= M || col >= N) {
       return;
     }
@@ -253,7 +380,7 @@ __device__ void reduce_splits(const int32_t* ws, int splits, int M, int N, const
       }
       const int row = static_cast<int>(4 * i / N);
       const int col = static_cast<int>(4 * i % N);
-      const double f = epi.row_factor(row);
+      const float f = epi.row_factor(row);
       epi.store2(row, col, sum.x, sum.y, f);
       epi.store2(row, col + 2, sum.z, sum.w, f);
     }

@@ -123,8 +123,8 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
   const int warp = (tid >> 5) & 3;
   const int row = t.m0 + warpgroup * 64 + warp * 16 + (lane >> 2);
   const int col = t.n0 + 2 * (lane & 3);
-  const double f0 = epi.row_factor(row);
-  const double f1 = epi.row_factor(row + 8);
+  const float f0 = epi.row_factor(row);
+  const float f1 = epi.row_factor(row + 8);
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
     epi.store2(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);

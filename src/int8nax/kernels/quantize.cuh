@@ -1,7 +1,11 @@
 // int8nax CUDA kernels, part 4: per-token activation quantization (int8nax/quant.py, bit for bit).
 //
 //   s[m] = max_k |x[m, k]| / 127 in float32 (1 for an all-zero row, NaN for a row with NaN/inf)
-//   q[m, k] = clamp(roundf(x[m, k] * (1.0f / s[m])), -127, 127)   (0 in a NaN/inf row)
+//   q[m, k] = clamp(roundf((x[m, k] * 2^k) * (1.0f / (s[m] * 2^k))), -127, 127)   (0 in a NaN/inf row)
+//   with k = 0 when s[m] >= 2^-126 (then this is x * (1 / s), bit for bit) and k = 64 for a
+//   subnormal s[m], whose reciprocal would overflow: both scalings by 2^64 are exact, so the
+//   codes are x * (1 / s) as if float32 had no exponent limit (int8nax.quant's spec; example:
+//   [1e-37, 1e-38, 0, 5e-39] -> [127, 13, 0, 6]).
 // NVRTC's defaults keep IEEE division and no fast-math, and roundf rounds half away from zero,
 // which is exactly the reference. One block of THREADS threads per row; rows of whole
 // 8-value groups are read 16 bytes at a time (the row is read twice: for the scale, then the codes).
@@ -47,9 +51,10 @@ __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
   f[4] = hi.x, f[5] = hi.y, f[6] = hi.z, f[7] = hi.w;
 }
 
-// The quantization of one value, given the row's reciprocal scale (0 codes in a NaN/inf row).
-__device__ __forceinline__ int quantize_one(float v, float inv, bool bad) {
-  const float r = fminf(fmaxf(roundf(v * inv), -127.0f), 127.0f);
+// The quantization of one value, given the row's pre-scale (1 or 2^64) and reciprocal scale
+// (0 codes in a NaN/inf row). __fmul_rn: the two products must not be fused or reordered.
+__device__ __forceinline__ int quantize_one(float v, float up, float inv, bool bad) {
+  const float r = fminf(fmaxf(roundf(__fmul_rn(__fmul_rn(v, up), inv)), -127.0f), 127.0f);
   return bad ? 0 : static_cast<int>(r);
 }
 
@@ -104,7 +109,9 @@ __device__ void quantize_rows(const T* x, int K, int8_t* q, float* scale) {
   if (bad) {
     s = __int_as_float(0x7fc00000);  // quiet NaN
   }
-  const float inv = bad ? 0.0f : 1.0f / s;
+  // Tiny rows: s subnormal, 1 / s would be inf; scale x and s by 2^64 first (exact).
+  const float up = s < 0x1p-126f ? 0x1p64f : 1.0f;
+  const float inv = bad ? 0.0f : 1.0f / __fmul_rn(s, up);
 #pragma unroll 4
   for (int g = threadIdx.x; g < groups; g += THREADS) {
     float f[8];
@@ -112,12 +119,12 @@ __device__ void quantize_rows(const T* x, int K, int8_t* q, float* scale) {
     uint32_t packed[2] = {0u, 0u};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      packed[i >> 2] |= (static_cast<uint32_t>(quantize_one(f[i], inv, bad)) & 0xffu) << (8 * (i & 3));
+      packed[i >> 2] |= (static_cast<uint32_t>(quantize_one(f[i], up, inv, bad)) & 0xffu) << (8 * (i & 3));
     }
     *reinterpret_cast<uint2*>(qr + 8 * g) = make_uint2(packed[0], packed[1]);
   }
   for (int k = 8 * groups + threadIdx.x; k < K; k += THREADS) {
-    qr[k] = static_cast<int8_t>(quantize_one(to_float(xr[k]), inv, bad));
+    qr[k] = static_cast<int8_t>(quantize_one(to_float(xr[k]), up, inv, bad));
   }
   if (threadIdx.x == 0) {
     scale[row] = s;
