@@ -138,8 +138,13 @@ __device__ __forceinline__ TileCoords tile_coords(int M, int N, int K) {
 
 // ---- epilogues: what happens to a pair of int32 results (row, col) and (row, col + 1) ----
 //
-// Every epilogue has row_factor(row) (read once per accumulator row: s_x[row] for W8A8) and
-// store2(row, col, v0, v1, factor) / store1(row, col, v, factor).
+// Every epilogue has row_factor(row) (read once per accumulator row: s_x[row] for W8A8);
+// store2(row, col, v0, v1, factor) / store1(row, col, v, factor), exact anywhere (bounds
+// checked); and for the interior of a tile (fast_ok) store2_fast, branch-free, which returns
+// true when its pair needs the exact store2 after all (rare W8A8 scales or cancellation).
+// The GEMMs run store2_fast over a whole interior tile first and store2 over it only if some
+// pair asked, so the loads and arithmetic of all pairs overlap: a branch or call per element
+// serialised them (the fused W8A8 GEMM ran 1.83x the int32 one at 8192^3, ncu, 2026-12-01).
 
 // int32 [M, N] results. With split-K (gridDim.z > 1) split z writes its partial sums to slice z
 // of a [splits, M, N] workspace, summed afterwards by reduce_splits (plain stores: no atomics,
@@ -157,22 +162,32 @@ struct StoreInt32 {
     return out + (static_cast<size_t>(blockIdx.z) * M + row) * N + col;
   }
 
+  // Whether rows [r0, r0 + rows) x cols [c0, c0 + cols) lie inside and pairs can be stored whole.
+  __device__ __forceinline__ bool fast_ok(int r0, int c0, int rows, int cols) const {
+    return r0 + rows <= M && c0 + cols <= N && (N & 1) == 0;
+  }
+
+  // A pair known to be inside (fast_ok): one 8-byte store; integers never need the exact pass.
+  __device__ __forceinline__ bool store2_fast(int row, int col, int v0, int v1, float) const {
+    *reinterpret_cast<int2*>(at(row, col)) = make_int2(v0, v1);
+    return false;
+  }
+
   __device__ __forceinline__ void store1(int row, int col, int v, float) const {
     *at(row, col) = v;
   }
 
-  __device__ __forceinline__ void store2(int row, int col, int v0, int v1, float) const {
+  __device__ __forceinline__ void store2(int row, int col, int v0, int v1, float f) const {
     if (row >= M || col >= N) {
       return;
     }
-    int32_t* p = at(row, col);
     if (col + 1 < N && (N & 1) == 0) {
-      *reinterpret_cast<int2*>(p) = make_int2(v0, v1);
-    } else {
-      p[0] = v0;
-      if (col + 1 < N) {
-        p[1] = v1;
-      }
+      store2_fast(row, col, v0, v1, f);
+      return;
+    }
+    store1(row, col, v0, f);
+    if (col + 1 < N) {
+      store1(row, col + 1, v1, f);
     }
   }
 };
@@ -306,6 +321,27 @@ __device__ __forceinline__ float dequantize(int acc, float sx, float sw, float b
   return combine<HAS_BIAS>(split_int(acc), s, b);
 }
 
+// The common case without a branch: y as dequantize computes it when the scale product is in
+// [2^-100, 2^90], the bias does not cancel most of the product and nothing overflows; `rare`
+// says that one of these fails and y must come from dequantize instead.
+template <bool HAS_BIAS>
+__device__ __forceinline__ float dequantize_fast(int acc, float sx, float sw, float b, bool& rare) {
+  const FloatPair s = two_prod(sx, sw);
+  const float mag = fabsf(s.hi);
+  const FloatPair a = split_int(acc);
+  const FloatPair p = two_prod(a.hi, s.hi);
+  const float tail = __fmaf_rn(a.hi, s.lo, __fmaf_rn(a.lo, s.hi, p.lo));
+  const bool in_range = (mag >= 0x1p-100f) & (mag <= 0x1p90f);  // false for NaN
+  if (!HAS_BIAS) {
+    rare = !in_range;
+    return __fadd_rn(p.hi, tail);
+  }
+  const FloatPair q = two_sum(p.hi, b);
+  const float aq = fabsf(q.hi);
+  rare = !(in_range & (aq >= 0x1p-8f * fabsf(p.hi)) & (aq < __int_as_float(0x7f800000)));
+  return __fadd_rn(q.hi, __fadd_rn(q.lo, tail));
+}
+
 __device__ __forceinline__ void store_rounded(float* p, float y) {
   *p = y;
 }
@@ -348,12 +384,28 @@ struct DequantStore {
     store_rounded(out + static_cast<size_t>(row) * N + col, value(col, v, sx));
   }
 
+  __device__ __forceinline__ bool fast_ok(int r0, int c0, int rows, int cols) const {
+    const unsigned long long ptrs =
+        reinterpret_cast<unsigned long long>(scale_w) | (HAS_BIAS ? reinterpret_cast<unsigned long long>(bias) : 0ull);
+    return r0 + rows <= M && c0 + cols <= N && (N & 1) == 0 && (ptrs & 7) == 0;
+  }
+
+  // A pair known to be inside (fast_ok), on the branch-free path with 8-byte loads of s_w and
+  // bias; true: the pair needs the exact path (store2), which overwrites what this stored.
+  __device__ __forceinline__ bool store2_fast(int row, int col, int v0, int v1, float sx) const {
+    const float2 sw = *reinterpret_cast<const float2*>(scale_w + col);
+    const float2 bb = HAS_BIAS ? *reinterpret_cast<const float2*>(bias + col) : make_float2(0.0f, 0.0f);
+    bool r0;
+    bool r1;
+    const float y0 = dequantize_fast<HAS_BIAS>(v0, sx, sw.x, bb.x, r0);
+    const float y1 = dequantize_fast<HAS_BIAS>(v1, sx, sw.y, bb.y, r1);
+    store_rounded2(out + static_cast<size_t>(row) * N + col, y0, y1);
+    return r0 | r1;
+  }
+
+  // The exact path for a pair anywhere (bounds checked, one element at a time).
   __device__ __forceinline__ void store2(int row, int col, int v0, int v1, float sx) const {
     if (row >= M || col >= N) {
-      return;
-    }
-    if (col + 1 < N && (N & 1) == 0) {
-      store_rounded2(out + static_cast<size_t>(row) * N + col, value(col, v0, sx), value(col + 1, v1, sx));
       return;
     }
     store1(row, col, v0, sx);
@@ -381,8 +433,11 @@ __device__ void reduce_splits(const int32_t* ws, int splits, int M, int N, const
       const int row = static_cast<int>(4 * i / N);
       const int col = static_cast<int>(4 * i % N);
       const float f = epi.row_factor(row);
-      epi.store2(row, col, sum.x, sum.y, f);
-      epi.store2(row, col + 2, sum.z, sum.w, f);
+      if (!epi.fast_ok(row, col, 1, 4) ||
+          (epi.store2_fast(row, col, sum.x, sum.y, f) | epi.store2_fast(row, col + 2, sum.z, sum.w, f))) {
+        epi.store2(row, col, sum.x, sum.y, f);
+        epi.store2(row, col + 2, sum.z, sum.w, f);
+      }
     }
     return;
   }

@@ -78,7 +78,7 @@ __device__ __forceinline__ void gemm_simt(const int8_t* a, const int8_t* b, int 
   for (int i = 0; i < 4; ++i) {
     const int row = t.m0 + r_local + i;
     const float f = epi.row_factor(row);
-    epi.store2(row, t.n0 + c_local, acc[i][0], acc[i][1], f);
+    epi.store2(row, t.n0 + c_local, acc[i][0], acc[i][1], f);  // the exact path (a fallback kernel)
     epi.store2(row, t.n0 + c_local + 2, acc[i][2], acc[i][3], f);
   }
 }

@@ -125,10 +125,23 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
   const int col = t.n0 + 2 * (lane & 3);
   const float f0 = epi.row_factor(row);
   const float f1 = epi.row_factor(row + 8);
+  // Interior tiles: every pair on the branch-free path first, then (rarely) the exact path for
+  // the thread's whole share when one pair asked for it; edge tiles: the exact path, bounds
+  // checked (cuda_common.cuh, "epilogues").
+  bool exact = !epi.fast_ok(t.m0 + warpgroup * 64, t.n0, 64, BN);
+  if (!exact) {
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    epi.store2(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
-    epi.store2(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
+    for (int j = 0; j < BN / 8; ++j) {
+      exact |= epi.store2_fast(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
+      exact |= epi.store2_fast(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
+    }
+  }
+  if (exact) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      epi.store2(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
+      epi.store2(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
+    }
   }
 }
 
