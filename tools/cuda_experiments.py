@@ -290,6 +290,64 @@ def shape_section(m, k, n, calls, lt_mod, torch) -> dict:
     return row
 
 
+# ---- where one call + eval goes ------------------------------------------------------------------
+
+def one_call_probe(shapes, lt_mod, torch) -> list[dict]:
+    """One call + mx.eval, µs, for variants that separate MLX's per-eval cost from int8nax's."""
+    import int8nax
+    from int8nax import backends, tiling
+    from int8nax.backends import cuda
+
+    rows = []
+    rng = np.random.default_rng(5)
+    big_kernel = mx.fast.cuda_kernel(name="int8nax_floor_big", input_names=["x"], output_names=["y"],
+                                     source="if (threadIdx.x == 0 && blockIdx.x == 0) { y[0] = x[0]; }")
+    for m, k, n in shapes:
+        a = mx.array(rng.integers(-128, 128, (m, k), dtype=np.int8))
+        b = mx.array(rng.integers(-128, 128, (n, k), dtype=np.int8))
+        x = mx.array(rng.standard_normal((m, k)).astype(np.float16))
+        w16 = mx.array(rng.standard_normal((n, k)).astype(np.float16))
+        s_w = mx.array((rng.random(n).astype(np.float32) + 0.5) / 1000)
+        mx.eval(a, b, x, w16, s_w)
+        plan = cuda.default_plan(m, n, k)
+        one = tiling.CudaPlan(plan.cfg, 1)
+        impl = backends.get("cuda")
+        row = {"shape": f"{m}x{k}x{n}", "plan": f"{plan.cfg.name}/{plan.splits}"}
+        row["floor 1 kernel"] = one_call_us(lambda: floor_call(s_w))
+        row["floor 1 kernel, M x N int32 out"] = one_call_us(lambda: big_kernel(
+            inputs=[s_w], output_shapes=[(m, n)], output_dtypes=[mx.int32], grid=(32, 1, 1), threadgroup=(32, 1, 1))[0])
+        row["floor 2 chained kernels"] = one_call_us(lambda: floor_call(floor_call(s_w)))
+        row["int8_matmul (dispatch plan)"] = one_call_us(lambda: int8nax.int8_matmul(a, b))
+        row["backend direct"] = one_call_us(lambda: impl.int8_matmul(a, b))
+        row["gemm, no split (1 kernel)"] = one_call_us(lambda: cuda.gemm_int32(a, b, one))
+        row["w8a8_linear"] = one_call_us(lambda: int8nax.w8a8_linear(x, b, s_w))
+        row["mx.matmul fp16"] = one_call_us(lambda: mx.matmul(x, w16.T))
+        cuda.COMPILE = False
+        cuda.clear_caches()
+        row["int8_matmul, no mx.compile"] = one_call_us(lambda: int8nax.int8_matmul(a, b))
+        cuda.COMPILE = True
+        cuda.clear_caches()
+        if lt_mod is not None:
+            try:
+                a_np, b_np = np.array(a), np.array(b)
+                run = lt_mod.prepare(a_np, b_np)
+                row["cublaslt choice"] = run.describe().split("; ", 1)[1]
+                row["cublaslt one call+sync"] = torch_one_call_us(torch, lambda j: run.call())
+                sets = sets_for(m * k + n * k + 4 * m * n)
+                ta = [torch.from_numpy(a_np).cuda() for _ in range(sets)]
+                tb = [torch.from_numpy(b_np).cuda() for _ in range(sets)]
+                outs = [torch.empty((m, n), dtype=torch.int32, device="cuda") for _ in range(sets)]
+                stream = torch.cuda.current_stream().cuda_stream
+                row["cublaslt stream (cold)"] = torch_stream_us(torch, lambda j: run.lt.matmul(
+                    run.algo, ta[j].data_ptr(), tb[j].data_ptr(), outs[j].data_ptr(), run.workspace.data_ptr(), stream),
+                    sets, 200)
+            except Exception as exc:  # noqa: BLE001
+                row["cublaslt error"] = f"{type(exc).__name__}: {exc}"
+        log("probe", json.dumps(row))
+        rows.append(row)
+    return rows
+
+
 # ---- the ncu pass --------------------------------------------------------------------------------
 
 def ncu_pass(shapes, lt_mod, torch) -> None:
@@ -335,6 +393,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=".")
     parser.add_argument("--host-only", action="store_true")
     parser.add_argument("--ncu-pass", action="store_true")
+    parser.add_argument("--probe", action="store_true", help="only the one-call probe")
     parser.add_argument("--tag", default="new")
     args = parser.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else ALL_SHAPES
@@ -359,6 +418,11 @@ def main(argv=None) -> int:
     log("cublaslt:", result["cublaslt"])
     if args.ncu_pass:
         ncu_pass(shapes, lt_mod, torch)
+        return 0
+    if args.probe:
+        result["probe"] = one_call_probe(shapes, lt_mod, torch)
+        with open(os.path.join(args.out, "probe.json"), "w") as f:
+            json.dump(result, f, indent=1)
         return 0
     result["shapes"] = []
     for m, k, n in shapes:
