@@ -95,7 +95,7 @@ def test_w8a8_epilogues(plan, rng, dtype):
     ref = w8a8_linear_ref(x, w, s_w, bias)
     got = to_numpy(y, np.float64)
     name = str(dtype).split(".")[-1]
-    # Computed in double and rounded once: within 1 ulp (the test suite's bound) of the model.
+    # float32 error-free transformations, one final rounding: within 1 ulp of the float64 model.
     assert np.all(np.abs(got - ref) <= np.maximum(ulp(ref, name), ulp(got, name)))
 
 

@@ -2,6 +2,7 @@
 
     python tools/cuda_experiments.py --out DIR [--shapes MxKxN,...] [--calls 200]
     python tools/cuda_experiments.py --host-only --out DIR     # host build time only (any tree)
+    python tools/cuda_experiments.py --probe --out DIR         # where one call + eval goes
     ncu ... python tools/cuda_experiments.py --ncu-pass          # launches for ncu to time
 
 In one run, for each (M, K, N) (default: the 11 seed shapes plus 8192^3):
@@ -18,8 +19,9 @@ In one run, for each (M, K, N) (default: the 11 seed shapes plus 8192^3):
   host        building the lazy graph of 200 calls, no eval, µs per call: public int8_matmul,
               the backend object, public w8a8_linear; with the backend's internal mx.compile
               (COMPILE = True) and without.
-Kernel time comes from the --ncu-pass run (ncu, caches flushed before every kernel).
-Results: DIR/experiments.json and DIR/experiments.md.
+Kernel time comes from the --ncu-pass run (ncu, caches flushed before every kernel; summarised by
+docs/results/cuda-h200-2026-12-01-data/ncu_summary.py). Results: DIR/experiments.json and
+DIR/experiments.md (DIR/probe.json with --probe). Results of 2026-12-01: docs/results/cuda-h200-2026-12-01.md.
 """
 
 from __future__ import annotations
