@@ -350,6 +350,58 @@ def one_call_probe(shapes, lt_mod, torch) -> list[dict]:
     return rows
 
 
+# ---- MLX's wait: one call + eval of a kernel that spins for a given time ------------------------
+
+SPIN_SOURCE = """
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const unsigned long long ns = static_cast<unsigned long long>(x[0]);
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+  if (threadIdx.x == 0) { y[0] = x[0]; }
+"""
+
+
+def wait_probe(torch) -> list[dict]:
+    """µs of one call + eval of a 1-thread kernel spinning d µs (MLX), and of torch.cuda._sleep
+    of about the same length + synchronize, for several d: how MLX's wait grows with the kernel."""
+    kern = mx.fast.cuda_kernel(name="int8nax_spin", input_names=["x"], output_names=["y"], source=SPIN_SOURCE)
+
+    durations = (0, 10, 20, 50, 80, 150, 300)
+    xs = {d: mx.array(np.array([d * 1000.0], np.float32)) for d in durations + tuple(d / 2 for d in durations)}
+    mx.eval(list(xs.values()))
+
+    def spin(d_us, dep=None):
+        x = xs[d_us]
+        if dep is not None:
+            x = mx.depends(x, dep)
+        return kern(inputs=[x], output_shapes=[(1,)], output_dtypes=[mx.float32], grid=(32, 1, 1),
+                    threadgroup=(32, 1, 1))[0]
+
+    rows = []
+    cycles_per_us = None
+    if torch is not None:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000000)
+        s.record()
+        torch.cuda._sleep(1000000)
+        e.record()
+        e.synchronize()
+        cycles_per_us = 1000000 / (s.elapsed_time(e) * 1e3)
+    for d in durations:
+        row = {"spin_us": d, "mlx 1 kernel call+eval": one_call_us(lambda: spin(d)),
+               "mlx 2 kernels of d/2, chained": one_call_us(lambda: spin(d / 2, spin(d / 2)))}
+        if cycles_per_us:
+            cyc = int(d * cycles_per_us)
+
+            def t_launch(_j):
+                torch.cuda._sleep(cyc)
+
+            row["torch _sleep + synchronize"] = torch_one_call_us(torch, t_launch)
+        log("wait", json.dumps(row))
+        rows.append(row)
+    return rows
+
+
 # ---- the ncu pass --------------------------------------------------------------------------------
 
 def ncu_pass(shapes, lt_mod, torch) -> None:
@@ -396,6 +448,7 @@ def main(argv=None) -> int:
     parser.add_argument("--host-only", action="store_true")
     parser.add_argument("--ncu-pass", action="store_true")
     parser.add_argument("--probe", action="store_true", help="only the one-call probe")
+    parser.add_argument("--wait-probe", action="store_true", help="only the spin-kernel wait probe")
     parser.add_argument("--tag", default="new")
     args = parser.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else ALL_SHAPES
@@ -420,6 +473,11 @@ def main(argv=None) -> int:
     log("cublaslt:", result["cublaslt"])
     if args.ncu_pass:
         ncu_pass(shapes, lt_mod, torch)
+        return 0
+    if args.wait_probe:
+        result["wait"] = wait_probe(torch)
+        with open(os.path.join(args.out, "wait.json"), "w") as f:
+            json.dump(result, f, indent=1)
         return 0
     if args.probe:
         result["probe"] = one_call_probe(shapes, lt_mod, torch)
