@@ -1,15 +1,9 @@
-"""Exactness checks of a backend, and the `int8nax selftest` report.
+"""`int8nax selftest`: the report an M5 owner runs first and pastes into an issue.
 
-- first_use_check: the quick check the Metal backend runs before its first real call: a few
-  awkward shapes (edges in M and N, K remainders, tiny inputs, both tile configurations),
-  bit-exact int8 GEMM and quantization, W8A8 within 1 ulp. Any failure refuses NAX.
-- run_selftest: the command an M5 owner runs. Exactness over a shape grid (M, K, N each in
-  1, 7, 33, 513, 4097 by default), the int8 cooperative-tensor layout (Metal), and timings
-  next to cider where it is installed, printed as markdown to paste into an issue.
-
-References are exact: the int8 product in float64 BLAS (every product is below 2**14 and every
-sum below 2**31, both exact in a 53-bit mantissa), quantization from int8nax.quant, W8A8 the
-float64 model of int8nax.reference.
+Exactness over a shape grid (M, K, N each in 1, 7, 33, 513, 4097 by default) through the
+checks of int8nax.exactness, the int8 cooperative-tensor layout (Metal), and timings of
+int8nax next to cider through the measuring layer (int8nax.bench: every output checked before
+it is timed), printed as markdown.
 """
 
 from __future__ import annotations
@@ -23,10 +17,8 @@ import mlx.core as mx
 import numpy as np
 
 from . import quant
-from .contenders import median_seconds
+from .bench import timing
 from .exactness import DTYPES, check_int8_matmul, check_quantize, check_w8a8, special_rows
-from .bench.peers import Unavailable
-from .bench.peers import cider as cider_peer
 
 # ---------------------------------------------------------------------------------------------
 # `int8nax selftest`
@@ -96,57 +88,31 @@ def exactness_grid(backend: str, sizes, seed: int = 0, log=None) -> list[Tally]:
     return [gemm, quantize, w8a8]
 
 
-# ----- cider: through int8nax.peers.cider (both API generations, PyPI's impostor, M5) -----
+TIMED = (("int8nax int8_matmul", "nax-gemm"), ("cider int8_matmul_int32", "cider-raw"),
+         ("int8nax w8a8_linear", "nax-full"), ("cider linear (w8a8)", "cider-full"),
+         ("mx.matmul fp16", "mlx-fp16"))
+"""(column, contender): each output is checked (int8nax.bench.checks) before it is timed."""
 
 
-def find_cider() -> tuple["cider_peer.Cider | None", str]:
-    """(cider adapter or None, note): the real Mininglamp-AI/cider, in whichever weight layout
-    its installed version takes, or why it cannot be timed here."""
-    try:
-        found = cider_peer.load()
-    except Unavailable as exc:
-        return None, str(exc)
-    return found, found.describe()
-
-
-def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[str], str]:
-    """Markdown rows: median ms (and TOPS) of int8nax and its peers on each shape."""
-    import int8nax
-
-    cider, cider_note = find_cider()
-    on_gpu = backend in ("metal", "cuda")
-    columns = ["int8nax int8_matmul", "cider int8_matmul_int32", "int8nax w8a8_linear",
-               "cider linear (w8a8)", "mx.matmul fp16"]
+def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[str], list[str]]:
+    """Markdown rows of median ms (and TOPS) per call + mx.eval, and the notes: why a cell is
+    n/a, or MISMATCH with the reason (a wrong output is never timed)."""
+    columns = [title for title, _ in TIMED]
     lines = ["| M, K, N | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    rng = np.random.default_rng(1)
-    for m, k, n in shapes:
-        a = mx.array(rng.integers(-128, 128, (m, k), dtype=np.int8))
-        w, s_w = quant.quantize_weight_np(rng.standard_normal((n, k)).astype(np.float32))
-        w_mx, s_mx = mx.array(w), mx.array(s_w)
-        x = mx.random.normal((m, k)).astype(mx.float16)
-        w16 = mx.random.normal((n, k)).astype(mx.float16)
-        contenders = {
-            "int8nax int8_matmul": lambda: int8nax.int8_matmul(a, w_mx, backend=backend),
-            "int8nax w8a8_linear": lambda: int8nax.w8a8_linear(x, w_mx, s_mx, backend=backend),
-        }
-        if cider is not None:
-            w_raw, w_lin = cider.matmul_weights(w), cider.linear_weights(w)
-            contenders["cider int8_matmul_int32"] = lambda: cider.int8_matmul(a, w_raw)
-            contenders["cider linear (w8a8)"] = lambda: cider.linear(x, w_lin, s_mx)
-        if on_gpu:
-            contenders["mx.matmul fp16"] = lambda: x @ w16.T
+    notes: dict[str, str] = {}
+    for shape in shapes:
         cells = []
-        for col in columns:
-            if col not in contenders:
-                cells.append("n/a")
-                continue
-            run = contenders[col]
-            ms = median_seconds(lambda: mx.eval(run()), repeat, warmup) * 1e3
-            cells.append(f"{ms:.3f} ms ({2 * m * n * k / ms / 1e9:.3g} TOPS)")
-        lines.append(f"| {m}, {k}, {n} | " + " | ".join(cells) + " |")
-    if not on_gpu:
-        cider_note += "; mx.matmul fp16 is shown only for GPU backends"
-    return lines, cider_note
+        for title, name in TIMED:
+            cell = timing.measure(shape, name, "call", repeat, backend=backend, warmup=warmup)
+            if cell.seconds is not None:
+                cells.append(f"{cell.seconds * 1e3:.3f} ms ({timing.tops(shape, cell.seconds):.3g} TOPS)")
+                notes.setdefault(f"{title} ran", cell.detail)
+            else:
+                cells.append(cell.text())
+                why = cell.mismatch or cell.error or cell.unavailable
+                notes.setdefault(title, f"{cell.text()} at {shape}: {why}")
+        lines.append(f"| {', '.join(map(str, shape))} | " + " | ".join(cells) + " |")
+    return lines, [f"{k}: {v}" for k, v in notes.items()]
 
 
 def layout_report(dump: np.ndarray) -> list[str]:
@@ -218,11 +184,11 @@ def run_selftest(backend: str, sizes, timing_shapes, warmup: int, repeat: int, o
         out(f"| {t.what} | {t.shapes} | {t.failed} | {t.first_failure or '-'} |")
     out("")
     if timing_shapes:
-        lines, cider_note = timing_table(name, timing_shapes, warmup, repeat)
+        lines, timing_notes = timing_table(name, timing_shapes, warmup, repeat)
         out(f"### Timings (median of {repeat} after {warmup} warm-up calls, call + mx.eval, "
-            "TOPS = 2MNK / time)\n")
-        out("\n".join(lines))
-        out(f"\ncider: {cider_note}")
+            "each output checked first, TOPS = 2MNK / time)\n")
+        out("\n".join(lines) + "\n")
+        out("\n".join(f"- {note}" for note in timing_notes))
     failed = sum(t.failed for t in tallies)
     out(f"\n**{'ALL EXACT' if not failed else f'{failed} CHECKS FAILED'}**")
     return 1 if failed else 0
@@ -230,7 +196,7 @@ def run_selftest(backend: str, sizes, timing_shapes, warmup: int, repeat: int, o
 
 def main(args) -> int:
     if args.sizes:
-        sizes = tuple(int(v) for v in args.sizes.split(","))
+        sizes = args.sizes
     else:
         sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
     if args.no_timing:
