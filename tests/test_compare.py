@@ -143,3 +143,10 @@ def test_modes_contenders_and_json(capsys, monkeypatch, tmp_path):
     cells = {(r["mode"], r["contender"]): r for r in data["results"]}
     assert set(cells) == {(m, c) for m in ("call", "chain") for c in ("nax-gemm", "numpy-sgemm")}
     assert all(r["seconds"] > 0 and r["tops"] > 0 and r["shape"] == [8, 64, 48] for r in cells.values())
+
+
+def test_a_bad_backend_variable_leaves_a_table_with_the_reason(capsys, monkeypatch):
+    monkeypatch.setenv("INT8NAX_BACKEND", "bogus")
+    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,mlx-fp16"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "nax-gemm: n/a: backend: unknown backend 'bogus'" in out

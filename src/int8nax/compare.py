@@ -158,7 +158,10 @@ def failed(results) -> bool:
 
 def environment() -> dict:
     """What ran: date, machine, versions, backend (for the committed records)."""
-    name, reason = backends.choose(None)
+    try:
+        name, reason = backends.choose(None)
+    except (RuntimeError, ValueError) as exc:  # a bad INT8NAX_BACKEND: the int8nax cells say so too
+        name, reason = None, str(exc)
     env = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "int8nax": __version__, "mlx": mx.__version__, "numpy": np.__version__,

@@ -74,7 +74,8 @@ class Prepared:
     def build(self, calls: int):
         """`calls` dependent lazy calls, nothing evaluated: the last (unevaluated) output."""
         if not self.lazy:
-            raise Unavailable("host build time applies only to lazy (MLX) contenders")
+            raise Unavailable("host build time applies only to lazy contenders (MLX ops on a GPU "
+                              "backend); this one computes when called")
         out = None
         for _ in range(calls):
             out = self.call(out)
@@ -113,32 +114,36 @@ def _after(x: mx.array, prev) -> mx.array:
     return x if prev is None else mx.depends(x, prev)
 
 
-def _mlx(op: Callable[[mx.array], mx.array], first: mx.array, check, detail: str) -> Prepared:
-    """A Prepared for an MLX op whose first input `first` carries the chain dependency."""
-    return Prepared(lambda prev: op(_after(first, prev)), mx.eval, check, detail)
+def _mlx(op: Callable[[mx.array], mx.array], first: mx.array, check, detail: str, lazy: bool = True) -> Prepared:
+    """A Prepared for an MLX op whose first input `first` carries the chain dependency.
+    `lazy` is False for an op that computes when called (int8nax's CPU backend, in numpy)."""
+    return Prepared(lambda prev: op(_after(first, prev)), mx.eval, check, detail, lazy)
 
 
-def _int8nax_backend(backend: str | None) -> str:
+def _int8nax_backend(backend: str | None) -> tuple[str, str]:
+    """(backend name, detail) of the backend the int8nax contenders run on."""
     try:
         name, why = backends.choose(backend)
     except (RuntimeError, ValueError) as exc:
         raise Unavailable(str(exc)) from None
-    return f"int8nax backend {name} ({why})"
+    return name, f"int8nax backend {name} ({why})"
 
 
 def _nax_gemm(shape: Shape, backend: str | None) -> Prepared:
-    detail = _int8nax_backend(backend)
+    name, detail = _int8nax_backend(backend)
     a, b = _evaluated(*(mx.array(v) for v in raw_problem(*shape)))
     return _mlx(lambda a_: api.int8_matmul(a_, b, backend=backend), a,
-                lambda out: checks.check_exact("nax-gemm", shape, out, raw_expected(*shape)), detail)
+                lambda out: checks.check_exact("nax-gemm", shape, out, raw_expected(*shape)), detail,
+                lazy=name != "cpu")
 
 
 def _nax_full(shape: Shape, backend: str | None) -> Prepared:
-    detail = _int8nax_backend(backend)
+    name, detail = _int8nax_backend(backend)
     x, = _evaluated(mx.array(linear_problem(*shape)[0]))
     w, s_w = _evaluated(*(mx.array(v) for v in w8a8_weights(*shape)))
     return _mlx(lambda x_: api.w8a8_linear(x_, w, s_w, backend=backend), x,
-                lambda out: checks.check_ulp("nax-full", shape, out, w8a8_expected(*shape)), detail)
+                lambda out: checks.check_ulp("nax-full", shape, out, w8a8_expected(*shape)), detail,
+                lazy=name != "cpu")
 
 
 def _cider_raw(shape: Shape, backend: str | None = None) -> Prepared:
