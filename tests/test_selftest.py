@@ -93,3 +93,22 @@ def test_bad_options_are_usage_errors(capsys, argv, message):
         cli.main(["selftest", *argv])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and message in err and "Traceback" not in err
+
+
+def test_json_report_has_the_same_facts(capsys):
+    import json
+
+    rc = cli.main(["selftest", "--backend", "cpu", "--sizes", "1,7", "--no-timing", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["exit"] == 0 and report["under_test"] == "cpu"
+    assert report["mlx"] == mx.__version__ and set(report["backends"]) == set(backends.NAMES)
+    gemm = report["exactness"]["checks"][0]
+    assert gemm["what"].startswith("int8_matmul") and gemm["shapes"] == 8 and gemm["failed"] == 0
+
+
+def test_json_report_when_the_backend_cannot_run(capsys):
+    import json
+
+    rc = cli.main(["selftest", "--backend", "metal", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 2 and report["exit"] == 2 and "Metal" in report["unavailable"]

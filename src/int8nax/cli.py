@@ -84,6 +84,7 @@ def _add_selftest(sub) -> None:
     p.add_argument("--warmup", type=_count_arg(0), default=5, help="untimed calls per contender (5)")
     p.add_argument("--repeat", type=_count_arg(1), default=20, help="timed calls per contender (20)")
     p.add_argument("--layout-out", metavar="FILE.npy", help="save the int8 layout dump (metal)")
+    p.add_argument("--json", action="store_true", help="the report as JSON instead of markdown")
     p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     p.set_defaults(func=_cmd_selftest)
 

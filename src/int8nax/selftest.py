@@ -9,6 +9,7 @@ it is timed), printed as markdown.
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 import sys
 from dataclasses import dataclass
@@ -45,24 +46,25 @@ class Tally:
             self.first_failure = self.first_failure or f"{label}: {problem}"
 
 
-def exactness_grid(backend: str, sizes, seed: int = 0, log=None) -> list[Tally]:
-    """Every (M, K, N) in sizes^3 for int8_matmul; every (M, K) for quantization; W8A8 on the
-    shapes whose K and N are at most 513 (dtype and bias taking turns)."""
+def api_callables(backend: str):
+    """(int8_matmul, quantize_activations, w8a8_linear) of the public API on `backend`."""
     import int8nax
 
+    return (lambda a, b: int8nax.int8_matmul(a, b, backend=backend),
+            lambda x: int8nax.quantize_activations(x, backend=backend),
+            lambda x, w, s, bias: int8nax.w8a8_linear(x, w, s, bias, backend=backend))
+
+
+def exactness_grid(callables, sizes, seed: int = 0, log=None) -> list[Tally]:
+    """Every (M, K, N) in sizes^3 for int8_matmul; every (M, K) for quantization; W8A8 on the
+    shapes whose K and N are at most 513 (dtype and bias taking turns). `callables` is
+    (int8_matmul, quantize_activations, w8a8_linear) taking mx.arrays (api_callables, or a
+    Metal kernel variant's raw launches)."""
+    api_gemm, api_quant, api_w8a8 = callables
     rng = np.random.default_rng(seed)
     gemm = Tally("int8_matmul: bit-exact vs exact int product")
     quantize = Tally("quantize_activations: bit-exact vs int8nax.quant")
     w8a8 = Tally("w8a8_linear: within 1 ulp of float64 model")
-
-    def api_gemm(a, b):
-        return int8nax.int8_matmul(a, b, backend=backend)
-
-    def api_quant(x):
-        return int8nax.quantize_activations(x, backend=backend)
-
-    def api_w8a8(x, w, s, b):
-        return int8nax.w8a8_linear(x, w, s, b, backend=backend)
 
     dtypes = list(DTYPES)
     turn = 0
@@ -135,63 +137,100 @@ def layout_report(dump: np.ndarray) -> list[str]:
     ]
 
 
-def run_selftest(backend: str, sizes, timing_shapes, warmup: int, repeat: int, out=print,
-                 layout_out: str | None = None, progress=None) -> int:
-    """Print the report; exit status 0 all exact, 1 a check failed, 2 backend unavailable."""
+def collect(backend: str, sizes, timing_shapes, warmup: int, repeat: int,
+            layout_out: str | None = None, progress=None) -> dict:
+    """Everything the report says, as plain data (the --json output); `exit` is the status:
+    0 all exact, 1 a check failed, 2 backend unavailable."""
     import int8nax
     from . import backends
 
-    out("## int8nax selftest\n")
-    out(f"- int8nax {int8nax.__version__}, mlx {mx.__version__}, Python {platform.python_version()}, "
-        f"{platform.platform()}")
+    report: dict = {
+        "int8nax": int8nax.__version__, "mlx": mx.__version__, "python": platform.python_version(),
+        "platform": platform.platform(), "macos": platform.mac_ver()[0] or None,
+    }
     try:
         gpu = mx.device_info(mx.gpu) if mx.metal.is_available() else mx.device_info()
     except Exception as exc:
         gpu = {"error": str(exc)}
-    out(f"- device: {gpu.get('device_name', '?')}, architecture {gpu.get('architecture', '?')}")
+    report["device"] = {k: str(v) for k, v in gpu.items()}
+    report["backends"] = {n: {"available": backends.probe(n).available, "reason": backends.probe(n).reason}
+                          for n in backends.NAMES}
     name = backends.canonical(backend)
-    for n in backends.NAMES:
-        p = backends.probe(n)
-        out(f"- backend {n}: {'available' if p.available else 'unavailable'}: {p.reason}")
     if name == "auto":
         name, _ = backends.choose(None)
+    report["under_test"] = name
     probe = backends.probe(name)
     if not probe.available:
-        label = "NAX" if name == "metal" else f"backend {name!r}"
-        out(f"\n**{label} unavailable here: {probe.reason}.** Nothing was run. "
-            "(`int8nax selftest --backend cpu` exercises the command on any machine.)")
-        return 2
-    out(f"- under test: **{name}**\n")
-
+        report["unavailable"] = probe.reason
+        report["exit"] = 2
+        return report
     if name == "metal":
-        from .backends import metal
-
-        try:
-            dump = np.array(metal.run_layout_probe(metal.BACKEND.kernels))
-            lines = layout_report(dump)
-            if layout_out:
-                np.save(layout_out, dump)
-                lines.append(f"- full layout dump written to {layout_out}")
-        except Exception as exc:
-            lines = [f"- layout probe failed: {type(exc).__name__}: {exc}"]
-        out("\n".join(lines) + "\n")
-
-    out(f"### Exactness (sizes {', '.join(map(str, sizes))} in M, K, N)\n")
-    out("| check | shapes | failed | first failure |\n|---|---|---|---|")
+        report["metal"] = metal_section(layout_out)
     with np.errstate(invalid="ignore"):  # NaN/inf rows are part of the grid
-        tallies = exactness_grid(name, sizes, log=progress)
-    for t in tallies:
-        out(f"| {t.what} | {t.shapes} | {t.failed} | {t.first_failure or '-'} |")
-    out("")
+        tallies = exactness_grid(api_callables(name), sizes, log=progress)
+    report["exactness"] = {"sizes": list(sizes), "checks": [vars(t) for t in tallies]}
     if timing_shapes:
         lines, timing_notes = timing_table(name, timing_shapes, warmup, repeat)
-        out(f"### Timings (median of {repeat} after {warmup} warm-up calls, call + mx.eval, "
-            "each output checked first, TOPS = 2MNK / time)\n")
-        out("\n".join(lines) + "\n")
-        out("\n".join(f"- {note}" for note in timing_notes))
+        report["timings"] = {"method": f"median of {repeat} after {warmup} warm-up calls, call + mx.eval, "
+                                       "each output checked first, TOPS = 2MNK / time",
+                             "table": lines, "notes": timing_notes}
     failed = sum(t.failed for t in tallies)
-    out(f"\n**{'ALL EXACT' if not failed else f'{failed} CHECKS FAILED'}**")
-    return 1 if failed else 0
+    report["failed"] = failed
+    report["exit"] = 1 if failed else 0
+    return report
+
+
+def metal_section(layout_out: str | None) -> dict:
+    """The Metal backend's layout probe (and the kernel variants, where the backend reports them)."""
+    from .backends import metal
+
+    section: dict = {}
+    try:
+        dump = np.array(metal.run_layout_probe(metal.BACKEND.kernels))
+        section["layout"] = layout_report(dump)
+        if layout_out:
+            np.save(layout_out, dump)
+            section["layout"].append(f"- full layout dump written to {layout_out}")
+    except Exception as exc:
+        section["layout"] = [f"- layout probe failed: {type(exc).__name__}: {exc}"]
+    return section
+
+
+def render_markdown(report: dict) -> str:
+    lines = ["## int8nax selftest\n",
+             f"- int8nax {report['int8nax']}, mlx {report['mlx']}, Python {report['python']}, {report['platform']}",
+             f"- device: {report['device'].get('device_name', '?')}, architecture "
+             f"{report['device'].get('architecture', '?')}"]
+    for n, b in report["backends"].items():
+        lines.append(f"- backend {n}: {'available' if b['available'] else 'unavailable'}: {b['reason']}")
+    name = report["under_test"]
+    if "unavailable" in report:
+        label = "NAX" if name == "metal" else f"backend {name!r}"
+        lines.append(f"\n**{label} unavailable here: {report['unavailable']}.** Nothing was run. "
+                     "(`int8nax selftest --backend cpu` exercises the command on any machine.)")
+        return "\n".join(lines)
+    lines.append(f"- under test: **{name}**\n")
+    if "metal" in report:
+        lines += report["metal"]["layout"] + [""]
+    ex = report["exactness"]
+    lines += [f"### Exactness (sizes {', '.join(map(str, ex['sizes']))} in M, K, N)\n",
+              "| check | shapes | failed | first failure |", "|---|---|---|---|"]
+    lines += [f"| {t['what']} | {t['shapes']} | {t['failed']} | {t['first_failure'] or '-'} |" for t in ex["checks"]]
+    lines.append("")
+    if "timings" in report:
+        t = report["timings"]
+        lines += [f"### Timings ({t['method']})\n", *t["table"], "", *(f"- {note}" for note in t["notes"])]
+    failed = report["failed"]
+    lines.append(f"\n**{'ALL EXACT' if not failed else f'{failed} CHECKS FAILED'}**")
+    return "\n".join(lines)
+
+
+def run_selftest(backend: str, sizes, timing_shapes, warmup: int, repeat: int, out=print,
+                 layout_out: str | None = None, progress=None, as_json: bool = False) -> int:
+    """Print the report (markdown, or JSON); returns the exit status (see collect)."""
+    report = collect(backend, sizes, timing_shapes, warmup, repeat, layout_out, progress)
+    out(json.dumps(report, indent=1) if as_json else render_markdown(report))
+    return report["exit"]
 
 
 def main(args) -> int:
@@ -205,4 +244,4 @@ def main(args) -> int:
         shapes = QUICK_TIMING_SHAPES if args.quick else TIMING_SHAPES
     progress = (lambda msg: print(msg, file=sys.stderr)) if args.verbose else None
     return run_selftest(args.backend, sizes, shapes, args.warmup, args.repeat,
-                        layout_out=args.layout_out, progress=progress)
+                        layout_out=args.layout_out, progress=progress, as_json=args.json)
