@@ -65,8 +65,11 @@ def row_scales(x32: np.ndarray) -> np.ndarray:
     rows = x32.shape[0]
     if x32.shape[1] == 0:
         return np.ones(rows, dtype=np.float32)
-    absmax = np.max(np.abs(x32), axis=1)  # NaN propagates
-    scale = (absmax / np.float32(QMAX)).astype(np.float32)
+    # NaN propagates; a signalling NaN (float16 NaNs from MLX arrive as such) would make numpy
+    # warn "invalid value", which is no news for a row already known to be bad.
+    with np.errstate(invalid="ignore"):
+        absmax = np.max(np.abs(x32), axis=1)
+        scale = (absmax / np.float32(QMAX)).astype(np.float32)
     scale[scale == 0] = 1
     scale[~np.isfinite(scale)] = np.nan
     return scale
