@@ -107,7 +107,7 @@ def check_backend(backend, func: str) -> None:
         return
     if not isinstance(backend, str):
         hint = ""
-        if isinstance(backend, mx.Device):
+        if isinstance(backend, (mx.Device, mx.DeviceType)):
             hint = " (an MLX device is not a backend: pass backend='cpu', or set MLX's default device)"
         raise TypeError(
             f"{func}: 'backend' must be a str, one of {BACKEND_CHOICES}; got {type(backend).__name__} "
