@@ -43,7 +43,7 @@ def _no_gradient(func: str, why: str):
 
 @lru_cache(maxsize=None)
 def _int8_matmul_fn(impl: backends.Backend):
-    f = mx.custom_function(impl.int8_matmul)
+    f = mx.custom_function(lambda a, b: impl.int8_matmul(a, b))  # looked up per call
     why = ("its inputs and output are integers (int8 x int8 -> exact int32); for a trainable "
            "layer use w8a8_linear or int8nax.nn.W8A8Linear, whose gradient is straight-through")
     f.vjp(_no_gradient("int8_matmul", why))
@@ -53,7 +53,7 @@ def _int8_matmul_fn(impl: backends.Backend):
 
 @lru_cache(maxsize=None)
 def _quantize_fn(impl: backends.Backend):
-    f = mx.custom_function(impl.quantize_activations)
+    f = mx.custom_function(lambda x: impl.quantize_activations(x))
     why = ("rounding to int8 codes has zero derivative almost everywhere; for a trainable "
            "layer use w8a8_linear, whose gradient is straight-through")
     f.vjp(_no_gradient("quantize_activations", why))
