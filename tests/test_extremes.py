@@ -208,3 +208,18 @@ def test_non_finite_rows_without_warnings(backend, rng, dtype):
     for b in (None, np.ones(5, np.float32)):
         y = to_numpy(int8nax.w8a8_linear(xm, w, s_w, b, backend=backend))
         assert np.isnan(y[:3]).all() and np.isfinite(y[3]).all()
+
+
+@pytest.mark.parametrize("k", [23, 40, 126])
+def test_model_tiny_row_rule_does_not_depend_on_k(rng, k):
+    # quant.py defines k = 64; quantize_rows.metal uses 2^126 (= 1 / FLT_MIN, no literal). For
+    # every k in [23, 126], s * 2^k and its reciprocal are normal, where float32 rounding does
+    # not depend on the exponent, so the codes are the same.
+    x = (rng.standard_normal((400, 33)) * (2.0 ** rng.uniform(-149, -120, (400, 1)))).astype(np.float32)
+    q64, s = quant.quantize_activations_np(x)
+    tiny = s < FLT_MIN
+    assert tiny.sum() > 300
+    up = np.float32(2.0**k)
+    inv = (np.float32(1) / (s[tiny] * up)).astype(np.float32)
+    qk = np.clip(quant.round_half_away((x[tiny] * up) * inv[:, None]), -127, 127).astype(np.int8)
+    np.testing.assert_array_equal(qk, q64[tiny])
