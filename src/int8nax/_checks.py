@@ -95,7 +95,7 @@ def check_float32_range(value: np.ndarray, name: str, func: str) -> None:
         where = tuple(int(i) for i in np.argwhere(beyond)[0])
         raise ValueError(
             f"{func}: '{name}' holds finite values beyond float32 range (|v| <= {FLOAT32_MAX:.8g}), "
-            f"first {value[where]!r} at index {list(where)}"
+            f"first {float(value[where])!r} at index {list(where)}"
         )
 
 
@@ -115,8 +115,10 @@ def check_backend(backend, func: str) -> None:
         )
     try:
         backends.canonical(backend)
-    except ValueError as exc:
-        raise ValueError(f"{func}: 'backend' must be one of {BACKEND_CHOICES}; got {backend!r} ({exc})") from None
+    except ValueError:
+        raise ValueError(
+            f"{func}: unknown backend {backend!r} for 'backend'; expected one of {BACKEND_CHOICES}"
+        ) from None
 
 
 def check_dtype(arr: mx.array, name: str, func: str, allowed) -> None:

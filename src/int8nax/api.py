@@ -170,7 +170,7 @@ def quantize_weight_int8(w):
     if not finite.all():
         row, col = (int(i) for i in np.argwhere(~finite)[0])
         raise ValueError(
-            f"{func}: 'w' must be finite, but row {row} holds {wide[row, col]!r} (at column {col})"
+            f"{func}: 'w' must be finite, but row {row} holds {float(wide[row, col])!r} (at column {col})"
         )
     check_float32_range(wide, "w", func)
     w32 = np.ascontiguousarray(wide, dtype=np.float32)

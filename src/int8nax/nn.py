@@ -133,6 +133,12 @@ class W8A8Linear(nn.Module):
         return layer
 
     def __call__(self, x) -> mx.array:
+        shape = getattr(x, "shape", None)
+        if shape is not None and len(shape) >= 1 and shape[-1] != self.input_dims:
+            raise ValueError(
+                f"W8A8Linear: input must have last dimension input_dims = {self.input_dims}, "
+                f"got shape {tuple(shape)}"
+            )
         return w8a8_linear(x, self.weight, self.scales, self.get("bias"), backend=self._backend)
 
 
