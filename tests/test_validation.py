@@ -179,3 +179,16 @@ def test_other_numpy_layouts(backend, rng):
     y = int8nax.quantize_activations(x, backend=backend)[0]
     np.testing.assert_array_equal(np.array(y), np.array(int8nax.quantize_activations(x.astype(np.float32), backend=backend)[0]))
     assert want.shape == (5, 4)
+
+
+def test_bad_environment_backend_is_named(monkeypatch):
+    monkeypatch.setenv("INT8NAX_BACKEND", "bogus")
+    with pytest.raises(ValueError, match=r"w8a8_linear: the environment variable INT8NAX_BACKEND='bogus'.*'cpu'"):
+        int8nax.w8a8_linear(X, W, SW)
+    # an explicit backend= wins over the environment
+    assert int8nax.w8a8_linear(X, W, SW, backend="cpu").shape == (4, 3)
+
+
+def test_float64_activations_are_refused_with_the_choices():
+    with pytest.raises(TypeError, match="quantize_activations: 'x' must have dtype float16 or bfloat16 or float32, got numpy dtype float64"):
+        int8nax.quantize_activations(X.astype(np.float64))

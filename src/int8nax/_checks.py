@@ -29,7 +29,8 @@ _NP_TO_MX = {
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
-BACKEND_CHOICES = "'auto', 'cpu', 'cuda', 'metal' (alias 'nax'), or None"
+BACKEND_NAMES = "'auto', 'cpu', 'cuda' or 'metal' (alias 'nax')"
+BACKEND_CHOICES = BACKEND_NAMES + ", or None"
 
 
 def dtype_name(dtype) -> str:
@@ -104,6 +105,17 @@ def check_backend(backend, func: str) -> None:
     from . import backends  # the registry is in the same (library) layer
 
     if backend is None:
+        import os
+
+        env = os.environ.get(backends.ENV_VAR)
+        if env:
+            try:
+                backends.canonical(env)
+            except ValueError:
+                raise ValueError(
+                    f"{func}: the environment variable {backends.ENV_VAR}={env!r} (used when "
+                    f"'backend' is None) names no backend; expected one of {BACKEND_NAMES}"
+                ) from None
         return
     if not isinstance(backend, str):
         hint = ""
