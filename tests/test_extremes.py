@@ -223,3 +223,25 @@ def test_model_tiny_row_rule_does_not_depend_on_k(rng, k):
     inv = (np.float32(1) / (s[tiny] * up)).astype(np.float32)
     qk = np.clip(quant.round_half_away((x[tiny] * up) * inv[:, None]), -127, 127).astype(np.int8)
     np.testing.assert_array_equal(qk, q64[tiny])
+
+
+def test_first_use_check_covers_tiny_rows():
+    from int8nax import exactness
+    from int8nax.backends import cpu
+
+    rows = exactness.tiny_rows(np.random.default_rng(0), 37)
+    q, s = quant.quantize_activations_np(rows)
+    assert q[0, :4].tolist() == [127, 13, 0, 6] and (s[:2] < FLT_MIN).all()
+    b = cpu.BACKEND
+    assert exactness.first_use_check(b.int8_matmul, b.quantize_activations, b.w8a8_linear) == []
+
+    def reciprocal_of_the_scale(x):  # what a kernel without the tiny-row rule computes
+        x32 = to_numpy(x, np.float32)
+        s = quant.row_scales(x32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = x32 * (np.float32(1) / s)[:, None]
+            qn = np.clip(np.nan_to_num(quant.round_half_away(v)), -127, 127).astype(np.int8)
+        return mx.array(qn), mx.array(s)
+
+    failures = exactness.first_use_check(b.int8_matmul, reciprocal_of_the_scale, b.w8a8_linear)
+    assert any("float32 tiny rows" in f for f in failures) and any("bfloat16 tiny rows" in f for f in failures)
