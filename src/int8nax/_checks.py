@@ -113,8 +113,8 @@ def check_backend(backend, func: str) -> None:
                 backends.canonical(env)
             except ValueError:
                 raise ValueError(
-                    f"{func}: the environment variable {backends.ENV_VAR}={env!r} (used when "
-                    f"'backend' is None) names no backend; expected one of {BACKEND_NAMES}"
+                    f"{func}: unknown backend {env!r} in the environment variable "
+                    f"{backends.ENV_VAR} (used when 'backend' is None); expected one of {BACKEND_NAMES}"
                 ) from None
         return
     if not isinstance(backend, str):
