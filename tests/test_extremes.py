@@ -245,3 +245,11 @@ def test_first_use_check_covers_tiny_rows():
 
     failures = exactness.first_use_check(b.int8_matmul, reciprocal_of_the_scale, b.w8a8_linear)
     assert any("float32 tiny rows" in f for f in failures) and any("bfloat16 tiny rows" in f for f in failures)
+
+
+def test_model_scale_rounded_up_to_the_smallest_subnormal():
+    # absmax = 64 * 2^-149: absmax / 127 = 0.504 * 2^-149 rounds up to s = 2^-149, so the
+    # codes are x / s = 64 (found by hypothesis in test_properties.py): s is the float32
+    # quotient the spec defines, however coarse.
+    q, s = codes([64 * 2.0**-149, -(2.0**-149), 0])
+    assert s == np.float32(2.0**-149) and q == [64, -1, 0]
