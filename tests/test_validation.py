@@ -192,3 +192,15 @@ def test_bad_environment_backend_is_named(monkeypatch):
 def test_float64_activations_are_refused_with_the_choices():
     with pytest.raises(TypeError, match="quantize_activations: 'x' must have dtype float16 or bfloat16 or float32, got numpy dtype float64"):
         int8nax.quantize_activations(X.astype(np.float64))
+
+
+def test_mx_float64_weights_and_bias():
+    w64 = np.linspace(-1, 1, 24).reshape(3, 8)
+    q, s = int8nax.quantize_weight_int8(mx.array(w64).astype(mx.float64))
+    q_np, s_np = int8nax.quantize_weight_int8(w64)
+    assert q.dtype == mx.int8 and s.dtype == mx.float32
+    np.testing.assert_array_equal(np.array(q), q_np)
+    np.testing.assert_array_equal(np.array(s), s_np)
+    b64 = np.array([0.1, 0.2, 0.3])
+    y = int8nax.w8a8_linear(X + 1, q, s, mx.array(b64).astype(mx.float64))
+    np.testing.assert_array_equal(np.array(y), np.array(int8nax.w8a8_linear(X + 1, q, s, b64.astype(np.float32))))
