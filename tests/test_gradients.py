@@ -221,3 +221,17 @@ def test_custom_function_composes_with_compile(monkeypatch, rng):
     np.testing.assert_allclose(np.array(compiled_y), np.array(eager_y), rtol=1e-6)
     np.testing.assert_allclose(np.array(compiled_dx), np.array(eager_dx), rtol=1e-6, atol=1e-7)
     api._w8a8_fn.cache_clear()
+
+
+def test_cpu_backend_inside_compile_or_vmap_says_so(rng):
+    w, s, _ = layer(rng, 4, 3)
+    x = mx.ones((2, 4))
+    calls = [
+        lambda: mx.compile(lambda x: int8nax.w8a8_linear(x, w, s, backend="cpu"))(x),
+        lambda: mx.vmap(lambda x: int8nax.w8a8_linear(x, w, s, backend="cpu"))(mx.ones((5, 2, 4))),
+        lambda: mx.compile(lambda a: int8nax.int8_matmul(a, w, backend="cpu"))(mx.ones((2, 4), mx.int8)),
+        lambda: mx.compile(lambda x: int8nax.quantize_activations(x, backend="cpu")[0])(x),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"the cpu backend computes outside MLX's graph .* mx.compile or mx.vmap"):
+            call()

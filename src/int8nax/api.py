@@ -34,6 +34,24 @@ from ._checks import (
 B_LAYOUTS = ("nk", "kn")
 
 
+_TRACE_REFUSAL = "function transformations like compile or vmap"
+
+
+def _untraceable(func: str, impl: backends.Backend, call):
+    """call() with MLX's refusal to evaluate inside mx.compile/mx.vmap (what a backend that
+    computes in numpy meets there) turned into a message naming the function and the way out."""
+    try:
+        return call()
+    except ValueError as exc:
+        if _TRACE_REFUSAL not in str(exc):
+            raise
+        raise ValueError(
+            f"{func}: the {impl.name} backend computes outside MLX's graph (numpy) and cannot run "
+            "inside mx.compile or mx.vmap; call it outside the compiled/vmapped function, or use "
+            "a backend that stays in the graph (CUDA)"
+        ) from exc
+
+
 def _no_gradient(func: str, why: str):
     def refuse(*_args):
         raise ValueError(f"{func} has no gradient: {why}")
@@ -43,7 +61,8 @@ def _no_gradient(func: str, why: str):
 
 @lru_cache(maxsize=None)
 def _int8_matmul_fn(impl: backends.Backend):
-    f = mx.custom_function(lambda a, b: impl.int8_matmul(a, b))  # looked up per call
+    # the backend's method is looked up per call (tests patch backends)
+    f = mx.custom_function(lambda a, b: _untraceable("int8_matmul", impl, lambda: impl.int8_matmul(a, b)))
     why = ("its inputs and output are integers (int8 x int8 -> exact int32); for a trainable "
            "layer use w8a8_linear or int8nax.nn.W8A8Linear, whose gradient is straight-through")
     f.vjp(_no_gradient("int8_matmul", why))
@@ -53,7 +72,8 @@ def _int8_matmul_fn(impl: backends.Backend):
 
 @lru_cache(maxsize=None)
 def _quantize_fn(impl: backends.Backend):
-    f = mx.custom_function(lambda x: impl.quantize_activations(x))
+    f = mx.custom_function(
+        lambda x: _untraceable("quantize_activations", impl, lambda: impl.quantize_activations(x)))
     why = ("rounding to int8 codes has zero derivative almost everywhere; for a trainable "
            "layer use w8a8_linear, whose gradient is straight-through")
     f.vjp(_no_gradient("quantize_activations", why))
@@ -71,9 +91,11 @@ def _w8a8_fn(impl: backends.Backend, has_bias: bool):
     """mx.custom_function over 2-D x [M, K] (and bias [N] when has_bias) with the
     straight-through gradient (see the module docstring)."""
     if has_bias:
-        f = mx.custom_function(lambda x, w, s, b: impl.w8a8_linear(x, w, s, b))
+        f = mx.custom_function(
+            lambda x, w, s, b: _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(x, w, s, b)))
     else:
-        f = mx.custom_function(lambda x, w, s: impl.w8a8_linear(x, w, s, None))
+        f = mx.custom_function(
+            lambda x, w, s: _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(x, w, s, None)))
 
     @f.vjp
     def vjp(primals, cotangent, _output):
