@@ -21,6 +21,7 @@
 #include <ucontext.h>
 
 #include <array>
+#include <cfloat>  // FLT_MIN, FLT_MAX: MSL defines them in metal_stdlib
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
