@@ -249,3 +249,24 @@ def test_registry_picks_nax_when_it_passes(monkeypatch, registry_on_gpu):
     registry_on_gpu(fake_m5(monkeypatch))
     name, why = backends.choose(None)
     assert name == "metal" and "self-test passed" in why
+
+
+def test_compile_report_names_the_kernel_that_fails():
+    """VariantOps.compile_report builds every kernel of a variant in both tiles; a kernel whose
+    build raises is reported with the error text, the others as built (None)."""
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, **call):
+            if self.name == "int8nax_w8a8_gemm" and dict(call["template"])["BM"] == 128:
+                raise RuntimeError("Unable to build metal library from source: error: program scope variable")
+            return [mx.zeros(s, dtype=d) for s, d in zip(call["output_shapes"], call["output_dtypes"])]
+
+    kernels = metal.KernelSet(lambda **spec: Kernel(spec["name"]))
+    report = metal.VariantOps(kernels, metal.KernelVariant()).compile_report()
+    assert report["int8nax_w8a8_gemm (large tile)"].startswith("RuntimeError: Unable to build metal library")
+    assert {k for k, v in report.items() if v is None} == {
+        "int8nax_int8_gemm (small tile)", "int8nax_int8_gemm (large tile)", "int8nax_w8a8_gemm (small tile)",
+        "int8nax_quantize_rows"}

@@ -356,6 +356,32 @@ class VariantOps:
     def w8a8_linear(self, x, w, scale_w, bias):
         return run_w8a8(self.kernels, x, w, scale_w, bias, self.variant, self.gpu)
 
+    COMPILE_SHAPES = {"small tile": (33, 64, 40), "large tile": (65, 64, 40)}
+    """(M, K, N) that build each GEMM kernel in each default tile configuration."""
+
+    def compile_report(self) -> dict[str, str | None]:
+        """Build and run every kernel of this variant once, in both default tile
+        configurations: {"<kernel> (<tile>)": None if it built and ran, else the error text
+        (MLX raises "Unable to build metal library from source" with the compiler's log)}."""
+        report = {}
+
+        def attempt(label, fn):
+            try:
+                mx.eval(fn())
+                report[label] = None
+            except Exception as exc:
+                report[label] = f"{type(exc).__name__}: {exc}"
+
+        for tile, (m, k, n) in self.COMPILE_SHAPES.items():
+            a = mx.zeros((m, k), dtype=mx.int8)
+            b = mx.zeros((n, k), dtype=mx.int8)
+            attempt(f"int8nax_int8_gemm ({tile})", lambda: self.int8_matmul(a, b))
+            x = mx.ones((m, k), dtype=mx.float16)
+            attempt(f"int8nax_w8a8_gemm ({tile})",
+                    lambda: self.w8a8_linear(x, b, mx.ones((n,), dtype=mx.float32), mx.zeros((n,), dtype=mx.float16)))
+        attempt("int8nax_quantize_rows", lambda: self.quantize_activations(mx.ones((3, 64), dtype=mx.float16)))
+        return report
+
     def self_test(self) -> list[str]:
         """exactness.first_use_check on this variant: [] when exact, else the failures (a
         kernel that fails to build or run is one failure carrying the compiler's message)."""
