@@ -150,6 +150,15 @@ def test_generic_gemm_source_is_exact(build, rng, m, k, n, layout):
     assert build.barriers() == threadgroups * d.config.threads * tiling.ceil_div(k, d.config.bk)
 
 
+@pytest.mark.parametrize("m,k,n,gpu", [(200, 300, 100, "s"), (130, 8200, 33, "c")])
+def test_generic_gemm_on_wide_gpu_tiles(build, rng, m, k, n, gpu):
+    a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
+    c, d = run_gemm(build, a, b, LAYOUTS["shuffled"], "generic", gpu=gpu)
+    assert d.config in (tiling.METAL_WIDE_LARGE, tiling.METAL_WIDE_LARGE_LONG_K)
+    np.testing.assert_array_equal(c.astype(np.int64), int8_matmul_ref(a, b))
+
+
 MLX_CASES = [(1, 1, 1, None), (3, 7, 5, None), (33, 513, 7, None), (64, 20, 130, None), (65, 530, 130, None),
              (128, 512, 128, None), (128, 1024, 256, None), (97, 45, 161, None), (200, 300, 100, "s"),
              (130, 8200, 33, "s"), (128, 512, 128, "d")]
