@@ -163,6 +163,15 @@ def test_probe_other_layout_builds_the_generic_path():
     assert list(backend.selection().self_tests) == ["generic/relaxed_precision=true"]
 
 
+def test_transposed_right_report_still_builds_the_fast_path():
+    """A right operand reporting (n, k) the other way round is still MLX's layout for the fast
+    path (which reads no reported coordinate); the reason carries the note."""
+    mlx = emu.mlx_float_layout()
+    backend = fake_m5(layout=emu.FragmentLayout("swapped", mlx.left, mlx.right[..., ::-1].copy(), mlx.dest))
+    probe = backend.probe()
+    assert "variant mlx_layout/" in probe.reason and "transposed" in probe.reason
+
+
 def test_probe_failure_builds_the_generic_path():
     backend = fake_m5()
     backend._layout_probe = lambda kernels, relaxed: metal.probe_layout(None)  # raises inside: not run

@@ -105,14 +105,18 @@ def test_mlx_lane_formula_is_mlx_layout():
 
 def test_probe_verdict():
     mlx = emu.mlx_float_layout()
-    same, problems = emu.mlx_layout_verdict(emu.probe_dump(mlx))
-    assert same == {"left": True, "right": True, "dest": True} and problems == []
-    same, problems = emu.mlx_layout_verdict(emu.probe_dump(LAYOUTS["shuffled"]))
+    same, problems, notes = emu.mlx_layout_verdict(emu.probe_dump(mlx))
+    assert same == {"left": True, "right": True, "dest": True} and problems == [] and notes == []
+    same, problems, notes = emu.mlx_layout_verdict(emu.probe_dump(LAYOUTS["shuffled"]))
     assert not any(same.values()) and problems == []
     right = mlx.right.copy()
     right[:, 8:, 0] -= 16  # a right operand whose second half repeats the first rows
-    same, problems = emu.mlx_layout_verdict(emu.probe_dump(emu.FragmentLayout("bad", mlx.left, right, mlx.dest)))
+    same, problems, _ = emu.mlx_layout_verdict(emu.probe_dump(emu.FragmentLayout("bad", mlx.left, right, mlx.dest)))
     assert same["right"] is False and problems and problems[0].startswith("right")
+    # MLX's layout with the right operand's coordinates reported the other way round
+    swapped = emu.FragmentLayout("swapped", mlx.left, mlx.right[..., ::-1].copy(), mlx.dest)
+    same, problems, notes = emu.mlx_layout_verdict(emu.probe_dump(swapped))
+    assert all(same.values()) and problems == [] and "transposed" in notes[0]
 
 
 def test_extremes_and_padding_threadgroups():

@@ -136,15 +136,25 @@ def layout_problems(layout: FragmentLayout, capacities: np.ndarray | None = None
     return problems
 
 
-def mlx_layout_verdict(dump: np.ndarray) -> tuple[dict, list[str]]:
-    """({"left"|"right"|"dest": equal to MLX's layout}, problems) for a layout probe dump: the
-    test the Metal backend applies before it builds the MLX-layout load path."""
+def mlx_layout_verdict(dump: np.ndarray) -> tuple[dict, list[str], list[str]]:
+    """({"left"|"right"|"dest": equal to MLX's layout}, problems, notes) for a layout probe dump:
+    the test the Metal backend applies before it builds the MLX-layout load path.
+
+    The right operand is transposed (B stored [N, K]); if its tensor reports the coordinates
+    the other way round (index[0] = n, index[1] = k) but is otherwise MLX's layout, it still
+    counts as MLX's layout, since the MLX-layout path never reads reported coordinates, and a
+    note says that the generic path (which does) would read them wrongly."""
     dump = np.asarray(dump)
     found = layout_from_probe(dump)
-    problems = layout_problems(found, capacities=dump[:, :, 0])
     mlx = mlx_float_layout()
+    notes = []
+    if not np.array_equal(found.right, mlx.right) and np.array_equal(found.right[..., ::-1], mlx.right):
+        found = FragmentLayout(found.name, found.left, found.right[..., ::-1].copy(), found.dest)
+        notes.append("the right operand reports (k, n) as (index[1], index[0]), transposed from what the "
+                     "generic path reads")
+    problems = layout_problems(found, capacities=dump[:, :, 0])
     same = {part: bool(np.array_equal(getattr(found, part), getattr(mlx, part))) for part in ("left", "right", "dest")}
-    return same, problems
+    return same, problems, notes
 
 
 def probe_dump(layout: FragmentLayout, cap: int = C_ELEMS) -> np.ndarray:

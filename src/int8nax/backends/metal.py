@@ -412,12 +412,15 @@ class LayoutProbeResult:
     """The raw int32 [3, SIMD, 1 + 3 * CAP] numpy dump, or None."""
     error: str = ""
     """Why the probe did not run."""
+    notes: tuple = ()
+    """Remarks of the verdict (e.g. a right operand reporting transposed coordinates)."""
 
     def summary(self) -> str:
         if not self.ran:
             return f"the layout probe failed ({self.error})"
         if self.matches_mlx:
-            return "the layout probe reports MLX's BaseNAXFrag layout for the left, right and destination tensors"
+            return ("the layout probe reports MLX's BaseNAXFrag layout for the left, right and destination tensors"
+                    + "".join(f" ({note})" for note in self.notes))
         parts = ", ".join(f"{p} {'matches' if v else 'differs'}" for p, v in self.same.items())
         return f"the layout probe reports another layout than MLX's ({parts})"
 
@@ -425,8 +428,8 @@ class LayoutProbeResult:
 def layout_result(dump) -> LayoutProbeResult:
     """Judge a probe dump against MLX's layout (nax_emulator.mlx_layout_verdict)."""
     dump = np.asarray(dump)
-    same, problems = nax_emulator.mlx_layout_verdict(dump)
-    return LayoutProbeResult(True, all(same.values()) and not problems, same, tuple(problems), dump)
+    same, problems, notes = nax_emulator.mlx_layout_verdict(dump)
+    return LayoutProbeResult(True, all(same.values()) and not problems, same, tuple(problems), dump, "", tuple(notes))
 
 
 def probe_layout(kernels: KernelSet, relaxed_precision: bool = True) -> LayoutProbeResult:

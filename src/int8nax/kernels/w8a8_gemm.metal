@@ -163,7 +163,7 @@ struct DequantStore {
   int N;
   void operator()(const int m, const int n, const int acc) const thread {
     float b = 0.0f;
-    if (HAS_BIAS) {
+    if constexpr (HAS_BIAS) {
       b = bias[n];  // without a bias, `bias` is a one-element placeholder and is never read
     }
     y[ulong(m) * ulong(N) + ulong(n)] = OutT(dequantize<HAS_BIAS>(acc, s_x[m], s_w[n], b));
