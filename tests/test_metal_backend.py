@@ -279,3 +279,15 @@ def test_compile_report_names_the_kernel_that_fails():
     assert {k for k, v in report.items() if v is None} == {
         "int8nax_int8_gemm (small tile)", "int8nax_int8_gemm (large tile)", "int8nax_w8a8_gemm (small tile)",
         "int8nax_quantize_rows"}
+
+
+def test_forced_variant(monkeypatch):
+    monkeypatch.setenv(metal.VARIANT_ENV, "generic/relaxed_precision=false")
+    backend = fake_m5()
+    probe = backend.probe()
+    assert probe.available and "variant generic/relaxed_precision=false: forced by INT8NAX_METAL_VARIANT" in probe.reason
+    assert set(FakeOps.built) == {"generic/relaxed_precision=false"}
+    monkeypatch.setenv(metal.VARIANT_ENV, "fastest")
+    backend = fake_m5()
+    probe = backend.probe()
+    assert not probe.available and "INT8NAX_METAL_VARIANT='fastest'" in probe.reason and "unknown variant" in probe.reason

@@ -336,11 +336,12 @@ def _emulate_mlx_layout(a, b, layout: FragmentLayout, epilogue, d) -> GemmWalk:
     groups_x = d.grid[0] // d.threadgroup[0]
     groups_y = d.grid[1] // d.threadgroup[1]
     piece = tiling.NAX_ROW_PIECE
-    pieces = 2
-    row_jump, half_n = FM // pieces, FN // pieces
+    pieces = FM * FK // SIMD // piece  # row pieces per lane per 16 x 16 fragment (2)
+    pair = FN // FK  # 16 x 16 fragments side by side in B and C (2)
+    row_jump, half_n = FM // pieces, FK
     frag = pieces * piece  # elements per lane of one 16 x 16 fragment
     tm_n, tn_n, tk_n = cfg.sm // FM, cfg.sn // FN, cfg.sk // FK
-    if FM != FK or FN != pieces * FK or frag * SIMD != FM * FK:
+    if FM != FK or pair != 2 or pieces != 2 or frag * SIMD != FM * FK:
         raise AssertionError("the MLX layout pairs 16 x 16 fragments")
     lane = np.arange(SIMD)
     fm, fn = tiling.mlx_lane_base(lane)
@@ -359,8 +360,8 @@ def _emulate_mlx_layout(a, b, layout: FragmentLayout, epilogue, d) -> GemmWalk:
     e8 = np.arange(frag)
     a_row_off = fm[:, None] + (e8 // piece)[None, :] * row_jump  # [SIMD, 8]
     a_col_off = fn[:, None] + (e8 % piece)[None, :]
-    e16 = np.arange(pieces * frag)
-    p16 = e16 // piece  # row pointer of the pair: fragment h = p // 2, piece r = p % 2
+    e16 = np.arange(pair * frag)
+    p16 = e16 // piece  # row pointer of the pair: fragment h = p // pieces, piece r = p % pieces
     b_row_off = fm[:, None] + (p16 // pieces)[None, :] * half_n + (p16 % pieces)[None, :] * row_jump
     b_col_off = fn[:, None] + (e16 % piece)[None, :]
     c_row_off = fm[:, None] + ((e16 % frag) // piece)[None, :] * row_jump

@@ -30,6 +30,7 @@ choose_variant(), layout_result(), probe_layout().
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import warnings
@@ -452,15 +453,25 @@ class Selection:
     """{variant name: failures} for every variant self-tested ([] = passed)."""
 
 
-def choose_variant(layout: LayoutProbeResult, self_test, relaxed_precision: bool = True) -> Selection:
+VARIANT_ENV = "INT8NAX_METAL_VARIANT"
+"""Names one variant (KernelVariant.name) to serve instead of the rule's choice, for A/B
+measurements on an M5; it is still self-tested, and refused if it fails."""
+
+
+def choose_variant(layout: LayoutProbeResult, self_test, relaxed_precision: bool = True,
+                   forced: KernelVariant | None = None) -> Selection:
     """The selection rule (pure: `self_test(variant) -> failures` is injected). The MLX-layout
     path is built only if the probe reported MLX's layout; whichever variant is built must pass
     the bit-exact first-use self-test. If the MLX-layout path fails it, the generic path is
-    tried before NAX is refused, so a wrong specialisation never returns numbers."""
+    tried before NAX is refused, so a wrong specialisation never returns numbers. `forced`
+    (from INT8NAX_METAL_VARIANT) replaces the rule: only that variant is built and tested."""
     fast = KernelVariant(LOAD_MLX_LAYOUT, relaxed_precision)
     generic = KernelVariant(LOAD_GENERIC, relaxed_precision)
     candidates = [fast, generic] if layout.matches_mlx else [generic]
     why = layout.summary()
+    if forced is not None:
+        candidates, fast = [forced], forced
+        why = f"forced by {VARIANT_ENV} ({why})"
     results = {}
     for cand in candidates:
         failures = self_test(cand)
@@ -539,7 +550,12 @@ class MetalBackend(Backend):
         def self_test(variant: KernelVariant) -> list[str]:
             return self.variant_ops(variant).self_test()
 
-        sel = choose_variant(self.layout(), self_test, self.relaxed_precision)
+        forced = os.environ.get(VARIANT_ENV)
+        try:
+            forced_variant = variant_named(forced) if forced else None
+        except ValueError as exc:
+            return Probe(False, f"{VARIANT_ENV}={forced!r}: {exc}")
+        sel = choose_variant(self.layout(), self_test, self.relaxed_precision, forced_variant)
         self._selection = sel
         if sel.variant is None:
             reason = f"NAX refused for this process ({hardware.reason}): {sel.reason}"

@@ -229,12 +229,13 @@ struct MlxLayoutSubtile {
   static constant constexpr const int TM = SM / FM;        // A fragments down the sub-tile
   static constant constexpr const int TN = SN / FN;        // MMA columns (B fragment pairs)
   static constant constexpr const int TK = SK / FK;        // K fragments per inner step
-  static constant constexpr const int PIECES = 2;          // row pieces per lane per fragment
+  static constant constexpr const int PIECES = FM * FK / SIMD / ROW_PIECE;  // row pieces per lane per fragment
   static constant constexpr const int ROW_JUMP = FM / PIECES;  // rows between the two pieces
-  static constant constexpr const int HALF_N = FN / PIECES;    // the second fragment of a pair
+  static constant constexpr const int PAIR = FN / FK;          // 16 x 16 fragments side by side in B and C
+  static constant constexpr const int HALF_N = FK;             // n offset of the second fragment of a pair
   static constant constexpr const int FRAG = PIECES * ROW_PIECE;  // elements per lane per fragment
-  static constant constexpr const int B_ROWS = PIECES * PIECES;   // row pointers per B pair
-  static_assert(FM == FK && FN == PIECES * FK, "MLX's layout pairs 16 x 16 fragments");
+  static constant constexpr const int B_ROWS = PAIR * PIECES;  // row pointers per B pair
+  static_assert(FM == FK && PAIR == 2 && PIECES == 2, "MLX's layout pairs 16 x 16 fragments of 2 row pieces");
   static_assert(FRAG * SIMD == FM * FK, "a fragment is PIECES x ROW_PIECE elements per lane");
   static_assert(SM % FM == 0 && SN % FN == 0 && SK % FK == 0, "whole fragments");
 
@@ -246,7 +247,7 @@ struct MlxLayoutSubtile {
   int m0, n0;
   short fm, fn;            // the lane's first row and column in a 16 x 16 fragment
   bool interior;           // the whole SM x SN sub-tile lies inside C: no row masks
-  int acc[TM][TN][PIECES * FRAG];
+  int acc[TM][TN][PAIR * FRAG];
 
   void init(PtrA a, PtrB b, const int M_, const int N_, const int K_, const int m0_, const int n0_,
             const uint lane) thread {
@@ -273,7 +274,7 @@ struct MlxLayoutSubtile {
     INT8NAX_UNROLL
     for (int tn = 0; tn < TN; ++tn) {
       INT8NAX_UNROLL
-      for (int h = 0; h < PIECES; ++h) {
+      for (int h = 0; h < PAIR; ++h) {
         INT8NAX_UNROLL
         for (int r = 0; r < PIECES; ++r) {
           const int n = n0 + tn * FN + h * HALF_N + fm + r * ROW_JUMP;
@@ -287,7 +288,7 @@ struct MlxLayoutSubtile {
       INT8NAX_UNROLL
       for (int tn = 0; tn < TN; ++tn) {
         INT8NAX_UNROLL
-        for (int i = 0; i < PIECES * FRAG; ++i) {
+        for (int i = 0; i < PAIR * FRAG; ++i) {
           acc[tm][tn][i] = 0;
         }
       }
@@ -309,7 +310,7 @@ struct MlxLayoutSubtile {
   template <bool MASK_ROWS, bool MASK_K>
   void step(const int k0) thread {
     int8_t av[TM][TK][FRAG];
-    int8_t bv[TN][TK][PIECES * FRAG];
+    int8_t bv[TN][TK][PAIR * FRAG];
     INT8NAX_UNROLL
     for (int kk = 0; kk < TK; ++kk) {
       const int k_left = K - (k0 + kk * FK + fn);
@@ -346,16 +347,16 @@ struct MlxLayoutSubtile {
             ct_a[i] = av[tm][kk][i];
           }
           INT8NAX_UNROLL
-          for (int i = 0; i < PIECES * FRAG; ++i) {
+          for (int i = 0; i < PAIR * FRAG; ++i) {
             ct_b[i] = bv[tn][kk][i];
           }
           INT8NAX_UNROLL
-          for (int i = 0; i < PIECES * FRAG; ++i) {
+          for (int i = 0; i < PAIR * FRAG; ++i) {
             ct_c[i] = acc[tm][tn][i];
           }
           mma.run(ct_a, ct_b, ct_c);
           INT8NAX_UNROLL
-          for (int i = 0; i < PIECES * FRAG; ++i) {
+          for (int i = 0; i < PAIR * FRAG; ++i) {
             acc[tm][tn][i] = ct_c[i];
           }
         }
@@ -410,7 +411,7 @@ struct MlxLayoutSubtile {
       INT8NAX_UNROLL
       for (int tn = 0; tn < TN; ++tn) {
         INT8NAX_UNROLL
-        for (int h = 0; h < PIECES; ++h) {
+        for (int h = 0; h < PAIR; ++h) {
           INT8NAX_UNROLL
           for (int r = 0; r < PIECES; ++r) {
             const int m = m0 + tm * FM + fm + r * ROW_JUMP;
