@@ -329,7 +329,8 @@ def test_emulated_w8a8_is_within_one_ulp(rng, dtype, m, k, n, with_bias):
 
 @pytest.mark.parametrize("k", [1, 7, 255, 256, 257, 4097])
 def test_quantize_model_is_int8nax_quant(rng, k):
-    x = (rng.standard_normal((6, k)) * 10).astype(np.float32)
+    x = (rng.standard_normal((7, k)) * 10).astype(np.float32)
+    x[6] *= np.float32(1e-38)  # a subnormal scale: the tiny-row rule
     x[1] = 0
     x[2, k // 2] = np.nan
     x[3, -1] = np.inf

@@ -561,8 +561,10 @@ def quantize_model(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         amax = np.fmax.reduce(np.abs(x32), axis=1, initial=f32(0)).astype(f32)  # max() skips NaN
         scale = (amax / f32(QMAX)).astype(f32)
         scale[scale == 0] = 1
-        inv = (f32(1) / scale).astype(f32)
-        codes = np.clip(round_half_away((x32 * inv[:, None]).astype(f32)), -QMAX, QMAX)
+        # A subnormal scale: x and s scaled up by 1/FLT_MIN first (exact), as the kernel does.
+        up = np.where(scale < np.finfo(f32).tiny, f32(1) / np.finfo(f32).tiny, f32(1)).astype(f32)
+        inv = (f32(1) / (scale * up)).astype(f32)
+        codes = np.clip(round_half_away((x32 * up[:, None] * inv[:, None]).astype(f32)), -QMAX, QMAX)
     codes[bad] = 0
     scale[bad] = np.nan
     return codes.astype(np.int8), scale, writes
