@@ -117,26 +117,6 @@ def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[s
     return lines, [f"{k}: {v}" for k, v in notes.items()]
 
 
-def layout_report(dump: np.ndarray) -> list[str]:
-    """Metal only: the int8 cooperative tensors' lane layout (nax_layout.metal's dump), checked
-    for what the kernels need and compared with the float layout MLX hardcodes."""
-    from . import nax_emulator
-
-    found = nax_emulator.layout_from_probe(dump)
-    problems = nax_emulator.layout_problems(found, capacities=dump[:, :, 0])
-    mlx_layout = nax_emulator.mlx_float_layout()
-    same = {part: bool(np.array_equal(getattr(found, part), getattr(mlx_layout, part)))
-            for part in ("left", "right", "dest")}
-    fingerprint = hashlib.sha256(dump.astype("<i4").tobytes()).hexdigest()[:16]
-    return [
-        "- int8 cooperative-tensor layout: "
-        + ("every fragment cell held exactly once (what the kernels need)" if not problems
-           else "; ".join(problems)),
-        "- equal to MLX's float layout: " + ", ".join(f"{p} {'yes' if v else 'no'}" for p, v in same.items()),
-        f"- layout fingerprint sha256:{fingerprint} (full dump: --layout-out FILE.npy)",
-    ]
-
-
 def collect(backend: str, sizes, timing_shapes, warmup: int, repeat: int,
             layout_out: str | None = None, progress=None) -> dict:
     """Everything the report says, as plain data (the --json output); `exit` is the status:
@@ -159,13 +139,13 @@ def collect(backend: str, sizes, timing_shapes, warmup: int, repeat: int,
     if name == "auto":
         name, _ = backends.choose(None)
     report["under_test"] = name
+    if name == "metal":  # even when NAX was refused: the variants' reports say why
+        report["metal"] = metal_section(sizes, layout_out, progress)
     probe = backends.probe(name)
     if not probe.available:
         report["unavailable"] = probe.reason
         report["exit"] = 2
         return report
-    if name == "metal":
-        report["metal"] = metal_section(layout_out)
     with np.errstate(invalid="ignore"):  # NaN/inf rows are part of the grid
         tallies = exactness_grid(api_callables(name), sizes, log=progress)
     report["exactness"] = {"sizes": list(sizes), "checks": [vars(t) for t in tallies]}
@@ -180,20 +160,71 @@ def collect(backend: str, sizes, timing_shapes, warmup: int, repeat: int,
     return report
 
 
-def metal_section(layout_out: str | None) -> dict:
-    """The Metal backend's layout probe (and the kernel variants, where the backend reports them)."""
+def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
+    """What the Metal backend did on first use, and every kernel variant on its own:
+    the hardware verdict, the layout probe, the variant chosen and why (with each self-test's
+    failures), then per variant (both load paths x both relaxed_precision values) whether each
+    kernel built (the compiler's message if not) and exactness over the shape grid."""
     from .backends import metal
 
-    section: dict = {}
-    try:
-        dump = np.array(metal.run_layout_probe(metal.BACKEND.kernels))
-        section["layout"] = layout_report(dump)
+    backend = metal.BACKEND
+    hardware = backend.hardware()
+    section: dict = {"hardware": {"available": hardware.available, "reason": hardware.reason}}
+    if not hardware.available:
+        return section
+    selection = backend.selection()
+    layout = selection.layout
+    section["layout"] = {
+        "ran": layout.ran, "summary": layout.summary(), "matches_mlx": layout.matches_mlx,
+        "same": dict(layout.same), "problems": list(layout.problems), "notes": list(layout.notes),
+        "error": layout.error or None,
+    }
+    if layout.dump is not None:
+        dump = np.asarray(layout.dump)
+        section["layout"]["fingerprint"] = "sha256:" + hashlib.sha256(dump.astype("<i4").tobytes()).hexdigest()[:16]
         if layout_out:
             np.save(layout_out, dump)
-            section["layout"].append(f"- full layout dump written to {layout_out}")
-    except Exception as exc:
-        section["layout"] = [f"- layout probe failed: {type(exc).__name__}: {exc}"]
+            section["layout"]["dump_file"] = layout_out
+    section["selection"] = {"variant": selection.variant.name if selection.variant else None,
+                            "reason": selection.reason, "self_tests": dict(selection.self_tests)}
+    section["variants"] = []
+    for variant in metal.variants():
+        ops = backend.variant_ops(variant)
+        built = ops.compile_report()
+        entry = {"name": variant.name, "compile": built}
+        if all(error is None for error in built.values()):
+            with np.errstate(invalid="ignore"):
+                tallies = exactness_grid((ops.int8_matmul, ops.quantize_activations, ops.w8a8_linear),
+                                         sizes, log=progress)
+            entry["exactness"] = [vars(t) for t in tallies]
+        section["variants"].append(entry)
     return section
+
+
+def render_metal(section: dict) -> list[str]:
+    hw = section["hardware"]
+    lines = ["### Metal NAX\n", f"- hardware: {'qualifies' if hw['available'] else 'does not qualify'}: {hw['reason']}"]
+    if "layout" not in section:
+        return lines + [""]
+    lay = section["layout"]
+    lines.append(f"- layout probe: {lay['summary']}" + (f"; problems: {'; '.join(lay['problems'])}" if lay["problems"] else ""))
+    if "fingerprint" in lay:
+        lines.append(f"- layout fingerprint {lay['fingerprint']}" + (f" (dump: {lay['dump_file']})" if "dump_file" in lay
+                                                                    else " (full dump: --layout-out FILE.npy)"))
+    sel = section["selection"]
+    lines.append(f"- variant serving this process: **{sel['variant'] or 'none (NAX refused)'}**: {sel['reason']}")
+    lines += ["", "| variant | kernels built | int8_matmul failed | quantize failed | w8a8 failed | first failure |",
+              "|---|---|---|---|---|---|"]
+    for v in section["variants"]:
+        errors = {k: e for k, e in v["compile"].items() if e}
+        built = f"{len(v['compile']) - len(errors)}/{len(v['compile'])}"
+        if "exactness" in v:
+            fails = [f"{t['failed']}/{t['shapes']}" for t in v["exactness"]]
+            first = next((t["first_failure"] for t in v["exactness"] if t["first_failure"]), "-")
+        else:
+            fails, first = ["not run"] * 3, "; ".join(f"{k}: {e}" for k, e in errors.items())
+        lines.append(f"| {v['name']} | {built} | {' | '.join(fails)} | {first} |")
+    return lines + [""]
 
 
 def render_markdown(report: dict) -> str:
@@ -204,14 +235,14 @@ def render_markdown(report: dict) -> str:
     for n, b in report["backends"].items():
         lines.append(f"- backend {n}: {'available' if b['available'] else 'unavailable'}: {b['reason']}")
     name = report["under_test"]
+    if "metal" in report:
+        lines += [""] + render_metal(report["metal"])
     if "unavailable" in report:
         label = "NAX" if name == "metal" else f"backend {name!r}"
         lines.append(f"\n**{label} unavailable here: {report['unavailable']}.** Nothing was run. "
                      "(`int8nax selftest --backend cpu` exercises the command on any machine.)")
         return "\n".join(lines)
-    lines.append(f"- under test: **{name}**\n")
-    if "metal" in report:
-        lines += report["metal"]["layout"] + [""]
+    lines.append(f"- under test: **{name}** (exactness and timings below go through the public API)\n")
     ex = report["exactness"]
     lines += [f"### Exactness (sizes {', '.join(map(str, ex['sizes']))} in M, K, N)\n",
               "| check | shapes | failed | first failure |", "|---|---|---|---|"]
