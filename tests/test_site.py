@@ -12,7 +12,9 @@ import importlib.util
 import inspect
 import json
 import math
+import os
 import re
+import shutil
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -391,3 +393,30 @@ def test_ceilings_lookup_and_roofline():
             assert set(ceilings.compute_tops) <= set(machines.FORMATS)
             assert set(ceilings.compute_tops) | {"memory"} <= set(ceilings.sources), m.name
     assert machines.M5_MAX.device.estimate and "ESTIMATE" in machines.M5_MAX.description
+
+
+# --- offline, in a real browser ----------------------------------------------------------------
+
+def test_offline_the_unvendored_index_falls_back_to_the_comparison_page(results, tmp_path):
+    """asv's real index.html (CDN links) opened where no host resolves: it must land on
+    compare.html#offline with the notice shown and the tables there (headless Chromium)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import asv_site
+
+    spec = importlib.util.find_spec("asv")
+    missing = [what for what, ok in (("asv", spec is not None),
+                                     ("selenium", importlib.util.find_spec("selenium") is not None))
+               if not ok]
+    try:
+        asv_site.find_browser()
+    except asv_site.SiteError as exc:
+        missing.append(str(exc))
+    if missing:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"missing, and CI=true requires it: {missing}")
+        pytest.skip(f"missing: {missing}")
+    html = tmp_path / "site"
+    shutil.copytree(Path(spec.origin).parent / "www", html)
+    site.publish(html, results)
+    report = asv_site.check_offline(html)
+    assert report == {"vendored": False, "page": "compare", "hash": "#offline", "notice": True, "rows": 7}  # h200 3 + 2, mystery 2

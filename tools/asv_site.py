@@ -188,17 +188,8 @@ def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = No
         if bench is None:
             raise SiteError("no parametrized benchmark has any results")
 
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver_path = find_browser()
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     server, url = serve(html_dir)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver = browser()
     report = {"benchmarks": len(benchmarks), "machines": machines, "graph": bench, "series": {}}
     problems = []
     try:
@@ -238,6 +229,11 @@ def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = No
         problems.append(f"the browser logged {len(errors)} error(s), first: {errors[0]}")
     if not report["series"]:
         problems.append(f"no machine has results for {bench}")
+    if (html_dir / "compare.html").is_file():
+        try:
+            report["offline"] = check_offline(html_dir)
+        except SiteError as exc:
+            problems.append(str(exc))
     if problems:
         raise SiteError("; ".join(problems) + "\nreport: " + json.dumps(report, indent=1))
     return report
@@ -315,7 +311,9 @@ def check_compare(html_dir: Path, index: dict, driver, url: str, screenshot: Pat
     dom = _wait(driver, "return document.readyState == 'complete' ? (" + "function(){" + _COMPARE_DOM + "})() : null;")
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
+        driver.set_window_size(1400, 1500)  # the first machine's first shape: plot and table
         driver.save_screenshot(str(screenshot))
+        driver.set_window_size(1400, 1000)
     errors = _errors(driver.get_log("browser"))
     report = {"entries": 0, "bars": 0, "machines": {}, "js_errors": errors}
     if errors:
@@ -402,6 +400,54 @@ def check_compare(html_dir: Path, index: dict, driver, url: str, screenshot: Pat
     if not report["entries"]:
         problems.append("compare.html shows no entry with results")
     return report
+
+
+def browser(*args: str):
+    """A headless Chromium driven by selenium, logging the console; `args` go to Chromium."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver_path = find_browser()
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000", *args):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(driver_path), options=options)
+
+
+# Chromium resolves no host but the local server's: the site as a machine without internet sees it.
+OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
+
+
+def check_offline(html_dir: Path) -> dict:
+    """Open index.html as a machine without internet would. A vendored site must show asv's
+    benchmark grid; an unvendored one (asv's CDN links) must land on compare.html#offline,
+    with its notice shown and its tables there. Raises SiteError otherwise."""
+    server, url = serve(html_dir)
+    driver = browser(OFFLINE)
+    try:
+        driver.get(url + "index.html")
+        state = _wait(driver, "var l = document.querySelectorAll('.benchmark-plot[id^=\"summarygrid-\"]').length;"
+                              "if (location.pathname.endsWith('compare.html') && document.readyState == 'complete') {"
+                              "  var n = document.getElementById('offline');"
+                              "  return {page: 'compare', hash: location.hash,"
+                              "          notice: !!n && getComputedStyle(n).display != 'none',"
+                              "          rows: document.querySelectorAll('tr.result').length}; }"
+                              "return l ? {page: 'index', listed: l} : null;")
+    finally:
+        driver.quit()
+        server.shutdown()
+    vendored = not _TAG.search((html_dir / "index.html").read_text())
+    if state is None:
+        raise SiteError("offline, index.html showed neither asv's grid nor the comparison page")
+    if vendored and state["page"] != "index":
+        raise SiteError(f"offline, the vendored site did not show asv's grid: {state}")
+    if not vendored and not (state["page"] == "compare" and state["hash"] == "#offline"
+                             and state["notice"] and state["rows"] > 0):
+        raise SiteError(f"offline, the unvendored site did not fall back to compare.html#offline with "
+                        f"its notice and tables: {state}")
+    return {"vendored": vendored, **state}
 
 
 def _errors(log: list[dict]) -> list[str]:
