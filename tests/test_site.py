@@ -308,6 +308,16 @@ def test_envs_of_one_commit_merge_a_number_over_a_skip(tmp_path, html_dir):
     assert sorted(data["envs"]) == ["env-a", "env-b"]
 
 
+def test_only_commits_on_the_published_site_are_compared(results, html_dir):
+    # asv publish left the newest h200 commit out (not on asv's branches, e.g. a PR's results)
+    (html_dir / "index.json").write_text(json.dumps({"revision_to_hash": {"1": "a" * 40, "3": "c" * 40}}))
+    site.publish(html_dir, results)
+    data = json.loads((html_dir / "compare.json").read_text())["machines"]
+    assert data["h200"]["commit"] == "a" * 40 and data["mystery"]["commit"] == "c" * 40
+    got = {e["shape"]: e["seconds"]["call"] for e in data["h200"]["entries"] if e["has_result"]}
+    assert got == {S16: 9.0, S64: 9.0}
+
+
 def test_index_gets_one_link_and_the_offline_fallback(results, html_dir):
     site.publish(html_dir, results)
     site.publish(html_dir, results)  # twice: still one link
