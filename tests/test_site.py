@@ -410,23 +410,94 @@ def test_ceilings_lookup_and_roofline():
 def test_offline_the_unvendored_index_falls_back_to_the_comparison_page(results, tmp_path):
     """asv's real index.html (CDN links) opened where no host resolves: it must land on
     compare.html#offline with the notice shown and the tables there (headless Chromium)."""
+    asv_site = _browser_or_skip()
+    html = tmp_path / "site"
+    shutil.copytree(Path(importlib.util.find_spec("asv").origin).parent / "www", html)
+    site.publish(html, results)
+    report = asv_site.check_offline(html)
+    assert report == {"vendored": False, "page": "compare", "hash": "#offline", "notice": True, "rows": 7}  # h200 3 + 2, mystery 2
+
+
+def _browser_or_skip():
     sys.path.insert(0, str(REPO / "tools"))
     import asv_site
 
-    spec = importlib.util.find_spec("asv")
-    missing = [what for what, ok in (("asv", spec is not None),
-                                     ("selenium", importlib.util.find_spec("selenium") is not None))
-               if not ok]
+    missing = [m for m in ("asv", "selenium") if importlib.util.find_spec(m) is None]
     try:
         asv_site.find_browser()
     except asv_site.SiteError as exc:
         missing.append(str(exc))
+    if shutil.which("git") is None:
+        missing.append("git")
     if missing:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"missing, and CI=true requires it: {missing}")
         pytest.skip(f"missing: {missing}")
-    html = tmp_path / "site"
-    shutil.copytree(Path(spec.origin).parent / "www", html)
-    site.publish(html, results)
-    report = asv_site.check_offline(html)
-    assert report == {"vendored": False, "page": "compare", "hash": "#offline", "notice": True, "rows": 7}  # h200 3 + 2, mystery 2
+    return asv_site
+
+
+@pytest.fixture
+def published(tmp_path):
+    """A real `asv publish` of synthetic results (a one-commit git repository), then int8nax site."""
+    asv_site = _browser_or_skip()
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q", "-b", "main"], check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "one"], check=True)
+    commit = subprocess.run(git[:3] + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    (repo / "asv.conf.json").write_text(json.dumps({
+        "version": 1, "project": "x", "project_url": "", "repo": ".", "branches": ["main"], "dvcs": "git",
+        "environment_type": "virtualenv", "results_dir": "results", "html_dir": "html"}))
+    template = {"code": "", "min_run_count": 2, "number": 0, "param_names": ["(M, K, N)"], "params": [SHAPES],
+                "repeat": 0, "rounds": 2, "sample_time": 0.01, "timeout": 600, "type": "time",
+                "unit": "seconds", "version": "1", "warmup_time": -1}
+    benches = {b: {**template, "name": b} for b in H200_NEW if ".time_" in b}
+    (repo / "results").mkdir()
+    (repo / "results" / "benchmarks.json").write_text(json.dumps({**benches, "version": 2}))
+    write_result(repo / "results" / "h200", commit, 1_000, {b: v for b, v in H200_NEW.items() if b in benches})
+    (repo / "results" / "h200" / "machine.json").write_text(json.dumps({"machine": "h200", "version": 1}))
+    subprocess.run([sys.executable, "-m", "asv", "publish"], cwd=repo, check=True, capture_output=True)
+    html = repo / "html"
+    site.publish(html, repo / "results")
+    return asv_site, html
+
+
+def _check_compare(asv_site, html):
+    server, url = asv_site.serve(html)
+    driver = asv_site.browser()
+    problems = []
+    try:
+        index = json.loads((html / "index.json").read_text())
+        report = asv_site.check_compare(html, index, driver, url, None, problems)
+    finally:
+        driver.quit()
+        server.shutdown()
+    return report, problems
+
+
+def test_browser_check_of_the_page_against_asvs_graphs(published):
+    asv_site, html = published
+    report, problems = _check_compare(asv_site, html)
+    assert problems == [] and report["entries"] == 5 and report["bars"] == 8  # 3 + 2 rows; chain: 2 + 2 bars
+
+    page = (html / "compare.html").read_text()
+    data = (html / "compare.json").read_text()
+    # a ratio off by 1 %, and a dropped row, on the page
+    bad = re.sub(r'(data-peer="cublaslt-int8" data-call=")([^"]+)"',
+                 lambda mt: f'{mt.group(1)}{float(mt.group(2)) * 1.01!r}"', page, count=1)
+    bad = re.sub(r'<tr class="result" data-contender="mlx-fp16">.*?</tr>', "", bad, count=1)
+    (html / "compare.html").write_text(bad)
+    _, problems = _check_compare(asv_site, html)
+    assert any("vs cublaslt-int8 (call)" in p for p in problems), problems
+    assert any("no row for mlx-fp16" in p for p in problems), problems
+    # a series asv published that compare.json (and so the page) lacks
+    (html / "compare.html").write_text(page)
+    broken = json.loads(data)
+    broken["machines"]["h200"]["entries"] = [e for e in broken["machines"]["h200"]["entries"]
+                                             if not (e["contender"] == "cublaslt-int8" and e["shape"] == S64)]
+    (html / "compare.json").write_text(json.dumps(broken))
+    _, problems = _check_compare(asv_site, html)
+    assert any("time_cublaslt_int8 at (64, 4096, 4096)" in p and "no entry" in p for p in problems), problems
