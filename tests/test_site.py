@@ -381,6 +381,16 @@ def test_roster_matches_the_asv_suite_and_the_contenders():
     assert all(c.peer for c in site.CONTENDERS if not c.name.startswith("nax-"))
 
 
+def test_ceilings_are_not_used_for_other_hardware_under_a_declared_name(results, html_dir):
+    (results / "h200" / "machine.json").write_text(json.dumps({"machine": "h200", "gpu": "NVIDIA A100"}))
+    site.publish(html_dir, results)
+    entries = json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]["entries"]
+    assert all(e["roofline"]["call"] is None for e in entries)
+    assert "for other hardware: machine.json says gpu &#x27;NVIDIA A100&#x27;" in (html_dir / "compare.html").read_text()
+    assert machines.match("h200", {"gpu": "NVIDIA H200"})[0] is machines.H200
+    assert machines.match("cpu-2core", {"cpu": "Intel(R) Xeon(R)", "num_cpu": "2"})[0] is None
+
+
 def test_ceilings_lookup_and_roofline():
     assert machines.lookup("h200") is machines.H200 and machines.lookup("int8nax-cuda") is machines.H200
     assert machines.lookup("no-such-box") is None

@@ -236,6 +236,7 @@ class MachineBlock:
     results: MachineResults
     declared: machine_ceilings.Machine | None
     shapes: list[ShapeBlock]
+    why_not: str = ""  # why no ceilings apply, when declared is None
 
 
 def _roster(all_results: list[MachineResults]) -> list[tuple[str, str]]:
@@ -256,9 +257,9 @@ def _find(values: dict, stem: str, chain: bool) -> str | None:
     return None
 
 
-def _ceilings_for(declared: machine_ceilings.Machine | None, info: ContenderInfo | None):
+def _ceilings_for(declared: machine_ceilings.Machine | None, info: ContenderInfo | None, why_not: str):
     if declared is None:
-        return None, "no ceilings declared for this machine in int8nax/bench/machines.py"
+        return None, why_not
     if info is None:
         return None, "number format of this contender not declared (int8nax/site.py CONTENDERS)"
     ceilings = declared.host if info.fmt.on_host else declared.device
@@ -268,7 +269,7 @@ def _ceilings_for(declared: machine_ceilings.Machine | None, info: ContenderInfo
 
 
 def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> MachineBlock:
-    declared = machine_ceilings.lookup(results.name)
+    declared, why_not = machine_ceilings.match(results.name, results.info)
     infos = {c.name: c for c in CONTENDERS}
     shapes: list[str] = []
     for per in results.values.values():
@@ -290,7 +291,7 @@ def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> M
             values = {mode: (results.values[b].get(shape, Value()) if b else Value()) for mode, b in benches.items()}
             entry = Entry(label, benches, values)
             info = infos.get(label)
-            ceilings, note = _ceilings_for(declared, info)
+            ceilings, note = _ceilings_for(declared, info, why_not)
             if dims is not None:
                 ops = 2.0 * dims[0] * dims[1] * dims[2]
                 for mode in MODES:
@@ -319,7 +320,7 @@ def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> M
                     mine, theirs = entry.seconds(mode), by_name[peer].seconds(mode)
                     entry.ratios[peer][mode] = theirs / mine if (mine and theirs and peer != entry.contender) else None
         blocks.append(ShapeBlock(shape, entries, peers))
-    return MachineBlock(results, declared, blocks)
+    return MachineBlock(results, declared, blocks, why_not)
 
 
 def published_commits(html_dir: Path) -> set[str] | None:
@@ -497,10 +498,9 @@ def _table(sb: ShapeBlock) -> str:
     return f'<table class="contenders" data-shape="{html.escape(sb.shape)}">{head}{"".join(body)}</table>'
 
 
-def _ceiling_text(declared: machine_ceilings.Machine | None) -> str:
+def _ceiling_text(declared: machine_ceilings.Machine | None, why_not: str) -> str:
     if declared is None:
-        return ('<p class="small">No ceilings declared for this machine (int8nax/bench/machines.py): '
-                'no roofline fractions.</p>')
+        return f'<p class="small">No roofline fractions: {html.escape(why_not)}.</p>'
     parts = []
     for label, c in (("device", declared.device), ("host", declared.host)):
         if c is None:
@@ -551,7 +551,7 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
                    f'data-commit="{html.escape(r.commit)}"><h2>{name}</h2>'
                    f'<p class="small">{html.escape(hw)}. Commit <code>{html.escape(r.commit[:8])}</code> '
                    f'(committed {date}); environment(s): {html.escape(", ".join(r.envs))}.</p>'
-                   + _ceiling_text(b.declared))
+                   + _ceiling_text(b.declared, b.why_not))
         out.append('<nav class="toc small">Shapes: ' + " ".join(
             f'<a href="#{name}-{_anchor(sb.shape)}">{html.escape(sb.shape)}</a>' for sb in b.shapes) + "</nav>")
         for sb in b.shapes:

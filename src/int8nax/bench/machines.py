@@ -44,11 +44,15 @@ class Ceilings:
 
 @dataclass(frozen=True)
 class Machine:
+    """`expects`: {machine.json key: text its value must contain}, so that results filed
+    under this name from other hardware (a CI box of another make) get no ceilings."""
+
     name: str
     description: str
     device: Ceilings
     host: Ceilings | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    expects: dict[str, str] = field(default_factory=dict)
 
 
 # --- the figures ---------------------------------------------------------------------------
@@ -69,6 +73,7 @@ H200 = Machine(
     ),
     host=None,  # the host's ceilings were not measured: numpy sgemm on it shows no roofline fraction
     aliases=("int8nax-cuda",),
+    expects={"gpu": "H200"},
 )
 
 # The 2-core CI box: /proc/cpuinfo reports "AMD EPYC", family 25 model 17 (Zen 4), 2 vCPUs
@@ -103,6 +108,7 @@ CPU_2CORE = Machine(
         estimate=True,  # the compute ceilings are derived, not measured; the bandwidth is measured
     ),
     aliases=("ci",),
+    expects={"cpu": "AMD EPYC", "num_cpu": "2"},
 )
 
 M5_MAX = Machine(
@@ -130,6 +136,20 @@ def lookup(name: str) -> Machine | None:
     if name in MACHINES:
         return MACHINES[name]
     return next((m for m in MACHINES.values() if name in m.aliases), None)
+
+
+def match(name: str, info: dict) -> tuple[Machine | None, str]:
+    """(the declared machine for asv machine `name` whose machine.json is `info`, or None; why
+    not). A declared machine whose `expects` the machine.json contradicts is not used."""
+    machine = lookup(name)
+    if machine is None:
+        return None, f"no ceilings declared for machine {name!r} in int8nax/bench/machines.py"
+    wrong = [f"{key} {info.get(key)!r} (expected {text!r})" for key, text in machine.expects.items()
+             if key in info and text not in str(info[key])]
+    if wrong:
+        return None, (f"the ceilings declared for {machine.name!r} are for other hardware: machine.json says "
+                      + ", ".join(wrong))
+    return machine, ""
 
 
 def attainable_tops(ceilings: Ceilings, fmt: str, ops: float, bytes_moved: float) -> tuple[float, str] | None:
