@@ -511,3 +511,8 @@ def test_browser_check_of_the_page_against_asvs_graphs(published):
     (html / "compare.json").write_text(json.dumps(broken))
     _, problems = _check_compare(asv_site, html)
     assert any("time_cublaslt_int8 at (64, 4096, 4096)" in p and "no entry" in p for p in problems), problems
+    # a whole machine left out
+    broken["machines"].pop("h200")
+    (html / "compare.json").write_text(json.dumps(broken))
+    _, problems = _check_compare(asv_site, html)
+    assert any("no section for it" in p for p in problems), problems
