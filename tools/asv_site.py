@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import re
@@ -283,7 +284,7 @@ def _graph_values(html_dir: Path, index: dict, machine: str, bench: str, commit:
     info = index["benchmarks"].get(bench)
     if rev is None or info is None or not info["params"]:
         return {}
-    names = [", ".join(c) if len(c) > 1 else c[0] for c in __import__("itertools").product(*info["params"])]
+    names = [", ".join(c) if len(c) > 1 else c[0] for c in itertools.product(*info["params"])]
     found: dict[str, list[float]] = {}
     for graph in (html_dir / "graphs").rglob(f"{bench}.json"):
         if f"machine-{machine}" not in graph.parts:
