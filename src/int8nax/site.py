@@ -359,7 +359,11 @@ def fmt_number(x: float | None, digits: int = 3) -> str:
 
 
 def fmt_ratio(x: float | None) -> str:
-    return "" if x is None else f"{x:.2f}×"
+    if x is None:
+        return ""
+    if x >= 100:
+        return f"{x:.0f}×"
+    return f"{x:.2f}×" if x >= 0.1 else f"{x:.2g}×"  # 0.00073×, not 0.00×
 
 
 def to_json(blocks: list[MachineBlock]) -> dict:
