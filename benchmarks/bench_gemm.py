@@ -1,6 +1,6 @@
 """Raw int8 GEMM, int8 [M, K] x int8 [N, K] -> exact int32 [M, N], on the seed shapes."""
 
-from .common import ContenderBenchmark, throughput
+from .common import ContenderBenchmark, chained, throughput
 
 
 class NaxGemm(ContenderBenchmark):
@@ -10,6 +10,10 @@ class NaxGemm(ContenderBenchmark):
 
     def time_nax_gemm(self, shape):
         self.run()
+
+    @chained
+    def time_nax_gemm_chain(self, shape):
+        self.chain()
 
     @throughput
     def track_nax_gemm_tops(self, shape):
@@ -24,18 +28,43 @@ class CiderRaw(ContenderBenchmark):
     def time_cider_raw(self, shape):
         self.run()
 
+    @chained
+    def time_cider_raw_chain(self, shape):
+        self.chain()
+
     @throughput
     def track_cider_raw_tops(self, shape):
         return self.tops(shape)
 
 
+class CublasLtInt8(ContenderBenchmark):
+    """cuBLASLt's int8 GEMM with a workspace and its algorithm heuristic (CUDA only): the anchor."""
+
+    contender = "cublaslt-int8"
+
+    def time_cublaslt_int8(self, shape):
+        self.run()
+
+    @chained
+    def time_cublaslt_int8_chain(self, shape):
+        self.chain()
+
+    @throughput
+    def track_cublaslt_int8_tops(self, shape):
+        return self.tops(shape)
+
+
 class TorchInt8(ContenderBenchmark):
-    """cuBLASLt int8 GEMM through torch._int_mm with column-major B (CUDA + torch only)."""
+    """torch._int_mm, torch's cuBLASLt path without a workspace (CUDA + torch only)."""
 
     contender = "torch-int8"
 
     def time_torch_int8(self, shape):
         self.run()
+
+    @chained
+    def time_torch_int8_chain(self, shape):
+        self.chain()
 
     @throughput
     def track_torch_int8_tops(self, shape):

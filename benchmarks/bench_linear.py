@@ -1,7 +1,7 @@
 """Full linear layer, float16 x [M, K] and weights [N, K] -> float16 [M, N], on the seed shapes:
 the W8A8 implementations and the baselines users compare them against."""
 
-from .common import ContenderBenchmark, throughput
+from .common import ContenderBenchmark, chained, throughput
 
 
 class NaxFull(ContenderBenchmark):
@@ -11,6 +11,10 @@ class NaxFull(ContenderBenchmark):
 
     def time_nax_full(self, shape):
         self.run()
+
+    @chained
+    def time_nax_full_chain(self, shape):
+        self.chain()
 
     @throughput
     def track_nax_full_tops(self, shape):
@@ -25,6 +29,10 @@ class CiderFull(ContenderBenchmark):
     def time_cider_full(self, shape):
         self.run()
 
+    @chained
+    def time_cider_full_chain(self, shape):
+        self.chain()
+
     @throughput
     def track_cider_full_tops(self, shape):
         return self.tops(shape)
@@ -37,6 +45,10 @@ class MlxFp16(ContenderBenchmark):
 
     def time_mlx_fp16_matmul(self, shape):
         self.run()
+
+    @chained
+    def time_mlx_fp16_matmul_chain(self, shape):
+        self.chain()
 
     @throughput
     def track_mlx_fp16_matmul_tops(self, shape):
@@ -51,6 +63,27 @@ class MlxQ8(ContenderBenchmark):
     def time_mlx_q8_matmul(self, shape):
         self.run()
 
+    @chained
+    def time_mlx_q8_matmul_chain(self, shape):
+        self.chain()
+
     @throughput
     def track_mlx_q8_matmul_tops(self, shape):
+        return self.tops(shape)
+
+
+class NumpySgemm(ContenderBenchmark):
+    """Baseline: numpy's float32 BLAS matmul of the same shape (the CPU's yardstick)."""
+
+    contender = "numpy-sgemm"
+
+    def time_numpy_sgemm(self, shape):
+        self.run()
+
+    @chained
+    def time_numpy_sgemm_chain(self, shape):
+        self.chain()
+
+    @throughput
+    def track_numpy_sgemm_tops(self, shape):
         return self.tops(shape)

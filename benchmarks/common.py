@@ -1,34 +1,64 @@
-"""What every benchmark class shares: the shape parameter, memoised and checked setup, skips.
+"""What every benchmark class shares: the shape parameter, the two timed figures, memoised and
+checked setup, explicit skips.
 
-The contenders, their data and their correctness checks live in the package
-(int8nax.contenders) so that the command line can reuse them; this module only
-adapts them to asv:
-- asv_runner re-runs setup before every timed call, so the prepared contender is
-  memoised per (contender, shape) for the life of the benchmark process;
-- the first setup of a shape runs the contender once and checks its output
-  (MismatchError fails the benchmark with the reason, nothing wrong is timed);
-- a contender that cannot run here, or a shape outside this machine's profile,
-  raises NotImplementedError in setup: asv records n/a and carries on.
+The contenders, their data and their checks live in the package's measuring layer
+(int8nax.bench) so that `int8nax compare` and `int8nax selftest` time the same things; this
+module only adapts them to asv:
+- nothing is decided at import (discovery must stay cheap and must never fail): the shape
+  profile, the backend probes and any first-use self-test happen at the first setup;
+- asv_runner re-runs setup before every timed call, so the prepared contender is memoised
+  per (contender, shape) for the life of the benchmark process;
+- the first setup of a shape runs the contender once and checks its output (MismatchError
+  fails the benchmark with the reason: nothing wrong is timed);
+- a contender that cannot run here, a shape outside this machine's profile, or a profile name
+  that does not exist raises NotImplementedError in setup: asv records n/a and carries on.
+
+Two figures per contender, both `time_` benchmarks that the regression gate reads:
+- time_<name>: one call, then block (the seed's method);
+- time_<name>_chain: seconds per call in a dependent chain of calls with one block at the end
+  (int8nax.bench.timing); its clock ticks once per call of the chain, so asv records seconds
+  per call, comparable across machines whose chain lengths differ.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from functools import lru_cache
 
-from int8nax import contenders
-
-PROFILE, PROFILE_REASON = contenders.choose_profile()
-RUN_SHAPES = frozenset(contenders.profile_shapes(PROFILE))
+from int8nax.bench import contenders, problems, timing
 
 _prepared: dict[tuple[str, tuple[int, int, int]], contenders.Prepared] = {}
 
 
+@lru_cache(maxsize=None)
+def profile() -> tuple[str, frozenset, int]:
+    """(profile name, shapes it measures, calls per chain), chosen once per process;
+    NotImplementedError (asv's skip) for an INT8NAX_BENCH_PROFILE that names no profile."""
+    try:
+        name, _ = problems.choose_profile()
+    except problems.ProfileError as exc:
+        raise NotImplementedError(str(exc)) from None
+    return name, frozenset(problems.profile_shapes(name)), problems.CHAIN_CALLS[name]
+
+
+def chain_calls() -> int:
+    return profile()[2]
+
+
+def per_call_clock() -> float:
+    """A clock that advances by 1 s for every `chain_calls()` s of wall time: a chain benchmark
+    timed with it reads seconds per call."""
+    return time.perf_counter() / chain_calls()
+
+
 class ContenderBenchmark:
-    """Base class: one contender (`contender`, a name in int8nax.contenders.CONTENDERS)
-    timed over every declared shape; subclasses add a time_ and a track_ method."""
+    """Base class: one contender (`contender`, a name in int8nax.bench.contenders.CONTENDERS)
+    timed over every declared shape; subclasses add the time_, time_..._chain and track_
+    methods, whose bodies call run(), chain() and tops()."""
 
     contender = ""
-    params = [list(contenders.ALL_SHAPES)]
+    params = [list(problems.ALL_SHAPES)]
     param_names = ["(M, K, N)"]
     timeout = 600  # seed shapes on a GPU box: data, reference check and timing of the largest
     version = "1"  # pinned: editing a comment must not hide the history (bump on purpose)
@@ -36,20 +66,32 @@ class ContenderBenchmark:
     def setup(self, shape):
         key = (self.contender, shape)
         if key not in _prepared:
-            if shape not in RUN_SHAPES:
+            name, shapes, _ = profile()
+            if shape not in shapes:
                 raise NotImplementedError(
-                    f"{shape} is not in the {PROFILE!r} profile ({PROFILE_REASON}); "
-                    f"set {contenders.PROFILE_ENV} to run it")
+                    f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
             try:
                 _prepared[key] = contenders.get(self.contender).ready(*shape)
             except contenders.Unavailable as exc:
                 print(f"{self.contender} skipped: {exc}", file=sys.stderr)
                 raise NotImplementedError(str(exc)) from None
-        self.run = _prepared[key].run
+        self.prepared = _prepared[key]
+
+    def run(self):
+        self.prepared.run()
+
+    def chain(self):
+        self.prepared.chain(chain_calls())
 
     def tops(self, shape) -> float:
         """Throughput of this contender at `shape`, from the median of a few calls."""
-        return contenders.tops(shape, contenders.median_seconds(self.run))
+        return timing.tops(shape, timing.median_seconds(self.prepared.run))
+
+
+def chained(func):
+    """Mark a time_ method as a dependent-chain benchmark: timed with per_call_clock."""
+    func.timer = per_call_clock
+    return func
 
 
 def throughput(func):

@@ -184,10 +184,16 @@ def test_published_site_in_headless_chromium(project, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     project.asv("publish")
     html = project.clone / ".asv" / "html"
+    project.python("-m", "int8nax.cli", "site", str(html))  # the comparison page
     asv_site.vendor(html)
-    report = asv_site.check(html, screenshot=tmp_path / "asv-site.png")
-    assert report["index_lists"] == report["benchmarks"] == 14
+    report = asv_site.check(html, screenshot=tmp_path / "asv-site.png",
+                            compare_screenshot=tmp_path / "compare.png")
+    from int8nax.bench import contenders
+
+    # one call, one chain, one TOPS track per contender
+    assert report["index_lists"] == report["benchmarks"] == 3 * len(contenders.CONTENDERS)
     assert report["series"]["asv-test"]["drawn"] >= 3 and not report["js_errors"]
+    assert report["compare"]["machines"]["asv-test"]["entries"] >= 15 and report["offline"]["vendored"]
     assert (tmp_path / "asv-site.png").stat().st_size > 10_000
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from int8nax import api, contenders
+from int8nax import api
+from int8nax.bench import checks, contenders, problems
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import bench_gemm, bench_linear, common  # noqa: E402
@@ -25,26 +26,66 @@ def methods(cls, prefix):
     return [getattr(cls, n) for n in vars(cls) if n.startswith(prefix)]
 
 
-def test_one_class_per_contender_with_the_issue_names():
+HISTORY = {  # benchmark names with published history: renaming one would cut it
+    "bench_gemm.NaxGemm.time_nax_gemm", "bench_gemm.CiderRaw.time_cider_raw", "bench_gemm.TorchInt8.time_torch_int8",
+    "bench_linear.NaxFull.time_nax_full", "bench_linear.CiderFull.time_cider_full",
+    "bench_linear.MlxFp16.time_mlx_fp16_matmul", "bench_linear.MlxQ8.time_mlx_q8_matmul",
+}
+
+
+def test_one_class_per_contender_and_the_historic_names_kept():
     assert sorted(cls.contender for cls in CLASSES) == sorted(contenders.CONTENDERS)
-    names = {f.__name__ for cls in CLASSES for f in methods(cls, "time_")}
-    assert {"time_cider_full", "time_cider_raw", "time_nax_gemm", "time_nax_full"} <= names
-    assert len(names) == len(contenders.CONTENDERS)
+    names = {f"{cls.__module__.split('.')[-1]}.{cls.__name__}.{f.__name__}" for cls in CLASSES
+             for f in methods(cls, "time_")}
+    assert HISTORY <= names
+    assert len(names) == 2 * len(contenders.CONTENDERS)  # one call, one chain
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
-def test_each_class_times_and_tracks_throughput(cls):
-    (timed,), (tracked,) = methods(cls, "time_"), methods(cls, "track_")
+def test_each_class_times_one_call_and_a_chain_and_tracks_throughput(cls):
+    timed = sorted(methods(cls, "time_"), key=lambda f: f.__name__)
+    (tracked,) = methods(cls, "track_")
+    call, chain = timed
+    assert chain.__name__ == call.__name__ + "_chain" and chain.timer is common.per_call_clock
+    assert not hasattr(call, "timer")
     assert tracked.__name__.endswith("_tops") and tracked.unit == "TOPS" and tracked.rounds == 1
-    assert not hasattr(timed, "unit")  # time_ benchmarks are the gated ones, in seconds
-    assert cls.params == [list(contenders.ALL_SHAPES)] and cls.param_names == ["(M, K, N)"]
+    assert not hasattr(call, "unit") and not hasattr(chain, "unit")  # gated ones are in seconds
+    assert cls.params == [list(problems.ALL_SHAPES)] and cls.param_names == ["(M, K, N)"]
     assert cls.version and cls.timeout >= 300
+
+
+def test_the_chain_clock_reads_seconds_per_call(monkeypatch):
+    monkeypatch.setattr(common, "chain_calls", lambda: 4)
+    monkeypatch.setattr(common.time, "perf_counter", lambda: 10.0)
+    assert common.per_call_clock() == 2.5
+
+
+def test_nothing_is_chosen_at_import():
+    # Importing the suite must not probe backends (on an M5 that runs the first-use self-test).
+    import subprocess
+
+    code = ("import sys; sys.path.insert(0, '.'); from benchmarks import bench_gemm, bench_linear, common; "
+            "import int8nax.backends as b; print(b.probe.cache_info().currsize, common.profile.cache_info().currsize)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout.split()
+    assert out == ["0", "0"]
+
+
+def test_a_bogus_profile_skips_with_the_reason(monkeypatch):
+    common.profile.cache_clear()
+    monkeypatch.setenv("INT8NAX_BENCH_PROFILE", "bogus")
+    try:
+        with pytest.raises(NotImplementedError, match="INT8NAX_BENCH_PROFILE: expected one of full, cpu, got 'bogus'"):
+            bench_gemm.NaxGemm().setup(TINY)
+    finally:
+        common.profile.cache_clear()
 
 
 def test_shapes_outside_the_profile_are_skipped_with_the_reason():
     bench = bench_gemm.NaxGemm()
-    outside = next(s for s in contenders.ALL_SHAPES if s not in common.RUN_SHAPES)
-    with pytest.raises(NotImplementedError, match=f"not in the '{common.PROFILE}' profile.*INT8NAX_BENCH_PROFILE"):
+    name, shapes, _ = common.profile()
+    outside = next(s for s in problems.ALL_SHAPES if s not in shapes)
+    with pytest.raises(NotImplementedError, match=f"not in the '{name}' profile.*INT8NAX_BENCH_PROFILE"):
         bench.setup(outside)
 
 
@@ -56,7 +97,7 @@ def test_an_unavailable_contender_is_skipped_with_its_reason(cls, monkeypatch):
 
 
 def test_setup_is_checked_once_and_memoised(monkeypatch):
-    if TINY not in common.RUN_SHAPES:
+    if TINY not in common.profile()[1]:
         pytest.skip("the tiny shape is not in this machine's profile")
     monkeypatch.setattr(common, "_prepared", {})
     calls = []
@@ -66,15 +107,16 @@ def test_setup_is_checked_once_and_memoised(monkeypatch):
     for _ in range(3):  # asv_runner calls setup before every timed call
         bench.setup(TINY)
         bench.time_nax_gemm(TINY)
+        bench.time_nax_gemm_chain(TINY)
     assert calls == ["nax-gemm"]
     assert bench.track_nax_gemm_tops(TINY) > 0
 
 
 def test_a_wrong_result_fails_the_benchmark_instead_of_skipping(monkeypatch):
-    if TINY not in common.RUN_SHAPES:
+    if TINY not in common.profile()[1]:
         pytest.skip("the tiny shape is not in this machine's profile")
     monkeypatch.setattr(common, "_prepared", {})
     real = api.int8_matmul
-    monkeypatch.setattr(api, "int8_matmul", lambda a, b: real(a, b, b_layout="kn"))
-    with pytest.raises(contenders.MismatchError):
+    monkeypatch.setattr(api, "int8_matmul", lambda a, b, backend=None: real(a, b, b_layout="kn"))
+    with pytest.raises(checks.MismatchError):
         bench_gemm.NaxGemm().setup(TINY)

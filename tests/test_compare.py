@@ -36,6 +36,7 @@ def test_table_without_peers(capsys, monkeypatch):
     assert abs(float(row["nax-full/NAX"]) - float(row["nax-full"]) / float(row["NAX"])) < 0.05 * float(row["nax-full/NAX"]) + 0.02
     assert "cider-raw: n/a: cider is not installed" in out
     assert "torch-int8: n/a: torch is not installed" in out
+    assert "cublaslt-int8: n/a:" in out
 
 
 def test_markdown_and_impostor(capsys, monkeypatch):
@@ -77,10 +78,75 @@ def test_wrong_peer_is_a_mismatch_not_a_time(capsys, monkeypatch):
 def test_progress_bar_on_request(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "cider", None)
     _, _, err = run_cli(capsys, "--progress")
-    assert f"] {len(compare.TIMED)}/{len(compare.TIMED)} " in err
+    n = len(compare.DEFAULT_CONTENDERS)
+    assert f"] {n}/{n} " in err
 
 
-@pytest.mark.parametrize("bad", ["8x64", "8x0x4", "axbxc"])
-def test_bad_shapes_are_named(bad):
-    with pytest.raises(ValueError, match="--shapes: expected MxKxN"):
-        compare.parse_shapes(bad)
+@pytest.mark.parametrize("argv,message", [
+    (["--shapes", "8x64"], "argument --shapes: expected MxKxN"),
+    (["--shapes", "8x0x4"], "argument --shapes: expected MxKxN"),
+    (["--shapes", "axbxc"], "argument --shapes: expected MxKxN"),
+    (["--repeat", "0"], "argument --repeat: expected a positive whole number, got 0"),
+    (["--contenders", "nax"], "argument --contenders: expected comma-separated names from nax-gemm"),
+    (["--mode", "kernel"], "argument --mode: expected comma-separated modes from call, chain, host"),
+])
+def test_bad_options_are_usage_errors_naming_the_option(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["compare", *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and "Traceback" not in err
+
+
+def test_a_bogus_profile_is_one_line_not_a_traceback(capsys, monkeypatch):
+    monkeypatch.setenv("INT8NAX_BENCH_PROFILE", "bogus")
+    assert cli.main(["compare", "--repeat", "1"]) == 2
+    assert "INT8NAX_BENCH_PROFILE: expected one of full, cpu, got 'bogus'" in capsys.readouterr().err
+
+
+def test_a_contender_that_raises_at_run_time_is_na_with_the_reason(capsys, monkeypatch):
+    # 1x1x1: mlx-q8 cannot take K = 1 (group size 64): the table still comes, n/a with why.
+    monkeypatch.setitem(sys.modules, "cider", None)
+    rc = cli.main(["compare", "--shapes", "1x1x1", "--repeat", "1", "--contenders", "nax-gemm,mlx-q8"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "mlx-q8: n/a: mx.quantized_matmul with group size 64 needs K" in out
+
+
+def test_a_peer_failing_oddly_is_na_but_our_own_failure_fails_the_command(capsys, monkeypatch):
+    from int8nax.bench import contenders
+
+    def boom(shape, backend=None):
+        raise RuntimeError("kernel launch refused")
+
+    monkeypatch.setitem(contenders.CONTENDERS, "mlx-fp16",
+                        contenders.Contender("mlx-fp16", "full", "broken", boom))
+    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,mlx-fp16"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "mlx-fp16: n/a: failed at (8, 64, 48): RuntimeError: kernel launch refused" in out
+    monkeypatch.setitem(contenders.CONTENDERS, "nax-gemm",
+                        contenders.Contender("nax-gemm", "raw", "broken", boom))
+    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,mlx-fp16"])
+    assert rc == 1
+
+
+def test_modes_contenders_and_json(capsys, monkeypatch, tmp_path):
+    import json
+
+    out_file = tmp_path / "r.json"
+    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,numpy-sgemm",
+                   "--mode", "call,chain", "--chain-calls", "3", "--json", str(out_file)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "mode call: one call + eval" in out and "mode chain: per call in a chain of 3" in out
+    header = next(l for l in out.splitlines() if l.split()[:3] == ["M", "K", "N"]).split()
+    assert header[3:] == ["NAX", "numpy-sgemm", "sgemm/NAX"]
+    data = json.loads(out_file.read_text())
+    assert data["meta"]["mlx"] and data["meta"]["backend"] == "cpu"
+    cells = {(r["mode"], r["contender"]): r for r in data["results"]}
+    assert set(cells) == {(m, c) for m in ("call", "chain") for c in ("nax-gemm", "numpy-sgemm")}
+    assert all(r["seconds"] > 0 and r["tops"] > 0 and r["shape"] == [8, 64, 48] for r in cells.values())
+
+
+def test_a_bad_backend_variable_leaves_a_table_with_the_reason(capsys, monkeypatch):
+    monkeypatch.setenv("INT8NAX_BACKEND", "bogus")
+    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,mlx-fp16"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "nax-gemm: n/a: backend: unknown backend 'bogus'" in out

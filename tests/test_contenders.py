@@ -1,4 +1,5 @@
-"""int8nax.contenders: shapes, profiles, the problems, and checks that catch a wrong kernel."""
+"""int8nax.bench: shapes, profiles, the problems, contenders, timing modes, and the checks that
+catch a wrong kernel."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import api, contenders
-from int8nax.contenders import MismatchError, Unavailable
+from int8nax import api
+from int8nax.bench import checks, contenders, problems, timing
+from int8nax.bench.checks import MismatchError
+from int8nax.bench.peers import Unavailable
 
 TINY = (16, 512, 512)  # the smallest CPU-profile shape
 
@@ -15,47 +18,47 @@ TINY = (16, 512, 512)  # the smallest CPU-profile shape
 def test_seed_shapes_are_ciders_eleven():
     square = [(m, 4096, 4096) for m in (16, 64, 128, 256, 512, 1024, 2048)]
     mlp = [(128, 3584, 18944), (512, 3584, 18944), (128, 18944, 3584), (512, 18944, 3584)]
-    assert list(contenders.SEED_SHAPES) == square + mlp
+    assert list(problems.SEED_SHAPES) == square + mlp
 
 
 def test_every_profile_shape_is_declared_once_and_fits_q8():
-    assert len(set(contenders.ALL_SHAPES)) == len(contenders.ALL_SHAPES)
-    for shapes in contenders.PROFILES.values():
-        assert set(shapes) <= set(contenders.ALL_SHAPES)
-    for _, k, _ in contenders.ALL_SHAPES:
+    assert len(set(problems.ALL_SHAPES)) == len(problems.ALL_SHAPES)
+    for shapes in problems.PROFILES.values():
+        assert set(shapes) <= set(problems.ALL_SHAPES)
+    for _, k, _ in problems.ALL_SHAPES:
         assert k % contenders.Q8["group_size"] == 0
 
 
 def test_profile_is_cpu_on_this_machine_and_overridable(monkeypatch):
-    monkeypatch.delenv(contenders.PROFILE_ENV, raising=False)
+    monkeypatch.delenv(problems.PROFILE_ENV, raising=False)
     monkeypatch.delenv("INT8NAX_BACKEND", raising=False)
     if mx.default_device() == mx.gpu:
         pytest.skip("MLX runs on a GPU here: the automatic profile is 'full'")
-    assert contenders.choose_profile()[0] == "cpu"
-    assert contenders.profile_shapes() == contenders.CPU_SHAPES
-    monkeypatch.setenv(contenders.PROFILE_ENV, "full")
-    assert contenders.choose_profile() == ("full", f"{contenders.PROFILE_ENV}=full")
-    assert contenders.profile_shapes() == contenders.SEED_SHAPES
-    monkeypatch.setenv(contenders.PROFILE_ENV, "huge")
+    assert problems.choose_profile()[0] == "cpu"
+    assert problems.profile_shapes() == problems.CPU_SHAPES
+    monkeypatch.setenv(problems.PROFILE_ENV, "full")
+    assert problems.choose_profile() == ("full", f"{problems.PROFILE_ENV}=full")
+    assert problems.profile_shapes() == problems.SEED_SHAPES
+    monkeypatch.setenv(problems.PROFILE_ENV, "huge")
     with pytest.raises(ValueError, match="INT8NAX_BENCH_PROFILE: expected one of full, cpu, got 'huge'"):
-        contenders.choose_profile()
+        problems.choose_profile()
 
 
 def test_a_backend_that_cannot_run_does_not_break_profile_choice(monkeypatch):
     # The suite picks its shapes at import; a bad INT8NAX_BACKEND must not break discovery.
-    monkeypatch.delenv(contenders.PROFILE_ENV, raising=False)
+    monkeypatch.delenv(problems.PROFILE_ENV, raising=False)
     monkeypatch.setenv("INT8NAX_BACKEND", "nonsense")
-    assert contenders.choose_profile()[0] in contenders.PROFILES
+    assert problems.choose_profile()[0] in problems.PROFILES
 
 
 def test_problems_are_deterministic_and_shared():
-    a1, b1 = contenders.raw_problem(*TINY)
-    contenders.raw_problem.cache_clear()
-    a2, b2 = contenders.raw_problem(*TINY)
+    a1, b1 = problems.raw_problem(*TINY)
+    problems.raw_problem.cache_clear()
+    a2, b2 = problems.raw_problem(*TINY)
     assert np.array_equal(a1, a2) and np.array_equal(b1, b2)
     assert a1.dtype == np.int8 and a1.shape == (16, 512) and b1.shape == (512, 512)
     assert a1.min() == -128 and a1.max() == 127  # the whole int8 range, -128 included
-    x, w = contenders.linear_problem(16, 256, 1344)
+    x, w = problems.linear_problem(16, 256, 1344)
     assert x.dtype == np.float16 and x.shape == (16, 256) and w.shape == (1344, 256)
 
 
@@ -71,7 +74,7 @@ def test_every_contender_runs_checked_or_says_why_not(name):
         prepared = contender.ready(*TINY)
     except Unavailable as exc:
         assert str(exc), "an unavailable contender must say why"
-        assert name in ("cider-raw", "cider-full", "torch-int8")  # the others run everywhere
+        assert name in ("cider-raw", "cider-full", "torch-int8", "cublaslt-int8")  # the others run everywhere
         return
     out = prepared.run()
     assert tuple(out.shape) == (TINY[0], TINY[2])
@@ -90,7 +93,7 @@ def test_a_wrong_int8nax_kernel_fails_the_check(monkeypatch):
     # If int8_matmul computed a @ b (b taken as [K, N]) the square benchmark shape would
     # still have the right shape; the exact check must refuse it.
     real = api.int8_matmul
-    monkeypatch.setattr(api, "int8_matmul", lambda a, b: real(a, b, b_layout="kn"))
+    monkeypatch.setattr(api, "int8_matmul", lambda a, b, backend=None: real(a, b, b_layout="kn"))
     with pytest.raises(MismatchError, match=r"nax-gemm at \(M, K, N\) = \(16, 512, 512\): \d+ of 8192 outputs"):
         contenders.get("nax-gemm").ready(*TINY)
 
@@ -98,7 +101,7 @@ def test_a_wrong_int8nax_kernel_fails_the_check(monkeypatch):
 def test_a_w8a8_linear_off_by_rounding_fails_the_ulp_check(monkeypatch):
     real = api.w8a8_linear
     # Scaling by (1 + 2**-9) moves float16 outputs by 1-2 ulp: small, and still caught.
-    monkeypatch.setattr(api, "w8a8_linear", lambda x, w, s: real(x, w, s * (1 + 2.0**-9)))
+    monkeypatch.setattr(api, "w8a8_linear", lambda x, w, s, backend=None: real(x, w, s * (1 + 2.0**-9)))
     with pytest.raises(MismatchError, match="ulp"):
         contenders.get("nax-full").ready(*TINY)
 
@@ -106,12 +109,12 @@ def test_a_w8a8_linear_off_by_rounding_fails_the_ulp_check(monkeypatch):
 def test_check_exact_reports_the_first_difference():
     expected = np.arange(6, dtype=np.int64).reshape(2, 3)
     got = expected.astype(np.int32)
-    contenders.check_exact("x", (2, 5, 3), mx.array(got), expected)
+    checks.check_exact("x", (2, 5, 3), mx.array(got), expected)
     got[1, 2] += 1
     with pytest.raises(MismatchError, match=r"1 of 6 outputs differ .* first at \[1, 2\]: got 6, expected 5"):
-        contenders.check_exact("x", (2, 5, 3), mx.array(got), expected)
+        checks.check_exact("x", (2, 5, 3), mx.array(got), expected)
     with pytest.raises(MismatchError, match="dtype int64"):
-        contenders.check_exact("x", (2, 5, 3), expected, expected)
+        checks.check_exact("x", (2, 5, 3), expected, expected)
 
 
 def test_baseline_check_accepts_half_precision_rounding_and_refuses_another_problem():
@@ -119,18 +122,59 @@ def test_baseline_check_accepts_half_precision_rounding_and_refuses_another_prob
     x = rng.standard_normal((8, 64)).astype(np.float16)
     w = (rng.standard_normal((64, 64)) / 8).astype(np.float16)
     exact = x.astype(np.float64) @ w.astype(np.float64).T
-    contenders.check_float_baseline("b", (8, 64, 64), exact.astype(np.float16), x, w)
+    checks.check_float_baseline("b", (8, 64, 64), exact.astype(np.float16), x, w)
     transposed = x.astype(np.float64) @ w.astype(np.float64)
     with pytest.raises(MismatchError, match="normwise relative error"):
-        contenders.check_float_baseline("b", (8, 64, 64), transposed.astype(np.float16), x, w)
+        checks.check_float_baseline("b", (8, 64, 64), transposed.astype(np.float16), x, w)
     nan = exact.copy()
     nan[0, 0] = np.nan
     with pytest.raises(MismatchError):
-        contenders.check_float_baseline("b", (8, 64, 64), nan, x, w)
+        checks.check_float_baseline("b", (8, 64, 64), nan, x, w)
 
 
 def test_timing_helpers():
     calls = []
-    seconds = contenders.median_seconds(lambda: calls.append(1), repeat=3)
+    seconds = timing.median_seconds(lambda: calls.append(1), repeat=3)
     assert len(calls) == 4 and seconds >= 0  # one warm-up call, then three timed
-    assert contenders.tops((1000, 1000, 500), 1e-3) == pytest.approx(1.0)
+    assert timing.tops((1000, 1000, 500), 1e-3) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name", ["nax-gemm", "nax-full", "mlx-fp16", "numpy-sgemm"])
+def test_a_chain_feeds_each_call_from_the_previous_one_and_gives_the_same_answer(name):
+    prepared = contenders.get(name).ready(*TINY)
+    calls = []
+    real_call = prepared.call
+    chained = contenders.Prepared(lambda prev: calls.append(prev) or real_call(prev), prepared.sync,
+                                  prepared.check, prepared.detail, prepared.lazy)
+    out = chained.chain(3)
+    prepared.check(out)  # the dependency changes nothing in the data
+    assert calls[0] is None and all(c is not None for c in calls[1:]) and len(calls) == 3
+
+
+def test_mlx_chain_links_are_graph_dependencies():
+    # mx.depends: the second call's input waits for the first call's output, so a GPU cannot
+    # run them concurrently; nothing is copied (same values).
+    prepared = contenders.get("mlx-fp16").ready(*TINY)
+    first = prepared.call(None)
+    second = prepared.call(first)
+    mx.eval(second)
+    assert np.array_equal(np.array(first), np.array(second))
+
+
+def test_timing_modes():
+    prepared = contenders.get("nax-gemm").ready(*TINY)
+    for mode in ("call", "chain"):
+        assert timing.seconds_per_call(prepared, mode, repeat=1, warmup=0, calls=2) > 0
+    fp16 = contenders.get("mlx-fp16").ready(*TINY)  # an MLX op: lazy, so its build is timed alone
+    assert timing.seconds_per_call(fp16, "host", repeat=1, warmup=0, calls=2) > 0
+    with pytest.raises(ValueError, match="mode: expected one of call, chain, host, got 'kernel'"):
+        timing.seconds_per_call(prepared, "kernel")
+    for eager in ("numpy-sgemm", "nax-gemm"):  # int8nax's CPU backend computes in numpy when called
+        with pytest.raises(Unavailable, match="lazy"):
+            contenders.get(eager).ready(*TINY, backend="cpu").build(2)
+
+
+def test_measure_never_raises_for_a_contender():
+    assert timing.measure((16, 520, 8), "mlx-q8").unavailable.startswith("mx.quantized_matmul with group size 64")
+    cell = timing.measure(TINY, "nax-gemm", repeat=1)
+    assert cell.seconds > 0 and "backend" in cell.detail

@@ -11,6 +11,7 @@ import pytest
 
 import int8nax
 from int8nax import backends
+from int8nax import nax_emulator as emu
 from int8nax.backends import cpu, metal
 
 
@@ -54,20 +55,52 @@ def cpu_ops():
     return b.int8_matmul, b.quantize_activations, b.w8a8_linear
 
 
-def fake_m5(monkeypatch, gemm=None, quantize=None, w8a8=None, failing=None) -> metal.MetalBackend:
-    """A MetalBackend on a pretend M5 whose kernels are replaced by CPU code (optionally broken)."""
-    backend = metal.MetalBackend(machine=lambda: (True, "applegpu_g17s", "26.4"))
-    ok_gemm, ok_quant, ok_w8a8 = cpu_ops()
-    monkeypatch.setattr(backend, "raw_int8_matmul", gemm or failing or ok_gemm)
-    monkeypatch.setattr(backend, "raw_quantize_activations", quantize or ok_quant)
-    monkeypatch.setattr(backend, "raw_w8a8_linear", w8a8 or ok_w8a8)
-    return backend
+class FakeOps:
+    """Stands in for metal.VariantOps: CPU code (optionally broken) for every variant, or per
+    load path; records which variants were built."""
+
+    built: list = []
+
+    def __init__(self, kernels, variant, gpu, gemm=None, quantize=None, w8a8=None):
+        FakeOps.built.append(variant.name)
+        ok_gemm, ok_quant, ok_w8a8 = cpu_ops()
+        self.variant = variant
+        self.int8_matmul = gemm or ok_gemm
+        self.quantize_activations = quantize or ok_quant
+        self.w8a8_linear = w8a8 or ok_w8a8
+
+    def self_test(self):
+        return metal.VariantOps.self_test(self)
+
+
+def fake_probe(layout):
+    """A layout probe that reports `layout` (through the real dump format and verdict)."""
+    return lambda kernels, relaxed: metal.layout_result(emu.probe_dump(layout))
+
+
+def fake_m5(monkeypatch=None, gemm=None, quantize=None, w8a8=None, failing=None, layout=None, broken_paths=None,
+            arch="applegpu_g17s") -> metal.MetalBackend:
+    """A MetalBackend on a pretend M5 whose kernels are CPU code (optionally broken, for every
+    load path or only those in broken_paths) and whose layout probe reports `layout`."""
+    FakeOps.built = []
+
+    def factory(kernels, variant, gpu):
+        if broken_paths is None or variant.load in broken_paths:
+            return FakeOps(kernels, variant, gpu, gemm or failing, quantize, w8a8)
+        return FakeOps(kernels, variant, gpu)
+
+    return metal.MetalBackend(machine=lambda: (True, arch, "26.4"), ops_factory=factory,
+                              layout_probe=fake_probe(layout or emu.mlx_float_layout()))
 
 
 def test_self_test_passes_on_exact_kernels(monkeypatch):
     backend = fake_m5(monkeypatch)
     probe = backend.probe()
     assert probe.available and "self-test passed" in probe.reason and "applegpu_g17s" in probe.reason
+    assert "variant mlx_layout/relaxed_precision=true" in probe.reason and "MLX's BaseNAXFrag layout" in probe.reason
+    assert FakeOps.built == ["mlx_layout/relaxed_precision=true"] * 2  # self-tested, then serving
+    assert backend.selection().variant == metal.KernelVariant(metal.LOAD_MLX_LAYOUT, True)
+    assert backend.gpu == "s"
     out = backend.int8_matmul(mx.array(np.ones((2, 3), np.int8)), mx.array(np.ones((4, 3), np.int8)))
     assert (np.array(out) == 3).all()
 
@@ -118,6 +151,74 @@ def test_self_test_refuses_wrong_kernels(monkeypatch, broken, words):
     assert backend.probe() is probe  # decided once per process
 
 
+def test_probe_other_layout_builds_the_generic_path():
+    """A probe that does not report MLX's layout: the fast path is never built, the generic
+    one is self-tested and serves, and the reason says so."""
+    backend = fake_m5(layout=emu.shuffled_layout(np.random.default_rng(3)))
+    probe = backend.probe()
+    assert probe.available, probe.reason
+    assert "variant generic/relaxed_precision=true" in probe.reason and "another layout than MLX's" in probe.reason
+    assert "not built" in probe.reason
+    assert all(name.startswith("generic/") for name in FakeOps.built)
+    assert list(backend.selection().self_tests) == ["generic/relaxed_precision=true"]
+
+
+def test_transposed_right_report_still_builds_the_fast_path():
+    """A right operand reporting (n, k) the other way round is still MLX's layout for the fast
+    path (which reads no reported coordinate); the reason carries the note."""
+    mlx = emu.mlx_float_layout()
+    backend = fake_m5(layout=emu.FragmentLayout("swapped", mlx.left, mlx.right[..., ::-1].copy(), mlx.dest))
+    probe = backend.probe()
+    assert "variant mlx_layout/" in probe.reason and "transposed" in probe.reason
+
+
+def test_probe_failure_builds_the_generic_path():
+    backend = fake_m5()
+    backend._layout_probe = lambda kernels, relaxed: metal.probe_layout(None)  # raises inside: not run
+    probe = backend.probe()
+    assert probe.available and "layout probe failed" in probe.reason and "variant generic/" in probe.reason
+
+
+def test_fast_path_failing_its_self_test_falls_back_to_generic():
+    with pytest.warns(RuntimeWarning, match="mlx_layout/relaxed_precision=true failed its self-test"):
+        backend = fake_m5(gemm=drop_k_remainder, broken_paths={metal.LOAD_MLX_LAYOUT})
+        probe = backend.probe()
+    assert probe.available and "variant generic/relaxed_precision=true" in probe.reason
+    sel = backend.selection()
+    assert sel.self_tests["mlx_layout/relaxed_precision=true"] and sel.self_tests["generic/relaxed_precision=true"] == []
+    out = backend.int8_matmul(mx.array(np.ones((2, 600), np.int8)), mx.array(np.ones((3, 600), np.int8)))
+    assert (np.array(out) == 600).all()  # served by the generic stand-in, exactly
+
+
+def test_relaxed_precision_off_is_self_tested_as_such():
+    backend = fake_m5()
+    backend.relaxed_precision = False
+    probe = backend.probe()
+    assert "variant mlx_layout/relaxed_precision=false" in probe.reason
+    assert FakeOps.built[0] == "mlx_layout/relaxed_precision=false"
+
+
+def test_no_selection_without_hardware():
+    backend = metal.MetalBackend(machine=lambda: (True, "applegpu_g16s", "26.4"))
+    assert not backend.probe().available and backend.selection() is None
+
+
+def test_variant_api():
+    names = [v.name for v in metal.variants()]
+    assert names == ["mlx_layout/relaxed_precision=true", "generic/relaxed_precision=true",
+                     "mlx_layout/relaxed_precision=false", "generic/relaxed_precision=false"]
+    assert metal.variant_named("generic/relaxed_precision=false") == metal.KernelVariant("generic", False)
+    with pytest.raises(ValueError, match="variant_named: unknown variant"):
+        metal.variant_named("fast")
+    with pytest.raises(ValueError, match="KernelVariant: load must be one of"):
+        metal.KernelVariant("fast")
+    # every variant's raw ops can be built and self-tested by a report (here CPU stand-ins)
+    backend = fake_m5()
+    for v in metal.variants():
+        assert backend.variant_ops(v).self_test() == []
+    assert backend.layout().matches_mlx
+
+
 @pytest.fixture
 def registry_on_gpu(monkeypatch):
     """The registry with MLX's default device on the GPU and a given MetalBackend installed;
@@ -157,3 +258,36 @@ def test_registry_picks_nax_when_it_passes(monkeypatch, registry_on_gpu):
     registry_on_gpu(fake_m5(monkeypatch))
     name, why = backends.choose(None)
     assert name == "metal" and "self-test passed" in why
+
+
+def test_compile_report_names_the_kernel_that_fails():
+    """VariantOps.compile_report builds every kernel of a variant in both tiles; a kernel whose
+    build raises is reported with the error text, the others as built (None)."""
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, **call):
+            if self.name == "int8nax_w8a8_gemm" and dict(call["template"])["BM"] == 128:
+                raise RuntimeError("Unable to build metal library from source: error: program scope variable")
+            return [mx.zeros(s, dtype=d) for s, d in zip(call["output_shapes"], call["output_dtypes"])]
+
+    kernels = metal.KernelSet(lambda **spec: Kernel(spec["name"]))
+    report = metal.VariantOps(kernels, metal.KernelVariant()).compile_report()
+    assert report["int8nax_w8a8_gemm (large tile)"].startswith("RuntimeError: Unable to build metal library")
+    assert {k for k, v in report.items() if v is None} == {
+        "int8nax_int8_gemm (small tile)", "int8nax_int8_gemm (large tile)", "int8nax_w8a8_gemm (small tile)",
+        "int8nax_quantize_rows"}
+
+
+def test_forced_variant(monkeypatch):
+    monkeypatch.setenv(metal.VARIANT_ENV, "generic/relaxed_precision=false")
+    backend = fake_m5()
+    probe = backend.probe()
+    assert probe.available and "variant generic/relaxed_precision=false: forced by INT8NAX_METAL_VARIANT" in probe.reason
+    assert set(FakeOps.built) == {"generic/relaxed_precision=false"}
+    monkeypatch.setenv(metal.VARIANT_ENV, "fastest")
+    backend = fake_m5()
+    probe = backend.probe()
+    assert not probe.available and "INT8NAX_METAL_VARIANT='fastest'" in probe.reason and "unknown variant" in probe.reason

@@ -66,16 +66,52 @@ def test_gemm_dispatch(m, n, k, config, grid_groups, swizzle):
     assert d.params == (m, n, k, swizzle, tiling.ceil_div(m, config.bm))
     assert dict(d.template) == {
         "BM": config.bm, "BN": config.bn, "BK": config.bk, "WM": config.wm, "WN": config.wn,
-        "FM": 16, "FN": 32, "FK": 16, "SIMD": 32,
+        "SK": 32, "FM": 16, "FN": 32, "FK": 16, "SIMD": 32, "ROW_PIECE": 4, "RELAXED": True,
     }
 
 
+@pytest.mark.parametrize(
+    "arch,m,n,k,config,swizzle",
+    [
+        ("applegpu_g17g", 4096, 4096, 4096, tiling.METAL_LARGE, 2),  # base M5: MLX's default tile
+        ("applegpu_g17s", 4096, 4096, 4096, tiling.METAL_WIDE_LARGE, 2),  # M5 Pro class: BM=64, BK=256
+        ("applegpu_g17c", 256, 256, 8192, tiling.METAL_WIDE_LARGE_LONG_K, 2),  # K >= 8192 and K > M + N
+        ("applegpu_g17d", 4096, 4096, 8192, tiling.METAL_WIDE_LARGE, 2),  # K <= M + N: BK=256
+        ("applegpu_g17s", 65, 7, 33, tiling.METAL_WIDE_LARGE, 2),  # swizzle 2 whatever the tile count
+        ("applegpu_g17s", 64, 4096, 4096, tiling.METAL_SMALL, 2),  # small M keeps cider's tile
+        (None, 65, 7, 33, tiling.METAL_LARGE, 0),
+    ],
+)
+def test_gpu_class_rule(arch, m, n, k, config, swizzle):
+    """MLX's matmul.cpp rule for the 's', 'c', 'd' classes (M5 Pro/Max), as a dispatch rule:
+    64-row tiles with 2 x 4 simdgroups, BK 64 or 256, swizzle_log 2. Unmeasured for int8."""
+    gpu = tiling.gpu_class(arch)
+    d = tiling.metal_gemm_dispatch(m, n, k, gpu)
+    assert d.config == config and d.launch.swizzle_log == swizzle
+    assert d.threadgroup == (config.threads, 1, 1)
+    assert d.launch.grid_x == d.launch.tiles_n << swizzle
+    assert d.launch.grid_y == tiling.ceil_div(d.launch.tiles_m, 1 << swizzle)
+
+
+def test_gpu_class_parsing():
+    assert tiling.gpu_class("applegpu_g17s") == "s" and tiling.gpu_class("applegpu_g17g") == "g"
+    assert tiling.gpu_class(None) is None and tiling.gpu_class("sm_90") is None
+
+
+def test_relaxed_precision_is_a_tile_parameter():
+    assert tiling.METAL_LARGE.relaxed_precision is True  # the proven form is the default
+    d = tiling.metal_gemm_dispatch(70, 33, 300, relaxed_precision=False)
+    assert dict(d.template)["RELAXED"] is False and d.config.bm == tiling.METAL_LARGE.bm
+
+
 def test_configs_are_whole_fragments():
-    for cfg in (tiling.METAL_LARGE, tiling.METAL_SMALL):
+    for cfg in (tiling.METAL_LARGE, tiling.METAL_SMALL, tiling.METAL_WIDE_LARGE, tiling.METAL_WIDE_LARGE_LONG_K):
         assert cfg.sm % tiling.NAX_FRAG_M == 0 and cfg.sn % tiling.NAX_FRAG_N == 0
-        assert cfg.bk % tiling.NAX_FRAG_K == 0 and cfg.threads <= 1024
+        assert cfg.bk % tiling.NAX_FRAG_K == 0 and cfg.bk % cfg.sk == 0 and cfg.threads <= 1024
     with pytest.raises(ValueError, match="multiples of the fragment"):
         tiling.NaxTileConfig("bad", bm=32, bn=48, bk=512, wm=1, wn=1)
+    with pytest.raises(ValueError, match="SK"):
+        tiling.NaxTileConfig("bad", bm=32, bn=32, bk=48, wm=1, wn=1)
 
 
 def test_int8_gemm_launch(recorded):
@@ -94,7 +130,14 @@ def test_int8_gemm_launch(recorded):
     assert params.dtype == mx.int32 and np.array(params).tolist() == list(d.params)
     assert call["output_shapes"] == [(33, 7)] and call["output_dtypes"] == [mx.int32]
     assert call["grid"] == d.grid and call["threadgroup"] == d.threadgroup
-    assert call["template"] == d.template and call["stream"] == mx.gpu
+    assert call["template"] == d.template + [("MLX_LAYOUT", True)] and call["stream"] == mx.gpu
+    # the generic variant, relaxed_precision off, on an M5 Pro class GPU
+    variant = metal.KernelVariant(metal.LOAD_GENERIC, relaxed_precision=False)
+    metal.run_int8_gemm(kernels, mx.zeros((100, 513), dtype=mx.int8), b, variant, gpu="s")
+    d = tiling.metal_gemm_dispatch(100, 7, 513, "s", relaxed_precision=False)
+    call = kernel.calls[-1]
+    assert call["template"] == d.template + [("MLX_LAYOUT", False)] and dict(call["template"])["BM"] == 64
+    assert call["grid"] == d.grid and call["threadgroup"] == (256, 1, 1)
 
 
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float32])
@@ -123,7 +166,7 @@ def test_w8a8_launches(recorded, dtype, with_bias):
     d = tiling.metal_gemm_dispatch(70, 33, 300)
     assert np.array(params).tolist() == list(d.params)
     assert gcall["output_dtypes"] == [dtype] and gcall["output_shapes"] == [(70, 33)]
-    assert gcall["template"] == d.template + [("OutT", dtype), ("HAS_BIAS", with_bias)]
+    assert gcall["template"] == d.template + [("MLX_LAYOUT", True), ("OutT", dtype), ("HAS_BIAS", with_bias)]
     assert gcall["grid"] == d.grid and gcall["threadgroup"] == d.threadgroup
 
 
@@ -133,7 +176,7 @@ def test_layout_probe_launch(recorded):
     assert out.shape == (3, 32, 1 + 3 * 16)
     (call,) = factory.kernels["int8nax_nax_layout"].calls
     assert call["grid"] == (32, 1, 1) and call["threadgroup"] == (32, 1, 1)
-    assert dict(call["template"]) == {"FM": 16, "FN": 32, "FK": 16, "SIMD": 32, "CAP": 16}
+    assert dict(call["template"]) == {"FM": 16, "FN": 32, "FK": 16, "SIMD": 32, "CAP": 16, "RELAXED": True}
 
 
 def identifiers(code: str) -> set[str]:
@@ -153,10 +196,10 @@ def test_sources_fit_metal_kernel(recorded, name):
         name == "int8nax_quantize_rows"
     # Template parameter names passed by the launches for this kernel.
     template_names = {
-        "int8nax_int8_gemm": {n for n, _ in tiling.METAL_LARGE.template()},
-        "int8nax_w8a8_gemm": {n for n, _ in tiling.METAL_LARGE.template()} | {"OutT", "HAS_BIAS"},
+        "int8nax_int8_gemm": {n for n, _ in tiling.METAL_LARGE.template()} | {"MLX_LAYOUT"},
+        "int8nax_w8a8_gemm": {n for n, _ in tiling.METAL_LARGE.template()} | {"MLX_LAYOUT", "OutT", "HAS_BIAS"},
         "int8nax_quantize_rows": {n for n, _ in tiling.metal_quant_dispatch(1).template},
-        "int8nax_nax_layout": {"FM", "FN", "FK", "SIMD", "CAP"},
+        "int8nax_nax_layout": {"FM", "FN", "FK", "SIMD", "CAP", "RELAXED"},
     }[name]
     used = identifiers(body)
     # Every template name is used somewhere in the kernel (else it could drift unnoticed).

@@ -4,6 +4,8 @@ result equals the int64 reference; plus the epilogue's and the quantizer's float
 
 from __future__ import annotations
 
+import warnings
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -24,11 +26,11 @@ TILE_MULTIPLES = [(128, 512, 128), (256, 1024, 256), (64, 512, 128), (32, 512, 1
 LAYOUTS = {"mlx-float": emu.mlx_float_layout(), "shuffled": emu.shuffled_layout(np.random.default_rng(7))}
 
 
-def walk_and_check(a, b, layout):
-    walk = emu.emulate_gemm(a, b, layout)
+def walk_and_check(a, b, layout, path="generic", gpu=None):
+    walk = emu.emulate_gemm(a, b, layout, path=path, gpu=gpu)
     m, k = a.shape
     n = b.shape[0]
-    d = tiling.metal_gemm_dispatch(m, n, k)
+    d = tiling.metal_gemm_dispatch(m, n, k, gpu)
     assert (walk.writes == 1).all(), f"writes per element range {walk.writes.min()}..{walk.writes.max()}"
     assert walk.out_of_bounds == {"a": 0, "b": 0}
     blocks = tiling.ceil_div(k, d.config.bk)
@@ -52,6 +54,69 @@ def test_walk_does_not_depend_on_the_lane_layout(rng, m, k, n):
     # The kernels load and store by the coordinates each cooperative tensor reports, so any
     # bijective layout must give the same exact result.
     walk_and_check(random_int8(rng, (m, k)), random_int8(rng, (n, k)), LAYOUTS["shuffled"])
+
+
+@pytest.mark.parametrize("m,k,n", AWKWARD + TILE_MULTIPLES + [(97, 45, 161), (64, 20, 130), (128, 1024, 256)])
+def test_mlx_layout_walk_is_exact_and_in_bounds(rng, m, k, n):
+    """The fast path's addressing (lane formula, clamped row pointers, 4-byte pieces, SK steps,
+    unmasked interior and masked edge sub-tiles, the K remainder): every output written once,
+    no load outside its buffer, every barrier met, exact."""
+    walk_and_check(random_int8(rng, (m, k)), random_int8(rng, (n, k)), LAYOUTS["mlx-float"], "mlx_layout")
+
+
+@pytest.mark.parametrize("gpu", ["s", "c", "d"])
+@pytest.mark.parametrize("m,k,n", [(65, 1030, 130), (513, 33, 7), (200, 8200, 33), (128, 512, 128), (7, 33, 4097)])
+def test_wide_gpu_tiles_walk_exactly(rng, gpu, m, k, n):
+    """MLX's M5 Pro/Max-class tiles (BM = 64, BK 64 or 256, swizzle 2), both load paths."""
+    a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
+    for path in emu.PATHS:
+        walk_and_check(a, b, LAYOUTS["mlx-float"], path, gpu)
+
+
+def test_mlx_layout_walk_needs_the_mlx_layout(rng):
+    """Under another hardware layout the fast path is wrong (still in bounds, each output
+    written once): the reason it is built only after the layout probe."""
+    a, b = random_int8(rng, (33, 64)), random_int8(rng, (40, 64))
+    walk = emu.emulate_gemm(a, b, LAYOUTS["shuffled"], path="mlx_layout")
+    assert (walk.writes == 1).all() and walk.out_of_bounds == {"a": 0, "b": 0}
+    assert (walk.out != int8_matmul_ref(a, b)).any()
+
+
+def test_mlx_layout_loads_only_inside_and_unmasked_inside():
+    """Load counts of the fast path: an interior tile issues every load of its rows over K (no
+    masks), an edge tile only those of rows inside the matrix, the remainder only k < K."""
+    m = n = 128
+    k = 1024
+    walk = emu.emulate_gemm(np.ones((m, k), np.int8), np.ones((n, k), np.int8), path="mlx_layout")
+    assert walk.loads == {"a": 16 * 32 * k, "b": 16 * 32 * k}
+    walk = emu.emulate_gemm(np.ones((1, 40), np.int8), np.ones((n, 40), np.int8), path="mlx_layout")
+    assert walk.loads["a"] == 4 * 40  # 4 active simdgroups, 1 row, 40 columns
+    assert walk.loads["b"] == 4 * 32 * 40
+
+
+def test_mlx_lane_formula_is_mlx_layout():
+    """tiling.mlx_lane_base (what the kernel computes from the lane id) generates exactly the
+    BaseNAXFrag layout the probe is compared with."""
+    row, col = tiling.mlx_lane_base(np.arange(tiling.SIMD_WIDTH))
+    left = emu.mlx_float_layout().left
+    np.testing.assert_array_equal(left[:, 0], np.stack([row, col], -1))
+    np.testing.assert_array_equal(left[:, 5], np.stack([row + 8, col + 1], -1))
+
+
+def test_probe_verdict():
+    mlx = emu.mlx_float_layout()
+    same, problems, notes = emu.mlx_layout_verdict(emu.probe_dump(mlx))
+    assert same == {"left": True, "right": True, "dest": True} and problems == [] and notes == []
+    same, problems, notes = emu.mlx_layout_verdict(emu.probe_dump(LAYOUTS["shuffled"]))
+    assert not any(same.values()) and problems == []
+    right = mlx.right.copy()
+    right[:, 8:, 0] -= 16  # a right operand whose second half repeats the first rows
+    same, problems, _ = emu.mlx_layout_verdict(emu.probe_dump(emu.FragmentLayout("bad", mlx.left, right, mlx.dest)))
+    assert same["right"] is False and problems and problems[0].startswith("right")
+    # MLX's layout with the right operand's coordinates reported the other way round
+    swapped = emu.FragmentLayout("swapped", mlx.left, mlx.right[..., ::-1].copy(), mlx.dest)
+    same, problems, notes = emu.mlx_layout_verdict(emu.probe_dump(swapped))
+    assert all(same.values()) and problems == [] and "transposed" in notes[0]
 
 
 def test_extremes_and_padding_threadgroups():
@@ -152,6 +217,74 @@ def test_dequantize_with_bias(rng):
     assert (np.abs(y - exact) <= tol).all()
 
 
+def awkward_scales(rng, size):
+    """Scales the usual path cannot take: subnormal s_x (tiny activation rows), s_x near float32's
+    max over 127 (bfloat16 rows near 1e36), products out of float32's range either way."""
+    tiny = float(np.finfo(np.float32).tiny)
+    kind = rng.integers(0, 4, size)
+    sx = np.where(kind == 0, rng.random(size) * tiny,  # subnormal
+                  np.where(kind == 1, rng.random(size) * 2.6e36 + 1e30, rng.random(size) * 0.1 + 1e-3))
+    sw = np.where(kind == 1, rng.random(size) * 1e-3 + 1e-30,
+                  np.where(kind == 2, rng.random(size) * 1e-38, rng.random(size) * 1e3 + 1e-6))
+    return sx.astype(np.float32), sw.astype(np.float32)
+
+
+def exact_y(acc, sx, sw, bias=None):
+    y = np.asarray(acc, np.float64) * sx.astype(np.float64) * sw.astype(np.float64)
+    return y if bias is None else y + bias.astype(np.float64)
+
+
+def ulps_vs_exact(y32, exact):
+    big = np.abs(exact) >= float(np.finfo(np.float32).max) * (1 + 2.0**-25)
+    assert (np.isinf(y32) == big).all(), "inf exactly where the rounded result overflows"
+    spacing = np.maximum(ulp(exact, "float32"), ulp(np.where(np.isfinite(y32), y32, 0), "float32"))
+    return (np.abs(y32.astype(np.float64) - exact) / spacing)[~big]
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_dequantize_spec_on_awkward_scales(rng, with_bias):
+    """The numerics spec: within 1 ulp for every finite input, subnormal s_x and s_x near
+    float32's max included, no intermediate overflow, no RuntimeWarning."""
+    size = 100_000
+    acc = np.concatenate([rng.integers(-(2**31) + 2**14, 2**31 - 2**14, size // 2),
+                          rng.integers(-(2**12), 2**12, size // 2)])
+    sx, sw = awkward_scales(rng, size)
+    bias = None
+    if with_bias:
+        bias = (rng.standard_normal(size) * 10.0 ** rng.integers(-40, 38, size)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = emu.dequantize_model(acc, sx, sw, bias)
+    assert ulps_vs_exact(y, exact_y(acc, sx, sw, bias)).max() <= 1.0
+
+
+def test_dequantize_spec_examples():
+    tiny = np.float32(1e-39)  # subnormal s_x
+    y = emu.dequantize_model(np.array([1_000_000]), np.array([tiny]), np.array([np.float32(1.0)]))
+    assert ulps_vs_exact(y, exact_y([1_000_000], np.array([tiny]), np.float32([1.0]))).max() <= 0.5
+    # s_x = 1e36 / 127 (a bfloat16 row near 1e36), s_w small: no overflow of s_x * acc
+    sx = np.array([np.float32(1e36 / 127)])
+    y = emu.dequantize_model(np.array([127 * 127 * 1000]), sx, np.array([np.float32(1e-4)]))
+    assert np.isfinite(y).all() and ulps_vs_exact(y, exact_y([127 * 127 * 1000], sx, np.float32([1e-4]))).max() <= 1
+    # acc == 0 with a scale product beyond float32: 0 (+ bias), not NaN
+    y = emu.dequantize_model(np.array([0, 0]), np.float32([2e36, 2e36]), np.float32([1e10, 1e10]),
+                             np.float32([0, 3]))
+    assert y.tolist() == [0.0, 3.0]
+
+
+def test_usual_path_alone_would_break_the_spec(rng):
+    # Why dequantize_wide: the usual pair arithmetic on subnormal or huge scales.
+    acc = rng.integers(-(2**20), 2**20, 20_000)
+    sx, sw = awkward_scales(rng, acc.size)
+    with np.errstate(all="ignore"):
+        s_hi = sx * sw
+        naive = acc.astype(np.float32) * s_hi
+    exact = exact_y(acc, sx, sw)
+    fin = np.isfinite(naive)
+    err = np.abs(naive[fin] - exact[fin]) / ulp(exact[fin], "float32")
+    assert err.max() > 1.0 or not fin.all()
+
+
 def test_dequantize_specials():
     acc = np.array([0, 5, 2**30, 0], np.int64)
     sx = np.array([np.nan, 1e30, 1e30, 1.0], np.float32)
@@ -196,7 +329,8 @@ def test_emulated_w8a8_is_within_one_ulp(rng, dtype, m, k, n, with_bias):
 
 @pytest.mark.parametrize("k", [1, 7, 255, 256, 257, 4097])
 def test_quantize_model_is_int8nax_quant(rng, k):
-    x = (rng.standard_normal((6, k)) * 10).astype(np.float32)
+    x = (rng.standard_normal((7, k)) * 10).astype(np.float32)
+    x[6] *= np.float32(1e-38)  # a subnormal scale: the tiny-row rule
     x[1] = 0
     x[2, k // 2] = np.nan
     x[3, -1] = np.inf

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from fakes import fake_cider, fake_torch, pypi_cider
 
-from int8nax import contenders
+from int8nax.bench import checks, contenders, problems
 from int8nax.bench.peers import Unavailable, torch_int
 from int8nax.bench.peers import cider as cider_peer
 
@@ -94,15 +94,15 @@ def test_check_catches_cider_computing_the_transposed_problem(install, name):
     # shape nothing but the values shows it.
     pkg, ops = fake_cider(wrong="transposed")
     install(cider=pkg, cider__ops=ops)
-    with pytest.raises(contenders.MismatchError, match=name):
+    with pytest.raises(checks.MismatchError, match=name):
         contenders.get(name).ready(*SQUARE)
 
 
 def test_check_catches_a_wrong_output_shape():
     # A layout mix-up on a non-square shape computes an [M, K] (or other) output.
     wrong = mx.zeros((SHAPE[0], SHAPE[1]), dtype=mx.int32)
-    with pytest.raises(contenders.MismatchError, match="output shape"):
-        contenders.check_exact("cider-raw", SHAPE, wrong, contenders.raw_expected(*SHAPE))
+    with pytest.raises(checks.MismatchError, match="output shape"):
+        checks.check_exact("cider-raw", SHAPE, wrong, problems.raw_expected(*SHAPE))
 
 
 # --- torch / cuBLASLt ----------------------------------------------------------------------
@@ -139,5 +139,5 @@ def test_torch_int8_runs_column_major_and_synchronizes(install):
 
 def test_check_catches_torch_computing_the_transposed_problem(install):
     install(torch=fake_torch(wrong="transposed"))
-    with pytest.raises(contenders.MismatchError, match="torch-int8"):
+    with pytest.raises(checks.MismatchError, match="torch-int8"):
         contenders.get("torch-int8").ready(24, 64, 64)

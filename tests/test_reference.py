@@ -38,3 +38,21 @@ def test_max_ulp_error_counts_ulps():
     # float16 spacing at 1.0 is 2**-10; one step off is one ulp.
     assert max_ulp_error(np.array([1.0 + 2**-10, 2.0, 0.0], np.float16), ref, "float16") == 1.0
     assert max_ulp_error(np.zeros(0, np.float16), np.zeros(0), "float16") == 0.0
+
+
+def test_w8a8_model_by_hand():
+    # x = [[2, -1]] -> absmax 2, s_x = 2/127, codes [127, -63.5 -> -64]; w = [[1, 1], [0, 3]]
+    # with s_w = [1/127, 3/127] -> codes [[127, 127], [0, 127]]. acc = [127*127 - 64*127,
+    # -64*127] = [8001, -8128]; y = acc * s_x * s_w (+ bias), all in float64 of the float32 scales.
+    import int8nax
+    from int8nax.reference import w8a8_linear_ref
+
+    x = np.array([[2.0, -1.0]], np.float32)
+    w, s_w = int8nax.quantize_weight_int8(np.array([[1.0, 1.0], [0.0, 3.0]], np.float32))
+    assert w.tolist() == [[127, 127], [0, 127]]
+    s_x = np.float64(np.float32(2) / np.float32(127))
+    want = np.array([8001, -8128]) * s_x * s_w.astype(np.float64)
+    np.testing.assert_array_equal(w8a8_linear_ref(x, w, s_w), want[None, :])
+    b64 = np.array([0.1, -0.2])  # float64: rounded to float32 once, as the API does
+    np.testing.assert_array_equal(w8a8_linear_ref(x, w, s_w, b64),
+                                  (want + b64.astype(np.float32).astype(np.float64))[None, :])

@@ -51,3 +51,156 @@ def test_bad_input_is_named(call, exc, words):
     message = str(info.value)
     for word in words:
         assert word in message, f"{word!r} not in {message!r}"
+
+
+# --- issue 13, class 6: messages name the function, the argument, what it takes, what came ---
+
+W, SW = int8nax.quantize_weight_int8(np.arange(24, dtype=np.float32).reshape(3, 8) - 12)
+
+
+@pytest.mark.parametrize(
+    "call, exc, words",
+    [
+        (lambda: int8nax.int8_matmul(A, B, backend=123), TypeError, ["int8_matmul", "'backend'", "str", "int", "123"]),
+        (lambda: int8nax.int8_matmul(A, B, backend=mx.cpu), TypeError, ["int8_matmul", "'backend'", "Device", "backend='cpu'"]),
+        (lambda: int8nax.w8a8_linear(X, W, SW, backend=1.5), TypeError, ["w8a8_linear", "'backend'", "float"]),
+        (lambda: int8nax.quantize_activations(X, backend=["cpu"]), TypeError, ["quantize_activations", "'backend'", "list"]),
+        (lambda: int8nax.w8a8_linear(X, W, SW, backend="gpu"), ValueError, ["w8a8_linear", "'backend'", "'gpu'", "'auto'", "'cpu'"]),
+        (lambda: int8nax.int8_matmul(A.astype(np.float64), B), TypeError, ["int8_matmul", "'a'", "int8", "numpy dtype float64"]),
+        (lambda: int8nax.w8a8_linear(X, W, SW.astype(np.float64)), TypeError,
+         ["w8a8_linear", "'scale_w'", "must have dtype float32", "float64"]),
+        (lambda: int8nax.w8a8_linear(X, W, SW, np.ones(3, np.int64)), TypeError,
+         ["w8a8_linear", "'bias'", "float16 or bfloat16 or float32", "int64"]),
+        (lambda: int8nax.w8a8_linear(X, W, SW, np.array([1e39, 0, 0])), ValueError,
+         ["w8a8_linear", "'bias'", "beyond float32 range", "1e+39"]),
+        (lambda: int8nax.w8a8_linear(X.astype(np.float64), W, SW), TypeError,
+         ["w8a8_linear", "'x'", "float16 or bfloat16 or float32", "float64"]),
+        (lambda: int8nax.quantize_activations(np.zeros(3, np.complex64)), TypeError, ["quantize_activations", "'x'", "complex64"]),
+        (lambda: int8nax.quantize_activations(mx.array(1.0)), ValueError, ["quantize_activations", "'x'", "scalar"]),
+        (lambda: int8nax.quantize_weight_int8(np.array([[1.0, 1e39]])), ValueError,
+         ["quantize_weight_int8", "'w'", "beyond float32 range", "1e+39"]),
+        (lambda: int8nax.quantize_weight_int8(np.array([[1.0, 2.0], [np.inf, 0]])), ValueError,
+         ["quantize_weight_int8", "'w'", "finite", "row 1", "inf"]),
+        (lambda: int8nax.quantize_weight_int8(mx.zeros((2, 2), mx.int32)), TypeError, ["quantize_weight_int8", "'w'", "int32"]),
+        (lambda: int8nax.int8_matmul(A, B, b_layout=None), ValueError, ["int8_matmul", "'b_layout'", "None"]),
+        (lambda: int8nax.w8a8_linear(X, W, SW, [1.0, 2.0, 3.0]), TypeError, ["w8a8_linear", "'bias'", "list"]),
+    ],
+)
+def test_bad_input_names_function_argument_and_choices(call, exc, words):
+    with pytest.raises(exc) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), f"{word!r} not in {str(info.value)!r}"
+
+
+def test_float64_bias_is_rounded_to_float32_once(rng):
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    b64 = rng.standard_normal(3)  # numpy's default float64, values not representable in float32
+    y = int8nax.w8a8_linear(x, W, SW, b64)
+    np.testing.assert_array_equal(np.array(y), np.array(int8nax.w8a8_linear(x, W, SW, b64.astype(np.float32))))
+    np.testing.assert_array_equal(np.array(int8nax.w8a8_linear(x, W, SW, np.zeros(3))),
+                                  np.array(int8nax.w8a8_linear(x, W, SW)))
+
+
+def test_float64_weights_beyond_float32_are_not_called_nan():
+    with pytest.raises(ValueError) as info:
+        int8nax.quantize_weight_int8(np.array([[3.5e38, 1.0]]))
+    assert "NaN" not in str(info.value) and "beyond float32 range" in str(info.value)
+
+
+# --- issue 13, class 4: numpy views with negative strides, for every array argument ---------
+
+
+def views(arr):
+    """(name, view) pairs of arr with negative strides, each holding arr's values in some order."""
+    out = [("flip-last", np.flip(arr, -1)), ("reversed", arr[::-1])]
+    if arr.ndim == 2:
+        out.append(("both", arr[::-1, ::-1]))
+    return out
+
+
+def test_int8_matmul_takes_negative_stride_views(backend, rng):
+    a = rng.integers(-128, 128, (5, 7), dtype=np.int8)
+    b = rng.integers(-128, 128, (4, 7), dtype=np.int8)
+    for name, v in views(a):
+        want = v.astype(np.int64) @ b.astype(np.int64).T
+        np.testing.assert_array_equal(np.array(int8nax.int8_matmul(v, b, backend=backend)), want, err_msg=name)
+    for name, v in views(b):
+        want = a.astype(np.int64) @ v.astype(np.int64).T
+        np.testing.assert_array_equal(np.array(int8nax.int8_matmul(a, v, backend=backend)), want, err_msg=name)
+        want_kn = a.astype(np.int64) @ np.ascontiguousarray(v.T).astype(np.int64)
+        np.testing.assert_array_equal(np.array(int8nax.int8_matmul(a, v.T[:, :], b_layout="kn", backend=backend)),
+                                      a.astype(np.int64) @ v.T.astype(np.int64), err_msg=name)
+        assert want_kn.shape == (5, 4)
+
+
+def test_w8a8_and_quantize_take_negative_stride_views(backend, rng):
+    from int8nax.reference import max_ulp_error, w8a8_linear_ref
+
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    for name, v in views(x):
+        q, s = int8nax.quantize_activations(v, backend=backend)
+        q2, s2 = int8nax.quantize_activations(np.ascontiguousarray(v), backend=backend)
+        np.testing.assert_array_equal(np.array(q), np.array(q2), err_msg=name)
+        np.testing.assert_array_equal(np.array(s), np.array(s2), err_msg=name)
+        y = int8nax.w8a8_linear(v, W, SW, b, backend=backend)
+        assert max_ulp_error(y, w8a8_linear_ref(np.ascontiguousarray(v), W, SW, b), "float32") <= 1.0, name
+    for name, v in views(W) + [("scale", None), ("bias", None)]:
+        w_arg, s_arg, b_arg = W, SW, b
+        if name == "scale":
+            w_arg, s_arg = W[::-1], SW[::-1]
+        elif name == "bias":
+            b_arg = b[::-1]
+        else:
+            w_arg = v
+        y = int8nax.w8a8_linear(x, w_arg, s_arg, b_arg, backend=backend)
+        want = w8a8_linear_ref(x, np.ascontiguousarray(w_arg), np.ascontiguousarray(s_arg), np.ascontiguousarray(b_arg))
+        assert max_ulp_error(y, want, "float32") <= 1.0, name
+
+
+def test_quantize_weight_takes_negative_stride_views(rng):
+    w = rng.standard_normal((4, 6)).astype(np.float32)
+    for name, v in views(w):
+        q, s = int8nax.quantize_weight_int8(v)
+        q2, s2 = int8nax.quantize_weight_int8(np.ascontiguousarray(v))
+        np.testing.assert_array_equal(q, q2, err_msg=name)
+        np.testing.assert_array_equal(s, s2, err_msg=name)
+
+
+def test_other_numpy_layouts(backend, rng):
+    a = rng.integers(-128, 128, (5, 7), dtype=np.int8)
+    b = rng.integers(-128, 128, (4, 7), dtype=np.int8)
+    want = a.astype(np.int64) @ b.astype(np.int64).T
+    for v in (np.asfortranarray(a), np.broadcast_to(a[:1], (5, 7)), a.astype(a.dtype.newbyteorder(">"))):
+        ref = np.asarray(v).astype(np.int64) @ b.astype(np.int64).T
+        np.testing.assert_array_equal(np.array(int8nax.int8_matmul(v, b, backend=backend)), ref)
+    x = rng.standard_normal((5, 7)).astype(">f4")  # big-endian float32: same values
+    y = int8nax.quantize_activations(x, backend=backend)[0]
+    np.testing.assert_array_equal(np.array(y), np.array(int8nax.quantize_activations(x.astype(np.float32), backend=backend)[0]))
+    assert want.shape == (5, 4)
+
+
+def test_bad_environment_backend_is_named(monkeypatch):
+    monkeypatch.setenv("INT8NAX_BACKEND", "bogus")
+    with pytest.raises(ValueError, match=r"w8a8_linear: unknown backend 'bogus' in the environment variable INT8NAX_BACKEND.*'cpu'"):
+        int8nax.w8a8_linear(X, W, SW)
+    # an explicit backend= wins over the environment
+    assert int8nax.w8a8_linear(X, W, SW, backend="cpu").shape == (4, 3)
+
+
+def test_float64_activations_are_refused_with_the_choices():
+    with pytest.raises(TypeError, match="quantize_activations: 'x' must have dtype float16 or bfloat16 or float32, got numpy dtype float64"):
+        int8nax.quantize_activations(X.astype(np.float64))
+
+
+def test_mx_float64_weights_and_bias():
+    w64 = np.linspace(-1, 1, 24).reshape(3, 8)
+    q, s = int8nax.quantize_weight_int8(mx.array(w64).astype(mx.float64))
+    q_np, s_np = int8nax.quantize_weight_int8(w64)
+    assert q.dtype == mx.int8 and s.dtype == mx.float32
+    np.testing.assert_array_equal(np.array(q), q_np)
+    np.testing.assert_array_equal(np.array(s), s_np)
+    b64 = np.array([0.1, 0.2, 0.3])
+    y = int8nax.w8a8_linear(X + 1, q, s, mx.array(b64).astype(mx.float64))
+    np.testing.assert_array_equal(np.array(y), np.array(int8nax.w8a8_linear(X + 1, q, s, b64.astype(np.float32))))

@@ -42,11 +42,21 @@ PY
 regex=$("$py" - "$BENCH" <<'PY'
 import re, sys
 sys.path.insert(0, ".")
-from int8nax import contenders
+from int8nax.bench import problems
 from int8nax.bench.peers import Unavailable, cider, torch_int
 from benchmarks import bench_gemm, bench_linear, common
 
-probes = {"cider-raw": cider.load, "cider-full": cider.load, "torch-int8": torch_int.load}
+
+def cublaslt_load():
+    try:
+        from int8nax.bench.peers import cublaslt
+    except ImportError as exc:
+        raise Unavailable(f"no cuBLASLt adapter: {exc}") from None
+    cublaslt.load()
+
+
+probes = {"cider-raw": cider.load, "cider-full": cider.load, "torch-int8": torch_int.load,
+          "cublaslt-int8": cublaslt_load}
 classes = []
 for module in (bench_gemm, bench_linear):
     for name, cls in vars(module).items():
@@ -62,7 +72,7 @@ for module in (bench_gemm, bench_linear):
         classes.append(name)
 if not classes:
     sys.exit(f"asv_offline_gpu: no runnable benchmark class matches {sys.argv[1]!r}")
-shapes = "|".join(re.escape(", ".join(map(str, s))) for s in contenders.profile_shapes())
+shapes = "|".join(re.escape(", ".join(map(str, s))) for s in problems.profile_shapes())
 print(rf"^bench_\w+\.(?:{'|'.join(classes)})\.\w+\(\((?:{shapes})\)\)$")
 PY
 )

@@ -2,6 +2,7 @@
 
     python tools/asv_site.py vendor .asv/html
     python tools/asv_site.py check .asv/html [--screenshot docs/asv-site.png] [--bench NAME]
+                                             [--compare-screenshot docs/compare-page.png]
 
 vendor: asv 0.6.6's index.html loads jQuery, Flot, Bootstrap, md5 and stupidtable from
     CDNs, so on a machine without internet the site shows only "external dependencies
@@ -15,15 +16,23 @@ check: serves the directory on 127.0.0.1, opens it in headless Chromium (seleniu
     - the index lists every benchmark of index.json,
     - on every machine, the graph of a parametrized benchmark (default: the first one
       with data), showing the shapes that have results, draws one series per shape,
-    - the browser logged no JavaScript error or failed request.
-    It prints a report, optionally saves a screenshot of the main page, and exits 1 on a
-    failed check (2 when the browser itself is missing).
+    - the browser logged no JavaScript error or failed request,
+    - where `int8nax site` has run (compare.html exists): the index links it, and the page
+      loads no script and nothing from outside the site, logs no error, and shows exactly
+      one table row and one bar per mode for every contender and shape that has results
+      (as compare.json lists them), "missing" rows for the others (never a zero), speed
+      ratios that equal the peer's time over the contender's, and times that equal the
+      values in asv's own graph files at that commit (so a misread result file, a wrong
+      ratio or a dropped series fails the check).
+    It prints a report, optionally saves screenshots of the main page and the comparison
+    page, and exits 1 on a failed check (2 when the browser itself is missing).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import re
@@ -168,7 +177,8 @@ _DRAWN_SERIES = (
 )
 
 
-def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = None) -> dict:
+def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = None,
+          compare_screenshot: Path | None = None) -> dict:
     """Run the checks; returns a report dict, raises SiteError on a failed check."""
     index = json.loads((html_dir / "index.json").read_text())
     benchmarks = sorted(index["benchmarks"])
@@ -179,17 +189,8 @@ def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = No
         if bench is None:
             raise SiteError("no parametrized benchmark has any results")
 
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver_path = find_browser()
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     server, url = serve(html_dir)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver = browser()
     report = {"benchmarks": len(benchmarks), "machines": machines, "graph": bench, "series": {}}
     problems = []
     try:
@@ -217,6 +218,10 @@ def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = No
                 problems.append(f"the graph of {bench} on {machine} draws {drawn} series with data, expected "
                                 f"{expected} (one per shape with results)")
             errors += _errors(driver.get_log("browser"))
+        if (html_dir / "compare.html").is_file():
+            report["compare"] = check_compare(html_dir, index, driver, url, compare_screenshot, problems)
+        elif compare_screenshot is not None:
+            problems.append("no compare.html to screenshot: run `int8nax site` after `asv publish`")
     finally:
         driver.quit()
         server.shutdown()
@@ -225,9 +230,250 @@ def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = No
         problems.append(f"the browser logged {len(errors)} error(s), first: {errors[0]}")
     if not report["series"]:
         problems.append(f"no machine has results for {bench}")
+    if (html_dir / "compare.html").is_file():
+        try:
+            report["offline"] = check_offline(html_dir)
+        except SiteError as exc:
+            problems.append(str(exc))
     if problems:
         raise SiteError("; ".join(problems) + "\nreport: " + json.dumps(report, indent=1))
     return report
+
+
+# --- the comparison page (int8nax site) ------------------------------------------------------
+
+# What the page shows, read back from the DOM: per machine section and shape block, the rows
+# (contender, class, times per mode, ratio cells) and the bars (contender, mode).
+_COMPARE_DOM = """
+var out = {scripts: document.scripts.length, external: [], machines: {}};
+document.querySelectorAll('[src],[href]').forEach(function (e) {
+  var u = e.getAttribute('src') || e.getAttribute('href');
+  if (/^[a-z]+:/i.test(u) && !/^(data|about):/i.test(u) && !(e.tagName == 'svg' || e.namespaceURI.endsWith('svg')))
+    out.external.push(u);
+});
+document.querySelectorAll('section.machine').forEach(function (sec) {
+  var shapes = {};
+  sec.querySelectorAll('div.shape').forEach(function (div) {
+    var rows = [], bars = [];
+    div.querySelectorAll('table.contenders tr[data-contender]').forEach(function (tr) {
+      var row = {contender: tr.dataset.contender, kind: tr.className, seconds: {}, ratios: {}};
+      tr.querySelectorAll('td.seconds').forEach(function (td) { row.seconds[td.dataset.mode] = td.dataset.seconds; });
+      tr.querySelectorAll('td.ratio:not(.self)').forEach(function (td) {
+        row.ratios[td.dataset.peer] = {call: td.dataset.call || null, chain: td.dataset.chain || null};
+      });
+      rows.push(row);
+    });
+    div.querySelectorAll('svg rect.bar').forEach(function (r) {
+      var box = r.getBBox();
+      bars.push({contender: r.dataset.contender, mode: r.dataset.mode, width: box.width});
+    });
+    shapes[div.dataset.shape] = {rows: rows, bars: bars};
+  });
+  out.machines[sec.dataset.machine] = {commit: sec.dataset.commit, shapes: shapes};
+});
+return out;
+"""
+
+
+def _graph_values(html_dir: Path, index: dict, machine: str, bench: str, commit: str) -> dict[str, list[float]]:
+    """{parameter value: asv's published values} of `bench` on `machine` at `commit` (one per
+    environment that has one), read from the graph files `asv publish` wrote: independent of
+    how int8nax site reads the result files."""
+    revisions = {h: int(r) for r, h in index.get("revision_to_hash", {}).items()}
+    rev = revisions.get(commit)
+    info = index["benchmarks"].get(bench)
+    if rev is None or info is None or not info["params"]:
+        return {}
+    names = [", ".join(c) if len(c) > 1 else c[0] for c in itertools.product(*info["params"])]
+    found: dict[str, list[float]] = {}
+    for graph in (html_dir / "graphs").rglob(f"{bench}.json"):
+        if f"machine-{machine}" not in graph.parts:
+            continue
+        for point in json.loads(graph.read_text()):
+            if point[0] == rev and isinstance(point[1], list):
+                for name, value in zip(names, point[1]):
+                    if value is not None:
+                        found.setdefault(name, []).append(value)
+    return found
+
+
+def _latest_revisions(html_dir: Path, index: dict, benches: set[str]) -> dict[str, int]:
+    """{machine: the highest revision at which any of `benches` has a value in the graphs}."""
+    latest: dict[str, int] = {}
+    for bench in benches:
+        for graph in (html_dir / "graphs").rglob(f"{bench}.json"):
+            machine = next((p[len("machine-"):] for p in graph.parts if p.startswith("machine-")), None)
+            if machine is None:
+                continue
+            for rev, values in json.loads(graph.read_text()):
+                if (any(v is not None for v in values) if isinstance(values, list) else values is not None):
+                    latest[machine] = max(latest.get(machine, rev), rev)
+    return latest
+
+
+def _close(a, b, rel: float = 1e-9) -> bool:
+    return a is not None and b is not None and abs(float(a) - float(b)) <= rel * max(abs(float(a)), abs(float(b)))
+
+
+def check_compare(html_dir: Path, index: dict, driver, url: str, screenshot: Path | None,
+                  problems: list[str]) -> dict:
+    """The comparison page: see the module docstring. Appends to `problems`; returns a report."""
+    data = json.loads((html_dir / "compare.json").read_text())
+    index_html = (html_dir / "index.html").read_text()
+    if 'href="compare.html"' not in index_html:
+        problems.append("index.html does not link compare.html")
+    driver.get("about:blank")
+    driver.get(url + "compare.html")
+    dom = _wait(driver, "return document.readyState == 'complete' ? (" + "function(){" + _COMPARE_DOM + "})() : null;")
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        driver.set_window_size(1400, 1500)  # the first machine's first shape: plot and table
+        driver.save_screenshot(str(screenshot))
+        driver.set_window_size(1400, 1000)
+    errors = _errors(driver.get_log("browser"))
+    report = {"entries": 0, "bars": 0, "machines": {}, "js_errors": errors}
+    if errors:
+        problems.append(f"compare.html: the browser logged {len(errors)} error(s), first: {errors[0]}")
+    if dom["scripts"]:
+        problems.append(f"compare.html has {dom['scripts']} script element(s); it must work without JavaScript")
+    if dom["external"]:
+        problems.append(f"compare.html loads from outside the site: {dom['external'][:3]}")
+    time_benches = {b for b in index["benchmarks"] if ".time_" in b}
+    # 0. every machine with a time on the site is on the page, at its latest such commit
+    latest = _latest_revisions(html_dir, index, time_benches)
+    hashes = index.get("revision_to_hash", {})
+    for machine, rev in sorted(latest.items()):
+        shown_commit = data["machines"].get(machine, {}).get("commit")
+        if shown_commit is None:
+            problems.append(f"asv publishes times for machine {machine}; compare.html has no section for it")
+        elif shown_commit != hashes.get(str(rev)):
+            problems.append(f"compare.html shows {machine} at {shown_commit[:8]}, but its latest commit with "
+                            f"times on the site is {hashes.get(str(rev), '?')[:8]}")
+    for machine, mdata in data["machines"].items():
+        shown = dom["machines"].get(machine)
+        if shown is None:
+            problems.append(f"compare.html has no section for machine {machine}")
+            continue
+        if shown["commit"] != mdata["commit"]:
+            problems.append(f"compare.html shows {machine} at {shown['commit']}, compare.json at {mdata['commit']}")
+        entries = {(e["shape"], e["contender"]): e for e in mdata["entries"]}
+        with_results = [e for e in mdata["entries"] if e["has_result"]]
+        report["machines"][machine] = {"commit": mdata["commit"][:8], "entries": len(with_results)}
+        report["entries"] += len(with_results)
+        # 1. asv's graph files against compare.json: every series with a value is there, same value.
+        listed = {b for e in mdata["entries"] for b in e["benchmarks"].values() if b}
+        for bench in sorted(time_benches):
+            for shape, values in _graph_values(html_dir, index, machine, bench, mdata["commit"]).items():
+                hit = [(e, m) for e in mdata["entries"] for m, b in e["benchmarks"].items()
+                       if b == bench and e["shape"] == shape]
+                if not hit:
+                    problems.append(f"{machine}: asv publishes {bench} at {shape} = {values[0]}, "
+                                    f"compare.html has no entry for it")
+                elif not any(_close(hit[0][0]["seconds"][hit[0][1]], v) for v in values):
+                    problems.append(f"{machine}: {bench} at {shape}: compare.html says "
+                                    f"{hit[0][0]['seconds'][hit[0][1]]}, asv's graph {values}")
+            if bench in listed and not _graph_values(html_dir, index, machine, bench, mdata["commit"]) \
+                    and any(e["seconds"][m] is not None for e in mdata["entries"]
+                            for m, b in e["benchmarks"].items() if b == bench):
+                problems.append(f"{machine}: compare.html has times for {bench}, asv's graphs none")
+        # 2. the page against compare.json: one row per entry, bars for the modes with a time.
+        for shape in mdata["shapes"]:
+            block = shown["shapes"].get(shape)
+            if block is None:
+                problems.append(f"{machine}: compare.html has no block for shape {shape}")
+                continue
+            rows = {}
+            for row in block["rows"]:
+                if row["contender"] in rows:
+                    problems.append(f"{machine} {shape}: {row['contender']} has two rows")
+                rows[row["contender"]] = row
+            bars = {}
+            for bar in block["bars"]:
+                bars.setdefault((bar["contender"], bar["mode"]), []).append(bar)
+                if not bar["width"] > 0:
+                    problems.append(f"{machine} {shape}: the {bar['mode']} bar of {bar['contender']} is not drawn")
+            report["bars"] += len(block["bars"])
+            for (eshape, contender), e in entries.items():
+                if eshape != shape:
+                    continue
+                row = rows.get(contender)
+                if row is None:
+                    problems.append(f"{machine} {shape}: no row for {contender}")
+                    continue
+                if e["has_result"] != (row["kind"] == "result"):
+                    problems.append(f"{machine} {shape}: {contender} shown as {row['kind']}, "
+                                    f"has_result={e['has_result']}")
+                for mode, seconds in e["seconds"].items():
+                    n_bars = len(bars.get((contender, mode), []))
+                    if n_bars != (seconds is not None):
+                        problems.append(f"{machine} {shape}: {contender} has {n_bars} {mode} bar(s) "
+                                        f"for a time of {seconds}")
+                    if e["has_result"] and seconds is not None and not _close(row["seconds"].get(mode), seconds):
+                        problems.append(f"{machine} {shape}: {contender} {mode} time {row['seconds'].get(mode)} "
+                                        f"on the page, {seconds} in compare.json")
+            # 3. every ratio on the page is the peer's time over the row's time.
+            for row in block["rows"]:
+                for peer, pair in row["ratios"].items():
+                    for mode, shown_ratio in pair.items():
+                        mine = row["seconds"].get(mode)
+                        theirs = rows.get(peer, {}).get("seconds", {}).get(mode)
+                        expected = (float(theirs) / float(mine)
+                                    if mine not in (None, "None") and theirs not in (None, "None") else None)
+                        if (expected is None) != (shown_ratio is None) or \
+                                (expected is not None and not _close(shown_ratio, expected)):
+                            problems.append(f"{machine} {shape}: {row['contender']} vs {peer} ({mode}) shows "
+                                            f"{shown_ratio}, expected {expected}")
+    if not report["entries"]:
+        problems.append("compare.html shows no entry with results")
+    return report
+
+
+def browser(*args: str):
+    """A headless Chromium driven by selenium, logging the console; `args` go to Chromium."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver_path = find_browser()
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000", *args):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(driver_path), options=options)
+
+
+# Chromium resolves no host but the local server's: the site as a machine without internet sees it.
+OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
+
+
+def check_offline(html_dir: Path) -> dict:
+    """Open index.html as a machine without internet would. A vendored site must show asv's
+    benchmark grid; an unvendored one (asv's CDN links) must land on compare.html#offline,
+    with its notice shown and its tables there. Raises SiteError otherwise."""
+    server, url = serve(html_dir)
+    driver = browser(OFFLINE)
+    try:
+        driver.get(url + "index.html")
+        state = _wait(driver, "var l = document.querySelectorAll('.benchmark-plot[id^=\"summarygrid-\"]').length;"
+                              "if (location.pathname.endsWith('compare.html') && document.readyState == 'complete') {"
+                              "  var n = document.getElementById('offline');"
+                              "  return {page: 'compare', hash: location.hash,"
+                              "          notice: !!n && getComputedStyle(n).display != 'none',"
+                              "          rows: document.querySelectorAll('tr.result').length}; }"
+                              "return l ? {page: 'index', listed: l} : null;")
+    finally:
+        driver.quit()
+        server.shutdown()
+    vendored = not _TAG.search((html_dir / "index.html").read_text())
+    if state is None:
+        raise SiteError("offline, index.html showed neither asv's grid nor the comparison page")
+    if vendored and state["page"] != "index":
+        raise SiteError(f"offline, the vendored site did not show asv's grid: {state}")
+    if not vendored and not (state["page"] == "compare" and state["hash"] == "#offline"
+                             and state["notice"] and state["rows"] > 0):
+        raise SiteError(f"offline, the unvendored site did not fall back to compare.html#offline with "
+                        f"its notice and tables: {state}")
+    return {"vendored": vendored, **state}
 
 
 def _errors(log: list[dict]) -> list[str]:
@@ -243,13 +489,14 @@ def main(argv=None) -> int:
     p_check.add_argument("html_dir", type=Path)
     p_check.add_argument("--screenshot", type=Path)
     p_check.add_argument("--bench", help="benchmark whose graph is checked (default: first parametrized with data)")
+    p_check.add_argument("--compare-screenshot", type=Path, help="save a screenshot of compare.html here")
     args = parser.parse_args(argv)
     try:
         if args.command == "vendor":
             for url in vendor(args.html_dir):
                 print(f"vendored {url}")
         else:
-            print(json.dumps(check(args.html_dir, args.screenshot, args.bench), indent=1))
+            print(json.dumps(check(args.html_dir, args.screenshot, args.bench, args.compare_screenshot), indent=1))
     except SiteError as exc:
         print(f"asv_site: {exc}", file=sys.stderr)
         return 1

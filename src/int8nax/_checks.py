@@ -22,35 +22,120 @@ _NP_TO_MX = {
     np.dtype(np.int64): mx.int64,
     np.dtype(np.float16): mx.float16,
     np.dtype(np.float32): mx.float32,
-    np.dtype(np.float64): mx.float32,  # MLX has no float64 on GPUs; checked before conversion
     np.dtype(np.bool_): mx.bool_,
 }
+# float64 is not here: MLX has no float64 on GPUs, so only arguments that say so take it
+# (a bias, rounded to float32 once; quantize_weight_int8's offline weights).
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+BACKEND_NAMES = "'auto', 'cpu', 'cuda' or 'metal' (alias 'nax')"
+BACKEND_CHOICES = BACKEND_NAMES + ", or None"
 
 
 def dtype_name(dtype) -> str:
     return str(dtype).replace("mlx.core.", "")
 
 
-def as_mx(value, name: str, func: str) -> mx.array:
-    """Accept an mx.array or a numpy array; anything else is a TypeError."""
+def _want(allowed) -> str:
+    return " or ".join(dtype_name(d) for d in allowed)
+
+
+def numpy_to_mx(value: np.ndarray) -> mx.array:
+    """mx.array of a numpy array of a dtype MLX knows, whatever its strides or byte order.
+
+    MLX refuses negative strides (np.flip, x[::-1]) and non-native byte order; those get a
+    contiguous native copy first, which is exact.
+    """
+    if not value.dtype.isnative:
+        value = value.astype(value.dtype.newbyteorder("="))
+    if any(st < 0 for st in value.strides):
+        value = np.ascontiguousarray(value)
+    return mx.array(value)
+
+
+def as_mx(value, name: str, func: str, allowed=None, float64_to_float32: bool = False) -> mx.array:
+    """Accept an mx.array or a numpy array (any strides); anything else is a TypeError.
+
+    allowed: the mx dtypes this argument takes, checked before conversion so that a numpy
+    argument's message names its numpy dtype. float64_to_float32: a float64 array (numpy, or
+    mx on the CPU) is accepted and rounded to float32 once; finite values beyond float32's
+    range are a ValueError rather than a silent inf.
+    """
     if isinstance(value, mx.array):
+        if float64_to_float32 and value.dtype == mx.float64:
+            return _float64_to_float32(np.asarray(value), name, func)
+        if allowed is not None:
+            check_dtype(value, name, func, allowed)
         return value
     if isinstance(value, np.ndarray):
-        if value.dtype not in _NP_TO_MX or value.dtype == np.float64:
-            raise TypeError(
-                f"{func}: '{name}' has numpy dtype {value.dtype}, which int8nax does not take; "
-                "expected int8, float16 or float32"
-            )
-        return mx.array(value)
+        key = value.dtype.newbyteorder("=") if value.dtype.byteorder not in "=|" else value.dtype
+        if float64_to_float32 and key == np.float64:
+            return _float64_to_float32(value, name, func)
+        target = _NP_TO_MX.get(key)
+        if allowed is not None and (target is None or target not in allowed):
+            raise TypeError(f"{func}: '{name}' must have dtype {_want(allowed)}, got numpy dtype {value.dtype}")
+        if target is None:
+            raise TypeError(f"{func}: '{name}' has numpy dtype {value.dtype}, which MLX cannot hold")
+        return numpy_to_mx(value)
     raise TypeError(
         f"{func}: '{name}' must be an mlx.core.array or numpy.ndarray, got {type(value).__name__}"
     )
 
 
+def _float64_to_float32(value: np.ndarray, name: str, func: str) -> mx.array:
+    check_float32_range(value, name, func)
+    return mx.array(np.ascontiguousarray(value, dtype=np.float32))
+
+
+def check_float32_range(value: np.ndarray, name: str, func: str) -> None:
+    """ValueError if a float array holds finite values that float32 cannot hold (|v| > FLT_MAX)."""
+    with np.errstate(invalid="ignore"):
+        beyond = np.isfinite(value) & (np.abs(value) > FLOAT32_MAX)
+    if beyond.any():
+        where = tuple(int(i) for i in np.argwhere(beyond)[0])
+        raise ValueError(
+            f"{func}: '{name}' holds finite values beyond float32 range (|v| <= {FLOAT32_MAX:.8g}), "
+            f"first {float(value[where])!r} at index {list(where)}"
+        )
+
+
+def check_backend(backend, func: str) -> None:
+    """The `backend=` argument: None or a backend name; a bad name is a ValueError naming func."""
+    from . import backends  # the registry is in the same (library) layer
+
+    if backend is None:
+        import os
+
+        env = os.environ.get(backends.ENV_VAR)
+        if env:
+            try:
+                backends.canonical(env)
+            except ValueError:
+                raise ValueError(
+                    f"{func}: unknown backend {env!r} in the environment variable "
+                    f"{backends.ENV_VAR} (used when 'backend' is None); expected one of {BACKEND_NAMES}"
+                ) from None
+        return
+    if not isinstance(backend, str):
+        hint = ""
+        if isinstance(backend, (mx.Device, mx.DeviceType)):
+            hint = " (an MLX device is not a backend: pass backend='cpu', or set MLX's default device)"
+        raise TypeError(
+            f"{func}: 'backend' must be a str, one of {BACKEND_CHOICES}; got {type(backend).__name__} "
+            f"{backend!r}{hint}"
+        )
+    try:
+        backends.canonical(backend)
+    except ValueError:
+        raise ValueError(
+            f"{func}: unknown backend {backend!r} for 'backend'; expected one of {BACKEND_CHOICES}"
+        ) from None
+
+
 def check_dtype(arr: mx.array, name: str, func: str, allowed) -> None:
     if arr.dtype not in allowed:
-        want = " or ".join(dtype_name(d) for d in allowed)
-        raise TypeError(f"{func}: '{name}' must have dtype {want}, got {dtype_name(arr.dtype)}")
+        raise TypeError(f"{func}: '{name}' must have dtype {_want(allowed)}, got {dtype_name(arr.dtype)}")
 
 
 def check_ndim(arr: mx.array, name: str, func: str, ndim: int, what: str) -> None:

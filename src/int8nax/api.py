@@ -1,6 +1,19 @@
-"""The public functions: validate, handle the degenerate cases once, dispatch to a backend."""
+"""The public functions: validate, handle the degenerate cases once, dispatch to a backend.
+
+Gradients are defined here, once for every backend, with mx.custom_function (a backend's
+forward may leave MLX's graph, as the CPU backend's numpy path does):
+
+- w8a8_linear: the straight-through estimator for the activation quantization, so the layer
+  differentiates as the dequantized float layer y = x @ W_deq.T + bias with
+  W_deq = w_int8 * scale_w[:, None]: dx = dy @ W_deq, dbias = sum of dy over the rows.
+  The int8 weights and their scales get zero gradients (they are not trainable).
+- int8_matmul and quantize_activations have integer outputs and no useful gradient: asking
+  for one (mx.grad, mx.vjp, mx.jvp through them) raises a ValueError, never silent zeros.
+"""
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import mlx.core as mx
 import numpy as np
@@ -9,7 +22,9 @@ from . import backends, quant
 from ._checks import (
     FLOAT_DTYPES,
     as_mx,
+    check_backend,
     check_dtype,
+    check_float32_range,
     check_k,
     check_ndim,
     check_same_k,
@@ -17,6 +32,89 @@ from ._checks import (
 )
 
 B_LAYOUTS = ("nk", "kn")
+
+
+_TRACE_REFUSAL = "function transformations like compile or vmap"
+
+
+def _untraceable(func: str, impl: backends.Backend, call):
+    """call() with MLX's refusal to evaluate inside mx.compile/mx.vmap (what a backend that
+    computes in numpy meets there) turned into a message naming the function and the way out."""
+    try:
+        return call()
+    except ValueError as exc:
+        if _TRACE_REFUSAL not in str(exc):
+            raise
+        raise ValueError(
+            f"{func}: the {impl.name} backend computes outside MLX's graph (numpy) and cannot run "
+            "inside mx.compile or mx.vmap; call it outside the compiled/vmapped function, or use "
+            "a backend that stays in the graph (CUDA)"
+        ) from exc
+
+
+def _no_gradient(func: str, why: str):
+    def refuse(*_args):
+        raise ValueError(f"{func} has no gradient: {why}")
+
+    return refuse
+
+
+@lru_cache(maxsize=None)
+def _int8_matmul_fn(impl: backends.Backend):
+    # the backend's method is looked up per call (tests patch backends)
+    f = mx.custom_function(lambda a, b: _untraceable("int8_matmul", impl, lambda: impl.int8_matmul(a, b)))
+    why = ("its inputs and output are integers (int8 x int8 -> exact int32); for a trainable "
+           "layer use w8a8_linear or int8nax.nn.W8A8Linear, whose gradient is straight-through")
+    f.vjp(_no_gradient("int8_matmul", why))
+    f.jvp(_no_gradient("int8_matmul", why))
+    return f
+
+
+@lru_cache(maxsize=None)
+def _quantize_fn(impl: backends.Backend):
+    f = mx.custom_function(
+        lambda x: _untraceable("quantize_activations", impl, lambda: impl.quantize_activations(x)))
+    why = ("rounding to int8 codes has zero derivative almost everywhere; for a trainable "
+           "layer use w8a8_linear, whose gradient is straight-through")
+    f.vjp(_no_gradient("quantize_activations", why))
+    f.jvp(_no_gradient("quantize_activations", why))
+    return f
+
+
+def _dequantized_weight(w: mx.array, scale_w: mx.array) -> mx.array:
+    """float32 [N, K] = w_int8 * scale_w[:, None]: the float weight the layer stands for."""
+    return w.astype(mx.float32) * scale_w[:, None]
+
+
+@lru_cache(maxsize=None)
+def _w8a8_fn(impl: backends.Backend, has_bias: bool):
+    """mx.custom_function over 2-D x [M, K] (and bias [N] when has_bias) with the
+    straight-through gradient (see the module docstring)."""
+    if has_bias:
+        f = mx.custom_function(
+            lambda x, w, s, b: _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(x, w, s, b)))
+    else:
+        f = mx.custom_function(
+            lambda x, w, s: _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(x, w, s, None)))
+
+    @f.vjp
+    def vjp(primals, cotangent, _output):
+        x, w, s = primals[:3]
+        dy = cotangent.astype(mx.float32)
+        grads = [(dy @ _dequantized_weight(w, s)).astype(x.dtype), mx.zeros_like(w), mx.zeros_like(s)]
+        if has_bias:
+            grads.append(dy.sum(axis=0).astype(primals[3].dtype))
+        return tuple(grads)
+
+    @f.jvp
+    def jvp(primals, tangents):
+        x, w, s = primals[:3]
+        dy = tangents[0].astype(mx.float32) @ _dequantized_weight(w, s).T
+        if has_bias:
+            dy = dy + tangents[3].astype(mx.float32)
+        return (dy.astype(x.dtype),)
+
+    return f
 
 
 def int8_matmul(a, b, *, b_layout: str = "nk", backend: str | None = None) -> mx.array:
@@ -33,12 +131,13 @@ def int8_matmul(a, b, *, b_layout: str = "nk", backend: str | None = None) -> mx
     Returns:
         int32 [M, N] with out[m, n] = sum_k a[m, k] * b[n, k], bit-exact. -128 is a
         legal input value. K is limited to 131071 so that int32 cannot overflow.
+
+    Not differentiable: mx.grad/mx.vjp/mx.jvp through it raise a ValueError.
     """
     func = "int8_matmul"
-    a = as_mx(a, "a", func)
-    b = as_mx(b, "b", func)
-    check_dtype(a, "a", func, (mx.int8,))
-    check_dtype(b, "b", func, (mx.int8,))
+    check_backend(backend, func)
+    a = as_mx(a, "a", func, (mx.int8,))
+    b = as_mx(b, "b", func, (mx.int8,))
     check_ndim(a, "a", func, 2, "[M, K]")
     if b_layout not in B_LAYOUTS:
         raise ValueError(f"{func}: 'b_layout' must be one of {B_LAYOUTS}, got {b_layout!r}")
@@ -52,15 +151,16 @@ def int8_matmul(a, b, *, b_layout: str = "nk", backend: str | None = None) -> mx
     impl = backends.resolve(backend)
     if m == 0 or n == 0 or k == 0:
         return mx.zeros((m, n), dtype=mx.int32)
-    return impl.int8_matmul(a, b)
+    return _int8_matmul_fn(impl)(a, b)
 
 
 def quantize_weight_int8(w):
     """Per-output-channel symmetric int8 quantization of a weight matrix (offline, on the CPU).
 
     Args:
-        w: float [N, K] weights (numpy array of any float dtype, or mx.array), one
-           output channel per row, as in nn.Linear.
+        w: float [N, K] weights (numpy array of any float dtype, or an mx.array of
+           float16/bfloat16/float32/float64), one output channel per row, as in nn.Linear.
+           Wider dtypes are rounded to float32 first (once).
 
     Returns:
         (w_int8 [N, K] int8, scale [N] float32) with w ~= w_int8 * scale[:, None];
@@ -69,24 +169,33 @@ def quantize_weight_int8(w):
         even and clipped to [-127, 127].
 
     Raises:
-        ValueError if w holds NaN or inf (a scale for it would be meaningless).
+        TypeError for a non-float w; ValueError if w is not 2-D, holds NaN or inf (a scale
+        for it would be meaningless), or finite values beyond float32's range.
     """
     func = "quantize_weight_int8"
     was_mx = isinstance(w, mx.array)
     if was_mx:
-        check_dtype(w, "w", func, FLOAT_DTYPES)
-        w32 = np.asarray(w.astype(mx.float32))
+        check_dtype(w, "w", func, FLOAT_DTYPES + (mx.float64,))
+        wide = np.asarray(w if w.dtype == mx.float64 else w.astype(mx.float32))
     elif isinstance(w, np.ndarray):
         if w.dtype.kind != "f":
-            raise TypeError(f"{func}: 'w' must be a floating-point array, got numpy dtype {w.dtype}")
-        w32 = w.astype(np.float32)
+            raise TypeError(
+                f"{func}: 'w' must be a floating-point array (float16, float32, float64, ...), "
+                f"got numpy dtype {w.dtype}"
+            )
+        wide = w
     else:
         raise TypeError(f"{func}: 'w' must be an mlx.core.array or numpy.ndarray, got {type(w).__name__}")
-    if w32.ndim != 2:
-        raise ValueError(f"{func}: 'w' must be 2-D [N, K], got {w32.ndim}-D with shape {w32.shape}")
-    if not np.isfinite(w32).all():
-        bad = int(np.argwhere(~np.isfinite(w32))[0][0])
-        raise ValueError(f"{func}: 'w' must be finite, but row {bad} holds NaN or inf")
+    if wide.ndim != 2:
+        raise ValueError(f"{func}: 'w' must be 2-D [N, K], got {wide.ndim}-D with shape {wide.shape}")
+    finite = np.isfinite(wide)
+    if not finite.all():
+        row, col = (int(i) for i in np.argwhere(~finite)[0])
+        raise ValueError(
+            f"{func}: 'w' must be finite, but row {row} holds {float(wide[row, col])!r} (at column {col})"
+        )
+    check_float32_range(wide, "w", func)
+    w32 = np.ascontiguousarray(wide, dtype=np.float32)
     q, scale = quant.quantize_weight_np(w32)
     if was_mx:
         return mx.array(q), mx.array(scale)
@@ -110,11 +219,15 @@ def quantize_activations(x, *, backend: str | None = None) -> tuple[mx.array, mx
 
     Returns:
         (q int8 [..., K], scale float32 [...]) with x ~= q * scale[..., None].
-        A row holding NaN or inf gets scale NaN and q = 0.
+        A row holding NaN or inf gets scale NaN and q = 0. A row with a subnormal scale
+        (absmax < 127 * 2**-126) follows int8nax.quant's tiny-row rule; a row whose scale
+        underflows to 0 (absmax below ~8.9e-44) quantizes like an all-zero row (scale 1).
+
+    Not differentiable: mx.grad/mx.vjp/mx.jvp through it raise a ValueError.
     """
     func = "quantize_activations"
-    x = as_mx(x, "x", func)
-    check_dtype(x, "x", func, FLOAT_DTYPES)
+    check_backend(backend, func)
+    x = as_mx(x, "x", func, FLOAT_DTYPES)
     if x.ndim < 1:
         raise ValueError(f"{func}: 'x' must be at least 1-D [..., K], got a scalar")
     impl = backends.resolve(backend)
@@ -123,7 +236,7 @@ def quantize_activations(x, *, backend: str | None = None) -> tuple[mx.array, mx
         q = mx.zeros(rows.shape, dtype=mx.int8)
         s = mx.ones((rows.shape[0],), dtype=mx.float32)
     else:
-        q, s = impl.quantize_activations(rows)
+        q, s = _quantize_fn(impl)(rows)
     return q.reshape(*lead, x.shape[-1]), s.reshape(lead)
 
 
@@ -135,21 +248,28 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
         x: float16 | bfloat16 | float32 [..., K] activations, quantized per token on the fly.
         w_int8: int8 [N, K] weights from quantize_weight_int8.
         scale_w: float32 [N] per-output-channel weight scales.
-        bias: optional float [N].
+        bias: optional float16 | bfloat16 | float32 [N]; a float64 bias (numpy's default
+           dtype, e.g. np.zeros(N)) is rounded to float32 once, on the way in.
+
+    Every array may be an mx.array or a numpy array of any strides (views such as
+    x[::-1] or np.flip(w, 1) are copied to contiguous memory first, exactly).
 
     Returns:
         [..., N] in x's dtype: y = acc * scale_x[m] * scale_w[n] + bias[n], with acc the
-        exact int32 product; within 1 ulp of the same expression in float64.
+        exact int32 product; within 1 ulp of the same expression in float64, for every
+        finite input (tiny rows and rows near float32's maximum included).
         Rows of x holding NaN or inf give all-NaN output rows; other rows are unaffected.
         Results beyond the output dtype's range become inf.
+
+    Gradient (mx.grad, mx.vjp, mx.jvp): straight-through for the activation quantization,
+    i.e. that of the dequantized float layer: dx = dy @ (w_int8 * scale_w[:, None]) in
+    x's dtype, dbias = dy summed over the rows; zero for w_int8 and scale_w.
     """
     func = "w8a8_linear"
-    x = as_mx(x, "x", func)
-    w = as_mx(w_int8, "w_int8", func)
-    scale_w = as_mx(scale_w, "scale_w", func)
-    check_dtype(x, "x", func, FLOAT_DTYPES)
-    check_dtype(w, "w_int8", func, (mx.int8,))
-    check_dtype(scale_w, "scale_w", func, (mx.float32,))
+    check_backend(backend, func)
+    x = as_mx(x, "x", func, FLOAT_DTYPES)
+    w = as_mx(w_int8, "w_int8", func, (mx.int8,))
+    scale_w = as_mx(scale_w, "scale_w", func, (mx.float32,))
     if x.ndim < 1:
         raise ValueError(f"{func}: 'x' must be at least 1-D [..., K], got a scalar")
     check_ndim(w, "w_int8", func, 2, "[N, K]")
@@ -158,8 +278,7 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
     check_k(k, func)
     check_vector(scale_w, "scale_w", func, n, "one scale per output channel")
     if bias is not None:
-        bias = as_mx(bias, "bias", func)
-        check_dtype(bias, "bias", func, FLOAT_DTYPES)
+        bias = as_mx(bias, "bias", func, FLOAT_DTYPES, float64_to_float32=True)
         check_vector(bias, "bias", func, n, "one value per output channel")
     impl = backends.resolve(backend)
     rows, lead = _rows(x)
@@ -169,6 +288,8 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
         y = mx.zeros((m, n), dtype=x.dtype)
         if bias is not None and m > 0:
             y = y + bias.astype(x.dtype)
+    elif bias is None:
+        y = _w8a8_fn(impl, False)(rows, w, scale_w)
     else:
-        y = impl.w8a8_linear(rows, w, scale_w, bias)
+        y = _w8a8_fn(impl, True)(rows, w, scale_w, bias)
     return y.reshape(*lead, n)

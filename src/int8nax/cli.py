@@ -30,9 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
     p_info.set_defaults(func=_cmd_info)
     _add_selftest(sub)
-    from . import compare
+    from . import compare, site
 
     compare.add_parser(sub)
+    site.add_parser(sub)
     return parser
 
 
@@ -40,6 +41,30 @@ def _cmd_selftest(args) -> int:
     from . import selftest
 
     return selftest.main(args)
+
+
+def _backend_arg(text: str) -> str:
+    from . import backends
+
+    try:
+        return backends.canonical(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("backend: ")) from None
+
+
+def _sizes_arg(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive whole numbers, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def _count_arg(least: int):
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
+        return int(text)
+    return parse
 
 
 def _add_selftest(sub) -> None:
@@ -51,14 +76,16 @@ def _add_selftest(sub) -> None:
         "layout, and times int8nax next to cider where cider is installed. Paste the output "
         "into an issue. Exit status: 0 all exact, 1 a check failed, 2 backend unavailable.",
     )
-    p.add_argument("--backend", default="metal",
+    p.add_argument("--backend", default="metal", type=_backend_arg,
                    help="backend under test: metal (alias nax; the default), cuda, cpu or auto")
-    p.add_argument("--sizes", help="comma-separated sizes for M, K and N (default 1,7,33,513,4097)")
+    p.add_argument("--sizes", type=_sizes_arg,
+                   help="comma-separated sizes for M, K and N (default 1,7,33,513,4097)")
     p.add_argument("--quick", action="store_true", help="sizes 1,7,33 and one small timing shape")
     p.add_argument("--no-timing", action="store_true", help="exactness only")
-    p.add_argument("--warmup", type=int, default=5, help="untimed calls per contender (5)")
-    p.add_argument("--repeat", type=int, default=20, help="timed calls per contender (20)")
+    p.add_argument("--warmup", type=_count_arg(0), default=5, help="untimed calls per contender (5)")
+    p.add_argument("--repeat", type=_count_arg(1), default=20, help="timed calls per contender (20)")
     p.add_argument("--layout-out", metavar="FILE.npy", help="save the int8 layout dump (metal)")
+    p.add_argument("--json", action="store_true", help="the report as JSON instead of markdown")
     p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     p.set_defaults(func=_cmd_selftest)
 

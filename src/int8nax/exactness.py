@@ -88,7 +88,8 @@ FIRST_USE_GEMM_SHAPES = [
 ]
 FIRST_USE_W8A8 = [((33, 520, 40), "float16", True), ((70, 300, 33), "float32", False),
                   ((5, 64, 9), "bfloat16", True)]
-FIRST_USE_CHECKS = len(FIRST_USE_GEMM_SHAPES) + 1 + len(FIRST_USE_W8A8)
+FIRST_USE_TINY_DTYPES = ("float32", "bfloat16")
+FIRST_USE_CHECKS = len(FIRST_USE_GEMM_SHAPES) + 1 + len(FIRST_USE_TINY_DTYPES) + len(FIRST_USE_W8A8)
 
 
 def special_rows(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
@@ -109,6 +110,20 @@ def special_rows(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
     return x
 
 
+def tiny_rows(rng: np.random.Generator, k: int) -> np.ndarray:
+    """float32 [4, K] rows whose scales are subnormal or near it (int8nax.quant's tiny-row
+    rule): they show a device that flushes float32 subnormals to zero, or a kernel that takes
+    the reciprocal of a subnormal scale. The first row starts with the documented example
+    [1e-37, 1e-38, 0, 5e-39] -> codes [127, 13, 0, 6]."""
+    x = np.stack([rng.standard_normal(k) * 1e-37, rng.standard_normal(k) * 1e-39,
+                  rng.standard_normal(k) * 1e-36, rng.standard_normal(k) * 1e-35]).astype(np.float32)
+    head = np.array([1e-37, 1e-38, 0, 5e-39], np.float32)[: min(k, 4)]
+    x[0, : head.size] = head
+    if k > 4:
+        x[0, 4:] = np.clip(x[0, 4:], -1e-37, 1e-37)  # keep 1e-37 the row's absmax
+    return x
+
+
 def first_use_check(int8_matmul, quantize_activations, w8a8_linear, seed: int = 5) -> list[str]:
     """Run the quick exactness checks on backend-level callables (a [M, K], b [N, K] ...);
     returns the failures, each as "what (shape): mismatch"."""
@@ -124,6 +139,11 @@ def first_use_check(int8_matmul, quantize_activations, w8a8_linear, seed: int = 
     problem = check_quantize(quantize_activations, x)
     if problem:
         failures.append(f"quantize_activations float16 (9, 301): {problem}")
+    for dtype in FIRST_USE_TINY_DTYPES:
+        x = mx.array(tiny_rows(rng, 37)).astype(DTYPES[dtype])
+        problem = check_quantize(quantize_activations, x)
+        if problem:
+            failures.append(f"quantize_activations {dtype} tiny rows (4, 37): {problem}")
     for (m, k, n), dtype, with_bias in FIRST_USE_W8A8:
         x = mx.array(special_rows(rng, m, k)[::-1].copy()).astype(DTYPES[dtype])
         w, s_w = quant.quantize_weight_np(rng.standard_normal((n, k)).astype(np.float32) * 0.05)

@@ -10,10 +10,18 @@ Every load address is checked against its buffer and every store is counted, so 
 that each output element is written exactly once and that no load leaves its buffer; the
 result is the int64 product of what was loaded, compared against the reference by the tests.
 
-The lane layout of int8 cooperative tensors is not published. The kernels ask the tensors for
-their elements' coordinates, so they do not depend on it; the emulator takes the layout as a
-parameter (FragmentLayout) and is run with MLX's float layout, with shuffled layouts and, on an
-M5, with the layout the probe kernel reports (layout_from_probe).
+Two load paths, as in nax_gemm.metal (path="generic" | "mlx_layout"):
+- generic: the kernels ask the cooperative tensors for their elements' coordinates, so they do
+  not depend on the lane layout; the emulator takes the layout as a parameter (FragmentLayout)
+  and is run with MLX's float layout, with shuffled layouts and, on an M5, with the layout the
+  probe kernel reports (layout_from_probe);
+- mlx_layout: the addresses come from MLX's BaseNAXFrag lane formula (tiling.mlx_lane_base):
+  one clamped row pointer per fragment row, NAX_ROW_PIECE contiguous bytes per row piece at
+  constant offsets from the pointer (which advances by SK along K), SK-wide inner steps of
+  SK / FK fragments, no masks on sub-tiles wholly inside C, row masks on edge sub-tiles, K
+  masks in the remainder block. `layout` is then what the hardware does with the elements
+  (where the MMA takes each lane's element from): with MLX's layout the result is exact, with
+  any other it is wrong, which is why the kernels build this path only after the probe.
 
 Beyond the walk, dequantize_model mirrors the W8A8 epilogue's float32 arithmetic line by line
 (w8a8_gemm.metal) and quantize_model the quantization kernel (quantize_rows.metal).
@@ -128,6 +136,41 @@ def layout_problems(layout: FragmentLayout, capacities: np.ndarray | None = None
     return problems
 
 
+def mlx_layout_verdict(dump: np.ndarray) -> tuple[dict, list[str], list[str]]:
+    """({"left"|"right"|"dest": equal to MLX's layout}, problems, notes) for a layout probe dump:
+    the test the Metal backend applies before it builds the MLX-layout load path.
+
+    The right operand is transposed (B stored [N, K]); if its tensor reports the coordinates
+    the other way round (index[0] = n, index[1] = k) but is otherwise MLX's layout, it still
+    counts as MLX's layout, since the MLX-layout path never reads reported coordinates, and a
+    note says that the generic path (which does) would read them wrongly."""
+    dump = np.asarray(dump)
+    found = layout_from_probe(dump)
+    mlx = mlx_float_layout()
+    notes = []
+    if not np.array_equal(found.right, mlx.right) and np.array_equal(found.right[..., ::-1], mlx.right):
+        found = FragmentLayout(found.name, found.left, found.right[..., ::-1].copy(), found.dest)
+        notes.append("the right operand reports (k, n) as (index[1], index[0]), transposed from what the "
+                     "generic path reads")
+    problems = layout_problems(found, capacities=dump[:, :, 0])
+    same = {part: bool(np.array_equal(getattr(found, part), getattr(mlx, part))) for part in ("left", "right", "dest")}
+    return same, problems, notes
+
+
+def probe_dump(layout: FragmentLayout, cap: int = C_ELEMS) -> np.ndarray:
+    """The int32 [3, SIMD, 1 + 3 * cap] dump nax_layout.metal would write on hardware with this
+    layout (the inverse of layout_from_probe): for fakes and the emulator's round trip."""
+    dump = np.full((3, SIMD, 1 + 3 * cap), -1, np.int32)
+    for t, coords in enumerate((layout.left, layout.right, layout.dest)):
+        elems = coords.shape[1]
+        dump[t, :, 0] = elems
+        rec = dump[t, :, 1:].reshape(SIMD, cap, 3)
+        rec[:, :elems, 0] = (coords[..., 0] >= 0).astype(np.int32)
+        rec[:, :elems, 1] = coords[..., 1]  # index[0] = column
+        rec[:, :elems, 2] = coords[..., 0]  # index[1] = row
+    return dump
+
+
 # ---------------------------------------------------------------------------------------------
 # The GEMM walk
 # ---------------------------------------------------------------------------------------------
@@ -172,19 +215,28 @@ def _fragments(values: np.ndarray, coords: np.ndarray, rows: int, cols: int) -> 
     return frags
 
 
-def emulate_gemm(a, b, layout: FragmentLayout | None = None, epilogue=None) -> GemmWalk:
-    """Emulate the NAX GEMM launch for a int8 [M, K], b int8 [N, K].
+PATHS = ("generic", "mlx_layout")
+
+
+def emulate_gemm(a, b, layout: FragmentLayout | None = None, epilogue=None, path: str = "generic",
+                 gpu: str | None = None) -> GemmWalk:
+    """Emulate the NAX GEMM launch for a int8 [M, K], b int8 [N, K] on a GPU of class `gpu`
+    (tiling.metal_gemm_dispatch), with the load path `path` (see the module docstring).
 
     epilogue(m, n, acc) -> values, vectorized over the stored elements; None stores acc as the
-    raw GEMM does. Simdgroups of one row of the threadgroup issue the same A loads (and of one
-    column the same B loads): they are computed once and counted for each simdgroup.
+    raw GEMM does. Generic path: simdgroups of one row of the threadgroup issue the same A
+    loads (and of one column the same B loads): they are computed once and counted for each.
     """
     a = np.ascontiguousarray(a, dtype=np.int8)
     b = np.ascontiguousarray(b, dtype=np.int8)
     layout = layout or mlx_float_layout()
+    if path not in PATHS:
+        raise ValueError(f"emulate_gemm: path must be one of {PATHS}, got {path!r}")
     m_rows, k_len = a.shape
     n_cols = b.shape[0]
-    d = tiling.metal_gemm_dispatch(m_rows, n_cols, k_len)
+    d = tiling.metal_gemm_dispatch(m_rows, n_cols, k_len, gpu)
+    if path == "mlx_layout":
+        return _emulate_mlx_layout(a, b, layout, epilogue, d)
     cfg = d.config
     M, N, K, swizzle_log, tiles_m = d.params
     groups_x = d.grid[0] // d.threadgroup[0]
@@ -276,6 +328,100 @@ def emulate_gemm(a, b, layout: FragmentLayout | None = None, epilogue=None) -> G
     return walk
 
 
+def _emulate_mlx_layout(a, b, layout: FragmentLayout, epilogue, d) -> GemmWalk:
+    """The MLX-layout load path of nax_gemm.metal (MlxLayoutSubtile), one simdgroup at a time,
+    vectorized over its lanes, elements and K steps."""
+    cfg = d.config
+    M, N, K, swizzle_log, tiles_m = d.params
+    groups_x = d.grid[0] // d.threadgroup[0]
+    groups_y = d.grid[1] // d.threadgroup[1]
+    piece = tiling.NAX_ROW_PIECE
+    pieces = FM * FK // SIMD // piece  # row pieces per lane per 16 x 16 fragment (2)
+    pair = FN // FK  # 16 x 16 fragments side by side in B and C (2)
+    row_jump, half_n = FM // pieces, FK
+    frag = pieces * piece  # elements per lane of one 16 x 16 fragment
+    tm_n, tn_n, tk_n = cfg.sm // FM, cfg.sn // FN, cfg.sk // FK
+    if FM != FK or pair != 2 or pieces != 2 or frag * SIMD != FM * FK:
+        raise AssertionError("the MLX layout pairs 16 x 16 fragments")
+    lane = np.arange(SIMD)
+    fm, fn = tiling.mlx_lane_base(lane)
+    a_flat, b_flat = a.reshape(-1), b.reshape(-1)
+    walk = GemmWalk(out=np.zeros((M, N), dtype=np.float64 if epilogue else np.int64),
+                    writes=np.zeros((M, N), dtype=np.int32))
+
+    # K steps: every SK step of the whole blocks (no K mask), then of the remainder (masked).
+    k_full = K // cfg.bk * cfg.bk
+    k0 = np.arange(0, k_full, cfg.sk)
+    k_rem = np.arange(k_full, K, cfg.sk)
+    steps = np.concatenate([k0, k_rem])
+    mask_k = np.concatenate([np.zeros(len(k0), bool), np.ones(len(k_rem), bool)])
+    blocks = k_full // cfg.bk + (k_full < K)
+    # Element e of a lane's A fragment: row piece e // piece, column e % piece.
+    e8 = np.arange(frag)
+    a_row_off = fm[:, None] + (e8 // piece)[None, :] * row_jump  # [SIMD, 8]
+    a_col_off = fn[:, None] + (e8 % piece)[None, :]
+    e16 = np.arange(pair * frag)
+    p16 = e16 // piece  # row pointer of the pair: fragment h = p // pieces, piece r = p % pieces
+    b_row_off = fm[:, None] + (p16 // pieces)[None, :] * half_n + (p16 % pieces)[None, :] * row_jump
+    b_col_off = fn[:, None] + (e16 % piece)[None, :]
+    c_row_off = fm[:, None] + ((e16 % frag) // piece)[None, :] * row_jump
+    c_col_off = fn[:, None] + (e16 // frag)[None, :] * half_n + (e16 % piece)[None, :]
+    kk_off = np.arange(tk_n) * FK
+
+    def gather(flat, rows, cols, rows_lim, interior, which):
+        # rows [T, SIMD, E] absolute; cols [S, TK, SIMD, E] absolute -> values [S, T, TK, SIMD, E]
+        row_ok = np.ones(rows.shape, bool) if interior else rows < rows_lim
+        k_ok = ~mask_k[:, None, None, None] | (cols < K)
+        issued = row_ok[None, :, None] & k_ok[:, None]
+        addr = np.minimum(rows, rows_lim - 1)[None, :, None] * K + cols[:, None]
+        outside = issued & ((addr < 0) | (addr >= flat.size))
+        walk.out_of_bounds[which] += int(outside.sum())
+        walk.loads[which] += int(issued.sum())
+        ok = issued & ~outside
+        return np.where(ok, flat[np.where(ok, addr, 0)], 0).astype(np.int64)
+
+    for gy in range(groups_y):
+        for gx in range(groups_x):
+            tile_m, tile_n = tiling.tile_of(gx, gy, swizzle_log)
+            if tile_m >= tiles_m:
+                walk.padding_threadgroups += 1
+                continue
+            walk.barriers.append(np.full(cfg.wm * cfg.wn, blocks, dtype=np.int64))
+            for sg in range(cfg.wm * cfg.wn):
+                m0 = tile_m * cfg.bm + sg // cfg.wn * cfg.sm
+                n0 = tile_n * cfg.bn + sg % cfg.wn * cfg.sn
+                if not (m0 < M and n0 < N):
+                    continue  # meets the barriers (counted above), loads and stores nothing
+                interior = m0 + cfg.sm <= M and n0 + cfg.sn <= N
+                cols_a = steps[:, None, None, None] + kk_off[None, :, None, None] + a_col_off[None, None]
+                cols_b = steps[:, None, None, None] + kk_off[None, :, None, None] + b_col_off[None, None]
+                rows_a = m0 + (np.arange(tm_n) * FM)[:, None, None] + a_row_off[None]
+                rows_b = n0 + (np.arange(tn_n) * FN)[:, None, None] + b_row_off[None]
+                av = gather(a_flat, rows_a, cols_a, M, interior, "a")  # [S, TM, TK, SIMD, 8]
+                bv = gather(b_flat, rows_b, cols_b, N, interior, "b")  # [S, TN, TK, SIMD, 16]
+                # The hardware places lane L's element e at layout cell (row, col).
+                a_frag = _fragments(av, layout.left, FM, FK)  # [S, TM, TK, FM, FK]
+                b_frag = _fragments(bv, layout.right, FN, FK)  # [S, TN, TK, FN, FK]
+                part = np.einsum("stkmx,suknx->stumn", a_frag, b_frag, optimize=True)
+                part = np.rint(part).astype(np.int64)  # [S, TM, TN, FM, FN], exact in float64
+                acc = np.cumsum(part, axis=0)
+                if acc.size:
+                    walk.max_abs_acc = max(walk.max_abs_acc, int(np.abs(acc).max()))
+                c = acc[-1] if len(steps) else np.zeros((tm_n, tn_n, FM, FN), np.int64)
+                # Each lane's destination element e holds the cell the hardware says; the kernel
+                # stores it where MLX's layout says.
+                vals = c[:, :, np.where(layout.dest[..., 0] >= 0, layout.dest[..., 0], 0),
+                         np.where(layout.dest[..., 0] >= 0, layout.dest[..., 1], 0)]  # [TM, TN, SIMD, 16]
+                m = m0 + (np.arange(tm_n) * FM)[:, None, None, None] + c_row_off[None, None]
+                n = n0 + (np.arange(tn_n) * FN)[None, :, None, None] + c_col_off[None, None]
+                m, n = np.broadcast_arrays(m, n)
+                keep = np.ones(m.shape, bool) if interior else (m < M) & (n < N)
+                m, n, vals = m[keep], n[keep], vals[keep]
+                np.add.at(walk.writes, (m, n), 1)
+                walk.out[m, n] = epilogue(m, n, vals) if epilogue else vals
+    return walk
+
+
 # ---------------------------------------------------------------------------------------------
 # Epilogue and quantization arithmetic (float32, as the kernels compute it)
 # ---------------------------------------------------------------------------------------------
@@ -289,30 +435,115 @@ def _fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float32)
 
 
+# IEEE binary32 fields, as w8a8_gemm.metal derives them from FLT_MANT_DIG and FLT_MAX_EXP.
+_FRACTION_BITS = np.finfo(np.float32).nmant  # 23
+_BIAS = np.finfo(np.float32).maxexp - 1  # 127
+_MIN_EXP = np.finfo(np.float32).minexp  # -126
+_EXP_MASK = 2 * np.finfo(np.float32).maxexp - 1
+
+
+def _pow2(k) -> np.ndarray:
+    """2^k in float32 from its bits (pow2), k clipped to the normal range the kernel passes."""
+    k = np.clip(np.asarray(k, np.int64), _MIN_EXP, _BIAS)
+    return ((k + _BIAS).astype(np.uint32) << np.uint32(_FRACTION_BITS)).view(np.float32)
+
+
+def _decode(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """decode(): x = m * 2^e, m an integer-valued float32 (exact, subnormals included)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    biased = (bits >> np.uint32(_FRACTION_BITS)) & np.uint32(_EXP_MASK)
+    hidden = np.uint32(1 << _FRACTION_BITS)
+    sig = (bits & (hidden - np.uint32(1))) | np.where(biased != 0, hidden, np.uint32(0))
+    e = np.where(biased != 0, biased.astype(np.int64), 1) - _BIAS - _FRACTION_BITS
+    return np.copysign(sig.astype(np.float32), x).astype(np.float32), e
+
+
+def _exponent_of(x: np.ndarray) -> np.ndarray:
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return ((bits >> np.uint32(_FRACTION_BITS)) & np.uint32(_EXP_MASK)).astype(np.int64) - _BIAS
+
+
+def _scale2(x: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """scale2(): x * 2^k with one rounding, any finite x and integer k."""
+    x = np.asarray(x, np.float32)
+    m, e = _decode(x)
+    zero = m == 0
+    h = _exponent_of(np.where(zero, np.float32(1), m))
+    m1 = (m * _pow2(-h)).astype(np.float32)
+    f = h + e + np.asarray(k, np.int64)
+    big = m1 * _pow2(_BIAS) * _pow2(np.minimum(f - _BIAS, _BIAS))
+    mid = m1 * _pow2(f)
+    small = (m1 * _pow2(_MIN_EXP)) * _pow2(np.maximum(f - _MIN_EXP, _MIN_EXP))
+    out = np.where(f > _BIAS, big, np.where(f >= _MIN_EXP, mid, small))
+    return np.where(zero, x, out).astype(np.float32)
+
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s = a + b
+    b_virtual = s - a
+    a_virtual = s - b_virtual
+    return s, (a - a_virtual) + (b - b_virtual)
+
+
+def _add_bias(p_hi, tail, bias) -> np.ndarray:
+    q_hi, q_lo = _two_sum(p_hi, bias)
+    return np.where(np.isfinite(q_hi), q_hi + (q_lo + tail), q_hi).astype(np.float32)
+
+
+def _tail(a_hi, a_lo, s_hi, s_lo):
+    p_hi = a_hi * s_hi
+    p_lo = _fma32(a_hi, s_hi, -p_hi)
+    return p_hi, _fma32(a_hi, s_lo, _fma32(a_lo, s_hi, a_lo * s_lo)) + p_lo
+
+
 def dequantize_model(acc, sx, sw, bias=None) -> np.ndarray:
-    """float32 y = acc * sx * sw (+ bias) exactly as w8a8_gemm.metal's dequantize() computes it."""
+    """float32 y = acc * sx * sw (+ bias) as w8a8_gemm.metal's dequantize() computes it: the
+    usual path (normal scales, product in [2^-102, 2^79]) and dequantize_wide for every other
+    finite input (integer significands, powers of two applied once at the end)."""
     f32 = np.float32
     acc = np.asarray(acc, dtype=np.int64)
     sx, sw = np.asarray(sx, dtype=f32), np.asarray(sw, dtype=f32)
+    acc, sx, sw = np.broadcast_arrays(acc, sx, sw)
+    has_bias = bias is not None
+    b = np.broadcast_to(np.asarray(bias if has_bias else 0, dtype=f32), acc.shape)
     with np.errstate(all="ignore"):
-        s_hi = sx * sw
-        s_lo = _fma32(sx, sw, -s_hi)
         a_hi = acc.astype(f32)
         a_lo = (acc - a_hi.astype(np.int64)).astype(f32)
-        p_hi = a_hi * s_hi
-        p_lo = _fma32(a_hi, s_hi, -p_hi)
-        tail = _fma32(a_hi, s_lo, _fma32(a_lo, s_hi, a_lo * s_lo)) + p_lo
-        if bias is None:
-            y = p_hi + tail
+        # usual path
+        s_hi = sx * sw
+        s_lo = _fma32(sx, sw, -s_hi)
+        p_hi, tail = _tail(a_hi, a_lo, s_hi, s_lo)
+        usual = _add_bias(p_hi, tail, b) if has_bias else (p_hi + tail).astype(f32)
+        tiny = f32(np.finfo(f32).tiny)
+        take_usual = ((np.abs(sx) >= tiny) & (np.abs(sw) >= tiny) & (np.abs(s_hi) >= _pow2(_MIN_EXP + _FRACTION_BITS + 1))
+                      & (np.abs(s_hi) <= _pow2(_BIAS - 2 * (_FRACTION_BITS + 1))))
+        # dequantize_wide
+        mx_, ex = _decode(np.where(np.isfinite(sx), sx, f32(1)))
+        mw_, ew = _decode(np.where(np.isfinite(sw), sw, f32(1)))
+        zero = (acc == 0) | (mx_ == 0) | (mw_ == 0)
+        zero_val = a_hi * mx_ * mw_
+        ws_hi = mx_ * mw_
+        ws_lo = _fma32(mx_, mw_, -ws_hi)
+        wp_hi, wtail = _tail(a_hi, a_lo, ws_hi, ws_lo)
+        e = ex + ew
+        no_bias_wide = _scale2(wp_hi + wtail, e)
+        if has_bias:
+            mb, eb = _decode(np.where(np.isfinite(b), b, f32(1)))
+            g = np.maximum(e + _exponent_of(np.where(wp_hi == 0, f32(1), wp_hi)),
+                           eb + _exponent_of(np.where(mb == 0, f32(1), mb)))
+            y_s = _add_bias(_scale2(wp_hi, e - g), _scale2(wtail, e - g), _scale2(mb, eb - g))
+            wide = np.where(b == 0, no_bias_wide, _scale2(y_s, g))
+            wide = np.where(zero, zero_val + b, wide)
         else:
-            b = np.asarray(bias, dtype=f32)
-            q_hi = p_hi + b
-            b_virtual = q_hi - p_hi
-            a_virtual = q_hi - b_virtual
-            q_lo = (p_hi - a_virtual) + (b - b_virtual)
-            y = q_hi + (q_lo + tail)
-        special = ~np.isfinite(p_hi)
-        return np.where(special, p_hi if bias is None else p_hi + np.asarray(bias, f32), y).astype(f32)
+            wide = np.where(zero, zero_val, no_bias_wide)
+        y = np.where(take_usual, usual, wide)
+        # non-finite scales: IEEE; a non-finite bias is returned as it is
+        special = (acc.astype(f32) * sx * sw).astype(f32)
+        if has_bias:
+            special = special + b
+            y = np.where(np.isfinite(b), y, b)
+        y = np.where(np.isfinite(sx) & np.isfinite(sw), y, special)
+        return np.asarray(y, dtype=f32)
 
 
 def quantize_model(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -330,8 +561,10 @@ def quantize_model(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         amax = np.fmax.reduce(np.abs(x32), axis=1, initial=f32(0)).astype(f32)  # max() skips NaN
         scale = (amax / f32(QMAX)).astype(f32)
         scale[scale == 0] = 1
-        inv = (f32(1) / scale).astype(f32)
-        codes = np.clip(round_half_away((x32 * inv[:, None]).astype(f32)), -QMAX, QMAX)
+        # A subnormal scale: x and s scaled up by 1/FLT_MIN first (exact), as the kernel does.
+        up = np.where(scale < np.finfo(f32).tiny, f32(1) / np.finfo(f32).tiny, f32(1)).astype(f32)
+        inv = (f32(1) / (scale * up)).astype(f32)
+        codes = np.clip(round_half_away((x32 * up[:, None] * inv[:, None]).astype(f32)), -QMAX, QMAX)
     codes[bad] = 0
     scale[bad] = np.nan
     return codes.astype(np.int8), scale, writes

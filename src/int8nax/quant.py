@@ -16,6 +16,20 @@ Activations (every call, per token = per row)
     half away from zero. A row holding NaN or +-inf gets s = NaN and q = 0, so
     its outputs are NaN and no other row is touched.
 
+Tiny activation rows (absmax below 127 * 2**-126 ~ 1.5e-36)
+    s is then subnormal (or, for absmax below ~1.8e-43, the smallest subnormal) and
+    1 / s overflows float32 (to inf, or to a reciprocal far too coarse). Such rows
+    are computed as if float32 had no lower exponent limit:
+        k = 0 if s >= 2**-126 else 64
+        q[m, k] = clip(round_half_away((x[m, k] * 2**k) * fl(1 / (s[m] * 2**k))), -127, 127)
+    Both scalings by 2**64 are exact (x and s are at most 127 * 2**-126, far from
+    overflow, and s * 2**64 is a normal number), so x * 2**k and s * 2**k are the
+    row's values in a wider exponent range and the formula is cider's x * (1 / s)
+    there. k = 0 for every normal scale, so every row whose scale is normal (every
+    float16 row, and every float32/bfloat16 row with absmax >= ~1.5e-36) is
+    bit-identical to cider's x * (1 / s). Example: [1e-37, 1e-38, 0, 5e-39] in
+    float32 has s = 7.874e-40 (subnormal) and codes [127, 13, 0, 6].
+
 Dequantization (W8A8 epilogue)
     y[m, n] = acc[m, n] * s_x[m] * s_w[n] (+ bias[n]), acc the exact int32 product.
 """
@@ -27,6 +41,20 @@ import numpy as np
 QMAX = 127
 """Largest magnitude of a quantized value: symmetric, so -128 never appears."""
 
+FLT_MIN = np.float32(2.0**-126)
+"""Smallest normal float32: a scale below it is subnormal and its reciprocal is not usable."""
+
+TINY_SHIFT = 64
+"""k of the tiny-row rule: rows with a subnormal scale are scaled by 2**TINY_SHIFT."""
+
+
+def tiny_row_factor(scale: np.ndarray) -> np.ndarray:
+    """float32 [R]: 2**TINY_SHIFT where the row scale is subnormal (tiny-row rule), else 1.
+
+    NaN scales (rows with NaN/inf) get 1.
+    """
+    return np.where(scale < FLT_MIN, np.float32(2.0**TINY_SHIFT), np.float32(1)).astype(np.float32)
+
 
 def row_scales(x32: np.ndarray) -> np.ndarray:
     """Per-row symmetric scale absmax/127 of a float32 [R, K] array, float32 [R].
@@ -37,8 +65,11 @@ def row_scales(x32: np.ndarray) -> np.ndarray:
     rows = x32.shape[0]
     if x32.shape[1] == 0:
         return np.ones(rows, dtype=np.float32)
-    absmax = np.max(np.abs(x32), axis=1)  # NaN propagates
-    scale = (absmax / np.float32(QMAX)).astype(np.float32)
+    # NaN propagates; a signalling NaN (float16 NaNs from MLX arrive as such) would make numpy
+    # warn "invalid value", which is no news for a row already known to be bad.
+    with np.errstate(invalid="ignore"):
+        absmax = np.max(np.abs(x32), axis=1)
+        scale = (absmax / np.float32(QMAX)).astype(np.float32)
     scale[scale == 0] = 1
     scale[~np.isfinite(scale)] = np.nan
     return scale
@@ -66,8 +97,12 @@ def quantize_rows_f32(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     scale = row_scales(x32)
     bad = np.isnan(scale)
-    inv = np.float32(1) / np.where(bad, np.float32(1), scale)
-    with np.errstate(invalid="ignore"):
+    up = tiny_row_factor(scale)  # exact powers of two: see "Tiny activation rows" above
+    inv = np.float32(1) / (np.where(bad, np.float32(1), scale) * up)
+    if (up != 1).any():
+        x32 = x32 * up[:, None]  # exact: |x| <= 127 * 2**-126 in these rows
+    # NaN/inf rows give NaN/inf products here (zeroed below): no warning is due.
+    with np.errstate(invalid="ignore", over="ignore"):
         q = round_half_away(x32 * inv[:, None])
     q = np.clip(q, -QMAX, QMAX, out=q)
     q[bad] = 0

@@ -54,12 +54,20 @@ def quantize_activations_ref(x) -> tuple[np.ndarray, np.ndarray]:
 
 
 def w8a8_linear_ref(x, w_int8, scale_w, bias=None) -> np.ndarray:
-    """float64 [M, N] = (q_x @ w.T) * s_x[m] * s_w[n] (+ bias[n])."""
+    """float64 [M, N] = (q_x @ w.T) * s_x[m] * s_w[n] (+ bias[n]).
+
+    The bias is taken as int8nax.w8a8_linear takes it: float16/bfloat16/float32 exactly, a
+    float64 bias rounded to float32 once. No rounding after that: float64 holds every
+    product of an int32 and two float32 scales exactly enough (no overflow or underflow:
+    2**31 * 2**128 * 2**128 and 2**-149 * 2**-149 are far inside its range).
+    """
     q, s_x = quantize_activations_ref(x)
     acc = exact_int_product(q, w_int8)
     y = acc * s_x.astype(np.float64)[:, None] * to_numpy(scale_w, np.float64)[None, :]
     if bias is not None:
-        y = y + to_numpy(bias, np.float64)[None, :]
+        with np.errstate(over="ignore"):  # the API refuses such a bias; here it becomes inf
+            b32 = to_numpy(bias, np.float32)
+        y = y + b32.astype(np.float64)[None, :]
     return y
 
 

@@ -1,20 +1,15 @@
-"""Exactness checks of a backend, and the `int8nax selftest` report.
+"""`int8nax selftest`: the report an M5 owner runs first and pastes into an issue.
 
-- first_use_check: the quick check the Metal backend runs before its first real call: a few
-  awkward shapes (edges in M and N, K remainders, tiny inputs, both tile configurations),
-  bit-exact int8 GEMM and quantization, W8A8 within 1 ulp. Any failure refuses NAX.
-- run_selftest: the command an M5 owner runs. Exactness over a shape grid (M, K, N each in
-  1, 7, 33, 513, 4097 by default), the int8 cooperative-tensor layout (Metal), and timings
-  next to cider where it is installed, printed as markdown to paste into an issue.
-
-References are exact: the int8 product in float64 BLAS (every product is below 2**14 and every
-sum below 2**31, both exact in a 53-bit mantissa), quantization from int8nax.quant, W8A8 the
-float64 model of int8nax.reference.
+Exactness over a shape grid (M, K, N each in 1, 7, 33, 513, 4097 by default) through the
+checks of int8nax.exactness, the int8 cooperative-tensor layout (Metal), and timings of
+int8nax next to cider through the measuring layer (int8nax.bench: every output checked before
+it is timed), printed as markdown.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 import sys
 from dataclasses import dataclass
@@ -23,10 +18,8 @@ import mlx.core as mx
 import numpy as np
 
 from . import quant
-from .contenders import median_seconds
+from .bench import timing
 from .exactness import DTYPES, check_int8_matmul, check_quantize, check_w8a8, special_rows
-from .bench.peers import Unavailable
-from .bench.peers import cider as cider_peer
 
 # ---------------------------------------------------------------------------------------------
 # `int8nax selftest`
@@ -53,24 +46,25 @@ class Tally:
             self.first_failure = self.first_failure or f"{label}: {problem}"
 
 
-def exactness_grid(backend: str, sizes, seed: int = 0, log=None) -> list[Tally]:
-    """Every (M, K, N) in sizes^3 for int8_matmul; every (M, K) for quantization; W8A8 on the
-    shapes whose K and N are at most 513 (dtype and bias taking turns)."""
+def api_callables(backend: str):
+    """(int8_matmul, quantize_activations, w8a8_linear) of the public API on `backend`."""
     import int8nax
 
+    return (lambda a, b: int8nax.int8_matmul(a, b, backend=backend),
+            lambda x: int8nax.quantize_activations(x, backend=backend),
+            lambda x, w, s, bias: int8nax.w8a8_linear(x, w, s, bias, backend=backend))
+
+
+def exactness_grid(callables, sizes, seed: int = 0, log=None) -> list[Tally]:
+    """Every (M, K, N) in sizes^3 for int8_matmul; every (M, K) for quantization; W8A8 on the
+    shapes whose K and N are at most 513 (dtype and bias taking turns). `callables` is
+    (int8_matmul, quantize_activations, w8a8_linear) taking mx.arrays (api_callables, or a
+    Metal kernel variant's raw launches)."""
+    api_gemm, api_quant, api_w8a8 = callables
     rng = np.random.default_rng(seed)
     gemm = Tally("int8_matmul: bit-exact vs exact int product")
     quantize = Tally("quantize_activations: bit-exact vs int8nax.quant")
     w8a8 = Tally("w8a8_linear: within 1 ulp of float64 model")
-
-    def api_gemm(a, b):
-        return int8nax.int8_matmul(a, b, backend=backend)
-
-    def api_quant(x):
-        return int8nax.quantize_activations(x, backend=backend)
-
-    def api_w8a8(x, w, s, b):
-        return int8nax.w8a8_linear(x, w, s, b, backend=backend)
 
     dtypes = list(DTYPES)
     turn = 0
@@ -96,141 +90,183 @@ def exactness_grid(backend: str, sizes, seed: int = 0, log=None) -> list[Tally]:
     return [gemm, quantize, w8a8]
 
 
-# ----- cider: through int8nax.peers.cider (both API generations, PyPI's impostor, M5) -----
+TIMED = (("int8nax int8_matmul", "nax-gemm"), ("cider int8_matmul_int32", "cider-raw"),
+         ("int8nax w8a8_linear", "nax-full"), ("cider linear (w8a8)", "cider-full"),
+         ("mx.matmul fp16", "mlx-fp16"))
+"""(column, contender): each output is checked (int8nax.bench.checks) before it is timed."""
 
 
-def find_cider() -> tuple["cider_peer.Cider | None", str]:
-    """(cider adapter or None, note): the real Mininglamp-AI/cider, in whichever weight layout
-    its installed version takes, or why it cannot be timed here."""
-    try:
-        found = cider_peer.load()
-    except Unavailable as exc:
-        return None, str(exc)
-    return found, found.describe()
-
-
-def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[str], str]:
-    """Markdown rows: median ms (and TOPS) of int8nax and its peers on each shape."""
-    import int8nax
-
-    cider, cider_note = find_cider()
-    on_gpu = backend in ("metal", "cuda")
-    columns = ["int8nax int8_matmul", "cider int8_matmul_int32", "int8nax w8a8_linear",
-               "cider linear (w8a8)", "mx.matmul fp16"]
+def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[str], list[str]]:
+    """Markdown rows of median ms (and TOPS) per call + mx.eval, and the notes: why a cell is
+    n/a, or MISMATCH with the reason (a wrong output is never timed)."""
+    columns = [title for title, _ in TIMED]
     lines = ["| M, K, N | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    rng = np.random.default_rng(1)
-    for m, k, n in shapes:
-        a = mx.array(rng.integers(-128, 128, (m, k), dtype=np.int8))
-        w, s_w = quant.quantize_weight_np(rng.standard_normal((n, k)).astype(np.float32))
-        w_mx, s_mx = mx.array(w), mx.array(s_w)
-        x = mx.random.normal((m, k)).astype(mx.float16)
-        w16 = mx.random.normal((n, k)).astype(mx.float16)
-        contenders = {
-            "int8nax int8_matmul": lambda: int8nax.int8_matmul(a, w_mx, backend=backend),
-            "int8nax w8a8_linear": lambda: int8nax.w8a8_linear(x, w_mx, s_mx, backend=backend),
-        }
-        if cider is not None:
-            w_raw, w_lin = cider.matmul_weights(w), cider.linear_weights(w)
-            contenders["cider int8_matmul_int32"] = lambda: cider.int8_matmul(a, w_raw)
-            contenders["cider linear (w8a8)"] = lambda: cider.linear(x, w_lin, s_mx)
-        if on_gpu:
-            contenders["mx.matmul fp16"] = lambda: x @ w16.T
+    notes: dict[str, str] = {}
+    for shape in shapes:
         cells = []
-        for col in columns:
-            if col not in contenders:
-                cells.append("n/a")
-                continue
-            run = contenders[col]
-            ms = median_seconds(lambda: mx.eval(run()), repeat, warmup) * 1e3
-            cells.append(f"{ms:.3f} ms ({2 * m * n * k / ms / 1e9:.3g} TOPS)")
-        lines.append(f"| {m}, {k}, {n} | " + " | ".join(cells) + " |")
-    if not on_gpu:
-        cider_note += "; mx.matmul fp16 is shown only for GPU backends"
-    return lines, cider_note
+        for title, name in TIMED:
+            cell = timing.measure(shape, name, "call", repeat, backend=backend, warmup=warmup)
+            if cell.seconds is not None:
+                cells.append(f"{cell.seconds * 1e3:.3f} ms ({timing.tops(shape, cell.seconds):.3g} TOPS)")
+                notes.setdefault(f"{title} ran", cell.detail)
+            else:
+                cells.append(cell.text())
+                why = cell.mismatch or cell.error or cell.unavailable
+                notes.setdefault(title, f"{cell.text()} at {shape}: {why}")
+        lines.append(f"| {', '.join(map(str, shape))} | " + " | ".join(cells) + " |")
+    return lines, [f"{k}: {v}" for k, v in notes.items()]
 
 
-def layout_report(dump: np.ndarray) -> list[str]:
-    """Metal only: the int8 cooperative tensors' lane layout (nax_layout.metal's dump), checked
-    for what the kernels need and compared with the float layout MLX hardcodes."""
-    from . import nax_emulator
-
-    found = nax_emulator.layout_from_probe(dump)
-    problems = nax_emulator.layout_problems(found, capacities=dump[:, :, 0])
-    mlx_layout = nax_emulator.mlx_float_layout()
-    same = {part: bool(np.array_equal(getattr(found, part), getattr(mlx_layout, part)))
-            for part in ("left", "right", "dest")}
-    fingerprint = hashlib.sha256(dump.astype("<i4").tobytes()).hexdigest()[:16]
-    return [
-        "- int8 cooperative-tensor layout: "
-        + ("every fragment cell held exactly once (what the kernels need)" if not problems
-           else "; ".join(problems)),
-        "- equal to MLX's float layout: " + ", ".join(f"{p} {'yes' if v else 'no'}" for p, v in same.items()),
-        f"- layout fingerprint sha256:{fingerprint} (full dump: --layout-out FILE.npy)",
-    ]
-
-
-def run_selftest(backend: str, sizes, timing_shapes, warmup: int, repeat: int, out=print,
-                 layout_out: str | None = None, progress=None) -> int:
-    """Print the report; exit status 0 all exact, 1 a check failed, 2 backend unavailable."""
+def collect(backend: str, sizes, timing_shapes, warmup: int, repeat: int,
+            layout_out: str | None = None, progress=None) -> dict:
+    """Everything the report says, as plain data (the --json output); `exit` is the status:
+    0 all exact, 1 a check failed, 2 backend unavailable."""
     import int8nax
     from . import backends
 
-    out("## int8nax selftest\n")
-    out(f"- int8nax {int8nax.__version__}, mlx {mx.__version__}, Python {platform.python_version()}, "
-        f"{platform.platform()}")
+    report: dict = {
+        "int8nax": int8nax.__version__, "mlx": mx.__version__, "python": platform.python_version(),
+        "platform": platform.platform(), "macos": platform.mac_ver()[0] or None,
+    }
     try:
         gpu = mx.device_info(mx.gpu) if mx.metal.is_available() else mx.device_info()
     except Exception as exc:
         gpu = {"error": str(exc)}
-    out(f"- device: {gpu.get('device_name', '?')}, architecture {gpu.get('architecture', '?')}")
+    report["device"] = {k: str(v) for k, v in gpu.items()}
+    report["backends"] = {n: {"available": backends.probe(n).available, "reason": backends.probe(n).reason}
+                          for n in backends.NAMES}
     name = backends.canonical(backend)
-    for n in backends.NAMES:
-        p = backends.probe(n)
-        out(f"- backend {n}: {'available' if p.available else 'unavailable'}: {p.reason}")
     if name == "auto":
         name, _ = backends.choose(None)
+    report["under_test"] = name
+    if name == "metal":  # even when NAX was refused: the variants' reports say why
+        report["metal"] = metal_section(sizes, layout_out, progress)
     probe = backends.probe(name)
     if not probe.available:
-        label = "NAX" if name == "metal" else f"backend {name!r}"
-        out(f"\n**{label} unavailable here: {probe.reason}.** Nothing was run. "
-            "(`int8nax selftest --backend cpu` exercises the command on any machine.)")
-        return 2
-    out(f"- under test: **{name}**\n")
-
-    if name == "metal":
-        from .backends import metal
-
-        try:
-            dump = np.array(metal.run_layout_probe(metal.BACKEND.kernels))
-            lines = layout_report(dump)
-            if layout_out:
-                np.save(layout_out, dump)
-                lines.append(f"- full layout dump written to {layout_out}")
-        except Exception as exc:
-            lines = [f"- layout probe failed: {type(exc).__name__}: {exc}"]
-        out("\n".join(lines) + "\n")
-
-    out(f"### Exactness (sizes {', '.join(map(str, sizes))} in M, K, N)\n")
-    out("| check | shapes | failed | first failure |\n|---|---|---|---|")
+        report["unavailable"] = probe.reason
+        report["exit"] = 2
+        return report
     with np.errstate(invalid="ignore"):  # NaN/inf rows are part of the grid
-        tallies = exactness_grid(name, sizes, log=progress)
-    for t in tallies:
-        out(f"| {t.what} | {t.shapes} | {t.failed} | {t.first_failure or '-'} |")
-    out("")
+        tallies = exactness_grid(api_callables(name), sizes, log=progress)
+    report["exactness"] = {"sizes": list(sizes), "checks": [vars(t) for t in tallies]}
     if timing_shapes:
-        lines, cider_note = timing_table(name, timing_shapes, warmup, repeat)
-        out(f"### Timings (median of {repeat} after {warmup} warm-up calls, call + mx.eval, "
-            "TOPS = 2MNK / time)\n")
-        out("\n".join(lines))
-        out(f"\ncider: {cider_note}")
+        lines, timing_notes = timing_table(name, timing_shapes, warmup, repeat)
+        report["timings"] = {"method": f"median of {repeat} after {warmup} warm-up calls, call + mx.eval, "
+                                       "each output checked first, TOPS = 2MNK / time",
+                             "table": lines, "notes": timing_notes}
     failed = sum(t.failed for t in tallies)
-    out(f"\n**{'ALL EXACT' if not failed else f'{failed} CHECKS FAILED'}**")
-    return 1 if failed else 0
+    report["failed"] = failed
+    report["exit"] = 1 if failed else 0
+    return report
+
+
+def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
+    """What the Metal backend did on first use, and every kernel variant on its own:
+    the hardware verdict, the layout probe, the variant chosen and why (with each self-test's
+    failures), then per variant (both load paths x both relaxed_precision values) whether each
+    kernel built (the compiler's message if not) and exactness over the shape grid."""
+    from .backends import metal
+
+    backend = metal.BACKEND
+    hardware = backend.hardware()
+    section: dict = {"hardware": {"available": hardware.available, "reason": hardware.reason}}
+    if not hardware.available:
+        return section
+    selection = backend.selection()
+    layout = selection.layout
+    section["layout"] = {
+        "ran": layout.ran, "summary": layout.summary(), "matches_mlx": layout.matches_mlx,
+        "same": dict(layout.same), "problems": list(layout.problems), "notes": list(layout.notes),
+        "error": layout.error or None,
+    }
+    if layout.dump is not None:
+        dump = np.asarray(layout.dump)
+        section["layout"]["fingerprint"] = "sha256:" + hashlib.sha256(dump.astype("<i4").tobytes()).hexdigest()[:16]
+        if layout_out:
+            np.save(layout_out, dump)
+            section["layout"]["dump_file"] = layout_out
+    section["selection"] = {"variant": selection.variant.name if selection.variant else None,
+                            "reason": selection.reason, "self_tests": dict(selection.self_tests)}
+    section["variants"] = []
+    for variant in metal.variants():
+        ops = backend.variant_ops(variant)
+        built = ops.compile_report()
+        entry = {"name": variant.name, "compile": built}
+        if all(error is None for error in built.values()):
+            with np.errstate(invalid="ignore"):
+                tallies = exactness_grid((ops.int8_matmul, ops.quantize_activations, ops.w8a8_linear),
+                                         sizes, log=progress)
+            entry["exactness"] = [vars(t) for t in tallies]
+        section["variants"].append(entry)
+    return section
+
+
+def render_metal(section: dict) -> list[str]:
+    hw = section["hardware"]
+    lines = ["### Metal NAX\n", f"- hardware: {'qualifies' if hw['available'] else 'does not qualify'}: {hw['reason']}"]
+    if "layout" not in section:
+        return lines + [""]
+    lay = section["layout"]
+    lines.append(f"- layout probe: {lay['summary']}" + (f"; problems: {'; '.join(lay['problems'])}" if lay["problems"] else ""))
+    if "fingerprint" in lay:
+        lines.append(f"- layout fingerprint {lay['fingerprint']}" + (f" (dump: {lay['dump_file']})" if "dump_file" in lay
+                                                                    else " (full dump: --layout-out FILE.npy)"))
+    sel = section["selection"]
+    lines.append(f"- variant serving this process: **{sel['variant'] or 'none (NAX refused)'}**: {sel['reason']}")
+    lines += ["", "| variant | kernels built | int8_matmul failed | quantize failed | w8a8 failed | first failure |",
+              "|---|---|---|---|---|---|"]
+    for v in section["variants"]:
+        errors = {k: e for k, e in v["compile"].items() if e}
+        built = f"{len(v['compile']) - len(errors)}/{len(v['compile'])}"
+        if "exactness" in v:
+            fails = [f"{t['failed']}/{t['shapes']}" for t in v["exactness"]]
+            first = next((t["first_failure"] for t in v["exactness"] if t["first_failure"]), "-")
+        else:
+            fails, first = ["not run"] * 3, "; ".join(f"{k}: {e}" for k, e in errors.items())
+        lines.append(f"| {v['name']} | {built} | {' | '.join(fails)} | {first} |")
+    return lines + [""]
+
+
+def render_markdown(report: dict) -> str:
+    lines = ["## int8nax selftest\n",
+             f"- int8nax {report['int8nax']}, mlx {report['mlx']}, Python {report['python']}, {report['platform']}",
+             f"- device: {report['device'].get('device_name', '?')}, architecture "
+             f"{report['device'].get('architecture', '?')}"]
+    for n, b in report["backends"].items():
+        lines.append(f"- backend {n}: {'available' if b['available'] else 'unavailable'}: {b['reason']}")
+    name = report["under_test"]
+    if "metal" in report:
+        lines += [""] + render_metal(report["metal"])
+    if "unavailable" in report:
+        label = "NAX" if name == "metal" else f"backend {name!r}"
+        lines.append(f"\n**{label} unavailable here: {report['unavailable']}.** Nothing was run. "
+                     "(`int8nax selftest --backend cpu` exercises the command on any machine.)")
+        return "\n".join(lines)
+    lines.append(f"- under test: **{name}** (exactness and timings below go through the public API)\n")
+    ex = report["exactness"]
+    lines += [f"### Exactness (sizes {', '.join(map(str, ex['sizes']))} in M, K, N)\n",
+              "| check | shapes | failed | first failure |", "|---|---|---|---|"]
+    lines += [f"| {t['what']} | {t['shapes']} | {t['failed']} | {t['first_failure'] or '-'} |" for t in ex["checks"]]
+    lines.append("")
+    if "timings" in report:
+        t = report["timings"]
+        lines += [f"### Timings ({t['method']})\n", *t["table"], "", *(f"- {note}" for note in t["notes"])]
+    failed = report["failed"]
+    lines.append(f"\n**{'ALL EXACT' if not failed else f'{failed} CHECKS FAILED'}**")
+    return "\n".join(lines)
+
+
+def run_selftest(backend: str, sizes, timing_shapes, warmup: int, repeat: int, out=print,
+                 layout_out: str | None = None, progress=None, as_json: bool = False) -> int:
+    """Print the report (markdown, or JSON); returns the exit status (see collect)."""
+    report = collect(backend, sizes, timing_shapes, warmup, repeat, layout_out, progress)
+    out(json.dumps(report, indent=1) if as_json else render_markdown(report))
+    return report["exit"]
 
 
 def main(args) -> int:
     if args.sizes:
-        sizes = tuple(int(v) for v in args.sizes.split(","))
+        sizes = args.sizes
     else:
         sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
     if args.no_timing:
@@ -239,4 +275,4 @@ def main(args) -> int:
         shapes = QUICK_TIMING_SHAPES if args.quick else TIMING_SHAPES
     progress = (lambda msg: print(msg, file=sys.stderr)) if args.verbose else None
     return run_selftest(args.backend, sizes, shapes, args.warmup, args.repeat,
-                        layout_out=args.layout_out, progress=progress)
+                        layout_out=args.layout_out, progress=progress, as_json=args.json)

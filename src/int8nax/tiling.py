@@ -15,7 +15,7 @@ Tiles that decode past tiles_m exist only to fill the grid and return at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .quant import QMAX
 
@@ -110,10 +110,35 @@ NAX_FRAG_M, NAX_FRAG_N, NAX_FRAG_K = 16, 32, 16
 """The matmul2d descriptor (m, n, k): legal with both operands cooperative (each in {16, 32},
 one of them 32); the shape MLX's NAX GEMM and cider use."""
 
+NAX_INNER_K = 32
+"""SK: K elements per inner step of the MLX-layout path, i.e. two FK-deep fragments loaded
+before their MMAs (MLX gemm_nax.h and cider use 32)."""
+
+NAX_ROW_PIECE = 4
+"""MLX's BaseNAXFrag lane layout (nax.h): in a 16 x 16 fragment each lane holds 2 row pieces of
+NAX_ROW_PIECE contiguous elements, the second FM / 2 rows below the first. For lane L
+(bits b4..b0): row = 4*b4 + 2*b2 + b1, column = 8*b3 + 4*b0, i.e. with q = L / ROW_PIECE,
+row = (q & ROW_PIECE) | ((L >> 1) & 3), column = ((q & 2) | (L & 1)) * ROW_PIECE."""
+
+
+def mlx_lane_base(lane):
+    """(row, column) of the first element a lane holds in a 16 x 16 BaseNAXFrag fragment: the
+    formula the MLX-layout kernels compute from the lane id (works on ints and numpy arrays)."""
+    q = lane // NAX_ROW_PIECE
+    row = (q & NAX_ROW_PIECE) | ((lane >> 1) & 3)
+    col = ((q & 2) | (lane & 1)) * NAX_ROW_PIECE
+    return row, col
+
 
 @dataclass(frozen=True)
 class NaxTileConfig(TileConfig):
-    """A TileConfig whose sub-tiles are made of whole matmul2d fragments."""
+    """A TileConfig whose sub-tiles are made of whole matmul2d fragments, plus the descriptor's
+    relaxed_precision flag. relaxed_precision=True is the only int8 form known to compile and run
+    bit-exact on an M5 (cider's kernels, MLX's float NAX GEMM); False is offered for the A/B run
+    the review asks for (docs/metal.md)."""
+
+    sk: int = NAX_INNER_K
+    relaxed_precision: bool = True
 
     def __post_init__(self):
         super().__post_init__()
@@ -122,9 +147,12 @@ class NaxTileConfig(TileConfig):
                 f"{self.name}: SM, SN and BK must be multiples of the fragment "
                 f"({NAX_FRAG_M}, {NAX_FRAG_N}, {NAX_FRAG_K}); got SM={self.sm}, SN={self.sn}, BK={self.bk}"
             )
+        if self.sk % NAX_FRAG_K or self.bk % self.sk:
+            raise ValueError(f"{self.name}: SK must be whole K fragments and divide BK; got SK={self.sk}, BK={self.bk}")
 
     def template(self) -> list[tuple[str, int]]:
-        frag = [("FM", NAX_FRAG_M), ("FN", NAX_FRAG_N), ("FK", NAX_FRAG_K), ("SIMD", SIMD_WIDTH)]
+        frag = [("SK", self.sk), ("FM", NAX_FRAG_M), ("FN", NAX_FRAG_N), ("FK", NAX_FRAG_K),
+                ("SIMD", SIMD_WIDTH), ("ROW_PIECE", NAX_ROW_PIECE), ("RELAXED", self.relaxed_precision)]
         return super().template() + frag
 
 
@@ -134,6 +162,15 @@ METAL_LARGE = NaxTileConfig("metal_128x128", bm=128, bn=128, bk=512, wm=4, wn=4)
 METAL_SMALL = NaxTileConfig("metal_32x128", bm=32, bn=128, bk=512, wm=1, wn=4)
 """Small-M tile (4 simdgroups, 128 threads): a 128-row tile would leave most simdgroups idle."""
 
+METAL_WIDE_GPU_CLASSES = ("s", "c", "d")
+"""GPU class letters (the last letter of the architecture name, applegpu_g17s...) for which
+MLX's NAX GEMM switches to a 64-row tile (matmul.cpp): the larger M5 Pro / Max class dies."""
+
+METAL_WIDE_LARGE = NaxTileConfig("metal_64x128_bk256", bm=64, bn=128, bk=256, wm=2, wn=4)
+METAL_WIDE_LARGE_LONG_K = NaxTileConfig("metal_64x128_bk64", bm=64, bn=128, bk=64, wm=2, wn=4)
+"""MLX's tiles for those classes: BM=64, WM=2, BK=64 when K >= 8192 and K > M + N, else 256,
+and swizzle_log 2. UNMEASURED for int8: copied from MLX's float dispatch, emulated only."""
+
 METAL_SMALL_MAX_M = 64
 """Largest M that takes METAL_SMALL (cider's threshold)."""
 
@@ -141,8 +178,26 @@ METAL_QUANT_THREADS = 256
 """Threads per row of the activation-quantization kernel (one threadgroup per row)."""
 
 
-def metal_config(m: int) -> NaxTileConfig:
-    return METAL_SMALL if m <= METAL_SMALL_MAX_M else METAL_LARGE
+def gpu_class(architecture: str | None) -> str | None:
+    """The class letter of an Apple GPU architecture name ('applegpu_g17s' -> 's'), else None."""
+    if architecture and architecture[-1:].isalpha() and architecture.startswith("applegpu_g"):
+        return architecture[-1]
+    return None
+
+
+def metal_config(m: int, n: int = 0, k: int = 0, gpu: str | None = None) -> NaxTileConfig:
+    """The tile for an [M, K] x [N, K] GEMM on a GPU of class `gpu` (None: unknown, the default
+    128 x 128 rule). Small M always takes METAL_SMALL; the wide classes follow MLX's rule."""
+    if m <= METAL_SMALL_MAX_M:
+        return METAL_SMALL
+    if gpu in METAL_WIDE_GPU_CLASSES:
+        return METAL_WIDE_LARGE_LONG_K if (k >= 8192 and k > m + n) else METAL_WIDE_LARGE
+    return METAL_LARGE
+
+
+def metal_swizzle_log(tiles_m: int, gpu: str | None = None) -> int:
+    """MLX uses swizzle_log 2 on the wide classes whatever the tile count."""
+    return 2 if gpu in METAL_WIDE_GPU_CLASSES else swizzle_log(tiles_m)
 
 
 METAL_GEMM_PARAMS = ("M", "N", "K", "SWIZZLE_LOG", "TILES_M")
@@ -164,9 +219,16 @@ class MetalGemmDispatch:
     """Run-time scalars, in the order METAL_GEMM_PARAMS names them."""
 
 
-def metal_gemm_dispatch(m: int, n: int, k: int) -> MetalGemmDispatch:
-    cfg = metal_config(m)
-    lau = launch(m, n, cfg)
+def metal_gemm_dispatch(m: int, n: int, k: int, gpu: str | None = None,
+                        relaxed_precision: bool = True) -> MetalGemmDispatch:
+    """The launch of an [M, K] x [N, K] NAX GEMM on a GPU of class `gpu` (see metal_config)."""
+    cfg = metal_config(m, n, k, gpu)
+    if cfg.relaxed_precision != relaxed_precision:
+        cfg = replace(cfg, relaxed_precision=relaxed_precision)
+    tiles_m, tiles_n = ceil_div(m, cfg.bm), ceil_div(n, cfg.bn)
+    s = metal_swizzle_log(tiles_m, gpu)
+    t = 1 << s
+    lau = Launch(tiles_m, tiles_n, s, tiles_n * t, ceil_div(tiles_m, t))
     grid = (lau.grid_x * cfg.threads, lau.grid_y, 1)
     return MetalGemmDispatch(
         cfg, lau, grid, (cfg.threads, 1, 1), cfg.template(), (m, n, k, lau.swizzle_log, lau.tiles_m)

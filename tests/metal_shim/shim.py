@@ -2,7 +2,11 @@
 
 Each kernel is assembled the way mx.fast.metal_kernel assembles it: the header, a template
 over the template arguments, the signature MLX generates (inputs, `<name>_shape` where the body
-mentions it, outputs, then the attributes whose names occur in the body) and the body. Every
+mentions it, outputs, then the attributes whose names occur in the body) and the body. MLX
+declares an input of fewer than 8 elements `const constant T*` (metal_kernel.cpp), a different
+kernel for every such combination; so does the stand-in (as `const volatile T*`, see
+metal_shim.h), and run() refuses arrays whose sizes would make MLX generate another signature
+than the one built. Every
 kernel variant goes into its own namespace of one translation unit (one g++ run), with a driver
 that reads the inputs, runs every threadgroup of the launch as green threads and writes the
 outputs. Inputs live in exactly-sized heap buffers and the binary is built with
@@ -39,6 +43,8 @@ TYPE_NAMES = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "float16
 NUMPY_TYPES = {"int8": np.int8, "int32": np.int32, "float32": np.float32, "float16": np.float16,
                "bfloat16": np.uint16}
 POISON = 0xA5
+MLX_CONSTANT_MAX_ELEMENTS = 8
+"""mx.fast.metal_kernel puts an input with fewer elements than this in `constant` space."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,8 @@ class Variant:
     inputs: tuple  # ((name, dtype), ...)
     outputs: tuple  # ((name, dtype), ...)
     template: tuple  # ((name, value), ...)
+    constant_inputs: frozenset = frozenset()
+    """Inputs MLX would pass in the constant address space (fewer than 8 elements)."""
 
     def shape_inputs(self) -> set[str]:
         return {name for name, _ in self.inputs if f"{name}_shape" in self.body}
@@ -60,7 +68,8 @@ class Variant:
 def _kernel_code(index: int, v: Variant) -> str:
     params, args, reads = [], [], []
     for i, (name, dtype) in enumerate(v.inputs):
-        params.append(f"const device {TYPE_NAMES[dtype]}* {name}")
+        space = "volatile" if name in v.constant_inputs else "device"  # volatile models `constant`
+        params.append(f"const {space} {TYPE_NAMES[dtype]}* {name}")
         args.append(f"reinterpret_cast<const {TYPE_NAMES[dtype]}*>(in{i}.data())")
         reads.append(f"  auto in{i} = read_blob();")
         if name in v.shape_inputs():
@@ -91,7 +100,7 @@ def _kernel_code(index: int, v: Variant) -> str:
     body = re.sub(r"(?m)^(\s*)threadgroup\s+", r"\1static ", v.body)
     writes = "\n".join(f"  write_blob(out{j});" for j in range(len(v.outputs)))
     return f"""
-namespace k{index} {{  // {v.key}
+namespace k{index} {{  // {v.key}, constant inputs {sorted(v.constant_inputs)}
 {v.header}
 template <{", ".join(tparams)}>
 void custom_kernel({", ".join(params)}) {{
@@ -176,7 +185,7 @@ class ShimBuild:
     """One binary holding several kernel variants; run(key, ...) executes one launch."""
 
     def __init__(self, variants: list[Variant], cache: Path | None = None):
-        self.variants = {v.key: (i, v) for i, v in enumerate(variants)}
+        self.variants = {(v.key, v.constant_inputs): (i, v) for i, v in enumerate(variants)}
         source = build_source(variants)
         version = subprocess.run([GXX, "--version"], capture_output=True, text=True).stdout
         key = hashlib.sha256((source + (SHIM_DIR / "include" / "metal_shim.h").read_text()
@@ -199,7 +208,12 @@ class ShimBuild:
     def run(self, key: str, arrays, output_shapes, grid, threadgroup, layout) -> list[np.ndarray]:
         """arrays: numpy inputs in order; output_shapes: one per output; layout: a
         nax_emulator.FragmentLayout. Returns the outputs (POISON bytes where never written)."""
-        index, v = self.variants[key]
+        small = frozenset(name for (name, _), arr in zip(self._inputs_of(key), arrays)
+                          if np.asarray(arr).size < MLX_CONSTANT_MAX_ELEMENTS)
+        if (key, small) not in self.variants:
+            built = sorted(sorted(c) for k, c in self.variants if k == key)
+            raise KeyError(f"{key}: MLX would pass {sorted(small)} as `constant`; built: {built}")
+        index, v = self.variants[(key, small)]
         parts = [np.int32(index).tobytes()]
 
         def blob(data: bytes) -> None:
@@ -225,6 +239,12 @@ class ShimBuild:
             outs.append(np.frombuffer(raw[pos + 8:pos + 8 + n], NUMPY_TYPES[dtype]).reshape(shape).copy())
             pos += 8 + n
         return outs
+
+    def _inputs_of(self, key: str):
+        for (k, _), (_, v) in self.variants.items():
+            if k == key:
+                return v.inputs
+        raise KeyError(f"no kernel variant {key!r} was built")
 
     def barriers(self) -> int:
         """threadgroup_barrier calls (summed over all threads) in the last run."""

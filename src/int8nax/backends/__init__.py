@@ -32,6 +32,9 @@ NAMES = tuple(_MODULES)
 
 
 def canonical(name: str) -> str:
+    """The canonical backend name for `name` (aliases resolved); ValueError for an unknown one."""
+    if not isinstance(name, str):
+        raise TypeError(f"backend: expected a backend name (str), got {type(name).__name__} {name!r}")
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     if key not in _MODULES and key != "auto":

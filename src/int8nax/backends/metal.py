@@ -2,20 +2,35 @@
 fused dequantization, compiled at run time with mx.fast.metal_kernel from the .metal files in
 int8nax/kernels, plus NAX detection and a first-use self-test.
 
-NOT YET RUN ON M5 HARDWARE. What is verified without it: the tile walk (nax_emulator), the
-launch arguments built here (tests/test_metal_dispatch.py), the detection logic and the
-self-test's refusal path (tests/test_metal_backend.py). See docs/metal.md.
+NOT YET RUN ON M5 HARDWARE. What is verified without it: the tile walk of both load paths
+(nax_emulator), the kernel sources compiled by g++ against a stand-in (tests/metal_shim), a
+Metal-rule lint (tests/metal_lint.py), the launch arguments built here
+(tests/test_metal_dispatch.py), the detection and selection logic and the self-test's refusal
+path (tests/test_metal_backend.py). See docs/metal.md.
 
 Detection (nax_support): Metal present, an Apple GPU of generation >= 17 (M5; phones 'p' need
 18), macOS >= 26.4 (int8 tensor ops). Then, the first time anything asks whether this backend
-can run (the first int8nax call on the GPU, or int8nax.info()), a bit-exact self-test runs on
-awkward shapes (exactness.first_use_check); a mismatch, or kernels that fail to build, refuse
-NAX for the rest of the process with the reason, so auto mode falls back to the next backend
-and an explicit backend="nax" raises with that reason instead of returning wrong numbers.
+can run (the first int8nax call on the GPU, or int8nax.info()), the selection runs once:
+  1. the layout probe (nax_layout.metal) reports where the int8 cooperative tensors keep each
+     lane's elements;
+  2. the MLX-layout load path is built only if that is MLX's BaseNAXFrag layout, else the
+     generic path (coordinates asked of the tensors);
+  3. the bit-exact first-use self-test (exactness.first_use_check) runs on the variant built
+     (if the MLX-layout path fails it, the generic path is tried);
+  4. a variant that passes serves the process, and the probe's reason (int8nax.info()) names
+     it and says why; if none passes, NAX is refused for the rest of the process with the
+     reason, so auto mode falls back and an explicit backend="nax" raises instead of
+     returning wrong numbers.
+
+API for reports (int8nax selftest; docs/metal.md, "API for the selftest report"): variants(),
+variant_named(), KernelVariant, BACKEND.hardware(), BACKEND.layout(), BACKEND.variant_ops(v)
+(.int8_matmul/.quantize_activations/.w8a8_linear/.self_test()), BACKEND.selection(),
+choose_variant(), layout_result(), probe_layout().
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import warnings
@@ -23,8 +38,9 @@ from dataclasses import dataclass
 from importlib import resources
 
 import mlx.core as mx
+import numpy as np
 
-from .. import exactness, tiling
+from .. import exactness, nax_emulator, tiling
 from .base import Backend, Probe
 
 # ---------------------------------------------------------------------------------------------
@@ -178,6 +194,53 @@ class KernelSet:
 
 
 # ---------------------------------------------------------------------------------------------
+# Kernel variants: the load path and relaxed_precision
+# ---------------------------------------------------------------------------------------------
+
+LOAD_MLX_LAYOUT = "mlx_layout"
+"""The fast load path: MLX's BaseNAXFrag lane layout from the lane id, 4-byte row pieces,
+unmasked interior tiles. Right only if the int8 cooperative tensors use that layout."""
+LOAD_GENERIC = "generic"
+"""The fallback: element-wise loads at the coordinates each cooperative tensor reports;
+right under any layout, slower."""
+LOAD_PATHS = (LOAD_MLX_LAYOUT, LOAD_GENERIC)
+
+
+@dataclass(frozen=True)
+class KernelVariant:
+    """One buildable form of the two GEMM kernels (and of the layout probe's descriptor)."""
+
+    load: str = LOAD_MLX_LAYOUT
+    relaxed_precision: bool = True
+    """matmul2d_descriptor's relaxed_precision; True is the proven form (tiling.NaxTileConfig)."""
+
+    def __post_init__(self):
+        if self.load not in LOAD_PATHS:
+            raise ValueError(f"KernelVariant: load must be one of {LOAD_PATHS}, got {self.load!r}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.load}/relaxed_precision={'true' if self.relaxed_precision else 'false'}"
+
+    def template(self) -> list[tuple[str, bool]]:
+        """Template arguments the variant adds to the tile's."""
+        return [("MLX_LAYOUT", self.load == LOAD_MLX_LAYOUT)]
+
+
+def variants() -> list[KernelVariant]:
+    """Every variant this backend can build, the proven relaxed_precision=True forms first."""
+    return [KernelVariant(load, relaxed) for relaxed in (True, False) for load in LOAD_PATHS]
+
+
+def variant_named(name: str) -> KernelVariant:
+    """The variant whose .name is `name` (e.g. "generic/relaxed_precision=true")."""
+    for v in variants():
+        if v.name == name:
+            return v
+    raise ValueError(f"variant_named: unknown variant {name!r}; expected one of {[v.name for v in variants()]}")
+
+
+# ---------------------------------------------------------------------------------------------
 # Launches (pure Python around the kernel objects)
 # ---------------------------------------------------------------------------------------------
 
@@ -186,18 +249,25 @@ def _params(dispatch: tiling.MetalGemmDispatch) -> mx.array:
     return mx.array(dispatch.params, dtype=mx.int32)
 
 
-def run_int8_gemm(kernels: KernelSet, a: mx.array, b: mx.array) -> mx.array:
+def gemm_dispatch(m: int, n: int, k: int, variant: KernelVariant, gpu: str | None = None):
+    """(tiling dispatch, template arguments) of one GEMM launch of `variant` on GPU class `gpu`."""
+    d = tiling.metal_gemm_dispatch(m, n, k, gpu, variant.relaxed_precision)
+    return d, d.template + variant.template()
+
+
+def run_int8_gemm(kernels: KernelSet, a: mx.array, b: mx.array, variant: KernelVariant = KernelVariant(),
+                  gpu: str | None = None) -> mx.array:
     """int32 [M, N] = a [M, K] @ b [N, K]^T on NAX."""
     m, k = a.shape
     n = b.shape[0]
-    d = tiling.metal_gemm_dispatch(m, n, k)
+    d, template = gemm_dispatch(m, n, k, variant, gpu)
     (c,) = kernels["int8nax_int8_gemm"](
         inputs=[a, b, _params(d)],
         output_shapes=[(m, n)],
         output_dtypes=[mx.int32],
         grid=d.grid,
         threadgroup=d.threadgroup,
-        template=d.template,
+        template=template,
         stream=mx.gpu,
     )
     return c
@@ -219,12 +289,13 @@ def run_quantize_rows(kernels: KernelSet, x: mx.array) -> tuple[mx.array, mx.arr
     return q, s
 
 
-def run_w8a8(kernels: KernelSet, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
+def run_w8a8(kernels: KernelSet, x: mx.array, w: mx.array, scale_w: mx.array, bias,
+             variant: KernelVariant = KernelVariant(), gpu: str | None = None) -> mx.array:
     """x's dtype [M, N]: quantize x per token, then the GEMM with the dequantizing epilogue."""
     q, s_x = run_quantize_rows(kernels, x)
     m, k = x.shape
     n = w.shape[0]
-    d = tiling.metal_gemm_dispatch(m, n, k)
+    d, template = gemm_dispatch(m, n, k, variant, gpu)
     has_bias = bias is not None
     # float32 bias: widening is exact and one kernel variant serves every bias dtype.
     bias_arg = bias.astype(mx.float32) if has_bias else mx.zeros((1,), dtype=mx.float32)
@@ -234,7 +305,7 @@ def run_w8a8(kernels: KernelSet, x: mx.array, w: mx.array, scale_w: mx.array, bi
         output_dtypes=[x.dtype],
         grid=d.grid,
         threadgroup=d.threadgroup,
-        template=d.template + [("OutT", x.dtype), ("HAS_BIAS", has_bias)],
+        template=template + [("OutT", x.dtype), ("HAS_BIAS", has_bias)],
         stream=mx.gpu,
     )
     return y
@@ -248,7 +319,7 @@ LAYOUT_CAPACITY = max(
 """Elements per lane the layout probe records: the largest fragment's share of a simdgroup."""
 
 
-def run_layout_probe(kernels: KernelSet) -> mx.array:
+def run_layout_probe(kernels: KernelSet, relaxed_precision: bool = True) -> mx.array:
     """int32 [3, SIMD, 1 + 3 * CAP]: the cooperative tensors' layout (see nax_layout.metal)."""
     simd = tiling.SIMD_WIDTH
     (out,) = kernels["int8nax_nax_layout"](
@@ -263,10 +334,164 @@ def run_layout_probe(kernels: KernelSet) -> mx.array:
             ("FK", tiling.NAX_FRAG_K),
             ("SIMD", simd),
             ("CAP", LAYOUT_CAPACITY),
+            ("RELAXED", relaxed_precision),
         ],
         stream=mx.gpu,
     )
     return out
+
+
+class VariantOps:
+    """The three raw operations of one kernel variant (no self-test, no readiness check):
+    what the first-use check runs, and what `int8nax selftest` can run for every variant."""
+
+    def __init__(self, kernels: KernelSet, variant: KernelVariant, gpu: str | None = None):
+        self.kernels, self.variant, self.gpu = kernels, variant, gpu
+
+    def int8_matmul(self, a, b):
+        return run_int8_gemm(self.kernels, a, b, self.variant, self.gpu)
+
+    def quantize_activations(self, x):
+        return run_quantize_rows(self.kernels, x)
+
+    def w8a8_linear(self, x, w, scale_w, bias):
+        return run_w8a8(self.kernels, x, w, scale_w, bias, self.variant, self.gpu)
+
+    COMPILE_SHAPES = {"small tile": (33, 64, 40), "large tile": (65, 64, 40)}
+    """(M, K, N) that build each GEMM kernel in each default tile configuration."""
+
+    def compile_report(self) -> dict[str, str | None]:
+        """Build and run every kernel of this variant once, in both default tile
+        configurations: {"<kernel> (<tile>)": None if it built and ran, else the error text
+        (MLX raises "Unable to build metal library from source" with the compiler's log)}."""
+        report = {}
+
+        def attempt(label, fn):
+            try:
+                mx.eval(fn())
+                report[label] = None
+            except Exception as exc:
+                report[label] = f"{type(exc).__name__}: {exc}"
+
+        for tile, (m, k, n) in self.COMPILE_SHAPES.items():
+            a = mx.zeros((m, k), dtype=mx.int8)
+            b = mx.zeros((n, k), dtype=mx.int8)
+            attempt(f"int8nax_int8_gemm ({tile})", lambda: self.int8_matmul(a, b))
+            x = mx.ones((m, k), dtype=mx.float16)
+            attempt(f"int8nax_w8a8_gemm ({tile})",
+                    lambda: self.w8a8_linear(x, b, mx.ones((n,), dtype=mx.float32), mx.zeros((n,), dtype=mx.float16)))
+        attempt("int8nax_quantize_rows", lambda: self.quantize_activations(mx.ones((3, 64), dtype=mx.float16)))
+        return report
+
+    def self_test(self) -> list[str]:
+        """exactness.first_use_check on this variant: [] when exact, else the failures (a
+        kernel that fails to build or run is one failure carrying the compiler's message)."""
+        try:
+            return exactness.first_use_check(self.int8_matmul, self.quantize_activations, self.w8a8_linear)
+        except Exception as exc:  # e.g. "Unable to build metal library from source"
+            return [f"the kernels failed to build or run: {type(exc).__name__}: {exc}"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Selection: the layout probe, then the first-use self-test of the variant built
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayoutProbeResult:
+    """What the layout probe (nax_layout.metal) said about the int8 cooperative tensors."""
+
+    ran: bool
+    """The probe kernel built and ran."""
+    matches_mlx: bool
+    """Every tensor (left, right, destination) reports MLX's BaseNAXFrag layout, capacities too."""
+    same: dict
+    """{"left"|"right"|"dest": equal to MLX's layout}."""
+    problems: tuple
+    """What would break the generic path (cells held twice or never, capacities)."""
+    dump: object = None
+    """The raw int32 [3, SIMD, 1 + 3 * CAP] numpy dump, or None."""
+    error: str = ""
+    """Why the probe did not run."""
+    notes: tuple = ()
+    """Remarks of the verdict (e.g. a right operand reporting transposed coordinates)."""
+
+    def summary(self) -> str:
+        if not self.ran:
+            return f"the layout probe failed ({self.error})"
+        if self.matches_mlx:
+            return ("the layout probe reports MLX's BaseNAXFrag layout for the left, right and destination tensors"
+                    + "".join(f" ({note})" for note in self.notes))
+        parts = ", ".join(f"{p} {'matches' if v else 'differs'}" for p, v in self.same.items())
+        return f"the layout probe reports another layout than MLX's ({parts})"
+
+
+def layout_result(dump) -> LayoutProbeResult:
+    """Judge a probe dump against MLX's layout (nax_emulator.mlx_layout_verdict)."""
+    dump = np.asarray(dump)
+    same, problems, notes = nax_emulator.mlx_layout_verdict(dump)
+    return LayoutProbeResult(True, all(same.values()) and not problems, same, tuple(problems), dump, "", tuple(notes))
+
+
+def probe_layout(kernels: KernelSet, relaxed_precision: bool = True) -> LayoutProbeResult:
+    """Run the layout probe on the GPU and judge it; a probe that fails says why."""
+    try:
+        return layout_result(np.array(run_layout_probe(kernels, relaxed_precision)))
+    except Exception as exc:
+        return LayoutProbeResult(False, False, {}, (), None, f"{type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which variant serves this process, and why."""
+
+    variant: KernelVariant | None
+    """None: no variant passed its self-test, NAX is refused."""
+    reason: str
+    layout: LayoutProbeResult
+    self_tests: dict
+    """{variant name: failures} for every variant self-tested ([] = passed)."""
+
+
+VARIANT_ENV = "INT8NAX_METAL_VARIANT"
+"""Names one variant (KernelVariant.name) to serve instead of the rule's choice, for A/B
+measurements on an M5; it is still self-tested, and refused if it fails."""
+
+
+def choose_variant(layout: LayoutProbeResult, self_test, relaxed_precision: bool = True,
+                   forced: KernelVariant | None = None) -> Selection:
+    """The selection rule (pure: `self_test(variant) -> failures` is injected). The MLX-layout
+    path is built only if the probe reported MLX's layout; whichever variant is built must pass
+    the bit-exact first-use self-test. If the MLX-layout path fails it, the generic path is
+    tried before NAX is refused, so a wrong specialisation never returns numbers. `forced`
+    (from INT8NAX_METAL_VARIANT) replaces the rule: only that variant is built and tested."""
+    fast = KernelVariant(LOAD_MLX_LAYOUT, relaxed_precision)
+    generic = KernelVariant(LOAD_GENERIC, relaxed_precision)
+    candidates = [fast, generic] if layout.matches_mlx else [generic]
+    why = layout.summary()
+    if forced is not None:
+        candidates, fast = [forced], forced
+        why = f"forced by {VARIANT_ENV} ({why})"
+    results = {}
+    for cand in candidates:
+        failures = self_test(cand)
+        results[cand.name] = failures
+        if not failures:
+            if cand is fast:
+                reason = f"variant {cand.name}: {why}"
+            elif layout.matches_mlx:
+                first = results[fast.name]
+                reason = (f"variant {cand.name}: {why}, but {fast.name} failed its self-test "
+                          f"({first[0]}{f' (+{len(first) - 1} more)' if len(first) > 1 else ''})")
+            else:
+                reason = f"variant {cand.name}: {why}, so the MLX-layout path is not built"
+            return Selection(cand, reason + f"; first-use self-test passed ({exactness.FIRST_USE_CHECKS} "
+                             "bit-exact/1-ulp checks)", layout, results)
+    last = results[candidates[-1].name]
+    tried = " and ".join(results)
+    reason = (f"the first-use self-test failed ({tried}; {why}), so int8nax will not return its "
+              f"numbers: {last[0]}" + (f" (+{len(last) - 1} more)" if len(last) > 1 else ""))
+    return Selection(None, reason, layout, results)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,66 +500,86 @@ def run_layout_probe(kernels: KernelSet) -> mx.array:
 
 
 class MetalBackend(Backend):
+    """The Metal NAX backend. Injection points for tests: `kernels` (a KernelSet with a recording
+    factory), `machine` (the hardware report), `ops_factory(kernels, variant, gpu)` (stand-ins
+    for VariantOps) and `layout_probe(kernels, relaxed_precision)` (a fake probe result)."""
+
     name = "metal"
 
-    def __init__(self, kernels: KernelSet | None = None, machine=machine_report):
+    def __init__(self, kernels: KernelSet | None = None, machine=machine_report, ops_factory=VariantOps,
+                 layout_probe=probe_layout, relaxed_precision: bool = True):
         self.kernels = kernels or KernelSet()
         self._machine = machine
+        self._ops_factory = ops_factory
+        self._layout_probe = layout_probe
+        self.relaxed_precision = relaxed_precision
         self._probe: Probe | None = None
+        self._selection: Selection | None = None
+        self._ops = None
+        self.gpu: str | None = None
 
-    # Raw launches, used by the public methods and by the self-test.
-    def raw_int8_matmul(self, a, b):
-        return run_int8_gemm(self.kernels, a, b)
+    # --- the API for reports (int8nax selftest): see docs/metal.md -------------------------
+    def hardware(self) -> Probe:
+        """Whether the machine qualifies (nax_support), before any kernel is built."""
+        available, architecture, macos = self._machine()
+        self.gpu = tiling.gpu_class(architecture)
+        return nax_support(available, architecture, macos)
 
-    def raw_quantize_activations(self, x):
-        return run_quantize_rows(self.kernels, x)
+    def variant_ops(self, variant: KernelVariant) -> VariantOps:
+        """Raw operations of any variant (built on first call, not self-tested)."""
+        return self._ops_factory(self.kernels, variant, self.gpu)
 
-    def raw_w8a8_linear(self, x, w, scale_w, bias):
-        return run_w8a8(self.kernels, x, w, scale_w, bias)
+    def layout(self) -> LayoutProbeResult:
+        """Run (again) the layout probe for this backend's relaxed_precision."""
+        return self._layout_probe(self.kernels, self.relaxed_precision)
 
+    def selection(self) -> Selection | None:
+        """The selection decision of this process (runs the probe and the self-test once);
+        None when the hardware does not qualify (then probe().reason says why)."""
+        self.probe()
+        return self._selection
+
+    # --- the Backend interface ---------------------------------------------------------------
     def probe(self) -> Probe:
         if self._probe is None:
-            hardware = nax_support(*self._machine())
-            self._probe = self._self_test(hardware) if hardware.available else hardware
+            hardware = self.hardware()
+            self._probe = self._select(hardware) if hardware.available else hardware
         return self._probe
 
-    def _self_test(self, hardware: Probe) -> Probe:
+    def _select(self, hardware: Probe) -> Probe:
+        def self_test(variant: KernelVariant) -> list[str]:
+            return self.variant_ops(variant).self_test()
+
+        forced = os.environ.get(VARIANT_ENV)
         try:
-            failures = exactness.first_use_check(
-                self.raw_int8_matmul, self.raw_quantize_activations, self.raw_w8a8_linear
-            )
-        except Exception as exc:  # e.g. "Unable to build metal library from source"
-            failures = [f"the kernels failed to build or run: {type(exc).__name__}: {exc}"]
-        if failures:
-            reason = (
-                f"NAX refused for this process ({hardware.reason}): the first-use self-test "
-                f"failed, so int8nax will not return its numbers: {failures[0]}"
-                + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else "")
-            )
+            forced_variant = variant_named(forced) if forced else None
+        except ValueError as exc:
+            return Probe(False, f"{VARIANT_ENV}={forced!r}: {exc}")
+        sel = choose_variant(self.layout(), self_test, self.relaxed_precision, forced_variant)
+        self._selection = sel
+        if sel.variant is None:
+            reason = f"NAX refused for this process ({hardware.reason}): {sel.reason}"
             warnings.warn(reason, RuntimeWarning, stacklevel=3)
             return Probe(False, reason)
-        return Probe(
-            True,
-            f"NAX int8 on {hardware.reason}; first-use self-test passed "
-            f"({exactness.FIRST_USE_CHECKS} bit-exact/1-ulp checks)",
-        )
+        if len(sel.self_tests) > 1:  # the fast path was refused: worth a word
+            warnings.warn(f"int8nax NAX: {sel.reason}", RuntimeWarning, stacklevel=3)
+        self._ops = self.variant_ops(sel.variant)
+        return Probe(True, f"NAX int8 on {hardware.reason}; {sel.reason}")
 
-    def _ready(self) -> None:
+    def _ready(self):
         p = self.probe()
         if not p.available:
             raise RuntimeError(f"backend 'metal' cannot run here: {p.reason}")
+        return self._ops
 
     def int8_matmul(self, a: mx.array, b: mx.array) -> mx.array:
-        self._ready()
-        return self.raw_int8_matmul(a, b)
+        return self._ready().int8_matmul(a, b)
 
     def quantize_activations(self, x: mx.array) -> tuple[mx.array, mx.array]:
-        self._ready()
-        return self.raw_quantize_activations(x)
+        return self._ready().quantize_activations(x)
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
-        self._ready()
-        return self.raw_w8a8_linear(x, w, scale_w, bias)
+        return self._ready().w8a8_linear(x, w, scale_w, bias)
 
 
 BACKEND = MetalBackend()

@@ -4,8 +4,11 @@
 // "kernel body" line goes into `header` (after nax_gemm.metal), the part below is `source`.
 //   inputs   a int8 [M, K], b int8 [N, K] (row-contiguous), params int32 [5] =
 //            (M, N, K, swizzle_log, tiles_m) from tiling.metal_gemm_dispatch
+//            (inputs of fewer than 8 elements arrive as `const constant T*`: the core's
+//            pointer types are template parameters, so either address space works)
 //   output   c int32 [M, N]
-//   template BM, BN, BK, WM, WN, FM, FN, FK, SIMD (tiling.NaxTileConfig.template())
+//   template BM, BN, BK, WM, WN, SK, FM, FN, FK, SIMD, ROW_PIECE, RELAXED
+//            (tiling.NaxTileConfig.template()), MLX_LAYOUT (the load path, metal.py)
 
 namespace int8nax {
 
@@ -13,7 +16,7 @@ namespace int8nax {
 struct StoreInt32 {
   device int32_t* c;
   int N;
-  void operator()(const int m, const int n, const int acc) const {
+  void operator()(const int m, const int n, const int acc) const thread {
     c[ulong(m) * ulong(N) + ulong(n)] = acc;
   }
 };
@@ -22,5 +25,6 @@ struct StoreInt32 {
 
 // ==== kernel body ====
 const int8nax::StoreInt32 epilogue{c, params[int8nax::PARAM_N]};
-int8nax::nax_gemm<BM, BN, BK, WM, WN, FM, FN, FK, SIMD>(
-    a, b, params, threadgroup_position_in_grid.xy, simdgroup_index_in_threadgroup, epilogue);
+int8nax::nax_gemm<BM, BN, BK, SK, WM, WN, FM, FN, FK, SIMD, ROW_PIECE, RELAXED, MLX_LAYOUT>(
+    a, b, params, threadgroup_position_in_grid.xy, simdgroup_index_in_threadgroup,
+    thread_index_in_simdgroup, epilogue);

@@ -12,21 +12,30 @@
 //   table (the lane layout) loaded at run time, so the kernels can be run under any layout;
 // - matmul2d::run gathers the 32 lanes' elements into whole fragments and multiplies them
 //   exactly (int64, checked to fit int32), as the hardware is specified to;
-// - float arithmetic is x86 SSE IEEE single precision, fma is a true fused multiply-add,
-//   half is _Float16, bfloat16 rounds to nearest even;
-// - NOT modelled: timing, memory ordering, the real int8 lane layout, the Metal compiler.
+// - float arithmetic is x86 SSE IEEE single precision with subnormals, fma is a true fused
+//   multiply-add, half is _Float16, bfloat16 rounds to nearest even;
+// - address spaces: `device`, `constant`, `thread`, `threadgroup` expand to nothing (g++ has no
+//   address spaces; tests/metal_lint.py checks the rules Metal enforces on them). What MLX's
+//   generator does with small inputs IS modelled: shim.py declares an input of fewer than 8
+//   elements `const volatile T*` where MLX writes `const constant T*`, a pointer type that, as
+//   on Metal, does not convert to `const device T*` or bind to a plain `const T&`, so code
+//   that assumes every input is a device pointer fails to build here too;
+// - NOT modelled: timing, memory ordering, the real int8 lane layout, relaxed_precision (the
+//   product is exact either way), float32 denormal flushing, the Metal compiler.
 #pragma once
 
 #include <setjmp.h>
 #include <ucontext.h>
 
 #include <array>
+#include <cfloat>  // FLT_MIN, FLT_MAX: MSL defines them in metal_stdlib
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #define device
@@ -56,6 +65,12 @@ struct bfloat16_t {
     float f;
     std::memcpy(&f, &u, 4);
     return f;
+  }
+  operator float() const volatile {  // read through a `constant` input (see shim.py)
+    const uint16_t b = bits;
+    bfloat16_t copy;
+    copy.bits = b;
+    return float(copy);
   }
 };
 
@@ -244,9 +259,21 @@ namespace precise {
 inline float divide(float a, float b) { return a / b; }  // IEEE, correctly rounded
 }  // namespace precise
 
+using std::copysign;
 using std::fabs;
 using std::fma;
 using std::isfinite;
+template <bool B, class T, class U>
+using conditional_t = std::conditional_t<B, T, U>;
+template <class To, class From>
+inline To as_type(const From& v) {
+  static_assert(sizeof(To) == sizeof(From), "as_type: sizes differ");
+  To out;
+  std::memcpy(&out, &v, sizeof(To));
+  return out;
+}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
 inline float round(float x) { return std::round(x); }  // half away from zero, like Metal's
 inline float clamp(float x, float lo, float hi) { return std::fmin(std::fmax(x, lo), hi); }
 inline float max(float a, float b) { return std::fmax(a, b); }

@@ -12,8 +12,6 @@ the problem is prepared; nothing is converted inside the timed call.
 from __future__ import annotations
 
 import importlib
-from typing import Callable
-
 import numpy as np
 
 from . import Unavailable
@@ -47,10 +45,12 @@ def check_shape(m: int, k: int, n: int) -> None:
         raise Unavailable(f"torch._int_mm needs K and N to be multiples of 8, got K = {k}, N = {n}")
 
 
-def prepare_int_mm(a: np.ndarray, b_nk: np.ndarray) -> Callable[[], object]:
-    """A zero-arg callable computing int32 [M, N] = a @ b_nk.T on the GPU and waiting for it.
+def prepare_int_mm(a: np.ndarray, b_nk: np.ndarray):
+    """(call, sync, detail) for int32 [M, N] = a @ b_nk.T on the GPU.
 
-    a: int8 [M, K]; b_nk: int8 [N, K]. The callable returns the torch tensor.
+    a: int8 [M, K]; b_nk: int8 [N, K]. call() enqueues one product on torch's current
+    stream and returns the int32 tensor; sync() waits for the stream. Calls on one stream
+    run in order, so consecutive calls already form a dependent chain.
     """
     torch = load()
     m, k = a.shape
@@ -62,9 +62,9 @@ def prepare_int_mm(a: np.ndarray, b_nk: np.ndarray) -> Callable[[], object]:
     b_col_major = b_dev.t()  # [K, N] view with column-major strides: cuBLASLt's fast layout
     torch.cuda.synchronize()
 
-    def run():
-        out = torch._int_mm(a_dev, b_col_major)
-        torch.cuda.synchronize()
-        return out
+    def call():
+        return torch._int_mm(a_dev, b_col_major)
 
-    return run
+    detail = (f"torch {torch.__version__}, torch._int_mm (cuBLASLt without workspace: torch's path) "
+              f"on {torch.cuda.get_device_name()}")
+    return call, torch.cuda.synchronize, detail

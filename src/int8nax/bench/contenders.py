@@ -1,0 +1,250 @@
+"""Who is timed, and the proof that each computes its problem (problems.py, checks.py).
+
+    name          kind  what
+    nax-gemm      raw   int8nax.int8_matmul on the backend int8nax picks
+    cider-raw     raw   cider's int8_matmul_int32 (Apple M5)
+    cublaslt-int8 raw   cuBLASLt int8 GEMM called directly, with a workspace and its heuristic
+                        (the real CUDA anchor; int8nax.bench.peers.cublaslt)
+    torch-int8    raw   torch._int_mm: cuBLASLt without workspace, i.e. torch's path, an
+                        Ampere kernel on the H200 (kept for history)
+    nax-full      full  int8nax.w8a8_linear
+    cider-full    full  cider's per-channel W8A8 linear (Apple M5)
+    mlx-fp16      full  mx.matmul in float16 (what W8A8 must beat)
+    mlx-q8        full  mx.quantized_matmul, 8-bit affine, group 64 (weight-only W8A16:
+                        the baseline cider reports against)
+    numpy-sgemm   full  numpy float32 matmul of the same shape (the CPU's BLAS: the yardstick
+                        of the CPU backend and of machine-wide drift on a CPU box)
+
+A contender prepared for a shape is a Prepared: data on the device and evaluated, checked
+once before it is timed (`ready`). A contender that cannot run here raises Unavailable with
+the reason; one whose output is wrong raises MismatchError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from .. import api, backends
+from ..reference import to_numpy
+from . import checks
+from .peers import Unavailable
+from .peers import cider as cider_peer
+from .peers import torch_int
+from .problems import Shape, linear_problem, raw_expected, raw_problem, w8a8_expected, w8a8_weights
+
+__all__ = ["Unavailable", "Prepared", "Contender", "CONTENDERS", "get"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A contender ready to time.
+
+    call(after)  enqueue one call whose input depends on `after` (the previous call's output,
+                 or None) and return its output, lazily where the library is lazy
+    sync(out)    block until `out` is computed
+    check(out)   raise MismatchError unless `out` answers the problem
+    lazy         whether call() only builds a graph (MLX) rather than computing
+    detail       what exactly runs (backend, library version)
+    """
+
+    call: Callable[[object], object]
+    sync: Callable[[object], None]
+    check: Callable[[object], None]
+    detail: str
+    lazy: bool = True
+
+    def run(self):
+        """One call, blocking: the output."""
+        out = self.call(None)
+        self.sync(out)
+        return out
+
+    def chain(self, calls: int):
+        """`calls` dependent calls, one block at the end: the last output."""
+        out = None
+        for _ in range(calls):
+            out = self.call(out)
+        self.sync(out)
+        return out
+
+    def build(self, calls: int):
+        """`calls` dependent lazy calls, nothing evaluated: the last (unevaluated) output."""
+        if not self.lazy:
+            raise Unavailable("host build time applies only to lazy contenders (MLX ops on a GPU "
+                              "backend); this one computes when called")
+        out = None
+        for _ in range(calls):
+            out = self.call(out)
+        return out
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    kind: str  # "raw" (int8 x int8 -> int32) or "full" (float in, float out)
+    summary: str
+    _prepare: Callable[[Shape, "str | None"], Prepared]
+
+    def prepare(self, m: int, k: int, n: int, backend: str | None = None) -> Prepared:
+        """Data on the device and evaluated, nothing run yet; raises Unavailable.
+        `backend` is the int8nax backend the int8nax contenders run on (default: int8nax's
+        own choice); the peers ignore it."""
+        return self._prepare((m, k, n), backend)
+
+    def ready(self, m: int, k: int, n: int, backend: str | None = None) -> Prepared:
+        """prepare(), then run once and check the output: a contender that passes is timed."""
+        prepared = self.prepare(m, k, n, backend)
+        prepared.check(prepared.run())
+        return prepared
+
+
+# --- MLX contenders ------------------------------------------------------------------------
+
+def _evaluated(*arrays: mx.array) -> tuple[mx.array, ...]:
+    mx.eval(*arrays)
+    return arrays
+
+
+def _after(x: mx.array, prev) -> mx.array:
+    """x, made to wait for `prev` (no copy, no kernel): the link of a dependent chain."""
+    return x if prev is None else mx.depends(x, prev)
+
+
+def _mlx(op: Callable[[mx.array], mx.array], first: mx.array, check, detail: str, lazy: bool = True) -> Prepared:
+    """A Prepared for an MLX op whose first input `first` carries the chain dependency.
+    `lazy` is False for an op that computes when called (int8nax's CPU backend, in numpy)."""
+    return Prepared(lambda prev: op(_after(first, prev)), mx.eval, check, detail, lazy)
+
+
+def _int8nax_backend(backend: str | None) -> tuple[str, str]:
+    """(backend name, detail) of the backend the int8nax contenders run on."""
+    try:
+        name, why = backends.choose(backend)
+    except (RuntimeError, ValueError) as exc:
+        raise Unavailable(str(exc)) from None
+    return name, f"int8nax backend {name} ({why})"
+
+
+def _nax_gemm(shape: Shape, backend: str | None) -> Prepared:
+    name, detail = _int8nax_backend(backend)
+    a, b = _evaluated(*(mx.array(v) for v in raw_problem(*shape)))
+    return _mlx(lambda a_: api.int8_matmul(a_, b, backend=backend), a,
+                lambda out: checks.check_exact("nax-gemm", shape, out, raw_expected(*shape)), detail,
+                lazy=name != "cpu")
+
+
+def _nax_full(shape: Shape, backend: str | None) -> Prepared:
+    name, detail = _int8nax_backend(backend)
+    x, = _evaluated(mx.array(linear_problem(*shape)[0]))
+    w, s_w = _evaluated(*(mx.array(v) for v in w8a8_weights(*shape)))
+    return _mlx(lambda x_: api.w8a8_linear(x_, w, s_w, backend=backend), x,
+                lambda out: checks.check_ulp("nax-full", shape, out, w8a8_expected(*shape)), detail,
+                lazy=name != "cpu")
+
+
+def _cider_raw(shape: Shape, backend: str | None = None) -> Prepared:
+    cider = cider_peer.load()
+    a_np, b_np = raw_problem(*shape)
+    a, = _evaluated(mx.array(a_np))
+    b = cider.matmul_weights(b_np)
+    return _mlx(lambda a_: cider.int8_matmul(a_, b), a,
+                lambda out: checks.check_exact("cider-raw", shape, out, raw_expected(*shape)), cider.describe())
+
+
+def _cider_full(shape: Shape, backend: str | None = None) -> Prepared:
+    cider = cider_peer.load()
+    x, = _evaluated(mx.array(linear_problem(*shape)[0]))
+    w_np, s_np = w8a8_weights(*shape)
+    w = cider.linear_weights(w_np)
+    s_w, = _evaluated(mx.array(s_np))
+    return _mlx(lambda x_: cider.linear(x_, w, s_w), x,
+                lambda out: checks.check_ulp("cider-full", shape, out, w8a8_expected(*shape)), cider.describe())
+
+
+def _mlx_fp16(shape: Shape, backend: str | None = None) -> Prepared:
+    x_np, w_np = linear_problem(*shape)
+    w16_np = w_np.astype(np.float16)
+    x, w16 = _evaluated(mx.array(x_np), mx.array(w16_np))
+    w_t = w16.T  # a transposed view: MLX's GEMMs take it without a copy
+    return _mlx(lambda x_: mx.matmul(x_, w_t), x,
+                lambda out: checks.check_float_baseline("mlx-fp16", shape, out, x_np, w16_np),
+                f"mx.matmul float16 on {mx.default_device()}")
+
+
+Q8 = {"group_size": 64, "bits": 8}
+"""MLX's weight-only 8-bit format as cider's README benchmarks it (affine, group 64)."""
+
+
+def _mlx_q8(shape: Shape, backend: str | None = None) -> Prepared:
+    _, k, _ = shape
+    if k % Q8["group_size"]:
+        raise Unavailable(f"mx.quantized_matmul with group size {Q8['group_size']} needs K to be a "
+                          f"multiple of {Q8['group_size']}, got K = {k}")
+    x_np, w_np = linear_problem(*shape)
+    x, w16 = _evaluated(mx.array(x_np), mx.array(w_np.astype(np.float16)))
+    wq, scales, biases = _evaluated(*mx.quantize(w16, **Q8))
+    # The weights as the baseline holds them: the dequantized codes, exactly.
+    w_held = to_numpy(mx.dequantize(wq, scales, biases, **Q8), np.float64)
+    return _mlx(lambda x_: mx.quantized_matmul(x_, wq, scales, biases, transpose=True, **Q8), x,
+                lambda out: checks.check_float_baseline("mlx-q8", shape, out, x_np, w_held),
+                f"mx.quantized_matmul 8-bit affine group 64 on {mx.default_device()}")
+
+
+# --- contenders outside MLX ------------------------------------------------------------------
+
+def _torch_int8(shape: Shape, backend: str | None = None) -> Prepared:
+    call, sync, detail = torch_int.prepare_int_mm(*raw_problem(*shape))
+    return Prepared(lambda prev: call(), lambda out: sync(),
+                    lambda out: checks.check_exact("torch-int8", shape, out, raw_expected(*shape)),
+                    detail, lazy=False)
+
+
+def _cublaslt_int8(shape: Shape, backend: str | None = None) -> Prepared:
+    try:
+        from .peers import cublaslt
+    except ImportError as exc:  # the module arrives with the CUDA work; absent means unavailable
+        raise Unavailable(f"the cuBLASLt adapter cannot be imported: {exc}") from None
+    gemm = cublaslt.prepare(*raw_problem(*shape))
+    return Prepared(lambda prev: gemm.call(), lambda out: gemm.sync(),
+                    lambda out: checks.check_exact("cublaslt-int8", shape, out, raw_expected(*shape)),
+                    gemm.describe(), lazy=False)
+
+
+def _numpy_sgemm(shape: Shape, backend: str | None = None) -> Prepared:
+    x_np, w_np = linear_problem(*shape)
+    x32 = x_np.astype(np.float32)
+    w_t = np.ascontiguousarray(w_np).T  # [K, N] view of row-major [N, K]: BLAS's "TN" call
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = ", ".join(f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')}, "
+                         f"{i.get('num_threads')} threads)" for i in threadpool_info() if i.get("user_api") == "blas")
+    except ImportError:
+        blas = "BLAS unknown (threadpoolctl not installed)"
+    return Prepared(lambda prev: np.matmul(x32, w_t), lambda out: None,
+                    lambda out: checks.check_float_baseline("numpy-sgemm", shape, out, x32, w_np),
+                    f"numpy {np.__version__} float32 matmul: {blas}", lazy=False)
+
+
+CONTENDERS: dict[str, Contender] = {c.name: c for c in (
+    Contender("nax-gemm", "raw", "int8nax.int8_matmul: int8 x int8 -> exact int32", _nax_gemm),
+    Contender("cider-raw", "raw", "cider int8_matmul_int32 (Apple M5)", _cider_raw),
+    Contender("cublaslt-int8", "raw", "cuBLASLt int8 GEMM with workspace and heuristic (CUDA)", _cublaslt_int8),
+    Contender("torch-int8", "raw", "torch._int_mm, torch's cuBLASLt path without workspace (CUDA)", _torch_int8),
+    Contender("nax-full", "full", "int8nax.w8a8_linear: per-token quantization + int8 GEMM + dequant", _nax_full),
+    Contender("cider-full", "full", "cider per-channel W8A8 linear (Apple M5)", _cider_full),
+    Contender("mlx-fp16", "full", "mx.matmul float16 (dense baseline)", _mlx_fp16),
+    Contender("mlx-q8", "full", "mx.quantized_matmul 8-bit weight-only, group 64 (W8A16 baseline)", _mlx_q8),
+    Contender("numpy-sgemm", "full", "numpy float32 matmul of the same shape (CPU BLAS yardstick)", _numpy_sgemm),
+)}
+
+
+def get(name: str) -> Contender:
+    try:
+        return CONTENDERS[name]
+    except KeyError:
+        raise ValueError(f"unknown contender {name!r}; expected one of {', '.join(CONTENDERS)}") from None

@@ -1,0 +1,88 @@
+"""How a prepared contender is timed: the three figures int8nax keeps apart.
+
+    call    one call, then block until its output is computed (the seed's method; on MLX
+            mostly MLX's per-evaluation cost at small M)
+    chain   per call in a dependent chain: `calls` calls, each taking its input through
+            mx.depends on the previous output, and one block at the end (what a model's
+            forward pass sees). The dependency keeps a GPU from running the calls
+            concurrently, which independent queued calls may do and which would flatter.
+    host    per call, the host's time to build one lazy call without evaluating it (MLX
+            contenders only; the graph is evaluated afterwards, outside the timing)
+
+Kernel time (device events or ncu, cold L2) needs the device's own tools and is measured by
+the CUDA scripts, not here.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from . import contenders
+from .checks import MismatchError
+from .peers import Unavailable
+from .problems import Shape, ops
+
+MODES = ("call", "chain", "host")
+
+
+def median_seconds(run: Callable[[], object], repeat: int = 5, warmup: int = 1) -> float:
+    """Median wall time of `repeat` calls of a blocking callable, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        run()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def seconds_per_call(prepared, mode: str, repeat: int = 5, warmup: int = 1, calls: int = 100) -> float:
+    """Median seconds per call of `prepared` (a bench.contenders.Prepared) in `mode`."""
+    if mode == "call":
+        return median_seconds(prepared.run, repeat, warmup)
+    if mode == "chain":
+        return median_seconds(lambda: prepared.chain(calls), repeat, warmup) / calls
+    if mode == "host":
+        return median_seconds(lambda: prepared.build(calls), repeat, warmup) / calls
+    raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+
+
+def tops(shape: Shape, seconds: float) -> float:
+    """Throughput in tera-operations per second: 2*M*K*N multiply-adds counted as 2 ops."""
+    return ops(shape) / seconds / 1e12
+
+
+@dataclass
+class Cell:
+    """One contender at one shape in one mode: seconds per call, or why there is no time."""
+
+    seconds: float | None = None
+    unavailable: str | None = None
+    mismatch: str | None = None
+    error: str | None = None
+    detail: str | None = None
+
+    def text(self) -> str:
+        if self.seconds is not None:
+            return f"{self.seconds * 1e3:.3f}"
+        return "MISMATCH" if self.mismatch else "n/a"
+
+
+def measure(shape: Shape, name: str, mode: str = "call", repeat: int = 5, chain_calls: int = 100,
+            backend: str | None = None, warmup: int = 1) -> Cell:
+    """Prepare contender `name` at `shape`, check its output, then time it in `mode`.
+    Never raises for the contender's sake: the Cell says what happened."""
+    try:
+        prepared = contenders.get(name).ready(*shape, backend=backend)
+        seconds = seconds_per_call(prepared, mode, repeat, warmup, calls=chain_calls)
+    except Unavailable as exc:
+        return Cell(unavailable=str(exc))
+    except MismatchError as exc:
+        return Cell(mismatch=str(exc))
+    except Exception as exc:  # e.g. a peer that rejects a shape at run time: n/a with the reason
+        return Cell(error=f"{type(exc).__name__}: {exc}")
+    return Cell(seconds=seconds, detail=prepared.detail)

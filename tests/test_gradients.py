@@ -1,0 +1,237 @@
+"""Gradients through the W8A8 layer on every backend: straight-through for the activation
+quantization, i.e. those of the dequantized float layer y = x @ W_deq.T + b, W_deq =
+w_int8 * scale_w[:, None]; integer functions refuse to be differentiated."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+import pytest
+
+import int8nax
+from int8nax import api, backends
+from int8nax.backends.base import Backend, Probe
+from int8nax.nn import W8A8Linear
+from int8nax.reference import to_numpy
+
+DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+# dx is dy @ W_deq rounded once to x's dtype (float32 accumulation); relative bounds per dtype.
+RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-5}
+
+
+def layer(rng, k, n):
+    w, s = int8nax.quantize_weight_int8(rng.standard_normal((n, k)).astype(np.float32) * 0.1)
+    return w, s, w.astype(np.float64) * s.astype(np.float64)[:, None]
+
+
+def dequantized_model(x64, w_deq, b=None):
+    """float64 y of the dequantized float layer."""
+    y = x64 @ w_deq.T
+    return y if b is None else y + b
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_grad_x_is_dy_times_dequantized_w(backend, rng, dtype):
+    w, s, w_deq = layer(rng, 96, 40)
+    x = mx.array(rng.standard_normal((2, 3, 96)).astype(np.float32)).astype(DTYPES[dtype])
+    c = mx.array(rng.standard_normal((2, 3, 40)).astype(np.float32))
+    dx = mx.grad(lambda x: (int8nax.w8a8_linear(x, w, s, backend=backend).astype(mx.float32) * c).sum())(x)
+    assert dx.dtype == x.dtype and dx.shape == x.shape
+    want = to_numpy(c, np.float64) @ w_deq
+    assert np.abs(want).max() > 0.1  # not a vacuous zero comparison
+    np.testing.assert_allclose(to_numpy(dx, np.float64), want, rtol=RTOL[dtype], atol=RTOL[dtype] * np.abs(want).max())
+
+
+@pytest.mark.parametrize("fd_dtype", [np.float32, np.float64])
+def test_grad_matches_finite_differences_of_the_dequantized_model(backend, rng, fd_dtype):
+    # A nonlinear loss: dL/dx = (dL/dy at the layer's output) @ W_deq. The finite differences
+    # are of the dequantized float model at the same dL/dy, in float32 and float64.
+    k, n = 24, 10
+    w, s, w_deq = layer(rng, k, n)
+    b = rng.standard_normal(n).astype(np.float32)
+    x0 = rng.standard_normal((3, k)).astype(np.float32)
+
+    def loss(x):
+        return mx.tanh(int8nax.w8a8_linear(x, w, s, b, backend=backend)).sum()
+
+    dx = to_numpy(mx.grad(loss)(mx.array(x0)), np.float64)
+    y = to_numpy(int8nax.w8a8_linear(x0, w, s, b, backend=backend), np.float64)
+    g_y = 1 - np.tanh(y) ** 2  # dL/dy at the layer's output
+
+    def surrogate(x):  # the dequantized float model, with dL/dy frozen at the layer's output
+        return float((g_y.astype(fd_dtype) * dequantized_model(x, w_deq.astype(fd_dtype), b.astype(fd_dtype))).sum())
+
+    h = 1e-3 if fd_dtype == np.float32 else 1e-6
+    fd = np.zeros_like(x0, dtype=np.float64)
+    for i in np.ndindex(x0.shape):
+        e = np.zeros_like(x0, dtype=fd_dtype)
+        e[i] = h
+        xf = x0.astype(fd_dtype)
+        fd[i] = (surrogate(xf + e) - surrogate(xf - e)) / (2 * h)
+    tol = 2e-3 if fd_dtype == np.float32 else 1e-5
+    np.testing.assert_allclose(dx, fd, rtol=tol, atol=tol)
+
+
+def test_grad_bias_and_no_grad_for_int8_weights(backend, rng):
+    w, s, _ = layer(rng, 32, 12)
+    b = mx.array(rng.standard_normal(12).astype(np.float32))
+    x = mx.array(rng.standard_normal((5, 32)).astype(np.float32))
+    c = mx.array(rng.standard_normal((5, 12)).astype(np.float32))
+    f = lambda x, w, s, b: (int8nax.w8a8_linear(x, w, s, b, backend=backend) * c).sum()  # noqa: E731
+    _, dw, ds, db = mx.grad(f, argnums=(0, 1, 2, 3))(x, mx.array(w), mx.array(s), b)
+    np.testing.assert_allclose(np.array(db), np.array(c).sum(axis=0), rtol=1e-6, atol=1e-6)
+    assert not np.array(dw).any() and not np.array(ds).any()
+
+
+def test_vjp_and_jvp(backend, rng):
+    w, s, w_deq = layer(rng, 20, 7)
+    x = mx.array(rng.standard_normal((4, 20)).astype(np.float32))
+    cot = mx.array(rng.standard_normal((4, 7)).astype(np.float32))
+    tan = mx.array(rng.standard_normal((4, 20)).astype(np.float32))
+    fn = lambda x: int8nax.w8a8_linear(x, w, s, backend=backend)  # noqa: E731
+    (y,), (dx,) = mx.vjp(fn, [x], [cot])
+    np.testing.assert_allclose(np.array(y), np.array(fn(x)))
+    np.testing.assert_allclose(np.array(dx), np.array(cot, np.float64) @ w_deq, rtol=1e-5, atol=1e-6)
+    _, (dy,) = mx.jvp(fn, [x], [tan])
+    np.testing.assert_allclose(np.array(dy), np.array(tan, np.float64) @ w_deq.T, rtol=1e-5, atol=1e-6)
+
+
+class LoRA(nn.Module):
+    """A frozen W8A8Linear plus a trainable low-rank update, as LoRA fine-tuning does."""
+
+    def __init__(self, base: nn.Module, rank: int = 4):
+        super().__init__()
+        self.base = base
+        self.down = nn.Linear(base.weight.shape[1], rank, bias=False)
+        self.up = nn.Linear(rank, base.weight.shape[0], bias=False)
+
+    def __call__(self, x):
+        return self.base(x) + self.up(self.down(x))
+
+
+def lora_model(base):
+    # The first (trainable) Linear sits before the quantized layer: its gradient must pass
+    # through the W8A8 layer's backward (all zeros on the CPU backend before).
+    mx.random.seed(4)
+    return nn.Sequential(nn.Linear(12, 16), LoRA(base), nn.ReLU(), nn.Linear(16, 3))
+
+
+def test_lora_around_a_frozen_w8a8_layer(backend, rng):
+    mx.random.seed(3)
+    dense = nn.Linear(16, 16)
+    base = W8A8Linear.from_linear(dense, backend=backend)
+    model = lora_model(base)
+    assert model.trainable_parameters()["layers"][1]["base"] == {}  # the quantized layer is frozen
+    x = mx.array(rng.standard_normal((8, 12)).astype(np.float32))
+    target = mx.array(rng.standard_normal((8, 3)).astype(np.float32))
+
+    def loss_fn(model, x):
+        return ((model(x) - target) ** 2).mean()
+
+    loss, grads = nn.value_and_grad(model, loss_fn)(model, x)
+    assert np.abs(np.array(grads["layers"][0]["weight"])).max() > 1e-4
+
+    # The same model with the dequantized float layer in place of the quantized one: the
+    # straight-through gradients are its gradients at (almost) the same forward values.
+    float_base = nn.Linear(16, 16)
+    float_base.weight = mx.array(np.array(base.weight, np.float32) * np.array(base.scales)[:, None])
+    float_base.bias = base.bias
+    ref = lora_model(float_base)
+    ref.update(model.trainable_parameters())
+    float_base.freeze()
+    _, ref_grads = nn.value_and_grad(ref, loss_fn)(ref, x)
+    got = np.concatenate([np.array(v).ravel() for _, v in _leaves(grads)])
+    want = np.concatenate([np.array(v).ravel() for _, v in _leaves(ref_grads)])
+    assert got.shape == want.shape and got.size > 100
+    # forward values differ by the activation quantization (~1%), so the gradients do too
+    np.testing.assert_allclose(got, want, rtol=0.1, atol=0.02 * np.abs(want).max())
+
+    opt = optim.SGD(learning_rate=0.1)
+    before = float(loss)
+    for _ in range(5):
+        loss, grads = nn.value_and_grad(model, loss_fn)(model, x)
+        opt.update(model, grads)
+        mx.eval(model.parameters())
+    assert float(loss_fn(model, x)) < before
+    assert model.layers[1].base.weight.dtype == mx.int8 and model.layers[1].base.scales.dtype == mx.float32
+
+
+def _leaves(tree):
+    from mlx.utils import tree_flatten
+
+    return tree_flatten(tree)
+
+
+def test_int8_matmul_refuses_gradients(backend):
+    a = mx.ones((2, 3), dtype=mx.int8)
+    b = mx.ones((4, 3), dtype=mx.int8)
+    with pytest.raises(ValueError, match="int8_matmul has no gradient"):
+        mx.grad(lambda a: int8nax.int8_matmul(a, b, backend=backend).astype(mx.float32).sum())(a)
+    with pytest.raises(ValueError, match="int8_matmul has no gradient"):
+        x = mx.ones((2, 3))
+        mx.grad(lambda x: int8nax.int8_matmul(x.astype(mx.int8), b, backend=backend).astype(mx.float32).sum())(x)
+    with pytest.raises(ValueError, match="int8_matmul has no gradient"):
+        mx.vjp(lambda a: int8nax.int8_matmul(a, b, backend=backend), [a], [mx.ones((2, 4), mx.int32)])
+    # without a transformation it is unaffected
+    assert np.array(int8nax.int8_matmul(a, b, backend=backend)).tolist() == [[3] * 4] * 2
+
+
+def test_quantize_activations_refuses_gradients(backend):
+    x = mx.ones((2, 8))
+    with pytest.raises(ValueError, match="quantize_activations has no gradient"):
+        mx.grad(lambda x: int8nax.quantize_activations(x, backend=backend)[1].sum())(x)
+
+
+def test_empty_problems_differentiate(backend):
+    b = mx.ones((3,))
+    # K = 0: y is the bias, so dbias counts the rows and dx is empty.
+    db = mx.grad(lambda b: int8nax.w8a8_linear(mx.zeros((4, 0)), np.zeros((3, 0), np.int8),
+                                               np.ones(3, np.float32), b, backend=backend).sum())(b)
+    assert np.array(db).tolist() == [4.0, 4.0, 4.0]
+
+
+class GraphBackend(Backend):
+    """A pure-MLX backend (dequantized float math, not int8nax's numerics): it keeps MLX's
+    graph, so it shows how the API's custom_function composes with mx.compile, as the
+    CUDA backend (mx.fast.cuda_kernel) does."""
+
+    name = "graph"
+
+    def probe(self):
+        return Probe(True, "test double")
+
+    def w8a8_linear(self, x, w, scale_w, bias):
+        y = x.astype(mx.float32) @ (w.astype(mx.float32) * scale_w[:, None]).T
+        if bias is not None:
+            y = y + bias
+        return y.astype(x.dtype)
+
+
+def test_custom_function_composes_with_compile(monkeypatch, rng):
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: GraphBackend())
+    api._w8a8_fn.cache_clear()
+    w, s, _ = layer(rng, 16, 6)
+    b = rng.standard_normal(6).astype(np.float32)
+    x = mx.array(rng.standard_normal((3, 16)).astype(np.float32))
+    loss = lambda x: mx.tanh(int8nax.w8a8_linear(x, w, s, b)).sum()  # noqa: E731
+    eager_y, eager_dx = loss(x), mx.grad(loss)(x)
+    compiled_y, compiled_dx = mx.compile(loss)(x), mx.compile(mx.grad(loss))(x)
+    np.testing.assert_allclose(np.array(compiled_y), np.array(eager_y), rtol=1e-6)
+    np.testing.assert_allclose(np.array(compiled_dx), np.array(eager_dx), rtol=1e-6, atol=1e-7)
+    api._w8a8_fn.cache_clear()
+
+
+def test_cpu_backend_inside_compile_or_vmap_says_so(rng):
+    w, s, _ = layer(rng, 4, 3)
+    x = mx.ones((2, 4))
+    calls = [
+        lambda: mx.compile(lambda x: int8nax.w8a8_linear(x, w, s, backend="cpu"))(x),
+        lambda: mx.vmap(lambda x: int8nax.w8a8_linear(x, w, s, backend="cpu"))(mx.ones((5, 2, 4))),
+        lambda: mx.compile(lambda a: int8nax.int8_matmul(a, w, backend="cpu"))(mx.ones((2, 4), mx.int8)),
+        lambda: mx.compile(lambda x: int8nax.quantize_activations(x, backend="cpu")[0])(x),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"the cpu backend computes outside MLX's graph .* mx.compile or mx.vmap"):
+            call()

@@ -1,0 +1,518 @@
+"""`int8nax site`: the comparison page, generated from small synthetic asv result files.
+
+The expected numbers are computed here from the synthetic inputs, not taken from the
+generator; the page is read back with an HTML parser, and `assert_page` is shown to fail on
+a page with one wrong ratio, one dropped series, or a missing contender drawn as zero.
+The same page in a real browser, against asv's graph files: tools/asv_site.py check.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import math
+import os
+import re
+import shutil
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from int8nax import cli, site
+from int8nax.bench import contenders, machines
+
+REPO = Path(__file__).resolve().parents[1]
+NAN = float("nan")
+COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
+           "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
+S16, S64 = "(16, 4096, 4096)", "(64, 4096, 4096)"
+SHAPES = [S16, S64, "(16, 512, 512)"]
+
+
+def bench_entry(values, started=1000):
+    return [values, [SHAPES], "1", started, 1.0] + [None] * 8
+
+
+def write_result(folder: Path, commit: str, date: int, results: dict, env="existing-py", started=1000):
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"commit_hash": commit, "date": date, "env_name": env, "params": {"machine": folder.name},
+            "python": "3.11", "requirements": {}, "env_vars": {}, "result_columns": COLUMNS,
+            "results": {b: bench_entry(v, started) for b, v in results.items()},
+            "durations": {}, "version": 2}
+    # asv writes NaN as a bare token, as json.dumps does by default
+    (folder / f"{commit[:8]}-{env}.json").write_text(json.dumps(data))
+
+
+# The newest commit on h200: nax-gemm and cublaslt-int8 in both modes, mlx-fp16 one call only,
+# nax-gemm skipped (NaN) in call mode and failed (null) chained at M = 64, torch-int8 not run.
+H200_NEW = {
+    "bench_gemm.NaxGemm.time_nax_gemm": [2e-4, NAN, NAN],
+    "bench_gemm.NaxGemm.time_nax_gemm_chain": [1e-4, None, NAN],
+    "bench_gemm.CublasLtInt8.time_cublaslt_int8": [1e-4, 5e-5, NAN],
+    "bench_gemm.CublasLtInt8.time_cublaslt_int8_chain": [2.5e-5, 4e-5, NAN],
+    "bench_linear.MlxFp16.time_mlx_fp16_matmul": [4e-4, 8e-4, NAN],
+    "bench_gemm.NaxGemm.track_nax_gemm_tops": [1.0, 2.0, NAN],  # not a time: not shown
+}
+
+
+@pytest.fixture
+def results(tmp_path):
+    root = tmp_path / "results"
+    h200 = root / "h200"
+    write_result(h200, "a" * 40, 1_000, {"bench_gemm.NaxGemm.time_nax_gemm": [9.0, 9.0, NAN]})  # older commit
+    write_result(h200, "b" * 40, 2_000, H200_NEW)
+    (h200 / "machine.json").write_text(json.dumps({"machine": "h200", "gpu": "NVIDIA H200", "version": 1}))
+    # A machine with no declared ceilings, results at the CPU shape only, and a contender
+    # the page does not know (shown under its stem).
+    write_result(root / "mystery", "c" * 40, 3_000, {
+        "bench_gemm.NaxGemm.time_nax_gemm": [NAN, NAN, 1e-3],
+        "bench_x.Other.time_other_kernel": [NAN, NAN, 4e-3],
+    })
+    # A machine whose only file holds nothing but skips: no section at all.
+    write_result(root / "empty", "d" * 40, 4_000, {"bench_gemm.NaxGemm.time_nax_gemm": [NAN, NAN, NAN]})
+    return root
+
+
+@pytest.fixture
+def html_dir(tmp_path):
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "index.html").write_text(ASV_INDEX)
+    return html
+
+
+ASV_INDEX = """<html><head><script>
+      function js_load_failure() {
+        window.location = "error.html";
+      }
+</script></head><body><ul class="nav">
+\t<li id="nav-li-regressions"><a href="#/regressions">Regressions</a></li>
+</ul></body></html>"""
+
+
+# --- reading the page back --------------------------------------------------------------------
+
+class PageReader(HTMLParser):
+    """{(machine, shape): {"rows": {contender: row}, "bars": [(contender, mode, tops)]}}, where a
+    row is {"kind", "seconds": {mode: float|None}, "ratios": {peer: {mode: float}}, "text"}."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks, self.block, self.row, self.cell = {}, None, None, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        cls = a.get("class", "")
+        if tag == "div" and cls == "shape":
+            self.block = self.blocks.setdefault((a["data-machine"], a["data-shape"]), {"rows": {}, "bars": []})
+        elif self.block is None:
+            return
+        elif tag == "tr" and "data-contender" in a:
+            self.row = {"kind": cls, "seconds": {}, "ratios": {}, "text": ""}
+            assert a["data-contender"] not in self.block["rows"], "two rows for one contender"
+            self.block["rows"][a["data-contender"]] = self.row
+        elif tag == "td" and "seconds" in cls.split():
+            s = a["data-seconds"]
+            self.row["seconds"][a["data-mode"]] = None if s == "None" else float(s)
+        elif tag == "td" and "ratio" in cls.split() and "self" not in cls.split():
+            self.row["ratios"][a["data-peer"]] = {m: float(a[f"data-{m}"]) for m in site.MODES if f"data-{m}" in a}
+        elif tag == "rect" and "bar" in cls.split():
+            self.block["bars"].append((a["data-contender"], a["data-mode"], float(a["data-tops"])))
+
+    def handle_data(self, data):
+        if self.row is not None:
+            self.row["text"] += data
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self.row = None
+        elif tag == "div" and self.row is None:
+            pass
+
+
+def read_page(text: str) -> dict:
+    reader = PageReader()
+    reader.feed(text)
+    return reader.blocks
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-12)
+
+
+# What the page must say, computed from the synthetic inputs above.
+def expected_h200() -> dict:
+    ops16 = 2 * 16 * 4096 * 4096
+    ops64 = 2 * 64 * 4096 * 4096
+    return {
+        S16: {"nax-gemm": {"call": 2e-4, "chain": 1e-4}, "cublaslt-int8": {"call": 1e-4, "chain": 2.5e-5},
+              "mlx-fp16": {"call": 4e-4, "chain": None}, "_ops": ops16},
+        S64: {"cublaslt-int8": {"call": 5e-5, "chain": 4e-5}, "mlx-fp16": {"call": 8e-4, "chain": None},
+              "_ops": ops64},
+    }
+
+
+def assert_page(blocks: dict, machine: str, expected: dict, peers_of: set[str]) -> None:
+    """Every contender with a time has a row with exactly its times, one bar per timed mode with
+    TOPS = ops / time, and ratio cells = peer time / own time; every other contender is a
+    'missing' row with no bar. Raises AssertionError naming the first difference."""
+    for shape, want in expected.items():
+        block = blocks.get((machine, shape))
+        assert block is not None, f"no block for {machine} {shape}"
+        ops = want["_ops"]
+        timed = {c: t for c, t in want.items() if c != "_ops"}
+        for contender, row in block["rows"].items():
+            if contender not in timed:
+                assert row["kind"] == "missing", f"{contender} at {shape} shown with results"
+                assert not [b for b in block["bars"] if b[0] == contender], f"{contender} drawn though missing"
+        for contender, times in timed.items():
+            row = block["rows"].get(contender)
+            assert row is not None and row["kind"] == "result", f"{contender} at {shape}: no result row"
+            bars = {(b[1]): b[2] for b in block["bars"] if b[0] == contender}
+            for mode, t in times.items():
+                if t is None:
+                    assert row["seconds"][mode] is None and mode not in bars, f"{contender} {mode} not missing"
+                    assert "missing" in row["text"]
+                    continue
+                assert close(row["seconds"][mode], t), f"{contender} {mode}: {row['seconds'][mode]} != {t}"
+                assert mode in bars, f"{contender} at {shape}: no {mode} bar"
+                assert close(bars[mode], ops / t / 1e12), f"{contender} {mode} bar"
+            for peer in peers_of:
+                if peer == contender or peer not in timed:
+                    continue
+                cell = row["ratios"].get(peer)
+                assert cell is not None, f"{contender}: no ratio to {peer}"
+                for mode in site.MODES:
+                    mine, theirs = times.get(mode), timed[peer].get(mode)
+                    if mine is None or theirs is None:
+                        assert mode not in cell, f"{contender} vs {peer} {mode}: a ratio without two times"
+                    else:
+                        assert close(cell[mode], theirs / mine), \
+                            f"{contender} vs {peer} {mode}: {cell[mode]} != {theirs / mine}"
+            extra = set(row["ratios"]) - (peers_of & set(timed)) - {contender}
+            assert not extra, f"{contender}: ratios to {extra}, which have no time here"
+
+
+PEERS = {c.name for c in site.CONTENDERS if c.peer}
+
+
+# --- the tests --------------------------------------------------------------------------------
+
+def test_page_shows_the_latest_commit_with_exact_times_ratios_and_missing_rows(results, html_dir):
+    site.publish(html_dir, results)
+    page = (html_dir / "compare.html").read_text()
+    blocks = read_page(page)
+    assert_page(blocks, "h200", expected_h200(), PEERS)
+    # the older commit's 9-second nax-gemm is not shown; the newer commit is named
+    assert 'data-commit="' + "b" * 40 + '"' in page and "a" * 8 not in page
+    # nax-gemm at M = 64: skipped one call, failed chained: a missing row saying both
+    row = blocks[("h200", S64)]["rows"]["nax-gemm"]
+    assert row["kind"] == "missing" and "n/a (skipped)" in row["text"] and "failed" in row["text"]
+    # torch-int8 never ran at that commit; cider-raw neither: missing, not zero
+    assert "no result at this commit" in blocks[("h200", S16)]["rows"]["torch-int8"]["text"]
+    # the shape without any result on h200 gets no block; the machine with only skips no section
+    assert ("h200", "(16, 512, 512)") not in blocks
+    assert 'data-machine="empty"' not in page
+    # no script, nothing from outside
+    assert "<script" not in page and not re.search(r'(src|href)="(https?:)?//', page)
+
+
+def test_every_contender_of_the_suite_is_listed_on_every_machine(results, html_dir):
+    site.publish(html_dir, results)
+    blocks = read_page((html_dir / "compare.html").read_text())
+    # the suite's contenders in order, then an unknown benchmark stem under its own name, on
+    # every machine: where it has no result, as missing
+    names = [c.name for c in site.CONTENDERS] + ["other_kernel"]
+    assert list(blocks[("h200", S16)]["rows"]) == names
+    assert blocks[("h200", S16)]["rows"]["other_kernel"]["kind"] == "missing"
+    mystery = blocks[("mystery", "(16, 512, 512)")]
+    assert list(mystery["rows"]) == names and mystery["rows"]["other_kernel"]["kind"] == "result"
+    assert close(mystery["rows"]["nax-gemm"]["ratios"]["other_kernel"]["call"], 4e-3 / 1e-3)
+
+
+def test_tops_and_roofline_fraction_against_the_declared_ceilings(results, html_dir):
+    site.publish(html_dir, results)
+    data = json.loads((html_dir / "compare.json").read_text())
+    entries = {(e["shape"], e["contender"]): e for e in data["machines"]["h200"]["entries"]}
+    m, k, n = 16, 4096, 4096
+    ops = 2 * m * k * n
+    # int8 GEMM: A int8, B int8, C int32, each once; the H200 reads HBM at 4.56 TB/s
+    bytes_raw = m * k + n * k + 4 * m * n
+    ceiling = min(1979.0, 4.56 * ops / bytes_raw)
+    assert ceiling < 1979.0  # M = 16 is memory-bound on the H200
+    e = entries[(S16, "nax-gemm")]
+    assert e["bound"] == "memory" and close(e["ceiling_tops"], ceiling)
+    assert close(e["tops"]["call"], ops / 2e-4 / 1e12)
+    assert close(e["roofline"]["chain"], ops / 1e-4 / 1e12 / ceiling)
+    # float16 matmul: A, B and C float16, against the fp16 peak
+    f = entries[(S16, "mlx-fp16")]
+    assert close(f["ceiling_tops"], min(989.5, 4.56 * ops / (2 * m * k + 2 * n * k + 2 * m * n)))
+    assert f["roofline"]["chain"] is None and f["status"]["chain"] == "absent"
+    # no ceilings declared for machine "mystery": no fraction, and the page says why
+    mystery = [x for x in data["machines"]["mystery"]["entries"] if x["has_result"]]
+    assert mystery and all(x["roofline"]["call"] is None for x in mystery)
+    assert "no ceilings declared" in (results.parent / "html" / "compare.html").read_text()
+
+
+@pytest.mark.parametrize("damage", ["wrong ratio", "dropped series", "missing drawn as zero", "wrong time"])
+def test_the_page_check_catches_a_damaged_page(results, html_dir, damage):
+    site.publish(html_dir, results)
+    page = (html_dir / "compare.html").read_text()
+    if damage == "wrong ratio":
+        bad = re.sub(r'(data-peer="cublaslt-int8" data-call=")([^"]+)"',
+                     lambda mt: f'{mt.group(1)}{float(mt.group(2)) * 1.01!r}"', page, count=1)
+    elif damage == "dropped series":
+        bad = re.sub(r'<rect class="bar chain" data-contender="nax-gemm".*?</rect>', "", page, count=1)
+    elif damage == "missing drawn as zero":
+        bad = page.replace('<tr class="missing" data-contender="torch-int8">',
+                           '<tr class="result" data-contender="torch-int8">', 1)
+    else:
+        bad = page.replace('data-seconds="0.0002"', 'data-seconds="0.0003"', 1)
+    assert bad != page
+    assert_page(read_page(page), "h200", expected_h200(), PEERS)
+    with pytest.raises(AssertionError):
+        assert_page(read_page(bad), "h200", expected_h200(), PEERS)
+
+
+def test_a_wrong_generator_is_caught(results, html_dir, monkeypatch):
+    """The same check against the generator itself: a ratio computed upside down fails it."""
+    real = site.compare_machine
+
+    def upside_down(*args, **kwargs):
+        block = real(*args, **kwargs)
+        for sb in block.shapes:
+            for e in sb.entries:
+                for peer, modes in e.ratios.items():
+                    e.ratios[peer] = {m: (1 / r if r else r) for m, r in modes.items()}
+        return block
+
+    monkeypatch.setattr(site, "compare_machine", upside_down)
+    site.publish(html_dir, results)
+    with pytest.raises(AssertionError, match="vs"):
+        assert_page(read_page((html_dir / "compare.html").read_text()), "h200", expected_h200(), PEERS)
+
+
+def test_envs_of_one_commit_merge_a_number_over_a_skip(tmp_path, html_dir):
+    root = tmp_path / "results"
+    write_result(root / "h200", "e" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [NAN, 3e-4, NAN]},
+                 env="env-a", started=10)
+    write_result(root / "h200", "e" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [2e-4, NAN, NAN]},
+                 env="env-b", started=20)
+    site.publish(html_dir, root)
+    data = json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]
+    got = {e["shape"]: e["seconds"]["call"] for e in data["entries"] if e["contender"] == "nax-gemm"}
+    assert got == {S16: 2e-4, S64: 3e-4}
+    assert sorted(data["envs"]) == ["env-a", "env-b"]
+
+
+def test_only_commits_on_the_published_site_are_compared(results, html_dir):
+    # asv publish left the newest h200 commit out (not on asv's branches, e.g. a PR's results)
+    (html_dir / "index.json").write_text(json.dumps({"revision_to_hash": {"1": "a" * 40, "3": "c" * 40}}))
+    site.publish(html_dir, results)
+    data = json.loads((html_dir / "compare.json").read_text())["machines"]
+    assert data["h200"]["commit"] == "a" * 40 and data["mystery"]["commit"] == "c" * 40
+    got = {e["shape"]: e["seconds"]["call"] for e in data["h200"]["entries"] if e["has_result"]}
+    assert got == {S16: 9.0, S64: 9.0}
+
+
+def test_index_gets_one_link_and_the_offline_fallback(results, html_dir):
+    site.publish(html_dir, results)
+    site.publish(html_dir, results)  # twice: still one link
+    text = (html_dir / "index.html").read_text()
+    assert text.count('href="compare.html"') == 1
+    assert 'window.location = "compare.html#offline"' in text and '"error.html"' not in text
+    assert 'id="offline"' in (html_dir / "compare.html").read_text()
+
+
+def test_the_real_asv_index_is_linked(tmp_path):
+    spec = importlib.util.find_spec("asv")
+    if spec is None:
+        pytest.skip("asv is not installed (the bench or test extra)")
+    tmp = tmp_path / "index.html"
+    tmp.write_text((Path(spec.origin).parent / "www" / "index.html").read_text())
+    assert site.link_index(tmp) == ["link", "offline fallback"]
+    linked = tmp.read_text()
+    assert linked.count('id="nav-li-compare"') == 1 and "compare.html#offline" in linked
+
+
+def test_command_line(results, html_dir, tmp_path, capsys):
+    assert cli.main(["site", str(html_dir), "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "h200: 5" in out and (html_dir / "compare.json").is_file()  # 3 at M=16, 2 at M=64
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    assert cli.main(["site", str(empty), "--results", str(results)]) == 1
+    assert "run `asv publish` first" in capsys.readouterr().err
+    assert cli.main(["site", str(html_dir), "--results", str(tmp_path / "absent")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_broken_result_file_is_reported(tmp_path, html_dir):
+    root = tmp_path / "results" / "h200"
+    root.mkdir(parents=True)
+    (root / "x.json").write_text('{"commit_hash": "f"}')
+    with pytest.raises(site.SiteError, match="not an asv result file"):
+        site.publish(html_dir, root.parent)
+
+
+# --- the roster and the ceilings agree with the rest of the package ---------------------------
+
+def test_roster_matches_the_asv_suite_and_the_contenders():
+    sys.path.insert(0, str(REPO))
+    from benchmarks import bench_gemm, bench_linear, common
+
+    classes = [c for mod in (bench_gemm, bench_linear) for _, c in inspect.getmembers(mod, inspect.isclass)
+               if issubclass(c, common.ContenderBenchmark) and c is not common.ContenderBenchmark]
+    by_name = {c.name: c for c in site.CONTENDERS}
+    assert sorted(by_name) == sorted(contenders.CONTENDERS)
+    for cls in classes:
+        info = by_name[cls.contender]
+        names = {n for n in vars(cls) if n.startswith(("time_", "track_"))}
+        assert names == {f"time_{info.stem}", f"time_{info.stem}_chain", f"track_{info.stem}_tops"}, cls
+        # raw contenders move int8 A and B and an int32 output; full ones float activations in and out
+        if contenders.CONTENDERS[cls.contender].kind == "raw":
+            assert (info.fmt.arithmetic, info.fmt.a, info.fmt.b, info.fmt.out) == ("int8", 1, 1, 4), cls
+        else:
+            assert info.fmt.a in (2, 4) and info.fmt.out in (2, 4), cls
+    assert not by_name["nax-gemm"].peer and not by_name["nax-full"].peer
+    assert all(c.peer for c in site.CONTENDERS if not c.name.startswith("nax-"))
+
+
+def test_ceilings_are_not_used_for_other_hardware_under_a_declared_name(results, html_dir):
+    (results / "h200" / "machine.json").write_text(json.dumps({"machine": "h200", "gpu": "NVIDIA A100"}))
+    site.publish(html_dir, results)
+    entries = json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]["entries"]
+    assert all(e["roofline"]["call"] is None for e in entries)
+    assert "for other hardware: machine.json says gpu &#x27;NVIDIA A100&#x27;" in (html_dir / "compare.html").read_text()
+    assert machines.match("h200", {"gpu": "NVIDIA H200"})[0] is machines.H200
+    assert machines.match("cpu-2core", {"cpu": "Intel(R) Xeon(R)", "num_cpu": "2"})[0] is None
+
+
+def test_ceilings_lookup_and_roofline():
+    assert machines.lookup("h200") is machines.H200 and machines.lookup("int8nax-cuda") is machines.H200
+    assert machines.lookup("no-such-box") is None
+    c = machines.H200.device
+    assert c.compute_tops["int8"] == 1979.0 and c.memory_tbps == 4.56
+    # compute-bound at 8192^3 (int8), memory-bound at M = 1
+    big = machines.attainable_tops(c, "int8", 2 * 8192 ** 3, 3 * 8192 ** 2)
+    assert big == (1979.0, "compute")
+    small = machines.attainable_tops(c, "int8", 2 * 4096 * 4096, 4096 * 4096 + 2 * 4096 + 4 * 4096)
+    assert small[1] == "memory" and close(small[0], 4.56 * 2 * 4096 * 4096 / (4096 * 4096 + 6 * 4096))
+    # no bandwidth declared (the M5 estimate): compute only; no fp32 on the H200's device
+    assert machines.attainable_tops(machines.M5_MAX.device, "int8", 1.0, 1e9) == (130.0, "compute")
+    assert machines.attainable_tops(c, "fp32", 1.0, 1.0) is None
+    with pytest.raises(ValueError, match="attainable_tops: fmt"):
+        machines.attainable_tops(c, "int4", 1.0, 1.0)
+    for m in machines.MACHINES.values():
+        for ceilings in (m.device, m.host):
+            if ceilings is None:
+                continue
+            assert set(ceilings.compute_tops) <= set(machines.FORMATS)
+            assert set(ceilings.compute_tops) | {"memory"} <= set(ceilings.sources), m.name
+    assert machines.M5_MAX.device.estimate and "ESTIMATE" in machines.M5_MAX.description
+
+
+# --- offline, in a real browser ----------------------------------------------------------------
+
+def test_offline_the_unvendored_index_falls_back_to_the_comparison_page(results, tmp_path):
+    """asv's real index.html (CDN links) opened where no host resolves: it must land on
+    compare.html#offline with the notice shown and the tables there (headless Chromium)."""
+    asv_site = _browser_or_skip()
+    html = tmp_path / "site"
+    shutil.copytree(Path(importlib.util.find_spec("asv").origin).parent / "www", html)
+    site.publish(html, results)
+    report = asv_site.check_offline(html)
+    assert report == {"vendored": False, "page": "compare", "hash": "#offline", "notice": True, "rows": 7}  # h200 3 + 2, mystery 2
+
+
+def _browser_or_skip():
+    sys.path.insert(0, str(REPO / "tools"))
+    import asv_site
+
+    missing = [m for m in ("asv", "selenium") if importlib.util.find_spec(m) is None]
+    try:
+        asv_site.find_browser()
+    except asv_site.SiteError as exc:
+        missing.append(str(exc))
+    if shutil.which("git") is None:
+        missing.append("git")
+    if missing:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"missing, and CI=true requires it: {missing}")
+        pytest.skip(f"missing: {missing}")
+    return asv_site
+
+
+@pytest.fixture
+def published(tmp_path):
+    """A real `asv publish` of synthetic results (a one-commit git repository), then int8nax site."""
+    asv_site = _browser_or_skip()
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q", "-b", "main"], check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "one"], check=True)
+    commit = subprocess.run(git[:3] + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    (repo / "asv.conf.json").write_text(json.dumps({
+        "version": 1, "project": "x", "project_url": "", "repo": ".", "branches": ["main"], "dvcs": "git",
+        "environment_type": "virtualenv", "results_dir": "results", "html_dir": "html"}))
+    template = {"code": "", "min_run_count": 2, "number": 0, "param_names": ["(M, K, N)"], "params": [SHAPES],
+                "repeat": 0, "rounds": 2, "sample_time": 0.01, "timeout": 600, "type": "time",
+                "unit": "seconds", "version": "1", "warmup_time": -1}
+    benches = {b: {**template, "name": b} for b in H200_NEW if ".time_" in b}
+    (repo / "results").mkdir()
+    (repo / "results" / "benchmarks.json").write_text(json.dumps({**benches, "version": 2}))
+    write_result(repo / "results" / "h200", commit, 1_000, {b: v for b, v in H200_NEW.items() if b in benches})
+    (repo / "results" / "h200" / "machine.json").write_text(json.dumps({"machine": "h200", "version": 1}))
+    subprocess.run([sys.executable, "-m", "asv", "publish"], cwd=repo, check=True, capture_output=True)
+    html = repo / "html"
+    site.publish(html, repo / "results")
+    return asv_site, html
+
+
+def _check_compare(asv_site, html):
+    server, url = asv_site.serve(html)
+    driver = asv_site.browser()
+    problems = []
+    try:
+        index = json.loads((html / "index.json").read_text())
+        report = asv_site.check_compare(html, index, driver, url, None, problems)
+    finally:
+        driver.quit()
+        server.shutdown()
+    return report, problems
+
+
+def test_browser_check_of_the_page_against_asvs_graphs(published):
+    asv_site, html = published
+    report, problems = _check_compare(asv_site, html)
+    assert problems == [] and report["entries"] == 5 and report["bars"] == 8  # 3 + 2 rows; chain: 2 + 2 bars
+
+    page = (html / "compare.html").read_text()
+    data = (html / "compare.json").read_text()
+    # a ratio off by 1 %, and a dropped row, on the page
+    bad = re.sub(r'(data-peer="cublaslt-int8" data-call=")([^"]+)"',
+                 lambda mt: f'{mt.group(1)}{float(mt.group(2)) * 1.01!r}"', page, count=1)
+    bad = re.sub(r'<tr class="result" data-contender="mlx-fp16">.*?</tr>', "", bad, count=1)
+    (html / "compare.html").write_text(bad)
+    _, problems = _check_compare(asv_site, html)
+    assert any("vs cublaslt-int8 (call)" in p for p in problems), problems
+    assert any("no row for mlx-fp16" in p for p in problems), problems
+    # a series asv published that compare.json (and so the page) lacks
+    (html / "compare.html").write_text(page)
+    broken = json.loads(data)
+    broken["machines"]["h200"]["entries"] = [e for e in broken["machines"]["h200"]["entries"]
+                                             if not (e["contender"] == "cublaslt-int8" and e["shape"] == S64)]
+    (html / "compare.json").write_text(json.dumps(broken))
+    _, problems = _check_compare(asv_site, html)
+    assert any("time_cublaslt_int8 at (64, 4096, 4096)" in p and "no entry" in p for p in problems), problems
+    # a whole machine left out
+    broken["machines"].pop("h200")
+    (html / "compare.json").write_text(json.dumps(broken))
+    _, problems = _check_compare(asv_site, html)
+    assert any("no section for it" in p for p in problems), problems
