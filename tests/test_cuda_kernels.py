@@ -8,7 +8,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import backends, tiling
+from int8nax import backends, quant, tiling
 from int8nax.reference import int8_matmul_ref, to_numpy, ulp, w8a8_linear_ref
 
 from conftest import random_int8
@@ -205,3 +205,6 @@ def test_tiny_and_normal_rows_follow_the_spec(rng, k):
     want_q, want_s = _spec_codes(x32)
     assert np.array_equal(np.array(s), want_s)
     assert np.array_equal(np.array(q), want_q)
+    # ... and int8nax.quant, the definition, agrees with this test's reading of the spec.
+    ref_q, ref_s = quant.quantize_activations_np(x32)
+    assert np.array_equal(ref_q, want_q) and np.array_equal(ref_s, want_s)
