@@ -141,6 +141,7 @@ def test_timing_helpers():
 
 @pytest.mark.parametrize("name", ["nax-gemm", "nax-full", "mlx-fp16", "numpy-sgemm"])
 def test_a_chain_feeds_each_call_from_the_previous_one_and_gives_the_same_answer(name):
+    # The link adds 0 times a column of the previous output: the answer must not change.
     prepared = contenders.get(name).ready(*TINY)
     calls = []
     real_call = prepared.call
@@ -151,14 +152,18 @@ def test_a_chain_feeds_each_call_from_the_previous_one_and_gives_the_same_answer
     assert calls[0] is None and all(c is not None for c in calls[1:]) and len(calls) == 3
 
 
-def test_mlx_chain_links_are_graph_dependencies():
-    # mx.depends: the second call's input waits for the first call's output, so a GPU cannot
-    # run them concurrently; nothing is copied (same values).
+def test_a_chain_link_is_a_real_data_edge():
+    # Each call's input is computed from the previous output (not merely ordered after it):
+    # a NaN planted in the previous output's first column reaches the next output. An edge
+    # that a GPU could ignore (mx.depends on MLX's CUDA backend) would leave it clean.
     prepared = contenders.get("mlx-fp16").ready(*TINY)
     first = prepared.call(None)
-    second = prepared.call(first)
-    mx.eval(second)
-    assert np.array_equal(np.array(first), np.array(second))
+    mx.eval(first)
+    poisoned = mx.array(np.where(np.arange(TINY[2]) == 0, np.nan, np.array(first)).astype(np.float16))
+    second = prepared.call(poisoned)
+    assert np.isnan(np.array(second)).all()
+    clean = prepared.call(first)
+    assert np.array_equal(np.array(clean), np.array(first))  # same values otherwise
 
 
 def test_timing_modes():

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Record several commits of main on an offline GPU box in one go, oldest first.
+#
+#   TREES=<dir> [MACHINE=h200] [OUT=<dir>] tools/asv_offline_commits.sh [asv run args...]
+#
+# TREES holds one folder per commit, named <40-hex sha>-<commit date as unix seconds>, each a
+# `git archive` of that commit (make them where git is: see docs/benchmarking.md). Each is run
+# with tools/asv_offline_gpu.sh from that commit's own tree (its suite and its src/), and the
+# result files are gathered into .asv/results/$MACHINE of this checkout, with the newest
+# benchmarks.json. A commit whose run fails is reported and the others still run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${TREES:?set TREES to a folder of <sha>-<date> commit trees}"
+MACHINE=${MACHINE:-h200}
+here=$PWD
+mkdir -p ".asv/results/$MACHINE"
+status=0
+for tree in $(ls -d "$TREES"/*/ | sort -t- -k2 -n); do
+  name=$(basename "$tree")
+  sha=${name%%-*}
+  date=${name##*-}
+  echo "=== $sha (committed $(date -u -d @"$date" +%F\ %T 2>/dev/null || echo "$date"))"
+  start=$(date +%s)
+  # Earlier results of this commit merge into the new run (asv_offline_gpu.sh refiles them).
+  mkdir -p "$tree/.asv/results/$MACHINE"
+  cp "$here/.asv/results/$MACHINE/${sha:0:8}"-*.json "$tree/.asv/results/$MACHINE/" 2>/dev/null
+  (cd "$tree" && SHA=$sha COMMIT_DATE=$date MACHINE=$MACHINE bash tools/asv_offline_gpu.sh "$@")
+  rc=$?
+  [ "$rc" -eq 0 ] || { echo "asv_offline_commits: $sha: asv_offline_gpu.sh exited $rc"; status=$rc; }
+  cp "$tree/.asv/results/$MACHINE/"*.json "$here/.asv/results/$MACHINE/" 2>/dev/null
+  cp "$tree/.asv/results/benchmarks.json" "$here/.asv/results/benchmarks.json" 2>/dev/null
+  cp "$tree/.asv/asv-run-$MACHINE.log" "$here/.asv/asv-run-$MACHINE-${sha:0:8}.log" 2>/dev/null
+  echo "=== $sha: $(( $(date +%s) - start )) s"
+done
+exit "$status"
