@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Record several commits of main on an offline GPU box in one go, oldest first.
+# Record several commits of main on an offline GPU box in one go, newest first (so that a
+# time limit cuts the oldest).
 #
 #   TREES=<dir> [MACHINE=h200] [OUT=<dir>] tools/asv_offline_commits.sh [asv run args...]
 #
 # TREES holds one folder per commit, named <40-hex sha>-<commit date as unix seconds>, each a
 # `git archive` of that commit (make them where git is: see docs/benchmarking.md). Each is run
-# with tools/asv_offline_gpu.sh from that commit's own tree (its suite and its src/), and the
+# from its own tree (that commit's suite and src/) by this checkout's tools/asv_offline_gpu.sh
+# (the runner is tooling, not code under test, so every commit gets the same one), and the
 # result files are gathered into .asv/results/$MACHINE of this checkout, with the newest
 # benchmarks.json. A commit whose run fails is reported and the others still run.
 set -uo pipefail
@@ -15,7 +17,7 @@ MACHINE=${MACHINE:-h200}
 here=$PWD
 mkdir -p ".asv/results/$MACHINE"
 status=0
-for tree in $(ls -d "$TREES"/*/ | sort -t- -k2 -n); do
+for tree in $(ls -d "$TREES"/*/ | sort -t- -k2 -n -r); do
   name=$(basename "$tree")
   sha=${name%%-*}
   date=${name##*-}
@@ -24,6 +26,7 @@ for tree in $(ls -d "$TREES"/*/ | sort -t- -k2 -n); do
   # Earlier results of this commit merge into the new run (asv_offline_gpu.sh refiles them).
   mkdir -p "$tree/.asv/results/$MACHINE"
   cp "$here/.asv/results/$MACHINE/${sha:0:8}"-*.json "$tree/.asv/results/$MACHINE/" 2>/dev/null
+  cp "$here/tools/asv_offline_gpu.sh" "$tree/tools/asv_offline_gpu.sh"
   (cd "$tree" && SHA=$sha COMMIT_DATE=$date MACHINE=$MACHINE bash tools/asv_offline_gpu.sh "$@")
   rc=$?
   [ "$rc" -eq 0 ] || { echo "asv_offline_commits: $sha: asv_offline_gpu.sh exited $rc"; status=$rc; }

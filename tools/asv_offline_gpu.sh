@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the asv suite on a CUDA box that has no network, in the Python that is already there.
 #
-#   [SHA=<commit>] [MACHINE=h200] [BENCH='NaxGemm|NaxFull'] tools/asv_offline_gpu.sh [asv run args...]
+#   [SHA=<commit>] [MACHINE=h200] [BENCH='NaxGemm|NaxFull'] [METHODS='time_\w+'] tools/asv_offline_gpu.sh [asv run args...]
 #
 # Needs: python3 (or $PYTHON) importing mlx (mlx-cuda-13) and asv; torch is optional (the
 # cuBLASLt baseline). int8nax itself comes from this checkout's src/. It runs
@@ -23,6 +23,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 MACHINE=${MACHINE:-h200}
 BENCH=${BENCH:-.}
+METHODS=${METHODS:-\w+}   # a regex of method names: 'time_\w+' leaves the TOPS tracks out
 py=$(command -v "$PYTHON") || { echo "asv_offline_gpu: no $PYTHON on PATH" >&2; exit 2; }
 command -v git >/dev/null || { echo "asv_offline_gpu: asv needs git, which is not on PATH" >&2; exit 2; }
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -39,7 +40,7 @@ print(f"mlx {mx.__version__}, default device {mx.default_device()}, {mx.device_i
 PY
 
 # The -b regex: available contenders' classes x this profile's shapes.
-regex=$("$py" - "$BENCH" <<'PY'
+regex=$("$py" - "$BENCH" "$METHODS" <<'PY'
 import re, sys
 sys.path.insert(0, ".")
 from int8nax.bench import problems
@@ -73,7 +74,7 @@ for module in (bench_gemm, bench_linear):
 if not classes:
     sys.exit(f"asv_offline_gpu: no runnable benchmark class matches {sys.argv[1]!r}")
 shapes = "|".join(re.escape(", ".join(map(str, s))) for s in problems.profile_shapes())
-print(rf"^bench_\w+\.(?:{'|'.join(classes)})\.\w+\(\((?:{shapes})\)\)$")
+print(rf"^bench_\w+\.(?:{'|'.join(classes)})\.(?:{sys.argv[2]})\(\((?:{shapes})\)\)$")
 PY
 )
 echo "benchmarks: $regex"
