@@ -109,13 +109,20 @@ def _evaluated(*arrays: mx.array) -> tuple[mx.array, ...]:
     return arrays
 
 
+@mx.compile
+def _link(x: mx.array, prev: mx.array) -> mx.array:
+    # compiled: the slice, multiply, cast and add fuse into one elementwise kernel (uncompiled
+    # they were 3-4 graph nodes per call, which dominated a chain at small M on the H200)
+    return x + (prev[:, :1] * 0).astype(x.dtype)
+
+
 def _after(x: mx.array, prev) -> mx.array:
     """x, made from `prev` (the previous call's output) by one elementwise pass: the link of a
     dependent chain. The values are x's (it adds 0 times one column of prev), but the data
     edge forces the GPU to finish the previous call first. mx.depends would be free, but on
     MLX's CUDA backend it orders nothing on the device (two dependent 150 µs kernels were
     seen to finish in 235 µs, 2026-12-01), so a chain built with it would flatter."""
-    return x if prev is None else x + (prev[:, :1] * 0).astype(x.dtype)
+    return x if prev is None else _link(x, prev)
 
 
 def _mlx(op: Callable[[mx.array], mx.array], first: mx.array, check, detail: str, lazy: bool = True) -> Prepared:
@@ -200,14 +207,13 @@ def _mlx_q8(shape: Shape, backend: str | None = None) -> Prepared:
 
 # --- contenders outside MLX ------------------------------------------------------------------
 
-def _torch_link(a, prev):
-    """The chain link of the torch contenders, the same elementwise pass as _after's."""
-    return a if prev is None else a + (prev[:, :1] * 0).to(a.dtype)
-
+# The torch contenders need no link: kernels on one CUDA stream run one after the other, so
+# their chain is already dependent in execution (and it spares them the link's pass, which
+# favours the peer, never int8nax).
 
 def _torch_int8(shape: Shape, backend: str | None = None) -> Prepared:
     call, sync, detail = torch_int.prepare_int_mm(*raw_problem(*shape))
-    return Prepared(lambda prev: call(_torch_link, prev), lambda out: sync(),
+    return Prepared(lambda prev: call(), lambda out: sync(),
                     lambda out: checks.check_exact("torch-int8", shape, out, raw_expected(*shape)),
                     detail, lazy=False)
 
@@ -218,8 +224,7 @@ def _cublaslt_int8(shape: Shape, backend: str | None = None) -> Prepared:
     except ImportError as exc:  # the module arrives with the CUDA work; absent means unavailable
         raise Unavailable(f"the cuBLASLt adapter cannot be imported: {exc}") from None
     gemm = cublaslt.prepare(*raw_problem(*shape))
-    return Prepared(lambda prev: gemm.call(None if prev is None else _torch_link(gemm.a, prev)),
-                    lambda out: gemm.sync(),
+    return Prepared(lambda prev: gemm.call(), lambda out: gemm.sync(),
                     lambda out: checks.check_exact("cublaslt-int8", shape, out, raw_expected(*shape)),
                     gemm.describe(), lazy=False)
 

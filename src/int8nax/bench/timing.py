@@ -2,12 +2,12 @@
 
     call    one call, then block until its output is computed (the seed's method; on MLX
             mostly MLX's per-evaluation cost at small M)
-    chain   per call in a dependent chain: `calls` calls, each taking its first input from
-            the previous output through one elementwise pass (contenders._after; the same
-            pass for every contender, MLX's and torch's), and one block at the end: what a
-            model's forward pass sees, an activation function between layers included. The
-            data edge keeps a GPU from running the calls concurrently, which independent
-            queued calls may do and which would flatter.
+    chain   per call in a dependent chain: `calls` calls and one block at the end: what a
+            model's forward pass sees. An MLX contender takes each call's first input from
+            the previous output through one fused elementwise pass (contenders._after), a
+            data edge that keeps the GPU from running the calls concurrently, which
+            independent queued calls may do and which would flatter; torch's calls on one
+            stream run in order already and pay no such pass.
     host    per call, the host's time to build one lazy call without evaluating it (MLX
             contenders only; the graph is evaluated afterwards, outside the timing)
 

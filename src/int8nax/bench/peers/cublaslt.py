@@ -331,13 +331,10 @@ class Prepared:
     config: dict
     candidates_us: list = field(default_factory=list)
 
-    def call(self, a=None):
-        """Enqueue out = a . b^T on torch's current stream and return out (not synchronized);
-        `a` (a contiguous torch int8 [M, K] on the GPU, default the prepared one) lets a
-        dependent chain feed each call from the previous one."""
+    def call(self):
+        """Enqueue out = a . b^T on torch's current stream and return out (not synchronized)."""
         stream = self.library.torch.cuda.current_stream().cuda_stream
-        a = self.a if a is None else a
-        self.lt.matmul(self.algo, a.data_ptr(), self.b.data_ptr(), self.out.data_ptr(),
+        self.lt.matmul(self.algo, self.a.data_ptr(), self.b.data_ptr(), self.out.data_ptr(),
                        self.workspace.data_ptr(), stream)
         return self.out
 

@@ -48,9 +48,9 @@ def check_shape(m: int, k: int, n: int) -> None:
 def prepare_int_mm(a: np.ndarray, b_nk: np.ndarray):
     """(call, sync, detail) for int32 [M, N] = a @ b_nk.T on the GPU.
 
-    a: int8 [M, K]; b_nk: int8 [N, K]. call(link=None, prev=None) enqueues one product on
-    torch's current stream and returns the int32 tensor, its first operand being
-    link(a, prev) when a link is given (a dependent chain); sync() waits for the stream.
+    a: int8 [M, K]; b_nk: int8 [N, K]. call() enqueues one product on torch's current
+    stream and returns the int32 tensor; sync() waits for the stream. Calls on one stream run
+    in order, so consecutive calls already form a dependent chain.
     """
     torch = load()
     m, k = a.shape
@@ -62,8 +62,8 @@ def prepare_int_mm(a: np.ndarray, b_nk: np.ndarray):
     b_col_major = b_dev.t()  # [K, N] view with column-major strides: cuBLASLt's fast layout
     torch.cuda.synchronize()
 
-    def call(link=None, prev=None):
-        return torch._int_mm(a_dev if link is None else link(a_dev, prev), b_col_major)
+    def call():
+        return torch._int_mm(a_dev, b_col_major)
 
     detail = (f"torch {torch.__version__}, torch._int_mm (cuBLASLt without workspace: torch's path) "
               f"on {torch.cuda.get_device_name()}")
