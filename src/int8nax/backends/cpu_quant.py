@@ -1,0 +1,138 @@
+"""Fast CPU quantization and dequantization for the W8A8 path (numpy, few passes).
+
+int8nax.quant is the definition of the numerics; this module computes the same codes
+and scales bit for bit in fewer passes over memory (tests/test_cpu_quant.py holds it to
+that on random, tie, NaN/inf and tiny rows), and hands every row it does not treat
+itself (NaN/inf rows, rows whose scale is below float32's smallest normal) to
+quant.quantize_activations_np, so such rows follow the definition whatever it becomes.
+
+Rounding half away from zero in one add and one truncation: for float32 v with
+|v| < 2**22, trunc(v + copysign(0.5 - 2**-25, v)) equals round_half_away(v). Adding
+exactly 0.5 is wrong for v = 0.5 - 2**-25 (the sum rounds up to 1.0); adding the float32
+just below 0.5 sends true ties n + 0.5 to n + 1 (the sum n + 1 - 2**-25 rounds up, for
+n = 0 by ties-to-even) and leaves every value below a tie below the next integer. Checked
+on every float32 in [0, 128] (tests/test_cpu_quant.py samples it; docs/results/cpu-2026-12-01.md
+says how the exhaustive pass ran). A regular row's codes need no clip: |x| <= absmax
+makes |x * fl(1/fl(absmax/127))| <= 127 * (1 + 2**-24)**3 < 127.5.
+
+Dequantization y = acc * s_x[m] * s_w[n] (+ bias[n]) runs in float64 (no intermediate
+can overflow or lose bits: |acc| < 2**31 and float32 scales lie in [2**-149, 2**128)),
+is rounded once to float32, and float16/bfloat16 are then rounded by MLX from float32.
+Rounding twice can differ from rounding once only where the float32 value is exactly
+halfway between two values of the output dtype (or, for float16, in its subnormal
+range); those few elements are rounded from float64 directly, so the result is the
+correctly rounded float64 value, and inf appears only where that exceeds the dtype.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from .. import quant
+
+_BELOW_HALF = np.float32(0.5) - np.float32(2.0**-25)
+_SMALLEST_NORMAL = np.float32(2.0**-126)
+
+
+def to_float32(x: mx.array) -> np.ndarray:
+    """numpy float32 [R, K] of an MLX float array (MLX widens float16/bfloat16: faster than numpy)."""
+    if x.dtype != mx.float32:
+        x = x.astype(mx.float32)
+    return np.asarray(x)
+
+
+def quantize_rows(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token codes and scales of float32 [R, K]: (int8 [R, K], float32 [R]), bit-identical
+    to quant.quantize_activations_np."""
+    rows, k = x32.shape
+    if rows == 0 or k == 0:
+        return quant.quantize_activations_np(x32)
+    # max(max x, -min x) is max |x| without a temporary |x|; NaN propagates through both.
+    absmax = np.maximum(x32.max(axis=1), -x32.min(axis=1))
+    scale = (absmax / np.float32(quant.QMAX)).astype(np.float32)
+    scale[scale == 0] = 1
+    regular = np.isfinite(scale) & (scale >= _SMALLEST_NORMAL)
+    inv = np.float32(1) / np.where(regular, scale, np.float32(1))
+    inv[~regular] = 0
+    with np.errstate(invalid="ignore"):  # inf * 0 in rows handled below
+        v = x32 * inv[:, None]
+        v += np.copysign(_BELOW_HALF, v)
+        q = v.astype(np.int8)  # truncation toward zero
+    if not regular.all():
+        odd = np.flatnonzero(~regular)
+        with np.errstate(invalid="ignore"):
+            q_odd, s_odd = quant.quantize_activations_np(np.ascontiguousarray(x32[odd]))
+        q[odd] = q_odd
+        scale[odd] = s_odd
+    return q, scale
+
+
+def _round_f64_to(y64: np.ndarray, dtype) -> np.ndarray:
+    """Correctly rounded float16/bfloat16 values of float64 y64 (1-D), as float32."""
+    if dtype == mx.float16:
+        with np.errstate(over="ignore"):
+            return y64.astype(np.float16).astype(np.float32)
+    # bfloat16: round to odd into float32 (exact enough: 16 spare bits), then to nearest even.
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = y64.astype(np.float32)
+        back = r.astype(np.float64)
+    bits = r.view(np.uint32).copy()
+    inexact = back != y64
+    even = (bits & 1) == 0
+    fix = inexact & even & np.isfinite(back)
+    # r is even and inexact: the odd neighbour on y64's side. Away from zero is +1 in the
+    # magnitude bits, toward zero -1; r = +-inf from overflow needs no fix (beyond bfloat16 too).
+    away = np.abs(y64) > np.abs(back)
+    bits[fix & away] += 1
+    bits[fix & ~away] -= 1
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16) << 16
+    keep = ~np.isfinite(r)  # inf and NaN stay as they are
+    rounded[keep] = r.view(np.uint32)[keep]
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def _fix_double_rounding(y32: np.ndarray, y64: np.ndarray, dtype) -> None:
+    """Replace, in place, the float32 values whose rounding to `dtype` would differ from
+    rounding y64 directly (see the module docstring)."""
+    bits = y32.view(np.uint32)
+    if dtype == mx.bfloat16:
+        suspect = (bits & np.uint32(0xFFFF)) == np.uint32(0x8000)
+    else:
+        suspect = (bits & np.uint32(0x1FFF)) == np.uint32(0x1000)
+        magnitude = bits & np.uint32(0x7FFFFFFF)
+        magnitude -= np.uint32(1)  # zero wraps to 2**32 - 1: exact, not suspect
+        suspect |= magnitude < np.uint32(0x38800000 - 1)  # below float16's smallest normal 2**-14
+    where = np.flatnonzero(suspect)
+    if where.size:
+        y32.reshape(-1)[where] = _round_f64_to(y64.reshape(-1)[where], dtype)
+
+
+def dequantize(acc: np.ndarray, scale_x: np.ndarray, scale_w: np.ndarray, bias, dtype) -> mx.array:
+    """y [M, N] = acc * scale_x[m] * scale_w[n] (+ bias[n]) in `dtype`, correctly rounded
+    from float64.
+
+    acc: int32 [M, N] (C-contiguous, or the transpose of a C-contiguous [N, M]); scale_x
+    float32 [M]; scale_w float32 [N]; bias None or float [N] (numpy).
+    """
+    transposed = not acc.flags.c_contiguous and acc.T.flags.c_contiguous
+    sx = scale_x.astype(np.float64)
+    sw = scale_w.astype(np.float64)
+    if transposed:  # work on [N, M] in memory order, same arithmetic
+        y64 = acc.T * sx[None, :]
+        y64 *= sw[:, None]
+        if bias is not None:
+            y64 += bias.astype(np.float64)[:, None]
+    else:
+        y64 = np.ascontiguousarray(acc) * sx[:, None]
+        y64 *= sw[None, :]
+        if bias is not None:
+            y64 += bias.astype(np.float64)[None, :]
+    with np.errstate(over="ignore"):  # beyond float32: inf, as documented
+        y32 = y64.astype(np.float32)
+    if dtype != mx.float32:
+        _fix_double_rounding(y32, y64, dtype)
+    out = mx.array(y32)
+    if transposed:
+        out = out.T
+    return out if dtype == mx.float32 else out.astype(dtype)
