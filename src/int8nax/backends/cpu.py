@@ -69,12 +69,14 @@ class PreparedWeights:
 
     Cost per weight [N, K] with the onnx engine: one transpose of N*K bytes and an
     onnxruntime session holding the packed weight, ~0.1 s and ~2x the weight's bytes for
-    4096 x 4096; the numpy engine keeps a contiguous int8 view (no copy when contiguous).
+    4096 x 4096. The numpy engine prepares nothing.
     """
 
     def __init__(self):
         self._entries: dict[tuple[str, int], tuple[weakref.ref, object]] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: dropping an entry can free an array whose weak-reference callback
+        # (drop, below) takes the lock again in the same thread.
+        self._lock = threading.RLock()
 
     def get(self, engine, w: mx.array):
         key = (engine.name, id(w))
@@ -135,7 +137,7 @@ class CPUBackend(Backend):
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         engine = serving_engine()
         q, scale_x = cpu_quant.quantize_rows(cpu_quant.to_float32(x))
-        if os.environ.get(PREPARE_ENV_VAR, "1") == "0":
+        if not engine.prepares or os.environ.get(PREPARE_ENV_VAR, "1") == "0":
             acc = gemm_exact(q, _int8_numpy(w))
         else:
             acc = engine.matmul_prepared(q, PREPARED.get(engine, w))

@@ -5,6 +5,7 @@ An engine computes the exact int8 product on numpy arrays:
     matmul(a int8 [M, K], b int8 [N, K]) -> int32 [M, N]        (a @ b.T; may be a view)
     prepare(b int8 [N, K]) -> prepared                          (for weights used again)
     matmul_prepared(a int8 [M, K], prepared) -> int32 [M, N]
+    prepares: bool                                              (False: the backend never prepares)
 
 Engines, fastest first:
 - "onnx": onnxruntime's MatMulInteger on the CPU's int8 units (cpu_onnx), served only
@@ -68,10 +69,13 @@ class NumpyEngine:
                 acc += part.astype(np.int32)
         return acc
 
+    prepares = False
+    """Nothing to gain from preparing: converting b's blocks to float32 is a small part of
+    this engine's time, and a float32 copy would hold 4x the weight's bytes. The backend
+    runs the stateless product for it."""
+
     def prepare(self, b: np.ndarray) -> np.ndarray:
-        # Nothing to gain: converting b's blocks to float32 is a small part of this engine's
-        # time, and a float32 copy would hold 4x the weight's bytes.
-        return np.ascontiguousarray(b)
+        return np.array(b)  # a copy: it must not keep the caller's array alive
 
     def matmul_prepared(self, a: np.ndarray, prepared: np.ndarray) -> np.ndarray:
         return self.matmul(a, prepared)

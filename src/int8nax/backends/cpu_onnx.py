@@ -137,6 +137,7 @@ class OnnxEngine:
     """Exact int8 GEMM through onnxruntime's MatMulInteger (see the module docstring)."""
 
     name = NAME
+    prepares = True
 
     def __init__(self):
         self._ort = None
