@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from int8nax import quant
-from int8nax.backends import cpu, cpu_quant
+from int8nax.backends import cpu, cpu_engines, cpu_quant
 
 
 def assert_same_as_definition(x32: np.ndarray) -> None:
@@ -112,12 +112,28 @@ def expected(y64: np.ndarray, dtype) -> np.ndarray:
     return np.vectorize(bf16_round, otypes=[np.float64])(y64)
 
 
-def dequant(acc, sx, sw, bias, dtype) -> np.ndarray:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        y = cpu_quant.dequantize(acc, sx, sw, bias, dtype)
-    assert y.dtype == dtype and tuple(y.shape) == acc.shape
-    return np.array(y.astype(mx.float32)).astype(np.float64)
+def _casters():
+    casters = [pytest.param(cpu_engines.NumpyEngine().float16, id="f16-numpy")]
+    status = cpu_engines.engine_status("onnx")
+    if status.engine is not None:
+        casters.append(pytest.param(status.engine.float16, id="f16-onnx"))
+    return casters
+
+
+@pytest.fixture(params=_casters())
+def to_float16(request):
+    return request.param
+
+
+@pytest.fixture
+def dequant(to_float16):
+    def run(acc, sx, sw, bias, dtype) -> np.ndarray:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            y = cpu_quant.dequantize(acc, sx, sw, bias, dtype, to_float16)
+        assert y.dtype == dtype and tuple(y.shape) == acc.shape
+        return np.array(y.astype(mx.float32)).astype(np.float64)
+    return run
 
 
 def model(acc, sx, sw, bias):
@@ -128,7 +144,7 @@ def model(acc, sx, sw, bias):
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float32])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_dequantize_is_correctly_rounded(rng, dtype, with_bias, transposed):
+def test_dequantize_is_correctly_rounded(dequant, rng, dtype, with_bias, transposed):
     m, n = 40, 70
     acc = rng.integers(-2**31 + 1, 2**31 - 1, (m, n)).astype(np.int32)
     acc[:, :10] = rng.integers(-300, 300, (m, 10))
@@ -144,7 +160,7 @@ def test_dequantize_is_correctly_rounded(rng, dtype, with_bias, transposed):
 
 @pytest.mark.parametrize("dtype,midpoint", [(mx.float16, 1 + 2**-11), (mx.bfloat16, 1 + 2**-8)])
 @pytest.mark.parametrize("sign", [1, -1])
-def test_double_rounding_at_a_midpoint(dtype, midpoint, sign):
+def test_double_rounding_at_a_midpoint(dequant, dtype, midpoint, sign):
     # y = midpoint + 2**-30: float32 rounds it onto the midpoint, where rounding to even would
     # go down; rounded once, it goes up. And the other side of the midpoint.
     acc = np.array([[sign, -sign]], np.int32)
@@ -156,7 +172,7 @@ def test_double_rounding_at_a_midpoint(dtype, midpoint, sign):
     np.testing.assert_array_equal(got, [[sign * (1 + ulp), sign * 1.0]])
 
 
-def test_float16_just_below_overflow_is_finite():
+def test_float16_just_below_overflow_is_finite(dequant):
     # 65520 - 2**-12 rounds to 65520.0 in float32, then to inf in float16; once: 65504.
     acc = np.array([[-1, 1]], np.int32)
     got = dequant(acc, np.array([1.0], np.float32), np.array([2**-12, 2**-12], np.float32),
@@ -165,7 +181,7 @@ def test_float16_just_below_overflow_is_finite():
 
 
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float32])
-def test_extreme_scales_do_not_overflow_intermediates(rng, dtype):
+def test_extreme_scales_do_not_overflow_intermediates(dequant, rng, dtype):
     acc = rng.integers(-2**31 + 1, 2**31 - 1, (6, 5)).astype(np.int32)
     sx = np.array([1e36 / 127, 3.4e38 / 127, 1e-45, 2**-140, 1.0, 1e30], np.float32)
     sw = np.array([1e-40, 1e-30, 1e-10, 1.0, 2**-149], np.float32)
@@ -174,14 +190,14 @@ def test_extreme_scales_do_not_overflow_intermediates(rng, dtype):
     np.testing.assert_array_equal(got, expected(y64, dtype))
 
 
-def test_float16_subnormal_outputs(rng):
+def test_float16_subnormal_outputs(dequant, rng):
     acc = rng.integers(-1000, 1000, (20, 30)).astype(np.int32)
     sx = np.full(20, 2**-20, np.float32)
     sw = (10.0 ** rng.uniform(-9, -5, 30)).astype(np.float32)
     np.testing.assert_array_equal(dequant(acc, sx, sw, None, mx.float16), expected(model(acc, sx, sw, None), mx.float16))
 
 
-def test_nan_scale_rows_stay_nan():
+def test_nan_scale_rows_stay_nan(dequant):
     acc = np.ones((2, 3), np.int32)
     got = dequant(acc, np.array([np.nan, 1.0], np.float32), np.ones(3, np.float32), None, mx.bfloat16)
     assert np.isnan(got[0]).all() and (got[1] == 1).all()

@@ -61,7 +61,8 @@ def gemm_exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class PreparedWeights:
     """Weights prepared for an engine, keyed by the identity of their mx.array.
 
-    An entry lives as long as its mx.array (a weak reference removes it when the array is
+    A weight is prepared at its second use as the same mx.array object (the first runs the
+    stateless product), so that arrays made afresh for every call cost nothing. An entry lives as long as its mx.array (a weak reference removes it when the array is
     freed) and holds no reference to the array or its memory. MLX arrays are values:
     model.update / load_weights / quantize_linears put new arrays in place, which are
     prepared anew. An array changed in place with item assignment (w[i] = v) keeps its
@@ -79,12 +80,18 @@ class PreparedWeights:
         self._lock = threading.RLock()
 
     def get(self, engine, w: mx.array):
+        """The prepared weight, or None the first time this array is seen (the caller then
+        runs the stateless product): an array passed once, such as the fresh mx.array the API
+        makes of a numpy weight on every call, is never prepared."""
         key = (engine.name, id(w))
         with self._lock:
             entry = self._entries.get(key)
         if entry is not None and entry[0]() is w:
-            return entry[1]
-        prepared = engine.prepare(_int8_numpy(w))
+            if entry[1] is not None:
+                return entry[1]
+            prepared = engine.prepare(_int8_numpy(w))
+        else:
+            prepared = None
 
         def drop(_ref, key=key, entries=self._entries, lock=self._lock):
             with lock:
@@ -96,6 +103,11 @@ class PreparedWeights:
             self._entries[key] = (weakref.ref(w, drop), prepared)
         return prepared
 
+    def prepared_count(self) -> int:
+        """How many weights are held prepared (not counting those seen once)."""
+        with self._lock:
+            return sum(1 for _, p in self._entries.values() if p is not None)
+
     def forget(self, w: mx.array) -> None:
         with self._lock:
             for key in [k for k in self._entries if k[1] == id(w)]:
@@ -105,8 +117,6 @@ class PreparedWeights:
         with self._lock:
             self._entries.clear()
 
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 PREPARED = PreparedWeights()
@@ -137,12 +147,15 @@ class CPUBackend(Backend):
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         engine = serving_engine()
         q, scale_x = cpu_quant.quantize_rows(cpu_quant.to_float32(x))
-        if not engine.prepares or os.environ.get(PREPARE_ENV_VAR, "1") == "0":
+        prepared = None
+        if engine.prepares and os.environ.get(PREPARE_ENV_VAR, "1") != "0":
+            prepared = PREPARED.get(engine, w)
+        if prepared is None:
             acc = gemm_exact(q, _int8_numpy(w))
         else:
-            acc = engine.matmul_prepared(q, PREPARED.get(engine, w))
+            acc = engine.matmul_prepared(q, prepared)
         bias_np = None if bias is None else cpu_quant.to_float32(bias)
-        return cpu_quant.dequantize(acc, scale_x, np.asarray(scale_w), bias_np, x.dtype)
+        return cpu_quant.dequantize(acc, scale_x, np.asarray(scale_w), bias_np, x.dtype, engine.float16)
 
 
 BACKEND = CPUBackend()

@@ -6,6 +6,7 @@ An engine computes the exact int8 product on numpy arrays:
     prepare(b int8 [N, K]) -> prepared                          (for weights used again)
     matmul_prepared(a int8 [M, K], prepared) -> int32 [M, N]
     prepares: bool                                              (False: the backend never prepares)
+    float16(y32 float32 [M, N]) -> float16 [M, N]               (round to nearest even)
 
 Engines, fastest first:
 - "onnx": onnxruntime's MatMulInteger on the CPU's int8 units (cpu_onnx), served only
@@ -76,6 +77,10 @@ class NumpyEngine:
 
     def prepare(self, b: np.ndarray) -> np.ndarray:
         return np.array(b)  # a copy: it must not keep the caller's array alive
+
+    def float16(self, y32: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):  # beyond float16: inf, as documented
+            return y32.astype(np.float16)
 
     def matmul_prepared(self, a: np.ndarray, prepared: np.ndarray) -> np.ndarray:
         return self.matmul(a, prepared)
