@@ -15,14 +15,20 @@ on every float32 in [0, 128] (tests/test_cpu_quant.py samples it; docs/results/c
 says how the exhaustive pass ran). A regular row's codes need no clip: |x| <= absmax
 makes |x * fl(1/fl(absmax/127))| <= 127 * (1 + 2**-24)**3 < 127.5.
 
-Dequantization y = acc * s_x[m] * s_w[n] (+ bias[n]) runs in float64 (no intermediate
-can overflow or lose bits: |acc| < 2**31 and float32 scales lie in [2**-149, 2**128)),
-is rounded once to float32, and float16/bfloat16 are then rounded from float32 (MLX for
-bfloat16; for float16 the engine's conversion, see dequantize).
-Rounding twice can differ from rounding once only where the float32 value is exactly
-halfway between two values of the output dtype (or, for float16, in its subnormal
-range); those few elements are rounded from float64 directly, so the result is the
-correctly rounded float64 value, and inf appears only where that exceeds the dtype.
+Dequantization y = acc * s_x[m] * s_w[n] (+ bias[n]) takes one of two routes:
+- float32, for a float16/bfloat16 result without bias and with every s_x in
+  [2**-126, 2**96]: each intermediate is a normal float32 (|acc| < 2**31), three roundings
+  keep the value within 2**-22 relative, so the result is within 0.5 ulp + 2**-11 ulp of
+  the float64 value; elements within 2**-12 of the dtype's largest value are redone from
+  float64, so inf appears only where the float64 value rounds beyond the dtype.
+- float64 otherwise (float32 out; a bias, which may cancel the product so that float32's
+  error is many ulps of the small result; extreme scales): no intermediate can overflow or
+  lose bits (|acc| < 2**31, float32 scales in [2**-149, 2**128)). The value is rounded once
+  to float32 and then to float16/bfloat16; rounding twice differs from rounding once only
+  where the float32 value is exactly halfway between two values of the output dtype (or,
+  for float16, in its subnormal range), and those few elements are rounded from float64
+  directly: the result is the correctly rounded float64 value.
+float32 -> bfloat16 is MLX's conversion; float32 -> float16 is the engine's (see dequantize).
 """
 
 from __future__ import annotations
@@ -109,6 +115,46 @@ def _fix_double_rounding(y32: np.ndarray, y64: np.ndarray, dtype) -> None:
         y32.reshape(-1)[where] = _round_f64_to(y64.reshape(-1)[where], dtype)
 
 
+_NEAR_MAX = {mx.float16: np.float32(65504 * (1 - 2**-12)), mx.bfloat16: np.float32(3.3895313892515355e38 * (1 - 2**-12))}
+
+
+def _float32_is_enough(scale_x: np.ndarray) -> bool:
+    """Whether float32 arithmetic gives a float16/bfloat16 product within 1 ulp: every
+    intermediate normal and finite (|acc| < 2**31, so acc * s_x lies in [2**-126, 2**127]
+    for acc != 0) and the final value within 3 float32 roundings (2**-22 relative, far
+    below half an ulp of float16 or bfloat16)."""
+    if scale_x.size == 0:
+        return True
+    lo, hi = scale_x.min(), scale_x.max()  # NaN makes both comparisons False
+    return bool(lo >= _SMALLEST_NORMAL) and bool(hi <= np.float32(2.0**96))
+
+
+def _dequantize_float32(acc, scale_x, scale_w, dtype, to_float16, transposed) -> mx.array:
+    """The float32 route of dequantize (no bias, float16/bfloat16 out, moderate s_x)."""
+    if transposed:
+        y = acc.T.astype(np.float32)
+        y *= scale_x[None, :]
+        y *= scale_w[:, None]
+    else:
+        y = np.ascontiguousarray(acc, dtype=np.float32)
+        y *= scale_x[:, None]
+        y *= scale_w[None, :]
+    # Within 2**-22 of the dtype's largest value the last float32 rounding could send a
+    # finite result to inf: those few elements are recomputed from float64.
+    near = np.abs(y) >= _NEAR_MAX[dtype]
+    if near.any():
+        rows, cols = np.nonzero(near)
+        a = acc.T[rows, cols] if transposed else acc[rows, cols]
+        sx = scale_x[cols if transposed else rows].astype(np.float64)
+        sw = scale_w[rows if transposed else cols].astype(np.float64)
+        y[rows, cols] = _round_f64_to(a.astype(np.float64) * sx * sw, dtype)
+    if dtype == mx.float16:
+        out = mx.array(to_float16(y))
+    else:
+        out = mx.array(y).astype(mx.bfloat16)
+    return out.T if transposed else out
+
+
 def _float16_numpy(y32: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):  # beyond float16: inf, as documented
         return y32.astype(np.float16)
@@ -125,6 +171,8 @@ def dequantize(acc: np.ndarray, scale_x: np.ndarray, scale_w: np.ndarray, bias, 
     default; the onnx engine's is ~20x faster, and MLX's CPU one is as slow as numpy's).
     """
     transposed = not acc.flags.c_contiguous and acc.T.flags.c_contiguous
+    if bias is None and dtype != mx.float32 and _float32_is_enough(scale_x):
+        return _dequantize_float32(acc, scale_x, scale_w, dtype, to_float16, transposed)
     sx = scale_x.astype(np.float64)
     sw = scale_w.astype(np.float64)
     if transposed:  # work on [N, M] in memory order, same arithmetic
