@@ -295,3 +295,38 @@ def test_gemm_exact_is_the_stateless_entry_point(monkeypatch):
     monkeypatch.setattr(cpu, "gemm_exact", spy)
     int8nax.int8_matmul(np.ones((2, 3), np.int8), np.ones((4, 3), np.int8), backend="cpu")
     assert calls == [(2, 3)]
+
+
+# --- the engines' float16 conversions (used by W8A8) ---------------------------------------
+
+
+def _engines_here():
+    return [pytest.param(n, id=n) for n in cpu_engines.ENGINE_NAMES]
+
+
+@pytest.mark.parametrize("engine", _engines_here())
+def test_float16_conversions_match_numpy(engine):
+    status = cpu_engines.engine_status(engine)
+    if status.engine is None:
+        pytest.skip(status.reason)
+    eng = status.engine
+    # Every float16 bit pattern widens exactly.
+    x16 = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(256, 256)
+    if eng.float32 is not None:
+        got = eng.float32(x16)
+        want = x16.astype(np.float32)
+        assert got.dtype == np.float32
+        same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+        assert same.all()
+    # Narrowing rounds to nearest even, subnormals, overflow and NaN included.
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
+    y32 = bits.view(np.float32)
+    exp_bits = rng.integers(0x33000000, 0x47800000 + 2**23, 200_000, dtype=np.uint64).astype(np.uint32)
+    y32 = np.concatenate([y32, exp_bits.view(np.float32), -exp_bits.view(np.float32)]).reshape(-1, 1000)
+    with np.errstate(over="ignore"):
+        want = y32.astype(np.float16)
+    got = eng.float16(np.ascontiguousarray(y32))
+    assert got.dtype == np.float16
+    same = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), int((~same).sum())

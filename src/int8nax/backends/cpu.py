@@ -141,12 +141,12 @@ class CPUBackend(Backend):
         return _int32_mx(gemm_exact(_int8_numpy(a), _int8_numpy(b)))
 
     def quantize_activations(self, x: mx.array) -> tuple[mx.array, mx.array]:
-        q, scale = cpu_quant.quantize_rows(cpu_quant.to_float32(x))
+        q, scale = cpu_quant.quantize_rows(cpu_quant.to_float32(x, serving_engine().float32))
         return mx.array(q), mx.array(scale)
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         engine = serving_engine()
-        q, scale_x = cpu_quant.quantize_rows(cpu_quant.to_float32(x))
+        q, scale_x = cpu_quant.quantize_rows(cpu_quant.to_float32(x, engine.float32))
         prepared = None
         if engine.prepares and os.environ.get(PREPARE_ENV_VAR, "1") != "0":
             prepared = PREPARED.get(engine, w)

@@ -117,6 +117,12 @@ _FLOAT16_MODEL = onnx_model(
 )
 
 
+_WIDEN_FLOAT16_MODEL = onnx_model(
+    [_node("Cast", ["x16"], ["x32"], {"to": _FLOAT})], [],
+    [_value_info("x16", _FLOAT16, ["M", "K"])], [_value_info("x32", _FLOAT, ["M", "K"])],
+)
+
+
 def _prepared_model(b_kn: np.ndarray) -> bytes:
     """C [M, N] = (a_u8 - 128) @ b_kn with b_kn int8 [K, N] a constant of the graph."""
     k, n = b_kn.shape
@@ -169,6 +175,7 @@ class OnnxEngine:
             self._ort = ort
             self._stateless = self._session(_STATELESS_MODEL)
             self._to_float16 = self._session(_FLOAT16_MODEL)
+            self._widen_float16 = self._session(_WIDEN_FLOAT16_MODEL)
         return f"onnxruntime {self._ort.__version__} MatMulInteger (uint8 x int8, zero point 128)"
 
     def _session(self, model: bytes):
@@ -179,6 +186,10 @@ class OnnxEngine:
     def float16(self, y32: np.ndarray) -> np.ndarray:
         """float16 of a C-contiguous float32 [M, N] array, rounded to nearest even."""
         return self._to_float16.run(None, {"y32": y32})[0]
+
+    def float32(self, x16: np.ndarray) -> np.ndarray:
+        """float32 of a C-contiguous float16 [M, K] array (exact)."""
+        return self._widen_float16.run(None, {"x16": x16})[0]
 
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """int32 [M, N] = a @ b.T for int8 a [M, K], b [N, K] (a transposed view of [N, M])."""

@@ -42,8 +42,12 @@ _BELOW_HALF = np.float32(0.5) - np.float32(2.0**-25)
 _SMALLEST_NORMAL = np.float32(2.0**-126)
 
 
-def to_float32(x: mx.array) -> np.ndarray:
-    """numpy float32 [R, K] of an MLX float array (MLX widens float16/bfloat16: faster than numpy)."""
+def to_float32(x: mx.array, widen_float16=None) -> np.ndarray:
+    """numpy float32 [R, K] of an MLX float array. bfloat16 is widened by MLX (faster than
+    numpy); float16 by widen_float16(numpy float16 array) when given (the onnx engine's,
+    ~7x MLX's), else by MLX."""
+    if x.dtype == mx.float16 and widen_float16 is not None:
+        return widen_float16(np.ascontiguousarray(x))
     if x.dtype != mx.float32:
         x = x.astype(mx.float32)
     return np.asarray(x)
@@ -64,7 +68,10 @@ def quantize_rows(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inv[~regular] = 0
     with np.errstate(invalid="ignore"):  # inf * 0 in rows handled below
         v = x32 * inv[:, None]
-        v += np.copysign(_BELOW_HALF, v)
+        # copysign(0.5 - 2**-25, v) from v's sign bit: integer passes, ~3x numpy's copysign.
+        half = np.bitwise_and(v.view(np.uint32), np.uint32(0x80000000))
+        half |= _BELOW_HALF.view(np.uint32)
+        v += half.view(np.float32)
         q = v.astype(np.int8)  # truncation toward zero
     if not regular.all():
         odd = np.flatnonzero(~regular)
