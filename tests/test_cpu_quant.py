@@ -226,3 +226,23 @@ def test_nan_scale_rows_stay_nan(dequant):
     acc = np.ones((2, 3), np.int32)
     got = dequant(acc, np.array([np.nan, 1.0], np.float32), np.ones(3, np.float32), None, mx.bfloat16)
     assert np.isnan(got[0]).all() and (got[1] == 1).all()
+
+
+def test_float32_route_near_max_beside_nan(dequant):
+    # A NaN weight scale in one column must not hide a near-overflow value in another.
+    acc = np.array([[1, 1]], np.int32)
+    sx = np.array([1 + 2**-23], np.float32)
+    sw = np.array([np.nan, 65520.0 * (1 - 2**-23)], np.float32)
+    got = dequant(acc, sx, sw, None, mx.float16)
+    assert np.isnan(got[0, 0]) and got[0, 1] == 65504.0
+
+
+def test_quantize_rows_may_overwrite_its_input(rng):
+    x = (rng.standard_normal((9, 77)) * 3).astype(np.float32)
+    x[2, 5] = np.nan
+    x[4, :3] = [1e-37, 1e-38, 5e-39]
+    x[4, 3:] = 0
+    want_q, want_s = cpu_quant.quantize_rows(x.copy())
+    q, s = cpu_quant.quantize_rows(x, overwrite=True)
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(s.view(np.int32), want_s.view(np.int32))

@@ -146,7 +146,9 @@ class CPUBackend(Backend):
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         engine = serving_engine()
-        q, scale_x = cpu_quant.quantize_rows(cpu_quant.to_float32(x, engine.float32))
+        # A float16/bfloat16 x is widened into a new array, which quantization may reuse.
+        q, scale_x = cpu_quant.quantize_rows(cpu_quant.to_float32(x, engine.float32),
+                                             overwrite=x.dtype != mx.float32)
         prepared = None
         if engine.prepares and os.environ.get(PREPARE_ENV_VAR, "1") != "0":
             prepared = PREPARED.get(engine, w)

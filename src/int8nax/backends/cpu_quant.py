@@ -53,9 +53,10 @@ def to_float32(x: mx.array, widen_float16=None) -> np.ndarray:
     return np.asarray(x)
 
 
-def quantize_rows(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def quantize_rows(x32: np.ndarray, overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per-token codes and scales of float32 [R, K]: (int8 [R, K], float32 [R]), bit-identical
-    to quant.quantize_activations_np."""
+    to quant.quantize_activations_np. overwrite=True lets it use x32 (C-contiguous, owned by
+    the caller) as its work buffer, sparing an allocation of x32's size."""
     rows, k = x32.shape
     if rows == 0 or k == 0:
         return quant.quantize_activations_np(x32)
@@ -66,17 +67,19 @@ def quantize_rows(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     regular = np.isfinite(scale) & (scale >= _SMALLEST_NORMAL)
     inv = np.float32(1) / np.where(regular, scale, np.float32(1))
     inv[~regular] = 0
+    odd = np.flatnonzero(~regular)
+    odd_rows = np.array(x32[odd]) if odd.size else None  # before x32 may be overwritten
+    overwrite = overwrite and x32.flags.c_contiguous and x32.flags.writeable
     with np.errstate(invalid="ignore"):  # inf * 0 in rows handled below
-        v = x32 * inv[:, None]
+        v = np.multiply(x32, inv[:, None], out=x32 if overwrite else None)
         # copysign(0.5 - 2**-25, v) from v's sign bit: integer passes, ~3x numpy's copysign.
         half = np.bitwise_and(v.view(np.uint32), np.uint32(0x80000000))
         half |= _BELOW_HALF.view(np.uint32)
         v += half.view(np.float32)
         q = v.astype(np.int8)  # truncation toward zero
-    if not regular.all():
-        odd = np.flatnonzero(~regular)
+    if odd.size:
         with np.errstate(all="ignore"):  # the definition's result, without its warnings
-            q_odd, s_odd = quant.quantize_activations_np(np.ascontiguousarray(x32[odd]))
+            q_odd, s_odd = quant.quantize_activations_np(odd_rows)
         q[odd] = q_odd
         scale[odd] = s_odd
     return q, scale
@@ -138,18 +141,19 @@ def _float32_is_enough(scale_x: np.ndarray) -> bool:
 
 def _dequantize_float32(acc, scale_x, scale_w, dtype, to_float16, transposed) -> mx.array:
     """The float32 route of dequantize (no bias, float16/bfloat16 out, moderate s_x)."""
+    # int32 -> float32 inside the first multiply (one pass instead of a cast and a multiply).
     if transposed:
-        y = acc.T.astype(np.float32)
-        y *= scale_x[None, :]
+        y = np.multiply(acc.T, scale_x[None, :], dtype=np.float32)
         y *= scale_w[:, None]
     else:
-        y = np.ascontiguousarray(acc, dtype=np.float32)
-        y *= scale_x[:, None]
+        y = np.multiply(acc, scale_x[:, None], dtype=np.float32, order="C")
         y *= scale_w[None, :]
     # Within 2**-22 of the dtype's largest value the last float32 rounding could send a
-    # finite result to inf: those few elements are recomputed from float64.
-    near = np.abs(y) >= _NEAR_MAX[dtype]
-    if near.any():
+    # finite result to inf: those few elements are recomputed from float64. Two reductions
+    # first (no temporary; fmax/fmin skip NaN, which would hide a large value from max/min).
+    limit = _NEAR_MAX[dtype]
+    if np.fmax.reduce(y, axis=None) >= limit or np.fmin.reduce(y, axis=None) <= -limit:
+        near = np.abs(y) >= limit
         rows, cols = np.nonzero(near)
         a = acc.T[rows, cols] if transposed else acc[rows, cols]
         sx = scale_x[cols if transposed else rows].astype(np.float64)
