@@ -70,7 +70,9 @@ class PreparedWeights:
 
     Cost per weight [N, K] with the onnx engine: one transpose of N*K bytes and an
     onnxruntime session holding the packed weight, ~0.1 s and ~2x the weight's bytes for
-    4096 x 4096. The numpy engine prepares nothing.
+    4096 x 4096, and the session's own intra-op thread pool (cores - 1 threads, idle between
+    calls; onnxruntime's process-wide pool would impose itself on every other onnxruntime
+    user of the process). The numpy engine prepares nothing.
     """
 
     def __init__(self):

@@ -10,9 +10,10 @@ library int8 kernels go wrong on full-range int8.
 - edges of the kernels' tiles: odd M, N and K remainders, full-range random values and
   mixed signs.
 
-Every product is run through both paths of an engine, the stateless `matmul` and
-`prepare` + `matmul_prepared`, since a library may use different kernels for a constant
-(pre-packed) operand. The check takes ~0.1 s and about 1 MB.
+Every product is run through each path of an engine: the stateless `matmul` with b as
+[N, K] rows and with b as the transpose of a [K, N] array (b_layout="kn"), and `prepare` +
+`matmul_prepared`, since a library may use different kernels for each layout and for a
+constant (pre-packed) operand. The check takes ~0.1 s and about 1 MB.
 """
 
 from __future__ import annotations
@@ -68,10 +69,12 @@ def check_engine(engine) -> list[str]:
     failures = []
     for what, a, b in check_problems():
         want = exact_int_product(a, b)
-        for path in ("matmul", "prepared"):
+        for path in ("matmul", "matmul-kn", "prepared"):
             try:
                 if path == "matmul":
                     got = np.asarray(engine.matmul(a, b))
+                elif path == "matmul-kn":  # b as the transpose of a [K, N] array (b_layout="kn")
+                    got = np.asarray(engine.matmul(a, np.ascontiguousarray(b.T).T))
                 else:
                     got = np.asarray(engine.matmul_prepared(a, engine.prepare(b)))
             except Exception as exc:  # a library error is a failed check, reported in words

@@ -16,7 +16,8 @@ MatMulInteger takes B as [K, N]; int8nax's weights are [N, K]. Transposing N*K b
 call would cost more than the product at small M, so the stateless product is computed
 transposed instead: C.T [N, M] = b_u8 [N, K] @ a.T [K, M], shifting b (one streaming pass
 over its bytes) and transposing only a (inside onnxruntime). The result comes back as a
-transposed view of C.T. A prepared weight (`prepare`) is transposed once into an
+transposed view of C.T. A b that arrives as the transpose of a [K, N] array (b_layout="kn")
+is already MatMulInteger's B and goes straight in. A prepared weight (`prepare`) is transposed once into an
 onnxruntime session as a constant, which MLAS packs once for its kernels.
 
 The ONNX models are written here directly in protobuf wire format (a handful of fields),
@@ -123,6 +124,15 @@ _WIDEN_FLOAT16_MODEL = onnx_model(
 )
 
 
+# C [M, N] = (a_u8 - 128) @ b_kn: for b given as the transpose of a C-contiguous [K, N].
+_KN_MODEL = onnx_model(
+    [_node("MatMulInteger", ["a_u8", "b_kn", "zp"], ["c"])],
+    [_ZERO_POINT_128],
+    [_value_info("a_u8", _UINT8, ["M", "K"]), _value_info("b_kn", _INT8, ["K", "N"])],
+    [_value_info("c", _INT32, ["M", "N"])],
+)
+
+
 def _prepared_model(b_kn: np.ndarray) -> bytes:
     """C [M, N] = (a_u8 - 128) @ b_kn with b_kn int8 [K, N] a constant of the graph."""
     k, n = b_kn.shape
@@ -174,6 +184,7 @@ class OnnxEngine:
                 raise RuntimeError(f"onnxruntime {ort.__version__} has no CPUExecutionProvider")
             self._ort = ort
             self._stateless = self._session(_STATELESS_MODEL)
+            self._kn = self._session(_KN_MODEL)
             self._to_float16 = self._session(_FLOAT16_MODEL)
             self._widen_float16 = self._session(_WIDEN_FLOAT16_MODEL)
         return f"onnxruntime {self._ort.__version__} MatMulInteger (uint8 x int8, zero point 128)"
@@ -192,7 +203,10 @@ class OnnxEngine:
         return self._widen_float16.run(None, {"x16": x16})[0]
 
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """int32 [M, N] = a @ b.T for int8 a [M, K], b [N, K] (a transposed view of [N, M])."""
+        """int32 [M, N] = a @ b.T for int8 a [M, K], b [N, K]: a transposed view of [N, M],
+        or C-contiguous [M, N] when b is the transpose of a C-contiguous [K, N] (b_layout="kn")."""
+        if b.T.flags.c_contiguous and not b.flags.c_contiguous:
+            return self._kn.run(None, {"a_u8": _shifted(a), "b_kn": b.T})[0]
         c_t = self._stateless.run(None, {"a": np.ascontiguousarray(a), "b_u8": _shifted(b)})[0]
         return c_t.T
 
