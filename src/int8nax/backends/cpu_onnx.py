@@ -192,6 +192,10 @@ class OnnxEngine:
     def _session(self, model: bytes):
         options = self._ort.SessionOptions()
         options.log_severity_level = 3  # errors only: no warnings on stderr at import
+        # Each session has its own thread pool, whose workers by default spin for a while after
+        # a run: the pool of one session (a cast) then steals the cores of the next (the GEMM).
+        # Off, too, it leaves the cores to the rest of a shared machine between calls.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return self._ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
     def float16(self, y32: np.ndarray) -> np.ndarray:
