@@ -330,3 +330,14 @@ def test_float16_conversions_match_numpy(engine):
     assert got.dtype == np.float16
     same = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got) & np.isnan(want))
     assert same.all(), int((~same).sum())
+
+
+@pytest.mark.skipif(not HAVE_ORT, reason="onnxruntime is not installed (pip install -e '.[cpu]')")
+def test_thread_count_setting(fresh_selection):
+    fresh_selection.setenv("INT8NAX_CPU_THREADS", "1")
+    status = cpu_engines.engine_status("onnx")
+    assert status.engine is not None and "threads: 1" in status.reason
+    cpu_engines.reset()
+    fresh_selection.setenv("INT8NAX_CPU_THREADS", "many")
+    status = cpu_engines.engine_status("onnx")
+    assert status.engine is None and "INT8NAX_CPU_THREADS must be a positive integer, got 'many'" in status.reason

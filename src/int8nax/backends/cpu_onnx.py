@@ -26,9 +26,12 @@ so the engine needs onnxruntime only, not the onnx package.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 NAME = "onnx"
+THREADS_ENV_VAR = "INT8NAX_CPU_THREADS"
 
 # ONNX TensorProto.DataType codes.
 _FLOAT, _UINT8, _INT8, _INT32, _INT64, _FLOAT16 = 1, 2, 3, 6, 7, 10
@@ -169,6 +172,7 @@ class OnnxEngine:
     prepares = True
 
     def __init__(self):
+        self.threads = 0
         self._ort = None
         self._stateless = None
 
@@ -178,6 +182,11 @@ class OnnxEngine:
         Raises ImportError when onnxruntime is not installed, RuntimeError when it lacks
         the CPU execution provider."""
         if self._ort is None:
+            # INT8NAX_CPU_THREADS: threads per product (default: onnxruntime's, one per core).
+            threads = os.environ.get(THREADS_ENV_VAR, "").strip()
+            if threads and not (threads.isdigit() and int(threads) > 0):
+                raise ValueError(f"{THREADS_ENV_VAR} must be a positive integer, got {threads!r}")
+            self.threads = int(threads or 0)
             import onnxruntime as ort
 
             if "CPUExecutionProvider" not in ort.get_available_providers():
@@ -187,10 +196,14 @@ class OnnxEngine:
             self._kn = self._session(_KN_MODEL)
             self._to_float16 = self._session(_FLOAT16_MODEL)
             self._widen_float16 = self._session(_WIDEN_FLOAT16_MODEL)
-        return f"onnxruntime {self._ort.__version__} MatMulInteger (uint8 x int8, zero point 128)"
+        threads = self.threads or "one per core"
+        return (f"onnxruntime {self._ort.__version__} MatMulInteger (uint8 x int8, zero point 128; "
+                f"threads: {threads})")
 
     def _session(self, model: bytes):
         options = self._ort.SessionOptions()
+        if self.threads:
+            options.intra_op_num_threads = self.threads
         options.log_severity_level = 3  # errors only: no warnings on stderr at import
         # Each session has its own thread pool, whose workers by default spin for a while after
         # a run: the pool of one session (a cast) then steals the cores of the next (the GEMM).
