@@ -246,3 +246,25 @@ def test_quantize_rows_may_overwrite_its_input(rng):
     q, s = cpu_quant.quantize_rows(x, overwrite=True)
     np.testing.assert_array_equal(q, want_q)
     np.testing.assert_array_equal(s.view(np.int32), want_s.view(np.int32))
+
+
+def test_row_blocks_on_threads_give_the_same_result(rng, to_float16):
+    # Large enough (>= 2**18 elements per block) that three threads each get a block.
+    x = (rng.standard_normal((601, 1400)) * 4).astype(np.float32)
+    x[10, 3] = np.nan
+    x[500, :2] = [1e-38, 5e-39]
+    x[500, 2:] = 0
+    q1, s1 = cpu_quant.quantize_rows(x, threads=1)
+    q3, s3 = cpu_quant.quantize_rows(x.copy(), overwrite=True, threads=3)
+    np.testing.assert_array_equal(q1, q3)
+    np.testing.assert_array_equal(s1.view(np.int32), s3.view(np.int32))
+    assert_same_as_definition(x)
+    acc = rng.integers(-2**31 + 1, 2**31 - 1, (700, 1300)).astype(np.int32)
+    sx = (10.0 ** rng.uniform(-12, -6, 700)).astype(np.float32)
+    sw = (10.0 ** rng.uniform(-6, -2, 1300)).astype(np.float32)
+    sw[7] = 65520.0 * (1 - 2**-23) / 2**31 * 1e12  # some elements near float16's limit
+    for dtype in (mx.float16, mx.bfloat16):
+        for a in (acc, np.ascontiguousarray(acc.T).T):
+            one = cpu_quant.dequantize(a, sx, sw, None, dtype, to_float16, threads=1)
+            many = cpu_quant.dequantize(a, sx, sw, None, dtype, to_float16, threads=3)
+            np.testing.assert_array_equal(np.array(one.astype(mx.float32)), np.array(many.astype(mx.float32)))

@@ -148,9 +148,10 @@ class CPUBackend(Backend):
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         engine = serving_engine()
+        threads = getattr(engine, "threads", 0) or os.cpu_count() or 1
         # A float16/bfloat16 x is widened into a new array, which quantization may reuse.
         q, scale_x = cpu_quant.quantize_rows(cpu_quant.to_float32(x, engine.float32),
-                                             overwrite=x.dtype != mx.float32)
+                                             overwrite=x.dtype != mx.float32, threads=threads)
         prepared = None
         if engine.prepares and os.environ.get(PREPARE_ENV_VAR, "1") != "0":
             prepared = PREPARED.get(engine, w)
@@ -159,7 +160,7 @@ class CPUBackend(Backend):
         else:
             acc = engine.matmul_prepared(q, prepared)
         bias_np = None if bias is None else cpu_quant.to_float32(bias)
-        return cpu_quant.dequantize(acc, scale_x, np.asarray(scale_w), bias_np, x.dtype, engine.float16)
+        return cpu_quant.dequantize(acc, scale_x, np.asarray(scale_w), bias_np, x.dtype, engine.float16, threads)
 
 
 BACKEND = CPUBackend()

@@ -33,6 +33,9 @@ float32 -> bfloat16 is MLX's conversion; float32 -> float16 is the engine's (see
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import mlx.core as mx
 import numpy as np
 
@@ -53,36 +56,67 @@ def to_float32(x: mx.array, widen_float16=None) -> np.ndarray:
     return np.asarray(x)
 
 
-def quantize_rows(x32: np.ndarray, overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def quantize_rows(x32: np.ndarray, overwrite: bool = False, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Per-token codes and scales of float32 [R, K]: (int8 [R, K], float32 [R]), bit-identical
     to quant.quantize_activations_np. overwrite=True lets it use x32 (C-contiguous, owned by
-    the caller) as its work buffer, sparing an allocation of x32's size."""
+    the caller) as its work buffer, sparing an allocation of x32's size. threads > 1 splits
+    large inputs into row blocks quantized on that many threads (rows are independent)."""
     rows, k = x32.shape
     if rows == 0 or k == 0:
         return quant.quantize_activations_np(x32)
+    overwrite = overwrite and x32.flags.c_contiguous and x32.flags.writeable
+    q = np.empty((rows, k), np.int8)
+    scale = np.empty(rows, np.float32)
+    _in_row_blocks(rows, k, threads, lambda lo, hi: _quantize_block(x32[lo:hi], q[lo:hi], scale[lo:hi], overwrite))
+    return q, scale
+
+
+def _quantize_block(x32: np.ndarray, q: np.ndarray, scale: np.ndarray, overwrite: bool) -> None:
+    """quantize_rows on one block of rows, into q and scale."""
     # max(max x, -min x) is max |x| without a temporary |x|; NaN propagates through both.
     absmax = np.maximum(x32.max(axis=1), -x32.min(axis=1))
-    scale = (absmax / np.float32(quant.QMAX)).astype(np.float32)
+    scale[:] = absmax / np.float32(quant.QMAX)
     scale[scale == 0] = 1
     regular = np.isfinite(scale) & (scale >= _SMALLEST_NORMAL)
     inv = np.float32(1) / np.where(regular, scale, np.float32(1))
     inv[~regular] = 0
     odd = np.flatnonzero(~regular)
     odd_rows = np.array(x32[odd]) if odd.size else None  # before x32 may be overwritten
-    overwrite = overwrite and x32.flags.c_contiguous and x32.flags.writeable
     with np.errstate(invalid="ignore"):  # inf * 0 in rows handled below
         v = np.multiply(x32, inv[:, None], out=x32 if overwrite else None)
         # copysign(0.5 - 2**-25, v) from v's sign bit: integer passes, ~3x numpy's copysign.
         half = np.bitwise_and(v.view(np.uint32), np.uint32(0x80000000))
         half |= _BELOW_HALF.view(np.uint32)
         v += half.view(np.float32)
-        q = v.astype(np.int8)  # truncation toward zero
+        np.copyto(q, v, casting="unsafe")  # float -> int8 truncates toward zero
     if odd.size:
         with np.errstate(all="ignore"):  # the definition's result, without its warnings
             q_odd, s_odd = quant.quantize_activations_np(odd_rows)
         q[odd] = q_odd
         scale[odd] = s_odd
-    return q, scale
+
+
+_PARALLEL_MIN_ELEMENTS = 1 << 18
+"""Below this many elements a second thread costs more than it saves."""
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _in_row_blocks(rows: int, cols: int, threads: int, work) -> None:
+    """work(lo, hi) over [0, rows) in `threads` row blocks at once (numpy releases the GIL
+    in its loops); one call when the array is small or threads <= 1."""
+    blocks = min(threads, rows, max(1, rows * cols // _PARALLEL_MIN_ELEMENTS))
+    if blocks <= 1:
+        work(0, rows)
+        return
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < blocks:
+            _pool = ThreadPoolExecutor(max_workers=blocks, thread_name_prefix="int8nax-cpu")
+        pool = _pool
+    edges = [rows * i // blocks for i in range(blocks + 1)]
+    for future in [pool.submit(work, lo, hi) for lo, hi in zip(edges[:-1], edges[1:])]:
+        future.result()
 
 
 def _round_f64_to(y64: np.ndarray, dtype) -> np.ndarray:
@@ -139,26 +173,28 @@ def _float32_is_enough(scale_x: np.ndarray) -> bool:
     return bool(lo >= _SMALLEST_NORMAL) and bool(hi <= np.float32(2.0**96))
 
 
-def _dequantize_float32(acc, scale_x, scale_w, dtype, to_float16, transposed) -> mx.array:
+def _dequantize_float32(acc, scale_x, scale_w, dtype, to_float16, transposed, threads) -> mx.array:
     """The float32 route of dequantize (no bias, float16/bfloat16 out, moderate s_x)."""
-    # int32 -> float32 inside the first multiply (one pass instead of a cast and a multiply).
-    if transposed:
-        y = np.multiply(acc.T, scale_x[None, :], dtype=np.float32)
-        y *= scale_w[:, None]
-    else:
-        y = np.multiply(acc, scale_x[:, None], dtype=np.float32, order="C")
-        y *= scale_w[None, :]
-    # Within 2**-22 of the dtype's largest value the last float32 rounding could send a
-    # finite result to inf: those few elements are recomputed from float64. Two reductions
-    # first (no temporary; fmax/fmin skip NaN, which would hide a large value from max/min).
+    # Work on the memory layout: rows of acc, or of acc.T when acc is a transposed view.
+    a = acc.T if transposed else np.ascontiguousarray(acc)
+    s_row, s_col = (scale_w, scale_x) if transposed else (scale_x, scale_w)
+    y = np.empty(a.shape, np.float32)
     limit = _NEAR_MAX[dtype]
-    if np.fmax.reduce(y, axis=None) >= limit or np.fmin.reduce(y, axis=None) <= -limit:
-        near = np.abs(y) >= limit
-        rows, cols = np.nonzero(near)
-        a = acc.T[rows, cols] if transposed else acc[rows, cols]
-        sx = scale_x[cols if transposed else rows].astype(np.float64)
-        sw = scale_w[rows if transposed else cols].astype(np.float64)
-        y[rows, cols] = _round_f64_to(a.astype(np.float64) * sx * sw, dtype)
+
+    def block(lo, hi):
+        # int32 -> float32 inside the first multiply (one pass instead of a cast and a multiply).
+        yb = y[lo:hi]
+        np.multiply(a[lo:hi], s_row[lo:hi, None], out=yb, dtype=np.float32, casting="unsafe")
+        yb *= s_col[None, :]
+        # Within 2**-22 of the dtype's largest value the last float32 rounding could send a
+        # finite result to inf: those few elements are recomputed from float64. Two reductions
+        # first (no temporary; fmax/fmin skip NaN, which would hide a large value from max/min).
+        if np.fmax.reduce(yb, axis=None) >= limit or np.fmin.reduce(yb, axis=None) <= -limit:
+            r, c = np.nonzero(np.abs(yb) >= limit)
+            exact = a[lo:hi][r, c].astype(np.float64) * s_row[lo:hi][r].astype(np.float64) * s_col[c].astype(np.float64)
+            yb[r, c] = _round_f64_to(exact, dtype)
+
+    _in_row_blocks(y.shape[0], y.shape[1], threads, block)
     if dtype == mx.float16:
         out = mx.array(to_float16(y))
     else:
@@ -172,7 +208,7 @@ def _float16_numpy(y32: np.ndarray) -> np.ndarray:
 
 
 def dequantize(acc: np.ndarray, scale_x: np.ndarray, scale_w: np.ndarray, bias, dtype,
-               to_float16=_float16_numpy) -> mx.array:
+               to_float16=_float16_numpy, threads: int = 1) -> mx.array:
     """y [M, N] = acc * scale_x[m] * scale_w[n] (+ bias[n]) in `dtype`, correctly rounded
     from float64.
 
@@ -180,10 +216,11 @@ def dequantize(acc: np.ndarray, scale_x: np.ndarray, scale_w: np.ndarray, bias, 
     float32 [M]; scale_w float32 [N]; bias None or float [N] (numpy). to_float16: a
     round-to-nearest-even float32 -> float16 conversion of a C-contiguous array (numpy's by
     default; the onnx engine's is ~20x faster, and MLX's CPU one is as slow as numpy's).
+    threads > 1 runs the float32 route's passes on that many threads, in row blocks.
     """
     transposed = not acc.flags.c_contiguous and acc.T.flags.c_contiguous
     if bias is None and dtype != mx.float32 and _float32_is_enough(scale_x):
-        return _dequantize_float32(acc, scale_x, scale_w, dtype, to_float16, transposed)
+        return _dequantize_float32(acc, scale_x, scale_w, dtype, to_float16, transposed, threads)
     sx = scale_x.astype(np.float64)
     sw = scale_w.astype(np.float64)
     if transposed:  # work on [N, M] in memory order, same arithmetic
