@@ -30,6 +30,8 @@ import os
 
 import numpy as np
 
+from .cpu_quant import in_row_blocks
+
 NAME = "onnx"
 THREADS_ENV_VAR = "INT8NAX_CPU_THREADS"
 
@@ -147,9 +149,14 @@ def _prepared_model(b_kn: np.ndarray) -> bytes:
     )
 
 
-def _shifted(x: np.ndarray) -> np.ndarray:
-    """int8 -> uint8 x + 128, bit for bit x XOR 0x80 (one pass, C-contiguous result)."""
-    return np.bitwise_xor(x.view(np.uint8), np.uint8(0x80), order="C")
+def _shifted(x: np.ndarray, threads: int = 1) -> np.ndarray:
+    """int8 -> uint8 x + 128, bit for bit x XOR 0x80 (one pass, C-contiguous result), in row
+    blocks on `threads` threads when x is large (a weight's 16 MB at small M)."""
+    out = np.empty(x.shape, np.uint8)
+    src = x.view(np.uint8)
+    in_row_blocks(x.shape[0], x.shape[1], threads,
+                  lambda lo, hi: np.bitwise_xor(src[lo:hi], np.uint8(0x80), out=out[lo:hi]))
+    return out
 
 
 class PreparedWeight:
@@ -224,7 +231,8 @@ class OnnxEngine:
         or C-contiguous [M, N] when b is the transpose of a C-contiguous [K, N] (b_layout="kn")."""
         if b.T.flags.c_contiguous and not b.flags.c_contiguous:
             return self._kn.run(None, {"a_u8": _shifted(a), "b_kn": b.T})[0]
-        c_t = self._stateless.run(None, {"a": np.ascontiguousarray(a), "b_u8": _shifted(b)})[0]
+        b_u8 = _shifted(b, self.threads or os.cpu_count() or 1)
+        c_t = self._stateless.run(None, {"a": np.ascontiguousarray(a), "b_u8": b_u8})[0]
         return c_t.T
 
     def prepare(self, b: np.ndarray) -> PreparedWeight:

@@ -67,7 +67,7 @@ def quantize_rows(x32: np.ndarray, overwrite: bool = False, threads: int = 1) ->
     overwrite = overwrite and x32.flags.c_contiguous and x32.flags.writeable
     q = np.empty((rows, k), np.int8)
     scale = np.empty(rows, np.float32)
-    _in_row_blocks(rows, k, threads, lambda lo, hi: _quantize_block(x32[lo:hi], q[lo:hi], scale[lo:hi], overwrite))
+    in_row_blocks(rows, k, threads, lambda lo, hi: _quantize_block(x32[lo:hi], q[lo:hi], scale[lo:hi], overwrite))
     return q, scale
 
 
@@ -102,7 +102,7 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _in_row_blocks(rows: int, cols: int, threads: int, work) -> None:
+def in_row_blocks(rows: int, cols: int, threads: int, work) -> None:
     """work(lo, hi) over [0, rows) in `threads` row blocks at once (numpy releases the GIL
     in its loops); one call when the array is small or threads <= 1."""
     blocks = min(threads, rows, max(1, rows * cols // _PARALLEL_MIN_ELEMENTS))
@@ -194,7 +194,7 @@ def _dequantize_float32(acc, scale_x, scale_w, dtype, to_float16, transposed, th
             exact = a[lo:hi][r, c].astype(np.float64) * s_row[lo:hi][r].astype(np.float64) * s_col[c].astype(np.float64)
             yb[r, c] = _round_f64_to(exact, dtype)
 
-    _in_row_blocks(y.shape[0], y.shape[1], threads, block)
+    in_row_blocks(y.shape[0], y.shape[1], threads, block)
     if dtype == mx.float16:
         out = mx.array(to_float16(y))
     else:
