@@ -179,6 +179,10 @@ def test_unknown_engine_name(fresh_selection):
     fresh_selection.setenv(cpu_engines.ENV_VAR, "mkl")
     with pytest.raises(ValueError, match="INT8NAX_CPU_GEMM: unknown CPU GEMM engine 'mkl'"):
         cpu_engines.select()
+    # info() reports it rather than raising; using the backend raises it.
+    assert "unknown CPU GEMM engine 'mkl'" in int8nax.info()["backends"]["cpu"]["reason"]
+    with pytest.raises(ValueError, match="'mkl'"):
+        cpu.BACKEND.int8_matmul(mx.zeros((1, 1), mx.int8), mx.zeros((1, 1), mx.int8))
 
 
 def test_choice_is_made_once(fresh_selection):

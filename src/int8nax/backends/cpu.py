@@ -136,7 +136,10 @@ class CPUBackend(Backend):
     name = "cpu"
 
     def probe(self) -> Probe:
-        selection = cpu_engines.select()
+        try:
+            selection = cpu_engines.select()
+        except ValueError as exc:  # a bad INT8NAX_CPU_GEMM: said here, raised on use
+            return Probe(False, str(exc))
         return Probe(selection.engine is not None, selection.reason)
 
     def int8_matmul(self, a: mx.array, b: mx.array) -> mx.array:
