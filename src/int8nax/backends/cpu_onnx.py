@@ -201,16 +201,18 @@ class OnnxEngine:
             self._ort = ort
             self._stateless = self._session(_STATELESS_MODEL)
             self._kn = self._session(_KN_MODEL)
-            self._to_float16 = self._session(_FLOAT16_MODEL)
-            self._widen_float16 = self._session(_WIDEN_FLOAT16_MODEL)
+            # One thread for the conversions: waking a pool costs more than it saves on them.
+            self._to_float16 = self._session(_FLOAT16_MODEL, threads=1)
+            self._widen_float16 = self._session(_WIDEN_FLOAT16_MODEL, threads=1)
         threads = self.threads or "one per core"
         return (f"onnxruntime {self._ort.__version__} MatMulInteger (uint8 x int8, zero point 128; "
                 f"threads: {threads})")
 
-    def _session(self, model: bytes):
+    def _session(self, model: bytes, threads: int | None = None):
         options = self._ort.SessionOptions()
-        if self.threads:
-            options.intra_op_num_threads = self.threads
+        threads = threads or self.threads
+        if threads:
+            options.intra_op_num_threads = threads
         options.log_severity_level = 3  # errors only: no warnings on stderr at import
         # Each session has its own thread pool, whose workers by default spin for a while after
         # a run: the pool of one session (a cast) then steals the cores of the next (the GEMM).
