@@ -4,12 +4,19 @@ float32 BLAS everywhere else.
 The product runs on one of the GEMM engines of cpu_engines, chosen once per process:
 onnxruntime's MatMulInteger (VNNI/AMX on x86-64, dot-product instructions on arm64) when
 it is installed (the `cpu` extra) and passes cpu_check's exactness check here, else numpy
-float32 BLAS on K blocks (exact by construction). INT8NAX_CPU_GEMM=onnx|numpy asks for one;
-int8nax.info() says which runs and why.
+float32 BLAS on K blocks (exact by construction). int8nax.info() says which runs and why.
+
+Environment (read once, at the first use of the CPU backend):
+- INT8NAX_CPU_GEMM=auto|onnx|numpy: the engine (auto: onnx when it can run, else numpy);
+  a named engine that cannot run makes the CPU backend unavailable, with the reason.
+- INT8NAX_CPU_THREADS=N: threads of the onnx engine's products and of W8A8's
+  quantization passes (default: one per core).
+- INT8NAX_CPU_PREPARE=0: prepare no weights (read at every w8a8_linear call).
 
 W8A8 quantizes with cpu_quant (bit-identical to int8nax.quant, fewer passes) and
-dequantizes in float64. Weights of w8a8_linear are prepared once per engine and weight
-array (see PreparedWeights); int8_matmul prepares nothing and keeps no state.
+dequantizes in float32 where that stays within 1 ulp, in float64 otherwise. Weights of
+w8a8_linear are prepared once per engine and weight array (see PreparedWeights);
+int8_matmul prepares nothing and keeps no state.
 """
 
 from __future__ import annotations
