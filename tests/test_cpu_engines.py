@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import os
 
 import mlx.core as mx
 import numpy as np
@@ -16,6 +17,9 @@ from int8nax.backends import cpu, cpu_check, cpu_engines
 from int8nax.reference import exact_int_product
 
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
+if not HAVE_ORT and os.environ.get("CI", "").lower() == "true":
+    # The `cpu` extra brings onnxruntime; CI installs it, so its absence there is a failure.
+    raise RuntimeError("onnxruntime is missing (pip install -e '.[cpu,test]'), and CI=true requires it")
 
 
 class ExactFake:
@@ -155,6 +159,7 @@ def test_missing_library_falls_back_to_numpy(fresh_selection):
     fresh_selection.delenv(cpu_engines.ENV_VAR, raising=False)
     sel = cpu_engines.select()
     assert sel.engine.name == "numpy" and "not installed" in sel.reason
+    assert cpu_engines.engine_status("onnx").missing
 
 
 def test_explicit_request_that_cannot_run_raises(fresh_selection):

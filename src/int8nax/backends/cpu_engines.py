@@ -101,6 +101,8 @@ class EngineStatus:
     name: str
     engine: object | None
     reason: str
+    missing: bool = False
+    """True when the engine's library is not installed (as opposed to failing here)."""
 
 
 _status_cache: dict[str, EngineStatus] = {}
@@ -123,7 +125,7 @@ def _load_and_check(name: str) -> EngineStatus:
     try:
         described = engine.load()
     except ImportError as exc:
-        return EngineStatus(name, None, f"{name}: not installed ({exc}; pip install 'int8nax[cpu]')")
+        return EngineStatus(name, None, f"{name}: not installed ({exc}; pip install 'int8nax[cpu]')", missing=True)
     except Exception as exc:  # a broken install must not take the CPU backend down
         return EngineStatus(name, None, f"{name}: failed to load ({type(exc).__name__}: {exc})")
     if name == "numpy":
