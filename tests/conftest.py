@@ -1,9 +1,12 @@
 """Shared fixtures: every test that takes `backend` runs once per backend, skipped with the
-backend's own reason where it cannot run on this machine."""
+backend's own reason where it cannot run on this machine; on the CPU backend once per CPU
+GEMM engine (cpu-onnx, cpu-numpy), each forced for the test, skipped with its reason where
+it cannot run here."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 import pytest
@@ -11,13 +14,38 @@ import pytest
 from int8nax import backends
 
 
-@pytest.fixture(params=backends.NAMES)
+def _backend_params():
+    from int8nax.backends import cpu_engines
+
+    params = []
+    for name in backends.NAMES:
+        if name == "cpu":
+            params += [pytest.param(("cpu", e), id=f"cpu-{e}") for e in cpu_engines.ENGINE_NAMES]
+        else:
+            params.append(pytest.param((name, None), id=name))
+    return params
+
+
+@pytest.fixture(params=_backend_params())
 def backend(request):
-    name = request.param
+    name, engine = request.param
     probe = backends.probe(name)
     if not probe.available:
         pytest.skip(f"backend {name} unavailable here: {probe.reason}")
-    return name
+    if engine is None:
+        yield name
+        return
+    from int8nax.backends import cpu_engines
+
+    status = cpu_engines.engine_status(engine)
+    if status.engine is None:
+        # Under CI=true an engine whose library is missing (the `cpu` extra not installed) is a
+        # failure, not a skip; one that is installed but fails its exactness check here skips.
+        if status.missing and os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CPU GEMM engine {engine} is not installed, and CI=true requires it: {status.reason}")
+        pytest.skip(f"CPU GEMM engine {engine} unavailable here: {status.reason}")
+    with cpu_engines.using(engine):
+        yield name
 
 
 @pytest.fixture
