@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import int8nax
-from int8nax import api, backends
+from int8nax import backends
 from int8nax.backends.base import Backend, Probe
 from int8nax.nn import W8A8Linear
 from int8nax.reference import to_numpy
@@ -160,8 +160,11 @@ def test_lora_around_a_frozen_w8a8_layer(backend, rng):
     got = np.concatenate([np.array(v).ravel() for _, v in _leaves(grads)])
     want = np.concatenate([np.array(v).ravel() for _, v in _leaves(ref_grads)])
     assert got.shape == want.shape and got.size > 100
-    # forward values differ by the activation quantization (~1%), so the gradients do too
-    np.testing.assert_allclose(got, want, rtol=0.1, atol=0.02 * np.abs(want).max())
+    # Forward values differ by the activation quantization (~1%), so the gradients do too, and
+    # where a unit sits at a ReLU kink a single element may differ a lot: compare normwise
+    # (silent zeros, or a transposed weight, would be off by 100% or more; seen: 3-10%).
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert rel < 0.25, rel
 
     opt = optim.SGD(learning_rate=0.1)
     before = float(loss)
@@ -226,7 +229,6 @@ class GraphBackend(Backend):
 
 def test_custom_function_composes_with_compile(monkeypatch, rng):
     monkeypatch.setattr(backends, "resolve", lambda requested=None: GraphBackend())
-    api._w8a8_fn.cache_clear()
     w, s, _ = layer(rng, 16, 6)
     b = rng.standard_normal(6).astype(np.float32)
     x = mx.array(rng.standard_normal((3, 16)).astype(np.float32))
@@ -235,7 +237,6 @@ def test_custom_function_composes_with_compile(monkeypatch, rng):
     compiled_y, compiled_dx = mx.compile(loss)(x), mx.compile(mx.grad(loss))(x)
     np.testing.assert_allclose(np.array(compiled_y), np.array(eager_y), rtol=1e-6)
     np.testing.assert_allclose(np.array(compiled_dx), np.array(eager_dx), rtol=1e-6, atol=1e-7)
-    api._w8a8_fn.cache_clear()
 
 
 def test_cpu_backend_inside_compile_or_vmap_says_so(rng):
@@ -250,3 +251,19 @@ def test_cpu_backend_inside_compile_or_vmap_says_so(rng):
     for call in calls:
         with pytest.raises(ValueError, match=r"the cpu backend computes outside MLX's graph .* mx.compile or mx.vmap"):
             call()
+
+
+def test_the_backend_sees_the_callers_weight_array(monkeypatch, rng):
+    # Per-weight state in a backend (the CPU backend's prepared weights) is keyed by the array:
+    # the forward must get the caller's object, which MLX's custom_function body would not.
+    from int8nax.backends import cpu
+
+    seen = []
+    real = cpu.BACKEND.w8a8_linear
+    monkeypatch.setattr(cpu.BACKEND, "w8a8_linear", lambda x, w, s, b: seen.append(w) or real(x, w, s, b))
+    w, s, _ = layer(rng, 16, 6)
+    w, s = mx.array(w), mx.array(s)
+    x = mx.array(rng.standard_normal((3, 16)).astype(np.float32))
+    int8nax.w8a8_linear(x, w, s, backend="cpu")
+    mx.grad(lambda x: int8nax.w8a8_linear(x, w, s, backend="cpu").sum())(x)
+    assert len(seen) == 2 and all(v is w for v in seen)

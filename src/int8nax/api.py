@@ -87,15 +87,14 @@ def _dequantized_weight(w: mx.array, scale_w: mx.array) -> mx.array:
 
 
 @lru_cache(maxsize=None)
-def _w8a8_fn(impl: backends.Backend, has_bias: bool):
-    """mx.custom_function over 2-D x [M, K] (and bias [N] when has_bias) with the
-    straight-through gradient (see the module docstring)."""
-    if has_bias:
-        f = mx.custom_function(
-            lambda x, w, s, b: _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(x, w, s, b)))
-    else:
-        f = mx.custom_function(
-            lambda x, w, s: _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(x, w, s, None)))
+def _w8a8_grad(has_bias: bool):
+    """mx.custom_function(x, w, s, [b,] y) -> y with the straight-through gradient (module
+    docstring). The forward `y` is computed by the backend before this is called, outside the
+    custom function, because MLX hands a custom function's body new array objects for its
+    inputs: a backend that keeps per-weight state (the CPU backend's prepared weights, keyed
+    by the array) would never see the caller's weight there. `y` comes in behind
+    mx.stop_gradient, so only this vjp/jvp defines the derivative."""
+    f = mx.custom_function(lambda *args: args[-1])
 
     @f.vjp
     def vjp(primals, cotangent, _output):
@@ -104,7 +103,7 @@ def _w8a8_fn(impl: backends.Backend, has_bias: bool):
         grads = [(dy @ _dequantized_weight(w, s)).astype(x.dtype), mx.zeros_like(w), mx.zeros_like(s)]
         if has_bias:
             grads.append(dy.sum(axis=0).astype(primals[3].dtype))
-        return tuple(grads)
+        return (*grads, mx.zeros_like(primals[-1]))
 
     @f.jvp
     def jvp(primals, tangents):
@@ -288,8 +287,8 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
         y = mx.zeros((m, n), dtype=x.dtype)
         if bias is not None and m > 0:
             y = y + bias.astype(x.dtype)
-    elif bias is None:
-        y = _w8a8_fn(impl, False)(rows, w, scale_w)
     else:
-        y = _w8a8_fn(impl, True)(rows, w, scale_w, bias)
+        y = _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(rows, w, scale_w, bias))
+        primals = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
+        y = _w8a8_grad(bias is not None)(*primals, mx.stop_gradient(y))
     return y.reshape(*lead, n)
