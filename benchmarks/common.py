@@ -70,6 +70,9 @@ class ContenderBenchmark:
             if shape not in shapes:
                 raise NotImplementedError(
                     f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
+            why = contenders.skip_reason(self.contender, name, shape)
+            if why:
+                raise NotImplementedError(why)
             try:
                 _prepared[key] = contenders.get(self.contender).ready(*shape)
             except contenders.Unavailable as exc:

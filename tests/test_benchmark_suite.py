@@ -81,7 +81,9 @@ def test_a_bogus_profile_skips_with_the_reason(monkeypatch):
         common.profile.cache_clear()
 
 
-def test_shapes_outside_the_profile_are_skipped_with_the_reason():
+def test_shapes_outside_the_profile_are_skipped_with_the_reason(monkeypatch):
+    monkeypatch.setattr(common, "_prepared", {})
+    monkeypatch.setattr(common, "profile", lambda: ("full", frozenset(problems.SEED_SHAPES), 100))
     bench = bench_gemm.NaxGemm()
     name, shapes, _ = common.profile()
     outside = next(s for s in problems.ALL_SHAPES if s not in shapes)
@@ -120,3 +122,9 @@ def test_a_wrong_result_fails_the_benchmark_instead_of_skipping(monkeypatch):
     monkeypatch.setattr(api, "int8_matmul", lambda a, b, backend=None: real(a, b, b_layout="kn"))
     with pytest.raises(checks.MismatchError):
         bench_gemm.NaxGemm().setup(TINY)
+
+
+def test_slow_mlx_baselines_skip_seed_shapes_on_the_cpu_profile_with_the_reason(monkeypatch):
+    monkeypatch.setattr(common, "profile", lambda: ("cpu", frozenset(problems.PROFILES["cpu"]), 4))
+    with pytest.raises(NotImplementedError, match="quantized_matmul on the CPU runs at ~0.05 GFLOP/s"):
+        bench_linear.MlxQ8().setup(problems.SEED_SHAPES[0])

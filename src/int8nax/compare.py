@@ -68,15 +68,18 @@ class Progress:
 
 
 def run(shapes, names=DEFAULT_CONTENDERS, modes=("call",), repeat: int = 5, chain_calls: int = 100,
-        progress: Progress | None = None) -> dict:
-    """{mode: {shape: {contender: Cell}}}; each contender is prepared and checked per mode."""
+        progress: Progress | None = None, profile: str | None = None) -> dict:
+    """{mode: {shape: {contender: Cell}}}; each contender is prepared and checked per mode.
+    With a `profile`, contenders it limits (contenders.skip_reason) are n/a with the reason."""
     results = {}
     for mode in modes:
         per_shape = {}
         for shape in shapes:
             row = {}
             for name in names:
-                row[name] = timing.measure(shape, name, mode, repeat, chain_calls)
+                why = contenders.skip_reason(name, profile, shape) if profile else None
+                row[name] = (timing.Cell(unavailable=why) if why
+                             else timing.measure(shape, name, mode, repeat, chain_calls))
                 if progress:
                     progress.step(f"{mode} {name} {'x'.join(map(str, shape))}")
             per_shape[shape] = row
@@ -224,6 +227,7 @@ def _positive_int(text: str) -> int:
 
 
 def main(args) -> int:
+    profile = None
     if args.shapes:
         shapes, chosen = args.shapes, "--shapes"
     else:
@@ -239,7 +243,8 @@ def main(args) -> int:
           f"median of {args.repeat}, ms per call")
     show = args.progress or (args.progress is None and sys.stderr.isatty())
     total = len(shapes) * len(names) * len(args.mode)
-    results = run(shapes, names, args.mode, args.repeat, args.chain_calls, Progress(total, sys.stderr, show))
+    results = run(shapes, names, args.mode, args.repeat, args.chain_calls, Progress(total, sys.stderr, show),
+                  profile)
     text = []
     for mode, per_shape in results.items():
         what = {"call": "one call + eval", "chain": f"per call in a chain of {args.chain_calls}, one eval",

@@ -88,6 +88,8 @@ class Contender:
     kind: str  # "raw" (int8 x int8 -> int32) or "full" (float in, float out)
     summary: str
     _prepare: Callable[[Shape, "str | None"], Prepared]
+    slow_on_cpu: str = ""
+    """Why this contender measures only problems.CPU_SHAPES in the "cpu" profile ("" = all)."""
 
     def prepare(self, m: int, k: int, n: int, backend: str | None = None) -> Prepared:
         """Data on the device and evaluated, nothing run yet; raises Unavailable.
@@ -245,6 +247,8 @@ def _numpy_sgemm(shape: Shape, backend: str | None = None) -> Prepared:
                     f"numpy {np.__version__} float32 matmul: {blas}", lazy=False)
 
 
+_MLX_CPU_SLOW = "MLX's {} on the CPU runs at ~{} GFLOP/s on 2 cores: in the cpu profile it measures only the small shapes"
+
 CONTENDERS: dict[str, Contender] = {c.name: c for c in (
     Contender("nax-gemm", "raw", "int8nax.int8_matmul: int8 x int8 -> exact int32", _nax_gemm),
     Contender("cider-raw", "raw", "cider int8_matmul_int32 (Apple M5)", _cider_raw),
@@ -252,10 +256,22 @@ CONTENDERS: dict[str, Contender] = {c.name: c for c in (
     Contender("torch-int8", "raw", "torch._int_mm, torch's cuBLASLt path without workspace (CUDA)", _torch_int8),
     Contender("nax-full", "full", "int8nax.w8a8_linear: per-token quantization + int8 GEMM + dequant", _nax_full),
     Contender("cider-full", "full", "cider per-channel W8A8 linear (Apple M5)", _cider_full),
-    Contender("mlx-fp16", "full", "mx.matmul float16 (dense baseline)", _mlx_fp16),
-    Contender("mlx-q8", "full", "mx.quantized_matmul 8-bit weight-only, group 64 (W8A16 baseline)", _mlx_q8),
+    Contender("mlx-fp16", "full", "mx.matmul float16 (dense baseline)", _mlx_fp16,
+              _MLX_CPU_SLOW.format("float matmul", "4.5")),
+    Contender("mlx-q8", "full", "mx.quantized_matmul 8-bit weight-only, group 64 (W8A16 baseline)", _mlx_q8,
+              _MLX_CPU_SLOW.format("quantized_matmul", "0.05")),
     Contender("numpy-sgemm", "full", "numpy float32 matmul of the same shape (CPU BLAS yardstick)", _numpy_sgemm),
 )}
+
+
+def skip_reason(name: str, profile: str, shape: Shape) -> str | None:
+    """Why contender `name` does not measure `shape` in `profile`, or None when it does."""
+    from .problems import CPU_SHAPES
+
+    slow = CONTENDERS[name].slow_on_cpu
+    if profile == "cpu" and slow and shape not in CPU_SHAPES:
+        return f"{shape}: {slow}"
+    return None
 
 
 def get(name: str) -> Contender:

@@ -34,14 +34,16 @@ SEED_SHAPES: tuple[Shape, ...] = (
 """cider's published shapes (M, K, N): square K = N = 4096 over M, and the 7B MLP pair."""
 
 CPU_SHAPES: tuple[Shape, ...] = ((16, 512, 512), (16, 256, 1344), (16, 1344, 256))
-"""The three seed families (square, MLP up, MLP down) shrunk for machines without a GPU,
-K a multiple of 64 as mlx-q8 needs. MLX's CPU quantized_matmul runs at ~0.05 GFLOP/s
-on 2 cores, so a seed shape would take seconds to minutes per call."""
+"""The three seed families (square, MLP up, MLP down) shrunk, K a multiple of 64 as mlx-q8
+needs: what MLX's own CPU kernels can afford (its quantized_matmul runs at ~0.05 GFLOP/s on
+2 cores, its float matmul at ~4.5 GFLOP/s, so a seed shape would take seconds to minutes)."""
 
 EXTRA_SHAPES: tuple[Shape, ...] = ((8192, 8192, 8192),)
 """Shapes `int8nax compare` offers beyond the seed (the compute-bound corner); not in asv."""
 
-PROFILES: dict[str, tuple[Shape, ...]] = {"full": SEED_SHAPES, "cpu": CPU_SHAPES}
+PROFILES: dict[str, tuple[Shape, ...]] = {"full": SEED_SHAPES, "cpu": CPU_SHAPES + SEED_SHAPES}
+"""The CPU profile measures the seed shapes too (int8nax's CPU engines run them in 5-110 ms);
+contenders too slow there are limited to CPU_SHAPES (contenders.skip_reason)."""
 PROFILE_ENV = "INT8NAX_BENCH_PROFILE"
 
 CHAIN_CALLS: dict[str, int] = {"full": 100, "cpu": 4}
