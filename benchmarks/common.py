@@ -70,7 +70,7 @@ class ContenderBenchmark:
             if shape not in shapes:
                 raise NotImplementedError(
                     f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
-            why = contenders.skip_reason(self.contender, name, shape)
+            why = contenders.skip_reason(self.contender, shape)
             if why:
                 raise NotImplementedError(why)
             try:

@@ -3,6 +3,8 @@ catch a wrong kernel."""
 
 from __future__ import annotations
 
+import types
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -35,7 +37,8 @@ def test_profile_is_cpu_on_this_machine_and_overridable(monkeypatch):
     if mx.default_device() == mx.gpu:
         pytest.skip("MLX runs on a GPU here: the automatic profile is 'full'")
     assert problems.choose_profile()[0] == "cpu"
-    assert problems.profile_shapes() == problems.CPU_SHAPES + problems.SEED_SHAPES
+    assert problems.profile_shapes() == problems.CPU_SHAPES + problems.CPU_SEED_SHAPES
+    assert set(problems.CPU_SEED_SHAPES) <= set(problems.SEED_SHAPES)
     monkeypatch.setenv(problems.PROFILE_ENV, "full")
     assert problems.choose_profile() == ("full", f"{problems.PROFILE_ENV}=full")
     assert problems.profile_shapes() == problems.SEED_SHAPES
@@ -185,11 +188,13 @@ def test_measure_never_raises_for_a_contender():
     assert cell.seconds > 0 and "backend" in cell.detail
 
 
-def test_mlx_baselines_keep_to_the_small_shapes_in_the_cpu_profile():
+def test_mlx_baselines_keep_to_the_small_shapes_where_mlx_runs_on_the_cpu(monkeypatch):
     seed, small = problems.SEED_SHAPES[0], problems.CPU_SHAPES[0]
-    assert "quantized_matmul" in contenders.skip_reason("mlx-q8", "cpu", seed)
-    assert "float matmul" in contenders.skip_reason("mlx-fp16", "cpu", seed)
-    assert contenders.skip_reason("mlx-q8", "cpu", small) is None
-    assert contenders.skip_reason("mlx-fp16", "full", seed) is None
+    monkeypatch.setattr(contenders, "mx", types.SimpleNamespace(default_device=lambda: "cpu", gpu="gpu"))
+    assert "quantized_matmul" in contenders.skip_reason("mlx-q8", seed)
+    assert "float matmul" in contenders.skip_reason("mlx-fp16", seed)
+    assert contenders.skip_reason("mlx-q8", small) is None
     for fast in ("nax-gemm", "nax-full", "numpy-sgemm"):
-        assert contenders.skip_reason(fast, "cpu", seed) is None
+        assert contenders.skip_reason(fast, seed) is None
+    monkeypatch.setattr(contenders, "mx", types.SimpleNamespace(default_device=lambda: "gpu", gpu="gpu"))
+    assert contenders.skip_reason("mlx-q8", seed) is None

@@ -70,14 +70,15 @@ class Progress:
 def run(shapes, names=DEFAULT_CONTENDERS, modes=("call",), repeat: int = 5, chain_calls: int = 100,
         progress: Progress | None = None, profile: str | None = None) -> dict:
     """{mode: {shape: {contender: Cell}}}; each contender is prepared and checked per mode.
-    With a `profile`, contenders it limits (contenders.skip_reason) are n/a with the reason."""
+    Contenders too slow for a shape here (contenders.skip_reason) are n/a with the reason,
+    except where the shapes were asked for by name (`profile` None)."""
     results = {}
     for mode in modes:
         per_shape = {}
         for shape in shapes:
             row = {}
             for name in names:
-                why = contenders.skip_reason(name, profile, shape) if profile else None
+                why = contenders.skip_reason(name, shape) if profile else None
                 row[name] = (timing.Cell(unavailable=why) if why
                              else timing.measure(shape, name, mode, repeat, chain_calls))
                 if progress:

@@ -89,7 +89,7 @@ class Contender:
     summary: str
     _prepare: Callable[[Shape, "str | None"], Prepared]
     slow_on_cpu: str = ""
-    """Why this contender measures only problems.CPU_SHAPES in the "cpu" profile ("" = all)."""
+    """Why this contender measures only problems.CPU_SHAPES where MLX runs on the CPU ("" = all)."""
 
     def prepare(self, m: int, k: int, n: int, backend: str | None = None) -> Prepared:
         """Data on the device and evaluated, nothing run yet; raises Unavailable.
@@ -247,7 +247,8 @@ def _numpy_sgemm(shape: Shape, backend: str | None = None) -> Prepared:
                     f"numpy {np.__version__} float32 matmul: {blas}", lazy=False)
 
 
-_MLX_CPU_SLOW = "MLX's {} on the CPU runs at ~{} GFLOP/s on 2 cores: in the cpu profile it measures only the small shapes"
+_MLX_CPU_SLOW = ("MLX's {} on the CPU runs at ~{} GFLOP/s on 2 cores: where MLX runs on the CPU "
+                 "it measures only the small shapes")
 
 CONTENDERS: dict[str, Contender] = {c.name: c for c in (
     Contender("nax-gemm", "raw", "int8nax.int8_matmul: int8 x int8 -> exact int32", _nax_gemm),
@@ -264,12 +265,12 @@ CONTENDERS: dict[str, Contender] = {c.name: c for c in (
 )}
 
 
-def skip_reason(name: str, profile: str, shape: Shape) -> str | None:
-    """Why contender `name` does not measure `shape` in `profile`, or None when it does."""
+def skip_reason(name: str, shape: Shape) -> str | None:
+    """Why contender `name` does not measure `shape` here, or None when it does."""
     from .problems import CPU_SHAPES
 
     slow = CONTENDERS[name].slow_on_cpu
-    if profile == "cpu" and slow and shape not in CPU_SHAPES:
+    if slow and shape not in CPU_SHAPES and mx.default_device() != mx.gpu:
         return f"{shape}: {slow}"
     return None
 
