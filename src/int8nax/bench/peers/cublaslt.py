@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import importlib
 import os
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import Unavailable
+from . import Unavailable, import_torch
 
 WORKSPACE_BYTES = 64 << 20
 """Workspace handed to cuBLASLt (the heuristic only offers kernels that fit in it)."""
@@ -282,14 +281,7 @@ _LOADED: list = []
 
 
 def _import_torch():
-    try:
-        torch = importlib.import_module("torch")
-    except ModuleNotFoundError as exc:
-        if exc.name == "torch":
-            raise Unavailable("torch is not installed (the cuBLASLt contender takes its buffers and stream from torch)") from None
-        raise Unavailable(f"torch is installed but cannot be imported: {exc}") from None
-    except Exception as exc:
-        raise Unavailable(f"importing torch failed: {type(exc).__name__}: {exc}") from None
+    torch = import_torch("the cuBLASLt contender takes its buffers and stream from torch")
     if not torch.cuda.is_available():
         raise Unavailable(f"torch {getattr(torch, '__version__', '?')} sees no CUDA GPU")
     return torch

@@ -11,22 +11,14 @@ the problem is prepared; nothing is converted inside the timed call.
 
 from __future__ import annotations
 
-import importlib
 import numpy as np
 
-from . import Unavailable
+from . import Unavailable, import_torch
 
 
 def load():
     """The torch module, if it can run _int_mm on a CUDA GPU; raises Unavailable otherwise."""
-    try:
-        torch = importlib.import_module("torch")
-    except ModuleNotFoundError as exc:
-        if exc.name == "torch":
-            raise Unavailable("torch is not installed (cuBLASLt int8 runs through torch._int_mm)") from None
-        raise Unavailable(f"torch is installed but cannot be imported: {exc}") from None
-    except Exception as exc:
-        raise Unavailable(f"importing torch failed: {type(exc).__name__}: {exc}") from None
+    torch = import_torch("cuBLASLt int8 runs through torch._int_mm")
     version = getattr(torch, "__version__", "?")
     if not hasattr(torch, "_int_mm"):
         raise Unavailable(f"torch {version} has no torch._int_mm (needs torch >= 2.1)")
