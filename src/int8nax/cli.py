@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import compare
 
     compare.add_parser(sub)
+    from . import gate
+
+    gate.add_parser(sub)
     return parser
 
 
