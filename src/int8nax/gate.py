@@ -165,8 +165,9 @@ def compare_command(settings: Settings, base: str, head: str, *, config: str, ma
 
 
 def gated_table(compare_output: str, bench: tuple[str, ...]) -> str:
-    """asv compare's output with only the gated benchmarks' rows (results of other benchmarks
-    from earlier runs may share the results directory)."""
+    """asv compare's output with only the gated benchmarks' rows that hold a result at either
+    commit (results of other benchmarks from earlier runs may share the results directory, and
+    every machine declares the other profiles' shapes too)."""
     patterns = [re.compile(b) for b in bench]
     kept = []
     for line in compare_output.splitlines():
@@ -174,6 +175,8 @@ def gated_table(compare_output: str, bench: tuple[str, ...]) -> str:
         if line.lstrip().startswith("|") and len(cells) >= 5 and cells[-1] and not set(cells[-1]) <= {"-"}:
             name = cells[-1]
             if not name.startswith("Benchmark") and not any(p.search(name) for p in patterns):
+                continue
+            if cells[1:3] == ["n/a", "n/a"]:  # measured at neither commit (another profile's shape)
                 continue
         kept.append(line)
     return "\n".join(kept)
@@ -199,18 +202,36 @@ def classify(returncode: int, log: str) -> Outcome:
     as n/a), so the log is searched too: a regression is reported only with a clean log."""
     failures = tuple(line.rstrip() for line in log.splitlines() if FAILURE_LINE.search(line))
     if returncode == 2 or failures:
-        return Outcome(UNMEASURED, f"a benchmark failed (asv exit status {returncode}, "
+        return Outcome(UNMEASURED, f"A benchmark failed (asv exit status {returncode}, "
                        f"{len(failures)} failure line(s) in its log)", failures[:MAX_QUOTED_LINES])
     if returncode == 1 and REGRESSION_MARK in log:
-        return Outcome(REGRESSION, "a gated benchmark got slower beyond the factor, and asv's "
-                       "statistics call the change significant")
+        return Outcome(REGRESSION, "Performance decreased: a gated benchmark got slower beyond the "
+                       "factor, and asv's statistics call the change significant")
     if returncode == 1:
         last = tuple(line for line in log.splitlines() if line.strip())[-MAX_QUOTED_LINES:]
-        return Outcome(UNMEASURED, "asv exited 1 without reporting a regression: a usage error "
-                       "(unknown commit, no machine file, ...)", last)
+        return Outcome(UNMEASURED, "asv exited with status 1 without reporting a regression: a usage "
+                       "error (unknown commit, no machine file, ...)", last)
     if returncode != 0:
-        return Outcome(UNMEASURED, f"unexpected asv exit status {returncode}")
-    return Outcome(QUIET, "no gated benchmark got slower beyond the factor, and none failed")
+        return Outcome(UNMEASURED, f"Unexpected asv exit status {returncode}")
+    return Outcome(QUIET, "No benchmark slowed down beyond the factor, and none failed")
+
+
+VERDICT_LINE = re.compile(r"^int8nax gate: (quiet|REGRESSION|COULD NOT MEASURE) \(exit (\d+)\): (.*)$", re.MULTILINE)
+
+
+def verdict_line(outcome: Outcome, minutes: float | None = None) -> str:
+    """The gate's last line, which .github/scripts/asv_gate.py reads back (VERDICT_LINE)."""
+    tail = f"; {minutes:.1f} min" if minutes is not None else ""
+    return f"int8nax gate: {outcome.word} (exit {outcome.status}): {outcome.reason}{tail}"
+
+
+def read_verdict(log: str) -> Outcome | None:
+    """The verdict a gate run printed (its last verdict line), or None in a log without one."""
+    found = VERDICT_LINE.findall(log)
+    if not found:
+        return None
+    _, status, reason = found[-1]
+    return Outcome(int(status), reason)
 
 
 def resolve_commit(repo: Path, name: str) -> str:
@@ -269,6 +290,11 @@ def run(args) -> int:
     print(f"settings from {settings.source}: {settings.describe()}")
     if settings.note:
         print(f"calibration: {settings.note}")
+    dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "src"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    if dirty:
+        print("note: uncommitted changes under src/ are not measured (asv builds the two commits; "
+              "the benchmarks and these settings come from the working tree)")
     pins = " ".join(f"{v}={env[v]}" for v in THREAD_VARIABLES if settings.threads is not None)
     print("+ " + (pins + " " if pins else "") + shlex.join(command), flush=True)
     if args.dry_run:
@@ -286,9 +312,9 @@ def run(args) -> int:
     print("\nint8nax gate: comparison table (asv compare, gated benchmarks)")
     print(table.strip() or "(asv compare found no results for these commits)")
     seconds = time.monotonic() - started
-    print(f"\nint8nax gate: {outcome.word} (exit {outcome.status}): {outcome.reason}; {seconds / 60:.1f} min")
     for line in outcome.evidence:
         print(f"  {line}")
+    print("\n" + verdict_line(outcome, seconds / 60))
     if args.summary:
         with open(args.summary, "a", encoding="utf-8") as f:
             f.write(markdown(outcome, table, settings, machine, base, head, seconds) + "\n")
@@ -322,7 +348,7 @@ def main(args) -> int:
     try:
         return run(args)
     except GateError as exc:
-        print(f"int8nax gate: COULD NOT MEASURE (exit {UNMEASURED}): {exc}", file=sys.stderr)
+        print(verdict_line(Outcome(UNMEASURED, str(exc))), file=sys.stderr)
         return UNMEASURED
 
 
