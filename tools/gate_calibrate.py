@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"store the settings and the suggested factor for --machine in {gate.SETTINGS_FILE}")
     p.add_argument("--keep", action="store_true", help="keep the temporary clone (its path is printed)")
     p.add_argument("gate_args", nargs=argparse.REMAINDER,
-                   help="after --: options for the gate (--factor, --rounds, --repeat, --bench)")
+                   help="after --: options for the gate (--factor, --rounds, --repeat, --bench, --cpu-affinity)")
     args = p.parse_args(argv)
     args.argv = argv
     args.gate_args = [a for a in args.gate_args if a != "--"]
@@ -389,10 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_arguments(gp)
     gargs = gp.parse_args([*args.gate_args, "--machine", args.machine])
     settings = gate.load_settings(REPO / gate.SETTINGS_FILE, args.machine)
-    overrides = {k: v for k, v in (("factor", gargs.factor), ("rounds", gargs.rounds), ("repeat", gargs.repeat),
-                                   ("bench", tuple(gargs.bench) if gargs.bench else None)) if v is not None}
-    if overrides:
-        settings = replace(settings, **overrides, source=settings.source + " + command-line overrides")
+    settings = gate.with_overrides(settings, gargs)
     args.factor_ran = settings.factor
 
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

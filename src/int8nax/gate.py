@@ -117,6 +117,19 @@ def load_settings(path: Path, machine: str) -> Settings:
     return replace(Settings(), **merged, source=f"{path} [{chosen}]", note=note)
 
 
+def with_overrides(settings: Settings, args) -> Settings:
+    """`settings` with the command line's --factor, --rounds, --repeat, --bench, --cpu-affinity."""
+    affinity = getattr(args, "cpu_affinity", None)
+    overrides = {k: v for k, v in (("factor", args.factor), ("rounds", args.rounds), ("repeat", args.repeat),
+                                   ("bench", tuple(args.bench) if args.bench else None),
+                                   ("cpu_affinity", affinity)) if v is not None}
+    if overrides.get("cpu_affinity") == "none":
+        overrides["cpu_affinity"] = None
+    if not overrides:
+        return settings
+    return replace(settings, **overrides, source=settings.source + " + command-line overrides")
+
+
 def asv_machine_name(machine: str | None) -> str:
     """The machine asv will use: `machine`, else this host's entry in ~/.asv-machine.json,
     else its only entry, else the hostname (asv's own rule)."""
@@ -277,10 +290,7 @@ def run(args) -> int:
     repo = config.parent
     machine = asv_machine_name(args.machine)
     settings = load_settings(Path(args.settings) if args.settings else repo / SETTINGS_FILE, machine)
-    overrides = {k: v for k, v in (("factor", args.factor), ("rounds", args.rounds), ("repeat", args.repeat),
-                                   ("bench", tuple(args.bench) if args.bench else None)) if v is not None}
-    if overrides:
-        settings = replace(settings, **overrides, source=settings.source + " + command-line overrides")
+    settings = with_overrides(settings, args)
     base = resolve_commit(repo, args.base)
     head = resolve_commit(repo, args.head)
     env = benchmark_env(settings)
@@ -331,6 +341,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, help="override the calibrated rounds")
     p.add_argument("--repeat", help="override the calibrated repeat (N or '(min,max,seconds)')")
     p.add_argument("--bench", action="append", help="override the gated benchmarks (asv -b regex; repeatable)")
+    p.add_argument("--cpu-affinity", help="override the calibrated CPU pinning ('1', '0-1'; 'none' for none)")
     p.add_argument("--split", action="store_true", help="asv's --split tables (better / worse / same)")
     p.add_argument("--log", help="also write asv continuous's output to this file")
     p.add_argument("--summary", help="append the verdict and table as markdown to this file "
