@@ -217,7 +217,9 @@ def shlex_join(command) -> str:
     return shlex.join(str(c) for c in command)
 
 
-def measure(clone: Clone, args, log_dir: Path) -> tuple[list[Run], str]:
+def measure(clone: Clone, args, log_dir: Path, after_each=None) -> tuple[list[Run], str]:
+    """Run the gate on every pair `args.runs` times; `after_each(runs, command)` is called after
+    each repetition (the report is rewritten then, so an interrupted calibration keeps its data)."""
     pairs = [("A/A", 1.0, clone.same)] + [(f"A/B {f}", f, clone.slow[f]) for f in args.slowdowns]
     runs: list[Run] = []
     command = ""
@@ -237,6 +239,8 @@ def measure(clone: Clone, args, log_dir: Path) -> tuple[list[Run], str]:
             runs.append(run)
             print(f"[{time.strftime('%H:%M:%S')}] {label}: exit {status}, {seconds / 60:.1f} min, "
                   f"load {run.load[0]:.2f}", flush=True)
+        if after_each:
+            after_each(runs, command)
     return runs, command
 
 
@@ -403,7 +407,13 @@ def main(argv: list[str] | None = None) -> int:
         log_dir.mkdir()
         print(f"calibrating {args.machine}: {args.runs} x (A/A" + "".join(f", A/B {f}" for f in args.slowdowns)
               + f"); clone {clone.path}; logs {log_dir}", flush=True)
-        runs, command = measure(clone, args, log_dir)
+        def write(runs, command):
+            if args.out:
+                done = len(runs) // (1 + len(args.slowdowns))
+                note = "" if done == args.runs else f"\n(partial: {done} of {args.runs} repetitions so far)\n"
+                Path(args.out).write_text(report(runs, args, settings, command, started, load0)[0] + note)
+
+        runs, command = measure(clone, args, log_dir, after_each=write)
         text, suggested = report(runs, args, settings, command, started, load0)
         if args.out:
             Path(args.out).write_text(text)
