@@ -151,6 +151,8 @@ FAKE_ASV = textwrap.dedent('''\
     json.dump(calls, open(record, "w"))
     logs = json.loads(os.environ["FAKE_ASV_LOGS"])
     status, text = logs[os.environ["FAKE_ASV_SCENARIO"]]
+    if sys.argv[1:3] == ["-c", "import asv"]:
+        sys.exit(int(os.environ.get("FAKE_ASV_MISSING", "0")))
     if sys.argv[1:3] == ["-m", "asv"] and sys.argv[3] == "compare":
         print(os.environ["FAKE_ASV_TABLE"])
         sys.exit(0)
@@ -200,7 +202,7 @@ def test_gate_exit_status_and_the_table_either_way(project, monkeypatch, capsys,
     assert "GemmRatio.time_nax_gemm_ratio((16, 512, 512))" in out.split("comparison table")[1]
     assert "NumpySgemm" not in out.split("comparison table")[1]  # not gated on machine "box"
     assert f"(exit {status})" in out
-    continuous, compare = json.loads(record.read_text())
+    continuous, compare = [c for c in json.loads(record.read_text()) if c["argv"][:2] == ["-m", "asv"]]
     assert continuous["argv"][1:3] == ["asv", "continuous"] and compare["argv"][1:3] == ["asv", "compare"]
     base, head = (subprocess.run(["git", "-C", str(repo), "rev-parse", r], capture_output=True, text=True,
                                  check=True).stdout.strip() for r in ("main~1", "main"))
@@ -219,8 +221,13 @@ def test_gate_overrides_and_dry_run(project, monkeypatch, capsys):
     assert not record.exists(), "a dry run starts no asv"
 
 
-def test_gate_unknown_commit_or_config_is_unmeasured_without_asv(project, capsys):
+def test_gate_unknown_commit_or_config_or_no_asv_is_unmeasured_without_asv(project, monkeypatch, capsys):
     repo, fake, record = project
+    monkeypatch.setenv("FAKE_ASV_MISSING", "1")
+    assert gate_main(repo, fake, "main~1", "main") == gate.UNMEASURED
+    assert "asv is not installed" in capsys.readouterr().err
+    monkeypatch.setenv("FAKE_ASV_MISSING", "0")
+    record.unlink()
     assert gate_main(repo, fake, "no-such-commit", "main") == gate.UNMEASURED
     assert "unknown commit 'no-such-commit'" in capsys.readouterr().err
     assert cli.main(["gate", "--config", str(repo / "nope.json")]) == gate.UNMEASURED
@@ -343,3 +350,31 @@ def test_plant_target_still_has_the_hook():
 
     text = (ROOT / gate_calibrate.PLANT_TARGET).read_text()
     assert "def get(name" in text and "lru_cache" in text and "import mlx.core as mx" in text
+
+
+# --- the PR workflow's verdict script reads the gate's verdict back -----------------------------
+
+
+def load_asv_gate():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ci_asv_gate_for_gate_tests", ROOT / ".github/scripts/asv_gate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("status", [gate.QUIET, gate.REGRESSION, gate.UNMEASURED])
+def test_workflow_verdict_is_the_gates_own(status):
+    asv_gate = load_asv_gate()
+    outcome = gate.classify(*LOGS[{0: "quiet", 1: "regression", 2: "failed"}[status]])
+    log = LOGS[{0: "quiet", 1: "regression", 2: "failed"}[status]][1] + "\n" + gate.verdict_line(outcome, 1.5)
+    result = asv_gate.verdict(status, log)
+    assert result.passed is (status == gate.QUIET)
+    assert result.reason.startswith(outcome.reason)
+    # A gate killed after printing a quiet verdict (status 137) does not pass.
+    assert not asv_gate.verdict(137, LOGS["quiet"][1] + gate.verdict_line(gate.classify(*LOGS["quiet"]))).passed
+    # The gate's own "could not measure" for an unknown commit (printed before asv ran).
+    unknown = gate.verdict_line(gate.Outcome(gate.UNMEASURED, "unknown commit 'x' in /r"))
+    assert asv_gate.verdict(2, unknown).reason == "unknown commit 'x' in /r"

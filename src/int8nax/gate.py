@@ -309,6 +309,8 @@ def run(args) -> int:
     print("+ " + (pins + " " if pins else "") + shlex.join(command), flush=True)
     if args.dry_run:
         return QUIET
+    if subprocess.run([args.python, "-c", "import asv"], capture_output=True, check=False).returncode != 0:
+        raise GateError(f"asv is not installed for {args.python} (pip install -e '.[bench]')")
     try:
         returncode, log = _run_teed(command, env, repo)
     except FileNotFoundError as exc:
