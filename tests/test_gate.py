@@ -215,6 +215,12 @@ def test_gate_exit_status_and_the_table_either_way(project, monkeypatch, capsys,
 
 def test_gate_overrides_and_dry_run(project, monkeypatch, capsys):
     repo, fake, record = project
+    monkeypatch.setattr(gate.os, "cpu_count", lambda: 1)
+    assert gate_main(repo, fake, "--dry-run", "--cpu-affinity", "1") == 0
+    out = capsys.readouterr().out
+    assert "cpu_affinity '1' dropped" in out and "--cpu-affinity" not in out
+    assert gate_main(repo, fake, "--dry-run", "--cpu-affinity", "0") == 0
+    assert "--cpu-affinity 0" in capsys.readouterr().out
     assert gate_main(repo, fake, "--dry-run", "--factor", "1.5", "--rounds", "2", "--bench", "X", "main~1", "main") == 0
     out = capsys.readouterr().out
     assert "--factor 1.5" in out and "-a rounds=2" in out and "--bench X" in out and "overrides" in out

@@ -130,6 +130,15 @@ def with_overrides(settings: Settings, args) -> Settings:
     return replace(settings, **overrides, source=settings.source + " + command-line overrides")
 
 
+def _cpus_exist(affinity: str) -> bool:
+    """Whether every CPU named in an asv --cpu-affinity value ("1", "0,2", "0-3") exists here."""
+    try:
+        wanted = [int(x) for part in affinity.split(",") for x in part.split("-")]
+    except ValueError:
+        return True  # let asv report the malformed value
+    return max(wanted) < (os.cpu_count() or 1)
+
+
 def asv_machine_name(machine: str | None) -> str:
     """The machine asv will use: `machine`, else this host's entry in ~/.asv-machine.json,
     else its only entry, else the hostname (asv's own rule)."""
@@ -291,6 +300,9 @@ def run(args) -> int:
     machine = asv_machine_name(args.machine)
     settings = load_settings(Path(args.settings) if args.settings else repo / SETTINGS_FILE, machine)
     settings = with_overrides(settings, args)
+    if settings.cpu_affinity and not _cpus_exist(settings.cpu_affinity):
+        print(f"note: this machine has {os.cpu_count()} CPU(s); cpu_affinity {settings.cpu_affinity!r} dropped")
+        settings = replace(settings, cpu_affinity=None)
     base = resolve_commit(repo, args.base)
     head = resolve_commit(repo, args.head)
     env = benchmark_env(settings)
