@@ -384,3 +384,43 @@ def test_workflow_verdict_is_the_gates_own(status):
     # The gate's own "could not measure" for an unknown commit (printed before asv ran).
     unknown = gate.verdict_line(gate.Outcome(gate.UNMEASURED, "unknown commit 'x' in /r"))
     assert asv_gate.verdict(2, unknown).reason == "unknown commit 'x' in /r"
+
+
+# --- the calibration script's report, on made-up samples ----------------------------------------
+
+
+def test_calibration_report_counts_false_alarms_and_detections_by_asvs_rule():
+    import random
+
+    import gate_calibrate as gc
+
+    rng = random.Random(14)
+
+    def point(center, spread=0.005, n=40):
+        samples = [center * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+        median = sorted(samples)[n // 2]
+        return gc.Point(median, {"ci_99_a": min(samples), "ci_99_b": max(samples), "q_25": median,
+                                 "q_75": median, "repeat": n, "number": 1}, samples)
+
+    name = "bench_ratio.GemmRatio.time_nax_gemm_ratio((16, 512, 512))"
+    runs = []
+    for head_center, kind, planted, status in [(1.0, "A/A", 1.0, 0), (1.09, "A/A", 1.0, 1),
+                                               (1.2, "A/B 1.2", 1.2, 1), (1.2, "A/B 1.2", 1.2, 1)]:
+        base, head = {name: point(1.0)}, {name: point(head_center)}
+        run = gc.Run(kind, planted, status, 90.0, (2.0, 2.0, 2.0), raw=(base, head))
+        ratio, significant, _ = gc.flagged(base[name], head[name], 1.08)
+        run.points[name] = (ratio, significant)
+        runs.append(run)
+    args = argparse.Namespace(machine="box", argv=["--machine", "box"], factors=[1.05, 1.10, 1.15])
+    settings = gate.Settings(factor=1.08, source="test")
+    text, suggested = gc.report(runs, args, settings, "gate ...", "2026-12-01 10:00 UTC", (1.0, 1.0, 1.0))
+    # Per benchmark at the factor run (1.08): the 1.09x A/A run is a false alarm, both A/B runs detected.
+    row = next(line for line in text.splitlines() if line.startswith(f"| `{name}`"))
+    assert "| 1/2 |" in row and "2/2" in row
+    sweep = {line.split("|")[1].strip().split()[0]: line for line in text.splitlines()
+             if line.startswith("| 1.") and "|" in line[2:]}
+    assert sweep["1.08"].endswith("| 1/2 | 2/2 |")
+    assert sweep["1.10"].endswith("| 0/2 | 2/2 |")  # 1.10 would have been quiet on the same samples
+    assert sweep["1.15"].endswith("| 0/2 | 2/2 |")
+    assert suggested >= 1.09 * 1.03  # at least 3 % above the largest A/A ratio seen
+    assert "| A/A | 2 | 1 | 1 | 0 |" in text
