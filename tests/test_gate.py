@@ -297,6 +297,9 @@ def test_ratio_benchmark_uses_this_profiles_reference_and_sizes_its_sample(monke
 
     monkeypatch.setenv("INT8NAX_BENCH_PROFILE", "cpu")
     monkeypatch.setenv("INT8NAX_BACKEND", "cpu")
+    # The suite's per-process memos, restored afterwards: other tests rely on a fresh setup.
+    monkeypatch.setattr(common, "_prepared", {})
+    monkeypatch.setattr(bench_ratio, "_blocks", {})
     common.profile.cache_clear()
     try:
         bench = bench_ratio.GemmRatio()
