@@ -52,7 +52,8 @@ def test_classify_maps_asv_statuses_to_quiet_regression_and_unmeasured():
     # A benchmark failing at both commits: asv says 0, the gate says it could not measure.
     assert gate.classify(*LOGS["hidden-failure"]).status == gate.UNMEASURED
     # asv's usage errors also exit 1: not a regression.
-    usage = gate.classify(*LOGS["no-machine"])
+    assert "asv machine --yes" in gate.classify(*LOGS["no-machine"]).reason
+    usage = gate.classify(1, "· Unknown commit nosuchref\n")
     assert usage.status == gate.UNMEASURED and "usage error" in usage.reason
     # A regression next to a failure is not trusted either.
     assert gate.classify(1, LOGS["regression"][1] + LOGS["failed"][1]).status == gate.UNMEASURED

@@ -229,6 +229,9 @@ def classify(returncode: int, log: str) -> Outcome:
     if returncode == 1 and REGRESSION_MARK in log:
         return Outcome(REGRESSION, "Performance decreased: a gated benchmark got slower beyond the "
                        "factor, and asv's statistics call the change significant")
+    if returncode == 1 and "No information stored about machine" in log:
+        return Outcome(UNMEASURED, "asv knows no such machine: record it first (`asv machine --yes`, or "
+                       "`python .github/scripts/asv_machine.py --name NAME`) and pass --machine NAME")
     if returncode == 1:
         last = tuple(line for line in log.splitlines() if line.strip())[-MAX_QUOTED_LINES:]
         return Outcome(UNMEASURED, "asv exited with status 1 without reporting a regression: a usage "
