@@ -122,7 +122,8 @@ def test_continuous_command_base_first_with_the_settings():
     for piece in ("--config c.json", "--machine m", "--factor 1.07", "--interleave-rounds", "-a rounds=8",
                   "-a repeat=(5,50,0.5)", "--cpu-affinity 1", "--bench a --bench b"):
         assert piece in text, piece
-    assert "--cpu-affinity" not in gate.continuous_command(gate.Settings(cpu_affinity=None), "B", "H", config="c", machine="m")
+    unpinned = gate.Settings(cpu_affinity=None)
+    assert "--cpu-affinity" not in gate.continuous_command(unpinned, "B", "H", config="c", machine="m")
 
 
 def test_benchmark_env_pins_every_thread_pool():
