@@ -1,8 +1,9 @@
 """The asv suite driven by asv itself, in a temporary clone of this repository:
 
 - `asv check` imports the suite and finds nothing wrong;
-- the regression gate: `asv continuous` exits 1 ("PERFORMANCE DECREASED") for a commit
-  that plants a slowdown in int8nax's CPU GEMM, and 0 for a harmless commit;
+- the regression gate (`int8nax gate`, src/int8nax/gate.py): exit 1 for a commit that plants
+  a slowdown in int8nax's GEMM, 0 for a harmless commit, 2 for a GEMM that fails its check,
+  with the comparison table printed each time;
 - the site: `asv publish`, then tools/asv_site.py serves it on 127.0.0.1 and checks it
   in headless Chromium (every benchmark listed, one series per shape, no JS error);
 - tools/asv_offline_gpu.sh, in a copy without .git (as the offline GPU box gets it).
@@ -31,20 +32,26 @@ REPO = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
 sys.path.insert(0, str(REPO / "tools"))
 
-# One benchmark at one CPU-profile shape: a few seconds per asv run.
-GATED = r"NaxGemm\.time_nax_gemm\(\(16, 1344, 256\)\)"
+# The gate's test: one drift-free ratio benchmark at one CPU-profile shape, two rounds (a few
+# seconds per asv run); the gate's own settings otherwise (benchmarks/gate.json).
+GATED = r"GemmRatio\.time_nax_gemm_ratio\(\(16, 1344, 256\)\)"
+GATED_NAME = "bench_ratio.GemmRatio.time_nax_gemm_ratio"
 CPU_PROFILE = r"\(\((16, 512, 512|16, 256, 1344|16, 1344, 256)\)\)"
-PLANTED_SLOWDOWN = '''
+PLANTED_FACTOR = 2.0  # far above the noise of two rounds; tools/gate_calibrate.py measures 1.2x
+# A wrong product: the benchmark's first setup must fail its exactness check (exit 2, not 1).
+PLANTED_MISMATCH = """
 
-# Planted by tests/test_asv.py: the exact product computed three times.
-_gemm_exact_once = gemm_exact
+_exact_get = get
 
 
-def gemm_exact(a, b):
-    _gemm_exact_once(a, b)
-    _gemm_exact_once(a, b)
-    return _gemm_exact_once(a, b)
-'''
+@lru_cache(maxsize=None)
+def get(name):
+    backend = _exact_get(name)
+    if backend is not None and "int8_matmul" not in vars(backend):
+        right = backend.int8_matmul
+        backend.int8_matmul = lambda a, b: right(a, b) + 1
+    return backend
+"""
 
 
 def require(available: bool, what: str) -> None:
@@ -119,15 +126,21 @@ class Project:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """main: HEAD, then a harmless commit; branch `slow`: a planted slowdown on top of main."""
+    """main: HEAD, then a harmless commit; branch `slow`: a planted slowdown of int8nax's GEMM
+    (tools/gate_calibrate.py's, whichever backend and CPU path run); branch `wrong`: a GEMM
+    that is off by one."""
+    import gate_calibrate
+
     require_asv()
     project = Project(tmp_path_factory.mktemp("asv"))
     project.base = project.run("git", "rev-parse", "HEAD").stdout.strip()
     project.harmless = project.commit("A harmless change", "docs/asv-test-note.txt", "no code changed\n")
-    cpu = project.clone / "src/int8nax/backends/cpu.py"
-    assert "def gemm_exact(" in cpu.read_text(), "the planted slowdown wraps int8nax.backends.cpu.gemm_exact"
     project.run("git", "checkout", "-q", "-b", "slow")
-    project.slow = project.commit("Planted slowdown", "src/int8nax/backends/cpu.py", PLANTED_SLOWDOWN, append=True)
+    gate_calibrate.plant(project.clone, PLANTED_FACTOR)
+    project.run("git", "commit", "-q", "-am", "Planted slowdown")
+    project.slow = project.run("git", "rev-parse", "HEAD").stdout.strip()
+    project.run("git", "checkout", "-q", "-b", "wrong", project.harmless)
+    project.wrong = project.commit("Planted mismatch", gate_calibrate.PLANT_TARGET, PLANTED_MISMATCH, append=True)
     project.run("git", "checkout", "-q", "main")
     return project
 
@@ -137,35 +150,46 @@ def test_asv_check_finds_no_problem(project):
     assert "No problems found" in result.stdout
 
 
-def continuous(project, base, contender):
-    """The documented gate (factor 1.1, time_ benchmarks only), narrowed to one benchmark."""
-    return project.asv("continuous", "--factor", "1.1", "--show-stderr", "-b", GATED, base, contender, check=False)
+def gate(project, base, head):
+    """The gate command as users run it (int8nax gate, the repository's settings for this
+    machine), narrowed to one benchmark and two rounds."""
+    return project.python("-m", "int8nax.cli", "gate", "--machine", "asv-test", "--bench", GATED, "--rounds", "2",
+                          base, head, check=False)
 
 
-def compared_row(output: str, name: str) -> tuple[str, float]:
-    """(change mark, ratio) of `name` in asv's comparison table (| Change | Before | After | Ratio | Benchmark |)."""
-    for line in output.splitlines():
+def compared_row(output: str, name: str) -> tuple[str, str]:
+    """(change mark, ratio text) of `name` in the gate's comparison table
+    (| Change | Before | After | Ratio | Benchmark |)."""
+    table = output.split("int8nax gate: comparison table")[-1]
+    for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and cells[4].startswith(name):
-            return cells[0], float(cells[3])
+            return cells[0], cells[3]
     raise AssertionError(f"{name} is not in the comparison table:\n{output[-3000:]}")
 
 
-def test_gate_passes_a_harmless_commit_and_fails_a_planted_slowdown(project):
-    slow = continuous(project, project.harmless, project.slow)
+def test_gate_fails_a_planted_slowdown_passes_a_harmless_commit_and_cannot_measure_a_wrong_one(project):
+    slow = gate(project, project.harmless, project.slow)
     assert slow.returncode == 1, slow.stdout[-3000:] + slow.stderr[-3000:]
-    assert "PERFORMANCE DECREASED" in slow.stdout
-    change, ratio = compared_row(slow.stdout, "bench_gemm.NaxGemm.time_nax_gemm")
-    assert change == "+" and ratio > 1.1, slow.stdout[-3000:]
+    assert "PERFORMANCE DECREASED" in slow.stdout and "REGRESSION (exit 1)" in slow.stdout
+    change, ratio = compared_row(slow.stdout, GATED_NAME)
+    assert change == "+" and float(ratio) > 1.5, slow.stdout[-3000:]
 
     # A harmless commit must pass. Timing noise from other processes on a shared 2-core box
-    # can fake a significant 10% change; one retry separates that from a real flaw.
+    # can fake a significant change; one retry separates that from a real flaw.
     for attempt in range(2):
-        same = continuous(project, project.base, project.harmless)
+        same = gate(project, project.base, project.harmless)
         if same.returncode == 0:
             break
     assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
-    assert "PERFORMANCE DECREASED" not in same.stdout and "failed" not in same.stdout
+    assert "quiet (exit 0)" in same.stdout
+    compared_row(same.stdout, GATED_NAME)  # the table is printed although nothing changed
+
+    # A benchmark that fails its exactness check: not a regression, and the table still comes.
+    wrong = gate(project, project.harmless, project.wrong)
+    assert wrong.returncode == 2, wrong.stdout[-3000:] + wrong.stderr[-3000:]
+    assert "COULD NOT MEASURE (exit 2)" in wrong.stdout and "MismatchError" in wrong.stdout
+    assert compared_row(wrong.stdout, GATED_NAME)[1] == "n/a"  # measured before, failed after
 
 
 def test_published_site_in_headless_chromium(project, tmp_path):

@@ -1,28 +1,40 @@
-"""Decide the PR benchmark gate from `asv continuous`'s exit status and its log.
+"""The PR benchmark gate's verdict, for the job summary and the job's status.
 
-asv 0.6.6's exit statuses (checked): 0 = no significant slowdown beyond --factor; 1 = a
-significant slowdown ("PERFORMANCE DECREASED"), but also a usage error such as an unknown commit;
-2 = some benchmark failed or timed out, in which case no comparison table is printed at all.
-A failure can also hide behind status 0 or 1 (a benchmark that fails on both commits compares
-as n/a), so the log is searched too. The gate passes only on status 0 with a clean log.
+The decision itself is `int8nax gate`'s (src/int8nax/gate.py: 0 quiet, 1 regression, 2 could
+not measure); this script only reads it back from the gate's log (its last verdict line) and
+writes it as Markdown. A log without a verdict line is a raw `asv continuous` log, and is
+judged by the gate's own rule (gate.classify) from asv's exit status, so the two cannot disagree.
+The gate passes only on a quiet verdict.
 
-usage: python .github/scripts/asv_gate.py --returncode RC --log asv-continuous.log
+usage: python .github/scripts/asv_gate.py --returncode RC --log gate.log
 Prints the verdict (Markdown), appends it to $GITHUB_STEP_SUMMARY when that is set, and exits
 0 when the gate passes, 1 when it fails.
+
+Standard library only, and gate.py is loaded from its file: CI runs this from asv's private
+virtualenv, where neither int8nax nor MLX is installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
-import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
-# asv marks a failed benchmark with the word "failed" ("... time_x   failed", "setup_cache
-# failed", "Failed to build the project"); --show-stderr prints the benchmark's traceback.
-FAILURE_LINE = re.compile(r"\bfailed\b|Traceback \(most recent call last\)", re.IGNORECASE)
-REGRESSION_MARK = "PERFORMANCE DECREASED"
-MAX_QUOTED_LINES = 20
+GATE_PY = Path(__file__).resolve().parents[2] / "src" / "int8nax" / "gate.py"
+
+
+def _load_gate():
+    spec = importlib.util.spec_from_file_location("int8nax_gate_standalone", GATE_PY)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+gate = _load_gate()
 
 
 @dataclass(frozen=True)
@@ -40,36 +52,24 @@ class Verdict:
 
 
 def verdict(returncode: int, log: str) -> Verdict:
-    """The gate's decision for one `asv continuous` run (exit status, full console log)."""
-    failures = tuple(line.rstrip() for line in log.splitlines() if FAILURE_LINE.search(line))
-    quoted = failures[:MAX_QUOTED_LINES]
-    if returncode == 2 or failures:
-        return Verdict(
-            False,
-            f"A benchmark failed (asv exit status {returncode}, {len(failures)} failure line(s) "
-            "in the log). asv continuous prints no comparison table when a benchmark failed: "
-            "the asv compare table in the job summary and the log artifact show which.",
-            quoted,
-        )
-    if returncode == 1:
-        if REGRESSION_MARK in log:
-            return Verdict(False, "Performance decreased beyond the factor (asv exit status 1).")
-        last = tuple(line for line in log.splitlines() if line.strip())[-MAX_QUOTED_LINES:]
-        return Verdict(
-            False,
-            "asv exited with status 1 without reporting a regression: a usage error "
-            "(for example an unknown commit in a shallow clone).",
-            last,
-        )
-    if returncode != 0:
-        return Verdict(False, f"Unexpected asv exit status {returncode}.")
-    return Verdict(True, "No benchmark slowed down beyond the factor, and none failed.")
+    """The gate's decision for one run: its exit status and its full console log (or a raw
+    `asv continuous` log and asv's exit status)."""
+    outcome = gate.read_verdict(log)
+    if outcome is None or outcome.status != returncode:
+        # No verdict line (asv's own log), or a status the log does not explain (the gate was
+        # killed): judge the log by the gate's rule.
+        outcome = gate.classify(returncode, log)
+        if outcome.status == gate.QUIET and returncode != 0:
+            outcome = gate.Outcome(gate.UNMEASURED, f"Unexpected exit status {returncode}")
+    else:
+        outcome = gate.Outcome(outcome.status, outcome.reason, gate.classify(returncode, log).evidence)
+    return Verdict(outcome.status == gate.QUIET, outcome.reason, outcome.evidence)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--returncode", type=int, required=True, help="asv continuous's exit status")
-    parser.add_argument("--log", required=True, help="the file holding asv continuous's output")
+    parser.add_argument("--returncode", type=int, required=True, help="the gate's exit status")
+    parser.add_argument("--log", required=True, help="the file holding the gate's output")
     args = parser.parse_args(argv)
     with open(args.log, encoding="utf-8", errors="replace") as f:
         result = verdict(args.returncode, f.read())

@@ -1,0 +1,117 @@
+"""Ratio benchmarks for the regression gate: int8nax's time over a reference's time at the same
+shape, both measured in the same process and the same sample, so that whatever slows the whole
+machine for a while (other jobs on a shared box, clock changes, a busy GPU host) cancels.
+
+    GemmRatio.time_nax_gemm_ratio     int8nax.int8_matmul  / reference
+    LinearRatio.time_nax_full_ratio   int8nax.w8a8_linear  / reference
+
+The reference does not depend on int8nax's code, so the ratio moves only when int8nax does:
+    cpu profile   numpy-sgemm: numpy's float32 BLAS matmul of the same (M, K, N)
+    full profile  mlx-fp16: MLX's own float16 matmul on its default device (the GPU)
+
+asv records the ratio as the benchmark's "time": 1.30 s reads "int8nax takes 1.30 times as long
+as the reference" (a custom timer advances by the ratio, as the chain benchmarks' clock advances
+per call). Lower is better and a slowdown of int8nax by 20 % raises the ratio by 20 %, so asv's
+comparison and the gate treat it like any other time_ benchmark.
+
+One sample is `blocks` blocks of BLOCK_CALLS calls of int8nax, then BLOCK_CALLS of the reference
+(the order swapped every block, so neither always runs first), and its ratio is
+min(int8nax call times) / min(reference call times). Another process on the machine can only
+add time to a call, so the fastest of some 40 calls is the least disturbed figure, and a change of
+int8nax's code moves it as much as the median (measured on the shared 2-core box: the median
+ratio of nax-full moved by up to 10 % between processes of one commit, the minimum by 2 %,
+docs/results/gate-*.md). Calls come in blocks because the CPU backend's W8A8 ends in an MLX
+evaluation on MLX's stream thread, which is slower to wake after a call of another library.
+`blocks` is chosen at the first setup, from the reference's time only (the same at both
+commits of a comparison), so that a sample lasts about SAMPLE_TARGET_S: well above the timer
+and a scheduler slice.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .common import ContenderBenchmark, profile
+
+SAMPLE_TARGET_S = 0.02
+BLOCK_CALLS = 4
+MAX_BLOCKS = 16
+
+REFERENCE = {"cpu": "numpy-sgemm", "full": "mlx-fp16"}
+"""The reference contender of each shape profile."""
+
+_clock = [0.0]
+_blocks: dict[tuple[str, tuple[int, int, int]], int] = {}
+
+
+def ratio_clock() -> float:
+    """The ratio benchmarks' timer: it advances only by the ratios the benchmarks add."""
+    return _clock[0]
+
+
+def _part(contender: str, shape):
+    """A contender prepared, checked and memoised exactly as its own benchmark class does it
+    (NotImplementedError, asv's skip, when it cannot run here)."""
+    part = ContenderBenchmark()
+    part.contender = contender
+    part.setup(shape)
+    return part.prepared
+
+
+class RatioBenchmark(ContenderBenchmark):
+    """Base class: `contender` over this profile's reference at every declared shape."""
+
+    def setup(self, shape):
+        name = profile()[0]
+        self.num = _part(self.contender, shape)
+        self.den = _part(REFERENCE[name], shape)
+        key = (self.contender, shape)
+        if key not in _blocks:
+            t0 = time.perf_counter()
+            self.den.run()
+            t1 = time.perf_counter()
+            self.den.run()
+            one = min(t1 - t0, time.perf_counter() - t1)
+            per_block = 2 * BLOCK_CALLS * max(one, 1e-9)
+            _blocks[key] = max(1, min(MAX_BLOCKS, round(SAMPLE_TARGET_S / per_block)))
+        self.blocks = _blocks[key]
+
+    def measure(self):
+        """One sample: add min(int8nax call times) / min(reference call times) to the clock,
+        over `blocks` blocks of BLOCK_CALLS calls of each (the order swapped per block)."""
+        num, den = self.num.run, self.den.run
+        t_num, t_den = [], []
+        clock = time.perf_counter
+        for i in range(self.blocks):
+            for run, times in ((den, t_den), (num, t_num)) if i % 2 else ((num, t_num), (den, t_den)):
+                for _ in range(BLOCK_CALLS):
+                    t0 = clock()
+                    run()
+                    times.append(clock() - t0)
+        _clock[0] += min(t_num) / min(t_den)
+
+
+def ratio(func):
+    """Mark a time_ method as a ratio benchmark: timed with ratio_clock."""
+    func.timer = ratio_clock
+    return func
+
+
+class GemmRatio(RatioBenchmark):
+    """int8nax.int8_matmul time over the reference's (numpy sgemm on a CPU box, MLX fp16 on a GPU)."""
+
+    contender = "nax-gemm"
+
+    @ratio
+    def time_nax_gemm_ratio(self, shape):
+        self.measure()
+
+
+class LinearRatio(RatioBenchmark):
+    """int8nax.w8a8_linear time over the reference's (numpy sgemm on a CPU box, MLX fp16 on a GPU)."""
+
+    contender = "nax-full"
+
+    @ratio
+    def time_nax_full_ratio(self, shape):
+        self.measure()
