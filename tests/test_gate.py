@@ -310,7 +310,7 @@ def test_ratio_benchmark_uses_this_profiles_reference_and_sizes_its_sample(monke
         assert bench.num is common._prepared[("nax-gemm", (16, 512, 512))]
         assert 1 <= bench.blocks <= bench_ratio.MAX_BLOCKS
         with pytest.raises(NotImplementedError, match="not in the 'cpu' profile"):
-            bench_ratio.LinearRatio().setup((16, 4096, 4096))
+            bench_ratio.LinearRatio().setup((64, 4096, 4096))
     finally:
         common.profile.cache_clear()
 

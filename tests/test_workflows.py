@@ -56,12 +56,13 @@ BROKEN_WORKFLOW = textwrap.dedent(
     """
 )
 
-# The names the PR gate's benchmark regex must select, and must not.
-GATED_NAMES = ["bench_int8_matmul.Int8Matmul.time_int8_matmul", "bench_w8a8.time_w8a8_linear"]
+# The names each machine's gate settings (benchmarks/gate.json) must select, and must not.
+GATED_NAMES = ["bench_ratio.GemmRatio.time_nax_gemm_ratio((16, 4096, 4096))",
+               "bench_ratio.LinearRatio.time_nax_full_ratio((512, 4096, 4096))"]
 UNGATED_NAMES = [
-    "bench_int8_matmul.Int8Matmul.track_gops",
-    "bench_w8a8.W8A8.peakmem_w8a8_linear",
-    "bench_int8_matmul.Int8Matmul.mem_weights",
+    "bench_gemm.NaxGemm.track_nax_gemm_tops((16, 4096, 4096))",
+    "bench_linear.MlxQ8.time_mlx_q8_matmul((16, 4096, 4096))",
+    "bench_ratio.GemmRatio.track_nax_gemm_ratio((16, 4096, 4096))",
 ]
 
 
@@ -314,17 +315,22 @@ def test_pr_gate_compares_the_full_history_base_against_the_pr_on_fixed_machines
     assert job["env"]["ASV_MACHINE"] == "${{ matrix.machine }}"
     (setup,) = steps_using(job, "./.github/actions/setup-asv")
     assert setup["with"]["machine"] == "${{ matrix.machine }}"
-    command = " ".join(one_step_running(job, "asv continuous")["run"].replace("\\\n", " ").split())
+    command = " ".join(one_step_running(job, "src/int8nax/gate.py")["run"].replace("\\\n", " ").split())
     assert re.search(r'"\$BASE_SHA" "\$HEAD_SHA"', command), "base first, then the PR"
-    for flag in ('--machine "$ASV_MACHINE"', '--factor "$ASV_FACTOR"', "--split", '--bench "$ASV_BENCH_REGEX"'):
+    for flag in ('--config "$ASV_CONF"', '--machine "$ASV_MACHINE"', "--split", "--log asv-continuous.log"):
         assert flag in command, flag
-    assert document["env"]["ASV_FACTOR"] == "1.10"
+    # The factor and the gated benchmarks are each machine's calibrated settings (benchmarks/gate.json).
+    assert "--factor" not in command and "--bench" not in command
 
 
 def test_pr_gate_benchmarks_only_time_benchmarks():
-    regex = re.compile(workflow("bench-pr.yml")["env"]["ASV_BENCH_REGEX"])
-    assert all(regex.search(name) for name in GATED_NAMES)
-    assert not any(regex.search(name) for name in UNGATED_NAMES)
+    from int8nax import gate
+
+    for entry in workflow("bench-pr.yml")["jobs"]["asv-continuous"]["strategy"]["matrix"]["include"]:
+        settings = gate.load_settings(ROOT / gate.SETTINGS_FILE, entry["machine"])
+        patterns = [re.compile(b) for b in settings.bench]
+        assert all(any(p.search(n) for p in patterns) for n in GATED_NAMES), entry["machine"]
+        assert not any(p.search(n) for p in patterns for n in UNGATED_NAMES), entry["machine"]
 
 
 def test_pr_gate_verdict_and_artifact_run_whatever_happened():
