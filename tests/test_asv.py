@@ -214,8 +214,8 @@ def test_published_site_in_headless_chromium(project, tmp_path):
                             compare_screenshot=tmp_path / "compare.png")
     from int8nax.bench import contenders
 
-    # one call, one chain, one TOPS track per contender
-    assert report["index_lists"] == report["benchmarks"] == 3 * len(contenders.CONTENDERS)
+    # at least one call, one chain, one TOPS track per contender (and the gate's ratios)
+    assert report["index_lists"] == report["benchmarks"] >= 3 * len(contenders.CONTENDERS)
     assert report["series"]["asv-test"]["drawn"] >= 3 and not report["js_errors"]
     assert report["compare"]["machines"]["asv-test"]["entries"] >= 15 and report["offline"]["vendored"]
     assert (tmp_path / "asv-site.png").stat().st_size > 10_000

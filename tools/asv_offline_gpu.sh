@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 MACHINE=${MACHINE:-h200}
 BENCH=${BENCH:-.}
-METHODS=${METHODS:-\w+}   # a regex of method names: 'time_\w+' leaves the TOPS tracks out
+METHODS=${METHODS:-'\w+'}   # a regex of method names: 'time_\w+' leaves the TOPS tracks out
 py=$(command -v "$PYTHON") || { echo "asv_offline_gpu: no $PYTHON on PATH" >&2; exit 2; }
 command -v git >/dev/null || { echo "asv_offline_gpu: asv needs git, which is not on PATH" >&2; exit 2; }
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
