@@ -516,3 +516,14 @@ def test_browser_check_of_the_page_against_asvs_graphs(published):
     (html / "compare.json").write_text(json.dumps(broken))
     _, problems = _check_compare(asv_site, html)
     assert any("no section for it" in p for p in problems), problems
+
+
+def test_the_gates_ratio_benchmarks_are_not_contenders(tmp_path, html_dir):
+    # bench_ratio's time_ values are ratios (int8nax over a reference), not seconds of anything.
+    root = tmp_path / "results"
+    write_result(root / "h200", "f" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [2e-4, NAN, NAN],
+                                               "bench_ratio.GemmRatio.time_nax_gemm_ratio": [1.3, NAN, NAN]})
+    site.publish(html_dir, root)
+    data = json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]
+    assert not any("ratio" in e["contender"] for e in data["entries"])
+    assert any(e["contender"] == "nax-gemm" for e in data["entries"])

@@ -87,6 +87,10 @@ A benchmark of an unknown stem still shows, under its stem, without a roofline."
 
 _BENCH = re.compile(r"^(?P<prefix>.+)\.time_(?P<stem>\w+?)(?P<chain>_chain)?$")
 
+NOT_CONTENDERS = ("bench_ratio.",)
+"""Benchmark modules whose time_ values are not times of a contender: the regression gate's
+ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py)."""
+
 
 class SiteError(Exception):
     """What the command cannot do, and why (printed, exit status 1)."""
@@ -137,7 +141,7 @@ def read_result_file(path: Path) -> ResultFile:
     values: dict[str, dict[str, Value]] = {}
     started = 0
     for bench, entry in data.get("results", {}).items():
-        if not _BENCH.match(bench):
+        if not _BENCH.match(bench) or bench.startswith(NOT_CONTENDERS):
             continue
         result, params = entry[i_result], entry[i_params]
         if i_started is not None and len(entry) > i_started and entry[i_started]:
