@@ -14,13 +14,19 @@ class Unavailable(Exception):
     """A contender cannot run here; str(exc) is the reason, meant for a human."""
 
 
-def import_torch(why: str):
-    """The torch module; Unavailable (naming `why` torch is wanted) if it is absent or broken."""
+def import_optional(name: str, why: str):
+    """The module `name`; Unavailable if it is absent ("`name` is not installed (`why`)") or
+    broken (a broken install must not stop a benchmark run)."""
     try:
-        return importlib.import_module("torch")
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name == "torch":
-            raise Unavailable(f"torch is not installed ({why})") from None
-        raise Unavailable(f"torch is installed but cannot be imported: {exc}") from None
+        if exc.name == name:
+            raise Unavailable(f"{name} is not installed ({why})") from None
+        raise Unavailable(f"{name} is installed but cannot be imported: {exc}") from None
     except Exception as exc:
-        raise Unavailable(f"importing torch failed: {type(exc).__name__}: {exc}") from None
+        raise Unavailable(f"{name} is installed but importing it failed: {type(exc).__name__}: {exc}") from None
+
+
+def import_torch(why: str):
+    """torch, for the peers that run through it (import_optional)."""
+    return import_optional("torch", why)

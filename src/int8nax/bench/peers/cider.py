@@ -33,7 +33,7 @@ from types import ModuleType
 import mlx.core as mx
 import numpy as np
 
-from . import Unavailable
+from . import Unavailable, import_optional
 
 GIT_URL = "https://github.com/Mininglamp-AI/cider"
 PINNED_SHA = "139abe5eb3e44d0c9ce7d6d71577299d2b3e8492"
@@ -102,14 +102,7 @@ def _distribution_version(module: ModuleType) -> str:
 
 
 def _import_cider() -> ModuleType:
-    try:
-        return importlib.import_module("cider")
-    except ModuleNotFoundError as exc:
-        if exc.name == "cider":
-            raise Unavailable(f"cider is not installed (on an Apple M5 Mac: {INSTALL_HINT})") from None
-        raise Unavailable(f"cider is installed but cannot be imported: {exc}") from None
-    except Exception as exc:  # a broken install must not stop a benchmark run
-        raise Unavailable(f"cider is installed but importing it failed: {type(exc).__name__}: {exc}") from None
+    return import_optional("cider", f"on an Apple M5 Mac: {INSTALL_HINT}")
 
 
 def _is_real_cider(module: ModuleType) -> bool:
