@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .bench import machines as machine_ceilings
+from .bench import problems, timing
 
 MODES = ("call", "chain")
 MODE_TITLES = {"call": "one call", "chain": "per call, chained"}
@@ -297,13 +298,12 @@ def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> M
             info = infos.get(label)
             ceilings, note = _ceilings_for(declared, info, why_not)
             if dims is not None:
-                ops = 2.0 * dims[0] * dims[1] * dims[2]
                 for mode in MODES:
                     s = entry.seconds(mode)
-                    entry.tops[mode] = ops / s / 1e12 if s else None
+                    entry.tops[mode] = timing.tops(dims, s) if s else None
                 if ceilings is not None:
                     entry.ceiling = machine_ceilings.attainable_tops(
-                        ceilings, info.fmt.arithmetic, ops, info.fmt.bytes_moved(*dims))
+                        ceilings, info.fmt.arithmetic, problems.ops(dims), info.fmt.bytes_moved(*dims))
                     if entry.ceiling is None:
                         note = f"no {info.fmt.arithmetic} ceiling declared for this machine"
             else:

@@ -34,7 +34,7 @@ from . import checks
 from .peers import Unavailable
 from .peers import cider as cider_peer
 from .peers import torch_int
-from .problems import Shape, linear_problem, raw_expected, raw_problem, w8a8_expected, w8a8_weights
+from .problems import CPU_SHAPES, Shape, linear_problem, raw_expected, raw_problem, w8a8_expected, w8a8_weights
 
 __all__ = ["Unavailable", "Prepared", "Contender", "CONTENDERS", "get"]
 
@@ -267,8 +267,6 @@ CONTENDERS: dict[str, Contender] = {c.name: c for c in (
 
 def skip_reason(name: str, shape: Shape) -> str | None:
     """Why contender `name` does not measure `shape` here, or None when it does."""
-    from .problems import CPU_SHAPES
-
     slow = CONTENDERS[name].slow_on_cpu
     if slow and shape not in CPU_SHAPES and mx.default_device() != mx.gpu:
         return f"{shape}: {slow}"
