@@ -9,7 +9,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import backends, cli, exactness, selftest
+from int8nax import backends, cli, exactness
 from int8nax.backends import cpu
 
 from fakes import fake_cider, pypi_cider

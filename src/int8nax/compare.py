@@ -19,17 +19,12 @@ command exit 1, as does an int8nax contender that fails.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import sys
 from dataclasses import asdict
 
-import mlx.core as mx
-import numpy as np
-
-from . import __version__, backends
-from .bench import contenders, problems, timing
+from . import backends
+from .bench import contenders, host, problems, timing
 
 TITLES = {"nax-gemm": "NAX"}
 """Column titles that differ from the contender's name (the seed's table calls it NAX)."""
@@ -161,23 +156,12 @@ def failed(results) -> bool:
 
 
 def environment() -> dict:
-    """What ran: date, machine, versions, backend (for the committed records)."""
+    """What ran (bench.host.environment) and the backend int8nax picked, for the committed records."""
     try:
         name, reason = backends.choose(None)
     except (RuntimeError, ValueError) as exc:  # a bad INT8NAX_BACKEND: the int8nax cells say so too
         name, reason = None, str(exc)
-    env = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "int8nax": __version__, "mlx": mx.__version__, "numpy": np.__version__,
-        "python": platform.python_version(), "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "default_device": str(mx.default_device()), "backend": name, "backend_reason": reason,
-    }
-    try:
-        env["device_info"] = {k: str(v) for k, v in mx.device_info().items()}
-    except Exception:
-        pass
-    return env
+    return {**host.environment(), "backend": name, "backend_reason": reason}
 
 
 def to_json(results, meta: dict) -> dict:

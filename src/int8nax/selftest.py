@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import sys
 from dataclasses import dataclass
 
@@ -18,7 +17,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import quant
-from .bench import timing
+from .bench import host, timing
 from .exactness import DTYPES, check_int8_matmul, check_quantize, check_w8a8, special_rows
 
 # ---------------------------------------------------------------------------------------------
@@ -121,18 +120,9 @@ def collect(backend: str, sizes, timing_shapes, warmup: int, repeat: int,
             layout_out: str | None = None, progress=None) -> dict:
     """Everything the report says, as plain data (the --json output); `exit` is the status:
     0 all exact, 1 a check failed, 2 backend unavailable."""
-    import int8nax
     from . import backends
 
-    report: dict = {
-        "int8nax": int8nax.__version__, "mlx": mx.__version__, "python": platform.python_version(),
-        "platform": platform.platform(), "macos": platform.mac_ver()[0] or None,
-    }
-    try:
-        gpu = mx.device_info(mx.gpu) if mx.metal.is_available() else mx.device_info()
-    except Exception as exc:
-        gpu = {"error": str(exc)}
-    report["device"] = {k: str(v) for k, v in gpu.items()}
+    report: dict = host.environment()
     report["backends"] = {n: {"available": backends.probe(n).available, "reason": backends.probe(n).reason}
                           for n in backends.NAMES}
     name = backends.canonical(backend)
