@@ -77,21 +77,14 @@ class Project:
         self.clone = root / "int8nax"
         home = root / "home"
         home.mkdir()
+        from gate_calibrate import sandbox_env
+
         self.env = {
-            **os.environ,
-            "HOME": str(home),
-            # Keep pip's cache (the mlx wheels) although HOME moves.
-            "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")),
-            # virtualenv looks for python3.X on PATH: the interpreter running the tests.
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-            # asv 0.6.6 drops PYTHONPATH in benchmark processes unless told to keep it.
-            "ASV_PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            **sandbox_env(home, "asv test"),
             # With two BLAS threads on a 2-core box shared with other work, a 0.4 ms GEMM
             # sometimes stalls for 50-300 ms, which hides even a 3x slowdown in the noise
             # (seen here); one thread keeps the gate's verdict about the code.
             "OPENBLAS_NUM_THREADS": "1",
-            "GIT_AUTHOR_NAME": "asv test", "GIT_AUTHOR_EMAIL": "asv-test@int8nax.invalid",
-            "GIT_COMMITTER_NAME": "asv test", "GIT_COMMITTER_EMAIL": "asv-test@int8nax.invalid",
         }
         # The CPU profile and backend on every machine (a Mac's MLX defaults to its GPU): the
         # planted slowdown is in the CPU backend, and the site test records the CPU shapes.

@@ -91,6 +91,22 @@ def plant(clone: Path, factor: float) -> None:
 # --- the clone ------------------------------------------------------------------------------
 
 
+def sandbox_env(home: Path, who: str) -> dict:
+    """The environment for asv in a throwaway clone: a private HOME (asv's machine file), pip's
+    cache kept, virtualenv finding this interpreter's python3.X on PATH, PYTHONPATH kept in
+    benchmark processes (asv 0.6.6 drops it otherwise), and a git identity for the commits."""
+    email = who.replace(" ", "-") + "@int8nax.invalid"
+    return {
+        **os.environ,
+        "HOME": str(home),
+        "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "ASV_PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": who, "GIT_COMMITTER_EMAIL": email,
+    }
+
+
 class Clone:
     """A clone of REPO's committed HEAD with a private HOME, a fixed asv machine, and the
     commits A, A' and B_f."""
@@ -100,15 +116,7 @@ class Clone:
         self.path = root / "int8nax"
         home = root / "home"
         home.mkdir()
-        self.env = {
-            **os.environ,
-            "HOME": str(home),
-            "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")),
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-            "ASV_PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-            "GIT_AUTHOR_NAME": "gate calibration", "GIT_AUTHOR_EMAIL": "gate@int8nax.invalid",
-            "GIT_COMMITTER_NAME": "gate calibration", "GIT_COMMITTER_EMAIL": "gate@int8nax.invalid",
-        }
+        self.env = sandbox_env(home, "gate calibration")
         self.git("clone", "-q", "--no-hardlinks", str(REPO), str(self.path), cwd=root)
         self.git("checkout", "-q", "-B", "main")
         self.run(sys.executable, str(self.path / ".github/scripts/asv_machine.py"), "--name", machine)
