@@ -310,7 +310,7 @@ def report(runs: list[Run], args, settings: gate.Settings, command: str, started
               f"run's end): {min(r.load[0] for r in runs):.2f} to {max(r.load[0] for r in runs):.2f}",
               f"- gate settings: {settings.describe()} (from {settings.source})",
               f"- gate command of each run: `{command}`",
-              f"- planted slowdown: every backend's int8_matmul and w8a8_linear wait (f - 1) times their own "
+              "- planted slowdown: every backend's int8_matmul and w8a8_linear wait (f - 1) times their own "
               "time after computing (tools/gate_calibrate.py PLANT)", ""]
     lines += ["## Gate verdicts", "",
               "| pair | runs | exit 0 (quiet) | exit 1 (regression) | exit 2 (could not measure) | minutes per run (median, max) |",
