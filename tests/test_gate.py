@@ -85,6 +85,7 @@ def test_settings_machine_entry_over_default_over_builtins(tmp_path):
     ({"factr": 1.1}, "unknown setting 'factr'"),
     ({"factor": 0.9}, "'factor' must be > 1"),
     ({"rounds": "6"}, "'rounds' has the wrong type"),
+    ({"launch": "fork"}, "'launch' takes one of spawn, forkserver, persistent, got 'fork'"),
     ({"threads": True}, "'threads' has the wrong type"),
 ])
 def test_bad_settings_name_the_file_entry_and_key(tmp_path, entry, message):
@@ -124,6 +125,19 @@ def test_continuous_command_base_first_with_the_settings():
         assert piece in text, piece
     unpinned = gate.Settings(cpu_affinity=None)
     assert "--cpu-affinity" not in gate.continuous_command(unpinned, "B", "H", config="c", machine="m")
+    assert "--launch-method" not in text
+
+
+def test_continuous_command_launch_methods():
+    fork = gate.continuous_command(gate.Settings(launch="forkserver"), "B", "H", config="c", machine="m",
+                                   python="py")
+    assert fork[:4] == ["py", "-m", "asv", "continuous"] and "--launch-method forkserver" in " ".join(fork)
+    kept = gate.continuous_command(gate.Settings(launch="persistent"), "B", "H", config="c", machine="m",
+                                   python="py")
+    assert kept[0] == "py" and kept[2] == "continuous" and "--launch-method" not in kept
+    assert Path(kept[1]).is_file() and Path(kept[1]).name == "asv_persistent.py"
+    # the GPU runners' entry uses it: a new process costs ~10 s there
+    assert gate.load_settings(ROOT / gate.SETTINGS_FILE, "int8nax-cuda").launch == "persistent"
 
 
 def test_benchmark_env_pins_every_thread_pool():

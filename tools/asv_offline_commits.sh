@@ -27,7 +27,8 @@ for tree in $(ls -d "$TREES"/*/ | sort -t- -k2 -n -r); do
   mkdir -p "$tree/.asv/results/$MACHINE"
   cp "$here/.asv/results/$MACHINE/${sha:0:8}"-*.json "$tree/.asv/results/$MACHINE/" 2>/dev/null
   cp "$here/tools/asv_offline_gpu.sh" "$tree/tools/asv_offline_gpu.sh"
-  (cd "$tree" && SHA=$sha COMMIT_DATE=$date MACHINE=$MACHINE bash tools/asv_offline_gpu.sh "$@")
+  (cd "$tree" && SHA=$sha COMMIT_DATE=$date MACHINE=$MACHINE LAUNCHER=${LAUNCHER:-$here/src/int8nax/asv_persistent.py} \
+     bash tools/asv_offline_gpu.sh "$@")
   rc=$?
   [ "$rc" -eq 0 ] || { echo "asv_offline_commits: $sha: asv_offline_gpu.sh exited $rc"; status=$rc; }
   cp "$tree/.asv/results/$MACHINE/"*.json "$here/.asv/results/$MACHINE/" 2>/dev/null

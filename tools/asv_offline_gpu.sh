@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the asv suite on a CUDA box that has no network, in the Python that is already there.
 #
-#   [SHA=<commit>] [MACHINE=h200] [BENCH='NaxGemm|NaxFull'] [METHODS='time_\w+'] tools/asv_offline_gpu.sh [asv run args...]
+#   [SHA=<commit>] [MACHINE=h200] [BENCH='NaxGemm|NaxFull'] [METHODS='time_\w+'] [LAUNCH=persistent]
+#       tools/asv_offline_gpu.sh [asv run args...]
 #
 # Needs: python3 (or $PYTHON) importing mlx (mlx-cuda-13) and asv; torch is optional (the
 # cuBLASLt baseline). int8nax itself comes from this checkout's src/. It runs
@@ -11,6 +12,13 @@
 # are the CPU-profile shapes, so no process is spawned just to say "n/a". Results land in
 # .asv/results/$MACHINE/ (plus .asv/results/benchmarks.json), ready to commit; the log in
 # .asv/asv-run-$MACHINE.log.
+#
+# LAUNCH=persistent (the default) runs asv through src/int8nax/asv_persistent.py: one benchmark
+# process per environment instead of one per benchmark, because a new process costs ~10 s on
+# the H200 (CUDA and MLX start-up, the torch import, NVRTC compiles) and asv's forkserver cannot
+# be used under CUDA. LAUNCH=spawn runs plain `python -m asv` (then pass --launch-method).
+# LAUNCHER: the asv_persistent.py to use (default: this checkout's; asv_offline_commits.sh
+# passes its own, so that trees of commits older than the file still get it).
 #
 # SHA: the commit these sources are (default: git HEAD). Without a git history here (a copy of
 # the working tree), SHA is required, and COMMIT_DATE (its `git log -1 --format=%ct`) is
@@ -24,6 +32,14 @@ PYTHON=${PYTHON:-python3}
 MACHINE=${MACHINE:-h200}
 BENCH=${BENCH:-.}
 METHODS=${METHODS:-'\w+'}   # a regex of method names: 'time_\w+' leaves the TOPS tracks out
+LAUNCH=${LAUNCH:-persistent}
+LAUNCHER=${LAUNCHER:-$PWD/src/int8nax/asv_persistent.py}
+case "$LAUNCH" in
+  persistent) [ -f "$LAUNCHER" ] || { echo "asv_offline_gpu: no $LAUNCHER" >&2; exit 2; }
+              asv=("$LAUNCHER") ;;
+  spawn) asv=(-m asv) ;;
+  *) echo "asv_offline_gpu: LAUNCH takes persistent or spawn, got '$LAUNCH'" >&2; exit 2 ;;
+esac
 py=$(command -v "$PYTHON") || { echo "asv_offline_gpu: no $PYTHON on PATH" >&2; exit 2; }
 command -v git >/dev/null || { echo "asv_offline_gpu: asv needs git, which is not on PATH" >&2; exit 2; }
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -119,7 +135,8 @@ PY
 
 mkdir -p .asv
 set +e
-"$py" -m asv run --config asv.cuda.conf.json -E "existing:$py" --set-commit-hash "$record" \
+echo "launch: $LAUNCH (${asv[*]})"
+"$py" "${asv[@]}" run --config asv.cuda.conf.json -E "existing:$py" --set-commit-hash "$record" \
   --machine "$MACHINE" --show-stderr -b "$regex" "$@" 2>&1 | tee ".asv/asv-run-$MACHINE.log"
 status=${PIPESTATUS[0]}
 set -e

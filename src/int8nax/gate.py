@@ -19,6 +19,10 @@ tools/gate_calibrate.py, which measures false alarms and detection on the machin
                   counts a higher track_ throughput as worse)
     threads       BLAS/OpenMP threads in the benchmark processes (OMP/OPENBLAS/MKL/...)
     cpu_affinity  asv's --cpu-affinity for the benchmark processes ("0", "0-1"), or null
+    launch        how benchmark processes start: "spawn" (asv's default, a new Python per
+                  benchmark and round), "forkserver", or "persistent" (one worker per commit
+                  and round, src/int8nax/asv_persistent.py: for GPU boxes, where a new
+                  process costs ~10 s and forkserver cannot be used under CUDA)
 
 This module uses the standard library only, so CI can run it as a script
 (`python src/int8nax/gate.py ...`) from a virtualenv that holds asv but not int8nax or MLX.
@@ -65,18 +69,21 @@ class Settings:
     bench: tuple[str, ...] = (r"^bench_ratio\.\w+\.time_",)
     threads: int | None = 1
     cpu_affinity: str | None = "1"
+    launch: str = "spawn"
     source: str = "built-in defaults"
     note: str = ""
 
     def describe(self) -> str:
         parts = [f"factor {self.factor}", f"rounds {self.rounds}", f"repeat {self.repeat}",
                  f"threads {self.threads if self.threads is not None else 'unset'}",
-                 f"cpu_affinity {self.cpu_affinity or 'none'}", "bench " + " ".join(self.bench)]
+                 f"cpu_affinity {self.cpu_affinity or 'none'}", f"launch {self.launch}",
+                 "bench " + " ".join(self.bench)]
         return ", ".join(parts)
 
 
 KEYS = {"factor": (int, float), "rounds": int, "repeat": str, "bench": list, "threads": (int, type(None)),
-        "cpu_affinity": (str, type(None))}
+        "cpu_affinity": (str, type(None)), "launch": str}
+LAUNCH_METHODS = ("spawn", "forkserver", "persistent")
 
 
 def _check_entry(entry: dict, where: str) -> dict:
@@ -95,6 +102,8 @@ def _check_entry(entry: dict, where: str) -> dict:
         raise GateError(f"{where}: 'factor' must be > 1, got {out['factor']}")
     if "rounds" in out and out["rounds"] < 1:
         raise GateError(f"{where}: 'rounds' must be >= 1, got {out['rounds']}")
+    if "launch" in out and out["launch"] not in LAUNCH_METHODS:
+        raise GateError(f"{where}: 'launch' takes one of {', '.join(LAUNCH_METHODS)}, got {out['launch']!r}")
     return out
 
 
@@ -166,9 +175,15 @@ def benchmark_env(settings: Settings, environ: dict[str, str] | None = None) -> 
 def continuous_command(settings: Settings, base: str, head: str, *, config: str, machine: str,
                        python: str = sys.executable, split: bool = False) -> list[str]:
     """The `asv continuous` command line of the gate (base first, then the contender)."""
-    command = [python, "-m", "asv", "continuous", "--config", config, "--machine", machine,
+    if settings.launch == "persistent":
+        asv = [str(Path(__file__).resolve().with_name("asv_persistent.py"))]
+    else:
+        asv = ["-m", "asv"]
+    command = [python, *asv, "continuous", "--config", config, "--machine", machine,
                "--factor", str(settings.factor), "--interleave-rounds", "--show-stderr",
                "-a", f"rounds={settings.rounds}", "-a", f"repeat={settings.repeat}"]
+    if settings.launch == "forkserver":
+        command += ["--launch-method", "forkserver"]
     if settings.cpu_affinity:
         command += ["--cpu-affinity", settings.cpu_affinity]
     if split:

@@ -111,7 +111,7 @@ def _rng(kind: str, shape: Shape) -> np.random.Generator:
     return np.random.default_rng([SEED, ord(kind[0]), *shape])
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=len(ALL_SHAPES))
 def raw_problem(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(a int8 [M, K], b int8 [N, K]), uniform over all 256 int8 values."""
     rng = _rng("raw", (m, k, n))
@@ -119,7 +119,7 @@ def raw_problem(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
             rng.integers(-128, 128, (n, k), dtype=np.int8))
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=len(ALL_SHAPES))
 def linear_problem(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(x float16 [M, K] ~ N(0, 1), w float32 [N, K] ~ N(0, 1/K)): outputs of order 1."""
     rng = _rng("full", (m, k, n))
@@ -128,19 +128,19 @@ def linear_problem(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return x, w
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=len(ALL_SHAPES))
 def w8a8_weights(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The full problem's weights quantized per output channel: (int8 [N, K], float32 [N])."""
     return api.quantize_weight_int8(linear_problem(m, k, n)[1])
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=len(ALL_SHAPES))
 def raw_expected(m: int, k: int, n: int) -> np.ndarray:
     """int64 [M, N], the exact product of raw_problem."""
     return int8_matmul_ref(*raw_problem(m, k, n))
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=len(ALL_SHAPES))
 def w8a8_expected(m: int, k: int, n: int) -> np.ndarray:
     """float64 [M, N], the W8A8 model of linear_problem with w8a8_weights."""
     return w8a8_linear_ref(linear_problem(m, k, n)[0], *w8a8_weights(m, k, n))
