@@ -57,11 +57,19 @@ PY
 
 # The -b regex: available contenders' classes x this profile's shapes.
 regex=$("$py" - "$BENCH" "$METHODS" <<'PY'
-import re, sys
+import importlib, re, sys
 sys.path.insert(0, ".")
 from int8nax.bench import problems
 from int8nax.bench.peers import Unavailable, cider, torch_int
-from benchmarks import bench_gemm, bench_linear, common
+from benchmarks import common
+
+# Every module of the suite that this commit has (bench_ratio came with the gate).
+modules = []
+for name in ("bench_gemm", "bench_linear", "bench_ratio"):
+    try:
+        modules.append(importlib.import_module(f"benchmarks.{name}"))
+    except ModuleNotFoundError:
+        print(f"benchmarks.{name}: not in this commit", file=sys.stderr)
 
 
 def cublaslt_load():
@@ -75,7 +83,7 @@ def cublaslt_load():
 probes = {"cider-raw": cider.load, "cider-full": cider.load, "torch-int8": torch_int.load,
           "cublaslt-int8": cublaslt_load}
 classes = []
-for module in (bench_gemm, bench_linear):
+for module in modules:
     for name, cls in vars(module).items():
         if not (isinstance(cls, type) and issubclass(cls, common.ContenderBenchmark)) or not cls.contender:
             continue
@@ -99,7 +107,10 @@ echo "benchmarks: $regex"
 
 # asv needs a git repository holding the commit; a bare copy of the working tree has none.
 scratch=""
-if git rev-parse --verify -q "${SHA:-HEAD}^{commit}" >/dev/null 2>&1; then
+# Only a repository whose top level is this folder will do: asv clones "." otherwise (a tree
+# copied into some other checkout sits inside that checkout's repository).
+if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$(pwd -P)" ] \
+    && git rev-parse --verify -q "${SHA:-HEAD}^{commit}" >/dev/null 2>&1; then
   sha=$(git rev-parse "${SHA:-HEAD}^{commit}")
   record=$sha
 else

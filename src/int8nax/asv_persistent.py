@@ -78,8 +78,11 @@ def serve(benchmark_dir: str, socket_name: str) -> None:
     update_sys_path(benchmark_dir)
     home = os.getcwd()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(socket_name)
+    # Bound and listening under another name first: the client waits for `socket_name` to
+    # appear, and a connection between bind() and listen() would be refused.
+    server.bind(socket_name + ".new")
     server.listen(1)
+    os.rename(socket_name + ".new", socket_name)
     while True:
         conn, _ = server.accept()
         with conn:
