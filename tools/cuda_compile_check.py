@@ -32,7 +32,7 @@ using Strides = cuda::std::array<int64_t, 10>;
 }
 """
 
-CUDA_TYPES = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+CUDA_TYPES = {"uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t", "float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
 def translation_unit(spec, input_types, output_types, template) -> str:
@@ -73,6 +73,13 @@ def instances(arch: str):
                 yield (f"{family} w8a8 {cfg.name} {out}", cuda_source.gemm_w8a8(family, cfg),
                        ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out]],
                        tmpl + [("TOut", out), ("HAS_BIAS", True)])
+    if arch.startswith("sm_90"):
+        for cfg in tiling.CUDA_CONFIGS.values():
+            yield (f"tma_simple i32 {cfg.name}", cuda_source.gemm_tma_simple(cfg),
+                   ["int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.tma_template())
+        for cfg in tiling.CUDA_WS_CONFIGS.values():
+            yield (f"tma_ws i32 {cfg.name}", cuda_source.gemm_tma_ws(cfg),
+                   ["int8_t", "int8_t", "int32_t"], ["int32_t", "uint8_t"], cfg.template())
     for t in ("float16", "bfloat16", "float32"):
         yield (f"quantize {t}", cuda_source.quantize(), [CUDA_TYPES[t]], ["int8_t", "float"],
                [("T", t), ("THREADS", 256)])
@@ -110,7 +117,7 @@ def main(argv=None) -> int:
             cmd = [args.nvcc, "-cubin", f"-gencode=arch=compute_{arch_num},code=sm_{arch_num}",
                    "-std=c++17", "-Xptxas", "-v", "-I", include, "-o", cu[:-3] + ".cubin", cu]
             proc = subprocess.run(cmd, capture_output=True, text=True)
-            report = " ".join(re.findall(r"(Used \d+ registers.*|\d+ bytes stack frame.*)", proc.stderr))
+            report = " ".join(re.findall(r"(Used \d+ registers.*|\d+ bytes stack frame.*|\(C\d{4}\).*)", proc.stderr))
             status = "ok " if proc.returncode == 0 else "ERR"
             print(f"{status} {label:40s} smem={spec.shared_memory:6d}  {report}")
             if proc.returncode != 0:
