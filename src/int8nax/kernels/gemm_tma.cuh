@@ -46,18 +46,41 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Cycles after which a wait is taken for a deadlock (~2 s at 1.98 GHz; no legitimate wait comes
+// near it): with TRAP the kernel traps, so a pipeline bug surfaces as a launch error, not as a
+// hang. Only the warp-specialised kernel uses it: in gemm_tma_simple the trap path made ptxas
+// inject a warpgroup.wait before the loop (C7517), serialising the wgmma.
+constexpr long long MBAR_DEADLOCK_CYCLES = 1ll << 32;
+
 // Blocks until the phase of parity `parity` of the barrier has completed.
+template <bool TRAP = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
+  if (!TRAP) {
+    while (!mbar_try_wait(bar, parity)) {
+    }
+    return;
+  }
+  if (mbar_try_wait(bar, parity)) {
+    return;
+  }
+  const long long start = clock64();
+  while (!mbar_try_wait(bar, parity)) {
+    if (clock64() - start > MBAR_DEADLOCK_CYCLES) {
+      asm volatile("trap;\n");
+    }
+  }
 }
 
 // ---- tensor maps built on the device ----
@@ -327,7 +350,7 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
           const int slot = it % STAGES;
           // The fill number it / STAGES of a slot waits for the release of the previous one
           // (parity 1 passes at once on a fresh barrier).
-          mbar_wait(empty + 8 * slot, ((it / STAGES) & 1) ^ 1);
+          mbar_wait<true>(empty + 8 * slot, ((it / STAGES) & 1) ^ 1);
           const uint32_t s = base + slot * STAGE_BYTES;
           const uint32_t bar = full + 8 * slot;
           const int k = (w.kb0 + j) * BK;
@@ -355,7 +378,7 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
     }
     for (int j = 0; j < w.kbs; ++j, ++it) {
       const int slot = it % STAGES;
-      mbar_wait(full + 8 * slot, (it / STAGES) & 1);
+      mbar_wait<true>(full + 8 * slot, (it / STAGES) & 1);
       const uint32_t stage = base + slot * STAGE_BYTES;
       wgmma_k_block<WIDTH>(acc, stage + a_off, stage + b_off);
       wgmma_wait<1>();
