@@ -33,6 +33,7 @@ def test_tma_simple_configs_fit(cfg):
     assert cfg.tma_shared_bytes <= tiling.CUDA_MAX_SHARED_BYTES
     assert cfg.tma_shared_bytes > cfg.shared_bytes  # + barriers and map scratch
     assert dict(cfg.tma_template())["STAGES"] == cfg.stages
+    assert dict(cfg.tma_template())["AHEAD"] == cfg.loads_ahead
 
 
 @pytest.mark.parametrize("kwargs, what", [
@@ -108,7 +109,7 @@ def test_tma_specs():
     assert len(set(names)) == len(names)
     for s, c in zip(simple, tiling.CUDA_CONFIGS.values()):
         assert s.output_names == ("out", "maps") and s.shared_memory == c.tma_shared_bytes
-        assert "gemm_tma_simple<BM, BN, BK, WM, STAGES>" in s.source and "a_shape[1]" in s.source
+        assert "gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>" in s.source and "a_shape[1]" in s.source
         assert "tma_bounds.cuh" not in s.header
     for s, c in zip(ws, tiling.CUDA_WS_CONFIGS.values()):
         assert s.input_names == ("a", "b", "params") and s.shared_memory == c.shared_bytes

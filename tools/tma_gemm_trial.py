@@ -144,6 +144,12 @@ def compare(got: np.ndarray, ref: np.ndarray) -> dict:
     if len(bad):
         r, c = bad[0]
         res["first_mismatch"] = {"index": [int(r), int(c)], "got": int(got[r, c]), "want": int(ref[r, c])}
+        # Where the wrong elements lie, to tell a load/map bug (whole tiles, zeros) from an edge bug.
+        res["wrong_rows"] = int(len(np.unique(bad[:, 0])))
+        res["wrong_cols"] = int(len(np.unique(bad[:, 1])))
+        res["wrong_row_range"] = [int(bad[:, 0].min()), int(bad[:, 0].max())]
+        res["wrong_col_range"] = [int(bad[:, 1].min()), int(bad[:, 1].max())]
+        res["zeros_where_wrong"] = float(np.mean(got[bad[:, 0], bad[:, 1]] == 0))
     return res
 
 
@@ -375,7 +381,9 @@ def write_report(out_dir: Path, status: dict, records: list[dict], env: dict) ->
     rows = sorted((r for r in records if "shape" in r),
                   key=lambda r: (order.get(r["shape"], 1 << 20), VARIANTS.index(r["variant"])))
     for r in rows:
-        exact = "ERROR" if "error" in r else ("yes" if r.get("exact") else f"NO ({r.get('mismatches')} wrong)")
+        exact = "ERROR" if "error" in r else ("yes" if r.get("exact") else (
+            f"NO ({r.get('mismatches')} wrong, rows {r.get('wrong_row_range')}, cols {r.get('wrong_col_range')}, "
+            f"{100 * r.get('zeros_where_wrong', 0):.0f}% zeros)"))
         if r.get("kind") == "big" and "exact" in r:
             exact += f" ({r.get('checked_rows')} rows)"
         ratio = ""

@@ -316,8 +316,9 @@ class CudaTileConfig(TileConfig):
         return super().template() + [("STAGES", self.stages), ("AHEAD", self.loads_ahead)]
 
     def tma_template(self) -> list[tuple[str, int]]:
-        """Template arguments of the TMA variant (gemm_tma_simple: loads run STAGES - 2 ahead)."""
-        return [("BM", self.bm), ("BN", self.bn), ("BK", self.bk), ("WM", self.wm), ("STAGES", self.stages)]
+        """Template arguments of the TMA variant (gemm_tma_simple; AHEAD as for cp.async)."""
+        return [("BM", self.bm), ("BN", self.bn), ("BK", self.bk), ("WM", self.wm), ("STAGES", self.stages),
+                ("AHEAD", self.loads_ahead)]
 
 
 CUDA_CONFIGS = {

@@ -183,7 +183,7 @@ def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
 def gemm_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
     """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
     mbarrier kernel on cuda_plan's grid; maps: uint8 [blocks * 256], the blocks' tensor maps."""
-    body = ("int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES>(a, b, a_shape[0], b_shape[0], a_shape[1], maps, "
+    body = ("int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>(a, b, a_shape[0], b_shape[0], a_shape[1], maps, "
             "int8nax::StoreInt32{out, a_shape[0], b_shape[0]});")
     return KernelSpec(_name(f"int8nax_tma_simple_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
                       header("tma"), cfg.tma_shared_bytes)

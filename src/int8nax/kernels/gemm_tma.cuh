@@ -4,7 +4,7 @@
 //
 //   gemm_tma_simple  the cp.async kernel of gemm_sm90.cuh with its loads replaced by TMA: the
 //                    same grid (one block per output tile and K split), WM warpgroups that all
-//                    compute, STAGES stages of which STAGES - 2 are in flight; thread 0 issues
+//                    compute, STAGES stages loaded AHEAD ahead (as there); thread 0 issues
 //                    two cp.async.bulk.tensor.2d per stage, completion on a "full" mbarrier with
 //                    expect_tx; a __syncthreads per K block frees the slot that is refilled.
 //   gemm_tma_ws      warp-specialised and persistent: 384 threads = a producer warpgroup (one
@@ -188,13 +188,15 @@ __device__ __forceinline__ uint32_t aligned_smem_base() {
 //
 // Shared memory: STAGES x (BM + BN) x 128 bytes (1024-aligned), then STAGES full barriers, then
 // 2 x 128 bytes of map scratch (int8nax.tiling.CudaTileConfig.tma_shared_bytes).
-template <int BM, int BN, int BK, int WM, int STAGES, class Epilogue>
+template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, class Epilogue>
 __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b, int M, int N, int K, uint8_t* maps,
                                                 const Epilogue& epi) {
   static_assert(BK == 128, "the 128-byte swizzle needs K tiles of 128 int8");
   static_assert(BM == 64 * WM, "a warpgroup covers 64 rows (wgmma m64)");
-  static_assert(STAGES >= 3, "STAGES - 2 stages in flight while one wgmma batch runs");
-  constexpr int AHEAD = STAGES - 2;
+  // As in gemm_sm90: AHEAD = STAGES - 2 keeps one wgmma batch in flight across the barrier,
+  // AHEAD = STAGES - 1 one more stage of loads instead.
+  constexpr int INFLIGHT = STAGES - 1 - AHEAD;
+  static_assert(AHEAD >= 1 && (INFLIGHT == 0 || INFLIGHT == 1), "AHEAD must be STAGES - 1 or STAGES - 2");
   constexpr int A_BYTES = BM * BK;
   constexpr int STAGE_BYTES = (BM + BN) * BK;
 
@@ -248,8 +250,8 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
   for (int i = 0; i < t.kbs; ++i) {
     const int slot = i % STAGES;
     mbar_wait(full + 8 * slot, (i / STAGES) & 1);
-    // Every thread has passed wgmma_wait<1> of iteration i - 1, so batch i - 2 has finished
-    // reading slot (i + AHEAD) % STAGES: it can be refilled.
+    // Every thread has passed wgmma_wait<INFLIGHT> of iteration i - 1, so batch
+    // i + AHEAD - STAGES has finished reading slot (i + AHEAD) % STAGES: it can be refilled.
     __syncthreads();
     const int next = i + AHEAD;
     if (tid == 0 && next < t.kbs) {
@@ -257,7 +259,7 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
     }
     const uint32_t stage = base + slot * STAGE_BYTES;
     wgmma_k_block<BN>(acc, stage + warpgroup * 64 * BK, stage + A_BYTES);
-    wgmma_wait<1>();
+    wgmma_wait<INFLIGHT>();
   }
   wgmma_wait<0>();
   fence_registers(acc);
