@@ -121,7 +121,7 @@ def test_tma_specs():
 
 
 def test_kernel_choice_reads_the_environment(monkeypatch):
-    mx = pytest.importorskip("mlx.core")  # noqa: F841
+    pytest.importorskip("mlx.core")
     from int8nax.backends import cuda
 
     for value, want in (("", "wgmma"), ("tma", "tma_ws"), ("TMA_SIMPLE", "tma_simple"), ("wgmma", "wgmma")):

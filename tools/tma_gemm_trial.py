@@ -319,7 +319,7 @@ def worker_cublaslt(out_dir: Path, cases: list[dict]) -> int:
             rec["us"] = us if us is not None else rec["events_us"]
             rec["timing"] = "CUPTI kernel time" if us is not None else "CUDA events, back to back"
             rec["tops"] = 2.0 * m * n * k / (rec["us"] * 1e-6) / 1e12
-            del sets, run
+            sets = run = None  # free the copies before the next shape
             torch.cuda.empty_cache()
         except Exception as exc:  # noqa: BLE001
             rec["error"] = f"{type(exc).__name__}: {exc}"
@@ -489,10 +489,9 @@ def main(argv=None) -> int:
     records = []
     for i, v in enumerate(variants):
         left = args.budget - (time.time() - start)
-        # Keep a share of what is left for the variants still to come (at least 20 s each).
-        share = left / (len(variants) - i) if i < len(variants) - 1 else left
-        timeout = max(10.0, min(args.timeout, max(share, 20.0), left))
-        if left < 10:
+        # Keep 20 s for each variant still to come.
+        timeout = min(args.timeout, left - 20.0 * (len(variants) - 1 - i))
+        if timeout < 10:
             status[v] = {"status": "not run (budget spent)"}
             continue
         jsonl = out_dir / f"worker_{v}.jsonl"
