@@ -1,6 +1,7 @@
 """Compile every int8nax CUDA kernel the way MLX's cuda_kernel does, without a GPU.
 
-    python tools/cuda_compile_check.py [--nvcc nvcc] [--arch sm_90a] [--mlx-include DIR] [--sass]
+    python tools/cuda_compile_check.py [--nvcc nvcc] [--arch sm_90a] [--mlx-include DIR] [--only REGEX]
+    python tools/cuda_compile_check.py --nvrtc /path/libnvrtc.so.13    # NVRTC with MLX's options
 
 MLX wraps each body as `__global__ void name(inputs..., outputs...) { constexprs; body }` inside
 namespace mlx::core::cu, after its header mlx/backend/cuda/device/utils.cuh (a header compiled into
@@ -32,7 +33,7 @@ using Strides = cuda::std::array<int64_t, 10>;
 }
 """
 
-CUDA_TYPES = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+CUDA_TYPES = {"uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t", "float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
 def translation_unit(spec, input_types, output_types, template) -> str:
@@ -73,6 +74,13 @@ def instances(arch: str):
                 yield (f"{family} w8a8 {cfg.name} {out}", cuda_source.gemm_w8a8(family, cfg),
                        ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out]],
                        tmpl + [("TOut", out), ("HAS_BIAS", True)])
+    if arch.startswith("sm_90"):
+        for cfg in tiling.CUDA_CONFIGS.values():
+            yield (f"tma_simple i32 {cfg.name}", cuda_source.gemm_tma_simple(cfg),
+                   ["int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.tma_template())
+        for cfg in tiling.CUDA_WS_CONFIGS.values():
+            yield (f"tma_ws i32 {cfg.name}", cuda_source.gemm_tma_ws(cfg),
+                   ["int8_t", "int8_t", "int32_t"], ["int32_t", "uint8_t"], cfg.template())
     for t in ("float16", "bfloat16", "float32"):
         yield (f"quantize {t}", cuda_source.quantize(), [CUDA_TYPES[t]], ["int8_t", "float"],
                [("T", t), ("THREADS", 256)])
@@ -82,6 +90,30 @@ def instances(arch: str):
     yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])
 
 
+def nvrtc_compile(lib_path: str, source: str, arch: str, include_dirs) -> tuple[bool, str]:
+    """Compile `source` with NVRTC and MLX's options (mlx-facts section 3: only
+    --device-as-default-execution-space, --gpu-architecture and include paths), plus
+    --ptxas-options=-v for the register report; (ok, log)."""
+    import ctypes
+
+    lib = ctypes.CDLL(lib_path)
+    prog = ctypes.c_void_p()
+    src = source.encode()
+    rc = lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"kernel.cu", 0, None, None)
+    if rc != 0:
+        return False, f"nvrtcCreateProgram failed ({rc})"
+    opts = [b"--device-as-default-execution-space", f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
+    opts += [f"--include-path={d}".encode() for d in include_dirs]
+    arr = (ctypes.c_char_p * len(opts))(*opts)
+    rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    buf = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, buf)
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return rc == 0, buf.value.decode(errors="replace")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nvcc", default="nvcc")
@@ -89,6 +121,8 @@ def main(argv=None) -> int:
     parser.add_argument("--mlx-include", help="folder holding mlx/backend/cuda/device/utils.cuh")
     parser.add_argument("--only", help="regex on the instance label")
     parser.add_argument("--keep", help="write the .cu and .cubin files here")
+    parser.add_argument("--nvrtc", help="compile with this libnvrtc.so (MLX's options) instead of nvcc")
+    parser.add_argument("--cuda-include", default="/usr/local/cuda/include", help="CUDA headers for --nvrtc")
     args = parser.parse_args(argv)
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,15 +141,22 @@ def main(argv=None) -> int:
             with open(cu, "w") as f:
                 f.write(translation_unit(spec, ins, outs, tmpl))
             arch_num = args.arch[3:]
-            cmd = [args.nvcc, "-cubin", f"-gencode=arch=compute_{arch_num},code=sm_{arch_num}",
-                   "-std=c++17", "-Xptxas", "-v", "-I", include, "-o", cu[:-3] + ".cubin", cu]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            report = " ".join(re.findall(r"(Used \d+ registers.*|\d+ bytes stack frame.*)", proc.stderr))
-            status = "ok " if proc.returncode == 0 else "ERR"
+            if args.nvrtc:
+                with open(cu) as f:
+                    ok, stderr = nvrtc_compile(args.nvrtc, f.read(), args.arch,
+                                               [include, args.cuda_include, os.path.join(args.cuda_include, "cccl")])
+                returncode = 0 if ok else 1
+            else:
+                cmd = [args.nvcc, "-cubin", f"-gencode=arch=compute_{arch_num},code=sm_{arch_num}",
+                       "-std=c++17", "-Xptxas", "-v", "-I", include, "-o", cu[:-3] + ".cubin", cu]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                returncode, stderr = proc.returncode, proc.stderr
+            report = " ".join(re.findall(r"(Used \d+ registers.*|\d+ bytes stack frame.*|\(C\d{4}\).*)", stderr))
+            status = "ok " if returncode == 0 else "ERR"
             print(f"{status} {label:40s} smem={spec.shared_memory:6d}  {report}")
-            if proc.returncode != 0:
+            if returncode != 0:
                 failures += 1
-                print(proc.stderr[-4000:])
+                print(stderr[-4000:])
     return 1 if failures else 0
 
 

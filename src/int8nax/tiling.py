@@ -305,8 +305,20 @@ class CudaTileConfig(TileConfig):
         """Dynamic shared memory: the stages plus 1 KB so the kernel can align to 1024 bytes."""
         return self.stages * (self.bm + self.bn) * self.bk + 1024
 
+    @property
+    def tma_shared_bytes(self) -> int:
+        """Dynamic shared memory of the TMA variant of this tile (kernels/gemm_tma.cuh,
+        gemm_tma_simple): the stages, STAGES full mbarriers rounded up to 128 bytes, 256 bytes
+        of tensor-map scratch, plus 1 KB so the kernel can align to 1024 bytes."""
+        return self.stages * (self.bm + self.bn) * self.bk + 1024 + ceil_div(8 * self.stages, 128) * 128 + 256
+
     def template(self) -> list[tuple[str, int]]:
         return super().template() + [("STAGES", self.stages), ("AHEAD", self.loads_ahead)]
+
+    def tma_template(self) -> list[tuple[str, int]]:
+        """Template arguments of the TMA variant (gemm_tma_simple; AHEAD as for cp.async)."""
+        return [("BM", self.bm), ("BN", self.bn), ("BK", self.bk), ("WM", self.wm), ("STAGES", self.stages),
+                ("AHEAD", self.loads_ahead)]
 
 
 CUDA_CONFIGS = {
@@ -387,3 +399,146 @@ def cuda_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
 
 MIN_SPLIT_BLOCKS = 8
 """Fewest K blocks (of BK) a split may own: shorter splits spend their time filling the pipeline."""
+
+
+# ----------------------------------------------------------------------------------------------
+# CUDA TMA GEMMs (kernels/gemm_tma.cuh; opt-in: INT8NAX_CUDA_KERNEL=tma)
+# ----------------------------------------------------------------------------------------------
+#
+# Both variants load their stages with cp.async.bulk.tensor.2d from tensor maps each block
+# encodes on the device into its TMA_MAP_SLOT_BYTES slot of an extra uint8 output.
+#   "tma_simple": the plans of cuda_plan (same tiles, grid and split-K), TMA instead of cp.async.
+#   "tma_ws":     warp-specialised (1 producer + 2 consumer warpgroups, 384 threads) and
+#                 persistent (min(SMs, units) blocks walk the (tile, split) units of ws_unit).
+# The TMA needs a row stride that is a multiple of 16 bytes: K % TMA_K_MULTIPLE == 0 (a base
+# address that is not 16-byte aligned is absorbed by the kernel's coordinate shift).
+
+TMA_K_MULTIPLE = 16
+TMA_MAP_SLOT_BYTES = 256
+"""Bytes of the `maps` output per block: the tensor maps of A and B, 128 bytes each."""
+
+CUDA_WS_THREADS = 384
+"""Producer warpgroup + 2 consumer warpgroups (kernels/tma_bounds.cuh sets the launch bound)."""
+
+CUDA_WS_REGISTERS = (40, 232)
+"""setmaxnreg of the producer and of the consumers: 128 x 40 + 256 x 232 <= 65536."""
+
+
+def tma_ok(k: int) -> bool:
+    """Whether an [M, K] x [N, K] product can take the TMA kernels (else the cp.async one)."""
+    return k > 0 and k % TMA_K_MULTIPLE == 0
+
+
+@dataclass(frozen=True)
+class CudaWsConfig(TileConfig):
+    """A tile of the warp-specialised TMA GEMM: BM = 128 (each consumer warpgroup m64 x BN) or
+    BM = 64 (each consumer m64 x BN/2); BK = 128 bytes; STAGES full/empty stage pairs."""
+
+    stages: int = 4
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.bk != CUDA_SWIZZLE_BYTES:
+            raise ValueError(f"{self.name}: BK must be {CUDA_SWIZZLE_BYTES} (one swizzle row)")
+        if (self.bm, self.wm, self.wn) not in ((128, 2, 1), (64, 1, 2)):
+            raise ValueError(f"{self.name}: two consumer warpgroups: BM=128 (WM=2, WN=1) or BM=64 (WM=1, WN=2)")
+        width = self.bn // self.wn
+        if width % 8 or not 8 <= width <= 256 or self.bn > 256:
+            raise ValueError(f"{self.name}: each consumer's wgmma N (BN/WN) must be 8..256, a multiple of 8; BN <= 256 (TMA box)")
+        if self.stages < 2:
+            raise ValueError(f"{self.name}: the pipeline needs at least 2 stages")
+
+    @property
+    def threads(self) -> int:
+        return CUDA_WS_THREADS
+
+    @property
+    def consumer_width(self) -> int:
+        return self.bn // self.wn
+
+    @property
+    def shared_bytes(self) -> int:
+        """Stages, 2 x STAGES mbarriers rounded up to 128 bytes, 256 bytes of map scratch, 1 KB
+        for the 1024-byte alignment (kernels/gemm_tma.cuh, gemm_tma_ws)."""
+        return self.stages * (self.bm + self.bn) * self.bk + 1024 + ceil_div(16 * self.stages, 128) * 128 + 256
+
+    def template(self) -> list[tuple[str, int]]:
+        return [("BM", self.bm), ("BN", self.bn), ("STAGES", self.stages)]
+
+
+CUDA_WS_CONFIGS = {
+    cfg.name: cfg
+    for cfg in (
+        # Large: 2 x m64n256 consumers, 4 stages of 48 KB.
+        CudaWsConfig("ws_128x256", bm=128, bn=256, bk=128, wm=2, wn=1, stages=4),
+        # Mid: 2 x m64n128, 6 stages of 32 KB.
+        CudaWsConfig("ws_128x128", bm=128, bn=128, bk=128, wm=2, wn=1, stages=6),
+        # Small M: 64 rows, consumers side by side along N (2 x m64n64), 8 stages of 24 KB.
+        CudaWsConfig("ws_64x128", bm=64, bn=128, bk=128, wm=1, wn=2, stages=8),
+    )
+}
+
+
+@dataclass(frozen=True)
+class CudaWsPlan:
+    """One launch of the persistent GEMM: tile, K splits, raster band height, blocks."""
+
+    cfg: CudaWsConfig
+    splits: int
+    group: int
+    blocks: int
+
+    def params(self) -> tuple[int, int]:
+        """The kernel's int32 `params` input: (splits, group)."""
+        return (self.splits, self.group)
+
+    def grid(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(grid in threads, block) as mx.fast.cuda_kernel wants them."""
+        return (self.blocks * CUDA_WS_THREADS, 1, 1), (CUDA_WS_THREADS, 1, 1)
+
+
+def ws_units(m: int, n: int, cfg: TileConfig, splits: int) -> int:
+    return ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn) * splits
+
+
+def ws_group(tiles_m: int, cfg: TileConfig, sms: int) -> int:
+    """Band height (M-tiles) of the raster: the largest power of two g with g * BM about the
+    rows of B the other sms / g blocks touch (g^2 <= sms * BN / BM), at most tiles_m."""
+    g = 1
+    while (2 * g) ** 2 * cfg.bm <= sms * cfg.bn and 2 * g <= tiles_m:
+        g *= 2
+    return max(1, min(g, tiles_m))
+
+
+def ws_plan(m: int, n: int, k: int, sms: int = 132) -> CudaWsPlan:
+    """The warp-specialised TMA GEMM's plan: the 64-row tile for M <= 64, 128 x 256 once its
+    tiles alone fill the SMs, else 128 x 128; then K split in powers of two while the units
+    still fit on the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks (the partial
+    sums go to a [splits, M, N] workspace, summed by the reduce kernel). UNMEASURED: the rule
+    copies cuda_plan's reasoning; the trial (tools/tma_gemm_trial.py) is what measures it."""
+    large = CUDA_WS_CONFIGS["ws_128x256"]
+    if m <= 64:
+        cfg = CUDA_WS_CONFIGS["ws_64x128"]
+    elif ws_units(m, n, large, 1) >= sms:
+        cfg = large
+    else:
+        cfg = CUDA_WS_CONFIGS["ws_128x128"]
+    k_blocks = ceil_div(k, cfg.bk)
+    splits = 1
+    while ws_units(m, n, cfg, splits * 2) <= sms and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
+        splits *= 2
+    units = ws_units(m, n, cfg, splits)
+    return CudaWsPlan(cfg, splits, ws_group(ceil_div(m, cfg.bm), cfg, sms), max(1, min(sms, units)))
+
+
+def ws_unit(u: int, m: int, n: int, k: int, cfg: TileConfig, splits: int, group: int) -> tuple[int, int, int, int, int]:
+    """(m0, n0, split, first K block, K blocks) of work unit u; mirrors gemm_tma.cuh's ws_unit."""
+    tiles_m, tiles_n = ceil_div(m, cfg.bm), ceil_div(n, cfg.bn)
+    tile, z = divmod(u, splits)
+    band, r = divmod(tile, group * tiles_n)
+    first_m = band * group
+    rows = min(group, tiles_m - first_m)
+    tile_m, tile_n = first_m + r % rows, r // rows
+    k_blocks = ceil_div(k, cfg.bk)
+    kb0, kb1 = k_blocks * z // splits, k_blocks * (z + 1) // splits
+    return tile_m * cfg.bm, tile_n * cfg.bn, z, kb0, kb1 - kb0

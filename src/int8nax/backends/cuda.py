@@ -13,6 +13,7 @@ split writes its int32 partial sums to a [splits, M, N] workspace and one more k
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import mlx.core as mx
@@ -203,6 +204,93 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaPlan 
                                has_bias)
 
 
+# ---- the TMA GEMMs (kernels/gemm_tma.cuh), opt-in ----
+#
+# INT8NAX_CUDA_KERNEL=tma (the warp-specialised persistent kernel) or tma_simple (TMA + mbarrier
+# pipeline on cuda_plan's grid) makes int8_matmul take a TMA kernel on compute capability 9.0
+# whenever K % 16 == 0 (tiling.tma_ok); everything else, and W8A8, stays on the cp.async kernel.
+# Read once per process (clear_caches() forgets it). Not the default until verified on an H200
+# (tools/tma_gemm_trial.py).
+
+KERNEL_ENV = "INT8NAX_CUDA_KERNEL"
+KERNEL_CHOICES = {"": "wgmma", "wgmma": "wgmma", "cpasync": "wgmma", "tma": "tma_ws", "tma_ws": "tma_ws",
+                  "tma_simple": "tma_simple"}
+
+
+@lru_cache(maxsize=None)
+def kernel_choice() -> str:
+    """"wgmma" (the cp.async kernel, default), "tma_ws" or "tma_simple", from INT8NAX_CUDA_KERNEL."""
+    value = os.environ.get(KERNEL_ENV, "").strip().lower()
+    if value not in KERNEL_CHOICES:
+        raise ValueError(f"{KERNEL_ENV}={value!r}: expected one of {sorted(k for k in KERNEL_CHOICES if k)}")
+    return KERNEL_CHOICES[value]
+
+
+@lru_cache(maxsize=None)
+def _params_array(params: tuple[int, ...]) -> mx.array:
+    arr = mx.array(list(params), dtype=mx.int32)
+    mx.eval(arr)
+    return arr
+
+
+def tma_plan(variant: str, m: int, n: int, k: int):
+    """The plan of a TMA variant: a tiling.CudaPlan (tma_simple) or tiling.CudaWsPlan (tma_ws)."""
+    if variant == "tma_simple":
+        return tiling.cuda_plan(m, n, k, sm_count())
+    if variant == "tma_ws":
+        return tiling.ws_plan(m, n, k, sm_count())
+    raise ValueError(f"unknown TMA variant {variant!r}; expected one of {cuda_source.TMA_VARIANTS}")
+
+
+def _tma_simple_chunk(a, b, plan: tiling.CudaPlan):
+    m, n = a.shape[0], b.shape[0]
+    lau, grid, block = plan.grid(m, n)
+    blocks = lau.grid_x * lau.grid_y * plan.splits
+    shape = (m, n) if plan.splits == 1 else (plan.splits, m, n)
+    out = _kernel(cuda_source.gemm_tma_simple(plan.cfg))(
+        inputs=[a, b],
+        output_shapes=[shape, (blocks * tiling.TMA_MAP_SLOT_BYTES,)],
+        output_dtypes=[mx.int32, mx.uint8],
+        grid=grid,
+        threadgroup=block,
+        template=plan.cfg.tma_template(),
+    )[0]
+    return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
+
+
+def _tma_ws(a, b, plan: tiling.CudaWsPlan):
+    m, n = a.shape[0], b.shape[0]
+    grid, block = plan.grid()
+    shape = (m, n) if plan.splits == 1 else (plan.splits, m, n)
+    out = _kernel(cuda_source.gemm_tma_ws(plan.cfg))(
+        inputs=[a, b, _params_array(plan.params())],
+        output_shapes=[shape, (plan.blocks * tiling.TMA_MAP_SLOT_BYTES,)],
+        output_dtypes=[mx.int32, mx.uint8],
+        grid=grid,
+        threadgroup=block,
+        template=plan.cfg.template(),
+    )[0]
+    return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
+
+
+def tma_gemm_int32(a: mx.array, b: mx.array, variant: str = "tma_ws", plan=None) -> mx.array:
+    """int32 [M, N] = a [M, K] . b [N, K]^T by a TMA kernel (K % 16 == 0), not compiled with
+    mx.compile (tools/tma_gemm_trial.py calls this directly)."""
+    m, k = a.shape
+    n = b.shape[0]
+    if not tiling.tma_ok(k):
+        raise ValueError(f"the TMA GEMMs need K % {tiling.TMA_K_MULTIPLE} == 0, got K={k}")
+    plan = plan or tma_plan(variant, m, n, k)
+    if variant == "tma_ws":
+        return _tma_ws(a, b, plan)
+    return _by_row_chunks(m, plan, lambda r0, r1: _tma_simple_chunk(_rows(a, r0, r1), b, plan))
+
+
+@lru_cache(maxsize=None)
+def _compiled_tma(variant: str, plan):
+    return _maybe_compile(lambda a, b: tma_gemm_int32(a, b, variant, plan))
+
+
 # Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the
 # recorded launches for every later call of the same shapes and dtypes, skipping the Python
 # work of building the launches. COMPILE = False builds them directly on every call instead
@@ -235,6 +323,9 @@ def _compiled_quantize():
 @lru_cache(maxsize=4096)
 def _gemm_for_shape(m: int, n: int, k: int):
     family = _family()
+    variant = kernel_choice()
+    if variant != "wgmma" and family == "sm90" and tiling.tma_ok(k):
+        return _compiled_tma(variant, tma_plan(variant, m, n, k))
     return _compiled_gemm(family, default_plan(m, n, k, family))
 
 
@@ -246,7 +337,8 @@ def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
 
 def clear_caches() -> None:
     """Forget every built kernel object and compiled entry point (after changing COMPILE)."""
-    for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape):
+    for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape, kernel_choice,
+               _compiled_tma):
         fn.cache_clear()
 
 

@@ -34,7 +34,15 @@ _HEADERS = {
     "sm90": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh"),
     "simt": ("cuda_common.cuh", "gemm_simt.cuh"),
     "quantize": ("cuda_common.cuh", "quantize.cuh"),
+    # TMA GEMMs (gemm_tma.cuh reuses gemm_sm90.cuh's descriptor and wgmma helpers); the
+    # warp-specialised one ends with tma_bounds.cuh, which gives the kernel its launch bound.
+    "tma": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh"),
+    "tma_ws": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh", "tma_bounds.cuh"),
 }
+
+TMA_VARIANTS = ("tma_simple", "tma_ws")
+"""The TMA GEMMs (kernels/gemm_tma.cuh): TMA + mbarrier pipeline on cuda_plan's grid, and the
+warp-specialised persistent kernel on tiling.ws_plan."""
 
 
 @lru_cache(maxsize=None)
@@ -102,7 +110,8 @@ def wgmma_wrappers(widths) -> str:
 
 @lru_cache(maxsize=None)
 def header_text(part: str) -> str:
-    """The concatenated text of the header files of one part: "sm90", "simt" or "quantize"."""
+    """The concatenated text of the header files of one part: "sm90", "simt", "quantize",
+    "tma" or "tma_ws"."""
     return "\n".join(_read(f) for f in _HEADERS[part])
 
 
@@ -168,6 +177,25 @@ def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
         header(family),
         _smem(family, cfg),
     )
+
+
+@lru_cache(maxsize=None)
+def gemm_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
+    """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
+    mbarrier kernel on cuda_plan's grid; maps: uint8 [blocks * 256], the blocks' tensor maps."""
+    body = ("int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>(a, b, a_shape[0], b_shape[0], a_shape[1], maps, "
+            "int8nax::StoreInt32{out, a_shape[0], b_shape[0]});")
+    return KernelSpec(_name(f"int8nax_tma_simple_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
+                      header("tma"), cfg.tma_shared_bytes)
+
+
+@lru_cache(maxsize=None)
+def gemm_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
+    """int32 out [M, N] (or [splits, M, N]) = a . b^T by the warp-specialised persistent kernel;
+    params: int32 (splits, group) of tiling.CudaWsPlan.params(); maps: uint8 [blocks * 256]."""
+    body = "int8nax::gemm_tma_ws<BM, BN, STAGES>(a, b, a_shape[0], b_shape[0], a_shape[1], params, maps, out);"
+    return KernelSpec(_name(f"int8nax_tma_ws_i32_{cfg.name}", "tma_ws"), ("a", "b", "params"), ("out", "maps"), body,
+                      header("tma_ws"), cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,410 @@
+// int8nax CUDA kernels, part 3: Hopper (sm_90a) int8 GEMMs fed by the tensor memory accelerator.
+//
+// C[M, N] = A[M, K] . B[N, K]^T, int8 in, exact int32. Two variants share the helpers below:
+//
+//   gemm_tma_simple  the cp.async kernel of gemm_sm90.cuh with its loads replaced by TMA: the
+//                    same grid (one block per output tile and K split), WM warpgroups that all
+//                    compute, STAGES stages loaded AHEAD ahead (as there); thread 0 issues
+//                    two cp.async.bulk.tensor.2d per stage, completion on a "full" mbarrier with
+//                    expect_tx; a __syncthreads per K block frees the slot that is refilled.
+//   gemm_tma_ws      warp-specialised and persistent: 384 threads = a producer warpgroup (one
+//                    thread issues the TMA, setmaxnreg.dec) + 2 consumer warpgroups (setmaxnreg.inc)
+//                    that multiply from full/empty mbarrier pairs per stage; gridDim.x blocks walk
+//                    the (tile, split) work units in a rasterised order (int8nax.tiling.ws_unit).
+//
+// Tensor maps: cuda_kernel passes no by-value CUtensorMap, so each block encodes the maps of A
+// and B itself (tensormap.replace on a zeroed 128-byte shared buffer), publishes them to its
+// 256-byte slot of the uint8 output `maps` and acquires them before the first TMA
+// (shared/notes/cuda-facts.md section 3: sequence verified on the H200 with a minimal kernel).
+// The maps use the 128-byte swizzle, so every stage holds the layout of gemm_sm90.cuh's
+// sw128_descriptor (16-byte chunk j of row r at chunk j ^ (r % 8); stages 1024-byte aligned).
+// Boxes are 128 bytes (one swizzle row) x the tile's rows; rows and columns past the matrix are
+// zero-filled by the TMA and still count toward complete_tx.
+// Requirements: K % 16 == 0 (the row stride of a map must be a multiple of 16 bytes). A base
+// pointer that is not 16-byte aligned is handled by encoding the aligned address below it and
+// shifting the K coordinate by the difference (TMA coordinates need no alignment).
+#pragma once
+
+namespace int8nax {
+
+// ---- mbarrier ----
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Makes the initialised barriers visible to the other threads and to the async proxy (TMA).
+__device__ __forceinline__ void mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Cycles after which a wait is taken for a deadlock (~2 s at 1.98 GHz; no legitimate wait comes
+// near it): with TRAP the kernel traps, so a pipeline bug surfaces as a launch error, not as a
+// hang. Only the warp-specialised kernel uses it: in gemm_tma_simple the trap path made ptxas
+// inject a warpgroup.wait before the loop (C7517), serialising the wgmma.
+constexpr long long MBAR_DEADLOCK_CYCLES = 1ll << 32;
+
+// Blocks until the phase of parity `parity` of the barrier has completed.
+template <bool TRAP = false>
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  if (!TRAP) {
+    while (!mbar_try_wait(bar, parity)) {
+    }
+    return;
+  }
+  if (mbar_try_wait(bar, parity)) {
+    return;
+  }
+  const long long start = clock64();
+  while (!mbar_try_wait(bar, parity)) {
+    if (clock64() - start > MBAR_DEADLOCK_CYCLES) {
+      asm volatile("trap;\n");
+    }
+  }
+}
+
+// ---- tensor maps built on the device ----
+
+// Encodes the tiled 2-D map of a row-major int8 [rows, K] matrix at `base` (box: 128 bytes x
+// box_rows rows, 128-byte swizzle, zero fill) in the 128-byte shared scratch `tmp`, copies it to
+// the global slot `gmap` (64-byte aligned) and acquires it for the tensor-map proxy.
+// Executed by one whole warp. Returns the K offset of `base` above its 16-byte aligned address.
+__device__ __forceinline__ int build_tensor_map(uint8_t* gmap, uint32_t tmp, const int8_t* base, int rows, int K,
+                                                int box_rows) {
+  const int lane = threadIdx.x & 31;
+  const unsigned long long addr = reinterpret_cast<unsigned long long>(base);
+  const int shift = static_cast<int>(addr & 15ull);
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tmp + 4 * lane), "r"(0) : "memory");
+  __syncwarp();
+  if (lane == 0) {
+    const unsigned long long aligned = addr - static_cast<unsigned long long>(shift);
+    const uint32_t dim0 = static_cast<uint32_t>(K + shift);
+    const uint32_t dim1 = static_cast<uint32_t>(rows);
+    const unsigned long long stride = static_cast<unsigned long long>(K);  // bytes (PTX ISA >= 8.5)
+    const uint32_t box0 = 128;
+    const uint32_t box1 = static_cast<uint32_t>(box_rows);
+    asm volatile(
+        "tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;\n"
+        "tensormap.replace.tile.rank.shared::cta.b1024.b32 [%0], 1;\n"
+        "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 0, %2;\n"
+        "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [%0], 1, %3;\n"
+        "tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 0, %4;\n"
+        "tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], 1, %5;\n"
+        "tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [%0], 0, %6;\n"
+        "tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 0, 1;\n"
+        "tensormap.replace.tile.element_stride.shared::cta.b1024.b32 [%0], 1, 1;\n"
+        "tensormap.replace.tile.elemtype.shared::cta.b1024.b32 [%0], 0;\n"
+        "tensormap.replace.tile.interleave_layout.shared::cta.b1024.b32 [%0], 0;\n"
+        "tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [%0], 3;\n"
+        "tensormap.replace.tile.fill_mode.shared::cta.b1024.b32 [%0], 0;\n"
+        ::"r"(tmp), "l"(aligned), "r"(box0), "r"(box1), "r"(dim0), "r"(dim1), "l"(stride)
+        : "memory");
+  }
+  __syncwarp();
+  asm volatile(
+      "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%0], [%1], 128;\n"
+      ::"l"(gmap), "r"(tmp)
+      : "memory");
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(gmap) : "memory");
+  return shift;
+}
+
+// One box (128 bytes from column k, rows from `row`) of the map into shared memory at `dst`,
+// completing `bar`'s transaction count.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const uint8_t* gmap, int k, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(dst), "l"(gmap), "r"(k), "r"(row), "r"(bar)
+      : "memory");
+}
+
+// ---- the accumulator store shared by both variants ----
+
+// Stores one warpgroup's m64 x WIDTH accumulators (the wgmma m64nN layout, see gemm_sm90.cuh)
+// for output rows r0 .. r0 + 63 and columns c0 .. c0 + WIDTH - 1 through the epilogue.
+template <int WIDTH, class Epilogue>
+__device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], int r0, int c0, const Epilogue& epi) {
+  const int lane = threadIdx.x & 31;
+  const int warp = (threadIdx.x >> 5) & 3;
+  const int row = r0 + warp * 16 + (lane >> 2);
+  const int col = c0 + 2 * (lane & 3);
+  const float f0 = epi.row_factor(row);
+  const float f1 = epi.row_factor(row + 8);
+  bool exact = !epi.fast_ok(r0, c0, 64, WIDTH);
+  if (!exact) {
+#pragma unroll
+    for (int j = 0; j < WIDTH / 8; ++j) {
+      exact |= epi.store2_fast(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
+      exact |= epi.store2_fast(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
+    }
+  }
+  if (exact) {
+#pragma unroll
+    for (int j = 0; j < WIDTH / 8; ++j) {
+      epi.store2(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
+      epi.store2(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
+    }
+  }
+}
+
+// The 4 wgmma (k32 each) of one 128-byte K block: A rows from a_tile, B rows from b_tile.
+template <int WIDTH>
+__device__ __forceinline__ void wgmma_k_block(int (&acc)[WIDTH / 2], uint32_t a_tile, uint32_t b_tile) {
+  fence_registers(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    wgmma_s8<WIDTH>(acc, sw128_descriptor(a_tile + kk * 32), sw128_descriptor(b_tile + kk * 32));
+  }
+  wgmma_commit();
+  fence_registers(acc);
+}
+
+__device__ __forceinline__ uint32_t aligned_smem_base() {
+  return (smem_address(dynamic_smem) + 1023u) & ~1023u;
+}
+
+// ---- variant 1: TMA + mbarrier pipeline, no warp specialisation, one block per tile ----
+//
+// Shared memory: STAGES x (BM + BN) x 128 bytes (1024-aligned), then STAGES full barriers, then
+// 2 x 128 bytes of map scratch (int8nax.tiling.CudaTileConfig.tma_shared_bytes).
+template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, class Epilogue>
+__device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b, int M, int N, int K, uint8_t* maps,
+                                                const Epilogue& epi) {
+  static_assert(BK == 128, "the 128-byte swizzle needs K tiles of 128 int8");
+  static_assert(BM == 64 * WM, "a warpgroup covers 64 rows (wgmma m64)");
+  // As in gemm_sm90: AHEAD = STAGES - 2 keeps one wgmma batch in flight across the barrier,
+  // AHEAD = STAGES - 1 one more stage of loads instead.
+  constexpr int INFLIGHT = STAGES - 1 - AHEAD;
+  static_assert(AHEAD >= 1 && (INFLIGHT == 0 || INFLIGHT == 1), "AHEAD must be STAGES - 1 or STAGES - 2");
+  constexpr int A_BYTES = BM * BK;
+  constexpr int STAGE_BYTES = (BM + BN) * BK;
+
+  const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
+  if (t.filler) {
+    return;
+  }
+  const int tid = threadIdx.x;
+  const uint32_t base = aligned_smem_base();
+  const uint32_t full = base + STAGES * STAGE_BYTES;
+  const uint32_t scratch = full + ((STAGES * 8 + 127) & ~127);
+  const size_t block = blockIdx.x + static_cast<size_t>(gridDim.x) * (blockIdx.y + static_cast<size_t>(gridDim.y) * blockIdx.z);
+  uint8_t* map_a = maps + block * 256;
+  uint8_t* map_b = map_a + 128;
+
+  // Warp 0 builds and acquires both maps; thread 0 (in warp 0) is the only one issuing TMA.
+  int shift_a = 0;
+  int shift_b = 0;
+  if (tid < 32) {
+    shift_a = build_tensor_map(map_a, scratch, a, M, K, BM);
+    shift_b = build_tensor_map(map_b, scratch + 128, b, N, K, BN);
+  }
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  auto issue = [&](int slot, int kb) {
+    const uint32_t s = base + slot * STAGE_BYTES;
+    const uint32_t bar = full + 8 * slot;
+    mbar_arrive_expect_tx(bar, STAGE_BYTES);
+    tma_load_2d(s, map_a, kb * BK + shift_a, t.m0, bar);
+    tma_load_2d(s + A_BYTES, map_b, kb * BK + shift_b, t.n0, bar);
+  };
+
+  if (tid == 0) {
+    for (int s = 0; s < AHEAD && s < t.kbs; ++s) {
+      issue(s, t.kb0 + s);
+    }
+  }
+
+  int acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) {
+    acc[i] = 0;
+  }
+  const int warpgroup = tid >> 7;
+  for (int i = 0; i < t.kbs; ++i) {
+    const int slot = i % STAGES;
+    mbar_wait(full + 8 * slot, (i / STAGES) & 1);
+    // Every thread has passed wgmma_wait<INFLIGHT> of iteration i - 1, so batch
+    // i + AHEAD - STAGES has finished reading slot (i + AHEAD) % STAGES: it can be refilled.
+    __syncthreads();
+    const int next = i + AHEAD;
+    if (tid == 0 && next < t.kbs) {
+      issue(next % STAGES, t.kb0 + next);
+    }
+    const uint32_t stage = base + slot * STAGE_BYTES;
+    wgmma_k_block<BN>(acc, stage + warpgroup * 64 * BK, stage + A_BYTES);
+    wgmma_wait<INFLIGHT>();
+  }
+  wgmma_wait<0>();
+  fence_registers(acc);
+  store_accumulators<BN>(acc, t.m0 + warpgroup * 64, t.n0, epi);
+}
+
+// ---- variant 2: warp-specialised, persistent ----
+//
+// A work unit u (< units = tiles_m * tiles_n * splits) is split z = u % splits of tile
+// u / splits; tiles are numbered in bands of GROUP M-tiles, N-major inside a band, so that the
+// blocks running at once share A rows and B columns in L2 (int8nax.tiling.ws_unit mirrors this).
+// BM = 128: consumer c owns rows 64c .. 64c + 63 over the whole BN; BM = 64: both own the 64 rows
+// and consumer c the columns c BN/2 .. (c + 1) BN/2 - 1.
+// Shared memory: STAGES x (BM + BN) x 128 bytes (1024-aligned), STAGES full + STAGES empty
+// barriers, 2 x 128 bytes of map scratch (int8nax.tiling.CudaWsConfig.shared_bytes).
+// The body's launch bound (384 threads, 1 block) comes from kernels/tma_bounds.cuh.
+
+struct WsUnit {
+  int m0;
+  int n0;
+  int z;
+  int kb0;
+  int kbs;
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ WsUnit ws_unit(int u, int M, int N, int K, int splits, int group) {
+  const int tiles_m = ceil_div(M, BM);
+  const int tiles_n = ceil_div(N, BN);
+  const int tile = u / splits;
+  const int z = u - tile * splits;
+  const int band = tile / (group * tiles_n);
+  const int r = tile - band * group * tiles_n;
+  const int first_m = band * group;
+  const int rows = min(group, tiles_m - first_m);
+  const int tile_m = first_m + r % rows;
+  const int tile_n = r / rows;
+  const int k_blocks = ceil_div(K, 128);
+  const int kb0 = static_cast<int>(static_cast<long long>(k_blocks) * z / splits);
+  const int kb1 = static_cast<int>(static_cast<long long>(k_blocks) * (z + 1) / splits);
+  return WsUnit{tile_m * BM, tile_n * BN, z, kb0, kb1 - kb0};
+}
+
+template <int BM, int BN, int STAGES>
+__device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, int M, int N, int K,
+                                            const int32_t* params, uint8_t* maps, int32_t* out) {
+  static_assert(BM == 128 || BM == 64, "two consumer warpgroups: 2 x m64 rows, or 64 rows split along N");
+  constexpr int BK = 128;
+  constexpr int WIDTH = BM == 128 ? BN : BN / 2;  // columns per consumer warpgroup
+  static_assert(WIDTH % 8 == 0 && WIDTH >= 8 && WIDTH <= 256, "wgmma N must be 8..256 in steps of 8");
+  constexpr int A_BYTES = BM * BK;
+  constexpr int STAGE_BYTES = (BM + BN) * BK;
+  constexpr int CONSUMER_WARPS = 8;
+
+  const int splits = params[0];
+  const int group = params[1];
+  const int units = ceil_div(M, BM) * ceil_div(N, BN) * splits;
+  const int tid = threadIdx.x;
+  const uint32_t base = aligned_smem_base();
+  const uint32_t full = base + STAGES * STAGE_BYTES;
+  const uint32_t empty = full + 8 * STAGES;
+  const uint32_t scratch = full + ((16 * STAGES + 127) & ~127);
+  uint8_t* map_a = maps + static_cast<size_t>(blockIdx.x) * 256;
+  uint8_t* map_b = map_a + 128;
+
+  int shift_a = 0;
+  int shift_b = 0;
+  if (tid < 32) {
+    shift_a = build_tensor_map(map_a, scratch, a, M, K, BM);
+    shift_b = build_tensor_map(map_b, scratch + 128, b, N, K, BN);
+  }
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, CONSUMER_WARPS);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = tid >> 7;
+  if (warpgroup == 0) {
+    // Producer: frees its registers for the consumers; one thread walks the same units.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (tid == 0) {
+      int it = 0;
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        const WsUnit w = ws_unit<BM, BN>(u, M, N, K, splits, group);
+        for (int j = 0; j < w.kbs; ++j, ++it) {
+          const int slot = it % STAGES;
+          // The fill number it / STAGES of a slot waits for the release of the previous one
+          // (parity 1 passes at once on a fresh barrier).
+          mbar_wait<true>(empty + 8 * slot, ((it / STAGES) & 1) ^ 1);
+          const uint32_t s = base + slot * STAGE_BYTES;
+          const uint32_t bar = full + 8 * slot;
+          const int k = (w.kb0 + j) * BK;
+          mbar_arrive_expect_tx(bar, STAGE_BYTES);
+          tma_load_2d(s, map_a, k + shift_a, w.m0, bar);
+          tma_load_2d(s + A_BYTES, map_b, k + shift_b, w.n0, bar);
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int c = warpgroup - 1;
+  const int lane = tid & 31;
+  const uint32_t a_off = BM == 128 ? c * 64 * BK : 0;
+  const uint32_t b_off = A_BYTES + (BM == 128 ? 0 : c * WIDTH * BK);
+  int it = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const WsUnit w = ws_unit<BM, BN>(u, M, N, K, splits, group);
+    int acc[WIDTH / 2];
+#pragma unroll
+    for (int i = 0; i < WIDTH / 2; ++i) {
+      acc[i] = 0;
+    }
+    for (int j = 0; j < w.kbs; ++j, ++it) {
+      const int slot = it % STAGES;
+      mbar_wait<true>(full + 8 * slot, (it / STAGES) & 1);
+      const uint32_t stage = base + slot * STAGE_BYTES;
+      wgmma_k_block<WIDTH>(acc, stage + a_off, stage + b_off);
+      wgmma_wait<1>();
+      if (j > 0) {
+        // Batch j - 1 has finished reading its slot: one arrival per consumer warp.
+        __syncwarp();
+        if (lane == 0) {
+          mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+        }
+      }
+    }
+    wgmma_wait<0>();
+    fence_registers(acc);
+    if (w.kbs > 0) {
+      __syncwarp();
+      if (lane == 0) {
+        mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+      }
+    }
+    // Split z writes slice z of the [splits, M, N] workspace (gridDim.z == 1, so StoreInt32's
+    // own slice offset is 0).
+    const StoreInt32 epi{out + static_cast<size_t>(w.z) * M * N, M, N};
+    store_accumulators<WIDTH>(acc, w.m0 + (BM == 128 ? c * 64 : 0), w.n0 + (BM == 128 ? 0 : c * WIDTH), epi);
+  }
+}
+
+}  // namespace int8nax

@@ -1,0 +1,163 @@
+"""The TMA GEMMs' plans, kernel specs and trial tool: pure Python, so they run on every machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from int8nax import tiling
+from int8nax.backends import cuda_source
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = [(m, 4096, 4096) for m in (16, 64, 128, 256, 512, 1024, 2048)] + [
+    (128, 3584, 18944), (512, 3584, 18944), (128, 18944, 3584), (512, 18944, 3584), (8192, 8192, 8192)]
+ODD = [(1, 16, 1), (1, 4096, 7), (65, 160, 1025), (3, 48, 131071), (100000, 16, 64), (4097, 256, 129)]
+
+
+@pytest.mark.parametrize("cfg", list(tiling.CUDA_WS_CONFIGS.values()), ids=lambda c: c.name)
+def test_ws_configs_fit_the_hardware(cfg):
+    assert cfg.shared_bytes <= tiling.CUDA_MAX_SHARED_BYTES
+    assert cfg.threads == 384 and cfg.bk == 128 and cfg.bn <= 256  # TMA box rows <= 256
+    producer, consumer = tiling.CUDA_WS_REGISTERS
+    assert 128 * producer + 256 * consumer <= 65536 and producer % 8 == 0 and consumer % 8 == 0
+    assert cfg.consumer_width in (64, 128, 256)  # wgmma wrappers exist for these (wgmma_s8.cuh)
+    assert cfg.consumer_width in cuda_source.wgmma_widths()
+    assert dict(cfg.template()) == {"BM": cfg.bm, "BN": cfg.bn, "STAGES": cfg.stages}
+
+
+@pytest.mark.parametrize("cfg", list(tiling.CUDA_CONFIGS.values()), ids=lambda c: c.name)
+def test_tma_simple_configs_fit(cfg):
+    assert cfg.tma_shared_bytes <= tiling.CUDA_MAX_SHARED_BYTES
+    assert cfg.tma_shared_bytes > cfg.shared_bytes  # + barriers and map scratch
+    assert dict(cfg.tma_template())["STAGES"] == cfg.stages
+    assert dict(cfg.tma_template())["AHEAD"] == cfg.loads_ahead
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    (dict(bm=128, bn=256, bk=64, wm=2, wn=1), "BK must be 128"),
+    (dict(bm=256, bn=128, bk=128, wm=4, wn=1), "two consumer warpgroups"),
+    (dict(bm=64, bn=512, bk=128, wm=1, wn=2), "BN <= 256"),
+    (dict(bm=128, bn=128, bk=128, wm=2, wn=1, stages=1), "at least 2 stages"),
+])
+def test_bad_ws_config_is_rejected(kwargs, what):
+    with pytest.raises(ValueError, match=what):
+        tiling.CudaWsConfig("bad", **kwargs)
+
+
+def test_tma_ok():
+    assert tiling.tma_ok(16) and tiling.tma_ok(4096) and tiling.tma_ok(18944)
+    assert not tiling.tma_ok(8) and not tiling.tma_ok(4097) and not tiling.tma_ok(0)
+
+
+@pytest.mark.parametrize("m,k,n", SEED + ODD)
+@pytest.mark.parametrize("sms", [132, 114, 16])
+def test_ws_plan_is_valid(m, k, n, sms):
+    plan = tiling.ws_plan(m, n, k, sms)
+    assert plan.cfg in tiling.CUDA_WS_CONFIGS.values()
+    assert plan.splits >= 1 and plan.splits & (plan.splits - 1) == 0
+    units = tiling.ws_units(m, n, plan.cfg, plan.splits)
+    assert 1 <= plan.blocks <= min(sms, units)
+    assert 1 <= plan.group <= tiling.ceil_div(m, plan.cfg.bm)
+    if plan.splits > 1:
+        assert units <= sms
+        assert tiling.ceil_div(k, plan.cfg.bk) // plan.splits >= tiling.MIN_SPLIT_BLOCKS
+    grid, block = plan.grid()
+    assert block == (384, 1, 1) and grid == (plan.blocks * 384, 1, 1)
+    assert plan.params() == (plan.splits, plan.group)
+
+
+def test_ws_plan_follows_the_shape():
+    assert tiling.ws_plan(16, 4096, 4096).cfg.bm == 64
+    assert tiling.ws_plan(16, 4096, 4096).splits == 4  # 32 tiles x 4 splits = 128 units on 132 SMs
+    assert tiling.ws_plan(8192, 8192, 8192).cfg.name == "ws_128x256"
+    assert tiling.ws_plan(8192, 8192, 8192).blocks == 132
+    assert tiling.ws_plan(512, 4096, 4096).cfg.name == "ws_128x128"
+
+
+@pytest.mark.parametrize("m,k,n,cfg,splits,group", [
+    (1000, 1040, 1000, "ws_128x128", 1, 4), (8192, 256, 8192, "ws_128x256", 1, 16), (16, 4096, 4096, "ws_64x128", 4, 1),
+    (640, 4096, 300, "ws_128x256", 2, 2), (130, 160, 257, "ws_64x128", 3, 2), (5 * 128, 128, 7 * 128, "ws_128x128", 1, 3),
+])
+def test_ws_units_cover_every_tile_and_k_block_once(m, k, n, cfg, splits, group):
+    cfg = tiling.CUDA_WS_CONFIGS[cfg]
+    seen = {}
+    for u in range(tiling.ws_units(m, n, cfg, splits)):
+        m0, n0, z, kb0, kbs = tiling.ws_unit(u, m, n, k, cfg, splits, group)
+        assert 0 <= m0 < m and 0 <= n0 < n and m0 % cfg.bm == 0 and n0 % cfg.bn == 0
+        for kb in range(kb0, kb0 + kbs):
+            key = (m0, n0, kb)
+            assert key not in seen
+            seen[key] = z
+    tiles = tiling.ceil_div(m, cfg.bm) * tiling.ceil_div(n, cfg.bn)
+    assert len(seen) == tiles * tiling.ceil_div(k, cfg.bk)
+
+
+def test_ws_raster_keeps_a_band_of_m_tiles_on_one_n_column():
+    cfg = tiling.CUDA_WS_CONFIGS["ws_128x256"]
+    first = [tiling.ws_unit(u, 8192, 8192, 8192, cfg, 1, 16)[:2] for u in range(32)]
+    assert [mn[1] for mn in first[:16]] == [0] * 16 and [mn[1] for mn in first[16:]] == [256] * 16
+    assert [mn[0] for mn in first[:16]] == [128 * i for i in range(16)]
+
+
+def test_tma_specs():
+    simple = [cuda_source.gemm_tma_simple(c) for c in tiling.CUDA_CONFIGS.values()]
+    ws = [cuda_source.gemm_tma_ws(c) for c in tiling.CUDA_WS_CONFIGS.values()]
+    names = [s.name for s in simple + ws] + [cuda_source.gemm_int32("sm90", c).name for c in tiling.CUDA_CONFIGS.values()]
+    assert len(set(names)) == len(names)
+    for s, c in zip(simple, tiling.CUDA_CONFIGS.values()):
+        assert s.output_names == ("out", "maps") and s.shared_memory == c.tma_shared_bytes
+        assert "gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>" in s.source and "a_shape[1]" in s.source
+        assert "tma_bounds.cuh" not in s.header
+    for s, c in zip(ws, tiling.CUDA_WS_CONFIGS.values()):
+        assert s.input_names == ("a", "b", "params") and s.shared_memory == c.shared_bytes
+        # The launch-bound header redefines __global__: it must come last, after every other include.
+        assert s.header.rstrip().splitlines()[-1].endswith('tma_bounds.cuh"')
+    text = cuda_source.header_text("tma_ws")
+    assert text.index("sw128_descriptor(uint32_t") < text.index("void gemm_tma_simple(")
+    assert text.rstrip().endswith("__launch_bounds__(384, 1)")
+
+
+def test_kernel_choice_reads_the_environment(monkeypatch):
+    pytest.importorskip("mlx.core")
+    from int8nax.backends import cuda
+
+    for value, want in (("", "wgmma"), ("tma", "tma_ws"), ("TMA_SIMPLE", "tma_simple"), ("wgmma", "wgmma")):
+        monkeypatch.setenv(cuda.KERNEL_ENV, value)
+        cuda.kernel_choice.cache_clear()
+        assert cuda.kernel_choice() == want
+    monkeypatch.setenv(cuda.KERNEL_ENV, "fast")
+    cuda.kernel_choice.cache_clear()
+    with pytest.raises(ValueError, match="INT8NAX_CUDA_KERNEL"):
+        cuda.kernel_choice()
+    cuda.kernel_choice.cache_clear()
+
+
+def _trial(*args, tmp_path):
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "tma_gemm_trial.py"), "--out", str(tmp_path), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
+
+
+def test_trial_dry_run_assembles_every_plan(tmp_path):
+    proc = _trial("--dry-run", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (tmp_path / "tma_trial_dry_run.md").read_text()
+    assert "8192x8192x8192 | tma_ws | ws_128x256" in text
+    assert "16x4096x4096 | tma_simple | wg1_64x64" in text
+    assert "nothing was run on a GPU" in proc.stdout
+
+
+def test_trial_without_a_gpu_reports_the_skip(tmp_path):
+    pytest.importorskip("mlx.core")
+    import mlx.core as mx
+
+    if getattr(mx, "cuda", None) is not None and mx.cuda.is_available():
+        pytest.skip("a CUDA device is present: the trial would run")
+    proc = _trial("--variants", "tma_simple", tmp_path=tmp_path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "SKIP:" in proc.stdout
+    report = (tmp_path / "tma_trial.md").read_text()
+    assert "SKIPPED" in report and "yes" not in report  # no exactness claimed

@@ -1,0 +1,529 @@
+"""Device trial of the TMA int8 GEMMs (kernels/gemm_tma.cuh) against the cp.async kernel and cuBLASLt.
+
+    PYTHONPATH=/tmp/site:$PWD/src python tools/tma_gemm_trial.py --out DIR [--variants ...] [--budget 170]
+    python tools/tma_gemm_trial.py --dry-run --out DIR      # no GPU: plans, kernel names, sources
+
+Each variant runs in its own subprocess with a timeout (a kernel fault kills the CUDA context,
+a deadlocked mbarrier hangs it); the worker appends one JSON line per shape to
+DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Variants:
+  tma_simple  TMA + mbarrier pipeline on cuda_plan's grid (no warp specialisation)
+  tma_ws      warp-specialised (producer + 2 consumer warpgroups), persistent (tiling.ws_plan)
+  wgmma       the existing cp.async + wgmma kernel (the backend's default)
+  cublaslt    cuBLASLt with a 64 MiB workspace, fastest of its heuristic's algorithms
+Per shape: bit-exact check of the whole output against float64 numpy (exact for int8 at these
+K; 8192^3 checks 256 sampled rows), then kernel time. Kernel time = the CUPTI duration of every
+kernel of one call (GEMM, plus the split-K reduction where there is one), read from a
+torch.profiler trace, median over launches that rotate through input copies covering 3x the
+60 MB L2 (cold operands), one mx.eval per launch so no two launches overlap. MLX owns its stream,
+so CUDA events cannot bracket its kernels; cuBLASLt is measured the same way (CUPTI), and its
+CUDA-event time over back-to-back launches is reported too. Results: DIR/tma_trial.md,
+DIR/tma_trial.json, DIR/worker_<variant>.log (the worker's stdout/stderr, NVRTC logs included).
+Exit status: 0 ran (look at the table), 3 skipped (the reason is printed and written), 1 error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+
+import numpy as np  # noqa: E402
+
+from int8nax import tiling  # noqa: E402
+from int8nax.backends import cuda_source  # noqa: E402
+
+VARIANTS = ("tma_simple", "tma_ws", "wgmma", "cublaslt")
+MLX_VARIANTS = ("tma_simple", "tma_ws", "wgmma")
+
+# (M, K, N): edges first (exactness only), then the 11 seed shapes and 8192^3 (exactness + time).
+# "fill": None random int8, -128 every element -128; "shift": byte offsets of a and b's bases.
+EDGES = [
+    dict(m=1, k=16, n=1),
+    dict(m=3, k=48, n=5),
+    dict(m=1, k=4096, n=4096),
+    dict(m=17, k=4096, n=33),
+    dict(m=130, k=160, n=257),
+    dict(m=200, k=4096, n=300, fill=-128),
+    dict(m=256, k=18944, n=512, fill=-128),
+    dict(m=1000, k=1040, n=1000),
+    dict(m=4097, k=256, n=129),
+    dict(m=77, k=4096, n=200, shift=(3, 5)),
+    dict(m=64, k=16, n=4096, fill=-128),
+]
+SEEDS = [(m, 4096, 4096) for m in (16, 64, 128, 256, 512, 1024, 2048)] + [
+    (128, 3584, 18944), (512, 3584, 18944), (128, 18944, 3584), (512, 18944, 3584)]
+BIG = (8192, 8192, 8192)
+L2_BYTES = 60 << 20
+SAMPLED_ROWS = 256
+PEAK_TOPS = 1979.0
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def shape_cases(include_big: bool = True) -> list[dict]:
+    cases = [dict(c, kind="edge") for c in EDGES]
+    cases += [dict(m=m, k=k, n=n, kind="seed") for m, k, n in SEEDS]
+    if include_big:
+        m, k, n = BIG
+        cases.append(dict(m=m, k=k, n=n, kind="big"))
+    for c in cases:
+        c.setdefault("fill", None)
+        c.setdefault("shift", (0, 0))
+        c["label"] = f"{c['m']}x{c['k']}x{c['n']}" + (" (-128)" if c["fill"] == -128 else "") + (
+            f" (base +{c['shift'][0]}/+{c['shift'][1]} B)" if any(c["shift"]) else "")
+    return cases
+
+
+def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132) -> dict:
+    """What a variant launches for a shape (pure Python: the dry run and the table use it)."""
+    if variant in ("tma_simple", "tma_ws") and not tiling.tma_ok(k):
+        return {"plan": f"not taken (K % {tiling.TMA_K_MULTIPLE} != 0)"}
+    if variant == "tma_ws":
+        p = tiling.ws_plan(m, n, k, sms)
+        spec = cuda_source.gemm_tma_ws(p.cfg)
+        return {"plan": f"{p.cfg.name} splits={p.splits} group={p.group} blocks={p.blocks}", "kernel": spec.name,
+                "smem": spec.shared_memory, "units": tiling.ws_units(m, n, p.cfg, p.splits)}
+    if variant in ("tma_simple", "wgmma"):
+        p = tiling.cuda_plan(m, n, k, sms)
+        spec = cuda_source.gemm_tma_simple(p.cfg) if variant == "tma_simple" else cuda_source.gemm_int32("sm90", p.cfg)
+        lau = tiling.launch(m, n, p.cfg)
+        return {"plan": f"{p.cfg.name} splits={p.splits} grid={lau.grid_x}x{lau.grid_y}x{p.splits}",
+                "kernel": spec.name, "smem": spec.shared_memory}
+    return {"plan": "cuBLASLt heuristic (fastest of up to 8)"}
+
+
+# ---- data and reference ----------------------------------------------------------------------
+
+def make_operands(case: dict):
+    m, k, n = case["m"], case["k"], case["n"]
+    if case["fill"] is not None:
+        a = np.full((m, k), case["fill"], dtype=np.int8)
+        b = np.full((n, k), case["fill"], dtype=np.int8)
+    else:
+        rng = np.random.default_rng(m * 1000003 + k * 1009 + n)
+        a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
+    return a, b
+
+
+def reference_rows(a: np.ndarray, b: np.ndarray, rows) -> np.ndarray:
+    """Exact int64 a[rows] . b^T: float64 products of int8 and their sums stay below 2^53."""
+    bt = b.astype(np.float64).T
+    out = []
+    for i in range(0, len(rows), 1024):
+        out.append(a[rows[i:i + 1024]].astype(np.float64) @ bt)
+    return np.rint(np.concatenate(out)).astype(np.int64)
+
+
+def checked_rows(case: dict) -> np.ndarray:
+    m = case["m"]
+    if case["kind"] != "big":
+        return np.arange(m)
+    rng = np.random.default_rng(7)
+    rows = np.concatenate([np.arange(64), rng.choice(np.arange(64, m - 64), SAMPLED_ROWS - 128, replace=False),
+                           np.arange(m - 64, m)])
+    return np.sort(rows)
+
+
+def compare(got: np.ndarray, ref: np.ndarray) -> dict:
+    bad = np.argwhere(got.astype(np.int64) != ref)
+    res = {"exact": bool(len(bad) == 0), "mismatches": int(len(bad))}
+    if len(bad):
+        r, c = bad[0]
+        res["first_mismatch"] = {"index": [int(r), int(c)], "got": int(got[r, c]), "want": int(ref[r, c])}
+        # Where the wrong elements lie, to tell a load/map bug (whole tiles, zeros) from an edge bug.
+        res["wrong_rows"] = int(len(np.unique(bad[:, 0])))
+        res["wrong_cols"] = int(len(np.unique(bad[:, 1])))
+        res["wrong_row_range"] = [int(bad[:, 0].min()), int(bad[:, 0].max())]
+        res["wrong_col_range"] = [int(bad[:, 1].min()), int(bad[:, 1].max())]
+        res["zeros_where_wrong"] = float(np.mean(got[bad[:, 0], bad[:, 1]] == 0))
+    return res
+
+
+def copies_for(bytes_per_set: int) -> int:
+    return max(1, min(8, math.ceil(3 * L2_BYTES / bytes_per_set)))
+
+
+def launches_for(case: dict) -> int:
+    return 10 if case["kind"] == "big" else 30
+
+
+# ---- CUPTI kernel durations through torch.profiler --------------------------------------------
+
+def profile_kernels(torch, run_once, launches: int, name_filter=None, tmp_dir: Path | None = None):
+    """(median µs of the kernels of one launch, kernel names) from a chrome trace of `launches`
+    calls of run_once(i); every launch must run the same kernels, in series."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(launches):
+            run_once(i)
+        torch.cuda.synchronize()
+    path = (tmp_dir or Path("/tmp")) / f"trace_{os.getpid()}.json"
+    prof.export_chrome_trace(str(path))
+    with open(path) as f:
+        trace = json.load(f)
+    path.unlink(missing_ok=True)
+    kernels = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
+    if name_filter:
+        kernels = [e for e in kernels if name_filter(e.get("name", ""))]
+    kernels.sort(key=lambda e: e.get("ts", 0))
+    if not kernels or len(kernels) % launches:
+        return None, sorted({e.get("name", "?") for e in kernels}), len(kernels)
+    per = len(kernels) // launches
+    sums = [sum(float(e["dur"]) for e in kernels[i * per:(i + 1) * per]) for i in range(launches)]
+    sums.sort()
+    return sums[len(sums) // 2], sorted({e.get("name", "?")[:80] for e in kernels}), len(kernels)
+
+
+# ---- workers -----------------------------------------------------------------------------------
+
+def emit(fh, record: dict) -> None:
+    fh.write(json.dumps(record) + "\n")
+    fh.flush()
+
+
+def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
+    import mlx.core as mx
+    import torch
+
+    from int8nax.backends import cuda
+
+    torch.zeros(1, device="cuda")  # torch's context first (the profiler needs CUPTI up)
+    sms = cuda.sm_count()
+    log(f"[{variant}] mlx {mx.__version__}, {mx.device_info(mx.gpu).get('device_name')}, {sms} SMs")
+    fh = open(out_dir / f"worker_{variant}.jsonl", "a")
+    emit(fh, {"variant": variant, "event": "start", "sms": sms})
+
+    def call(a, b, m, n, k):
+        if variant == "wgmma":
+            return cuda.gemm_int32(a, b, plan=tiling.cuda_plan(m, n, k, sms), family="sm90")
+        return cuda.tma_gemm_int32(a, b, variant)
+
+    for case in cases:
+        m, k, n = case["m"], case["k"], case["n"]
+        rec = {"variant": variant, "shape": case["label"], "m": m, "k": k, "n": n, "kind": case["kind"],
+               **plan_description(variant, m, n, k, sms)}
+        t0 = time.time()
+        try:
+            a_np, b_np = make_operands(case)
+            sa, sb = case["shift"]
+            if sa or sb:
+                # A row-contiguous view whose base is sa (sb) bytes past an allocation.
+                a_flat = mx.array(np.concatenate([np.zeros(sa, np.int8), a_np.ravel()]))
+                b_flat = mx.array(np.concatenate([np.zeros(sb, np.int8), b_np.ravel()]))
+                a, b = a_flat[sa:].reshape(m, k), b_flat[sb:].reshape(n, k)
+            else:
+                # Produced on the device (mx.array(numpy) is managed memory).
+                a = mx.array(a_np) + mx.array(0, dtype=mx.int8)
+                b = mx.array(b_np) + mx.array(0, dtype=mx.int8)
+            mx.eval(a, b)
+            out = call(a, b, m, n, k)
+            mx.eval(out)
+            rows = checked_rows(case)
+            got = np.array(mx.take(out, mx.array(rows.astype(np.int32)), axis=0) if case["kind"] == "big" else out)
+            rec.update(compare(got, reference_rows(a_np, b_np, rows)))
+            rec["checked_rows"] = int(len(rows))
+            del out, got
+            if case["kind"] != "edge" and rec["exact"]:
+                copies = copies_for(m * k + n * k + 4 * m * n)
+                sets = [(a, b)] + [(a + mx.array(0, dtype=mx.int8), b + mx.array(0, dtype=mx.int8))
+                                   for _ in range(copies - 1)]
+                mx.eval(sets)
+                for _ in range(3):
+                    mx.eval(call(*sets[0], m, n, k))
+                launches = launches_for(case)
+                us, names, count = profile_kernels(
+                    torch, lambda i: mx.eval(call(*sets[i % len(sets)], m, n, k)), launches,
+                    name_filter=lambda s: "int8nax" in s, tmp_dir=out_dir)
+                rec["kernels"] = names
+                if us is None:
+                    # No CUPTI records of the MLX kernels: wall time per call + eval instead.
+                    t1 = time.perf_counter()
+                    for i in range(launches):
+                        mx.eval(call(*sets[i % len(sets)], m, n, k))
+                    us = (time.perf_counter() - t1) / launches * 1e6
+                    rec["timing"] = f"wall per call + eval (CUPTI gave {count} kernel records)"
+                else:
+                    rec["timing"] = "CUPTI kernel time"
+                rec["us"] = us
+                rec["tops"] = 2.0 * m * n * k / (us * 1e-6) / 1e12
+                del sets
+        except Exception as exc:  # noqa: BLE001  (NVRTC errors arrive as RuntimeError with the log)
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+            rec["traceback"] = traceback.format_exc()[-4000:]
+            log(f"[{variant}] {case['label']}: ERROR {rec['error'][:4000]}")
+        rec["seconds"] = round(time.time() - t0, 2)
+        emit(fh, rec)
+        log(f"[{variant}] {case['label']:34s} exact={rec.get('exact')} us={rec.get('us')} "
+            f"{rec.get('plan', '')} ({rec['seconds']} s)")
+    emit(fh, {"variant": variant, "event": "done"})
+    return 0
+
+
+def worker_cublaslt(out_dir: Path, cases: list[dict]) -> int:
+    import torch
+
+    from int8nax.bench.peers import cublaslt
+
+    fh = open(out_dir / "worker_cublaslt.jsonl", "a")
+    lib = cublaslt.load()
+    emit(fh, {"variant": "cublaslt", "event": "start", "library": lib.describe()})
+    log(f"[cublaslt] {lib.describe()}")
+    for case in cases:
+        if case["kind"] == "edge":
+            continue
+        m, k, n = case["m"], case["k"], case["n"]
+        rec = {"variant": "cublaslt", "shape": case["label"], "m": m, "k": k, "n": n, "kind": case["kind"]}
+        t0 = time.time()
+        try:
+            a_np, b_np = make_operands(case)
+            run = cublaslt.prepare(a_np, b_np, timing_runs=10)
+            out = run.call()
+            run.sync()
+            rows = checked_rows(case)
+            got = out[torch.as_tensor(rows, device="cuda")].cpu().numpy()
+            rec.update(compare(got, reference_rows(a_np, b_np, rows)))
+            rec["plan"] = ", ".join(f"{key} {v}" for key, v in run.config.items())
+            copies = copies_for(m * k + n * k + 4 * m * n)
+            sets = [(run.a, run.b)] + [(run.a.clone(), run.b.clone()) for _ in range(copies - 1)]
+            stream = torch.cuda.current_stream().cuda_stream
+
+            def launch(i):
+                x, y = sets[i % len(sets)]
+                run.lt.matmul(run.algo, x.data_ptr(), y.data_ptr(), run.out.data_ptr(), run.workspace.data_ptr(), stream)
+
+            launches = launches_for(case)
+            us, names, _ = profile_kernels(torch, launch, launches, tmp_dir=out_dir)
+            rec["kernels"] = names
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for i in range(launches):
+                launch(i)
+            stop.record()
+            stop.synchronize()
+            rec["events_us"] = start.elapsed_time(stop) * 1e3 / launches
+            rec["us"] = us if us is not None else rec["events_us"]
+            rec["timing"] = "CUPTI kernel time" if us is not None else "CUDA events, back to back"
+            rec["tops"] = 2.0 * m * n * k / (rec["us"] * 1e-6) / 1e12
+            sets = run = None  # free the copies before the next shape
+            torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+            rec["traceback"] = traceback.format_exc()[-4000:]
+        rec["seconds"] = round(time.time() - t0, 2)
+        emit(fh, rec)
+        log(f"[cublaslt] {case['label']:34s} exact={rec.get('exact')} us={rec.get('us')} ({rec['seconds']} s)")
+    emit(fh, {"variant": "cublaslt", "event": "done"})
+    return 0
+
+
+# ---- the parent ------------------------------------------------------------------------------
+
+def skip_reason() -> str | None:
+    """Why no device trial can run here (None: a CUDA device of compute capability 9.0)."""
+    try:
+        import mlx.core as mx
+    except Exception as exc:  # noqa: BLE001
+        return f"mlx does not import ({exc})"
+    cuda = getattr(mx, "cuda", None)
+    if cuda is None or not cuda.is_available():
+        return "MLX reports no CUDA device (mx.cuda.is_available() is False)"
+    info = mx.device_info(mx.gpu)
+    cc = (int(info.get("compute_capability_major", 0)), int(info.get("compute_capability_minor", 0)))
+    if cc != (9, 0):
+        return f"{info.get('device_name', '?')} has compute capability {cc[0]}.{cc[1]}; the TMA kernels need 9.0 (sm_90a)"
+    return None
+
+
+def read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return out
+
+
+def fmt(v, spec):
+    return "" if v is None else format(v, spec)
+
+
+def write_report(out_dir: Path, status: dict, records: list[dict], env: dict) -> None:
+    anchor = {r["shape"]: r.get("us") for r in records if r.get("variant") == "cublaslt" and r.get("us")}
+    lines = [f"# TMA GEMM trial ({env.get('date', '')})", "",
+             f"commit {env.get('commit', '?')}; {env.get('gpu', '?')}; mlx {env.get('mlx', '?')}; torch {env.get('torch', '?')}", "",
+             "Time: CUPTI kernel duration of one call (GEMM + split-K reduction), median over launches rotating "
+             "through input copies (3x L2); cuBLASLt the same way (events column: back-to-back CUDA events).", "",
+             "## Workers", "", "| variant | status | seconds |", "|---|---|---|"]
+    for v, st in status.items():
+        lines.append(f"| {v} | {st['status']} | {st.get('seconds', '')} |")
+    lines += ["", "## Results", "",
+              "| shape (M x K x N) | variant | plan | exact? | µs | TOPS | speed vs cuBLASLt (its µs / µs) |",
+              "|---|---|---|---|---|---|---|"]
+    order = {c["label"]: i for i, c in enumerate(shape_cases())}
+    rows = sorted((r for r in records if "shape" in r),
+                  key=lambda r: (order.get(r["shape"], 1 << 20), VARIANTS.index(r["variant"])))
+    for r in rows:
+        exact = "ERROR" if "error" in r else ("yes" if r.get("exact") else (
+            f"NO ({r.get('mismatches')} wrong, rows {r.get('wrong_row_range')}, cols {r.get('wrong_col_range')}, "
+            f"{100 * r.get('zeros_where_wrong', 0):.0f}% zeros)"))
+        if r.get("kind") == "big" and "exact" in r:
+            exact += f" ({r.get('checked_rows')} rows)"
+        ratio = ""
+        if r.get("us") and anchor.get(r["shape"]) and r["variant"] != "cublaslt":
+            ratio = f"{anchor[r['shape']] / r['us']:.2f}x"
+        us = fmt(r.get("us"), ".1f")
+        if r["variant"] == "cublaslt" and r.get("events_us"):
+            us += f" (events {r['events_us']:.1f})"
+        lines.append(f"| {r['shape']} | {r['variant']} | {r.get('plan', '')} | {exact} | {us} | "
+                     f"{fmt(r.get('tops'), '.0f')} | {ratio} |")
+    errors = [r for r in records if "error" in r]
+    if errors:
+        lines += ["", "## Errors", ""]
+        for r in errors:
+            lines += [f"### {r['variant']} {r['shape']}", "", "```", r["error"][:6000], "```", ""]
+    (out_dir / "tma_trial.md").write_text("\n".join(lines) + "\n")
+    (out_dir / "tma_trial.json").write_text(json.dumps({"env": env, "workers": status, "records": records}, indent=1))
+
+
+def environment() -> dict:
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    try:
+        env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                       cwd=ROOT, timeout=10).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        env["commit"] = "?"
+    try:
+        import mlx.core as mx
+
+        env["mlx"] = mx.__version__
+        if mx.cuda.is_available():
+            env["gpu"] = mx.device_info(mx.gpu).get("device_name", "?")
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+    except Exception:  # noqa: BLE001
+        pass
+    return env
+
+
+def dry_run(out_dir: Path, variants, cases) -> int:
+    """Assemble every source and plan the trial would use; no GPU, no MLX."""
+    lines = ["# TMA GEMM trial: dry run (no GPU)", "", "| shape (M x K x N) | variant | plan | kernel | smem |",
+             "|---|---|---|---|---|"]
+    specs = {}
+    for case in cases:
+        for v in variants:
+            d = plan_description(v, case["m"], case["n"], case["k"])
+            lines.append(f"| {case['label']} | {v} | {d['plan']} | {d.get('kernel', '')} | {d.get('smem', '')} |")
+            if "kernel" in d:
+                specs[d["kernel"]] = d["smem"]
+    for name, smem in specs.items():
+        if smem > tiling.CUDA_MAX_SHARED_BYTES:
+            log(f"ERROR {name}: {smem} bytes of shared memory > {tiling.CUDA_MAX_SHARED_BYTES}")
+            return 1
+    for part in ("tma", "tma_ws"):
+        text = cuda_source.header_text(part)  # reads every header file of the part
+        lines.append(f"\nheader {part}: {len(text)} characters, digest {cuda_source.digest(part)}")
+    (out_dir / "tma_trial_dry_run.md").write_text("\n".join(lines) + "\n")
+    log("\n".join(lines))
+    log(f"dry run: {len(specs)} kernel objects, {len(cases)} shapes; nothing was run on a GPU")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--no-big", action="store_true", help="leave out 8192^3")
+    parser.add_argument("--budget", type=float, default=170.0, help="seconds for all workers together")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds at most per worker")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {VARIANTS}")
+    cases = shape_cases(not args.no_big)
+
+    if args.worker:
+        if args.worker == "cublaslt":
+            return worker_cublaslt(out_dir, cases)
+        return worker_mlx(args.worker, out_dir, cases)
+    if args.dry_run:
+        return dry_run(out_dir, variants, cases)
+
+    reason = skip_reason()
+    env = environment()
+    if reason:
+        log(f"SKIP: {reason}")
+        (out_dir / "tma_trial.md").write_text(f"# TMA GEMM trial\n\nSKIPPED: {reason}\n\nNothing was run or checked.\n")
+        (out_dir / "tma_trial.json").write_text(json.dumps({"env": env, "skipped": reason}, indent=1))
+        return 3
+
+    start = time.time()
+    status = {}
+    records = []
+    for i, v in enumerate(variants):
+        left = args.budget - (time.time() - start)
+        # Keep 20 s for each variant still to come.
+        timeout = min(args.timeout, left - 20.0 * (len(variants) - 1 - i))
+        if timeout < 10:
+            status[v] = {"status": "not run (budget spent)"}
+            continue
+        jsonl = out_dir / f"worker_{v}.jsonl"
+        jsonl.unlink(missing_ok=True)
+        t0 = time.time()
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out_dir), "--worker", v]
+        if args.no_big:
+            cmd.append("--no-big")
+        log(f"== {v} (timeout {timeout:.0f} s)")
+        with open(out_dir / f"worker_{v}.log", "w") as logf:
+            try:
+                proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout, cwd=ROOT)
+                st = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+            except subprocess.TimeoutExpired:
+                st = f"timed out after {timeout:.0f} s (hang or slow; partial results kept)"
+        recs = [r for r in read_records(jsonl) if "shape" in r]
+        done = any(r.get("event") == "done" for r in read_records(jsonl))
+        if st.startswith("exit") or (st == "ok" and not done):
+            tail = (out_dir / f"worker_{v}.log").read_text()[-6000:]
+            log(f"-- {v} worker log tail:\n{tail}")
+        status[v] = {"status": st, "seconds": round(time.time() - t0, 1), "shapes": len(recs)}
+        records += recs
+        for r in recs:
+            if "error" in r:
+                log(f"   {v} {r['shape']}: {r['error'][:3000]}")
+        log(f"   {v}: {st}, {len(recs)} shapes, {sum(bool(r.get('exact')) for r in recs)} exact, "
+            f"{time.time() - t0:.1f} s")
+        write_report(out_dir, status, records, env)
+    write_report(out_dir, status, records, env)
+    log((out_dir / "tma_trial.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
