@@ -226,7 +226,7 @@ def test_a_calibration_in_the_existing_environment_from_a_copy_without_git(tmp_p
     shutil.copytree(ROOT, copy, ignore=gc.COPY_LEFT_OUT, symlinks=True)
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(copy / "src"), "INT8NAX_BENCH_PROFILE": "cpu",
-           "INT8NAX_BACKEND": "cpu", "CI": ""}
+           "INT8NAX_BACKEND": "cpu"}
     proc = subprocess.run(
         [sys.executable, "tools/gate_calibrate.py", "--existing", "--machine", "int8nax-cuda", "--runs", "1",
          "--slowdowns", "2.0", "--budget-min", "5", "--out-dir", str(out), "--",

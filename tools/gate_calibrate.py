@@ -464,6 +464,11 @@ def measure_existing(clone: Clone, args, settings: gate.Settings, log_dir: Path,
                     break
             if not complete:
                 break
+            if rep == 0 and r == 0:
+                first = time.monotonic() - t0
+                say(f"first round: {first:.0f} s, so a repetition of {settings.rounds} rounds takes about "
+                    f"{first * settings.rounds / 60:.1f} min"
+                    + ("" if deadline is None else f"; {(deadline - time.monotonic()) / 60:.1f} min of the budget left"))
         if not complete:
             say(f"budget: repetition {rep + 1} reached --budget-min {args.budget_min} before its last round; "
                 "it is left out, the report covers the complete ones")
