@@ -124,7 +124,8 @@ def test_kernel_choice_reads_the_environment(monkeypatch):
     pytest.importorskip("mlx.core")
     from int8nax.backends import cuda
 
-    for value, want in (("", "wgmma"), ("tma", "tma_ws"), ("TMA_SIMPLE", "tma_simple"), ("wgmma", "wgmma")):
+    for value, want in (("", "wgmma"), ("auto", "auto"), ("tma", "tma_ws"), ("TMA_SIMPLE", "tma_simple"),
+                        ("wgmma", "wgmma")):
         monkeypatch.setenv(cuda.KERNEL_ENV, value)
         cuda.kernel_choice.cache_clear()
         assert cuda.kernel_choice() == want
@@ -161,3 +162,14 @@ def test_trial_without_a_gpu_reports_the_skip(tmp_path):
     assert "SKIP:" in proc.stdout
     report = (tmp_path / "tma_trial.md").read_text()
     assert "SKIPPED" in report and "yes" not in report  # no exactness claimed
+
+
+def test_auto_kernel_rule():
+    # INT8NAX_CUDA_KERNEL=auto: the TMA kernel wherever its K rule holds and M is past the smallest tiles (the H200
+    # measurement in TMA_MIN_M's docstring); the cp.async kernel otherwise.
+    assert tiling.cuda_gemm_kernel(16, 4096, 4096) == "wgmma"
+    assert tiling.cuda_gemm_kernel(tiling.TMA_MIN_M, 4096, 4096) == "tma_simple"
+    for m, k, n in [(64, 4096, 4096), (2048, 4096, 4096), (512, 18944, 3584), (8192, 8192, 8192)]:
+        assert tiling.cuda_gemm_kernel(m, n, k) == "tma_simple"
+    assert tiling.cuda_gemm_kernel(512, 4096, 4104) == "wgmma"  # K % 16 != 0
+    assert tiling.cuda_gemm_kernel(512, 4096, 8) == "wgmma"

@@ -32,7 +32,9 @@ for tree in $(ls -d "$TREES"/*/ | sort -t- -k2 -n -r); do
   rc=$?
   [ "$rc" -eq 0 ] || { echo "asv_offline_commits: $sha: asv_offline_gpu.sh exited $rc"; status=$rc; }
   cp "$tree/.asv/results/$MACHINE/"*.json "$here/.asv/results/$MACHINE/" 2>/dev/null
-  cp "$tree/.asv/results/benchmarks.json" "$here/.asv/results/benchmarks.json" 2>/dev/null
+  # asv's record of the suite: the newest commit's (the first one run), not the last one's
+  [ -n "${newest_done:-}" ] || cp "$tree/.asv/results/benchmarks.json" "$here/.asv/results/benchmarks.json" 2>/dev/null
+  newest_done=1
   cp "$tree/.asv/asv-run-$MACHINE.log" "$here/.asv/asv-run-$MACHINE-${sha:0:8}.log" 2>/dev/null
   echo "=== $sha: $(( $(date +%s) - start )) s"
 done

@@ -58,9 +58,11 @@ EDGES = [
     dict(m=256, k=18944, n=512, fill=-128),
     dict(m=1000, k=1040, n=1000),
     dict(m=4097, k=256, n=129),
-    dict(m=77, k=4096, n=200, shift=(3, 5)),
     dict(m=64, k=16, n=4096, fill=-128),
 ]
+LAST = [dict(m=77, k=4096, n=200, shift=(3, 5))]
+"""Run after everything else: on the H200 (2026-12-01 12:13) the TMA kernels trapped on a
+misaligned base, and the trap left the worker's CUDA context unusable for every later shape."""
 SEEDS = [(m, 4096, 4096) for m in (16, 64, 128, 256, 512, 1024, 2048)] + [
     (128, 3584, 18944), (512, 3584, 18944), (128, 18944, 3584), (512, 18944, 3584)]
 BIG = (8192, 8192, 8192)
@@ -79,6 +81,7 @@ def shape_cases(include_big: bool = True) -> list[dict]:
     if include_big:
         m, k, n = BIG
         cases.append(dict(m=m, k=k, n=n, kind="big"))
+    cases += [dict(c, kind="edge") for c in LAST]
     for c in cases:
         c.setdefault("fill", None)
         c.setdefault("shift", (0, 0))

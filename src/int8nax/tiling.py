@@ -429,6 +429,20 @@ def tma_ok(k: int) -> bool:
     return k > 0 and k % TMA_K_MULTIPLE == 0
 
 
+TMA_MIN_M = 17
+"""Below this M the cp.async kernel stays: at M = 16 (the 64 x 64 tile, split-K 4) it measured
+11.6 µs against the TMA kernel's 12.2 (CUPTI kernel time, H200, 2026-12-01,
+docs/results/cuda-h200-2026-12-01-tma.md); from M = 64 up the TMA kernel was ahead at every
+seed shape (1.02-1.44x) and at 8192^3 (1.39x)."""
+
+
+def cuda_gemm_kernel(m: int, n: int, k: int) -> str:
+    """The sm_90a int8 GEMM for (M, N, K) under INT8NAX_CUDA_KERNEL=auto: "tma_simple" (TMA
+    loads + mbarrier pipeline on cuda_plan's grid) where K % 16 == 0 and M >= TMA_MIN_M, else
+    "wgmma" (the cp.async kernel). Not the default: the TMA kernels fail on misaligned bases."""
+    return "tma_simple" if tma_ok(k) and m >= TMA_MIN_M else "wgmma"
+
+
 @dataclass(frozen=True)
 class CudaWsConfig(TileConfig):
     """A tile of the warp-specialised TMA GEMM: BM = 128 (each consumer warpgroup m64 x BN) or

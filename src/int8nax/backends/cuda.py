@@ -206,20 +206,24 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaPlan 
 
 # ---- the TMA GEMMs (kernels/gemm_tma.cuh), opt-in ----
 #
-# INT8NAX_CUDA_KERNEL=tma (the warp-specialised persistent kernel) or tma_simple (TMA + mbarrier
-# pipeline on cuda_plan's grid) makes int8_matmul take a TMA kernel on compute capability 9.0
-# whenever K % 16 == 0 (tiling.tma_ok); everything else, and W8A8, stays on the cp.async kernel.
-# Read once per process (clear_caches() forgets it). Not the default until verified on an H200
-# (tools/tma_gemm_trial.py).
+# INT8NAX_CUDA_KERNEL picks int8_matmul's kernel on compute capability 9.0: wgmma (the cp.async
+# kernel, the default), tma_simple (TMA + mbarrier pipeline on cuda_plan's grid), tma / tma_ws
+# (warp-specialised, persistent), or auto (tiling.cuda_gemm_kernel's per-shape rule: tma_simple
+# where it measured faster). The TMA kernels need K % 16 == 0 (tiling.tma_ok; other K stay on
+# the cp.async kernel) and are opt-in because a base that is not 16-byte aligned (an offset view
+# of a flat buffer) breaks them: wrong results or a trap on the H200 (2026-12-01,
+# docs/results/cuda-h200-2026-12-01-tma.md). W8A8 stays on the cp.async kernel.
+# Read once per process (clear_caches() forgets it).
 
 KERNEL_ENV = "INT8NAX_CUDA_KERNEL"
-KERNEL_CHOICES = {"": "wgmma", "wgmma": "wgmma", "cpasync": "wgmma", "tma": "tma_ws", "tma_ws": "tma_ws",
-                  "tma_simple": "tma_simple"}
+KERNEL_CHOICES = {"": "wgmma", "wgmma": "wgmma", "cpasync": "wgmma", "auto": "auto", "tma": "tma_ws",
+                  "tma_ws": "tma_ws", "tma_simple": "tma_simple"}
 
 
 @lru_cache(maxsize=None)
 def kernel_choice() -> str:
-    """"wgmma" (the cp.async kernel, default), "tma_ws" or "tma_simple", from INT8NAX_CUDA_KERNEL."""
+    """"wgmma" (the cp.async kernel, default), "auto" (tiling.cuda_gemm_kernel per shape),
+    "tma_ws" or "tma_simple", from INT8NAX_CUDA_KERNEL."""
     value = os.environ.get(KERNEL_ENV, "").strip().lower()
     if value not in KERNEL_CHOICES:
         raise ValueError(f"{KERNEL_ENV}={value!r}: expected one of {sorted(k for k in KERNEL_CHOICES if k)}")
@@ -324,6 +328,8 @@ def _compiled_quantize():
 def _gemm_for_shape(m: int, n: int, k: int):
     family = _family()
     variant = kernel_choice()
+    if variant == "auto":
+        variant = tiling.cuda_gemm_kernel(m, n, k) if family == "sm90" else "wgmma"
     if variant != "wgmma" and family == "sm90" and tiling.tma_ok(k):
         return _compiled_tma(variant, tma_plan(variant, m, n, k))
     return _compiled_gemm(family, default_plan(m, n, k, family))
