@@ -17,7 +17,8 @@ tools/gate_calibrate.py, which measures false alarms and detection on the machin
     repeat        asv's repeat per round: N, or "(min,max,seconds)"
     bench         the gated benchmarks (asv -b regular expressions, time_ ones only: asv
                   counts a higher track_ throughput as worse)
-    threads       BLAS/OpenMP threads in the benchmark processes (OMP/OPENBLAS/MKL/...)
+    threads       BLAS/OpenMP threads in the benchmark processes (OMP/OPENBLAS/MKL/...), and
+                  int8nax's CPU engine threads (INT8NAX_CPU_THREADS)
     cpu_affinity  asv's --cpu-affinity for the benchmark processes ("0", "0-1"), or null
     launch        how benchmark processes start: "spawn" (asv's default, a new Python per
                   benchmark and round), "forkserver", or "persistent" (one worker per commit
@@ -45,7 +46,10 @@ from pathlib import Path
 QUIET, REGRESSION, UNMEASURED = 0, 1, 2
 SETTINGS_FILE = Path("benchmarks") / "gate.json"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
+                    # int8nax's CPU engine (onnxruntime) starts one thread per core otherwise, two
+                    # on the CPU the gate pins to: the A/A noise of 2026-12-01 (gate-cpu-2core-*-onnx)
+                    "INT8NAX_CPU_THREADS")
 
 # asv marks a failed benchmark with the word "failed" ("... time_x   failed", "setup_cache
 # failed", "Failed to build the project"); --show-stderr prints the benchmark's traceback.
