@@ -138,3 +138,22 @@ def test_slow_mlx_baselines_skip_seed_shapes_where_mlx_runs_on_the_cpu(monkeypat
     monkeypatch.setattr(contenders.mx, "default_device", lambda: mx.gpu)
     assert contenders.skip_reason("mlx-q8", problems.SEED_SHAPES[0]) is None
     assert contenders.skip_reason("mlx-fp16", problems.SEED_SHAPES[0]) is None
+
+
+def test_ratio_benchmarks_keep_to_the_gated_small_shapes_on_the_cpu_profile(monkeypatch):
+    from benchmarks import bench_ratio
+
+    monkeypatch.setattr(bench_ratio, "profile", lambda: ("cpu", frozenset(problems.PROFILES["cpu"]), 4))
+    with pytest.raises(NotImplementedError, match="ratio benchmarks measure .*the gated ones"):
+        bench_ratio.GemmRatio().setup(problems.CPU_SEED_SHAPES[0])
+    # the small shapes do run (numpy sgemm is the reference there)
+    ratio = bench_ratio.GemmRatio()
+    ratio.setup(problems.CPU_SHAPES[0])
+    assert ratio.blocks >= 1
+    # on a GPU box (the full profile) the seed shapes are gated: no such skip
+    monkeypatch.setattr(bench_ratio, "profile", lambda: ("full", frozenset(problems.PROFILES["full"]), 100))
+    monkeypatch.setattr(bench_ratio, "_part", lambda name, shape: None)
+    monkeypatch.setattr(bench_ratio, "_blocks", {("nax-gemm", problems.SEED_SHAPES[0]): 3})
+    full = bench_ratio.GemmRatio()
+    full.setup(problems.SEED_SHAPES[0])
+    assert full.blocks == 3
