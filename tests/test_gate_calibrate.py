@@ -256,7 +256,10 @@ def test_a_calibration_in_the_existing_environment_from_a_copy_without_git(tmp_p
 
 
 def test_a_call_past_the_budget_is_interrupted_then_reported(tmp_path):
-    code = "import time\ntry:\n    time.sleep(60)\nfinally:\n    print('cleaned up', flush=True)"
+    # The child restores Python's SIGINT handler: a shell that starts jobs in the background
+    # (nohup ... &) hands them SIGINT ignored, and Python keeps it so.
+    code = ("import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "try:\n    time.sleep(60)\nfinally:\n    print('cleaned up', flush=True)")
     status, seconds, out = gc.run_logged([sys.executable, "-c", code], dict(os.environ), tmp_path,
                                          tmp_path / "call.log", timeout=1.0)
     # SIGINT first, so that asv's finally blocks (closing its benchmark worker) run.
