@@ -198,3 +198,24 @@ def test_mlx_baselines_keep_to_the_small_shapes_where_mlx_runs_on_the_cpu(monkey
         assert contenders.skip_reason(fast, seed) is None
     monkeypatch.setattr(contenders, "mx", types.SimpleNamespace(default_device=lambda: "gpu", gpu="gpu"))
     assert contenders.skip_reason("mlx-q8", seed) is None
+
+
+def test_host_mode_builds_independent_calls_and_frees_them_after_the_clock(monkeypatch):
+    seen, reads, freed_at = [], [], []
+
+    class Out:
+        def __del__(self):
+            freed_at.append(len(reads))
+
+    def call(after):
+        seen.append(after)
+        return Out()
+
+    prepared = contenders.Prepared(call=call, sync=lambda out: None, check=lambda out: None, detail="fake")
+    outs = prepared.build(3)
+    assert len(outs) == 3 and seen == [None, None, None]  # no chain link: the call's own host cost
+    del outs
+    freed_at.clear()
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: reads.append(None) or float(len(reads)))
+    assert timing.median_seconds(lambda: prepared.build(2), repeat=1, warmup=0) == 1.0
+    assert freed_at == [2, 2]  # both outputs freed after the clock's second reading, not inside

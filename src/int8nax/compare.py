@@ -233,7 +233,7 @@ def main(args) -> int:
     text = []
     for mode, per_shape in results.items():
         what = {"call": "one call + eval", "chain": f"per call in a chain of {args.chain_calls}, one eval",
-                "host": f"host time to build one lazy call ({args.chain_calls} chained, no eval)"}[mode]
+                "host": f"host time to build one lazy call ({args.chain_calls} independent calls, no eval)"}[mode]
         text.append(f"\n{'### ' if args.markdown else ''}mode {mode}: {what}\n")
         text.append(render(per_shape, names, args.markdown))
     print("\n".join(text))

@@ -71,15 +71,15 @@ class Prepared:
         self.sync(out)
         return out
 
-    def build(self, calls: int):
-        """`calls` dependent lazy calls, nothing evaluated: the last (unevaluated) output."""
+    def build(self, calls: int) -> list:
+        """`calls` lazy calls on the prepared inputs, nothing evaluated: their (unevaluated)
+        outputs. Independent calls, so that the figure is the call's own host cost: a chain
+        would add the link's build (a compiled call of its own, several µs on the H200,
+        2026-12-01), and nothing runs anyway."""
         if not self.lazy:
             raise Unavailable("host build time applies only to lazy contenders (MLX ops on a GPU "
                               "backend); this one computes when called")
-        out = None
-        for _ in range(calls):
-            out = self.call(out)
-        return out
+        return [self.call(None) for _ in range(calls)]
 
 
 @dataclass(frozen=True)
