@@ -242,7 +242,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asv_persistent: asv is not importable by {sys.executable} ({exc})", file=sys.stderr)
         return 2
     worker = _spawner_class()
-    asv.runner.get_spawner = lambda env, benchmark_dir, launch_method=None: worker(env, benchmark_dir)
+
+    def get_spawner(env, benchmark_dir, launch_method=None):
+        del launch_method  # every launch is the persistent worker's (module docstring)
+        return worker(env, benchmark_dir)
+
+    asv.runner.get_spawner = get_spawner
     sys.argv = ["asv", *argv]
     try:
         asv_main()
