@@ -47,6 +47,58 @@ __device__ __forceinline__ void fence_registers(int (&d)[R]) {
   }
 }
 
+// The dynamic shared memory's first 1024-byte aligned address: the 128-byte swizzle is a
+// function of the address bits.
+__device__ __forceinline__ uint32_t aligned_smem_base() {
+  return (smem_address(dynamic_smem) + 1023u) & ~1023u;
+}
+
+// The 4 wgmma (k32 each) of one 128-byte K block: A rows from a_tile, B rows from b_tile.
+template <int WIDTH>
+__device__ __forceinline__ void wgmma_k_block(int (&acc)[WIDTH / 2], uint32_t a_tile, uint32_t b_tile) {
+  fence_registers(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    wgmma_s8<WIDTH>(acc, sw128_descriptor(a_tile + kk * 32), sw128_descriptor(b_tile + kk * 32));
+  }
+  wgmma_commit();
+  fence_registers(acc);
+}
+
+// Stores one warpgroup's m64 x WIDTH accumulators (the wgmma m64nN layout: warp w of the
+// warpgroup holds rows 16w .. 16w + 15; for each 8-column group j, lane l holds (row l/4, cols
+// 8j + 2(l%4) + {0,1}) in acc[4j], acc[4j+1] and the same columns 8 rows lower in acc[4j+2],
+// acc[4j+3])
+// for output rows r0 .. r0 + 63 and columns c0 .. c0 + WIDTH - 1 through the epilogue.
+template <int WIDTH, class Epilogue>
+__device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], int r0, int c0, const Epilogue& epi) {
+  const int lane = threadIdx.x & 31;
+  const int warp = (threadIdx.x >> 5) & 3;
+  const int row = r0 + warp * 16 + (lane >> 2);
+  const int col = c0 + 2 * (lane & 3);
+  const float f0 = epi.row_factor(row);
+  const float f1 = epi.row_factor(row + 8);
+  // Interior tiles: every pair on the branch-free path first, then (rarely) the exact path for
+  // the thread's whole share when one pair asked for it; edge tiles: the exact path, bounds
+  // checked (cuda_common.cuh, "epilogues").
+  bool exact = !epi.fast_ok(r0, c0, 64, WIDTH);
+  if (!exact) {
+#pragma unroll
+    for (int j = 0; j < WIDTH / 8; ++j) {
+      exact |= epi.store2_fast(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
+      exact |= epi.store2_fast(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
+    }
+  }
+  if (exact) {
+#pragma unroll
+    for (int j = 0; j < WIDTH / 8; ++j) {
+      epi.store2(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
+      epi.store2(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
+    }
+  }
+}
+
 template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, class Epilogue>
 __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int M, int N, int K,
                                           const Epilogue& epi) {
@@ -64,8 +116,7 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
     return;
   }
   const int tid = threadIdx.x;
-  // 1024-byte aligned base: the swizzle is a function of the address bits.
-  const uint32_t base = (smem_address(dynamic_smem) + 1023u) & ~1023u;
+  const uint32_t base = aligned_smem_base();
   const bool fast = (K & 15) == 0 &&
                     ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b)) & 15) == 0;
 
@@ -101,48 +152,13 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
     cp_async_commit();
 
     const uint32_t stage = base + (i % STAGES) * STAGE_BYTES;
-    const uint32_t a_tile = stage + warpgroup * 64 * BK;
-    const uint32_t b_tile = stage + A_BYTES;
-    fence_registers(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 32; ++kk) {
-      wgmma_s8<BN>(acc, sw128_descriptor(a_tile + kk * 32), sw128_descriptor(b_tile + kk * 32));
-    }
-    wgmma_commit();
-    fence_registers(acc);
+    wgmma_k_block<BN>(acc, stage + warpgroup * 64 * BK, stage + A_BYTES);
     wgmma_wait<INFLIGHT>();
   }
   wgmma_wait<0>();
   fence_registers(acc);
 
-  // Accumulator layout of wgmma m64nN: warp w of the warpgroup holds rows 16w .. 16w + 15; for
-  // each 8-column group j, lane l holds (row l/4, cols 8j + 2(l%4) + {0,1}) in acc[4j], acc[4j+1]
-  // and the same columns 8 rows lower in acc[4j+2], acc[4j+3].
-  const int lane = tid & 31;
-  const int warp = (tid >> 5) & 3;
-  const int row = t.m0 + warpgroup * 64 + warp * 16 + (lane >> 2);
-  const int col = t.n0 + 2 * (lane & 3);
-  const float f0 = epi.row_factor(row);
-  const float f1 = epi.row_factor(row + 8);
-  // Interior tiles: every pair on the branch-free path first, then (rarely) the exact path for
-  // the thread's whole share when one pair asked for it; edge tiles: the exact path, bounds
-  // checked (cuda_common.cuh, "epilogues").
-  bool exact = !epi.fast_ok(t.m0 + warpgroup * 64, t.n0, 64, BN);
-  if (!exact) {
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      exact |= epi.store2_fast(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
-      exact |= epi.store2_fast(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
-    }
-  }
-  if (exact) {
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      epi.store2(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
-      epi.store2(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
-    }
-  }
+  store_accumulators<BN>(acc, t.m0 + warpgroup * 64, t.n0, epi);
 }
 
 }  // namespace int8nax

@@ -129,6 +129,16 @@ __device__ __forceinline__ int build_tensor_map(uint8_t* gmap, uint32_t tmp, con
   return shift;
 }
 
+// Both operands' maps into a block's 256-byte slot (A's first, B's 128 bytes on), encoded in
+// `scratch` (256 bytes of shared memory); executed by warp 0 only. Returns through `shift_a` and
+// `shift_b` the K offsets of build_tensor_map.
+__device__ __forceinline__ void build_operand_maps(uint8_t* slot, uint32_t scratch, const int8_t* a, const int8_t* b,
+                                                   int M, int N, int K, int a_box_rows, int b_box_rows,
+                                                   int& shift_a, int& shift_b) {
+  shift_a = build_tensor_map(slot, scratch, a, M, K, a_box_rows);
+  shift_b = build_tensor_map(slot + 128, scratch + 128, b, N, K, b_box_rows);
+}
+
 // One box (128 bytes from column k, rows from `row`) of the map into shared memory at `dst`,
 // completing `bar`'s transaction count.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const uint8_t* gmap, int k, int row, uint32_t bar) {
@@ -136,52 +146,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const uint8_t* gmap, i
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
       ::"r"(dst), "l"(gmap), "r"(k), "r"(row), "r"(bar)
       : "memory");
-}
-
-// ---- the accumulator store shared by both variants ----
-
-// Stores one warpgroup's m64 x WIDTH accumulators (the wgmma m64nN layout, see gemm_sm90.cuh)
-// for output rows r0 .. r0 + 63 and columns c0 .. c0 + WIDTH - 1 through the epilogue.
-template <int WIDTH, class Epilogue>
-__device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], int r0, int c0, const Epilogue& epi) {
-  const int lane = threadIdx.x & 31;
-  const int warp = (threadIdx.x >> 5) & 3;
-  const int row = r0 + warp * 16 + (lane >> 2);
-  const int col = c0 + 2 * (lane & 3);
-  const float f0 = epi.row_factor(row);
-  const float f1 = epi.row_factor(row + 8);
-  bool exact = !epi.fast_ok(r0, c0, 64, WIDTH);
-  if (!exact) {
-#pragma unroll
-    for (int j = 0; j < WIDTH / 8; ++j) {
-      exact |= epi.store2_fast(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
-      exact |= epi.store2_fast(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
-    }
-  }
-  if (exact) {
-#pragma unroll
-    for (int j = 0; j < WIDTH / 8; ++j) {
-      epi.store2(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
-      epi.store2(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
-    }
-  }
-}
-
-// The 4 wgmma (k32 each) of one 128-byte K block: A rows from a_tile, B rows from b_tile.
-template <int WIDTH>
-__device__ __forceinline__ void wgmma_k_block(int (&acc)[WIDTH / 2], uint32_t a_tile, uint32_t b_tile) {
-  fence_registers(acc);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    wgmma_s8<WIDTH>(acc, sw128_descriptor(a_tile + kk * 32), sw128_descriptor(b_tile + kk * 32));
-  }
-  wgmma_commit();
-  fence_registers(acc);
-}
-
-__device__ __forceinline__ uint32_t aligned_smem_base() {
-  return (smem_address(dynamic_smem) + 1023u) & ~1023u;
 }
 
 // ---- variant 1: TMA + mbarrier pipeline, no warp specialisation, one block per tile ----
@@ -216,8 +180,7 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
   int shift_a = 0;
   int shift_b = 0;
   if (tid < 32) {
-    shift_a = build_tensor_map(map_a, scratch, a, M, K, BM);
-    shift_b = build_tensor_map(map_b, scratch + 128, b, N, K, BN);
+    build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN, shift_a, shift_b);
   }
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -328,8 +291,7 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
   int shift_a = 0;
   int shift_b = 0;
   if (tid < 32) {
-    shift_a = build_tensor_map(map_a, scratch, a, M, K, BM);
-    shift_b = build_tensor_map(map_b, scratch + 128, b, N, K, BN);
+    build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN, shift_a, shift_b);
   }
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
