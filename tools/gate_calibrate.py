@@ -786,9 +786,8 @@ def main(argv: list[str] | None = None) -> int:
             with console.open("a") as f:
                 f.write(text + "\n")
 
-    if args.merge:
-        text, suggested = report(runs, args, settings, command, started, load0)
-        text += "\nMerged from " + ", ".join(f"`{m}`" for m in args.merge) + " (tools/gate_calibrate.py --merge).\n"
+    def publish(runs, text, suggested):
+        """The final report to --out (or stdout), and the suggested factor to gate.json on request."""
         if args.out:
             Path(args.out).write_text(text)
             say(f"wrote {args.out}")
@@ -798,6 +797,11 @@ def main(argv: list[str] | None = None) -> int:
             write_settings(REPO / gate.SETTINGS_FILE, args.machine, settings, suggested,
                            args.out or "(report not saved)")
             say(f"stored factor {suggested} for {args.machine} in {gate.SETTINGS_FILE}")
+
+    if args.merge:
+        text, suggested = report(runs, args, settings, command, started, load0)
+        text += "\nMerged from " + ", ".join(f"`{m}`" for m in args.merge) + " (tools/gate_calibrate.py --merge).\n"
+        publish(runs, text, suggested)
         return 0
     load0 = os.getloadavg()
     args.machine_info = machine_lines(args)
@@ -832,15 +836,7 @@ def main(argv: list[str] | None = None) -> int:
             text += f"\n(stopped by --budget-min {args.budget_min}: {done} of {args.runs} repetitions)\n"
         if out_dir:
             (out_dir / "runs.json").write_text(runs_json(runs, args, settings, command, started, load0))
-        if args.out:
-            Path(args.out).write_text(text)
-            say(f"wrote {args.out}")
-        else:
-            print(text)
-        if args.write_settings and runs:
-            write_settings(REPO / gate.SETTINGS_FILE, args.machine, settings, suggested,
-                           args.out or "(report not saved)")
-            say(f"stored factor {suggested} for {args.machine} in {gate.SETTINGS_FILE}")
+        publish(runs, text, suggested)
     finally:
         if out_dir and (root / "logs").is_dir():
             pack_logs(root / "logs", out_dir / "logs.tar.gz")
