@@ -246,35 +246,32 @@ def tma_plan(variant: str, m: int, n: int, k: int):
     raise ValueError(f"unknown TMA variant {variant!r}; expected one of {cuda_source.TMA_VARIANTS}")
 
 
-def _tma_simple_chunk(a, b, plan: tiling.CudaPlan):
-    m, n = a.shape[0], b.shape[0]
-    lau, grid, block = plan.grid(m, n)
-    blocks = lau.grid_x * lau.grid_y * plan.splits
-    shape = (m, n) if plan.splits == 1 else (plan.splits, m, n)
-    out = _kernel(cuda_source.gemm_tma_simple(plan.cfg))(
-        inputs=[a, b],
+def _launch_tma(spec, inputs, m, n, splits, blocks, grid, block, template):
+    """A TMA GEMM kernel: int32 [M, N] (or the [splits, M, N] workspace, then reduced), with
+    `blocks` 256-byte slots of an extra uint8 output for the blocks' tensor maps."""
+    shape = (m, n) if splits == 1 else (splits, m, n)
+    out = _kernel(spec)(
+        inputs=inputs,
         output_shapes=[shape, (blocks * tiling.TMA_MAP_SLOT_BYTES,)],
         output_dtypes=[mx.int32, mx.uint8],
         grid=grid,
         threadgroup=block,
-        template=plan.cfg.tma_template(),
+        template=template,
     )[0]
-    return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
+    return out if splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
+
+
+def _tma_simple_chunk(a, b, plan: tiling.CudaPlan):
+    m, n = a.shape[0], b.shape[0]
+    lau, grid, block = plan.grid(m, n)
+    return _launch_tma(cuda_source.gemm_tma_simple(plan.cfg), [a, b], m, n, plan.splits,
+                       lau.grid_x * lau.grid_y * plan.splits, grid, block, plan.cfg.tma_template())
 
 
 def _tma_ws(a, b, plan: tiling.CudaWsPlan):
-    m, n = a.shape[0], b.shape[0]
     grid, block = plan.grid()
-    shape = (m, n) if plan.splits == 1 else (plan.splits, m, n)
-    out = _kernel(cuda_source.gemm_tma_ws(plan.cfg))(
-        inputs=[a, b, _params_array(plan.params())],
-        output_shapes=[shape, (plan.blocks * tiling.TMA_MAP_SLOT_BYTES,)],
-        output_dtypes=[mx.int32, mx.uint8],
-        grid=grid,
-        threadgroup=block,
-        template=plan.cfg.template(),
-    )[0]
-    return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
+    return _launch_tma(cuda_source.gemm_tma_ws(plan.cfg), [a, b, _params_array(plan.params())], a.shape[0],
+                       b.shape[0], plan.splits, plan.blocks, grid, block, plan.cfg.template())
 
 
 def tma_gemm_int32(a: mx.array, b: mx.array, variant: str = "tma_ws", plan=None) -> mx.array:
