@@ -1,15 +1,19 @@
 """The TMA GEMMs (kernels/gemm_tma.cuh) on a GPU, every plan of both variants, exact.
 
-Opt-in, like the kernels: runs only where MLX has a compute capability 9.0 device AND
-INT8NAX_CUDA_KERNEL names a TMA choice (tma, tma_ws, tma_simple, auto). On a base that is not
-16-byte aligned the kernels gave wrong results or trapped on the H200 (2026-12-01); a trap leaves
-the process's CUDA context unusable, so those cases (strict xfails, so a fix is noticed) come
-last in this file, and the file is not part of the default suite's GPU runs.
+tma_simple is the default dispatch's kernel for most shapes (tiling.cuda_gemm_kernel); tma_ws is
+opt-in (INT8NAX_CUDA_KERNEL=tma). Runs where MLX has a compute capability 9.0 device, unless
+INT8NAX_CUDA_KERNEL=wgmma asks for the cp.async kernel only. A base that is not 16-byte aligned
+sends tma_simple to the cp.async main loop (in the kernel), and makes tma_ws trap: that case runs
+in a subprocess, because a trap leaves the process's CUDA context unusable.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -21,16 +25,14 @@ from int8nax.reference import int8_matmul_ref
 from conftest import random_int8
 
 CUDA = backends.probe("cuda")
-OPTED_IN = os.environ.get("INT8NAX_CUDA_KERNEL", "").strip().lower() in ("tma", "tma_ws", "tma_simple", "auto")
+CPASYNC_ONLY = os.environ.get("INT8NAX_CUDA_KERNEL", "").strip().lower() in ("wgmma", "cpasync")
 pytestmark = [
     pytest.mark.skipif(not CUDA.available, reason=f"backend cuda unavailable here: {CUDA.reason}"),
-    pytest.mark.skipif(not OPTED_IN, reason="TMA kernels are opt-in: set INT8NAX_CUDA_KERNEL=tma to test them"),
+    pytest.mark.skipif(CPASYNC_ONLY, reason="INT8NAX_CUDA_KERNEL asks for the cp.async kernel only"),
 ]
-MISALIGNED = pytest.mark.xfail(strict=True, reason=(
-    "a base that is not 16-byte aligned: wrong results (tma_simple's byte-wise fallback) or a trap (the "
-    "map's shifted K coordinate) on the H200, 2026-12-01; the cp.async kernel handles it"))
+ROOT = Path(__file__).resolve().parent.parent
 
-if CUDA.available and OPTED_IN:
+if CUDA.available:
     from int8nax.backends import cuda
 
     SM90 = cuda.family_for(cuda.compute_capability()) == "sm90"
@@ -64,30 +66,63 @@ def test_tma_plan_is_exact(variant, plan, rng, m, k, n):
     assert_exact(cuda.tma_gemm_int32(mx.array(a), mx.array(b), variant, plan), a, b)
 
 
+def view(x, shift):
+    """A row-contiguous view of x `shift` bytes past the start of its allocation (MLX passes it
+    to a kernel without a copy)."""
+    flat = mx.array(np.concatenate([np.zeros(shift, np.int8), x.ravel()]))
+    return flat[shift:].reshape(x.shape)
+
+
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-@pytest.mark.parametrize("shift_a,shift_b", [(0, 0), pytest.param(3, 0, marks=MISALIGNED),
-                                             pytest.param(0, 5, marks=MISALIGNED)])
+@pytest.mark.parametrize("shift_a,shift_b", [(0, 0), (3, 0), (0, 5), (8, 1)])
 def test_public_int8_matmul_on_the_tma_kernel_with_offset_views(rng, shift_a, shift_b):
     import int8nax
+    from int8nax.backends import cuda
 
     m, k, n = 77, 4096, 200
-    assert tiling.cuda_gemm_kernel(m, n, k) == "tma_simple"
+    assert cuda.gemm_kernel(m, n, k) == "tma_simple"
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
-
-    def view(x, shift):  # a row-contiguous view `shift` bytes past its allocation
-        flat = mx.array(np.concatenate([np.zeros(shift, np.int8), x.ravel()]))
-        return flat[shift:].reshape(x.shape)
-
     assert_exact(int8nax.int8_matmul(view(a, shift_a), view(b, shift_b), backend="cuda"), a, b)
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-@pytest.mark.parametrize("variant", ["tma_simple", "tma_ws"])
-@MISALIGNED
-def test_tma_dispatch_and_misaligned_base(variant, rng):
-    m, k, n = 77, 4096, 200
+@pytest.mark.parametrize("plan", [p for v, p in plans() if v == "tma_simple"], ids=lambda p: f"{p.cfg.name}_s{p.splits}")
+@pytest.mark.parametrize("shift_a,shift_b", [(3, 0), (0, 5)])
+def test_tma_simple_misaligned_base_takes_the_cpasync_loop(plan, rng, shift_a, shift_b):
+    m, k, n = 130, 1040, 100
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
-    flat = mx.array(np.concatenate([np.zeros(3, np.int8), a.ravel()]))
-    view = flat[3:].reshape(m, k)  # a row-contiguous view 3 bytes past its allocation
-    assert_exact(cuda.tma_gemm_int32(view, mx.array(b), variant), a, b)
-    assert_exact(cuda.tma_gemm_int32(mx.array(a), mx.array(b), variant), a, b)
+    assert_exact(cuda.tma_gemm_int32(view(a, shift_a), view(b, shift_b), "tma_simple", plan), a, b)
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("plan", [p for v, p in plans() if v == "tma_simple"], ids=lambda p: f"{p.cfg.name}_s{p.splits}")
+def test_w8a8_on_the_tma_kernel_matches_the_cpasync_kernel(plan, rng):
+    # Same codes, same scales, same epilogue: the two kernels' outputs must be bit-identical,
+    # aligned and through the misaligned fallback.
+    m, k, n = 70, 1040, 136
+    q, w = random_int8(rng, (m, k)), random_int8(rng, (n, k))
+    sx = mx.array(rng.uniform(1e-3, 1e-1, m).astype(np.float32))
+    sw = mx.array(rng.uniform(1e-3, 1e-1, n).astype(np.float32))
+    bias = mx.array(rng.standard_normal(n).astype(np.float32))
+    want = np.array(cuda.dequant_gemm(mx.array(q), sx, mx.array(w), sw, bias, mx.float16, plan))
+    for qv, wv in ((mx.array(q), mx.array(w)), (mx.array(q), view(w, 7))):
+        got = np.array(cuda.dequant_gemm(qv, sx, wv, sw, bias, mx.float16, plan, tma=True))
+        assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+def test_tma_ws_traps_on_a_misaligned_base():
+    # In a subprocess: the trap ends that process's CUDA context. The run must fail loudly (a
+    # non-zero exit), never hand back numbers.
+    code = textwrap.dedent("""
+        import mlx.core as mx, numpy as np
+        from int8nax.backends import cuda
+        flat = mx.array(np.ones(77 * 4096 + 3, np.int8))
+        a = flat[3:].reshape(77, 4096)
+        out = cuda.tma_gemm_int32(a, mx.ones((200, 4096), dtype=mx.int8), "tma_ws")
+        mx.eval(out)
+        print("RESULT", int(out[0, 0].item()))
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode != 0 and "RESULT" not in proc.stdout, proc.stdout + proc.stderr

@@ -104,13 +104,21 @@ def test_ws_raster_keeps_a_band_of_m_tiles_on_one_n_column():
 
 def test_tma_specs():
     simple = [cuda_source.gemm_tma_simple(c) for c in tiling.CUDA_CONFIGS.values()]
+    w8a8 = [cuda_source.gemm_w8a8_tma_simple(c) for c in tiling.CUDA_CONFIGS.values()]
     ws = [cuda_source.gemm_tma_ws(c) for c in tiling.CUDA_WS_CONFIGS.values()]
-    names = [s.name for s in simple + ws] + [cuda_source.gemm_int32("sm90", c).name for c in tiling.CUDA_CONFIGS.values()]
+    names = [s.name for s in simple + w8a8 + ws] + [cuda_source.gemm_int32("sm90", c).name
+                                                    for c in tiling.CUDA_CONFIGS.values()]
     assert len(set(names)) == len(names)
     for s, c in zip(simple, tiling.CUDA_CONFIGS.values()):
         assert s.output_names == ("out", "maps") and s.shared_memory == c.tma_shared_bytes
         assert "gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>" in s.source and "a_shape[1]" in s.source
         assert "tma_bounds.cuh" not in s.header
+        # The in-kernel fallback for misaligned bases runs gemm_sm90 in this kernel's shared memory.
+        assert c.tma_shared_bytes >= c.shared_bytes
+    for s, c in zip(w8a8, tiling.CUDA_CONFIGS.values()):
+        assert s.input_names == cuda_source.gemm_w8a8("sm90", c).input_names
+        assert s.output_names == ("y", "maps") and s.shared_memory == c.tma_shared_bytes
+        assert "(q, w, q_shape[0], w_shape[0], q_shape[1], maps, int8nax::DequantStore<TOut, HAS_BIAS>" in s.source
     for s, c in zip(ws, tiling.CUDA_WS_CONFIGS.values()):
         assert s.input_names == ("a", "b", "params") and s.shared_memory == c.shared_bytes
         # The launch-bound header redefines __global__: it must come last, after every other include.
@@ -124,7 +132,7 @@ def test_kernel_choice_reads_the_environment(monkeypatch):
     pytest.importorskip("mlx.core")
     from int8nax.backends import cuda
 
-    for value, want in (("", "wgmma"), ("auto", "auto"), ("tma", "tma_ws"), ("TMA_SIMPLE", "tma_simple"),
+    for value, want in (("", "auto"), ("auto", "auto"), ("cpasync", "wgmma"), ("tma", "tma_ws"), ("TMA_SIMPLE", "tma_simple"),
                         ("wgmma", "wgmma")):
         monkeypatch.setenv(cuda.KERNEL_ENV, value)
         cuda.kernel_choice.cache_clear()
@@ -134,6 +142,29 @@ def test_kernel_choice_reads_the_environment(monkeypatch):
     with pytest.raises(ValueError, match="INT8NAX_CUDA_KERNEL"):
         cuda.kernel_choice()
     cuda.kernel_choice.cache_clear()
+
+
+def test_gemm_kernel_per_choice(monkeypatch):
+    pytest.importorskip("mlx.core")
+    from int8nax.backends import cuda
+
+    seed, small, odd_k = (512, 4096, 4096), (16, 4096, 4096), (512, 4096, 4104)
+    want = {  # choice -> kernel at (seed, small, odd K), for int8_matmul and for w8a8_linear
+        "": (("tma_simple", "wgmma", "wgmma"),) * 2,
+        "wgmma": (("wgmma",) * 3,) * 2,
+        "tma_simple": (("tma_simple", "tma_simple", "wgmma"),) * 2,
+        "tma": (("tma_ws", "tma_ws", "wgmma"), ("tma_simple", "wgmma", "wgmma")),
+    }
+    try:
+        for choice, (gemm, w8a8) in want.items():
+            monkeypatch.setenv(cuda.KERNEL_ENV, choice)
+            cuda.kernel_choice.cache_clear()
+            for flag, kernels in ((False, gemm), (True, w8a8)):
+                got = tuple(cuda.gemm_kernel(m, n, k, w8a8=flag, family="sm90") for m, n, k in (seed, small, odd_k))
+                assert got == kernels, (choice, flag)
+            assert cuda.gemm_kernel(*seed, family="simt") == "simt"
+    finally:
+        cuda.kernel_choice.cache_clear()
 
 
 def _trial(*args, tmp_path):
@@ -165,7 +196,7 @@ def test_trial_without_a_gpu_reports_the_skip(tmp_path):
 
 
 def test_auto_kernel_rule():
-    # INT8NAX_CUDA_KERNEL=auto: the TMA kernel wherever its K rule holds and M is past the smallest tiles (the H200
+    # The default (auto): the TMA kernel wherever its K rule holds and M is past the smallest tiles (the H200
     # measurement in TMA_MIN_M's docstring); the cp.async kernel otherwise.
     assert tiling.cuda_gemm_kernel(16, 4096, 4096) == "wgmma"
     assert tiling.cuda_gemm_kernel(tiling.TMA_MIN_M, 4096, 4096) == "tma_simple"
@@ -173,3 +204,76 @@ def test_auto_kernel_rule():
         assert tiling.cuda_gemm_kernel(m, n, k) == "tma_simple"
     assert tiling.cuda_gemm_kernel(512, 4096, 4104) == "wgmma"  # K % 16 != 0
     assert tiling.cuda_gemm_kernel(512, 4096, 8) == "wgmma"
+
+
+class RecordingKernel:
+    """Stands in for mx.fast.cuda_kernel's kernel object: records each launch, returns zeros."""
+
+    def __init__(self, spec, launches):
+        self.spec, self.launches = spec, launches
+
+    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template, **_):
+        import mlx.core as mx
+
+        self.launches.append(dict(name=self.spec.name, outputs=list(output_shapes), grid=grid, block=threadgroup,
+                                  template=list(template), smem=self.spec.shared_memory))
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    pytest.importorskip("mlx.core")
+    from int8nax.backends import cuda
+
+    launches = []
+    monkeypatch.setattr(cuda, "_kernel", lambda spec: RecordingKernel(spec, launches))
+    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda, "COMPILE", False)
+    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    cuda.clear_caches()
+    yield cuda, launches
+    cuda.clear_caches()
+
+
+@pytest.mark.parametrize("m,k,n", [(512, 4096, 4096), (2048, 4096, 4096), (128, 18944, 3584)])
+def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
+    import mlx.core as mx
+
+    cuda, launches = recorded
+    plan = tiling.cuda_plan(m, n, k, 132)
+    lau, grid, block = plan.grid(m, n)
+    blocks = lau.grid_x * lau.grid_y * plan.splits
+    a, b = mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)
+    mx.eval(cuda.gemm_int32(a, b))
+    gemm = launches[0]
+    assert gemm["name"] == cuda_source.gemm_tma_simple(plan.cfg).name
+    assert gemm["outputs"] == [(m, n) if plan.splits == 1 else (plan.splits, m, n), (blocks * 256,)]
+    assert (gemm["grid"], gemm["block"], gemm["template"]) == (grid, block, plan.cfg.tma_template())
+    assert [x["name"] for x in launches[1:]] == ([cuda_source.reduce_int32().name] if plan.splits > 1 else [])
+
+    launches.clear()
+    x, s = mx.zeros((m, k), dtype=mx.float16), mx.ones((n,), dtype=mx.float32)
+    mx.eval(cuda.w8a8(x, b, s, None))
+    names = [x["name"] for x in launches]
+    assert names[0] == cuda_source.quantize().name
+    if plan.splits == 1:
+        assert names[1:] == [cuda_source.gemm_w8a8_tma_simple(plan.cfg).name]
+        assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False)]
+    else:
+        assert names[1:] == [cuda_source.gemm_tma_simple(plan.cfg).name, cuda_source.reduce_w8a8().name]
+    assert launches[1]["outputs"][1] == (blocks * 256,)
+
+
+def test_small_m_odd_k_and_cpasync_choice_stay_on_the_cpasync_kernel(recorded, monkeypatch):
+    import mlx.core as mx
+
+    cuda, launches = recorded
+    for (m, k, n), env in (((16, 4096, 4096), ""), ((512, 4104, 4096), ""), ((512, 4096, 4096), "wgmma")):
+        monkeypatch.setenv(cuda.KERNEL_ENV, env)
+        cuda.clear_caches()
+        launches.clear()
+        mx.eval(cuda.gemm_int32(mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)))
+        plan = tiling.cuda_plan(m, n, k, 132)
+        assert launches[0]["name"] == cuda_source.gemm_int32("sm90", plan.cfg).name
+        assert len(launches[0]["outputs"]) == 1

@@ -78,6 +78,10 @@ def instances(arch: str):
         for cfg in tiling.CUDA_CONFIGS.values():
             yield (f"tma_simple i32 {cfg.name}", cuda_source.gemm_tma_simple(cfg),
                    ["int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.tma_template())
+            for out in ("float16", "bfloat16", "float32"):
+                yield (f"tma_simple w8a8 {cfg.name} {out}", cuda_source.gemm_w8a8_tma_simple(cfg),
+                       ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out], "uint8_t"],
+                       cfg.tma_template() + [("TOut", out), ("HAS_BIAS", True)])
         for cfg in tiling.CUDA_WS_CONFIGS.values():
             yield (f"tma_ws i32 {cfg.name}", cuda_source.gemm_tma_ws(cfg),
                    ["int8_t", "int8_t", "int32_t"], ["int32_t", "uint8_t"], cfg.template())

@@ -6,10 +6,21 @@
 Each variant runs in its own subprocess with a timeout (a kernel fault kills the CUDA context,
 a deadlocked mbarrier hangs it); the worker appends one JSON line per shape to
 DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Variants:
+  default     what int8_matmul runs (backends/cuda.py gemm_kernel: tma_simple or cp.async)
+  w8a8        what w8a8_linear runs on float16 x (quantization + fused GEMM [+ reduction]),
+              checked bit for bit against the cp.async kernel's W8A8 (tested against the
+              float64 model in the suite); its kernel time is the whole pipeline's
   tma_simple  TMA + mbarrier pipeline on cuda_plan's grid (no warp specialisation)
   tma_ws      warp-specialised (producer + 2 consumer warpgroups), persistent (tiling.ws_plan)
-  wgmma       the existing cp.async + wgmma kernel (the backend's default)
+  wgmma       the cp.async + wgmma kernel
   cublaslt    cuBLASLt with a 64 MiB workspace, fastest of its heuristic's algorithms
+  sweep       tma_simple at every tile x split-K plan (sweep_plans) on the seed shapes
+--ncu-shapes MxKxN,... instead runs one worker under Nsight Compute (profiling only between
+cudaProfilerStart and cudaProfilerStop, so the warm-up and cuBLASLt's algorithm search are left
+out): per shape one call of int8_matmul's default kernel, of tma_ws, and of cuBLASLt's chosen
+algorithm, with the SpeedOfLight, WarpStateStats, LaunchStats and Occupancy sections, written as
+CSV to DIR/ncu.csv (the kernels' names say which is which).
+
 Per shape: bit-exact check of the whole output against float64 numpy (exact for int8 at these
 K; 8192^3 checks 256 sampled rows), then kernel time. Kernel time = the CUPTI duration of every
 kernel of one call (GEMM, plus the split-K reduction where there is one), read from a
@@ -43,8 +54,8 @@ import numpy as np  # noqa: E402
 from int8nax import tiling  # noqa: E402
 from int8nax.backends import cuda_source  # noqa: E402
 
-VARIANTS = ("tma_simple", "tma_ws", "wgmma", "cublaslt")
-MLX_VARIANTS = ("tma_simple", "tma_ws", "wgmma")
+VARIANTS = ("default", "w8a8", "tma_simple", "tma_ws", "wgmma", "cublaslt", "sweep")
+SWEEP_SPLITS = (1, 2, 4, 8)
 
 # (M, K, N): edges first (exactness only), then the 11 seed shapes and 8192^3 (exactness + time).
 # "fill": None random int8, -128 every element -128; "shift": byte offsets of a and b's bases.
@@ -90,8 +101,21 @@ def shape_cases(include_big: bool = True) -> list[dict]:
     return cases
 
 
+def sweep_plans(m: int, n: int, k: int) -> list:
+    """The tma_simple plans the sweep times: every tile with 1-8 K splits of >= 4 K blocks each."""
+    blocks = tiling.ceil_div(k, tiling.CUDA_SWIZZLE_BYTES)
+    return [tiling.CudaPlan(c, s) for c in tiling.CUDA_CONFIGS.values() for s in SWEEP_SPLITS if blocks // s >= 4]
+
+
 def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132) -> dict:
     """What a variant launches for a shape (pure Python: the dry run and the table use it)."""
+    if variant in ("default", "w8a8"):
+        # The default dispatch (INT8NAX_CUDA_KERNEL unset; W8A8 follows the same rule).
+        kernel = tiling.cuda_gemm_kernel(m, n, k)
+        d = plan_description(kernel, m, n, k, sms)
+        return {**d, "plan": f"{kernel}: {d['plan']}"}
+    if variant == "sweep":
+        return {"plan": f"{len(sweep_plans(m, n, k))} tma_simple plans"}
     if variant in ("tma_simple", "tma_ws") and not tiling.tma_ok(k):
         return {"plan": f"not taken (K % {tiling.TMA_K_MULTIPLE} != 0)"}
     if variant == "tma_ws":
@@ -211,7 +235,14 @@ def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
     fh = open(out_dir / f"worker_{variant}.jsonl", "a")
     emit(fh, {"variant": variant, "event": "start", "sms": sms})
 
+    if variant == "sweep":
+        return sweep(cuda, mx, torch, fh, out_dir, [c for c in cases if c["kind"] == "seed"])
+    if variant == "w8a8":
+        return worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms)
+
     def call(a, b, m, n, k):
+        if variant == "default":
+            return cuda.gemm_int32(a, b)
         if variant == "wgmma":
             return cuda.gemm_int32(a, b, plan=tiling.cuda_plan(m, n, k, sms), family="sm90")
         return cuda.tma_gemm_int32(a, b, variant)
@@ -274,6 +305,147 @@ def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
         log(f"[{variant}] {case['label']:34s} exact={rec.get('exact')} us={rec.get('us')} "
             f"{rec.get('plan', '')} ({rec['seconds']} s)")
     emit(fh, {"variant": variant, "event": "done"})
+    return 0
+
+
+def kernel_us(mx, torch, out_dir, launch, launches):
+    """(µs, kernel names, how) of one launch(i) + mx.eval: CUPTI, or wall time if it saw none."""
+    us, names, count = profile_kernels(torch, lambda i: mx.eval(launch(i)), launches,
+                                       name_filter=lambda s: "int8nax" in s, tmp_dir=out_dir)
+    if us is not None:
+        return us, names, "CUPTI kernel time"
+    t1 = time.perf_counter()
+    for i in range(launches):
+        mx.eval(launch(i))
+    return (time.perf_counter() - t1) / launches * 1e6, names, f"wall per call + eval (CUPTI gave {count} records)"
+
+
+def operand_sets(mx, arrays, bytes_per_set):
+    """The arrays and copies of them covering 3x the L2, evaluated on the device."""
+    sets = [tuple(arrays)] + [tuple(x + mx.array(0, dtype=x.dtype) for x in arrays)
+                              for _ in range(copies_for(bytes_per_set) - 1)]
+    mx.eval(sets)
+    return sets
+
+
+def sweep(cuda, mx, torch, fh, out_dir, cases) -> int:
+    """tma_simple at every sweep_plans plan of each seed shape: exact check, then kernel time."""
+    for case in cases:
+        m, k, n = case["m"], case["k"], case["n"]
+        a_np, b_np = make_operands(case)
+        ref = reference_rows(a_np, b_np, np.arange(m))
+        a = mx.array(a_np) + mx.array(0, dtype=mx.int8)
+        b = mx.array(b_np) + mx.array(0, dtype=mx.int8)
+        sets = operand_sets(mx, (a, b), m * k + n * k + 4 * m * n)
+        for plan in sweep_plans(m, n, k):
+            rec = {"variant": "sweep", "shape": case["label"], "m": m, "k": k, "n": n, "kind": "sweep",
+                   "plan": f"{plan.cfg.name} splits={plan.splits}"}
+            t0 = time.time()
+            try:
+                rec.update(compare(np.array(cuda.tma_gemm_int32(a, b, "tma_simple", plan)), ref))
+                if rec["exact"]:
+                    for _ in range(3):
+                        mx.eval(cuda.tma_gemm_int32(a, b, "tma_simple", plan))
+                    rec["us"], rec["kernels"], rec["timing"] = kernel_us(
+                        mx, torch, out_dir, lambda i: cuda.tma_gemm_int32(*sets[i % len(sets)], "tma_simple", plan),
+                        launches_for(case))
+                    rec["tops"] = 2.0 * m * n * k / (rec["us"] * 1e-6) / 1e12
+            except Exception as exc:  # noqa: BLE001
+                rec["error"] = f"{type(exc).__name__}: {exc}"
+            rec["seconds"] = round(time.time() - t0, 2)
+            emit(fh, rec)
+            log(f"[sweep] {case['label']:20s} {rec['plan']:28s} exact={rec.get('exact')} us={rec.get('us')}")
+        sets = None  # free the copies before the next shape
+    emit(fh, {"variant": "sweep", "event": "done"})
+    return 0
+
+
+def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms) -> int:
+    """w8a8_linear's pipeline on float16 x [M, K] (its codes near a's), w = b, scales s [N]."""
+    for case in cases:
+        m, k, n = case["m"], case["k"], case["n"]
+        rec = {"variant": "w8a8", "shape": case["label"], "m": m, "k": k, "n": n, "kind": case["kind"],
+               **plan_description("w8a8", m, n, k, sms)}
+        t0 = time.time()
+        try:
+            a_np, b_np = make_operands(case)
+            rng = np.random.default_rng(m + n + k)
+            x = (mx.array(a_np).astype(mx.float16) * mx.array(0.01, dtype=mx.float16))
+            s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
+            shift = case["shift"][1]
+            if shift:  # the weight as a row-contiguous view `shift` bytes into its buffer
+                w = mx.array(np.concatenate([np.zeros(shift, np.int8), b_np.ravel()]))[shift:].reshape(n, k)
+            else:
+                w = mx.array(b_np) + mx.array(0, dtype=mx.int8)
+            mx.eval(x, s, w)
+            rows = checked_rows(case)
+            pick = (lambda y: mx.take(y, mx.array(rows.astype(np.int32)), axis=0)) if case["kind"] == "big" else (
+                lambda y: y)
+            got = np.array(pick(cuda.w8a8(x, w, s, None))).view(np.uint16)
+            want = np.array(pick(cuda.w8a8(x, w, s, None, plan=tiling.cuda_plan(m, n, k, sms), family="sm90")))
+            bad = np.argwhere(got != want.view(np.uint16))
+            rec.update({"exact": bool(len(bad) == 0), "mismatches": int(len(bad)), "checked_rows": int(len(rows)),
+                        "check": "bit-identical to the cp.async kernel's W8A8"})
+            if case["kind"] != "edge" and rec["exact"]:
+                sets = operand_sets(mx, (x, w, s), 2 * m * k + n * k + 2 * m * n)
+                for _ in range(3):
+                    mx.eval(cuda.w8a8(*sets[0], None))
+                rec["us"], rec["kernels"], rec["timing"] = kernel_us(
+                    mx, torch, out_dir, lambda i: cuda.w8a8(*sets[i % len(sets)], None), launches_for(case))
+                rec["tops"] = 2.0 * m * n * k / (rec["us"] * 1e-6) / 1e12
+                del sets
+        except Exception as exc:  # noqa: BLE001
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+            rec["traceback"] = traceback.format_exc()[-4000:]
+            log(f"[w8a8] {case['label']}: ERROR {rec['error'][:4000]}")
+        rec["seconds"] = round(time.time() - t0, 2)
+        emit(fh, rec)
+        log(f"[w8a8] {case['label']:34s} exact={rec.get('exact')} us={rec.get('us')} {rec.get('plan', '')}")
+    emit(fh, {"variant": "w8a8", "event": "done"})
+    return 0
+
+
+NCU_SECTIONS = ("SpeedOfLight", "WarpStateStats", "LaunchStats", "Occupancy")
+
+
+def ncu_command(out_dir: Path, shapes: str) -> list[str]:
+    cmd = ["ncu", "--profile-from-start", "off", "--target-processes", "all", "--clock-control", "none", "--csv",
+           "--page", "details", "--log-file", str(out_dir / "ncu.csv")]
+    for section in NCU_SECTIONS:
+        cmd += ["--section", section]
+    return cmd + [sys.executable, str(Path(__file__).resolve()), "--out", str(out_dir), "--worker", "ncu",
+                  "--ncu-shapes", shapes]
+
+
+def worker_ncu(out_dir: Path, shapes: list[tuple[int, int, int]]) -> int:
+    """One profiled call each of the default kernel, tma_ws and cuBLASLt per shape (run under ncu)."""
+    import mlx.core as mx
+    import torch
+
+    from int8nax.backends import cuda
+    from int8nax.bench.peers import cublaslt
+
+    torch.zeros(1, device="cuda")
+    for m, k, n in shapes:
+        a_np, b_np = make_operands(dict(m=m, k=k, n=n, fill=None))
+        a = mx.array(a_np) + mx.array(0, dtype=mx.int8)
+        b = mx.array(b_np) + mx.array(0, dtype=mx.int8)
+        mx.eval(a, b)
+        run = cublaslt.prepare(a_np, b_np, timing_runs=2)
+        calls = {"default": lambda: mx.eval(cuda.gemm_int32(a, b)),
+                 "tma_ws": lambda: mx.eval(cuda.tma_gemm_int32(a, b, "tma_ws")),
+                 "cublaslt": lambda: (run.call(), run.sync())}
+        for call in calls.values():
+            for _ in range(3):
+                call()
+        torch.cuda.synchronize()
+        for name, call in calls.items():
+            log(f"[ncu] {m}x{k}x{n} {name}: {cuda.gemm_kernel(m, n, k) if name == 'default' else name}")
+            torch.cuda.profiler.start()
+            call()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+        run = None
     return 0
 
 
@@ -381,7 +553,7 @@ def write_report(out_dir: Path, status: dict, records: list[dict], env: dict) ->
               "| shape (M x K x N) | variant | plan | exact? | µs | TOPS | speed vs cuBLASLt (its µs / µs) |",
               "|---|---|---|---|---|---|---|"]
     order = {c["label"]: i for i, c in enumerate(shape_cases())}
-    rows = sorted((r for r in records if "shape" in r),
+    rows = sorted((r for r in records if "shape" in r and r["variant"] != "sweep"),
                   key=lambda r: (order.get(r["shape"], 1 << 20), VARIANTS.index(r["variant"])))
     for r in rows:
         exact = "ERROR" if "error" in r else ("yes" if r.get("exact") else (
@@ -397,6 +569,7 @@ def write_report(out_dir: Path, status: dict, records: list[dict], env: dict) ->
             us += f" (events {r['events_us']:.1f})"
         lines.append(f"| {r['shape']} | {r['variant']} | {r.get('plan', '')} | {exact} | {us} | "
                      f"{fmt(r.get('tops'), '.0f')} | {ratio} |")
+    lines += geomean_lines(records, anchor) + sweep_lines(records, anchor)
     errors = [r for r in records if "error" in r]
     if errors:
         lines += ["", "## Errors", ""]
@@ -404,6 +577,47 @@ def write_report(out_dir: Path, status: dict, records: list[dict], env: dict) ->
             lines += [f"### {r['variant']} {r['shape']}", "", "```", r["error"][:6000], "```", ""]
     (out_dir / "tma_trial.md").write_text("\n".join(lines) + "\n")
     (out_dir / "tma_trial.json").write_text(json.dumps({"env": env, "workers": status, "records": records}, indent=1))
+
+
+def geomean_lines(records, anchor) -> list[str]:
+    """Per variant: the geometric mean (and lowest) of cuBLASLt's µs / the variant's over the
+    seed shapes, where every one was timed. For w8a8 the ratio is against the raw GEMM
+    (default) at the same shape instead: the pipeline's cost over the int8nax GEMM."""
+    seeds = [f"{m}x{k}x{n}" for m, k, n in SEEDS]
+    out = ["", "## Over the 11 seed shapes", "", "| variant | against | geometric mean | lowest |", "|---|---|---|---|"]
+    by = {(r["variant"], r["shape"]): r.get("us") for r in records if "shape" in r and r["variant"] != "sweep"}
+    for v in VARIANTS:
+        if v in ("cublaslt", "sweep"):
+            continue
+        base, what = (({s: by.get(("default", s)) for s in seeds}, "default (raw GEMM) µs / w8a8 µs: < 1 = costlier")
+                      if v == "w8a8" else (anchor, "cuBLASLt µs / variant µs"))
+        ratios = [base[s] / by[(v, s)] for s in seeds if by.get((v, s)) and base.get(s)]
+        if len(ratios) == len(seeds):
+            gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            out.append(f"| {v} | {what} | {gm:.2f}x | {min(ratios):.2f}x |")
+    return out
+
+
+def sweep_lines(records, anchor) -> list[str]:
+    rows = [r for r in records if r.get("variant") == "sweep" and r.get("us")]
+    if not rows:
+        return []
+    out = ["", "## tma_simple plan sweep (fastest plan per shape; every plan in tma_trial.json)", "",
+           "| shape | fastest plan | µs | vs cuBLASLt | cuda_plan's plan | its µs |", "|---|---|---|---|---|---|"]
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        mine = [r for r in rows if r["shape"] == shape]
+        best = min(mine, key=lambda r: r["us"])
+        m, k, n = best["m"], best["k"], best["n"]
+        p = tiling.cuda_plan(m, n, k, 132)
+        label = f"{p.cfg.name} splits={p.splits}"
+        cur = next((r["us"] for r in mine if r["plan"] == label), None)
+        vs = f"{anchor[shape] / best['us']:.2f}x" if anchor.get(shape) else ""
+        out.append(f"| {shape} | {best['plan']} | {best['us']:.1f} | {vs} | {label} | {fmt(cur, '.1f')} |")
+    bad = [r for r in records if r.get("variant") == "sweep" and r.get("exact") is False]
+    out.append("")
+    out.append(f"Sweep exactness: {sum(1 for r in records if r.get('variant') == 'sweep' and r.get('exact'))} plans "
+               f"bit-exact, {len(bad)} not.")
+    return out
 
 
 def environment() -> dict:
@@ -462,6 +676,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-big", action="store_true", help="leave out 8192^3")
     parser.add_argument("--budget", type=float, default=170.0, help="seconds for all workers together")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds at most per worker")
+    parser.add_argument("--ncu-shapes", help="MxKxN,...: profile these with Nsight Compute instead (module docstring)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     out_dir = Path(args.out)
@@ -472,7 +687,10 @@ def main(argv=None) -> int:
         parser.error(f"unknown variants {unknown}; known: {VARIANTS}")
     cases = shape_cases(not args.no_big)
 
+    ncu_shapes = [tuple(int(v) for v in t.split("x")) for t in args.ncu_shapes.split(",")] if args.ncu_shapes else []
     if args.worker:
+        if args.worker == "ncu":
+            return worker_ncu(out_dir, ncu_shapes)
         if args.worker == "cublaslt":
             return worker_cublaslt(out_dir, cases)
         return worker_mlx(args.worker, out_dir, cases)
@@ -486,6 +704,17 @@ def main(argv=None) -> int:
         (out_dir / "tma_trial.md").write_text(f"# TMA GEMM trial\n\nSKIPPED: {reason}\n\nNothing was run or checked.\n")
         (out_dir / "tma_trial.json").write_text(json.dumps({"env": env, "skipped": reason}, indent=1))
         return 3
+
+    if ncu_shapes:
+        cmd = ncu_command(out_dir, args.ncu_shapes)
+        log(" ".join(cmd))
+        with open(out_dir / "worker_ncu.log", "w") as logf:
+            try:
+                proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, timeout=args.timeout, cwd=ROOT)
+                log(f"ncu worker exit {proc.returncode}")
+            except subprocess.TimeoutExpired:
+                log(f"ncu worker timed out after {args.timeout:.0f} s (partial CSV kept)")
+        return 0
 
     start = time.time()
     status = {}

@@ -402,7 +402,7 @@ MIN_SPLIT_BLOCKS = 8
 
 
 # ----------------------------------------------------------------------------------------------
-# CUDA TMA GEMMs (kernels/gemm_tma.cuh; opt-in: INT8NAX_CUDA_KERNEL=tma)
+# CUDA TMA GEMMs (kernels/gemm_tma.cuh; the dispatch: backends/cuda.py, gemm_kernel)
 # ----------------------------------------------------------------------------------------------
 #
 # Both variants load their stages with cp.async.bulk.tensor.2d from tensor maps each block
@@ -411,7 +411,7 @@ MIN_SPLIT_BLOCKS = 8
 #   "tma_ws":     warp-specialised (1 producer + 2 consumer warpgroups, 384 threads) and
 #                 persistent (min(SMs, units) blocks walk the (tile, split) units of ws_unit).
 # The TMA needs a row stride that is a multiple of 16 bytes: K % TMA_K_MULTIPLE == 0 (a base
-# address that is not 16-byte aligned is absorbed by the kernel's coordinate shift).
+# address that is not 16-byte aligned sends tma_simple to the cp.async main loop, in the kernel).
 
 TMA_K_MULTIPLE = 16
 TMA_MAP_SLOT_BYTES = 256
@@ -437,9 +437,9 @@ seed shape (1.02-1.44x) and at 8192^3 (1.39x)."""
 
 
 def cuda_gemm_kernel(m: int, n: int, k: int) -> str:
-    """The sm_90a int8 GEMM for (M, N, K) under INT8NAX_CUDA_KERNEL=auto: "tma_simple" (TMA
-    loads + mbarrier pipeline on cuda_plan's grid) where K % 16 == 0 and M >= TMA_MIN_M, else
-    "wgmma" (the cp.async kernel). Not the default: the TMA kernels fail on misaligned bases."""
+    """The sm_90a int8 GEMM for (M, N, K) by default (INT8NAX_CUDA_KERNEL unset or auto):
+    "tma_simple" (TMA loads + mbarrier pipeline on cuda_plan's grid) where K % 16 == 0 and
+    M >= TMA_MIN_M, else "wgmma" (the cp.async kernel)."""
     return "tma_simple" if tma_ok(k) and m >= TMA_MIN_M else "wgmma"
 
 

@@ -106,17 +106,23 @@ def _row_chunks(m: int, cfg: tiling.TileConfig):
     return [(r0, min(m, r0 + step)) for r0 in range(0, m, step)]
 
 
-def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template):
-    """The GEMM kernel over one row chunk: [M, N], or the [splits, M, N] workspace."""
-    _, grid, block = plan.grid(m, n)
-    shape = (m, n) if plan.splits == 1 else (plan.splits, m, n)
+def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template, tma=False):
+    """The GEMM kernel over one row chunk: [M, N], or the [splits, M, N] workspace. A TMA kernel
+    (gemm_tma_simple) also gets an extra uint8 output, one 256-byte slot per block for its
+    tensor maps."""
+    lau, grid, block = plan.grid(m, n)
+    shapes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)]
+    dtypes = [out_dtype]
+    if tma:
+        shapes.append((lau.grid_x * lau.grid_y * plan.splits * tiling.TMA_MAP_SLOT_BYTES,))
+        dtypes.append(mx.uint8)
     return _kernel(spec)(
         inputs=inputs,
-        output_shapes=[shape],
-        output_dtypes=[out_dtype],
+        output_shapes=shapes,
+        output_dtypes=dtypes,
         grid=grid,
         threadgroup=block,
-        template=plan.cfg.template() + template,
+        template=(plan.cfg.tma_template() if tma else plan.cfg.template()) + template,
     )[0]
 
 
@@ -146,12 +152,12 @@ def _rows(v, r0, r1):
     return v if (r0, r1) == (0, v.shape[0]) else v[r0:r1]
 
 
-def _gemm_int32_graph(a, b, family, plan):
-    spec = cuda_source.gemm_int32(family, plan.cfg)
+def _gemm_int32_graph(a, b, family, plan, tma=False):
+    spec = cuda_source.gemm_tma_simple(plan.cfg) if tma else cuda_source.gemm_int32(family, plan.cfg)
     n = b.shape[0]
 
     def one_chunk(r0, r1):
-        out = _launch_gemm(spec, [_rows(a, r0, r1), b], r1 - r0, n, mx.int32, plan, [])
+        out = _launch_gemm(spec, [_rows(a, r0, r1), b], r1 - r0, n, mx.int32, plan, [], tma)
         return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
 
     return _by_row_chunks(a.shape[0], plan, one_chunk)
@@ -170,64 +176,84 @@ def _quantize_graph(x):
     return q, s
 
 
-def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias):
+def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias, tma=False):
     """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n])."""
     n = w.shape[0]
     epilogue = [("TOut", out_dtype), ("HAS_BIAS", has_bias)]
-    fused = cuda_source.gemm_w8a8(family, plan.cfg)
-    raw = cuda_source.gemm_int32(family, plan.cfg)
+    if tma:
+        fused, raw = cuda_source.gemm_w8a8_tma_simple(plan.cfg), cuda_source.gemm_tma_simple(plan.cfg)
+    else:
+        fused, raw = cuda_source.gemm_w8a8(family, plan.cfg), cuda_source.gemm_int32(family, plan.cfg)
 
     def one_chunk(r0, r1):
         q_rows, sx_rows = _rows(q, r0, r1), _rows(scale_x, r0, r1)
         if plan.splits == 1:
             # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
-            return _launch_gemm(fused, [q_rows, w, sx_rows, scale_w, bias32], r1 - r0, n, out_dtype, plan, epilogue)
-        ws = _launch_gemm(raw, [q_rows, w], r1 - r0, n, mx.int32, plan, [])
+            return _launch_gemm(fused, [q_rows, w, sx_rows, scale_w, bias32], r1 - r0, n, out_dtype, plan, epilogue,
+                                tma)
+        ws = _launch_gemm(raw, [q_rows, w], r1 - r0, n, mx.int32, plan, [], tma)
         return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias32], out_dtype, epilogue)
 
     return _by_row_chunks(q.shape[0], plan, one_chunk)
 
 
-def _w8a8_graph(x, w, scale_w, bias32, family, plan, has_bias):
+def _w8a8_graph(x, w, scale_w, bias32, family, plan, has_bias, tma=False):
     q, scale_x = _quantize_graph(x)
-    return _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, x.dtype, family, plan, has_bias)
+    return _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, x.dtype, family, plan, has_bias, tma)
 
 
 def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaPlan | None = None,
-                 family: str | None = None):
+                 family: str | None = None, tma: bool = False):
     """The W8A8 GEMM and epilogue on given codes: q int8 [M, K], scale_x float32 [M], w int8
-    [N, K], scale_w float32 [N], bias None or float32 [N] -> out_dtype [M, N] (tests, experiments)."""
+    [N, K], scale_w float32 [N], bias None or float32 [N] -> out_dtype [M, N] (tests, experiments);
+    tma: on the TMA kernel (gemm_tma_simple, sm90, K % 16 == 0) instead of the cp.async one."""
     family = family or _family()
     plan = plan or default_plan(q.shape[0], w.shape[0], q.shape[1], family)
     has_bias = bias is not None
     return _dequant_gemm_graph(q, scale_x, w, scale_w, bias if has_bias else _no_bias(), out_dtype, family, plan,
-                               has_bias)
+                               has_bias, tma)
 
 
-# ---- the TMA GEMMs (kernels/gemm_tma.cuh), opt-in ----
+# ---- which kernel runs ----
 #
-# INT8NAX_CUDA_KERNEL picks int8_matmul's kernel on compute capability 9.0: wgmma (the cp.async
-# kernel, the default), tma_simple (TMA + mbarrier pipeline on cuda_plan's grid), tma / tma_ws
-# (warp-specialised, persistent), or auto (tiling.cuda_gemm_kernel's per-shape rule: tma_simple
-# where it measured faster). The TMA kernels need K % 16 == 0 (tiling.tma_ok; other K stay on
-# the cp.async kernel) and are opt-in because a base that is not 16-byte aligned (an offset view
-# of a flat buffer) breaks them: wrong results or a trap on the H200 (2026-12-01,
-# docs/results/cuda-h200-2026-12-01-tma.md). W8A8 stays on the cp.async kernel.
-# Read once per process (clear_caches() forgets it).
+# INT8NAX_CUDA_KERNEL picks the GEMM on compute capability 9.0:
+#   auto (or unset)   tiling.cuda_gemm_kernel's measured per-shape rule: the TMA kernel
+#                     (gemm_tma_simple) where it was faster, the cp.async kernel elsewhere;
+#   wgmma / cpasync   the cp.async kernel everywhere;
+#   tma_simple        the TMA kernel wherever K % 16 == 0;
+#   tma / tma_ws      int8_matmul on the warp-specialised persistent kernel wherever K % 16 == 0
+#                     (opt-in only: slower than tma_simple below M ~ 1024, and it traps on a base
+#                     that is not 16-byte aligned); W8A8 then follows auto.
+# gemm_tma_simple itself runs the cp.async main loop when a base is not 16-byte aligned, so
+# every choice but tma_ws is exact on every input. Read once per process (clear_caches()).
 
 KERNEL_ENV = "INT8NAX_CUDA_KERNEL"
-KERNEL_CHOICES = {"": "wgmma", "wgmma": "wgmma", "cpasync": "wgmma", "auto": "auto", "tma": "tma_ws",
+KERNEL_CHOICES = {"": "auto", "auto": "auto", "wgmma": "wgmma", "cpasync": "wgmma", "tma": "tma_ws",
                   "tma_ws": "tma_ws", "tma_simple": "tma_simple"}
 
 
 @lru_cache(maxsize=None)
 def kernel_choice() -> str:
-    """"wgmma" (the cp.async kernel, default), "auto" (tiling.cuda_gemm_kernel per shape),
-    "tma_ws" or "tma_simple", from INT8NAX_CUDA_KERNEL."""
+    """"auto" (the default: tiling.cuda_gemm_kernel per shape), "wgmma" (the cp.async kernel),
+    "tma_simple" or "tma_ws", from INT8NAX_CUDA_KERNEL."""
     value = os.environ.get(KERNEL_ENV, "").strip().lower()
     if value not in KERNEL_CHOICES:
         raise ValueError(f"{KERNEL_ENV}={value!r}: expected one of {sorted(k for k in KERNEL_CHOICES if k)}")
     return KERNEL_CHOICES[value]
+
+
+def gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, family: str | None = None) -> str:
+    """The kernel that int8_matmul (or, w8a8=True, w8a8_linear) runs for (M, N, K) here:
+    "simt" (no wgmma on this GPU), "wgmma" (the cp.async kernel), "tma_simple" or "tma_ws"."""
+    family = family or _family()
+    if family != "sm90":
+        return "simt"
+    choice = kernel_choice()
+    if choice == "wgmma" or not tiling.tma_ok(k):
+        return "wgmma"
+    if choice == "auto" or (w8a8 and choice == "tma_ws"):
+        return tiling.cuda_gemm_kernel(m, n, k)
+    return choice
 
 
 @lru_cache(maxsize=None)
@@ -246,32 +272,21 @@ def tma_plan(variant: str, m: int, n: int, k: int):
     raise ValueError(f"unknown TMA variant {variant!r}; expected one of {cuda_source.TMA_VARIANTS}")
 
 
-def _launch_tma(spec, inputs, m, n, splits, blocks, grid, block, template):
-    """A TMA GEMM kernel: int32 [M, N] (or the [splits, M, N] workspace, then reduced), with
-    `blocks` 256-byte slots of an extra uint8 output for the blocks' tensor maps."""
-    shape = (m, n) if splits == 1 else (splits, m, n)
-    out = _kernel(spec)(
-        inputs=inputs,
-        output_shapes=[shape, (blocks * tiling.TMA_MAP_SLOT_BYTES,)],
+def _tma_ws(a, b, plan: tiling.CudaWsPlan):
+    """int32 [M, N] by gemm_tma_ws: `plan.blocks` persistent blocks, each with a 256-byte slot of
+    an extra uint8 output for its tensor maps; split-K through the [splits, M, N] workspace."""
+    m, n = a.shape[0], b.shape[0]
+    grid, block = plan.grid()
+    shape = (m, n) if plan.splits == 1 else (plan.splits, m, n)
+    out = _kernel(cuda_source.gemm_tma_ws(plan.cfg))(
+        inputs=[a, b, _params_array(plan.params())],
+        output_shapes=[shape, (plan.blocks * tiling.TMA_MAP_SLOT_BYTES,)],
         output_dtypes=[mx.int32, mx.uint8],
         grid=grid,
         threadgroup=block,
-        template=template,
+        template=plan.cfg.template(),
     )[0]
-    return out if splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
-
-
-def _tma_simple_chunk(a, b, plan: tiling.CudaPlan):
-    m, n = a.shape[0], b.shape[0]
-    lau, grid, block = plan.grid(m, n)
-    return _launch_tma(cuda_source.gemm_tma_simple(plan.cfg), [a, b], m, n, plan.splits,
-                       lau.grid_x * lau.grid_y * plan.splits, grid, block, plan.cfg.tma_template())
-
-
-def _tma_ws(a, b, plan: tiling.CudaWsPlan):
-    grid, block = plan.grid()
-    return _launch_tma(cuda_source.gemm_tma_ws(plan.cfg), [a, b, _params_array(plan.params())], a.shape[0],
-                       b.shape[0], plan.splits, plan.blocks, grid, block, plan.cfg.template())
+    return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
 
 
 def tma_gemm_int32(a: mx.array, b: mx.array, variant: str = "tma_ws", plan=None) -> mx.array:
@@ -284,12 +299,12 @@ def tma_gemm_int32(a: mx.array, b: mx.array, variant: str = "tma_ws", plan=None)
     plan = plan or tma_plan(variant, m, n, k)
     if variant == "tma_ws":
         return _tma_ws(a, b, plan)
-    return _by_row_chunks(m, plan, lambda r0, r1: _tma_simple_chunk(_rows(a, r0, r1), b, plan))
+    return _gemm_int32_graph(a, b, "sm90", plan, tma=True)
 
 
 @lru_cache(maxsize=None)
-def _compiled_tma(variant: str, plan):
-    return _maybe_compile(lambda a, b: tma_gemm_int32(a, b, variant, plan))
+def _compiled_tma_ws(plan: tiling.CudaWsPlan):
+    return _maybe_compile(lambda a, b: _tma_ws(a, b, plan))
 
 
 # Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the
@@ -305,13 +320,13 @@ def _maybe_compile(fn):
 
 
 @lru_cache(maxsize=None)
-def _compiled_gemm(family: str, plan: tiling.CudaPlan):
-    return _maybe_compile(lambda a, b: _gemm_int32_graph(a, b, family, plan))
+def _compiled_gemm(family: str, plan: tiling.CudaPlan, tma: bool = False):
+    return _maybe_compile(lambda a, b: _gemm_int32_graph(a, b, family, plan, tma))
 
 
 @lru_cache(maxsize=None)
-def _compiled_w8a8(family: str, plan: tiling.CudaPlan, has_bias: bool):
-    return _maybe_compile(lambda x, w, s, bias: _w8a8_graph(x, w, s, bias, family, plan, has_bias))
+def _compiled_w8a8(family: str, plan: tiling.CudaPlan, has_bias: bool, tma: bool = False):
+    return _maybe_compile(lambda x, w, s, bias: _w8a8_graph(x, w, s, bias, family, plan, has_bias, tma))
 
 
 @lru_cache(maxsize=None)
@@ -324,24 +339,24 @@ def _compiled_quantize():
 @lru_cache(maxsize=4096)
 def _gemm_for_shape(m: int, n: int, k: int):
     family = _family()
-    variant = kernel_choice()
-    if variant == "auto":
-        variant = tiling.cuda_gemm_kernel(m, n, k) if family == "sm90" else "wgmma"
-    if variant != "wgmma" and family == "sm90" and tiling.tma_ok(k):
-        return _compiled_tma(variant, tma_plan(variant, m, n, k))
-    return _compiled_gemm(family, default_plan(m, n, k, family))
+    kernel = gemm_kernel(m, n, k, family=family)
+    if kernel == "tma_ws":
+        return _compiled_tma_ws(tma_plan(kernel, m, n, k))
+    return _compiled_gemm(family, default_plan(m, n, k, family), kernel == "tma_simple")
 
 
 @lru_cache(maxsize=4096)
 def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
     family = _family()
-    return _compiled_w8a8(family, default_plan(m, n, k, family), has_bias)
+    tma = gemm_kernel(m, n, k, w8a8=True, family=family) == "tma_simple"
+    return _compiled_w8a8(family, default_plan(m, n, k, family), has_bias, tma)
 
 
 def clear_caches() -> None:
-    """Forget every built kernel object and compiled entry point (after changing COMPILE)."""
+    """Forget every built kernel object and compiled entry point (after changing COMPILE or
+    INT8NAX_CUDA_KERNEL)."""
     for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape, kernel_choice,
-               _compiled_tma):
+               _compiled_tma_ws):
         fn.cache_clear()
 
 

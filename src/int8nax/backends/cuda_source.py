@@ -179,14 +179,27 @@ def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
     )
 
 
+def _tma_simple_call(a: str, b: str, epilogue: str) -> str:
+    return (f"int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>({a}, {b}, {a}_shape[0], {b}_shape[0], "
+            f"{a}_shape[1], maps, {epilogue});")
+
+
 @lru_cache(maxsize=None)
 def gemm_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
     """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
     mbarrier kernel on cuda_plan's grid; maps: uint8 [blocks * 256], the blocks' tensor maps."""
-    body = ("int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>(a, b, a_shape[0], b_shape[0], a_shape[1], maps, "
-            "int8nax::StoreInt32{out, a_shape[0], b_shape[0]});")
+    body = _tma_simple_call("a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(_name(f"int8nax_tma_simple_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
                       header("tma"), cfg.tma_shared_bytes)
+
+
+@lru_cache(maxsize=None)
+def gemm_w8a8_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
+    """gemm_w8a8's product and epilogue by the TMA + mbarrier kernel: y [M, N] (TOut); maps as in
+    gemm_tma_simple; template TOut, HAS_BIAS."""
+    epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
+    return KernelSpec(_name(f"int8nax_tma_simple_w8a8_{cfg.name}", "tma"), ("q", "w", "scale_x", "scale_w", "bias"),
+                      ("y", "maps"), _tma_simple_call("q", "w", epilogue), header("tma"), cfg.tma_shared_bytes)
 
 
 @lru_cache(maxsize=None)

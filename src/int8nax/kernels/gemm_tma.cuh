@@ -20,9 +20,11 @@
 // sw128_descriptor (16-byte chunk j of row r at chunk j ^ (r % 8); stages 1024-byte aligned).
 // Boxes are 128 bytes (one swizzle row) x the tile's rows; rows and columns past the matrix are
 // zero-filled by the TMA and still count toward complete_tx.
-// Requirements: K % 16 == 0 (the row stride of a map must be a multiple of 16 bytes). A base
-// pointer that is not 16-byte aligned is handled by encoding the aligned address below it and
-// shifting the K coordinate by the difference (TMA coordinates need no alignment).
+// Requirements: K % 16 == 0 (the row stride of a map must be a multiple of 16 bytes) and bases
+// on 16-byte boundaries (a map's global address must be). A row-contiguous view that starts
+// inside its buffer can break the second (MLX passes such views without a copy): gemm_tma_simple
+// then runs the cp.async kernel's main loop instead (same grid, same tile, its byte-wise loads);
+// gemm_tma_ws, whose persistent grid has no such twin, traps (it is opt-in only).
 #pragma once
 
 namespace int8nax {
@@ -88,17 +90,15 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // Encodes the tiled 2-D map of a row-major int8 [rows, K] matrix at `base` (box: 128 bytes x
 // box_rows rows, 128-byte swizzle, zero fill) in the 128-byte shared scratch `tmp`, copies it to
 // the global slot `gmap` (64-byte aligned) and acquires it for the tensor-map proxy.
-// Executed by one whole warp. Returns the K offset of `base` above its 16-byte aligned address.
-__device__ __forceinline__ int build_tensor_map(uint8_t* gmap, uint32_t tmp, const int8_t* base, int rows, int K,
-                                                int box_rows) {
+// Executed by one whole warp; `base` must be 16-byte aligned (bases_tma_aligned).
+__device__ __forceinline__ void build_tensor_map(uint8_t* gmap, uint32_t tmp, const int8_t* base, int rows, int K,
+                                                 int box_rows) {
   const int lane = threadIdx.x & 31;
   const unsigned long long addr = reinterpret_cast<unsigned long long>(base);
-  const int shift = static_cast<int>(addr & 15ull);
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tmp + 4 * lane), "r"(0) : "memory");
   __syncwarp();
   if (lane == 0) {
-    const unsigned long long aligned = addr - static_cast<unsigned long long>(shift);
-    const uint32_t dim0 = static_cast<uint32_t>(K + shift);
+    const uint32_t dim0 = static_cast<uint32_t>(K);
     const uint32_t dim1 = static_cast<uint32_t>(rows);
     const unsigned long long stride = static_cast<unsigned long long>(K);  // bytes (PTX ISA >= 8.5)
     const uint32_t box0 = 128;
@@ -117,7 +117,7 @@ __device__ __forceinline__ int build_tensor_map(uint8_t* gmap, uint32_t tmp, con
         "tensormap.replace.tile.interleave_layout.shared::cta.b1024.b32 [%0], 0;\n"
         "tensormap.replace.tile.swizzle_mode.shared::cta.b1024.b32 [%0], 3;\n"
         "tensormap.replace.tile.fill_mode.shared::cta.b1024.b32 [%0], 0;\n"
-        ::"r"(tmp), "l"(aligned), "r"(box0), "r"(box1), "r"(dim0), "r"(dim1), "l"(stride)
+        ::"r"(tmp), "l"(addr), "r"(box0), "r"(box1), "r"(dim0), "r"(dim1), "l"(stride)
         : "memory");
   }
   __syncwarp();
@@ -126,17 +126,19 @@ __device__ __forceinline__ int build_tensor_map(uint8_t* gmap, uint32_t tmp, con
       ::"l"(gmap), "r"(tmp)
       : "memory");
   asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(gmap) : "memory");
-  return shift;
+}
+
+// Whether both operands can be read through tensor maps (the same answer in every thread).
+__device__ __forceinline__ bool bases_tma_aligned(const int8_t* a, const int8_t* b) {
+  return ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b)) & 15ull) == 0;
 }
 
 // Both operands' maps into a block's 256-byte slot (A's first, B's 128 bytes on), encoded in
-// `scratch` (256 bytes of shared memory); executed by warp 0 only. Returns through `shift_a` and
-// `shift_b` the K offsets of build_tensor_map.
+// `scratch` (256 bytes of shared memory); executed by warp 0 only.
 __device__ __forceinline__ void build_operand_maps(uint8_t* slot, uint32_t scratch, const int8_t* a, const int8_t* b,
-                                                   int M, int N, int K, int a_box_rows, int b_box_rows,
-                                                   int& shift_a, int& shift_b) {
-  shift_a = build_tensor_map(slot, scratch, a, M, K, a_box_rows);
-  shift_b = build_tensor_map(slot + 128, scratch + 128, b, N, K, b_box_rows);
+                                                   int M, int N, int K, int a_box_rows, int b_box_rows) {
+  build_tensor_map(slot, scratch, a, M, K, a_box_rows);
+  build_tensor_map(slot + 128, scratch + 128, b, N, K, b_box_rows);
 }
 
 // One box (128 bytes from column k, rows from `row`) of the map into shared memory at `dst`,
@@ -164,6 +166,11 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
   constexpr int A_BYTES = BM * BK;
   constexpr int STAGE_BYTES = (BM + BN) * BK;
 
+  if (!bases_tma_aligned(a, b)) {
+    // Uniform over the grid; this kernel's grid, block and shared memory fit gemm_sm90's.
+    gemm_sm90<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, epi);
+    return;
+  }
   const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
   if (t.filler) {
     return;
@@ -177,10 +184,8 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
   uint8_t* map_b = map_a + 128;
 
   // Warp 0 builds and acquires both maps; thread 0 (in warp 0) is the only one issuing TMA.
-  int shift_a = 0;
-  int shift_b = 0;
   if (tid < 32) {
-    build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN, shift_a, shift_b);
+    build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN);
   }
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -194,8 +199,8 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
     const uint32_t s = base + slot * STAGE_BYTES;
     const uint32_t bar = full + 8 * slot;
     mbar_arrive_expect_tx(bar, STAGE_BYTES);
-    tma_load_2d(s, map_a, kb * BK + shift_a, t.m0, bar);
-    tma_load_2d(s + A_BYTES, map_b, kb * BK + shift_b, t.n0, bar);
+    tma_load_2d(s, map_a, kb * BK, t.m0, bar);
+    tma_load_2d(s + A_BYTES, map_b, kb * BK, t.n0, bar);
   };
 
   if (tid == 0) {
@@ -288,10 +293,13 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
   uint8_t* map_a = maps + static_cast<size_t>(blockIdx.x) * 256;
   uint8_t* map_b = map_a + 128;
 
-  int shift_a = 0;
-  int shift_b = 0;
+  if (!bases_tma_aligned(a, b)) {
+    // A launch error rather than loads from a map the TMA cannot use (no fallback here: the
+    // dispatch never picks this kernel on its own).
+    asm volatile("trap;\n");
+  }
   if (tid < 32) {
-    build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN, shift_a, shift_b);
+    build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN);
   }
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -319,8 +327,8 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
           const uint32_t bar = full + 8 * slot;
           const int k = (w.kb0 + j) * BK;
           mbar_arrive_expect_tx(bar, STAGE_BYTES);
-          tma_load_2d(s, map_a, k + shift_a, w.m0, bar);
-          tma_load_2d(s + A_BYTES, map_b, k + shift_b, w.n0, bar);
+          tma_load_2d(s, map_a, k, w.m0, bar);
+          tma_load_2d(s + A_BYTES, map_b, k, w.n0, bar);
         }
       }
     }
