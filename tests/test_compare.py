@@ -11,10 +11,16 @@ from int8nax import backends, cli, compare
 from fakes import fake_cider, pypi_cider
 
 SHAPE = "8x64x48"
+TABLE = ",".join(c for c in compare.DEFAULT_CONTENDERS if c != "mlx-q8")
+"""The default contenders but mlx-q8, for the tests of the table's layout and exit status: MLX
+0.32.4's CUDA quantized_matmul returned a wrong product at SHAPE on the H200 (normwise error
+1.0-1.3, different from run to run, 2026-12-01), so compare rightly said MISMATCH and exited 1
+there. test_contenders checks mlx-q8 itself; test_progress_bar_on_request runs the default set."""
 
 
-def run_cli(capsys, *args):
-    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", *args])
+def run_cli(capsys, *args, contenders=TABLE):
+    extra = ["--contenders", contenders] if contenders else []
+    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", *extra, *args])
     out = capsys.readouterr()
     return rc, out.out, out.err
 
@@ -80,7 +86,7 @@ def test_wrong_peer_is_a_mismatch_not_a_time(capsys, monkeypatch):
 
 def test_progress_bar_on_request(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "cider", None)
-    _, _, err = run_cli(capsys, "--progress")
+    _, _, err = run_cli(capsys, "--progress", contenders=None)
     n = len(compare.DEFAULT_CONTENDERS)
     assert f"] {n}/{n} " in err
 

@@ -267,3 +267,33 @@ def test_the_backend_sees_the_callers_weight_array(monkeypatch, rng):
     int8nax.w8a8_linear(x, w, s, backend="cpu")
     mx.grad(lambda x: int8nax.w8a8_linear(x, w, s, backend="cpu").sum())(x)
     assert len(seen) == 2 and all(v is w for v in seen)
+
+
+class KernelLikeBackend(GraphBackend):
+    """GraphBackend whose forward passes every input through a primitive without a jvp (QR on
+    the CPU stream), as a custom kernel is: mx.jvp must not ask it for a tangent."""
+
+    name = "kernel-like"
+
+    def w8a8_linear(self, x, w, scale_w, bias):
+        def touched(v):
+            v32 = v.astype(mx.float32).reshape(1, -1)[:, :1]
+            q = mx.linalg.qr(mx.broadcast_to(v32, (2, 2)) + mx.eye(2), stream=mx.cpu)[0]
+            return v + (q[0, 0] * 0).astype(v.dtype)
+
+        return super().w8a8_linear(touched(x), touched(w), touched(scale_w), None if bias is None else touched(bias))
+
+
+def test_jvp_does_not_reach_the_forward_kernels(monkeypatch, rng):
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: KernelLikeBackend())
+    w, s, w_deq = layer(rng, 16, 6)
+    b = rng.standard_normal(6).astype(np.float32)
+    x = mx.array(rng.standard_normal((3, 16)).astype(np.float32))
+    tan = mx.array(rng.standard_normal((3, 16)).astype(np.float32))
+    w_mx, s_mx, b_mx = mx.array(w), mx.array(s), mx.array(b)
+    fn = lambda x, w, s, b: int8nax.w8a8_linear(x, w, s, b)  # noqa: E731
+    zeros = [mx.zeros_like(v) for v in (w_mx, s_mx)]
+    (y,), (dy,) = mx.jvp(fn, [x, w_mx, s_mx, b_mx], [tan, *zeros, mx.ones_like(b_mx)])
+    want = np.array(tan, np.float64) @ w_deq.T + 1.0
+    np.testing.assert_allclose(np.array(dy), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_allclose(np.array(y), np.array(fn(x, w_mx, s_mx, b_mx)))

@@ -116,6 +116,19 @@ def _w8a8_grad(has_bias: bool):
     return f
 
 
+def _forward_inputs(impl: backends.Backend, x, w, scale_w, bias) -> tuple:
+    """The forward's inputs, cut from the caller's graph by mx.stop_gradient: MLX's mx.jvp asks
+    every primitive that depends on a primal for a tangent, even one whose output reaches the
+    result only behind stop_gradient, and a custom kernel has none ("[Primitive::jvp] Not
+    implemented for CustomKernel" on the H200, 2026-12-01). A backend that keys state by the
+    weight array (weights_by_identity) gets the caller's weights; it computes outside MLX's
+    graph anyway."""
+    cut = mx.stop_gradient
+    if impl.weights_by_identity:
+        return cut(x), w, scale_w, bias
+    return cut(x), cut(w), cut(scale_w), None if bias is None else cut(bias)
+
+
 def int8_matmul(a, b, *, b_layout: str = "nk", backend: str | None = None) -> mx.array:
     """Exact int8 matrix product with int32 output.
 
@@ -288,7 +301,7 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
         if bias is not None and m > 0:
             y = y + bias.astype(x.dtype)
     else:
-        y = _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(rows, w, scale_w, bias))
+        y = _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
         primals = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
         y = _w8a8_grad(bias is not None)(*primals, mx.stop_gradient(y))
     return y.reshape(*lead, n)

@@ -27,6 +27,9 @@ class Backend:
     """Base class of the CPU, CUDA and Metal backends."""
 
     name: str = ""
+    weights_by_identity: bool = False
+    """Whether the backend keeps per-weight state keyed by the weight array object (the CPU
+    backend's prepared weights): int8nax.api then hands it the caller's own weight arrays."""
 
     def probe(self) -> Probe:
         raise NotImplementedError

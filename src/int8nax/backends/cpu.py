@@ -141,6 +141,7 @@ def forget_prepared(w: mx.array | None = None) -> None:
 
 class CPUBackend(Backend):
     name = "cpu"
+    weights_by_identity = True
 
     def probe(self) -> Probe:
         try:
