@@ -436,9 +436,39 @@ docs/results/cuda-h200-2026-12-01-tma.md); from M = 64 up the TMA kernel was ahe
 seed shape (1.02-1.44x) and at 8192^3 (1.39x)."""
 
 
+TMA_FILL = 0.85
+"""A tile of the TMA GEMM is taken when its tiles alone give this many blocks per SM."""
+
+TMA_LONG_K_BLOCKS = 64
+"""From this many K blocks (K >= 8192) the TMA GEMM splits K as cuda_plan does."""
+
+_TMA_TILES = ("wg2_128x256", "wg2_128x128_x2", "wg1_64x64")
+
+
+def tma_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
+    """The plan of the TMA GEMM (gemm_tma_simple) for an [M, K] x [N, K] product on `sms` SMs.
+
+    Measured on the H200 (every tile x 1-8 splits at the 11 seed shapes, CUPTI kernel time,
+    docs/results/cuda-h200-2026-12-01-default.md): with TMA loads one block per tile beat split-K
+    wherever K < 8192, by up to 1.6x (256 x 4096 x 4096: 64x64 unsplit 13.3 µs, cuda_plan's
+    128x128 split 4 21.6 µs), the split's workspace round trip and reduction costing more than
+    the idle SMs; the largest tile whose count fills ~all SMs was fastest (within 2 %). At
+    long K (K >= 8192) cuda_plan's split-K plan was the fastest measured.
+    """
+    if ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS:
+        return cuda_plan(m, n, k, sms)
+    for name in _TMA_TILES:
+        cfg = CUDA_CONFIGS[name]
+        if cfg.bm > 64 and m <= 64:
+            continue  # a 128-row tile for at most 64 rows: half of every stage would be padding
+        if ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn) >= TMA_FILL * sms:
+            return CudaPlan(cfg, 1)
+    return CudaPlan(CUDA_CONFIGS["wg1_64x64"], 1)
+
+
 def cuda_gemm_kernel(m: int, n: int, k: int) -> str:
     """The sm_90a int8 GEMM for (M, N, K) by default (INT8NAX_CUDA_KERNEL unset or auto):
-    "tma_simple" (TMA loads + mbarrier pipeline on cuda_plan's grid) where K % 16 == 0 and
+    "tma_simple" (TMA loads + mbarrier pipeline, planned by tma_plan) where K % 16 == 0 and
     M >= TMA_MIN_M, else "wgmma" (the cp.async kernel)."""
     return "tma_simple" if tma_ok(k) and m >= TMA_MIN_M else "wgmma"
 

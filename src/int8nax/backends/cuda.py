@@ -266,7 +266,7 @@ def _params_array(params: tuple[int, ...]) -> mx.array:
 def tma_plan(variant: str, m: int, n: int, k: int):
     """The plan of a TMA variant: a tiling.CudaPlan (tma_simple) or tiling.CudaWsPlan (tma_ws)."""
     if variant == "tma_simple":
-        return tiling.cuda_plan(m, n, k, sm_count())
+        return tiling.tma_plan(m, n, k, sm_count())
     if variant == "tma_ws":
         return tiling.ws_plan(m, n, k, sm_count())
     raise ValueError(f"unknown TMA variant {variant!r}; expected one of {cuda_source.TMA_VARIANTS}")
@@ -342,14 +342,17 @@ def _gemm_for_shape(m: int, n: int, k: int):
     kernel = gemm_kernel(m, n, k, family=family)
     if kernel == "tma_ws":
         return _compiled_tma_ws(tma_plan(kernel, m, n, k))
-    return _compiled_gemm(family, default_plan(m, n, k, family), kernel == "tma_simple")
+    if kernel == "tma_simple":
+        return _compiled_gemm(family, tma_plan(kernel, m, n, k), True)
+    return _compiled_gemm(family, default_plan(m, n, k, family))
 
 
 @lru_cache(maxsize=4096)
 def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
     family = _family()
-    tma = gemm_kernel(m, n, k, w8a8=True, family=family) == "tma_simple"
-    return _compiled_w8a8(family, default_plan(m, n, k, family), has_bias, tma)
+    if gemm_kernel(m, n, k, w8a8=True, family=family) == "tma_simple":
+        return _compiled_w8a8(family, tma_plan("tma_simple", m, n, k), has_bias, True)
+    return _compiled_w8a8(family, default_plan(m, n, k, family), has_bias)
 
 
 def clear_caches() -> None:

@@ -41,7 +41,7 @@ _HEADERS = {
 }
 
 TMA_VARIANTS = ("tma_simple", "tma_ws")
-"""The TMA GEMMs (kernels/gemm_tma.cuh): TMA + mbarrier pipeline on cuda_plan's grid, and the
+"""The TMA GEMMs (kernels/gemm_tma.cuh): TMA + mbarrier pipeline on a CudaPlan's grid (tiling.tma_plan), and the
 warp-specialised persistent kernel on tiling.ws_plan."""
 
 
@@ -187,7 +187,7 @@ def _tma_simple_call(a: str, b: str, epilogue: str) -> str:
 @lru_cache(maxsize=None)
 def gemm_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
     """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
-    mbarrier kernel on cuda_plan's grid; maps: uint8 [blocks * 256], the blocks' tensor maps."""
+    mbarrier kernel on a CudaPlan's grid (tiling.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps."""
     body = _tma_simple_call("a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(_name(f"int8nax_tma_simple_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
                       header("tma"), cfg.tma_shared_bytes)
