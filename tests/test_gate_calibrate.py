@@ -217,6 +217,26 @@ def test_runs_json_round_trips_and_merge_makes_one_report(tmp_path, monkeypatch)
         gc.merge([tmp_path / "one", tmp_path / "other.json"], argparse.Namespace())
 
 
+def test_copy_calibrates_the_working_tree_over_a_stale_head(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    run = lambda *a: subprocess.run(a, cwd=repo, check=True, capture_output=True,  # noqa: E731
+                                    env={**os.environ, **gc.sandbox_env(tmp_path, "t")})
+    (repo / "code.py").write_text("old\n")
+    run("git", "init", "-q")
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "stale")
+    (repo / "code.py").write_text("new\n")  # the files differ from HEAD, as on the device
+    for copy, want in ((False, "old\n"), (True, "new\n")):
+        root = tmp_path / f"clone-{copy}"
+        root.mkdir()
+        real = gc.Clone.run
+        # Only git runs: asv_machine.py is not in this toy repository.
+        monkeypatch.setattr(gc.Clone, "run", lambda self, *a, cwd=None: real(self, *a, cwd=cwd) if a[0] == "git" else "")
+        clone = gc.Clone(root, "m", source=repo, copy=copy)
+        assert (clone.path / "code.py").read_text() == want and clone.copied == copy
+
+
 def test_a_calibration_in_the_existing_environment_from_a_copy_without_git(tmp_path):
     """The H200 command's path on this box: a copy of the working tree without .git (what a
     device call gets), --existing in this Python, the GPU entry's settings (persistent launch)

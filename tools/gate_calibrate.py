@@ -39,7 +39,7 @@ asv log (logs.tar.gz) and the raw points (runs.json):
         --budget-min 9 --out-dir "$OUT/gate"
 
 A copy of the working tree without git history (what a device call gets) is committed as A in
-the clone. --merge DIR... makes one report from the runs.json of several such calls.
+the clone; --copy does the same where a .git is present but stale (the lent H200's copy). --merge DIR... makes one report from the runs.json of several such calls.
 
 The report states the date, the machine, the load during the runs, the settings and the
 command; --write-settings stores the settings and the suggested factor for this machine in
@@ -148,13 +148,13 @@ class Clone:
     machine, and the commits A, A' and B_f. A `source` without git history (the copy of the
     working tree a GPU box gets) is copied and committed instead: A is then that copy."""
 
-    def __init__(self, root: Path, machine: str, source: Path = REPO):
+    def __init__(self, root: Path, machine: str, source: Path = REPO, copy: bool = False):
         self.root = root
         self.path = root / "int8nax"
         home = root / "home"
         home.mkdir()
         self.env = sandbox_env(home, "gate calibration")
-        self.copied = not has_history(source)
+        self.copied = copy or not has_history(source)
         if self.copied:
             shutil.copytree(source, self.path, ignore=COPY_LEFT_OUT, symlinks=True)
             self.git("init", "-q")
@@ -733,6 +733,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure in asv's existing environment PYTHON (default: this Python) with "
                    "`asv run -E existing:PYTHON`, rounds interleaved by this script, A, A' and every B_f "
                    "in the same rounds: for machines without network (module docstring)")
+    p.add_argument("--copy", action="store_true",
+                   help="calibrate a copy of the working tree (committed as A) even where git has a HEAD: a device's "
+                   "copy of the tree may carry a stale .git, whose HEAD is not the code there")
     p.add_argument("--budget-min", type=float, metavar="MIN",
                    help="stop after the last repetition that ends within MIN minutes of the start "
                    "(the report covers the complete repetitions)")
@@ -807,7 +810,7 @@ def main(argv: list[str] | None = None) -> int:
     args.machine_info = machine_lines(args)
     root = Path(tempfile.mkdtemp(prefix="gate-calibrate-"))
     try:
-        clone = Clone(root, args.machine)
+        clone = Clone(root, args.machine, copy=args.copy)
         for f in args.slowdowns:
             clone.add_slowdown(f)
         log_dir = root / "logs"
