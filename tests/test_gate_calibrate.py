@@ -227,12 +227,12 @@ def test_copy_calibrates_the_working_tree_over_a_stale_head(tmp_path, monkeypatc
     run("git", "add", "-A")
     run("git", "commit", "-qm", "stale")
     (repo / "code.py").write_text("new\n")  # the files differ from HEAD, as on the device
+    real = gc.Clone.run
+    # Only git runs: asv_machine.py is not in this toy repository.
+    monkeypatch.setattr(gc.Clone, "run", lambda self, *a, cwd=None: real(self, *a, cwd=cwd) if a[0] == "git" else "")
     for copy, want in ((False, "old\n"), (True, "new\n")):
         root = tmp_path / f"clone-{copy}"
         root.mkdir()
-        real = gc.Clone.run
-        # Only git runs: asv_machine.py is not in this toy repository.
-        monkeypatch.setattr(gc.Clone, "run", lambda self, *a, cwd=None: real(self, *a, cwd=cwd) if a[0] == "git" else "")
         clone = gc.Clone(root, "m", source=repo, copy=copy)
         assert (clone.path / "code.py").read_text() == want and clone.copied == copy
 
