@@ -51,3 +51,18 @@ def test_unavailable_backend_says_why(name):
 
 def test_alias_nax_is_metal():
     assert backends.canonical("NAX") == "metal"
+
+
+def test_the_cuda_probe_is_asked_once_per_process(monkeypatch):
+    pytest.importorskip("mlx.core")
+    import types
+
+    from int8nax.backends import cuda
+
+    asked = []
+    fake = types.SimpleNamespace(is_available=lambda: asked.append(1) or False)
+    monkeypatch.setattr(cuda.mx, "cuda", fake, raising=False)
+    backend = cuda.CUDABackend()
+    first = backend.probe()
+    assert not first.available and "no CUDA device" in first.reason
+    assert backend.probe() is first and len(asked) == 1

@@ -393,8 +393,16 @@ def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str |
 
 class CUDABackend(Backend):
     name = "cuda"
+    _probe: Probe | None = None
 
     def probe(self) -> Probe:
+        # Asked on every call that leaves the choice of backend to int8nax; the answer (two
+        # device_info queries and a message) cannot change within a process: computed once.
+        if self._probe is None:
+            self._probe = self._hardware_probe()
+        return self._probe
+
+    def _hardware_probe(self) -> Probe:
         cuda = getattr(mx, "cuda", None)
         if cuda is None or not cuda.is_available():
             return Probe(False, "MLX reports no CUDA device (mx.cuda.is_available() is False: "
