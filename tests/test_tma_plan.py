@@ -314,4 +314,3 @@ def test_tma_plan_is_valid(m, k, n):
         assert plan.splits == 1
     else:
         assert plan == tiling.cuda_plan(m, n, k, 132)
-
