@@ -150,10 +150,10 @@ def test_gemm_kernel_per_choice(monkeypatch):
 
     seed, small, odd_k = (512, 4096, 4096), (16, 4096, 4096), (512, 4096, 4104)
     want = {  # choice -> kernel at (seed, small, odd K), for int8_matmul and for w8a8_linear
-        "": (("tma_simple", "wgmma", "wgmma"),) * 2,
+        "": (("tma_simple", "tma_simple", "wgmma"),) * 2,
         "wgmma": (("wgmma",) * 3,) * 2,
         "tma_simple": (("tma_simple", "tma_simple", "wgmma"),) * 2,
-        "tma": (("tma_ws", "tma_ws", "wgmma"), ("tma_simple", "wgmma", "wgmma")),
+        "tma": (("tma_ws", "tma_ws", "wgmma"), ("tma_simple", "tma_simple", "wgmma")),
     }
     try:
         for choice, (gemm, w8a8) in want.items():
@@ -196,11 +196,11 @@ def test_trial_without_a_gpu_reports_the_skip(tmp_path):
 
 
 def test_auto_kernel_rule():
-    # The default (auto): the TMA kernel wherever its K rule holds and M is past the smallest tiles (the H200
+    # The default (auto): the TMA kernel wherever its K rule holds, decode-sized M included (the H200
     # measurement in TMA_MIN_M's docstring); the cp.async kernel otherwise.
-    assert tiling.cuda_gemm_kernel(16, 4096, 4096) == "wgmma"
     assert tiling.cuda_gemm_kernel(tiling.TMA_MIN_M, 4096, 4096) == "tma_simple"
-    for m, k, n in [(64, 4096, 4096), (2048, 4096, 4096), (512, 18944, 3584), (8192, 8192, 8192)]:
+    for m, k, n in [(1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096), (2048, 4096, 4096), (512, 18944, 3584),
+                    (8192, 8192, 8192)]:
         assert tiling.cuda_gemm_kernel(m, n, k) == "tma_simple"
     assert tiling.cuda_gemm_kernel(512, 4096, 4104) == "wgmma"  # K % 16 != 0
     assert tiling.cuda_gemm_kernel(512, 4096, 8) == "wgmma"
@@ -236,7 +236,8 @@ def recorded(monkeypatch):
     cuda.clear_caches()
 
 
-@pytest.mark.parametrize("m,k,n", [(512, 4096, 4096), (2048, 4096, 4096), (128, 18944, 3584), (512, 18944, 3584)])
+@pytest.mark.parametrize("m,k,n", [(1, 4096, 4096), (16, 4096, 4096), (512, 4096, 4096), (2048, 4096, 4096),
+                                   (128, 18944, 3584), (512, 18944, 3584)])
 def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
     import mlx.core as mx
 
@@ -265,11 +266,11 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
     assert launches[1]["outputs"][1] == (blocks * 256,)
 
 
-def test_small_m_odd_k_and_cpasync_choice_stay_on_the_cpasync_kernel(recorded, monkeypatch):
+def test_odd_k_and_the_cpasync_choice_stay_on_the_cpasync_kernel(recorded, monkeypatch):
     import mlx.core as mx
 
     cuda, launches = recorded
-    for (m, k, n), env in (((16, 4096, 4096), ""), ((512, 4104, 4096), ""), ((512, 4096, 4096), "wgmma")):
+    for (m, k, n), env in (((16, 4104, 4096), ""), ((512, 4104, 4096), ""), ((512, 4096, 4096), "wgmma")):
         monkeypatch.setenv(cuda.KERNEL_ENV, env)
         cuda.clear_caches()
         launches.clear()

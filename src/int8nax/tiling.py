@@ -429,11 +429,13 @@ def tma_ok(k: int) -> bool:
     return k > 0 and k % TMA_K_MULTIPLE == 0
 
 
-TMA_MIN_M = 17
-"""Below this M the cp.async kernel stays: at M = 16 (the 64 x 64 tile, split-K 4) it measured
-11.6 µs against the TMA kernel's 12.2 (CUPTI kernel time, H200, 2026-12-01,
-docs/results/cuda-h200-2026-12-01-tma.md); from M = 64 up the TMA kernel was ahead at every
-seed shape (1.02-1.44x) and at 8192^3 (1.39x)."""
+TMA_MIN_M = 1
+"""Smallest M that takes the TMA kernel. It was 17 while the TMA kernel ran cuda_plan's plans
+(at M = 16: 12.2 µs against the cp.async kernel's 11.6, 2026-12-01 noon); on tma_plan's plan
+(64 x 64, one block per tile, no split-K) it measured 11.3 µs there (H200 sweep, 2026-12-01
+evening, docs/results/cuda-h200-2026-12-01-default.md), in one kernel where the cp.async
+plan needs two (GEMM + split-K reduction), and every kernel node costs a call + eval
+~16-19 µs of MLX's time (docs/cuda-notes.md, v5). Decode-sized M (1-16) therefore takes it too."""
 
 
 TMA_FILL = 0.85
@@ -468,8 +470,8 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
 
 def cuda_gemm_kernel(m: int, n: int, k: int) -> str:
     """The sm_90a int8 GEMM for (M, N, K) by default (INT8NAX_CUDA_KERNEL unset or auto):
-    "tma_simple" (TMA loads + mbarrier pipeline, planned by tma_plan) where K % 16 == 0 and
-    M >= TMA_MIN_M, else "wgmma" (the cp.async kernel)."""
+    "tma_simple" (TMA loads + mbarrier pipeline, planned by tma_plan) where K % 16 == 0 (and
+    M >= TMA_MIN_M), else "wgmma" (the cp.async kernel)."""
     return "tma_simple" if tma_ok(k) and m >= TMA_MIN_M else "wgmma"
 
 
