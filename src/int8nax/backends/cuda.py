@@ -224,8 +224,8 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaPlan 
 #   wgmma / cpasync   the cp.async kernel everywhere;
 #   tma_simple        the TMA kernel wherever K % 16 == 0;
 #   tma / tma_ws      int8_matmul on the warp-specialised persistent kernel wherever K % 16 == 0
-#                     (opt-in only: slower than tma_simple below M ~ 1024, and it traps on a base
-#                     that is not 16-byte aligned); W8A8 then follows auto.
+#                     (opt-in only: slower than tma_simple at every measured shape but 8192^3,
+#                     and it traps on a base that is not 16-byte aligned); W8A8 then follows auto.
 # gemm_tma_simple itself runs the cp.async main loop when a base is not 16-byte aligned, so
 # every choice but tma_ws is exact on every input. Read once per process (clear_caches()).
 
