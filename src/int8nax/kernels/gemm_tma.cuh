@@ -1,9 +1,11 @@
 // int8nax CUDA kernels, part 3: Hopper (sm_90a) int8 GEMMs fed by the tensor memory accelerator.
 //
-// C[M, N] = A[M, K] . B[N, K]^T, int8 in, exact int32. Two variants share the helpers below:
+// C[M, N] = A[M, K] . B[N, K]^T, int8 in, exact int32 accumulation. Two variants share the helpers
+// below (gemm_tma_simple takes gemm_sm90's epilogues: int32 out, or the W8A8 dequantization):
 //
 //   gemm_tma_simple  the cp.async kernel of gemm_sm90.cuh with its loads replaced by TMA: the
-//                    same grid (one block per output tile and K split), WM warpgroups that all
+//                    same kind of grid (one block per output tile and K split; its plans come
+//                    from int8nax.tiling.tma_plan), WM warpgroups that all
 //                    compute, STAGES stages loaded AHEAD ahead (as there); thread 0 issues
 //                    two cp.async.bulk.tensor.2d per stage, completion on a "full" mbarrier with
 //                    expect_tx; a __syncthreads per K block frees the slot that is refilled.
