@@ -255,15 +255,7 @@ def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
         try:
             a_np, b_np = make_operands(case)
             sa, sb = case["shift"]
-            if sa or sb:
-                # A row-contiguous view whose base is sa (sb) bytes past an allocation.
-                a_flat = mx.array(np.concatenate([np.zeros(sa, np.int8), a_np.ravel()]))
-                b_flat = mx.array(np.concatenate([np.zeros(sb, np.int8), b_np.ravel()]))
-                a, b = a_flat[sa:].reshape(m, k), b_flat[sb:].reshape(n, k)
-            else:
-                # Produced on the device (mx.array(numpy) is managed memory).
-                a = mx.array(a_np) + mx.array(0, dtype=mx.int8)
-                b = mx.array(b_np) + mx.array(0, dtype=mx.int8)
+            a, b = device_operand(mx, a_np, sa), device_operand(mx, b_np, sb)
             mx.eval(a, b)
             out = call(a, b, m, n, k)
             mx.eval(out)
@@ -273,29 +265,13 @@ def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
             rec["checked_rows"] = int(len(rows))
             del out, got
             if case["kind"] != "edge" and rec["exact"]:
-                copies = copies_for(m * k + n * k + 4 * m * n)
-                sets = [(a, b)] + [(a + mx.array(0, dtype=mx.int8), b + mx.array(0, dtype=mx.int8))
-                                   for _ in range(copies - 1)]
-                mx.eval(sets)
+                sets = operand_sets(mx, (a, b), m * k + n * k + 4 * m * n)
                 for _ in range(3):
                     mx.eval(call(*sets[0], m, n, k))
-                launches = launches_for(case)
-                us, names, count = profile_kernels(
-                    torch, lambda i: mx.eval(call(*sets[i % len(sets)], m, n, k)), launches,
-                    name_filter=lambda s: "int8nax" in s, tmp_dir=out_dir)
-                rec["kernels"] = names
-                if us is None:
-                    # No CUPTI records of the MLX kernels: wall time per call + eval instead.
-                    t1 = time.perf_counter()
-                    for i in range(launches):
-                        mx.eval(call(*sets[i % len(sets)], m, n, k))
-                    us = (time.perf_counter() - t1) / launches * 1e6
-                    rec["timing"] = f"wall per call + eval (CUPTI gave {count} kernel records)"
-                else:
-                    rec["timing"] = "CUPTI kernel time"
-                rec["us"] = us
-                rec["tops"] = 2.0 * m * n * k / (us * 1e-6) / 1e12
-                del sets
+                rec["us"], rec["kernels"], rec["timing"] = kernel_us(
+                    mx, torch, out_dir, lambda i: call(*sets[i % len(sets)], m, n, k), launches_for(case))
+                rec["tops"] = tops(m, n, k, rec["us"])
+                sets = None
         except Exception as exc:  # noqa: BLE001  (NVRTC errors arrive as RuntimeError with the log)
             rec["error"] = f"{type(exc).__name__}: {exc}"
             rec["traceback"] = traceback.format_exc()[-4000:]
@@ -306,6 +282,18 @@ def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
             f"{rec.get('plan', '')} ({rec['seconds']} s)")
     emit(fh, {"variant": variant, "event": "done"})
     return 0
+
+
+def device_operand(mx, x_np: np.ndarray, shift: int = 0):
+    """int8 x_np on the device: computed there (mx.array(numpy) is managed memory), or, with a
+    shift, a row-contiguous view whose base is `shift` bytes past its allocation."""
+    if shift:
+        return mx.array(np.concatenate([np.zeros(shift, np.int8), x_np.ravel()]))[shift:].reshape(x_np.shape)
+    return mx.array(x_np) + mx.array(0, dtype=mx.int8)
+
+
+def tops(m: int, n: int, k: int, us: float) -> float:
+    return 2.0 * m * n * k / (us * 1e-6) / 1e12
 
 
 def kernel_us(mx, torch, out_dir, launch, launches):
@@ -334,8 +322,7 @@ def sweep(cuda, mx, torch, fh, out_dir, cases) -> int:
         m, k, n = case["m"], case["k"], case["n"]
         a_np, b_np = make_operands(case)
         ref = reference_rows(a_np, b_np, np.arange(m))
-        a = mx.array(a_np) + mx.array(0, dtype=mx.int8)
-        b = mx.array(b_np) + mx.array(0, dtype=mx.int8)
+        a, b = device_operand(mx, a_np), device_operand(mx, b_np)
         sets = operand_sets(mx, (a, b), m * k + n * k + 4 * m * n)
         for plan in sweep_plans(m, n, k):
             rec = {"variant": "sweep", "shape": case["label"], "m": m, "k": k, "n": n, "kind": "sweep",
@@ -349,7 +336,7 @@ def sweep(cuda, mx, torch, fh, out_dir, cases) -> int:
                     rec["us"], rec["kernels"], rec["timing"] = kernel_us(
                         mx, torch, out_dir, lambda i: cuda.tma_gemm_int32(*sets[i % len(sets)], "tma_simple", plan),
                         launches_for(case))
-                    rec["tops"] = 2.0 * m * n * k / (rec["us"] * 1e-6) / 1e12
+                    rec["tops"] = tops(m, n, k, rec["us"])
             except Exception as exc:  # noqa: BLE001
                 rec["error"] = f"{type(exc).__name__}: {exc}"
             rec["seconds"] = round(time.time() - t0, 2)
@@ -372,11 +359,7 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms) -> int:
             rng = np.random.default_rng(m + n + k)
             x = (mx.array(a_np).astype(mx.float16) * mx.array(0.01, dtype=mx.float16))
             s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
-            shift = case["shift"][1]
-            if shift:  # the weight as a row-contiguous view `shift` bytes into its buffer
-                w = mx.array(np.concatenate([np.zeros(shift, np.int8), b_np.ravel()]))[shift:].reshape(n, k)
-            else:
-                w = mx.array(b_np) + mx.array(0, dtype=mx.int8)
+            w = device_operand(mx, b_np, case["shift"][1])  # the case's B shift moves the weight's base
             mx.eval(x, s, w)
             rows = checked_rows(case)
             pick = (lambda y: mx.take(y, mx.array(rows.astype(np.int32)), axis=0)) if case["kind"] == "big" else (
@@ -394,8 +377,8 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms) -> int:
                     mx.eval(cuda.w8a8(*sets[0], None))
                 rec["us"], rec["kernels"], rec["timing"] = kernel_us(
                     mx, torch, out_dir, lambda i: cuda.w8a8(*sets[i % len(sets)], None), launches_for(case))
-                rec["tops"] = 2.0 * m * n * k / (rec["us"] * 1e-6) / 1e12
-                del sets
+                rec["tops"] = tops(m, n, k, rec["us"])
+                sets = None
         except Exception as exc:  # noqa: BLE001
             rec["error"] = f"{type(exc).__name__}: {exc}"
             rec["traceback"] = traceback.format_exc()[-4000:]
@@ -430,8 +413,7 @@ def worker_ncu(out_dir: Path, shapes: list[tuple[int, int, int]]) -> int:
     torch.zeros(1, device="cuda")
     for m, k, n in shapes:
         a_np, b_np = make_operands(dict(m=m, k=k, n=n, fill=None))
-        a = mx.array(a_np) + mx.array(0, dtype=mx.int8)
-        b = mx.array(b_np) + mx.array(0, dtype=mx.int8)
+        a, b = device_operand(mx, a_np), device_operand(mx, b_np)
         mx.eval(a, b)
         run = cublaslt.prepare(a_np, b_np, timing_runs=2)
         calls = {"default": lambda: mx.eval(cuda.gemm_int32(a, b)),
@@ -495,7 +477,7 @@ def worker_cublaslt(out_dir: Path, cases: list[dict]) -> int:
             rec["events_us"] = start.elapsed_time(stop) * 1e3 / launches
             rec["us"] = us if us is not None else rec["events_us"]
             rec["timing"] = "CUPTI kernel time" if us is not None else "CUDA events, back to back"
-            rec["tops"] = 2.0 * m * n * k / (rec["us"] * 1e-6) / 1e12
+            rec["tops"] = tops(m, n, k, rec["us"])
             sets = run = None  # free the copies before the next shape
             torch.cuda.empty_cache()
         except Exception as exc:  # noqa: BLE001
