@@ -265,7 +265,7 @@ def _params_array(params: tuple[int, ...]) -> mx.array:
     return arr
 
 
-def tma_plan(variant: str, m: int, n: int, k: int):
+def variant_plan(variant: str, m: int, n: int, k: int):
     """The plan of a TMA variant: a tiling.CudaPlan (tma_simple) or tiling.CudaWsPlan (tma_ws)."""
     if variant == "tma_simple":
         return tiling.tma_plan(m, n, k, sm_count())
@@ -298,7 +298,7 @@ def tma_gemm_int32(a: mx.array, b: mx.array, variant: str = "tma_ws", plan=None)
     n = b.shape[0]
     if not tiling.tma_ok(k):
         raise ValueError(f"the TMA GEMMs need K % {tiling.TMA_K_MULTIPLE} == 0, got K={k}")
-    plan = plan or tma_plan(variant, m, n, k)
+    plan = plan or variant_plan(variant, m, n, k)
     if variant == "tma_ws":
         return _tma_ws(a, b, plan)
     return _gemm_int32_graph(a, b, "sm90", plan, tma=True)
@@ -343,9 +343,9 @@ def _gemm_for_shape(m: int, n: int, k: int):
     family = _family()
     kernel = gemm_kernel(m, n, k, family=family)
     if kernel == "tma_ws":
-        return _compiled_tma_ws(tma_plan(kernel, m, n, k))
+        return _compiled_tma_ws(variant_plan(kernel, m, n, k))
     if kernel == "tma_simple":
-        return _compiled_gemm(family, tma_plan(kernel, m, n, k), True)
+        return _compiled_gemm(family, variant_plan(kernel, m, n, k), True)
     return _compiled_gemm(family, default_plan(m, n, k, family))
 
 
@@ -353,7 +353,7 @@ def _gemm_for_shape(m: int, n: int, k: int):
 def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
     family = _family()
     if gemm_kernel(m, n, k, w8a8=True, family=family) == "tma_simple":
-        return _compiled_w8a8(family, tma_plan("tma_simple", m, n, k), has_bias, True)
+        return _compiled_w8a8(family, variant_plan("tma_simple", m, n, k), has_bias, True)
     return _compiled_w8a8(family, default_plan(m, n, k, family), has_bias)
 
 
