@@ -51,6 +51,11 @@ def assert_exact(got, a, b):
 
 def plans():
     out = [("tma_simple", tiling.CudaPlan(c, s)) for c in tiling.CUDA_CONFIGS.values() for s in (1, 3)]
+    # Cluster-reduced split-K: 3 splits give uneven K ranges and row bands (and, at K = 16, empty
+    # splits) on every tile; 2 and 8 (the largest cluster) on one tile each.
+    out += [("tma_simple", tiling.CudaPlan(c, 3, cluster=True)) for c in tiling.CUDA_CONFIGS.values()]
+    out += [("tma_simple", tiling.CudaPlan(tiling.CUDA_CONFIGS[name], s, cluster=True))
+            for name, s in (("wg2_128x256", 2), ("wg1_64x64", 8))]
     for c in tiling.CUDA_WS_CONFIGS.values():
         for splits in (1, 3):
             for blocks in (1, 7, SMS):
@@ -59,7 +64,7 @@ def plans():
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-@pytest.mark.parametrize("variant,plan", plans(), ids=lambda p: getattr(getattr(p, "cfg", None), "name", str(p)))
+@pytest.mark.parametrize("variant,plan", plans(), ids=lambda p: getattr(p, "name", None) or getattr(getattr(p, "cfg", None), "name", str(p)))
 @pytest.mark.parametrize("m,k,n", SHAPES)
 def test_tma_plan_is_exact(variant, plan, rng, m, k, n):
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
@@ -86,7 +91,7 @@ def test_public_int8_matmul_on_the_tma_kernel_with_offset_views(rng, shift_a, sh
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-@pytest.mark.parametrize("plan", [p for v, p in plans() if v == "tma_simple"], ids=lambda p: f"{p.cfg.name}_s{p.splits}")
+@pytest.mark.parametrize("plan", [p for v, p in plans() if v == "tma_simple"], ids=lambda p: p.name)
 @pytest.mark.parametrize("shift_a,shift_b", [(3, 0), (0, 5)])
 def test_tma_simple_misaligned_base_takes_the_cpasync_loop(plan, rng, shift_a, shift_b):
     m, k, n = 130, 1040, 100
@@ -95,7 +100,7 @@ def test_tma_simple_misaligned_base_takes_the_cpasync_loop(plan, rng, shift_a, s
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-@pytest.mark.parametrize("plan", [p for v, p in plans() if v == "tma_simple"], ids=lambda p: f"{p.cfg.name}_s{p.splits}")
+@pytest.mark.parametrize("plan", [p for v, p in plans() if v == "tma_simple"], ids=lambda p: p.name)
 def test_w8a8_on_the_tma_kernel_matches_the_cpasync_kernel(plan, rng):
     # Same codes, same scales, same epilogue: the two kernels' outputs must be bit-identical,
     # aligned and through the misaligned fallback.
@@ -104,7 +109,9 @@ def test_w8a8_on_the_tma_kernel_matches_the_cpasync_kernel(plan, rng):
     sx = mx.array(rng.uniform(1e-3, 1e-1, m).astype(np.float32))
     sw = mx.array(rng.uniform(1e-3, 1e-1, n).astype(np.float32))
     bias = mx.array(rng.standard_normal(n).astype(np.float32))
-    want = np.array(cuda.dequant_gemm(mx.array(q), sx, mx.array(w), sw, bias, mx.float16, plan))
+    # The cp.async kernel has no cluster reduction: its workspace plan of the same tile and splits.
+    reference = tiling.CudaPlan(plan.cfg, plan.splits)
+    want = np.array(cuda.dequant_gemm(mx.array(q), sx, mx.array(w), sw, bias, mx.float16, reference))
     for qv, wv in ((mx.array(q), mx.array(w)), (mx.array(q), view(w, 7))):
         got = np.array(cuda.dequant_gemm(qv, sx, wv, sw, bias, mx.float16, plan, tma=True))
         assert np.array_equal(got.view(np.uint16), want.view(np.uint16))

@@ -213,8 +213,17 @@ def test_runs_json_round_trips_and_merge_makes_one_report(tmp_path, monkeypatch)
     other = gc.runs_json(runs, argparse.Namespace(**{**vars(args), "slowdowns": [1.1]}), settings, command,
                          "today", (1, 1, 1))
     (tmp_path / "other.json").write_text(other)
-    with pytest.raises(SystemExit, match="another machine, settings or slowdowns"):
+    with pytest.raises(SystemExit, match="another machine, measuring settings or slowdowns"):
         gc.merge([tmp_path / "one", tmp_path / "other.json"], argparse.Namespace())
+    # A new note or factor (gate.json edited between two device calls) does not change the samples...
+    renoted = gate.Settings(rounds=2, source="test", note="recalibrated", factor=1.15)
+    (tmp_path / "renoted.json").write_text(gc.runs_json(runs, args, renoted, command, "today", (1, 1, 1)))
+    assert len(gc.merge([tmp_path / "one", tmp_path / "renoted.json"], argparse.Namespace(argv=[]))[0]) == 4
+    # ...other rounds do.
+    rerounded = gate.Settings(rounds=3, source="test")
+    (tmp_path / "rerounded.json").write_text(gc.runs_json(runs, args, rerounded, command, "today", (1, 1, 1)))
+    with pytest.raises(SystemExit, match="measuring settings"):
+        gc.merge([tmp_path / "one", tmp_path / "rerounded.json"], argparse.Namespace(argv=[]))
 
 
 def test_copy_calibrates_the_working_tree_over_a_stale_head(tmp_path, monkeypatch):

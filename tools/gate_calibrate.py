@@ -525,6 +525,15 @@ def load_runs(path: Path) -> tuple[list[Run], dict]:
     return runs, document
 
 
+MEASURING_KEYS = ("rounds", "repeat", "bench", "threads", "cpu_affinity", "launch")
+"""The settings that shape the samples. The factor is applied to them afterwards (--factors
+evaluates several on the same runs), and the note and source only describe them."""
+
+
+def measuring(settings: dict) -> dict:
+    return {k: settings.get(k) for k in MEASURING_KEYS}
+
+
 def merge(paths: list[Path], args) -> tuple[list[Run], gate.Settings, str, str, tuple]:
     """The runs of several runs.json of one machine and one set of settings (say, one per
     10-minute device call), for one report; `args` takes their machine, variant and factors."""
@@ -536,9 +545,9 @@ def merge(paths: list[Path], args) -> tuple[list[Run], gate.Settings, str, str, 
         more, meta = load_runs(path)
         if first is None:
             first = meta
-        elif (meta["machine"], meta["settings"], meta["slowdowns"]) != (first["machine"], first["settings"],
-                                                                         first["slowdowns"]):
-            raise SystemExit(f"--merge: {path} has another machine, settings or slowdowns than {paths[0]}")
+        elif (meta["machine"], measuring(meta["settings"]), meta["slowdowns"]) != (
+                first["machine"], measuring(first["settings"]), first["slowdowns"]):
+            raise SystemExit(f"--merge: {path} has another machine, measuring settings or slowdowns than {paths[0]}")
         runs += more
         args.repetition_minutes += meta["repetition_minutes"]
     settings = gate.Settings(**{**first["settings"], "bench": tuple(first["settings"]["bench"])})

@@ -14,7 +14,7 @@ DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Varian
   tma_ws      warp-specialised (producer + 2 consumer warpgroups), persistent (tiling.ws_plan)
   wgmma       the cp.async + wgmma kernel
   cublaslt    cuBLASLt with a 64 MiB workspace, fastest of its heuristic's algorithms
-  sweep       tma_simple at every tile x split-K plan (sweep_plans) on the seed shapes
+  sweep       tma_simple at every tile, unsplit and cluster-split (sweep_plans), on the seed shapes
 --ncu-shapes MxKxN,... instead runs one worker under Nsight Compute (profiling only between
 cudaProfilerStart and cudaProfilerStop, so the warm-up and cuBLASLt's algorithm search are left
 out): per shape one call of int8_matmul's default kernel, of tma_ws, and of cuBLASLt's chosen
@@ -101,10 +101,23 @@ def shape_cases(include_big: bool = True) -> list[dict]:
     return cases
 
 
-def sweep_plans(m: int, n: int, k: int) -> list:
-    """The tma_simple plans the sweep times: every tile with 1-8 K splits of >= 4 K blocks each."""
+def sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
+    """The tma_simple plans the sweep times: every tile unsplit and, where the split blocks fit
+    on the SMs at once and every split keeps >= 4 K blocks, split 2, 4 or 8 ways with the splits
+    summed in a cluster; at long K also cuda_plan's plan (a workspace split, tma_plan's choice
+    there). No 128-row tile for M <= 64 (tma_plan never takes one)."""
     blocks = tiling.ceil_div(k, tiling.CUDA_SWIZZLE_BYTES)
-    return [tiling.CudaPlan(c, s) for c in tiling.CUDA_CONFIGS.values() for s in SWEEP_SPLITS if blocks // s >= 4]
+    out = []
+    for c in tiling.CUDA_CONFIGS.values():
+        if c.bm > 64 and m <= 64:
+            continue
+        tiles = tiling.ceil_div(m, c.bm) * tiling.ceil_div(n, c.bn)
+        out.append(tiling.CudaPlan(c, 1))
+        out += [tiling.CudaPlan(c, s, cluster=True) for s in SWEEP_SPLITS[1:]
+                if blocks // s >= 4 and tiles * s <= sms * tiling.blocks_per_sm(c)]
+    if blocks >= tiling.TMA_LONG_K_BLOCKS:
+        out.append(tiling.cuda_plan(m, n, k, sms))
+    return out
 
 
 def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132) -> dict:
@@ -324,9 +337,9 @@ def sweep(cuda, mx, torch, fh, out_dir, cases) -> int:
         ref = reference_rows(a_np, b_np, np.arange(m))
         a, b = device_operand(mx, a_np), device_operand(mx, b_np)
         sets = operand_sets(mx, (a, b), m * k + n * k + 4 * m * n)
-        for plan in sweep_plans(m, n, k):
+        for plan in sweep_plans(m, n, k, cuda.sm_count()):
             rec = {"variant": "sweep", "shape": case["label"], "m": m, "k": k, "n": n, "kind": "sweep",
-                   "plan": f"{plan.cfg.name} splits={plan.splits}"}
+                   "plan": plan.name}
             t0 = time.time()
             try:
                 rec.update(compare(np.array(cuda.tma_gemm_int32(a, b, "tma_simple", plan)), ref))
@@ -593,10 +606,14 @@ def sweep_lines(records, anchor) -> list[str]:
         best = min(mine, key=lambda r: r["us"])
         m, k, n = best["m"], best["k"], best["n"]
         p = tiling.tma_plan(m, n, k, 132)
-        label = f"{p.cfg.name} splits={p.splits}"
+        label = p.name
         cur = next((r["us"] for r in mine if r["plan"] == label), None)
         vs = f"{anchor[shape] / best['us']:.2f}x" if anchor.get(shape) else ""
         out.append(f"| {shape} | {best['plan']} | {best['us']:.1f} | {vs} | {label} | {fmt(cur, '.1f')} |")
+    out += ["", "Every plan (µs):", ""]
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        mine = sorted((r for r in rows if r["shape"] == shape), key=lambda r: r["us"])
+        out.append(f"- {shape}: " + ", ".join(f"{r['plan']} {r['us']:.1f}" for r in mine))
     bad = [r for r in records if r.get("variant") == "sweep" and r.get("exact") is False]
     out.append("")
     out.append(f"Sweep exactness: {sum(1 for r in records if r.get('variant') == 'sweep' and r.get('exact'))} plans "

@@ -109,11 +109,11 @@ def _row_chunks(m: int, cfg: tiling.TileConfig):
 
 
 def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template, tma=False):
-    """The GEMM kernel over one row chunk: [M, N], or the [splits, M, N] workspace. A TMA kernel
-    (gemm_tma_simple) also gets an extra uint8 output, one 256-byte slot per block for its
-    tensor maps."""
+    """The GEMM kernel over one row chunk: [M, N], or the [splits, M, N] workspace of a plan
+    that has one (plan.workspace). A TMA kernel (gemm_tma_simple) also gets an extra uint8
+    output, one 256-byte slot per block for its tensor maps."""
     lau, grid, block = plan.grid(m, n)
-    shapes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)]
+    shapes = [(plan.splits, m, n) if plan.workspace else (m, n)]
     dtypes = [out_dtype]
     if tma:
         shapes.append((lau.grid_x * lau.grid_y * plan.splits * tiling.TMA_MAP_SLOT_BYTES,))
@@ -154,13 +154,19 @@ def _rows(v, r0, r1):
     return v if (r0, r1) == (0, v.shape[0]) else v[r0:r1]
 
 
+def _check_cluster(plan, tma):
+    if plan.cluster and not tma:
+        raise ValueError(f"plan {plan.name}: cluster-reduced split-K exists only on the TMA kernel")
+
+
 def _gemm_int32_graph(a, b, family, plan, tma=False):
-    spec = cuda_source.gemm_tma_simple(plan.cfg) if tma else cuda_source.gemm_int32(family, plan.cfg)
+    _check_cluster(plan, tma)
+    spec = cuda_source.tma_simple_spec(plan) if tma else cuda_source.gemm_int32(family, plan.cfg)
     n = b.shape[0]
 
     def one_chunk(r0, r1):
         out = _launch_gemm(spec, [_rows(a, r0, r1), b], r1 - r0, n, mx.int32, plan, [], tma)
-        return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
+        return _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, []) if plan.workspace else out
 
     return _by_row_chunks(a.shape[0], plan, one_chunk)
 
@@ -180,16 +186,17 @@ def _quantize_graph(x):
 
 def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias, tma=False):
     """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n])."""
+    _check_cluster(plan, tma)
     n = w.shape[0]
     epilogue = [("TOut", out_dtype), ("HAS_BIAS", has_bias)]
     if tma:
-        fused, raw = cuda_source.gemm_w8a8_tma_simple(plan.cfg), cuda_source.gemm_tma_simple(plan.cfg)
+        fused, raw = cuda_source.tma_simple_spec(plan, w8a8=True), cuda_source.tma_simple_spec(plan)
     else:
         fused, raw = cuda_source.gemm_w8a8(family, plan.cfg), cuda_source.gemm_int32(family, plan.cfg)
 
     def one_chunk(r0, r1):
         q_rows, sx_rows = _rows(q, r0, r1), _rows(scale_x, r0, r1)
-        if plan.splits == 1:
+        if not plan.workspace:
             # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
             return _launch_gemm(fused, [q_rows, w, sx_rows, scale_w, bias32], r1 - r0, n, out_dtype, plan, epilogue,
                                 tma)

@@ -99,9 +99,12 @@ __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], 
   }
 }
 
-template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, class Epilogue>
-__device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int M, int N, int K,
-                                          const Epilogue& epi) {
+// The main loop: acc (zeroed here) = the block's tile t over its K blocks, loaded by cp.async;
+// every wgmma has completed on return. Shared by gemm_sm90 and, for bases the TMA cannot take,
+// gemm_tma_simple.
+template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD>
+__device__ __forceinline__ void sm90_mainloop(const int8_t* a, const int8_t* b, int M, int N, int K,
+                                              const TileCoords& t, int (&acc)[BN / 2]) {
   static_assert(BK == 128, "the 128-byte swizzle needs K tiles of 128 int8");
   static_assert(BM == 64 * WM, "a warpgroup covers 64 rows (wgmma m64)");
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N must be 8..256 in steps of 8");
@@ -111,10 +114,6 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
   constexpr int A_BYTES = BM * BK;
   constexpr int STAGE_BYTES = (BM + BN) * BK;
 
-  const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
-  if (t.filler) {
-    return;
-  }
   const int tid = threadIdx.x;
   const uint32_t base = aligned_smem_base();
   const bool fast = (K & 15) == 0 &&
@@ -126,7 +125,6 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
     load_tile<BN, THREADS>(s + A_BYTES, b, N, K, t.n0, kb * BK, fast, tid);
   };
 
-  int acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) {
     acc[i] = 0;
@@ -157,8 +155,18 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
   }
   wgmma_wait<0>();
   fence_registers(acc);
+}
 
-  store_accumulators<BN>(acc, t.m0 + warpgroup * 64, t.n0, epi);
+template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, class Epilogue>
+__device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int M, int N, int K,
+                                          const Epilogue& epi) {
+  const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
+  if (t.filler) {
+    return;
+  }
+  int acc[BN / 2];
+  sm90_mainloop<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, t, acc);
+  store_accumulators<BN>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
 }
 
 }  // namespace int8nax

@@ -152,13 +152,119 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const uint8_t* gmap, i
       : "memory");
 }
 
+// ---- split-K reduced inside a thread-block cluster ----
+//
+// With CLUSTER, the splits of one output tile are the blocks of one cluster (grid z = splits =
+// the cluster's z extent, fixed at compile time by kernels/tma_cluster.cuh): each block parks its
+// int32 partial tile in its own shared memory, and after a cluster barrier block `rank` sums
+// rows [BM rank / S, BM (rank + 1) / S) of all S partial tiles through distributed shared memory
+// and stores them through the epilogue. No workspace, no second kernel; integer sums are exact
+// in any order. The partial tile reuses the stages (tiling.CudaTileConfig.cluster_ok checks
+// that it fits): BM rows of BN + CLUSTER_PAD int32, the pad making the fragment's 8-byte stores
+// free of bank conflicts.
+
+constexpr int CLUSTER_PAD = 8;
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t cluster_size() {
+  uint32_t n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+  return n;
+}
+
+// The address of shared-memory location `addr` of this block in block `rank` of the cluster.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, uint32_t rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+  return out;
+}
+
+__device__ __forceinline__ int4 cluster_load4(uint32_t addr) {
+  int4 v;
+  asm volatile("ld.shared::cluster.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+template <int BM, int BN, int WM, class Epilogue>
+__device__ __forceinline__ void cluster_reduce_store(const int (&acc)[BN / 2], uint32_t buf, int m0, int n0,
+                                                     const Epilogue& epi) {
+  constexpr int PITCH = BN + CLUSTER_PAD;  // int32 per row of the parked tile
+  constexpr int THREADS = 128 * WM;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  // 1. This block's partial tile into its shared memory, in the wgmma m64nN fragment layout
+  //    (store_accumulators): every wgmma and TMA read of the stages has finished (wait<0> in
+  //    every thread, then this barrier).
+  __syncthreads();
+  {
+    const int r = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2);
+    const int c = 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const uint32_t p0 = buf + 4 * (r * PITCH + c + 8 * j);
+      const uint32_t p1 = p0 + 4 * 8 * PITCH;
+      asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(p0), "r"(acc[4 * j]), "r"(acc[4 * j + 1]) : "memory");
+      asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(p1), "r"(acc[4 * j + 2]), "r"(acc[4 * j + 3]) : "memory");
+    }
+  }
+  cluster_sync();
+  // 2. Block `rank` owns a band of rows: the sum over the cluster, four columns per step.
+  const uint32_t rank = cluster_rank();
+  const uint32_t size = cluster_size();
+  const int r0 = static_cast<int>(BM * rank / size);
+  const int r1 = static_cast<int>(BM * (rank + 1) / size);
+  constexpr int QUADS = BN / 4;
+  for (int it = tid; it < (r1 - r0) * QUADS; it += THREADS) {
+    const int r = r0 + it / QUADS;
+    const int c = 4 * (it % QUADS);
+    const uint32_t local = buf + 4 * (r * PITCH + c);
+    int4 sum = make_int4(0, 0, 0, 0);
+    for (uint32_t q = 0; q < size; ++q) {
+      const int4 v = cluster_load4(cluster_map(local, q));
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const int row = m0 + r;
+    const int col = n0 + c;
+    const float f = epi.row_factor(row);
+    bool exact = !epi.fast_ok(row, col, 1, 4);
+    if (!exact) {
+      exact = epi.store2_fast(row, col, sum.x, sum.y, f);
+      exact |= epi.store2_fast(row, col + 2, sum.z, sum.w, f);
+    }
+    if (exact) {
+      epi.store2(row, col, sum.x, sum.y, f);
+      epi.store2(row, col + 2, sum.z, sum.w, f);
+    }
+  }
+  // 3. No block may leave (its shared memory) while another still reads it.
+  cluster_sync();
+}
+
 // ---- variant 1: TMA + mbarrier pipeline, no warp specialisation, one block per tile ----
 //
 // Shared memory: STAGES x (BM + BN) x 128 bytes (1024-aligned), then STAGES full barriers, then
 // 2 x 128 bytes of map scratch (int8nax.tiling.CudaTileConfig.tma_shared_bytes).
-template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, class Epilogue>
-__device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b, int M, int N, int K, uint8_t* maps,
-                                                const Epilogue& epi) {
+
+// The main loop on TMA loads: acc (zeroed here) = tile t over its K blocks; every wgmma has
+// completed on return. Both bases must be 16-byte aligned.
+template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD>
+__device__ __forceinline__ void tma_mainloop(const int8_t* a, const int8_t* b, int M, int N, int K,
+                                             const TileCoords& t, uint8_t* maps, int (&acc)[BN / 2]) {
   static_assert(BK == 128, "the 128-byte swizzle needs K tiles of 128 int8");
   static_assert(BM == 64 * WM, "a warpgroup covers 64 rows (wgmma m64)");
   // As in gemm_sm90: AHEAD = STAGES - 2 keeps one wgmma batch in flight across the barrier,
@@ -168,15 +274,6 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
   constexpr int A_BYTES = BM * BK;
   constexpr int STAGE_BYTES = (BM + BN) * BK;
 
-  if (!bases_tma_aligned(a, b)) {
-    // Uniform over the grid; this kernel's grid, block and shared memory fit gemm_sm90's.
-    gemm_sm90<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, epi);
-    return;
-  }
-  const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
-  if (t.filler) {
-    return;
-  }
   const int tid = threadIdx.x;
   const uint32_t base = aligned_smem_base();
   const uint32_t full = base + STAGES * STAGE_BYTES;
@@ -211,7 +308,6 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
     }
   }
 
-  int acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) {
     acc[i] = 0;
@@ -233,7 +329,29 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
   }
   wgmma_wait<0>();
   fence_registers(acc);
-  store_accumulators<BN>(acc, t.m0 + warpgroup * 64, t.n0, epi);
+}
+
+// CLUSTER: the grid's z splits of a tile form one cluster and are summed in it (above); else
+// split z (if any) goes to the epilogue's workspace slice z.
+template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, bool CLUSTER = false, class Epilogue>
+__device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b, int M, int N, int K, uint8_t* maps,
+                                                const Epilogue& epi) {
+  const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
+  if (t.filler) {
+    return;  // the whole cluster: its blocks share the tile and differ only in z
+  }
+  int acc[BN / 2];
+  if (bases_tma_aligned(a, b)) {
+    tma_mainloop<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, t, maps, acc);
+  } else {
+    // Uniform over the grid; this kernel's shared memory holds gemm_sm90's stages.
+    sm90_mainloop<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, t, acc);
+  }
+  if constexpr (CLUSTER) {
+    cluster_reduce_store<BM, BN, WM>(acc, aligned_smem_base(), t.m0, t.n0, epi);
+  } else {
+    store_accumulators<BN>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
+  }
 }
 
 // ---- variant 2: warp-specialised, persistent ----
