@@ -14,7 +14,7 @@ DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Varian
   tma_ws      warp-specialised (producer + 2 consumer warpgroups), persistent (tiling.ws_plan)
   wgmma       the cp.async + wgmma kernel
   cublaslt    cuBLASLt with a 64 MiB workspace, fastest of its heuristic's algorithms
-  sweep       tma_simple at every tile, unsplit and cluster-split (sweep_plans), on the seed shapes
+  sweep       tma_simple at every tile, unsplit and serial split-K (sweep_plans), on the seed shapes
 --ncu-shapes MxKxN,... instead runs one worker under Nsight Compute (profiling only between
 cudaProfilerStart and cudaProfilerStop, so the warm-up and cuBLASLt's algorithm search are left
 out): per shape one call of int8_matmul's default kernel, of tma_ws, and of cuBLASLt's chosen
@@ -103,8 +103,8 @@ def shape_cases(include_big: bool = True) -> list[dict]:
 
 def sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
     """The tma_simple plans the sweep times: every tile unsplit and, where the split blocks fit
-    on the SMs at once and every split keeps >= 4 K blocks, split 2, 4 or 8 ways with the splits
-    summed in a cluster; at long K also cuda_plan's plan (a workspace split, tma_plan's choice
+    on the SMs at once and every split keeps >= 4 K blocks, split 2, 4 or 8 ways with serial
+    split-K (summed in the GEMM kernel); at long K also cuda_plan's plan (a workspace split, tma_plan's choice
     there). No 128-row tile for M <= 64 (tma_plan never takes one)."""
     blocks = tiling.ceil_div(k, tiling.CUDA_SWIZZLE_BYTES)
     out = []
@@ -113,7 +113,7 @@ def sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
             continue
         tiles = tiling.ceil_div(m, c.bm) * tiling.ceil_div(n, c.bn)
         out.append(tiling.CudaPlan(c, 1))
-        out += [tiling.CudaPlan(c, s, cluster=True) for s in SWEEP_SPLITS[1:]
+        out += [tiling.CudaPlan(c, s, serial=True) for s in SWEEP_SPLITS[1:]
                 if blocks // s >= 4 and tiles * s <= sms * tiling.blocks_per_sm(c)]
     if blocks >= tiling.TMA_LONG_K_BLOCKS:
         out.append(tiling.cuda_plan(m, n, k, sms))

@@ -320,11 +320,6 @@ class CudaTileConfig(TileConfig):
         return [("BM", self.bm), ("BN", self.bn), ("BK", self.bk), ("WM", self.wm), ("STAGES", self.stages),
                 ("AHEAD", self.loads_ahead)]
 
-    @property
-    def cluster_ok(self) -> bool:
-        """Whether the cluster-reduced split-K can park this tile's int32 partial sums (BM rows
-        of BN + CLUSTER_PAD) in the stages' shared memory (kernels/gemm_tma.cuh)."""
-        return self.bm * (self.bn + CLUSTER_PAD) * 4 <= self.stages * (self.bm + self.bn) * self.bk
 
 
 CUDA_CONFIGS = {
@@ -337,9 +332,9 @@ CUDA_CONFIGS = {
         CudaTileConfig("wg2_128x128_x2", bm=128, bn=128, bk=128, wm=2, wn=1, stages=3, ahead=2),
         # Small M (decode-like): one warpgroup, two blocks per SM.
         CudaTileConfig("wg1_64x64", bm=64, bn=64, bk=128, wm=1, wn=1, stages=6),
-        # Narrower tiles for the TMA GEMM's wave rule (tma_plan): 128 x 192 and 128 x 144 make
-        # the tile count a multiple of the SMs where 128 x 256 / 128 x 128 leave a partial wave;
-        # 64 x 32 gives decode-sized M a block on every SM of a 4096-wide weight.
+        # Narrower tiles for the TMA GEMM (tma_plan): 128 x 192 and 128 x 144 make the tile
+        # count a multiple of the SMs where 128 x 256 / 128 x 128 leave a partial wave; 64 x 32
+        # gives decode-sized M a block on every SM of a 4096-wide weight.
         CudaTileConfig("wg2_128x192", bm=128, bn=192, bk=128, wm=2, wn=1, stages=5),
         CudaTileConfig("wg2_128x144", bm=128, bn=144, bk=128, wm=2, wn=1, stages=6),
         CudaTileConfig("wg1_64x32", bm=64, bn=32, bk=128, wm=1, wn=1, stages=8),
@@ -353,40 +348,32 @@ CUDA_SIMT_CONFIG = TileConfig("simt_64x64", bm=64, bn=64, bk=32, wm=2, wn=4)
 """The portable __dp4a GEMM (GPUs without wgmma): 8 warps of 32 x 16 outputs, K steps of 32."""
 
 
-CLUSTER_PAD = 8
-"""int32 of padding per row of a parked partial tile (kernels/gemm_tma.cuh, CLUSTER_PAD)."""
-
-CLUSTER_MAX_SPLITS = 8
-"""Largest portable thread-block cluster: the most K splits a cluster can reduce."""
-
-
 @dataclass(frozen=True)
 class CudaPlan:
     """What one CUDA GEMM launch runs: a tile configuration and how many K splits.
 
-    cluster: the splits of a tile run as one thread-block cluster and are summed through
-    distributed shared memory inside the GEMM kernel (TMA kernel only, 2..8 splits, a tile
-    whose partial sums fit in its stages); else a split-K plan writes a [splits, M, N]
-    workspace that a second kernel sums.
+    serial: serial split-K (TMA kernel only): each split parks its partial sums in a
+    [splits, M, N] workspace and the last split of each tile to finish adds the others and runs
+    the epilogue, inside the GEMM kernel (kernels/gemm_tma.cuh, serial_split_k); else a split
+    plan's workspace is summed by a second kernel.
     """
 
     cfg: TileConfig
     splits: int
-    cluster: bool = False
+    serial: bool = False
 
     def __post_init__(self):
-        if self.cluster and not (2 <= self.splits <= CLUSTER_MAX_SPLITS and getattr(self.cfg, "cluster_ok", False)):
-            raise ValueError(f"{self.cfg.name} x {self.splits} splits: a cluster-reduced plan needs 2.."
-                             f"{CLUSTER_MAX_SPLITS} splits and a tile whose partial sums fit in its stages")
+        if self.serial and self.splits < 2:
+            raise ValueError(f"{self.cfg.name}: a serial split-K plan needs at least 2 splits, got {self.splits}")
 
     @property
-    def workspace(self) -> bool:
-        """Whether the GEMM writes a [splits, M, N] workspace for a reduction kernel."""
-        return self.splits > 1 and not self.cluster
+    def reduce_kernel(self) -> bool:
+        """Whether a second kernel sums the GEMM's [splits, M, N] workspace (split, not serial)."""
+        return self.splits > 1 and not self.serial
 
     @property
     def name(self) -> str:
-        return f"{self.cfg.name}_s{self.splits}" + ("c" if self.cluster else "")
+        return f"{self.cfg.name}_s{self.splits}" + ("r" if self.serial else "")
 
     def grid(self, m: int, n: int) -> tuple[Launch, tuple[int, int, int], tuple[int, int, int]]:
         """(launch, grid in threads, block) as mx.fast.cuda_kernel wants them."""

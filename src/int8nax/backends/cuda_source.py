@@ -38,9 +38,6 @@ _HEADERS = {
     # warp-specialised one ends with tma_bounds.cuh, which gives the kernel its launch bound.
     "tma": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh"),
     "tma_ws": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh", "tma_bounds.cuh"),
-    # The cluster-reduced split-K TMA GEMM: tma_cluster.cuh, last, gives the kernel its cluster
-    # shape (INT8NAX_CLUSTER_Z, defined in front of the includes: cluster_header).
-    "tma_cluster": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh", "tma_cluster.cuh"),
 }
 
 TMA_VARIANTS = ("tma_simple", "tma_ws")
@@ -182,48 +179,41 @@ def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
     )
 
 
-def _tma_simple_call(a: str, b: str, epilogue: str, cluster: int) -> str:
-    flag = ", true" if cluster else ""
+def _tma_simple_call(a: str, b: str, epilogue: str, serial: bool) -> str:
+    flag, extra = (", true", ", ws, tickets") if serial else ("", "")
     return (f"int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD{flag}>({a}, {b}, {a}_shape[0], {b}_shape[0], "
-            f"{a}_shape[1], maps, {epilogue});")
+            f"{a}_shape[1], maps, {epilogue}{extra});")
 
 
-def _tma_simple_spec(base: str, cfg, inputs, outputs, epilogue: str, a: str, b: str, cluster: int) -> KernelSpec:
-    if not cluster:
-        return KernelSpec(_name(f"{base}_{cfg.name}", "tma"), inputs, outputs, _tma_simple_call(a, b, epilogue, 0),
-                          header("tma"), cfg.tma_shared_bytes)
-    plan = tiling.CudaPlan(cfg, cluster, cluster=True)  # validates the splits and the tile
-    return KernelSpec(_name(f"{base}_{plan.name}", "tma_cluster"), inputs, outputs,
-                      _tma_simple_call(a, b, epilogue, cluster), cluster_header(cluster), cfg.tma_shared_bytes)
-
-
-def cluster_header(splits: int) -> str:
-    """The header of a cluster-reduced kernel: the cluster's z extent, then the includes."""
-    return f"#define INT8NAX_CLUSTER_Z {splits}\n" + header("tma_cluster")
+def _tma_simple_spec(base: str, cfg, inputs, outputs, epilogue: str, a: str, b: str, serial: bool) -> KernelSpec:
+    if serial:  # + the zeroed ticket counters in, the partial-sum workspace out
+        base, inputs, outputs = f"{base}_serial", inputs + ("tickets",), outputs + ("ws",)
+    return KernelSpec(_name(f"{base}_{cfg.name}", "tma"), inputs, outputs, _tma_simple_call(a, b, epilogue, serial),
+                      header("tma"), cfg.tma_shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_simple(cfg: tiling.CudaTileConfig, cluster: int = 0) -> KernelSpec:
+def gemm_tma_simple(cfg: tiling.CudaTileConfig, serial: bool = False) -> KernelSpec:
     """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
     mbarrier kernel on a CudaPlan's grid (tiling.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps.
-    cluster = S (2..8): the kernel of a cluster-reduced plan of S splits, writing out [M, N]."""
-    epilogue = f"int8nax::StoreInt32{{out, a_shape[0], b_shape[0]{', false' if cluster else ''}}}"
-    return _tma_simple_spec("int8nax_tma_simple_i32", cfg, ("a", "b"), ("out", "maps"), epilogue, "a", "b", cluster)
+    serial: the kernel of a serial split-K plan: out [M, N], plus tickets int32 [grid x * grid y]
+    (zeros) in and ws int32 [splits, M, N] out."""
+    epilogue = f"int8nax::StoreInt32{{out, a_shape[0], b_shape[0]{', false' if serial else ''}}}"
+    return _tma_simple_spec("int8nax_tma_simple_i32", cfg, ("a", "b"), ("out", "maps"), epilogue, "a", "b", serial)
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8_tma_simple(cfg: tiling.CudaTileConfig, cluster: int = 0) -> KernelSpec:
+def gemm_w8a8_tma_simple(cfg: tiling.CudaTileConfig, serial: bool = False) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the TMA + mbarrier kernel: y [M, N] (TOut); maps as in
-    gemm_tma_simple; template TOut, HAS_BIAS; cluster as there (the whole pipeline in one GEMM)."""
+    gemm_tma_simple; template TOut, HAS_BIAS; serial as there (the GEMM and its split-K in one kernel)."""
     epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
     return _tma_simple_spec("int8nax_tma_simple_w8a8", cfg, ("q", "w", "scale_x", "scale_w", "bias"), ("y", "maps"),
-                            epilogue, "q", "w", cluster)
+                            epilogue, "q", "w", serial)
 
 
 def tma_simple_spec(plan: tiling.CudaPlan, w8a8: bool = False) -> KernelSpec:
-    """The TMA kernel that runs a plan: cluster-reduced, or plain (one split, or a workspace)."""
-    cluster = plan.splits if plan.cluster else 0
-    return (gemm_w8a8_tma_simple if w8a8 else gemm_tma_simple)(plan.cfg, cluster)
+    """The TMA kernel that runs a plan: serial split-K, or plain (one split, or a workspace)."""
+    return (gemm_w8a8_tma_simple if w8a8 else gemm_tma_simple)(plan.cfg, plan.serial)
 
 
 @lru_cache(maxsize=None)
@@ -255,6 +245,15 @@ def quantize() -> KernelSpec:
     """(q int8 [M, K], scale float32 [M]) from x [M, K]; template T, THREADS; one block per row."""
     body = "int8nax::quantize_rows<T, THREADS>(x, x_shape[1], q, scale);"
     return KernelSpec(_name("int8nax_quantize", "quantize"), ("x",), ("q", "scale"), body, header("quantize"), 0)
+
+
+@lru_cache(maxsize=None)
+def zero_tickets() -> KernelSpec:
+    """tickets int32 [n] = 0, for the serial split-K GEMM that follows. Its inputs are that GEMM's
+    operands, unread: they make the node unique to the GEMM, so that mx.compile's common
+    subexpression elimination cannot hand two GEMMs one set of counters."""
+    body = "int8nax::zero_tickets(tickets);"
+    return KernelSpec(_name("int8nax_zero_tickets", "quantize"), ("a", "b"), ("tickets",), body, header("quantize"), 0)
 
 
 @lru_cache(maxsize=None)

@@ -453,6 +453,12 @@ __device__ void reduce_splits(const int32_t* ws, int splits, int M, int N, const
   }
 }
 
+// The ticket counters of a serial split-K GEMM (gemm_tma.cuh), zeroed: one per thread (the
+// array is padded to whole blocks of the launch).
+__device__ __forceinline__ void zero_tickets(int32_t* tickets) {
+  tickets[blockIdx.x * blockDim.x + threadIdx.x] = 0;
+}
+
 // Number of SMs, counted by where blocks land: flags[smid] = 1 for every block of the launch.
 __device__ __forceinline__ void mark_sm(int32_t* flags, int capacity) {
   if (threadIdx.x == 0) {

@@ -152,107 +152,79 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const uint8_t* gmap, i
       : "memory");
 }
 
-// ---- split-K reduced inside a thread-block cluster ----
+// ---- serial split-K: the last split of a tile sums the others, in the same kernel ----
 //
-// With CLUSTER, the splits of one output tile are the blocks of one cluster (grid z = splits =
-// the cluster's z extent, fixed at compile time by kernels/tma_cluster.cuh): each block parks its
-// int32 partial tile in its own shared memory, and after a cluster barrier block `rank` sums
-// rows [BM rank / S, BM (rank + 1) / S) of all S partial tiles through distributed shared memory
-// and stores them through the epilogue. No workspace, no second kernel; integer sums are exact
-// in any order. The partial tile reuses the stages (tiling.CudaTileConfig.cluster_ok checks
-// that it fits): BM rows of BN + CLUSTER_PAD int32, the pad making the fragment's 8-byte stores
-// free of bank conflicts.
+// With SERIAL, split z parks its int32 partial sums in slice z of the [splits, M, N] workspace
+// `ws` (L2-resident at these sizes), then takes a ticket on its tile's counter; the split that
+// draws the last ticket adds the other slices to its accumulators (same fragment positions)
+// and runs the epilogue on the totals. No second kernel and no reduction pass over DRAM;
+// integer sums are exact in any order. `tickets` (one int32 per block of the (x, y) grid) must
+// be zero at launch: the caller passes a fresh zero array per call (backends/cuda.py), so two
+// calls never share counters, even when they run at once.
+// A thread-block cluster would let the splits sum through distributed shared memory instead,
+// but MLX's CUDA graphs update kernel nodes in place and do not see a cluster shape fixed at
+// compile time (__cluster_dims__), so a later graph could relaunch another kernel with it
+// (MLX 0.32.4 device.cpp, subgraph_to_key): wrong results after the first such node, seen on
+// the H200 (docs/cuda-notes.md, v8).
 
-constexpr int CLUSTER_PAD = 8;
-
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t cluster_size() {
-  uint32_t n;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
-  return n;
-}
-
-// The address of shared-memory location `addr` of this block in block `rank` of the cluster.
-__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, uint32_t rank) {
-  uint32_t out;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
-  return out;
-}
-
-__device__ __forceinline__ int4 cluster_load4(uint32_t addr) {
-  int4 v;
-  asm volatile("ld.shared::cluster.v4.s32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-
-template <int BM, int BN, int WM, class Epilogue>
-__device__ __forceinline__ void cluster_reduce_store(const int (&acc)[BN / 2], uint32_t buf, int m0, int n0,
-                                                     const Epilogue& epi) {
-  constexpr int PITCH = BN + CLUSTER_PAD;  // int32 per row of the parked tile
-  constexpr int THREADS = 128 * WM;
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  // 1. This block's partial tile into its shared memory, in the wgmma m64nN fragment layout
-  //    (store_accumulators): every wgmma and TMA read of the stages has finished (wait<0> in
-  //    every thread, then this barrier).
-  __syncthreads();
-  {
-    const int r = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2);
-    const int c = 2 * (lane & 3);
+// acc += the partial sums the other splits of this tile parked in ws (rows r0.., cols c0..).
+template <int WIDTH>
+__device__ __forceinline__ void add_partials(int (&acc)[WIDTH / 2], const int32_t* ws, int M, int N, int r0, int c0) {
+  const int lane = threadIdx.x & 31;
+  const int warp = (threadIdx.x >> 5) & 3;
+  const int row = r0 + warp * 16 + (lane >> 2);
+  const int col = c0 + 2 * (lane & 3);
+  const bool pairs = (N & 1) == 0;
+  for (int z = 0; z < static_cast<int>(gridDim.z); ++z) {
+    if (z == static_cast<int>(blockIdx.z)) {
+      continue;
+    }
+    const int32_t* slice = ws + static_cast<size_t>(z) * M * N;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const uint32_t p0 = buf + 4 * (r * PITCH + c + 8 * j);
-      const uint32_t p1 = p0 + 4 * 8 * PITCH;
-      asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(p0), "r"(acc[4 * j]), "r"(acc[4 * j + 1]) : "memory");
-      asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(p1), "r"(acc[4 * j + 2]), "r"(acc[4 * j + 3]) : "memory");
+    for (int j = 0; j < WIDTH / 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row + 8 * h;
+        const int c = col + 8 * j;
+        if (r >= M || c >= N) {
+          continue;  // never stored: outside the matrix
+        }
+        const int32_t* p = slice + static_cast<size_t>(r) * N + c;
+        if (pairs) {  // c is even, so c + 1 < N too
+          const int2 v = __ldcg(reinterpret_cast<const int2*>(p));
+          acc[4 * j + 2 * h] += v.x;
+          acc[4 * j + 2 * h + 1] += v.y;
+        } else {
+          acc[4 * j + 2 * h] += __ldcg(p);
+          if (c + 1 < N) {
+            acc[4 * j + 2 * h + 1] += __ldcg(p + 1);
+          }
+        }
+      }
     }
   }
-  cluster_sync();
-  // 2. Block `rank` owns a band of rows: the sum over the cluster, four columns per step.
-  const uint32_t rank = cluster_rank();
-  const uint32_t size = cluster_size();
-  const int r0 = static_cast<int>(BM * rank / size);
-  const int r1 = static_cast<int>(BM * (rank + 1) / size);
-  constexpr int QUADS = BN / 4;
-  for (int it = tid; it < (r1 - r0) * QUADS; it += THREADS) {
-    const int r = r0 + it / QUADS;
-    const int c = 4 * (it % QUADS);
-    const uint32_t local = buf + 4 * (r * PITCH + c);
-    int4 sum = make_int4(0, 0, 0, 0);
-    for (uint32_t q = 0; q < size; ++q) {
-      const int4 v = cluster_load4(cluster_map(local, q));
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
-    }
-    const int row = m0 + r;
-    const int col = n0 + c;
-    const float f = epi.row_factor(row);
-    bool exact = !epi.fast_ok(row, col, 1, 4);
-    if (!exact) {
-      exact = epi.store2_fast(row, col, sum.x, sum.y, f);
-      exact |= epi.store2_fast(row, col + 2, sum.z, sum.w, f);
-    }
-    if (exact) {
-      epi.store2(row, col, sum.x, sum.y, f);
-      epi.store2(row, col + 2, sum.z, sum.w, f);
-    }
+}
+
+// Parks this split's partial sums and draws a ticket; true for the tile's last split, which
+// then holds the totals in acc. Every thread of the block calls it.
+template <int BN>
+__device__ __forceinline__ bool serial_split_k(int (&acc)[BN / 2], int32_t* ws, const int32_t* tickets, int M, int N,
+                                               int r0, int c0) {
+  __shared__ int ticket;
+  store_accumulators<BN>(acc, r0, c0, StoreInt32{ws, M, N});
+  __threadfence();  // this thread's partial sums are visible GPU-wide before the ticket
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = const_cast<int*>(tickets) + blockIdx.x + static_cast<size_t>(gridDim.x) * blockIdx.y;
+    ticket = atomicAdd(counter, 1);
   }
-  // 3. No block may leave (its shared memory) while another still reads it.
-  cluster_sync();
+  __syncthreads();
+  if (ticket != static_cast<int>(gridDim.z) - 1) {
+    return false;
+  }
+  __threadfence();  // the other splits' partial sums (they fenced before their tickets)
+  add_partials<BN>(acc, ws, M, N, r0, c0);
+  return true;
 }
 
 // ---- variant 1: TMA + mbarrier pipeline, no warp specialisation, one block per tile ----
@@ -331,14 +303,15 @@ __device__ __forceinline__ void tma_mainloop(const int8_t* a, const int8_t* b, i
   fence_registers(acc);
 }
 
-// CLUSTER: the grid's z splits of a tile form one cluster and are summed in it (above); else
-// split z (if any) goes to the epilogue's workspace slice z.
-template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, bool CLUSTER = false, class Epilogue>
+// SERIAL: the grid's z splits of a tile are summed in this kernel (serial_split_k, above; ws and
+// tickets as there); else split z (if any) goes to the epilogue's workspace slice z.
+template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, bool SERIAL = false, class Epilogue>
 __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b, int M, int N, int K, uint8_t* maps,
-                                                const Epilogue& epi) {
+                                                const Epilogue& epi, int32_t* ws = nullptr,
+                                                const int32_t* tickets = nullptr) {
   const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
   if (t.filler) {
-    return;  // the whole cluster: its blocks share the tile and differ only in z
+    return;
   }
   int acc[BN / 2];
   if (bases_tma_aligned(a, b)) {
@@ -347,11 +320,13 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
     // Uniform over the grid; this kernel's shared memory holds gemm_sm90's stages.
     sm90_mainloop<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, t, acc);
   }
-  if constexpr (CLUSTER) {
-    cluster_reduce_store<BM, BN, WM>(acc, aligned_smem_base(), t.m0, t.n0, epi);
-  } else {
-    store_accumulators<BN>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
+  const int r0 = t.m0 + (threadIdx.x >> 7) * 64;
+  if constexpr (SERIAL) {
+    if (gridDim.z > 1 && !serial_split_k<BN>(acc, ws, tickets, M, N, r0, t.n0)) {
+      return;
+    }
   }
+  store_accumulators<BN>(acc, r0, t.n0, epi);
 }
 
 // ---- variant 2: warp-specialised, persistent ----
