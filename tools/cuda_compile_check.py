@@ -82,11 +82,6 @@ def instances(arch: str):
                 yield (f"tma_simple w8a8 {cfg.name} {out}", cuda_source.gemm_w8a8_tma_simple(cfg),
                        ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out], "uint8_t"],
                        cfg.tma_template() + [("TOut", out), ("HAS_BIAS", True)])
-            yield (f"tma_serial i32 {cfg.name}", cuda_source.gemm_tma_simple(cfg, True),
-                   ["int8_t", "int8_t", "int32_t"], ["int32_t", "uint8_t", "int32_t"], cfg.tma_template())
-            yield (f"tma_serial w8a8 {cfg.name} float16", cuda_source.gemm_w8a8_tma_simple(cfg, True),
-                   ["int8_t", "int8_t", "float", "float", "float", "int32_t"], ["__half", "uint8_t", "int32_t"],
-                   cfg.tma_template() + [("TOut", "float16"), ("HAS_BIAS", True)])
         for cfg in tiling.CUDA_WS_CONFIGS.values():
             yield (f"tma_ws i32 {cfg.name}", cuda_source.gemm_tma_ws(cfg),
                    ["int8_t", "int8_t", "int32_t"], ["int32_t", "uint8_t"], cfg.template())
@@ -96,7 +91,6 @@ def instances(arch: str):
     yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])
     yield ("reduce w8a8", cuda_source.reduce_w8a8(), ["int32_t", "float", "float", "float"], ["__half"],
            [("TOut", "float16"), ("HAS_BIAS", True)])
-    yield ("zero_tickets", cuda_source.zero_tickets(), ["int8_t", "int8_t"], ["int32_t"], [])
     yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])
 
 

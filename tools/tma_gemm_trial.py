@@ -14,7 +14,7 @@ DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Varian
   tma_ws      warp-specialised (producer + 2 consumer warpgroups), persistent (tiling.ws_plan)
   wgmma       the cp.async + wgmma kernel
   cublaslt    cuBLASLt with a 64 MiB workspace, fastest of its heuristic's algorithms
-  sweep       tma_simple at every tile, unsplit and serial split-K (sweep_plans), on the seed shapes
+  sweep       tma_simple at every tile x split-K plan (sweep_plans) on the seed shapes
 --ncu-shapes MxKxN,... instead runs one worker under Nsight Compute (profiling only between
 cudaProfilerStart and cudaProfilerStop, so the warm-up and cuBLASLt's algorithm search are left
 out): per shape one call of int8_matmul's default kernel, of tma_ws, and of cuBLASLt's chosen
@@ -102,21 +102,17 @@ def shape_cases(include_big: bool = True) -> list[dict]:
 
 
 def sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
-    """The tma_simple plans the sweep times: every tile unsplit and, where the split blocks fit
-    on the SMs at once and every split keeps >= 4 K blocks, split 2, 4 or 8 ways with serial
-    split-K (summed in the GEMM kernel); at long K also cuda_plan's plan (a workspace split, tma_plan's choice
-    there). No 128-row tile for M <= 64 (tma_plan never takes one)."""
+    """The tma_simple plans the sweep times: every tile with 1-8 K splits of >= 4 K blocks each,
+    but no 128-row tile for M <= 64 and no split whose blocks outnumber what the SMs hold at once
+    (tma_plan takes neither)."""
     blocks = tiling.ceil_div(k, tiling.CUDA_SWIZZLE_BYTES)
     out = []
     for c in tiling.CUDA_CONFIGS.values():
         if c.bm > 64 and m <= 64:
             continue
         tiles = tiling.ceil_div(m, c.bm) * tiling.ceil_div(n, c.bn)
-        out.append(tiling.CudaPlan(c, 1))
-        out += [tiling.CudaPlan(c, s, serial=True) for s in SWEEP_SPLITS[1:]
-                if blocks // s >= 4 and tiles * s <= sms * tiling.blocks_per_sm(c)]
-    if blocks >= tiling.TMA_LONG_K_BLOCKS:
-        out.append(tiling.cuda_plan(m, n, k, sms))
+        out += [tiling.CudaPlan(c, s) for s in SWEEP_SPLITS
+                if s == 1 or (blocks // s >= 4 and tiles * s <= sms * tiling.blocks_per_sm(c))]
     return out
 
 

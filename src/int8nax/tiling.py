@@ -350,30 +350,14 @@ CUDA_SIMT_CONFIG = TileConfig("simt_64x64", bm=64, bn=64, bk=32, wm=2, wn=4)
 
 @dataclass(frozen=True)
 class CudaPlan:
-    """What one CUDA GEMM launch runs: a tile configuration and how many K splits.
-
-    serial: serial split-K (TMA kernel only): each split parks its partial sums in a
-    [splits, M, N] workspace and the last split of each tile to finish adds the others and runs
-    the epilogue, inside the GEMM kernel (kernels/gemm_tma.cuh, serial_split_k); else a split
-    plan's workspace is summed by a second kernel.
-    """
+    """What one CUDA GEMM launch runs: a tile configuration and how many K splits."""
 
     cfg: TileConfig
     splits: int
-    serial: bool = False
-
-    def __post_init__(self):
-        if self.serial and self.splits < 2:
-            raise ValueError(f"{self.cfg.name}: a serial split-K plan needs at least 2 splits, got {self.splits}")
-
-    @property
-    def reduce_kernel(self) -> bool:
-        """Whether a second kernel sums the GEMM's [splits, M, N] workspace (split, not serial)."""
-        return self.splits > 1 and not self.serial
 
     @property
     def name(self) -> str:
-        return f"{self.cfg.name}_s{self.splits}" + ("r" if self.serial else "")
+        return f"{self.cfg.name}_s{self.splits}"
 
     def grid(self, m: int, n: int) -> tuple[Launch, tuple[int, int, int], tuple[int, int, int]]:
         """(launch, grid in threads, block) as mx.fast.cuda_kernel wants them."""
@@ -469,25 +453,60 @@ TMA_FILL = 0.85
 """A tile of the TMA GEMM is taken when its tiles alone give this many blocks per SM."""
 
 TMA_LONG_K_BLOCKS = 64
-"""From this many K blocks (K >= 8192) the TMA GEMM splits K as cuda_plan does."""
+"""From this many K blocks (K >= 8192) the TMA GEMM splits K as cuda_plan does, unless the wave
+rule's tile alone fills TMA_LONG_K_FILL of the SMs."""
+
+TMA_LONG_K_FILL = 0.75
 
 _TMA_TILES = ("wg2_128x256", "wg2_128x128_x2", "wg1_64x64")
+
+_WAVE_TILES = ("wg2_128x256", "wg2_128x192", "wg2_128x144", "wg2_128x128_x2")
+"""The 128-row tiles the wave rule weighs, the default first: 128 x 256 is the most efficient
+per output (fewest shared-memory bytes per multiply), so another must be clearly cheaper."""
+
+WAVE_MARGIN = 0.9
+"""A narrower tile replaces 128 x 256 when its wave cost is at most this fraction of it."""
+
+
+def wave_cost(m: int, n: int, cfg, sms: int = 132) -> int:
+    """Columns of output the busiest SM computes per 128 rows: the waves the tiles need
+    (ceil(tiles / (SMs x blocks per SM))) times the columns one wave puts on an SM (BN x blocks
+    per SM). A partial last wave costs a whole one: that is what a narrower tile can save."""
+    bps = blocks_per_sm(cfg)
+    tiles = ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn)
+    return ceil_div(tiles, sms * bps) * cfg.bn * bps
+
+
+def wave_tile(m: int, n: int, sms: int = 132):
+    """The 128-row tile of least wave cost (_WAVE_TILES; ties to the wider tile), or 128 x 256
+    unless that is at most WAVE_MARGIN of its cost."""
+    tiles = [CUDA_CONFIGS[name] for name in _WAVE_TILES]
+    default = tiles[0]
+    best = min(tiles, key=lambda c: (wave_cost(m, n, c, sms), -c.bn))
+    return best if wave_cost(m, n, best, sms) <= WAVE_MARGIN * wave_cost(m, n, default, sms) else default
 
 
 def tma_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
     """The plan of the TMA GEMM (gemm_tma_simple) for an [M, K] x [N, K] product on `sms` SMs.
 
     Measured on the H200 (every tile x 1-8 splits at the 11 seed shapes, CUPTI kernel time,
-    docs/results/cuda-h200-2026-12-01-default.md): with TMA loads one block per tile beat split-K
-    wherever K < 8192, by up to 1.6x (256 x 4096 x 4096: 64x64 unsplit 13.3 µs, cuda_plan's
-    128x128 split 4 21.6 µs), the split's workspace round trip and reduction costing more than
-    the idle SMs; the largest tile whose count fills ~all SMs was fastest (within 2 %). At
-    long K (K >= 8192) cuda_plan's split-K plan was the fastest measured.
+    docs/results/cuda-h200-2026-12-01-default.md and -waves.md): one block per tile beat split-K
+    wherever K < 8192 (the split's workspace round trip and reduction kernel cost more than idle
+    SMs), and among the 128-row tiles the one whose tiles leave the least of a partial last wave
+    (wave_tile): 512 x 3584 x 18944 on 128 x 192 (3 full waves) 68.6 µs against 84.5 on 128 x 256
+    (2.24 waves); 512 x 4096 x 4096 and 128 x 3584 x 18944 on 128 x 144, one wave on 116 / 132 SMs
+    with 6 stages, 17.7 / 24.7 µs against 21.8 / 28.9 on 128 x 128 (3 stages, sized for two blocks
+    per SM). When the 128-row tiles cannot fill the SMs, 128 x 128 (two per SM) or 64 x 64. At long
+    K (K >= 8192) K is split as cuda_plan does unless the wave tile alone fills most SMs
+    (512 x 18944 x 3584: 128 x 144 unsplit 56.0 µs, cuda_plan's 2 splits 62.3).
     """
+    wave = wave_tile(m, n, sms) if m > 64 else None
     if ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS:
+        if wave is not None and ceil_div(m, wave.bm) * ceil_div(n, wave.bn) >= TMA_LONG_K_FILL * sms:
+            return CudaPlan(wave, 1)
         return cuda_plan(m, n, k, sms)
-    for name in _TMA_TILES:
-        cfg = CUDA_CONFIGS[name]
+    candidates = ([wave] if wave is not None else []) + [CUDA_CONFIGS[name] for name in _TMA_TILES[1:]]
+    for cfg in candidates:
         if cfg.bm > 64 and m <= 64:
             continue  # a 128-row tile for at most 64 rows: half of every stage would be padding
         if ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn) >= TMA_FILL * sms:

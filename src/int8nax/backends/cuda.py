@@ -109,21 +109,15 @@ def _row_chunks(m: int, cfg: tiling.TileConfig):
 
 
 def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template, tma=False):
-    """The GEMM kernel over one row chunk: [M, N], or the [splits, M, N] workspace of a plan
-    whose splits a second kernel sums (plan.reduce_kernel). A TMA kernel (gemm_tma_simple) also
-    gets an extra uint8 output, one 256-byte slot per block for its tensor maps; a serial
-    split-K one zeroed ticket counters (a fresh array per call: two calls never share them) and
-    its [splits, M, N] int32 workspace."""
+    """The GEMM kernel over one row chunk: [M, N], or the [splits, M, N] workspace. A TMA kernel
+    (gemm_tma_simple) also gets an extra uint8 output, one 256-byte slot per block for its
+    tensor maps."""
     lau, grid, block = plan.grid(m, n)
-    shapes = [(plan.splits, m, n) if plan.reduce_kernel else (m, n)]
+    shapes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)]
     dtypes = [out_dtype]
     if tma:
         shapes.append((lau.grid_x * lau.grid_y * plan.splits * tiling.TMA_MAP_SLOT_BYTES,))
         dtypes.append(mx.uint8)
-    if plan.serial:
-        inputs = inputs + [_zero_tickets(inputs[0], inputs[1], lau.grid_x * lau.grid_y)]
-        shapes.append((plan.splits, m, n))
-        dtypes.append(mx.int32)
     return _kernel(spec)(
         inputs=inputs,
         output_shapes=shapes,
@@ -132,19 +126,6 @@ def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template, tma=False):
         threadgroup=block,
         template=(plan.cfg.tma_template() if tma else plan.cfg.template()) + template,
     )[0]
-
-
-TICKET_THREADS = 256
-
-
-def _zero_tickets(a, b, count):
-    """int32 zeros, at least `count` (whole blocks of TICKET_THREADS), by a kernel whose inputs
-    are the serial GEMM's operands: mx.zeros would be one node that mx.compile may share between
-    two GEMMs, whose counters would then collide (cuda_source.zero_tickets)."""
-    size = tiling.ceil_div(count, TICKET_THREADS) * TICKET_THREADS
-    return _kernel(cuda_source.zero_tickets())(
-        inputs=[a, b], output_shapes=[(size,)], output_dtypes=[mx.int32], grid=(size, 1, 1),
-        threadgroup=(TICKET_THREADS, 1, 1))[0]
 
 
 def _launch_reduce(spec, inputs, out_dtype, template):
@@ -173,19 +154,13 @@ def _rows(v, r0, r1):
     return v if (r0, r1) == (0, v.shape[0]) else v[r0:r1]
 
 
-def _check_serial(plan, tma):
-    if plan.serial and not tma:
-        raise ValueError(f"plan {plan.name}: serial split-K exists only on the TMA kernel")
-
-
 def _gemm_int32_graph(a, b, family, plan, tma=False):
-    _check_serial(plan, tma)
-    spec = cuda_source.tma_simple_spec(plan) if tma else cuda_source.gemm_int32(family, plan.cfg)
+    spec = cuda_source.gemm_tma_simple(plan.cfg) if tma else cuda_source.gemm_int32(family, plan.cfg)
     n = b.shape[0]
 
     def one_chunk(r0, r1):
         out = _launch_gemm(spec, [_rows(a, r0, r1), b], r1 - r0, n, mx.int32, plan, [], tma)
-        return _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, []) if plan.reduce_kernel else out
+        return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
 
     return _by_row_chunks(a.shape[0], plan, one_chunk)
 
@@ -205,17 +180,16 @@ def _quantize_graph(x):
 
 def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias, tma=False):
     """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n])."""
-    _check_serial(plan, tma)
     n = w.shape[0]
     epilogue = [("TOut", out_dtype), ("HAS_BIAS", has_bias)]
     if tma:
-        fused, raw = cuda_source.tma_simple_spec(plan, w8a8=True), cuda_source.tma_simple_spec(plan)
+        fused, raw = cuda_source.gemm_w8a8_tma_simple(plan.cfg), cuda_source.gemm_tma_simple(plan.cfg)
     else:
         fused, raw = cuda_source.gemm_w8a8(family, plan.cfg), cuda_source.gemm_int32(family, plan.cfg)
 
     def one_chunk(r0, r1):
         q_rows, sx_rows = _rows(q, r0, r1), _rows(scale_x, r0, r1)
-        if not plan.reduce_kernel:
+        if plan.splits == 1:
             # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
             return _launch_gemm(fused, [q_rows, w, sx_rows, scale_w, bias32], r1 - r0, n, out_dtype, plan, epilogue,
                                 tma)

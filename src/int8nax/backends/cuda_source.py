@@ -179,41 +179,27 @@ def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
     )
 
 
-def _tma_simple_call(a: str, b: str, epilogue: str, serial: bool) -> str:
-    flag, extra = (", true", ", ws, tickets") if serial else ("", "")
-    return (f"int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD{flag}>({a}, {b}, {a}_shape[0], {b}_shape[0], "
-            f"{a}_shape[1], maps, {epilogue}{extra});")
+def _tma_simple_call(a: str, b: str, epilogue: str) -> str:
+    return (f"int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>({a}, {b}, {a}_shape[0], {b}_shape[0], "
+            f"{a}_shape[1], maps, {epilogue});")
 
 
-def _tma_simple_spec(base: str, cfg, inputs, outputs, epilogue: str, a: str, b: str, serial: bool) -> KernelSpec:
-    if serial:  # + the zeroed ticket counters in, the partial-sum workspace out
-        base, inputs, outputs = f"{base}_serial", inputs + ("tickets",), outputs + ("ws",)
-    return KernelSpec(_name(f"{base}_{cfg.name}", "tma"), inputs, outputs, _tma_simple_call(a, b, epilogue, serial),
+@lru_cache(maxsize=None)
+def gemm_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
+    """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
+    mbarrier kernel on a CudaPlan's grid (tiling.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps."""
+    body = _tma_simple_call("a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
+    return KernelSpec(_name(f"int8nax_tma_simple_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
                       header("tma"), cfg.tma_shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_simple(cfg: tiling.CudaTileConfig, serial: bool = False) -> KernelSpec:
-    """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
-    mbarrier kernel on a CudaPlan's grid (tiling.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps.
-    serial: the kernel of a serial split-K plan: out [M, N], plus tickets int32 [grid x * grid y]
-    (zeros) in and ws int32 [splits, M, N] out."""
-    epilogue = f"int8nax::StoreInt32{{out, a_shape[0], b_shape[0]{', false' if serial else ''}}}"
-    return _tma_simple_spec("int8nax_tma_simple_i32", cfg, ("a", "b"), ("out", "maps"), epilogue, "a", "b", serial)
-
-
-@lru_cache(maxsize=None)
-def gemm_w8a8_tma_simple(cfg: tiling.CudaTileConfig, serial: bool = False) -> KernelSpec:
+def gemm_w8a8_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the TMA + mbarrier kernel: y [M, N] (TOut); maps as in
-    gemm_tma_simple; template TOut, HAS_BIAS; serial as there (the GEMM and its split-K in one kernel)."""
+    gemm_tma_simple; template TOut, HAS_BIAS."""
     epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
-    return _tma_simple_spec("int8nax_tma_simple_w8a8", cfg, ("q", "w", "scale_x", "scale_w", "bias"), ("y", "maps"),
-                            epilogue, "q", "w", serial)
-
-
-def tma_simple_spec(plan: tiling.CudaPlan, w8a8: bool = False) -> KernelSpec:
-    """The TMA kernel that runs a plan: serial split-K, or plain (one split, or a workspace)."""
-    return (gemm_w8a8_tma_simple if w8a8 else gemm_tma_simple)(plan.cfg, plan.serial)
+    return KernelSpec(_name(f"int8nax_tma_simple_w8a8_{cfg.name}", "tma"), ("q", "w", "scale_x", "scale_w", "bias"),
+                      ("y", "maps"), _tma_simple_call("q", "w", epilogue), header("tma"), cfg.tma_shared_bytes)
 
 
 @lru_cache(maxsize=None)
@@ -245,15 +231,6 @@ def quantize() -> KernelSpec:
     """(q int8 [M, K], scale float32 [M]) from x [M, K]; template T, THREADS; one block per row."""
     body = "int8nax::quantize_rows<T, THREADS>(x, x_shape[1], q, scale);"
     return KernelSpec(_name("int8nax_quantize", "quantize"), ("x",), ("q", "scale"), body, header("quantize"), 0)
-
-
-@lru_cache(maxsize=None)
-def zero_tickets() -> KernelSpec:
-    """tickets int32 [n] = 0, for the serial split-K GEMM that follows. Its inputs are that GEMM's
-    operands, unread: they make the node unique to the GEMM, so that mx.compile's common
-    subexpression elimination cannot hand two GEMMs one set of counters."""
-    body = "int8nax::zero_tickets(tickets);"
-    return KernelSpec(_name("int8nax_zero_tickets", "quantize"), ("a", "b"), ("tickets",), body, header("quantize"), 0)
 
 
 @lru_cache(maxsize=None)

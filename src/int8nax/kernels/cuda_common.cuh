@@ -146,22 +146,20 @@ __device__ __forceinline__ TileCoords tile_coords(int M, int N, int K) {
 // pair asked, so the loads and arithmetic of all pairs overlap: a branch or call per element
 // serialised them (the fused W8A8 GEMM ran 1.83x the int32 one at 8192^3, ncu, 2026-12-01).
 
-// int32 [M, N] results. With split-K through a workspace (gridDim.z > 1, `slices`) split z writes
-// its partial sums to slice z of a [splits, M, N] workspace, summed afterwards by reduce_splits
-// (plain stores: no atomics, no zero-filled output). A cluster-reduced split-K kernel
-// (gemm_tma.cuh, CLUSTER) stores only final sums, into [M, N]: slices = false.
+// int32 [M, N] results. With split-K (gridDim.z > 1) split z writes its partial sums to slice z
+// of a [splits, M, N] workspace, summed afterwards by reduce_splits (plain stores: no atomics,
+// no zero-filled output).
 struct StoreInt32 {
   int32_t* out;
   int M;
   int N;
-  bool slices = true;
 
   __device__ __forceinline__ float row_factor(int) const {
     return 0.0f;
   }
 
   __device__ __forceinline__ int32_t* at(int row, int col) const {
-    return out + (static_cast<size_t>(slices ? blockIdx.z : 0) * M + row) * N + col;
+    return out + (static_cast<size_t>(blockIdx.z) * M + row) * N + col;
   }
 
   // Whether rows [r0, r0 + rows) x cols [c0, c0 + cols) lie inside and pairs can be stored whole.
@@ -451,12 +449,6 @@ __device__ void reduce_splits(const int32_t* ws, int splits, int M, int N, const
     const int row = static_cast<int>(i / N);
     epi.store1(row, static_cast<int>(i % N), sum, epi.row_factor(row));
   }
-}
-
-// The ticket counters of a serial split-K GEMM (gemm_tma.cuh), zeroed: one per thread (the
-// array is padded to whole blocks of the launch).
-__device__ __forceinline__ void zero_tickets(int32_t* tickets) {
-  tickets[blockIdx.x * blockDim.x + threadIdx.x] = 0;
 }
 
 // Number of SMs, counted by where blocks land: flags[smid] = 1 for every block of the launch.

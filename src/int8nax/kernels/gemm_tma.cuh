@@ -152,81 +152,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const uint8_t* gmap, i
       : "memory");
 }
 
-// ---- serial split-K: the last split of a tile sums the others, in the same kernel ----
-//
-// With SERIAL, split z parks its int32 partial sums in slice z of the [splits, M, N] workspace
-// `ws` (L2-resident at these sizes), then takes a ticket on its tile's counter; the split that
-// draws the last ticket adds the other slices to its accumulators (same fragment positions)
-// and runs the epilogue on the totals. No second kernel and no reduction pass over DRAM;
-// integer sums are exact in any order. `tickets` (one int32 per block of the (x, y) grid) must
-// be zero at launch: the caller passes a fresh zero array per call (backends/cuda.py), so two
-// calls never share counters, even when they run at once.
-// A thread-block cluster would let the splits sum through distributed shared memory instead,
-// but MLX's CUDA graphs update kernel nodes in place and do not see a cluster shape fixed at
-// compile time (__cluster_dims__), so a later graph could relaunch another kernel with it
-// (MLX 0.32.4 device.cpp, subgraph_to_key): wrong results after the first such node, seen on
-// the H200 (docs/cuda-notes.md, v8).
-
-// acc += the partial sums the other splits of this tile parked in ws (rows r0.., cols c0..).
-template <int WIDTH>
-__device__ __forceinline__ void add_partials(int (&acc)[WIDTH / 2], const int32_t* ws, int M, int N, int r0, int c0) {
-  const int lane = threadIdx.x & 31;
-  const int warp = (threadIdx.x >> 5) & 3;
-  const int row = r0 + warp * 16 + (lane >> 2);
-  const int col = c0 + 2 * (lane & 3);
-  const bool pairs = (N & 1) == 0;
-  for (int z = 0; z < static_cast<int>(gridDim.z); ++z) {
-    if (z == static_cast<int>(blockIdx.z)) {
-      continue;
-    }
-    const int32_t* slice = ws + static_cast<size_t>(z) * M * N;
-#pragma unroll
-    for (int j = 0; j < WIDTH / 8; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = row + 8 * h;
-        const int c = col + 8 * j;
-        if (r >= M || c >= N) {
-          continue;  // never stored: outside the matrix
-        }
-        const int32_t* p = slice + static_cast<size_t>(r) * N + c;
-        if (pairs) {  // c is even, so c + 1 < N too
-          const int2 v = __ldcg(reinterpret_cast<const int2*>(p));
-          acc[4 * j + 2 * h] += v.x;
-          acc[4 * j + 2 * h + 1] += v.y;
-        } else {
-          acc[4 * j + 2 * h] += __ldcg(p);
-          if (c + 1 < N) {
-            acc[4 * j + 2 * h + 1] += __ldcg(p + 1);
-          }
-        }
-      }
-    }
-  }
-}
-
-// Parks this split's partial sums and draws a ticket; true for the tile's last split, which
-// then holds the totals in acc. Every thread of the block calls it.
-template <int BN>
-__device__ __forceinline__ bool serial_split_k(int (&acc)[BN / 2], int32_t* ws, const int32_t* tickets, int M, int N,
-                                               int r0, int c0) {
-  __shared__ int ticket;
-  store_accumulators<BN>(acc, r0, c0, StoreInt32{ws, M, N});
-  __threadfence();  // this thread's partial sums are visible GPU-wide before the ticket
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = const_cast<int*>(tickets) + blockIdx.x + static_cast<size_t>(gridDim.x) * blockIdx.y;
-    ticket = atomicAdd(counter, 1);
-  }
-  __syncthreads();
-  if (ticket != static_cast<int>(gridDim.z) - 1) {
-    return false;
-  }
-  __threadfence();  // the other splits' partial sums (they fenced before their tickets)
-  add_partials<BN>(acc, ws, M, N, r0, c0);
-  return true;
-}
-
 // ---- variant 1: TMA + mbarrier pipeline, no warp specialisation, one block per tile ----
 //
 // Shared memory: STAGES x (BM + BN) x 128 bytes (1024-aligned), then STAGES full barriers, then
@@ -303,12 +228,9 @@ __device__ __forceinline__ void tma_mainloop(const int8_t* a, const int8_t* b, i
   fence_registers(acc);
 }
 
-// SERIAL: the grid's z splits of a tile are summed in this kernel (serial_split_k, above; ws and
-// tickets as there); else split z (if any) goes to the epilogue's workspace slice z.
-template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, bool SERIAL = false, class Epilogue>
+template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, class Epilogue>
 __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b, int M, int N, int K, uint8_t* maps,
-                                                const Epilogue& epi, int32_t* ws = nullptr,
-                                                const int32_t* tickets = nullptr) {
+                                                const Epilogue& epi) {
   const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
   if (t.filler) {
     return;
@@ -320,13 +242,7 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
     // Uniform over the grid; this kernel's shared memory holds gemm_sm90's stages.
     sm90_mainloop<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, t, acc);
   }
-  const int r0 = t.m0 + (threadIdx.x >> 7) * 64;
-  if constexpr (SERIAL) {
-    if (gridDim.z > 1 && !serial_split_k<BN>(acc, ws, tickets, M, N, r0, t.n0)) {
-      return;
-    }
-  }
-  store_accumulators<BN>(acc, r0, t.n0, epi);
+  store_accumulators<BN>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
 }
 
 // ---- variant 2: warp-specialised, persistent ----
