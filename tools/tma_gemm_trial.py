@@ -116,12 +116,13 @@ def sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
     return out
 
 
-def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132) -> dict:
-    """What a variant launches for a shape (pure Python: the dry run and the table use it)."""
+def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> dict:
+    """What a variant launches for a shape (pure Python: the dry run and the table use it);
+    w8a8: the plan of w8a8_linear's GEMM."""
     if variant in ("default", "w8a8"):
-        # The default dispatch (INT8NAX_CUDA_KERNEL unset; W8A8 follows the same rule).
-        kernel = tiling.cuda_gemm_kernel(m, n, k)
-        d = plan_description(kernel, m, n, k, sms)
+        # The default dispatch (INT8NAX_CUDA_KERNEL unset; W8A8 with its own rules: tiling.tma_plan).
+        kernel = tiling.cuda_gemm_kernel(m, n, k, w8a8=variant == "w8a8")
+        d = plan_description(kernel, m, n, k, sms, w8a8=variant == "w8a8")
         return {**d, "plan": f"{kernel}: {d['plan']}"}
     if variant == "sweep":
         return {"plan": f"{len(sweep_plans(m, n, k))} tma_simple plans"}
@@ -133,7 +134,7 @@ def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132) -> di
         return {"plan": f"{p.cfg.name} splits={p.splits} group={p.group} blocks={p.blocks}", "kernel": spec.name,
                 "smem": spec.shared_memory, "units": tiling.ws_units(m, n, p.cfg, p.splits)}
     if variant in ("tma_simple", "wgmma"):
-        p = tiling.tma_plan(m, n, k, sms) if variant == "tma_simple" else tiling.cuda_plan(m, n, k, sms)
+        p = tiling.tma_plan(m, n, k, sms, w8a8) if variant == "tma_simple" else tiling.cuda_plan(m, n, k, sms)
         spec = cuda_source.gemm_tma_simple(p.cfg) if variant == "tma_simple" else cuda_source.gemm_int32("sm90", p.cfg)
         lau = tiling.launch(m, n, p.cfg)
         return {"plan": f"{p.cfg.name} splits={p.splits} grid={lau.grid_x}x{lau.grid_y}x{p.splits}",
@@ -375,7 +376,7 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms) -> int:
                 lambda y: y)
             got = np.array(pick(cuda.w8a8(x, w, s, None))).view(np.uint16)
             # The cp.async kernel on the plan the dispatch gave the TMA one: the same epilogue path.
-            plan = tiling.tma_plan(m, n, k, sms) if cuda.gemm_kernel(m, n, k, w8a8=True) == "tma_simple" else None
+            plan = tiling.tma_plan(m, n, k, sms, w8a8=True) if cuda.gemm_kernel(m, n, k, w8a8=True) == "tma_simple" else None
             want = np.array(pick(cuda.w8a8(x, w, s, None, plan=plan or tiling.cuda_plan(m, n, k, sms), family="sm90")))
             bad = np.argwhere(got != want.view(np.uint16))
             rec.update({"exact": bool(len(bad) == 0), "mismatches": int(len(bad)), "checked_rows": int(len(rows)),

@@ -441,12 +441,17 @@ def tma_ok(k: int) -> bool:
 
 
 TMA_MIN_M = 1
-"""Smallest M that takes the TMA kernel. It was 17 while the TMA kernel ran cuda_plan's plans
-(at M = 16: 12.2 µs against the cp.async kernel's 11.6, 2026-12-01 noon); on tma_plan's plan
-(64 x 64, one block per tile, no split-K) it measured 11.3 µs there (H200 sweep, 2026-12-01
-evening, docs/results/cuda-h200-2026-12-01-default.md), in one kernel where the cp.async
-plan needs two (GEMM + split-K reduction), and every kernel node costs a call + eval
-~16-19 µs of MLX's time (docs/cuda-notes.md, v5). Decode-sized M (1-16) therefore takes it too."""
+"""Smallest M at which int8_matmul takes the TMA kernel. It was 17 while the TMA kernel ran
+cuda_plan's plans (at M = 16: 12.2 µs against the cp.async kernel's 11.6, 2026-12-01 noon); on
+tma_plan's plan (64 x 64, one block per tile, no split-K) it measured 11.2-11.8 µs there (H200,
+2026-12-01 evening and night, docs/results/cuda-h200-2026-12-01-waves.md), in one kernel where
+the cp.async plan needs two (GEMM + split-K reduction). Decode-sized M (1-16) takes it too."""
+
+TMA_MIN_M_W8A8 = 17
+"""Smallest M at which w8a8_linear takes the TMA kernel. At M = 16 its pipeline measured 19.1 µs on
+the TMA kernel's unsplit 64 x 64 plan (quantization + fused GEMM, 2026-12-01 night) against 15.3 on
+the cp.async kernel's 4-split plan (quantization + GEMM + dequantizing reduction, evening), though
+the raw GEMMs take the same time: with 4 splits the dequantization runs over 4x the blocks."""
 
 
 TMA_FILL = 0.85
@@ -486,8 +491,9 @@ def wave_tile(m: int, n: int, sms: int = 132):
     return best if wave_cost(m, n, best, sms) <= WAVE_MARGIN * wave_cost(m, n, default, sms) else default
 
 
-def tma_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
-    """The plan of the TMA GEMM (gemm_tma_simple) for an [M, K] x [N, K] product on `sms` SMs.
+def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> CudaPlan:
+    """The plan of the TMA GEMM (gemm_tma_simple) for an [M, K] x [N, K] product on `sms` SMs;
+    w8a8: for w8a8_linear's fused GEMM (below).
 
     Measured on the H200 (every tile x 1-8 splits at the 11 seed shapes, CUPTI kernel time,
     docs/results/cuda-h200-2026-12-01-default.md and -waves.md): one block per tile beat split-K
@@ -499,13 +505,19 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
     per SM). When the 128-row tiles cannot fill the SMs, 128 x 128 (two per SM) or 64 x 64. At long
     K (K >= 8192) K is split as cuda_plan does unless the wave tile alone fills most SMs
     (512 x 18944 x 3584: 128 x 144 unsplit 56.0 µs, cuda_plan's 2 splits 62.3).
+
+    W8A8 keeps the rule without the wave tile (128 x 256, 128 x 128, 64 x 64; cuda_plan at long
+    K): its dequantizing epilogue runs after each block's main loop, an unhidden tail that grows
+    with the outputs per block, so the one-block-per-SM wave tiles lost there (2026-12-01 night:
+    128 x 3584 x 18944 43.4 µs on 128 x 144 against 37.5 on 128 x 128, two blocks per SM;
+    512 x 18944 x 3584 89.9 unsplit against 78.9 with 2 splits and the dequantizing reduction).
     """
-    wave = wave_tile(m, n, sms) if m > 64 else None
+    wave = wave_tile(m, n, sms) if m > 64 and not w8a8 else None
     if ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS:
         if wave is not None and ceil_div(m, wave.bm) * ceil_div(n, wave.bn) >= TMA_LONG_K_FILL * sms:
             return CudaPlan(wave, 1)
         return cuda_plan(m, n, k, sms)
-    candidates = ([wave] if wave is not None else []) + [CUDA_CONFIGS[name] for name in _TMA_TILES[1:]]
+    candidates = [wave or CUDA_CONFIGS[_TMA_TILES[0]]] + [CUDA_CONFIGS[name] for name in _TMA_TILES[1:]]
     for cfg in candidates:
         if cfg.bm > 64 and m <= 64:
             continue  # a 128-row tile for at most 64 rows: half of every stage would be padding
@@ -514,11 +526,12 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
     return CudaPlan(CUDA_CONFIGS["wg1_64x64"], 1)
 
 
-def cuda_gemm_kernel(m: int, n: int, k: int) -> str:
-    """The sm_90a int8 GEMM for (M, N, K) by default (INT8NAX_CUDA_KERNEL unset or auto):
-    "tma_simple" (TMA loads + mbarrier pipeline, planned by tma_plan) where K % 16 == 0 (and
-    M >= TMA_MIN_M), else "wgmma" (the cp.async kernel)."""
-    return "tma_simple" if tma_ok(k) and m >= TMA_MIN_M else "wgmma"
+def cuda_gemm_kernel(m: int, n: int, k: int, w8a8: bool = False) -> str:
+    """The sm_90a int8 GEMM for (M, N, K) by default (INT8NAX_CUDA_KERNEL unset or auto), for
+    int8_matmul or (w8a8) w8a8_linear: "tma_simple" (TMA loads + mbarrier pipeline, planned by
+    tma_plan) where K % 16 == 0 and M >= TMA_MIN_M (TMA_MIN_M_W8A8), else "wgmma" (the cp.async
+    kernel)."""
+    return "tma_simple" if tma_ok(k) and m >= (TMA_MIN_M_W8A8 if w8a8 else TMA_MIN_M) else "wgmma"
 
 
 @dataclass(frozen=True)

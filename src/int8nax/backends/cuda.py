@@ -254,7 +254,7 @@ def gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, family: str | None =
     if choice == "wgmma" or not tiling.tma_ok(k):
         return "wgmma"
     if choice == "auto" or (w8a8 and choice == "tma_ws"):
-        return tiling.cuda_gemm_kernel(m, n, k)
+        return tiling.cuda_gemm_kernel(m, n, k, w8a8)
     return choice
 
 
@@ -265,10 +265,11 @@ def _params_array(params: tuple[int, ...]) -> mx.array:
     return arr
 
 
-def variant_plan(variant: str, m: int, n: int, k: int):
-    """The plan of a TMA variant: a tiling.CudaPlan (tma_simple) or tiling.CudaWsPlan (tma_ws)."""
+def variant_plan(variant: str, m: int, n: int, k: int, w8a8: bool = False):
+    """The plan of a TMA variant: a tiling.CudaPlan (tma_simple; w8a8: for w8a8_linear) or
+    tiling.CudaWsPlan (tma_ws)."""
     if variant == "tma_simple":
-        return tiling.tma_plan(m, n, k, sm_count())
+        return tiling.tma_plan(m, n, k, sm_count(), w8a8)
     if variant == "tma_ws":
         return tiling.ws_plan(m, n, k, sm_count())
     raise ValueError(f"unknown TMA variant {variant!r}; expected one of {cuda_source.TMA_VARIANTS}")
@@ -353,7 +354,7 @@ def _gemm_for_shape(m: int, n: int, k: int):
 def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
     family = _family()
     if gemm_kernel(m, n, k, w8a8=True, family=family) == "tma_simple":
-        return _compiled_w8a8(family, variant_plan("tma_simple", m, n, k), has_bias, True)
+        return _compiled_w8a8(family, variant_plan("tma_simple", m, n, k, w8a8=True), has_bias, True)
     return _compiled_w8a8(family, default_plan(m, n, k, family), has_bias)
 
 
