@@ -214,7 +214,7 @@ def test_published_site_in_headless_chromium(project, tmp_path):
     from int8nax.bench import contenders
 
     # at least one call, one chain, one TOPS track per contender (and the gate's ratios)
-    assert report["index_lists"] == report["benchmarks"] >= 3 * len(contenders.CONTENDERS)
+    assert report["index_lists"] == report["benchmarks"] >= 3 * len(contenders.SUITE)
     assert report["series"]["asv-test"]["drawn"] >= 3 and not report["js_errors"]
     assert report["compare"]["machines"]["asv-test"]["entries"] >= 15 and report["offline"]["vendored"]
     assert (tmp_path / "asv-site.png").stat().st_size > 10_000

@@ -66,3 +66,20 @@ def test_the_cuda_probe_is_asked_once_per_process(monkeypatch):
     first = backend.probe()
     assert not first.available and "no CUDA device" in first.reason
     assert backend.probe() is first and len(asked) == 1
+
+
+def test_resolve_is_what_choose_names(monkeypatch):
+    # resolve() skips composing choose()'s reason on the common call (no argument, no env):
+    # the same backend either way, with the environment variable set or not.
+    from int8nax import _checks
+
+    assert _checks.BACKEND_ENV_VAR == backends.ENV_VAR
+    monkeypatch.delenv(backends.ENV_VAR, raising=False)
+    assert backends.resolve(None) is backends.get(backends.choose(None)[0])
+    monkeypatch.setattr(backends, "_GPU_ORDER", ())  # auto with no GPU backend to try
+    assert backends.resolve(None) is backends.get(backends.choose(None)[0])
+    monkeypatch.setenv(backends.ENV_VAR, "cpu")
+    assert backends.resolve(None) is backends.get("cpu")
+    monkeypatch.setenv(backends.ENV_VAR, "bogus")
+    with pytest.raises(ValueError, match="unknown backend 'bogus'"):
+        backends.resolve(None)

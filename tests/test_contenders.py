@@ -77,10 +77,11 @@ def test_every_contender_runs_checked_or_says_why_not(name):
         prepared = contender.ready(*TINY)
     except Unavailable as exc:
         assert str(exc), "an unavailable contender must say why"
-        assert name in ("cider-raw", "cider-full", "torch-int8", "cublaslt-int8")  # the others run everywhere
+        # the others run everywhere; the floor needs a GPU custom kernel
+        assert name in ("cider-raw", "cider-full", "torch-int8", "cublaslt-int8", "mlx-floor")
         return
     out = prepared.run()
-    assert tuple(out.shape) == (TINY[0], TINY[2])
+    assert tuple(out.shape) == ((1, 1) if contender.kind == "floor" else (TINY[0], TINY[2]))
     assert prepared.detail
 
 
@@ -219,3 +220,10 @@ def test_host_mode_builds_independent_calls_and_frees_them_after_the_clock(monke
     monkeypatch.setattr(timing.time, "perf_counter", lambda: reads.append(None) or float(len(reads)))
     assert timing.median_seconds(lambda: prepared.build(2), repeat=1, warmup=0) == 1.0
     assert freed_at == [2, 2]  # both outputs freed after the clock's second reading, not inside
+
+
+def test_the_floor_says_why_it_cannot_run_without_a_gpu():
+    if mx.metal.is_available() or (getattr(mx, "cuda", None) is not None and mx.cuda.is_available()):
+        pytest.skip("MLX has a GPU here: the floor runs (test_every_contender_runs_checked_or_says_why_not)")
+    with pytest.raises(Unavailable, match="GPU custom kernel"):
+        contenders.get("mlx-floor").prepare(*TINY)

@@ -6,6 +6,8 @@ Backends receive only arguments that passed these checks, as mx.arrays.
 
 from __future__ import annotations
 
+import os
+
 import mlx.core as mx
 import numpy as np
 
@@ -31,6 +33,9 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 BACKEND_NAMES = "'auto', 'cpu', 'cuda' or 'metal' (alias 'nax')"
 BACKEND_CHOICES = BACKEND_NAMES + ", or None"
+BACKEND_ENV_VAR = "INT8NAX_BACKEND"
+"""= int8nax.backends.ENV_VAR (tests check they agree): named here so that the common call's
+check needs no import of the registry."""
 
 
 def dtype_name(dtype) -> str:
@@ -102,11 +107,11 @@ def check_float32_range(value: np.ndarray, name: str, func: str) -> None:
 
 def check_backend(backend, func: str) -> None:
     """The `backend=` argument: None or a backend name; a bad name is a ValueError naming func."""
+    if backend is None and not os.environ.get(BACKEND_ENV_VAR):
+        return  # the common call: nothing to check (this runs on every call, in ~0.3 µs)
     from . import backends  # the registry is in the same (library) layer
 
     if backend is None:
-        import os
-
         env = os.environ.get(backends.ENV_VAR)
         if env:
             try:

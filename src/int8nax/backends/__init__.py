@@ -63,25 +63,37 @@ def probe(name: str) -> Probe:
     return backend.probe()
 
 
-def _auto() -> tuple[str, str]:
+def _auto_name() -> str:
+    """What auto mode picks (the backend name only: the API asks on every call)."""
     if mx.default_device() != mx.gpu:
-        return "cpu", f"MLX's default device is {mx.default_device()}"
-    skipped = []
+        return "cpu"
     for name in _GPU_ORDER:
-        p = probe(name)
-        if p.available:
-            return name, f"MLX's default device is the GPU and {name} is available: {p.reason}"
-        skipped.append(f"{name}: {p.reason}")
+        if probe(name).available:
+            return name
+    return "cpu"
+
+
+def _auto() -> tuple[str, str]:
+    name = _auto_name()
+    if mx.default_device() != mx.gpu:
+        return name, f"MLX's default device is {mx.default_device()}"
+    if name != "cpu":
+        return name, f"MLX's default device is the GPU and {name} is available: {probe(name).reason}"
+    skipped = [f"{n}: {probe(n).reason}" for n in _GPU_ORDER]
     return "cpu", "no GPU backend can run (" + "; ".join(skipped) + ")"
+
+
+def _requested(requested: str | None) -> tuple[str, str]:
+    """(canonical name or "auto", where the request came from)."""
+    if requested is None:
+        requested = os.environ.get(ENV_VAR) or "auto"
+        return canonical(requested), (f"{ENV_VAR}={requested}" if requested != "auto" else "auto")
+    return canonical(requested), "argument"
 
 
 def choose(requested: str | None = None) -> tuple[str, str]:
     """(backend name, why) for an explicit request, else INT8NAX_BACKEND, else auto."""
-    source = "argument"
-    if requested is None:
-        requested = os.environ.get(ENV_VAR) or "auto"
-        source = f"{ENV_VAR}={requested}" if requested != "auto" else "auto"
-    name = canonical(requested)
+    name, source = _requested(requested)
     if name == "auto":
         return _auto()
     p = probe(name)
@@ -91,6 +103,9 @@ def choose(requested: str | None = None) -> tuple[str, str]:
 
 
 def resolve(requested: str | None = None) -> Backend:
+    """The backend object choose() names, without composing its reason (every API call asks)."""
+    if requested is None and not os.environ.get(ENV_VAR):
+        return get(_auto_name())
     name, _ = choose(requested)
     return get(name)
 

@@ -14,6 +14,9 @@
                         the baseline cider reports against)
     numpy-sgemm   full  numpy float32 matmul of the same shape (the CPU's BLAS: the yardstick
                         of the CPU backend and of machine-wide drift on a CPU box)
+    mlx-floor     floor one MLX custom kernel (mx.fast.cuda_kernel / metal_kernel, the way int8nax's
+                        kernels reach MLX) that copies a[0, 0] into a [1, 1] output: what any
+                        call through MLX costs, whatever its kernel does (GPU backends only)
 
 A contender prepared for a shape is a Prepared: data on the device and evaluated, checked
 once before it is timed (`ready`). A contender that cannot run here raises Unavailable with
@@ -23,6 +26,7 @@ the reason; one whose output is wrong raises MismatchError.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import mlx.core as mx
@@ -36,7 +40,7 @@ from .peers import cider as cider_peer
 from .peers import torch_int
 from .problems import CPU_SHAPES, Shape, linear_problem, raw_expected, raw_problem, w8a8_expected, w8a8_weights
 
-__all__ = ["Unavailable", "Prepared", "Contender", "CONTENDERS", "get"]
+__all__ = ["Unavailable", "Prepared", "Contender", "CONTENDERS", "SUITE", "get"]
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,42 @@ def _mlx_q8(shape: Shape, backend: str | None = None) -> Prepared:
                 f"mx.quantized_matmul 8-bit affine group 64 on {mx.default_device()}")
 
 
+_FLOOR_SOURCE = {
+    "cuda": "if (threadIdx.x == 0 && blockIdx.x == 0) { out[0] = static_cast<int32_t>(a[0]); }",
+    "metal": "if (thread_position_in_grid.x == 0) { out[0] = static_cast<int>(a[0]); }",
+}
+
+
+@lru_cache(maxsize=None)
+def _floor_kernel(api_name: str):
+    make = mx.fast.cuda_kernel if api_name == "cuda" else mx.fast.metal_kernel
+    return make(name="int8nax_mlx_floor", input_names=["a"], output_names=["out"], source=_FLOOR_SOURCE[api_name])
+
+
+def _mlx_floor(shape: Shape, backend: str | None = None) -> Prepared:
+    if getattr(mx, "cuda", None) is not None and mx.cuda.is_available():
+        api_name = "cuda"
+    elif mx.metal.is_available():
+        api_name = "metal"
+    else:
+        raise Unavailable("the MLX floor is one GPU custom kernel (mx.fast.cuda_kernel or metal_kernel); "
+                          "MLX has no GPU here")
+    a_np = raw_problem(*shape)[0]
+    a, = _evaluated(mx.array(a_np))
+    kernel = _floor_kernel(api_name)
+
+    def op(a_):
+        return kernel(inputs=[a_], output_shapes=[(1, 1)], output_dtypes=[mx.int32], grid=(32, 1, 1),
+                      threadgroup=(32, 1, 1))[0]
+
+    def check(out):
+        got = int(np.array(out).reshape(-1)[0])
+        if got != int(a_np[0, 0]):
+            raise checks.MismatchError(f"mlx-floor at (M, K, N) = {shape}: wrote {got}, not a[0, 0] = {int(a_np[0, 0])}")
+
+    return _mlx(op, a, check, f"one mx.fast.{api_name}_kernel call writing one int32 on {mx.default_device()}")
+
+
 # --- contenders outside MLX ------------------------------------------------------------------
 
 # The torch contenders need no link: kernels on one CUDA stream run one after the other, so
@@ -262,7 +302,13 @@ CONTENDERS: dict[str, Contender] = {c.name: c for c in (
     Contender("mlx-q8", "full", "mx.quantized_matmul 8-bit weight-only, group 64 (W8A16 baseline)", _mlx_q8,
               _MLX_CPU_SLOW.format("quantized_matmul", "0.05")),
     Contender("numpy-sgemm", "full", "numpy float32 matmul of the same shape (CPU BLAS yardstick)", _numpy_sgemm),
+    Contender("mlx-floor", "floor", "one trivial MLX custom kernel: MLX's own cost per call (GPU)", _mlx_floor),
 )}
+
+
+SUITE = tuple(name for name, c in CONTENDERS.items() if c.kind != "floor")
+"""The contenders the asv suite times (benchmarks/): every one but the floor, which computes no
+problem and so has no throughput to track; `int8nax compare` measures it next to the others."""
 
 
 def skip_reason(name: str, shape: Shape) -> str | None:
