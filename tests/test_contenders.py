@@ -227,3 +227,29 @@ def test_the_floor_says_why_it_cannot_run_without_a_gpu():
         pytest.skip("MLX has a GPU here: the floor runs (test_every_contender_runs_checked_or_says_why_not)")
     with pytest.raises(Unavailable, match="GPU custom kernel"):
         contenders.get("mlx-floor").prepare(*TINY)
+
+
+class _FakeFloorKernel:
+    """Stands in for mx.fast.cuda_kernel's object: writes `value` (default: a[0, 0]) to [1, 1]."""
+
+    def __init__(self, value=None):
+        self.value = value
+
+    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup):
+        assert output_shapes == [(1, 1)] and output_dtypes == [mx.int32]
+        v = inputs[0][:1, :1].astype(mx.int32) if self.value is None else mx.full((1, 1), self.value, mx.int32)
+        return [v]
+
+
+def test_the_floor_checks_what_its_kernel_wrote(monkeypatch):
+    # The floor computes no problem, but its one output is still checked: a kernel that wrote
+    # anything but a[0, 0] is refused, so a broken launch is never timed as MLX's floor.
+    monkeypatch.setattr(contenders.mx, "cuda", types.SimpleNamespace(is_available=lambda: True), raising=False)
+    monkeypatch.setattr(contenders, "_floor_kernel", lambda api_name: _FakeFloorKernel())
+    prepared = contenders.get("mlx-floor").ready(*TINY)
+    assert "cuda_kernel" in prepared.detail
+    prepared.chain(3)  # the chain's link takes the [1, 1] output
+    a00 = int(problems.raw_problem(*TINY)[0][0, 0])
+    monkeypatch.setattr(contenders, "_floor_kernel", lambda api_name: _FakeFloorKernel(a00 + 1))
+    with pytest.raises(MismatchError, match="mlx-floor"):
+        contenders.get("mlx-floor").ready(*TINY)
