@@ -110,7 +110,7 @@ def sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
     for c in tiling.CUDA_CONFIGS.values():
         if c.bm > 64 and m <= 64:
             continue
-        tiles = tiling.ceil_div(m, c.bm) * tiling.ceil_div(n, c.bn)
+        tiles = tiling.tile_count(m, n, c)
         out += [tiling.CudaPlan(c, s) for s in SWEEP_SPLITS
                 if s == 1 or (blocks // s >= 4 and tiles * s <= sms * tiling.blocks_per_sm(c))]
     return out

@@ -321,7 +321,6 @@ class CudaTileConfig(TileConfig):
                 ("AHEAD", self.loads_ahead)]
 
 
-
 CUDA_CONFIGS = {
     cfg.name: cfg
     for cfg in (
@@ -373,6 +372,11 @@ def split_ranges(k: int, bk: int, splits: int) -> list[tuple[int, int]]:
     return [(blocks * z // splits, blocks * (z + 1) // splits) for z in range(splits)]
 
 
+def tile_count(m: int, n: int, cfg: TileConfig) -> int:
+    """Output tiles (blocks of one split) of an [M, N] result in cfg's tiles."""
+    return ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn)
+
+
 def blocks_per_sm(cfg: TileConfig) -> int:
     """Blocks of this configuration that fit on one SM together (shared memory decides)."""
     shared = getattr(cfg, "shared_bytes", 0)
@@ -395,12 +399,12 @@ def cuda_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
     large = CUDA_CONFIGS["wg2_128x256"]
     if m <= 64:
         cfg = CUDA_CONFIGS["wg1_64x64"]
-    elif ceil_div(m, large.bm) * ceil_div(n, large.bn) >= sms:
+    elif tile_count(m, n, large) >= sms:
         cfg = large
     else:
         cfg = CUDA_CONFIGS["wg2_128x128_x2"]
     slots = sms * blocks_per_sm(cfg)
-    tiles = ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn)
+    tiles = tile_count(m, n, cfg)
     k_blocks = ceil_div(k, cfg.bk)
     splits = 1
     while tiles * splits * 2 <= slots and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
@@ -462,6 +466,8 @@ TMA_LONG_K_BLOCKS = 64
 rule's tile alone fills TMA_LONG_K_FILL of the SMs."""
 
 TMA_LONG_K_FILL = 0.75
+"""At long K the wave tile runs unsplit when its tiles alone give this many blocks per SM
+(512 x 18944 x 3584: 100 tiles of 128 x 144 on 132 SMs, faster than cuda_plan's split)."""
 
 _TMA_TILES = ("wg2_128x256", "wg2_128x128_x2", "wg1_64x64")
 
@@ -478,8 +484,7 @@ def wave_cost(m: int, n: int, cfg, sms: int = 132) -> int:
     (ceil(tiles / (SMs x blocks per SM))) times the columns one wave puts on an SM (BN x blocks
     per SM). A partial last wave costs a whole one: that is what a narrower tile can save."""
     bps = blocks_per_sm(cfg)
-    tiles = ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn)
-    return ceil_div(tiles, sms * bps) * cfg.bn * bps
+    return ceil_div(tile_count(m, n, cfg), sms * bps) * cfg.bn * bps
 
 
 def wave_tile(m: int, n: int, sms: int = 132):
@@ -514,14 +519,14 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     """
     wave = wave_tile(m, n, sms) if m > 64 and not w8a8 else None
     if ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS:
-        if wave is not None and ceil_div(m, wave.bm) * ceil_div(n, wave.bn) >= TMA_LONG_K_FILL * sms:
+        if wave is not None and tile_count(m, n, wave) >= TMA_LONG_K_FILL * sms:
             return CudaPlan(wave, 1)
         return cuda_plan(m, n, k, sms)
     candidates = [wave or CUDA_CONFIGS[_TMA_TILES[0]]] + [CUDA_CONFIGS[name] for name in _TMA_TILES[1:]]
     for cfg in candidates:
         if cfg.bm > 64 and m <= 64:
             continue  # a 128-row tile for at most 64 rows: half of every stage would be padding
-        if ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn) >= TMA_FILL * sms:
+        if tile_count(m, n, cfg) >= TMA_FILL * sms:
             return CudaPlan(cfg, 1)
     return CudaPlan(CUDA_CONFIGS["wg1_64x64"], 1)
 
@@ -603,7 +608,7 @@ class CudaWsPlan:
 
 
 def ws_units(m: int, n: int, cfg: TileConfig, splits: int) -> int:
-    return ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn) * splits
+    return tile_count(m, n, cfg) * splits
 
 
 def ws_group(tiles_m: int, cfg: TileConfig, sms: int) -> int:
