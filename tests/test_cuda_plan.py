@@ -154,3 +154,55 @@ def test_row_chunks_respect_the_grid_limit():
     assert all(hi - lo <= cuda.MAX_GRID_Y * cfg.bm for lo, hi in chunks)
     assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
     assert cuda._row_chunks(5, cfg) == [(0, 5)]
+
+
+def test_l2_sum_plans_have_their_own_names_and_kernels():
+    cfg = tiling.CUDA_CONFIGS["wg2_128x128_x2"]
+    assert tiling.CudaPlan(cfg, 4, l2_sum=True).name == "wg2_128x128_x2_s4_l2"
+    assert tiling.CudaPlan(cfg, 4).name == "wg2_128x128_x2_s4"
+    specs = [cuda_source.gemm_int32_l2(c) for c in tiling.CUDA_CONFIGS.values()]
+    specs += [cuda_source.gemm_tma_simple_l2(c) for c in tiling.CUDA_CONFIGS.values()]
+    specs += [cuda_source.gemm_int32("sm90", c) for c in tiling.CUDA_CONFIGS.values()]
+    specs += [cuda_source.gemm_tma_simple(c) for c in tiling.CUDA_CONFIGS.values()]
+    assert len({s.name for s in specs}) == len(specs)
+    tma = cuda_source.gemm_tma_simple_l2(cfg)
+    # one output, zero-filled by MLX: the results, then the tensor maps behind them
+    assert tma.output_names == ("out",) and "AddInt32{out" in tma.source and "maps_after(out" in tma.source
+    assert "AddInt32{out" in cuda_source.gemm_int32_l2(cfg).source
+
+
+def test_an_l2_sum_plan_refuses_the_simt_kernel():
+    from int8nax.backends import cuda
+
+    with pytest.raises(ValueError, match="sm90"):
+        cuda._int32_spec("simt", tiling.CudaPlan(tiling.CUDA_SIMT_CONFIG, 2, l2_sum=True), False)
+
+
+@pytest.mark.parametrize("m,n,blocks", [(1, 1, 0), (1, 1, 1), (16, 4096, 64), (3, 5, 7), (128, 3584, 224), (65, 257, 15)])
+def test_l2_sum_words_hold_the_results_then_every_blocks_maps(m, n, blocks):
+    words = tiling.l2_sum_words(m, n, blocks)
+    start = words - blocks * tiling.TMA_MAP_SLOT_BYTES // 4  # where the maps begin
+    assert start >= m * n and (start * 4) % 256 == 0 and start - m * n < 64
+
+
+CXX = __import__("shutil").which("g++") or __import__("shutil").which("clang++")
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler here")
+def test_the_kernels_find_the_maps_where_tiling_put_them(tmp_path):
+    # kernels/cuda_common.cuh's maps_after, compiled as host C++, against tiling.l2_sum_words
+    import subprocess
+
+    text = cuda_source._read("cuda_common.cuh")
+    start = text.index("__device__ __forceinline__ uint8_t* maps_after(")
+    fn = text[start:text.index("\n}\n", start) + 3]
+    cases = [(1, 1), (3, 5), (16, 4096), (65, 257), (128, 3584), (4097, 129)]
+    main = "int main(){int32_t* o=nullptr;" + "".join(
+        f'printf("%zu\\n",(size_t)(maps_after(o,{m},{n})-(uint8_t*)o));' for m, n in cases) + "}"
+    src = tmp_path / "maps.cpp"
+    src.write_text("#include <cstdint>\n#include <cstdio>\n#include <cstddef>\n#define __device__\n"
+                   "#define __forceinline__ inline\n" + fn + main)
+    exe = tmp_path / "maps"
+    subprocess.run([CXX, "-std=c++17", str(src), "-o", str(exe)], check=True, capture_output=True, timeout=120)
+    got = [int(v) for v in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+    assert got == [tiling.l2_sum_words(m, n, 0) * 4 for m, n in cases]

@@ -86,9 +86,10 @@ def log(*args):
     print(*args, flush=True)
 
 
-def shape_cases(include_big: bool = True) -> list[dict]:
+def shape_cases(include_big: bool = True, seeds=None) -> list[dict]:
+    """The edges, the seed shapes (or only those in `seeds`, (M, K, N) tuples), 8192^3, LAST."""
     cases = [dict(c, kind="edge") for c in EDGES]
-    cases += [dict(m=m, k=k, n=n, kind="seed") for m, k, n in SEEDS]
+    cases += [dict(m=m, k=k, n=n, kind="seed") for m, k, n in SEEDS if seeds is None or (m, k, n) in seeds]
     if include_big:
         m, k, n = BIG
         cases.append(dict(m=m, k=k, n=n, kind="big"))
@@ -104,15 +105,16 @@ def shape_cases(include_big: bool = True) -> list[dict]:
 def sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
     """The tma_simple plans the sweep times: every tile with 1-8 K splits of >= 4 K blocks each,
     but no 128-row tile for M <= 64 and no split whose blocks outnumber what the SMs hold at once
-    (tma_plan takes neither)."""
+    (tma_plan takes neither); each split plan twice, summed by the reduction kernel and in L2."""
     blocks = tiling.ceil_div(k, tiling.CUDA_SWIZZLE_BYTES)
     out = []
     for c in tiling.CUDA_CONFIGS.values():
         if c.bm > 64 and m <= 64:
             continue
         tiles = tiling.tile_count(m, n, c)
-        out += [tiling.CudaPlan(c, s) for s in SWEEP_SPLITS
-                if s == 1 or (blocks // s >= 4 and tiles * s <= sms * tiling.blocks_per_sm(c))]
+        splits = [s for s in SWEEP_SPLITS if s == 1 or (blocks // s >= 4 and tiles * s <= sms * tiling.blocks_per_sm(c))]
+        out += [tiling.CudaPlan(c, s) for s in splits]
+        out += [tiling.CudaPlan(c, s, l2_sum=True) for s in splits if s > 1]
     return out
 
 
@@ -308,8 +310,9 @@ def tops(m: int, n: int, k: int, us: float) -> float:
 
 def kernel_us(mx, torch, out_dir, launch, launches):
     """(µs, kernel names, how) of one launch(i) + mx.eval: CUPTI, or wall time if it saw none."""
-    us, names, count = profile_kernels(torch, lambda i: mx.eval(launch(i)), launches,
-                                       name_filter=lambda s: "int8nax" in s, tmp_dir=out_dir)
+    # Every kernel of the call counts: int8nax's and MLX's own (the zero fill of an L2-summed
+    # output); the operands were evaluated before the profile started.
+    us, names, count = profile_kernels(torch, lambda i: mx.eval(launch(i)), launches, tmp_dir=out_dir)
     if us is not None:
         return us, names, "CUPTI kernel time"
     t1 = time.perf_counter()
@@ -672,6 +675,7 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--no-big", action="store_true", help="leave out 8192^3")
+    parser.add_argument("--seeds", help="MxKxN,...: time only these of the seed shapes (the edges still run)")
     parser.add_argument("--budget", type=float, default=170.0, help="seconds for all workers together")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds at most per worker")
     parser.add_argument("--ncu-shapes", help="MxKxN,...: profile these with Nsight Compute instead (module docstring)")
@@ -683,7 +687,10 @@ def main(argv=None) -> int:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {VARIANTS}")
-    cases = shape_cases(not args.no_big)
+    seeds = [tuple(int(v) for v in t.split("x")) for t in args.seeds.split(",")] if args.seeds else None
+    if seeds and not set(seeds) <= set(SEEDS):
+        parser.error(f"--seeds: not seed shapes: {sorted(set(seeds) - set(SEEDS))}")
+    cases = shape_cases(not args.no_big, seeds)
 
     ncu_shapes = [tuple(int(v) for v in t.split("x")) for t in args.ncu_shapes.split(",")] if args.ncu_shapes else []
     if args.worker:
@@ -730,6 +737,8 @@ def main(argv=None) -> int:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out_dir), "--worker", v]
         if args.no_big:
             cmd.append("--no-big")
+        if args.seeds:
+            cmd += ["--seeds", args.seeds]
         log(f"== {v} (timeout {timeout:.0f} s)")
         with open(out_dir / f"worker_{v}.log", "w") as logf:
             try:

@@ -349,14 +349,18 @@ CUDA_SIMT_CONFIG = TileConfig("simt_64x64", bm=64, bn=64, bk=32, wm=2, wn=4)
 
 @dataclass(frozen=True)
 class CudaPlan:
-    """What one CUDA GEMM launch runs: a tile configuration and how many K splits."""
+    """What one CUDA GEMM launch runs: a tile configuration, how many K splits, and how the
+    splits are summed: l2_sum False, into a [splits, M, N] workspace that a reduction kernel
+    sums; True, each split adds its partial sums into the zero-filled [M, N] output itself
+    (bulk copy-reduce in L2; kernels/gemm_sm90.cuh, add_tile)."""
 
     cfg: TileConfig
     splits: int
+    l2_sum: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.cfg.name}_s{self.splits}"
+        return f"{self.cfg.name}_s{self.splits}" + ("_l2" if self.l2_sum else "")
 
     def grid(self, m: int, n: int) -> tuple[Launch, tuple[int, int, int], tuple[int, int, int]]:
         """(launch, grid in threads, block) as mx.fast.cuda_kernel wants them."""
@@ -370,6 +374,13 @@ def split_ranges(k: int, bk: int, splits: int) -> list[tuple[int, int]]:
     empty only when there are more splits than K blocks (an empty split writes zeros)."""
     blocks = ceil_div(k, bk)
     return [(blocks * z // splits, blocks * (z + 1) // splits) for z in range(splits)]
+
+
+def l2_sum_words(m: int, n: int, map_blocks: int = 0) -> int:
+    """int32 words of the output of a GEMM that sums its splits in L2: the M x N results, padded
+    to a 256-byte boundary, then TMA_MAP_SLOT_BYTES per block for a TMA kernel's tensor maps
+    (kernels/cuda_common.cuh, maps_after: one buffer, so MLX's zero fill is one kernel)."""
+    return ceil_div(m * n, 64) * 64 + map_blocks * TMA_MAP_SLOT_BYTES // 4
 
 
 def tile_count(m: int, n: int, cfg: TileConfig) -> int:
