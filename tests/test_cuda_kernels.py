@@ -23,8 +23,6 @@ if CUDA.available:
     PLANS = [tiling.CudaPlan(tiling.CUDA_SIMT_CONFIG, s) for s in (1, 3)]
     if FAMILY == "sm90":
         PLANS += [tiling.CudaPlan(c, s) for c in tiling.CUDA_CONFIGS.values() for s in (1, 3)]
-        # the splits summed in L2 (N % 4 == 0: bulk copy-reduce; N = 1, 257: element atomics)
-        PLANS += [tiling.CudaPlan(c, 3, l2_sum=True) for c in tiling.CUDA_CONFIGS.values()]
 else:
     PLANS = []
 
@@ -34,7 +32,7 @@ def family_of(plan):
 
 
 def plan_id(plan):
-    return plan.name
+    return f"{plan.cfg.name}/{plan.splits}"
 
 
 def assert_exact(got, a, b):

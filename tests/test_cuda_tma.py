@@ -51,7 +51,6 @@ def assert_exact(got, a, b):
 
 def plans():
     out = [("tma_simple", tiling.CudaPlan(c, s)) for c in tiling.CUDA_CONFIGS.values() for s in (1, 3)]
-    out += [("tma_simple", tiling.CudaPlan(c, 3, l2_sum=True)) for c in tiling.CUDA_CONFIGS.values()]
     for c in tiling.CUDA_WS_CONFIGS.values():
         for splits in (1, 3):
             for blocks in (1, 7, SMS):

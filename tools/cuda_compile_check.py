@@ -70,9 +70,6 @@ def instances(arch: str):
             tmpl = cfg.template()
             yield (f"{family} i32 {cfg.name}", cuda_source.gemm_int32(family, cfg),
                    ["int8_t", "int8_t"], ["int32_t"], tmpl)
-            if family == "sm90":
-                yield (f"sm90 i32 l2-sum {cfg.name}", cuda_source.gemm_int32_l2(cfg),
-                       ["int8_t", "int8_t"], ["int32_t"], tmpl)
             for out in ("float16", "bfloat16", "float32"):
                 yield (f"{family} w8a8 {cfg.name} {out}", cuda_source.gemm_w8a8(family, cfg),
                        ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out]],
@@ -81,8 +78,6 @@ def instances(arch: str):
         for cfg in tiling.CUDA_CONFIGS.values():
             yield (f"tma_simple i32 {cfg.name}", cuda_source.gemm_tma_simple(cfg),
                    ["int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.tma_template())
-            yield (f"tma_simple i32 l2-sum {cfg.name}", cuda_source.gemm_tma_simple_l2(cfg),
-                   ["int8_t", "int8_t"], ["int32_t"], cfg.tma_template())
             for out in ("float16", "bfloat16", "float32"):
                 yield (f"tma_simple w8a8 {cfg.name} {out}", cuda_source.gemm_w8a8_tma_simple(cfg),
                        ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out], "uint8_t"],

@@ -10,11 +10,12 @@ Three sections, each a JSON file and a markdown table in DIR:
             the Python build and the eval. Per call: the host's build, what the eval spends before
             the GPU starts, the kernels, the gap between them, and the wake-up after the last.
             Contenders: int8_matmul, w8a8_linear, the MLX floor and MLX's fp16 matmul
-            (int8nax.bench.contenders). CUPTI's API tracing adds its own cost to every API call:
+            (int8nax.bench.contenders), and a spin floor: one do-nothing kernel as long as
+            int8_matmul's (one call + eval only), i.e. what MLX costs around a kernel that long. CUPTI's API tracing adds its own cost to every API call:
             the untraced figures are `int8nax compare`'s.
-  w8a8      per-kernel CUPTI durations of w8a8_linear's pipeline (quantize, GEMM, reduction),
-            the raw GEMM on the same plan, and, where the plan splits K, the same two with the
-            splits summed in L2: what the pipeline costs beyond the GEMM, kernel by kernel.
+  w8a8      per-kernel CUPTI durations of w8a8_linear's pipeline (quantize, GEMM, reduction) and
+            of the raw GEMM on the same plan: what the pipeline costs beyond the GEMM, kernel by
+            kernel.
             Inputs rotate through copies covering 3x the L2 (cold L2, as tools/tma_gemm_trial.py).
   host      the host's time to build one lazy call, layer by layer (MLX primitives, the floor
             kernel, the compiled int8nax graph, the backend, the public function), median of
@@ -160,13 +161,65 @@ def traced(torch, fn):
     return result, events(trace)
 
 
+SPIN_SOURCE = """
+  // Spins until dur[0] nanoseconds of the GPU's global timer have passed, then copies dur[0]:
+  // a kernel of a chosen length that does nothing else (the floor of a call of that length).
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < static_cast<unsigned long long>(dur[0]));
+  out[0] = dur[0];
+"""
+
+
+def spin_call(mx, microseconds: float):
+    """(call, sync) of one MLX custom kernel that spins for `microseconds` on one thread."""
+    kernel = mx.fast.cuda_kernel(name="int8nax_profile_spin", input_names=["dur"], output_names=["out"],
+                                 source=SPIN_SOURCE)
+    dur = mx.array([int(microseconds * 1000)], dtype=mx.int32)
+    mx.eval(dur)
+
+    def call(_prev):
+        return kernel(inputs=[dur], output_shapes=[(1,)], output_dtypes=[mx.int32], grid=(1, 1, 1),
+                      threadgroup=(1, 1, 1))[0]
+
+    return call, mx.eval
+
+
+def profile_calls(torch, call, sync, repeat: int) -> list[dict]:
+    """call_breakdown of `repeat` traced calls of call(None), each followed by sync(out)."""
+    from torch.profiler import record_function
+
+    def calls():
+        for i in range(repeat):
+            with record_function(f"build{i}"):
+                out = call(None)
+            with record_function(f"eval{i}"):
+                sync(out)
+            del out
+
+    _, ev = traced(torch, calls)
+    per = []
+    for i in range(repeat):
+        b = [r for r in ev["range"] if r["name"] == f"build{i}"]
+        e = [r for r in ev["range"] if r["name"] == f"eval{i}"]
+        if b and e:
+            per.append(call_breakdown(ev, b[0], e[0]))
+    return per
+
+
 def timeline(torch, shapes, calls: int, repeat: int) -> list[dict]:
+    """Per shape: each contender's one call + eval and chain, then the spin floor (a do-nothing
+    kernel as long as int8_matmul's kernel measured here) in one call + eval."""
+    import mlx.core as mx
     from torch.profiler import record_function
 
     from int8nax.bench import contenders
 
     rows = []
     for shape in shapes:
+        gemm_us = None
         for name in TIMELINE_CONTENDERS:
             try:
                 prepared = contenders.get(name).ready(*shape)
@@ -176,24 +229,11 @@ def timeline(torch, shapes, calls: int, repeat: int) -> list[dict]:
             for _ in range(3):
                 prepared.run()
                 prepared.chain(10)
-
-            def one_calls():
-                for i in range(repeat):
-                    with record_function(f"build{i}"):
-                        out = prepared.call(None)
-                    with record_function(f"eval{i}"):
-                        prepared.sync(out)
-                    del out
-
-            _, ev = traced(torch, one_calls)
-            per = []
-            for i in range(repeat):
-                b = [r for r in ev["range"] if r["name"] == f"build{i}"]
-                e = [r for r in ev["range"] if r["name"] == f"eval{i}"]
-                if b and e:
-                    per.append(call_breakdown(ev, b[0], e[0]))
+            per = profile_calls(torch, prepared.call, prepared.sync, repeat)
             rows.append({"shape": list(shape), "contender": name, "mode": "call", "samples": per,
                          "median": median_row(per), "detail": prepared.detail})
+            if name == "nax-gemm":
+                gemm_us = rows[-1]["median"].get("kernel_us")
 
             def a_chain():
                 with record_function("chain"):
@@ -211,6 +251,15 @@ def timeline(torch, shapes, calls: int, repeat: int) -> list[dict]:
                              "result": chain_breakdown(ev, ch[0], builds, calls), "detail": prepared.detail})
             log(f"[timeline] {shape} {name}: " + " | ".join(
                 json.dumps(r.get("median") or r.get("result"))[:300] for r in rows[-2:] if r.get("contender") == name))
+        if gemm_us:
+            call, sync = spin_call(mx, gemm_us)
+            for _ in range(3):
+                sync(call(None))
+            per = profile_calls(torch, call, sync, repeat)
+            rows.append({"shape": list(shape), "contender": f"spin floor ({gemm_us:.1f} us)", "mode": "call",
+                         "samples": per, "median": median_row(per),
+                         "detail": "one custom kernel spinning on the global timer as long as int8_matmul's kernel"})
+            log(f"[timeline] {shape} spin floor: {json.dumps(rows[-1]['median'])[:300]}")
     return rows
 
 
@@ -267,8 +316,6 @@ def w8a8(torch, shapes, launches: int) -> list[dict]:
         tma = cuda.gemm_kernel(m, n, k, w8a8=True) == "tma_simple"
         plan = tiling.tma_plan(m, n, k, sms, w8a8=True) if tma else tiling.cuda_plan(m, n, k, sms)
         variants = [("dispatch", plan)]
-        if plan.splits > 1:
-            variants.append(("l2-sum", tiling.CudaPlan(plan.cfg, plan.splits, l2_sum=True)))
         sets = operand_sets(mx, (x, w, s, q, sx), 2 * m * k + n * k + 6 * m * n)
         row = {"shape": [m, k, n], "kernel": "tma_simple" if tma else "wgmma"}
         for label, p in variants:
@@ -372,9 +419,7 @@ def markdown(section: str, rows: list[dict]) -> str:
     elif section == "w8a8":
         lines += ["| shape | plan | W8A8 kernels (us) | W8A8 total | raw total | W8A8 / raw |", "|---|---|---|---|---|---|"]
         for r in rows:
-            for label in ("dispatch", "l2-sum"):
-                if label not in r:
-                    continue
+            for label in ("dispatch",):
                 v = r[label]
                 ks = ", ".join(f"{k.split(':', 1)[1][:28]} {u:.1f}" for k, u in v["w8a8"].items() if k not in ("total", "error"))
                 wt, rt = v["w8a8"].get("total"), v["raw"].get("total")

@@ -105,16 +105,15 @@ def shape_cases(include_big: bool = True, seeds=None) -> list[dict]:
 def sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
     """The tma_simple plans the sweep times: every tile with 1-8 K splits of >= 4 K blocks each,
     but no 128-row tile for M <= 64 and no split whose blocks outnumber what the SMs hold at once
-    (tma_plan takes neither); each split plan twice, summed by the reduction kernel and in L2."""
+    (tma_plan takes neither)."""
     blocks = tiling.ceil_div(k, tiling.CUDA_SWIZZLE_BYTES)
     out = []
     for c in tiling.CUDA_CONFIGS.values():
         if c.bm > 64 and m <= 64:
             continue
         tiles = tiling.tile_count(m, n, c)
-        splits = [s for s in SWEEP_SPLITS if s == 1 or (blocks // s >= 4 and tiles * s <= sms * tiling.blocks_per_sm(c))]
-        out += [tiling.CudaPlan(c, s) for s in splits]
-        out += [tiling.CudaPlan(c, s, l2_sum=True) for s in splits if s > 1]
+        out += [tiling.CudaPlan(c, s) for s in SWEEP_SPLITS
+                if s == 1 or (blocks // s >= 4 and tiles * s <= sms * tiling.blocks_per_sm(c))]
     return out
 
 
@@ -310,8 +309,8 @@ def tops(m: int, n: int, k: int, us: float) -> float:
 
 def kernel_us(mx, torch, out_dir, launch, launches):
     """(µs, kernel names, how) of one launch(i) + mx.eval: CUPTI, or wall time if it saw none."""
-    # Every kernel of the call counts: int8nax's and MLX's own (the zero fill of an L2-summed
-    # output); the operands were evaluated before the profile started.
+    # Every kernel of the call counts, int8nax's and any MLX runs for it (a fill, a copy); the
+    # operands were evaluated before the profile started.
     us, names, count = profile_kernels(torch, lambda i: mx.eval(launch(i)), launches, tmp_dir=out_dir)
     if us is not None:
         return us, names, "CUPTI kernel time"

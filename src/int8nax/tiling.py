@@ -349,18 +349,14 @@ CUDA_SIMT_CONFIG = TileConfig("simt_64x64", bm=64, bn=64, bk=32, wm=2, wn=4)
 
 @dataclass(frozen=True)
 class CudaPlan:
-    """What one CUDA GEMM launch runs: a tile configuration, how many K splits, and how the
-    splits are summed: l2_sum False, into a [splits, M, N] workspace that a reduction kernel
-    sums; True, each split adds its partial sums into the zero-filled [M, N] output itself
-    (bulk copy-reduce in L2; kernels/gemm_sm90.cuh, add_tile)."""
+    """What one CUDA GEMM launch runs: a tile configuration and how many K splits."""
 
     cfg: TileConfig
     splits: int
-    l2_sum: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.cfg.name}_s{self.splits}" + ("_l2" if self.l2_sum else "")
+        return f"{self.cfg.name}_s{self.splits}"
 
     def grid(self, m: int, n: int) -> tuple[Launch, tuple[int, int, int], tuple[int, int, int]]:
         """(launch, grid in threads, block) as mx.fast.cuda_kernel wants them."""
@@ -374,13 +370,6 @@ def split_ranges(k: int, bk: int, splits: int) -> list[tuple[int, int]]:
     empty only when there are more splits than K blocks (an empty split writes zeros)."""
     blocks = ceil_div(k, bk)
     return [(blocks * z // splits, blocks * (z + 1) // splits) for z in range(splits)]
-
-
-def l2_sum_words(m: int, n: int, map_blocks: int = 0) -> int:
-    """int32 words of the output of a GEMM that sums its splits in L2: the M x N results, padded
-    to a 256-byte boundary, then TMA_MAP_SLOT_BYTES per block for a TMA kernel's tensor maps
-    (kernels/cuda_common.cuh, maps_after: one buffer, so MLX's zero fill is one kernel)."""
-    return ceil_div(m * n, 64) * 64 + map_blocks * TMA_MAP_SLOT_BYTES // 4
 
 
 def tile_count(m: int, n: int, cfg: TileConfig) -> int:
@@ -414,13 +403,19 @@ def cuda_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
         cfg = large
     else:
         cfg = CUDA_CONFIGS["wg2_128x128_x2"]
+    return CudaPlan(cfg, fill_splits(m, n, k, cfg, sms))
+
+
+def fill_splits(m: int, n: int, k: int, cfg: TileConfig, sms: int = 132) -> int:
+    """K splits (a power of two) for cfg's tiles: doubled while all blocks still fit on the SMs
+    at once and every split keeps MIN_SPLIT_BLOCKS K blocks."""
     slots = sms * blocks_per_sm(cfg)
     tiles = tile_count(m, n, cfg)
     k_blocks = ceil_div(k, cfg.bk)
     splits = 1
     while tiles * splits * 2 <= slots and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
         splits *= 2
-    return CudaPlan(cfg, splits)
+    return splits
 
 
 MIN_SPLIT_BLOCKS = 8
@@ -519,8 +514,10 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     (2.24 waves); 512 x 4096 x 4096 and 128 x 3584 x 18944 on 128 x 144, one wave on 116 / 132 SMs
     with 6 stages, 17.7 / 24.7 µs against 21.8 / 28.9 on 128 x 128 (3 stages, sized for two blocks
     per SM). When the 128-row tiles cannot fill the SMs, 128 x 128 (two per SM) or 64 x 64. At long
-    K (K >= 8192) K is split as cuda_plan does unless the wave tile alone fills most SMs
-    (512 x 18944 x 3584: 128 x 144 unsplit 56.0 µs, cuda_plan's 2 splits 62.3).
+    K (K >= 8192) the wave tile runs unsplit where it alone fills most SMs (512 x 18944 x 3584:
+    128 x 144 unsplit 56.0 µs, cuda_plan's 2 splits 62.3), else its K is split until its blocks
+    fill the SMs once (fill_splits; 128 x 18944 x 3584: 128 x 144 x 4 splits 29.4 µs, cuda_plan's
+    128 x 128 x 8 splits 33.4, 2026-12-01 16:24, docs/results/cuda-h200-2026-12-01-l2sum.md).
 
     W8A8 keeps the rule without the wave tile (128 x 256, 128 x 128, 64 x 64; cuda_plan at long
     K): its dequantizing epilogue runs after each block's main loop, an unhidden tail that grows
@@ -530,9 +527,11 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     """
     wave = wave_tile(m, n, sms) if m > 64 and not w8a8 else None
     if ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS:
-        if wave is not None and tile_count(m, n, wave) >= TMA_LONG_K_FILL * sms:
+        if wave is None:
+            return cuda_plan(m, n, k, sms)
+        if tile_count(m, n, wave) >= TMA_LONG_K_FILL * sms:
             return CudaPlan(wave, 1)
-        return cuda_plan(m, n, k, sms)
+        return CudaPlan(wave, fill_splits(m, n, k, wave, sms))
     candidates = [wave or CUDA_CONFIGS[_TMA_TILES[0]]] + [CUDA_CONFIGS[name] for name in _TMA_TILES[1:]]
     for cfg in candidates:
         if cfg.bm > 64 and m <= 64:

@@ -111,9 +111,7 @@ def _row_chunks(m: int, cfg: tiling.TileConfig):
 def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template, tma=False):
     """The GEMM kernel over one row chunk: [M, N], or the [splits, M, N] workspace. A TMA kernel
     (gemm_tma_simple) also gets an extra uint8 output, one 256-byte slot per block for its
-    tensor maps. A plan with l2_sum: int32 [M, N], which its splits add into (_launch_l2_sum)."""
-    if plan.l2_sum:
-        return _launch_l2_sum(spec, inputs, m, n, plan, tma)
+    tensor maps."""
     lau, grid, block = plan.grid(m, n)
     shapes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)]
     dtypes = [out_dtype]
@@ -128,24 +126,6 @@ def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template, tma=False):
         threadgroup=block,
         template=(plan.cfg.tma_template() if tma else plan.cfg.template()) + template,
     )[0]
-
-
-def _launch_l2_sum(spec, inputs, m, n, plan, tma):
-    """int32 [M, N] by a GEMM whose splits add into the output (gemm_int32_l2 /
-    gemm_tma_simple_l2): one zero-filled buffer of tiling.l2_sum_words, the results first (a
-    TMA kernel's tensor maps behind them), handed back as a view of its first M x N words."""
-    lau, grid, block = plan.grid(m, n)
-    maps = lau.grid_x * lau.grid_y * plan.splits if tma else 0
-    out = _kernel(spec)(
-        inputs=inputs,
-        output_shapes=[(tiling.l2_sum_words(m, n, maps),)],
-        output_dtypes=[mx.int32],
-        grid=grid,
-        threadgroup=block,
-        template=plan.cfg.tma_template() if tma else plan.cfg.template(),
-        init_value=0,
-    )[0]
-    return out[: m * n].reshape(m, n)
 
 
 def _launch_reduce(spec, inputs, out_dtype, template):
@@ -174,28 +154,13 @@ def _rows(v, r0, r1):
     return v if (r0, r1) == (0, v.shape[0]) else v[r0:r1]
 
 
-def _int32_spec(family, plan, tma):
-    """The kernel computing int32 products for `plan`: the TMA or cp.async sm90 GEMM (adding
-    into its output where the plan sums in L2), or the SIMT one."""
-    if plan.l2_sum:
-        if family != "sm90":
-            raise ValueError(f"plan {plan.name}: summing the splits in L2 needs the sm90 GEMMs, not {family}")
-        return cuda_source.gemm_tma_simple_l2(plan.cfg) if tma else cuda_source.gemm_int32_l2(plan.cfg)
-    return cuda_source.gemm_tma_simple(plan.cfg) if tma else cuda_source.gemm_int32(family, plan.cfg)
-
-
-def _needs_reduce(plan) -> bool:
-    """Whether the GEMM leaves a [splits, M, N] workspace for the reduction kernel."""
-    return plan.splits > 1 and not plan.l2_sum
-
-
 def _gemm_int32_graph(a, b, family, plan, tma=False):
-    spec = _int32_spec(family, plan, tma)
+    spec = cuda_source.gemm_tma_simple(plan.cfg) if tma else cuda_source.gemm_int32(family, plan.cfg)
     n = b.shape[0]
 
     def one_chunk(r0, r1):
         out = _launch_gemm(spec, [_rows(a, r0, r1), b], r1 - r0, n, mx.int32, plan, [], tma)
-        return _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, []) if _needs_reduce(plan) else out
+        return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
 
     return _by_row_chunks(a.shape[0], plan, one_chunk)
 
@@ -217,8 +182,10 @@ def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan,
     """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n])."""
     n = w.shape[0]
     epilogue = [("TOut", out_dtype), ("HAS_BIAS", has_bias)]
-    fused = cuda_source.gemm_w8a8_tma_simple(plan.cfg) if tma else cuda_source.gemm_w8a8(family, plan.cfg)
-    raw = _int32_spec(family, plan, tma)
+    if tma:
+        fused, raw = cuda_source.gemm_w8a8_tma_simple(plan.cfg), cuda_source.gemm_tma_simple(plan.cfg)
+    else:
+        fused, raw = cuda_source.gemm_w8a8(family, plan.cfg), cuda_source.gemm_int32(family, plan.cfg)
 
     def one_chunk(r0, r1):
         q_rows, sx_rows = _rows(q, r0, r1), _rows(scale_x, r0, r1)
@@ -227,8 +194,6 @@ def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan,
             return _launch_gemm(fused, [q_rows, w, sx_rows, scale_w, bias32], r1 - r0, n, out_dtype, plan, epilogue,
                                 tma)
         ws = _launch_gemm(raw, [q_rows, w], r1 - r0, n, mx.int32, plan, [], tma)
-        if plan.l2_sum:  # the summed int32 [M, N]: the "reduction" of one split only dequantizes
-            ws = ws.reshape(1, r1 - r0, n)
         return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias32], out_dtype, epilogue)
 
     return _by_row_chunks(q.shape[0], plan, one_chunk)

@@ -165,15 +165,6 @@ def gemm_int32(family: str, cfg: tiling.TileConfig) -> KernelSpec:
 
 
 @lru_cache(maxsize=None)
-def gemm_int32_l2(cfg: tiling.TileConfig) -> KernelSpec:
-    """The cp.async sm90 GEMM whose splits add their partial sums into out int32 [M, N], which
-    MLX zero-fills (a plan with l2_sum)."""
-    body = _gemm_call("sm90", "a", "b", "int8nax::AddInt32{out, a_shape[0], b_shape[0]}")
-    return KernelSpec(_name(f"int8nax_sm90_i32l2_{cfg.name}", "sm90"), ("a", "b"), ("out",), body, header("sm90"),
-                      _smem("sm90", cfg))
-
-
-@lru_cache(maxsize=None)
 def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
     """y [M, N] (TOut) = dequant(q [M, K] . w [N, K]^T); template TOut, HAS_BIAS."""
     epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
@@ -199,16 +190,6 @@ def gemm_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
     mbarrier kernel on a CudaPlan's grid (tiling.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps."""
     body = _tma_simple_call("a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(_name(f"int8nax_tma_simple_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
-                      header("tma"), cfg.tma_shared_bytes)
-
-
-@lru_cache(maxsize=None)
-def gemm_tma_simple_l2(cfg: tiling.CudaTileConfig) -> KernelSpec:
-    """gemm_tma_simple whose splits add into the zero-filled out: int32 [tiling.l2_sum_words],
-    the [M, N] results first, the blocks' tensor maps behind them (a plan with l2_sum)."""
-    body = (f"int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>(a, b, a_shape[0], b_shape[0], a_shape[1], "
-            f"int8nax::maps_after(out, a_shape[0], b_shape[0]), int8nax::AddInt32{{out, a_shape[0], b_shape[0]}});")
-    return KernelSpec(_name(f"int8nax_tma_simple_i32l2_{cfg.name}", "tma"), ("a", "b"), ("out",), body,
                       header("tma"), cfg.tma_shared_bytes)
 
 

@@ -192,24 +192,6 @@ struct StoreInt32 {
   }
 };
 
-// int32 [M, N] partial sums added to a zero-filled output: split-K summed inside the GEMM (every
-// split adds its share; integer addition is exact in any order). Not a pair epilogue: the GEMMs
-// hand the whole tile to add_tile (gemm_sm90.cuh), which adds it through shared memory.
-struct AddInt32 {
-  int32_t* out;
-  int M;
-  int N;
-};
-
-// Where a GEMM that adds into `out` (int32 [M, N], zero-filled by MLX) finds its blocks' tensor
-// maps: behind the M x N results, from the next 256-byte boundary (MLX's fill zeroes every
-// output, so the maps share the one buffer rather than cost a second fill;
-// int8nax.tiling.l2_sum_words says how long the buffer is).
-__device__ __forceinline__ uint8_t* maps_after(int32_t* out, int M, int N) {
-  const size_t words = (static_cast<size_t>(M) * N + 63) / 64 * 64;
-  return reinterpret_cast<uint8_t*>(out + words);
-}
-
 // ---- W8A8 dequantization in float32: y = acc * s_x * s_w (+ bias), within 1 ulp ----
 //
 // No double (the FP64 conversions made the fused GEMM 16-26% slower than the int32 one) and no

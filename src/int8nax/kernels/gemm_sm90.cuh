@@ -99,70 +99,6 @@ __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], 
   }
 }
 
-// Adds a block's BM x BN accumulators into the zero-filled int32 output of AddInt32: the tile is
-// staged row-major in shared memory (the stages are free once every warpgroup has finished its
-// last wgmma), then each row's segment is added with one bulk copy-reduce (the reduction runs in
-// L2 on 16-byte pieces, so the partial sums make one trip) where N % 4 == 0, else element by
-// element with atomicAdd. A split with no K blocks adds nothing.
-template <int BM, int BN, int BK, int STAGES>
-__device__ __forceinline__ void add_tile(const int (&acc)[BN / 2], const TileCoords& t, const AddInt32& epi) {
-  constexpr int PITCH = BN + 4;  // words per staged row: keeps every row 16-byte aligned
-  static_assert(BM * PITCH * 4 <= STAGES * (BM + BN) * BK, "the staged tile must fit in the stages");
-  if (t.kbs == 0) {
-    return;
-  }
-  const uint32_t base = aligned_smem_base();
-  __syncthreads();  // no warpgroup still reads a stage
-  const int lane = threadIdx.x & 31;
-  const int r = (threadIdx.x >> 7) * 64 + ((threadIdx.x >> 5) & 3) * 16 + (lane >> 2);
-  const int c = 2 * (lane & 3);
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const uint32_t p0 = base + static_cast<uint32_t>((r * PITCH + c + 8 * j) * 4);
-    const uint32_t p1 = p0 + 8 * PITCH * 4;
-    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(p0), "r"(acc[4 * j]), "r"(acc[4 * j + 1]) : "memory");
-    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(p1), "r"(acc[4 * j + 2]), "r"(acc[4 * j + 3]) : "memory");
-  }
-  fence_proxy_async();  // the bulk copy reads through the async proxy
-  __syncthreads();
-  const int rows = min(BM, epi.M - t.m0);
-  const int cols = min(BN, epi.N - t.n0);
-  const bool bulk = (epi.N & 3) == 0 && (reinterpret_cast<unsigned long long>(epi.out) & 15ull) == 0;
-  if (bulk) {
-    if (static_cast<int>(threadIdx.x) < rows) {  // blockDim.x = 128 WM >= BM
-      int32_t* dst = epi.out + static_cast<size_t>(t.m0 + threadIdx.x) * epi.N + t.n0;
-      const uint32_t src = base + threadIdx.x * PITCH * 4;
-      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u32 [%0], [%1], %2;\n" ::"l"(dst),
-                   "r"(src), "r"(cols * 4)
-                   : "memory");
-      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-      asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // shared memory stays until read
-    }
-    return;
-  }
-  for (int i = threadIdx.x; i < rows * BN; i += blockDim.x) {
-    const int row = i / BN;
-    const int col = i % BN;
-    if (col < cols) {
-      int v;
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(base + static_cast<uint32_t>((row * PITCH + col) * 4)));
-      atomicAdd(epi.out + static_cast<size_t>(t.m0 + row) * epi.N + t.n0 + col, v);
-    }
-  }
-}
-
-// A finished tile through its epilogue: pairs of results (store_accumulators), or, for AddInt32,
-// the whole tile added into the output.
-template <int BM, int BN, int BK, int STAGES, class Epilogue>
-__device__ __forceinline__ void finish_tile(const int (&acc)[BN / 2], const TileCoords& t, const Epilogue& epi) {
-  store_accumulators<BN>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
-}
-
-template <int BM, int BN, int BK, int STAGES>
-__device__ __forceinline__ void finish_tile(const int (&acc)[BN / 2], const TileCoords& t, const AddInt32& epi) {
-  add_tile<BM, BN, BK, STAGES>(acc, t, epi);
-}
-
 // The main loop: acc (zeroed here) = the block's tile t over its K blocks, loaded by cp.async;
 // every wgmma has completed on return. Shared by gemm_sm90 and, for bases the TMA cannot take,
 // gemm_tma_simple.
@@ -230,7 +166,7 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
   }
   int acc[BN / 2];
   sm90_mainloop<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, t, acc);
-  finish_tile<BM, BN, BK, STAGES>(acc, t, epi);
+  store_accumulators<BN>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
 }
 
 }  // namespace int8nax
