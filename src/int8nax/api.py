@@ -59,10 +59,18 @@ def _no_gradient(func: str, why: str):
     return refuse
 
 
+# The refusing custom functions hand the backend its inputs behind mx.stop_gradient: mx.jvp
+# asks every primitive that depends on a primal for a tangent, in graph order, so a custom
+# kernel (no jvp) inside the body would raise MLX's "[Primitive::jvp] Not implemented for
+# CustomKernel" before the refusal below could name the function (see _forward_inputs).
+_cut = mx.stop_gradient
+
+
 @lru_cache(maxsize=None)
 def _int8_matmul_fn(impl: backends.Backend):
     # the backend's method is looked up per call (tests patch backends)
-    f = mx.custom_function(lambda a, b: _untraceable("int8_matmul", impl, lambda: impl.int8_matmul(a, b)))
+    f = mx.custom_function(
+        lambda a, b: _untraceable("int8_matmul", impl, lambda: impl.int8_matmul(_cut(a), _cut(b))))
     why = ("its inputs and output are integers (int8 x int8 -> exact int32); for a trainable "
            "layer use w8a8_linear or int8nax.nn.W8A8Linear, whose gradient is straight-through")
     f.vjp(_no_gradient("int8_matmul", why))
@@ -73,7 +81,7 @@ def _int8_matmul_fn(impl: backends.Backend):
 @lru_cache(maxsize=None)
 def _quantize_fn(impl: backends.Backend):
     f = mx.custom_function(
-        lambda x: _untraceable("quantize_activations", impl, lambda: impl.quantize_activations(x)))
+        lambda x: _untraceable("quantize_activations", impl, lambda: impl.quantize_activations(_cut(x))))
     why = ("rounding to int8 codes has zero derivative almost everywhere; for a trainable "
            "layer use w8a8_linear, whose gradient is straight-through")
     f.vjp(_no_gradient("quantize_activations", why))
