@@ -210,7 +210,8 @@ def check_int8_matmul_refusals(kw):
 
     calls = {
         "grad": lambda: mx.grad(lambda a: mm(a, b).astype(mx.float32).sum())(a),
-        "grad of a float input": lambda: mx.grad(lambda x: mm(x.astype(mx.int8), b).astype(mx.float32).sum())(mx.ones((2, 3))),
+        "grad of a float input": lambda: mx.grad(
+            lambda x: mm(x.astype(mx.int8), b).astype(mx.float32).sum())(mx.ones((2, 3))),
         "grad of b": lambda: mx.grad(lambda b: mm(a, b).astype(mx.float32).sum())(b),
         "vjp": lambda: mx.vjp(lambda a: mm(a, b), [a], [mx.ones((2, 4), mx.int32)]),
         # mx.jvp asks a primitive that depends on a primal for its tangent first: a kernel in

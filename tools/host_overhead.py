@@ -11,12 +11,18 @@ each in turn), so that drift on a busy machine hits all of them alike; the garba
 runs as it would (a gc.collect() before each sample made every figure slower and noisier:
 the next sample's memory came back cold).
 
-    python tools/host_overhead.py [--calls 200] [--repeat 21] [--only int8_matmul|w8a8_linear]
+    python tools/host_overhead.py [--calls 200] [--repeat 21] [--only int8_matmul|w8a8_linear] [--real]
 
-Rows: the bare fake backend call; each step the API layer takes on the common call (no
-`backend=` argument, INT8NAX_BACKEND unset), alone, on the same inputs; the public call; and
-"API layer" = public call - bare backend call. The steps overlap a little with each other and
-with the public call (Python call frames), so they need not sum to the API layer exactly.
+--real times the backend auto mode picks instead of the fake (on a GPU host: the whole call as
+a model sees it; on the CPU box the CPU backend computes, so the figures are its compute).
+
+Rows: the bare backend call; the pieces the API layer is or was made of, each alone on the
+same inputs: "[MLX]" rows are one MLX construct (what a custom function, a stop_gradient or a
+reshape costs), "api." rows int8nax.api's helpers, "validation" the _checks calls that the
+checked path makes (the common call checks inline); then the public call (common call: no
+`backend=`, INT8NAX_BACKEND unset) and "API layer" = public call - bare backend call. The
+pieces overlap (Python call frames) and not all of them are on every path, so they need not
+sum to the API layer.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ class FakeLazyBackend(Backend):
 
 
 FAKE = FakeLazyBackend()
+IMPL: Backend = FAKE  # the backend timed: FAKE, or with --real the one auto mode picks
 
 
 def install_fake() -> str:
@@ -103,12 +110,12 @@ def _inputs():
     return a, b, x, x3, s, bias
 
 
-def _refusal() -> mx.custom_function:
+def _refusal(body=lambda a, b: a.view(mx.int32)) -> mx.custom_function:
     """A custom function with a refusing vjp and jvp around a trivial body: MLX's own cost."""
     def refuse(*_):
         raise ValueError("no gradient")
 
-    f = mx.custom_function(lambda a, b: a.view(mx.int32))
+    f = mx.custom_function(body)
     f.vjp(refuse)
     f.jvp(refuse)
     return f
@@ -132,6 +139,9 @@ def int8_matmul_steps() -> dict:
     func = "int8_matmul"
     refusal = _refusal()
     plain = mx.custom_function(lambda a, b: a.view(mx.int32))
+    # the custom function replayed by mx.compile (identity body, the backend's output passed in)
+    compiled_refusal = mx.compile(_refusal(lambda a, b, y: y))
+    y0 = IMPL.int8_matmul(a, b)
 
     def validation():
         _checks.check_backend(None, func)
@@ -145,13 +155,14 @@ def int8_matmul_steps() -> dict:
 
     impl = backends.resolve(None)
     steps = {
-        "fake backend call (bare)": lambda: FAKE.int8_matmul(a, b),
+        "backend call (bare)": lambda: IMPL.int8_matmul(a, b),
         "validation, the _checks calls of the slow path": validation,
         "os.environ.get(INT8NAX_BACKEND) (unset)": lambda: os.environ.get(backends.ENV_VAR),
         "backends.resolve(None)": lambda: backends.resolve(None),
         "[MLX] mx.stop_gradient": lambda: mx.stop_gradient(a),
         "[MLX] custom_function, vjp+jvp, 2 in": lambda: refusal(a, b),
         "[MLX] custom_function, no transforms": lambda: plain(a, b),
+        "[MLX] mx.compile(custom_function, vjp+jvp), 3 in": lambda: compiled_refusal(a, b, y0),
     }
     if hasattr(api, "_untraced"):
         steps["api._untraced(a, b) (the tracer check)"] = lambda: api._untraced(a, b)
@@ -169,7 +180,7 @@ def w8a8_steps(bias: bool, lead: bool) -> dict:
     bias_in = b if bias else None
     func = "w8a8_linear"
     impl = backends.resolve(None)
-    y0 = FAKE.w8a8_linear(x, w, s, bias_in)
+    y0 = IMPL.w8a8_linear(x, w, s, bias_in)
 
     def validation():
         _checks.check_backend(None, func)
@@ -187,7 +198,7 @@ def w8a8_steps(bias: bool, lead: bool) -> dict:
 
     primals = (x, w, s, b) if bias else (x, w, s)
     steps = {
-        "fake backend call (bare)": lambda: FAKE.w8a8_linear(x, w, s, bias_in),
+        "backend call (bare)": lambda: IMPL.w8a8_linear(x, w, s, bias_in),
         "validation, the _checks calls of the slow path": validation,
         "backends.resolve(None)": lambda: backends.resolve(None),
         "[MLX] mx.stop_gradient": lambda: mx.stop_gradient(y0),
@@ -214,8 +225,15 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=200, help="lazy calls per sample (default 200)")
     parser.add_argument("--repeat", type=int, default=21, help="samples per step (default 21)")
     parser.add_argument("--only", choices=("int8_matmul", "w8a8_linear"))
+    parser.add_argument("--real", action="store_true", help="time the backend auto mode picks, not the fake")
     args = parser.parse_args(argv)
-    replaced = install_fake()
+    global IMPL
+    if args.real:
+        os.environ.pop(backends.ENV_VAR, None)
+        IMPL = backends.resolve(None)
+        what = f"the real {IMPL.name!r} backend"
+    else:
+        what = f"the fake lazy backend in place of {install_fake()!r}"
     sections = {}
     if args.only in (None, "int8_matmul"):
         sections[f"int8_matmul  a int8 [{M}, {K}], b int8 [{N}, {K}]"] = int8_matmul_steps()
@@ -227,13 +245,13 @@ def main(argv=None) -> int:
     # every step of every section in one interleaved run: drift hits all rows alike
     times = time_steps({(t, n): f for t, steps in sections.items() for n, f in steps.items()}, args.calls, args.repeat)
     print(f"int8nax {int8nax.__version__} from {Path(int8nax.__file__).parent}, mlx {mx.__version__}, "
-          f"default device {mx.default_device()}; the fake lazy backend stands in for {replaced!r}; "
+          f"default device {mx.default_device()}; {what}; "
           f"{args.calls} calls per sample, median of {args.repeat} samples, µs per call")
     for title, steps in sections.items():
         print(f"\n{title}")
         for name in steps:
             print(f"  {name:<50} {times[title, name]:7.2f} µs")
-        public, bare = times[title, list(steps)[-1]], times[title, "fake backend call (bare)"]
+        public, bare = times[title, list(steps)[-1]], times[title, "backend call (bare)"]
         print(f"  {'API layer (public - bare)':<50} {public - bare:7.2f} µs")
     return 0
 
