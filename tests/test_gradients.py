@@ -182,6 +182,111 @@ def _leaves(tree):
     return tree_flatten(tree)
 
 
+@pytest.fixture(params=["backend=", "default"])
+def route(request, monkeypatch):
+    """How a test calls the API: with backend= (the checked path), or as the common call with
+    no backend argument (int8nax.api's inline path), the registry then handing out the backend
+    under test. Returns a function: backend name -> keyword arguments for the call."""
+    if request.param == "backend=":
+        return lambda name: {"backend": name}
+    real = backends.resolve
+    monkeypatch.delenv(backends.ENV_VAR, raising=False)
+
+    def route_to(name):
+        impl = backends.get(name) if isinstance(name, str) else name
+        monkeypatch.setattr(backends, "resolve", lambda requested=None: impl if requested is None else real(requested))
+        return {}
+
+    return route_to
+
+
+def check_int8_matmul_refusals(kw):
+    """Every transformation through int8_matmul(**kw) raises the ValueError naming it."""
+    a = mx.ones((2, 3), dtype=mx.int8)
+    b = mx.ones((4, 3), dtype=mx.int8)
+
+    def mm(a, b):
+        return int8nax.int8_matmul(a, b, **kw)
+
+    calls = {
+        "grad": lambda: mx.grad(lambda a: mm(a, b).astype(mx.float32).sum())(a),
+        "grad of a float input": lambda: mx.grad(
+            lambda x: mm(x.astype(mx.int8), b).astype(mx.float32).sum())(mx.ones((2, 3))),
+        "grad of b": lambda: mx.grad(lambda b: mm(a, b).astype(mx.float32).sum())(b),
+        "vjp": lambda: mx.vjp(lambda a: mm(a, b), [a], [mx.ones((2, 4), mx.int32)]),
+        # mx.jvp asks a primitive that depends on a primal for its tangent first: a kernel in
+        # the forward must not be reached (it would raise "[Primitive::jvp] Not implemented for ...")
+        "jvp": lambda: mx.jvp(lambda a: mm(a, b), [a], [a]),
+        "jvp of b": lambda: mx.jvp(lambda b: mm(a, b), [b], [b]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match="int8_matmul has no gradient: its inputs and output are integers"):
+            mx.eval(call())
+    # without a transformation it is unaffected
+    assert np.array(mm(a, b)).tolist() == [[3] * 4] * 2
+
+
+def check_quantize_refusals(kw):
+    x = mx.ones((2, 3, 8))
+
+    def qa(x):
+        return int8nax.quantize_activations(x, **kw)
+
+    calls = {
+        "grad": lambda: mx.grad(lambda x: qa(x)[1].sum())(x),
+        "vjp": lambda: mx.vjp(lambda x: qa(x)[1], [x], [mx.ones((2, 3))]),
+        "jvp": lambda: mx.jvp(lambda x: qa(x)[1], [x], [x]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match="quantize_activations has no gradient"):
+            mx.eval(call())
+
+
+def check_straight_through_with_bias_and_leading_dims(rng, kw, tol):
+    """grad, vjp and jvp of w8a8_linear(**kw) with a bias and x [2, 3, K]: those of the
+    dequantized float layer, the bias's too (also with x a constant)."""
+    w, s, w_deq = layer(rng, 16, 6)
+    w, s = mx.array(w), mx.array(s)
+    x = mx.array(rng.standard_normal((2, 3, 16)).astype(np.float32))
+    b = mx.array(rng.standard_normal(6).astype(np.float32))
+    c = mx.array(rng.standard_normal((2, 3, 6)).astype(np.float32))
+    tx = mx.array(rng.standard_normal((2, 3, 16)).astype(np.float32))
+    tb = mx.array(rng.standard_normal(6).astype(np.float32))
+
+    def f(x, w, s, b):
+        return int8nax.w8a8_linear(x, w, s, b, **kw)
+
+    def close(got, want):
+        np.testing.assert_allclose(np.array(got, np.float64), want, rtol=tol, atol=tol * np.abs(want).max())
+
+    dx, dw, ds, db = mx.grad(lambda *p: (f(*p) * c).sum(), argnums=(0, 1, 2, 3))(x, w, s, b)
+    close(dx, np.array(c, np.float64) @ w_deq)
+    close(db, np.array(c, np.float64).sum(axis=(0, 1)))
+    assert dx.shape == x.shape and not np.array(dw).any() and not np.array(ds).any()
+    close(mx.grad(lambda b: (f(x, w, s, b) * c).sum())(b), np.array(c, np.float64).sum(axis=(0, 1)))
+
+    (y,), (vx, vb) = mx.vjp(lambda x, b: f(x, w, s, b), [x, b], [c])
+    close(vx, np.array(dx, np.float64))
+    close(vb, np.array(db, np.float64))
+    np.testing.assert_array_equal(np.array(y), np.array(f(x, w, s, b)))
+
+    (y,), (dy,) = mx.jvp(lambda x, b: f(x, w, s, b), [x, b], [tx, tb])
+    close(dy, np.array(tx, np.float64) @ w_deq.T + np.array(tb, np.float64))
+    assert dy.shape == (2, 3, 6) and y.shape == (2, 3, 6)
+
+
+def test_int8_matmul_refuses_every_transformation(backend, route):
+    check_int8_matmul_refusals(route(backend))
+
+
+def test_quantize_activations_refuses_every_transformation(backend, route):
+    check_quantize_refusals(route(backend))
+
+
+def test_straight_through_with_bias_and_leading_dims(backend, route, rng):
+    check_straight_through_with_bias_and_leading_dims(rng, route(backend), mm_tol(backend, 1e-5))
+
+
 def test_int8_matmul_refuses_gradients(backend):
     a = mx.ones((2, 3), dtype=mx.int8)
     b = mx.ones((4, 3), dtype=mx.int8)
@@ -219,6 +324,14 @@ class GraphBackend(Backend):
 
     def probe(self):
         return Probe(True, "test double")
+
+    def int8_matmul(self, a, b):  # float32 products: exact while |sum| < 2**24
+        return (a.astype(mx.float32) @ b.astype(mx.float32).T).astype(mx.int32)
+
+    def quantize_activations(self, x):
+        x32 = x.astype(mx.float32)
+        scale = mx.maximum(mx.abs(x32).max(axis=1), 1e-30) / 127
+        return mx.round(x32 / scale[:, None]).astype(mx.int8), scale
 
     def w8a8_linear(self, x, w, scale_w, bias):
         y = x.astype(mx.float32) @ (w.astype(mx.float32) * scale_w[:, None]).T
@@ -269,19 +382,40 @@ def test_the_backend_sees_the_callers_weight_array(monkeypatch, rng):
     assert len(seen) == 2 and all(v is w for v in seen)
 
 
+def touched(v):
+    """v, passed through a primitive that has neither jvp nor vjp (QR on the CPU stream)."""
+    v32 = v.astype(mx.float32).reshape(1, -1)[:, :1]
+    q = mx.linalg.qr(mx.broadcast_to(v32, (2, 2)) + mx.eye(2), stream=mx.cpu)[0]
+    return v + (q[0, 0] * 0).astype(v.dtype)
+
+
 class KernelLikeBackend(GraphBackend):
-    """GraphBackend whose forward passes every input through a primitive without a jvp (QR on
-    the CPU stream), as a custom kernel is: mx.jvp must not ask it for a tangent."""
+    """GraphBackend whose forward passes every input through a primitive without a jvp or vjp,
+    as a custom kernel is (the CUDA and Metal backends): mx.jvp must not ask it for a tangent."""
 
     name = "kernel-like"
 
-    def w8a8_linear(self, x, w, scale_w, bias):
-        def touched(v):
-            v32 = v.astype(mx.float32).reshape(1, -1)[:, :1]
-            q = mx.linalg.qr(mx.broadcast_to(v32, (2, 2)) + mx.eye(2), stream=mx.cpu)[0]
-            return v + (q[0, 0] * 0).astype(v.dtype)
+    def int8_matmul(self, a, b):
+        return super().int8_matmul(touched(a), touched(b))
 
+    def quantize_activations(self, x):
+        return super().quantize_activations(touched(x))
+
+    def w8a8_linear(self, x, w, scale_w, bias):
         return super().w8a8_linear(touched(x), touched(w), touched(scale_w), None if bias is None else touched(bias))
+
+
+def test_refusals_do_not_reach_the_forward_kernels(monkeypatch):
+    # On such a backend mx.jvp raised MLX's "[Primitive::jvp] Not implemented for QRF" (for a
+    # custom kernel: "... for CustomKernel") instead of naming the function.
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: KernelLikeBackend())
+    check_int8_matmul_refusals({})
+    check_quantize_refusals({})
+
+
+def test_straight_through_on_a_kernel_like_backend(monkeypatch, rng):
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: KernelLikeBackend())
+    check_straight_through_with_bias_and_leading_dims(rng, {}, mm_tol("kernel-like", 1e-5))
 
 
 def test_jvp_does_not_reach_the_forward_kernels(monkeypatch, rng):

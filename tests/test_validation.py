@@ -204,3 +204,57 @@ def test_mx_float64_weights_and_bias():
     b64 = np.array([0.1, 0.2, 0.3])
     y = int8nax.w8a8_linear(X + 1, q, s, mx.array(b64).astype(mx.float64))
     np.testing.assert_array_equal(np.array(y), np.array(int8nax.w8a8_linear(X + 1, q, s, b64.astype(np.float32))))
+
+
+# --- the same contract for mx.array arguments: the common call's inline checks let every bad
+# input through to the checked path, which names it (int8nax.api) ---------------------------
+
+MA, MB, MX, MS = mx.array(A), mx.array(B), mx.array(X), mx.array(S)
+
+
+@pytest.mark.parametrize(
+    "call, exc, words",
+    [
+        (lambda: int8nax.int8_matmul(MA.astype(mx.float32), MB), TypeError, ["int8_matmul", "'a'", "int8", "float32"]),
+        (lambda: int8nax.int8_matmul(MA, MB.astype(mx.uint8)), TypeError, ["'b'", "int8", "uint8"]),
+        (lambda: int8nax.int8_matmul(MA[None], MB), ValueError, ["'a'", "2-D", "3-D", "(1, 4, 8)"]),
+        (lambda: int8nax.int8_matmul(MA, MB[0]), ValueError, ["'b'", "2-D", "1-D"]),
+        (lambda: int8nax.int8_matmul(MA, mx.zeros((3, 9), mx.int8)), ValueError, ["K mismatch", "8", "9"]),
+        (lambda: int8nax.int8_matmul(MA, MB, b_layout="nt"), ValueError, ["b_layout", "'nt'"]),
+        (lambda: int8nax.int8_matmul(MA, MB, backend="tpu"), ValueError, ["unknown backend", "'tpu'"]),
+        (lambda: int8nax.int8_matmul(mx.zeros((1, 131072), mx.int8), mx.zeros((1, 131072), mx.int8)),
+         ValueError, ["131072", "131071", "overflow"]),
+        (lambda: int8nax.w8a8_linear(MX.astype(mx.int8), MB, MS), TypeError, ["w8a8_linear", "'x'", "float16", "int8"]),
+        (lambda: int8nax.w8a8_linear(MX.astype(mx.int32), MB, MS), TypeError, ["'x'", "int32"]),
+        (lambda: int8nax.w8a8_linear(MX, MB.astype(mx.float32), MS), TypeError, ["'w_int8'", "int8", "float32"]),
+        (lambda: int8nax.w8a8_linear(MX, MB, MS.astype(mx.float16)), TypeError, ["'scale_w'", "float32", "float16"]),
+        (lambda: int8nax.w8a8_linear(MX, MB, mx.ones((4,))), ValueError, ["'scale_w'", "(3,)", "(4,)"]),
+        (lambda: int8nax.w8a8_linear(MX, MB, mx.ones((3, 1))), ValueError, ["'scale_w'", "(3,)", "(3, 1)"]),
+        (lambda: int8nax.w8a8_linear(MX, MB, MS, mx.ones((2,))), ValueError, ["'bias'", "(3,)", "(2,)"]),
+        (lambda: int8nax.w8a8_linear(MX, MB, MS, mx.ones((1, 3))), ValueError, ["'bias'", "(3,)", "(1, 3)"]),
+        (lambda: int8nax.w8a8_linear(MX, MB, MS, mx.ones((3,), mx.int32)), TypeError, ["'bias'", "int32"]),
+        (lambda: int8nax.w8a8_linear(MX[:, :7], MB, MS), ValueError, ["K mismatch", "7", "8"]),
+        (lambda: int8nax.w8a8_linear(MX, MB[None], MS), ValueError, ["'w_int8'", "2-D", "3-D"]),
+        (lambda: int8nax.w8a8_linear(MX, MB[0], MS), ValueError, ["'w_int8'", "2-D", "1-D"]),
+        (lambda: int8nax.w8a8_linear(mx.array(1.0), MB, MS), ValueError, ["'x'", "scalar"]),
+        (lambda: int8nax.w8a8_linear(mx.zeros((2, 131072)), mx.zeros((1, 131072), mx.int8), mx.ones((1,))),
+         ValueError, ["w8a8_linear", "131072", "131071", "overflow"]),
+        (lambda: int8nax.w8a8_linear(MX, MB, MS, backend="gpu"), ValueError, ["w8a8_linear", "'gpu'"]),
+        (lambda: int8nax.quantize_activations(MX.astype(mx.int32)), TypeError,
+         ["quantize_activations", "'x'", "int32"]),
+    ],
+)
+def test_bad_mx_input_is_named(call, exc, words):
+    with pytest.raises(exc) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), f"{word!r} not in {str(info.value)!r}"
+
+
+def test_bad_environment_backend_is_named_for_mx_arrays(monkeypatch):
+    monkeypatch.setenv("INT8NAX_BACKEND", "bogus")
+    for call, func in ((lambda: int8nax.int8_matmul(MA, MB), "int8_matmul"),
+                       (lambda: int8nax.w8a8_linear(MX, mx.array(W), mx.array(SW)), "w8a8_linear")):
+        with pytest.raises(ValueError, match=rf"{func}: unknown backend 'bogus' in the environment variable "
+                                             "INT8NAX_BACKEND"):
+            call()

@@ -9,10 +9,19 @@ forward may leave MLX's graph, as the CPU backend's numpy path does):
   The int8 weights and their scales get zero gradients (they are not trainable).
 - int8_matmul and quantize_activations have integer outputs and no useful gradient: asking
   for one (mx.grad, mx.vjp, mx.jvp through them) raises a ValueError, never silent zeros.
+
+A custom function costs 3-4 µs of host time per call on the CPU box (tools/host_overhead.py),
+more than a GPU backend's own part, and matters only when a transformation traces the call: a
+gradient reaches an op only through arrays a transformation made (tracers). So a call whose
+arguments _untraced finds free of tracers goes straight to the backend; the others take the
+custom functions. The common call (mx.arrays of a valid non-empty problem, the backend left to
+int8nax) is also checked inline; every other call takes the checked path, which raises the
+documented errors.
 """
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import mlx.core as mx
@@ -21,7 +30,9 @@ import numpy as np
 from . import backends, quant
 from ._checks import (
     FLOAT_DTYPES,
+    MAX_K,
     as_mx,
+    backend_env_set,
     check_backend,
     check_dtype,
     check_float32_range,
@@ -33,6 +44,70 @@ from ._checks import (
 
 B_LAYOUTS = ("nk", "kn")
 
+# The common call's inline checks (module globals: no attribute lookups on mx per call).
+_ARRAY = mx.array
+_INT8 = mx.int8
+_FLOAT32 = mx.float32
+_FLOATS = frozenset(FLOAT_DTYPES)
+
+
+# --- whether a transformation traces a call ---------------------------------------------------
+
+class _Ran(threading.local):
+    ran = False
+
+
+_RAN = _Ran()
+
+
+def _mark(*arrays):
+    _RAN.ran = True
+    return arrays[0]
+
+
+# MLX runs a compiled function's Python body only to trace it: at the first call for a
+# signature (dtypes and ndims: shapeless) and whenever an input is a tracer (an array of an
+# mx.grad, mx.vjp, mx.jvp, mx.vmap or mx.compile trace; MLX 0.32 compile.cpp); every other
+# call replays the recorded graph (here: no op, the output is the first input), 1-2 µs on the
+# CPU box. Checked at import (_DETECTS_TRACERS) and by tests/test_host_path.py.
+_mark_if_traced = mx.compile(_mark, shapeless=True)
+
+
+def _untraced(*arrays) -> bool:
+    """True when no argument is a tracer, so that no transformation can see this call; False
+    when one may be (or at the first call of a signature, or with compilation disabled)."""
+    ran = _RAN
+    ran.ran = False
+    _mark_if_traced(*arrays)
+    return not ran.ran
+
+
+def _detects_tracers() -> bool:
+    """Whether _untraced says False inside every transformation and True outside, with this
+    MLX: the fast path is taken only if so (an MLX that replayed compiled graphs for tracers
+    would otherwise lose the custom functions' gradients)."""
+    seen = []
+
+    def f(x):
+        seen.append(_untraced(x))
+        return x.sum()
+
+    try:
+        x = mx.zeros((2,), dtype=mx.float32)
+        _untraced(x)  # the first call of the signature traces
+        outside = _untraced(x)
+        mx.grad(f)(x)
+        mx.vjp(f, [x], [mx.array(1.0)])
+        mx.jvp(f, [x], [x])
+        mx.vmap(f)(mx.zeros((3, 2), dtype=mx.float32))
+        mx.compile(f)(x)
+    except Exception:  # noqa: BLE001 - any surprise means: do not rely on it
+        return False
+    return outside and seen == [False] * 5
+
+
+_DETECTS_TRACERS = _detects_tracers()
+
 
 _TRACE_REFUSAL = "function transformations like compile or vmap"
 
@@ -43,13 +118,18 @@ def _untraceable(func: str, impl: backends.Backend, call):
     try:
         return call()
     except ValueError as exc:
-        if _TRACE_REFUSAL not in str(exc):
-            raise
-        raise ValueError(
-            f"{func}: the {impl.name} backend computes outside MLX's graph (numpy) and cannot run "
-            "inside mx.compile or mx.vmap; call it outside the compiled/vmapped function, or use "
-            "a backend that stays in the graph (CUDA)"
-        ) from exc
+        _reraise_untraceable(func, impl, exc)
+
+
+def _reraise_untraceable(func: str, impl: backends.Backend, exc: ValueError):
+    """Raise `exc`, or for MLX's refusal the message _untraceable gives (called in an except)."""
+    if _TRACE_REFUSAL not in str(exc):
+        raise exc
+    raise ValueError(
+        f"{func}: the {impl.name} backend computes outside MLX's graph (numpy) and cannot run "
+        "inside mx.compile or mx.vmap; call it outside the compiled/vmapped function, or use "
+        "a backend that stays in the graph (CUDA)"
+    ) from exc
 
 
 def _no_gradient(func: str, why: str):
@@ -59,10 +139,18 @@ def _no_gradient(func: str, why: str):
     return refuse
 
 
+# The refusing custom functions hand the backend its inputs behind mx.stop_gradient: mx.jvp
+# asks every primitive that depends on a primal for a tangent, in graph order, so a custom
+# kernel (no jvp) inside the body would raise MLX's "[Primitive::jvp] Not implemented for
+# CustomKernel" before the refusal below could name the function (see _forward_inputs).
+_cut = mx.stop_gradient
+
+
 @lru_cache(maxsize=None)
 def _int8_matmul_fn(impl: backends.Backend):
     # the backend's method is looked up per call (tests patch backends)
-    f = mx.custom_function(lambda a, b: _untraceable("int8_matmul", impl, lambda: impl.int8_matmul(a, b)))
+    f = mx.custom_function(
+        lambda a, b: _untraceable("int8_matmul", impl, lambda: impl.int8_matmul(_cut(a), _cut(b))))
     why = ("its inputs and output are integers (int8 x int8 -> exact int32); for a trainable "
            "layer use w8a8_linear or int8nax.nn.W8A8Linear, whose gradient is straight-through")
     f.vjp(_no_gradient("int8_matmul", why))
@@ -73,7 +161,7 @@ def _int8_matmul_fn(impl: backends.Backend):
 @lru_cache(maxsize=None)
 def _quantize_fn(impl: backends.Backend):
     f = mx.custom_function(
-        lambda x: _untraceable("quantize_activations", impl, lambda: impl.quantize_activations(x)))
+        lambda x: _untraceable("quantize_activations", impl, lambda: impl.quantize_activations(_cut(x))))
     why = ("rounding to int8 codes has zero derivative almost everywhere; for a trainable "
            "layer use w8a8_linear, whose gradient is straight-through")
     f.vjp(_no_gradient("quantize_activations", why))
@@ -146,6 +234,26 @@ def int8_matmul(a, b, *, b_layout: str = "nk", backend: str | None = None) -> mx
 
     Not differentiable: mx.grad/mx.vjp/mx.jvp through it raise a ValueError.
     """
+    # The common call, checked inline: what the checked path would accept and not special-case.
+    if backend is None and type(a) is _ARRAY and type(b) is _ARRAY and b_layout == "nk":
+        sa, sb = a.shape, b.shape
+        if (len(sa) == 2 and len(sb) == 2 and a.dtype == _INT8 and b.dtype == _INT8 and sa[1] == sb[1]
+                and 0 < sa[1] <= MAX_K and sa[0] and sb[0] and not backend_env_set()):
+            return _int8_matmul_call(backends.resolve(None), a, b)
+    return _int8_matmul_checked(a, b, b_layout, backend)
+
+
+def _int8_matmul_call(impl: backends.Backend, a: mx.array, b: mx.array) -> mx.array:
+    """int32 [M, N] of a valid, non-empty problem; refusing gradients."""
+    if _DETECTS_TRACERS and _untraced(a, b):
+        try:
+            return impl.int8_matmul(a, b)
+        except ValueError as exc:
+            _reraise_untraceable("int8_matmul", impl, exc)
+    return _int8_matmul_fn(impl)(a, b)
+
+
+def _int8_matmul_checked(a, b, b_layout, backend) -> mx.array:
     func = "int8_matmul"
     check_backend(backend, func)
     a = as_mx(a, "a", func, (mx.int8,))
@@ -163,7 +271,7 @@ def int8_matmul(a, b, *, b_layout: str = "nk", backend: str | None = None) -> mx
     impl = backends.resolve(backend)
     if m == 0 or n == 0 or k == 0:
         return mx.zeros((m, n), dtype=mx.int32)
-    return _int8_matmul_fn(impl)(a, b)
+    return _int8_matmul_call(impl, a, b)
 
 
 def quantize_weight_int8(w):
@@ -243,12 +351,19 @@ def quantize_activations(x, *, backend: str | None = None) -> tuple[mx.array, mx
     if x.ndim < 1:
         raise ValueError(f"{func}: 'x' must be at least 1-D [..., K], got a scalar")
     impl = backends.resolve(backend)
-    rows, lead = _rows(x)
+    rows, lead = (x, None) if x.ndim == 2 else _rows(x)
     if rows.shape[0] == 0 or rows.shape[1] == 0:
         q = mx.zeros(rows.shape, dtype=mx.int8)
         s = mx.ones((rows.shape[0],), dtype=mx.float32)
+    elif _DETECTS_TRACERS and _untraced(rows):
+        try:
+            q, s = impl.quantize_activations(rows)
+        except ValueError as exc:
+            _reraise_untraceable("quantize_activations", impl, exc)
     else:
         q, s = _quantize_fn(impl)(rows)
+    if lead is None:
+        return q, s
     return q.reshape(*lead, x.shape[-1]), s.reshape(lead)
 
 
@@ -277,6 +392,34 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
     i.e. that of the dequantized float layer: dx = dy @ (w_int8 * scale_w[:, None]) in
     x's dtype, dbias = dy summed over the rows; zero for w_int8 and scale_w.
     """
+    if (backend is None and type(x) is _ARRAY and type(w_int8) is _ARRAY and type(scale_w) is _ARRAY
+            and (bias is None or type(bias) is _ARRAY)):
+        xs, ws, ss = x.shape, w_int8.shape, scale_w.shape
+        if (len(ws) == 2 and len(ss) == 1 and xs and xs[-1] == ws[1] and ss[0] == ws[0] and ws[0]
+                and 0 < ws[1] <= MAX_K and x.dtype in _FLOATS and w_int8.dtype == _INT8
+                and scale_w.dtype == _FLOAT32
+                and (bias is None or (bias.shape == ss and bias.dtype in _FLOATS))
+                and 0 not in xs and not backend_env_set()):
+            if len(xs) == 2:  # no reshapes (~0.5 µs each)
+                return _w8a8_rows(backends.resolve(None), x, w_int8, scale_w, bias)
+            y = _w8a8_rows(backends.resolve(None), x.reshape(-1, xs[-1]), w_int8, scale_w, bias)
+            return y.reshape(xs[:-1] + (ws[0],))
+    return _w8a8_linear_checked(x, w_int8, scale_w, bias, backend)
+
+
+def _w8a8_rows(impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:
+    """y [M, N] of a valid, non-empty problem on 2-D rows; with the straight-through gradient."""
+    if _DETECTS_TRACERS and (_untraced(rows, w, scale_w) if bias is None else _untraced(rows, w, scale_w, bias)):
+        try:
+            return impl.w8a8_linear(rows, w, scale_w, bias)
+        except ValueError as exc:
+            _reraise_untraceable("w8a8_linear", impl, exc)
+    y = _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
+    primals = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
+    return _w8a8_grad(bias is not None)(*primals, mx.stop_gradient(y))
+
+
+def _w8a8_linear_checked(x, w_int8, scale_w, bias, backend) -> mx.array:
     func = "w8a8_linear"
     check_backend(backend, func)
     x = as_mx(x, "x", func, FLOAT_DTYPES)
@@ -301,7 +444,5 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
         if bias is not None and m > 0:
             y = y + bias.astype(x.dtype)
     else:
-        y = _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
-        primals = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
-        y = _w8a8_grad(bias is not None)(*primals, mx.stop_gradient(y))
+        y = _w8a8_rows(impl, rows, w, scale_w, bias)
     return y.reshape(*lead, n)

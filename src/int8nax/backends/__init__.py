@@ -15,6 +15,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
+from .._checks import backend_env_set
 from .base import Backend, Probe
 
 ENV_VAR = "INT8NAX_BACKEND"
@@ -104,7 +105,7 @@ def choose(requested: str | None = None) -> tuple[str, str]:
 
 def resolve(requested: str | None = None) -> Backend:
     """The backend object choose() names, without composing its reason (every API call asks)."""
-    if requested is None and not os.environ.get(ENV_VAR):
+    if requested is None and not backend_env_set():
         return get(_auto_name())
     name, _ = choose(requested)
     return get(name)
