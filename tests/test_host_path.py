@@ -43,9 +43,9 @@ def lazy(monkeypatch):
 
 def test_this_mlx_tells_traced_calls_apart():
     # The fast path rests on this: a compiled function's body runs for tracer inputs (and at
-    # a signature's first call) and not on replays. If an MLX release changes it, the import
-    # check turns the fast path off (correct, ~4 us slower per call): this test says so.
-    assert api._DETECTS_TRACERS, "int8nax.api._untraced cannot tell traced calls apart with this MLX"
+    # a signature's first call) and not on replays. If an MLX release changes it, the first
+    # call's check turns the fast path off (correct, ~4 us slower per call): this test says so.
+    assert api._detects_tracers(), "int8nax.api._untraced cannot tell traced calls apart with this MLX"
     x = mx.ones((3, 4), dtype=mx.float16)
     c = mx.ones((3, 4), dtype=mx.float16)
     api._untraced(x)
@@ -115,3 +115,14 @@ def test_the_default_cpu_call_sees_the_callers_weight_array(monkeypatch, rng):
         int8nax.w8a8_linear(x, w, s)
     mx.grad(lambda x: int8nax.w8a8_linear(x, w, s).sum())(x)
     assert len(seen) == 3 and all(v is w for v in seen)
+
+
+def test_importing_runs_no_transformation():
+    # The tracer check runs MLX transformations (on a GPU box: the GPU's first work); it waits
+    # for the first call that could use it.
+    import subprocess
+    import sys
+
+    code = "import int8nax, int8nax.api as a; print(a._DETECTS)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -20,6 +20,12 @@ Three sections, each a JSON file and a markdown table in DIR:
   host      the host's time to build one lazy call, layer by layer (MLX primitives, the floor
             kernel, the compiled int8nax graph, the backend, the public function), median of
             several batches of independent calls, nothing evaluated.
+  ncu-target  (run under Nsight Compute, not in the default sections) two launches each of
+            W8A8's fused GEMM and the raw GEMM on the same plan at --w8a8-shapes, between
+            cudaProfilerStart/Stop, e.g.
+              ncu --profile-from-start off --kernel-name regex:int8nax_tma_simple --section
+              WarpStateStats ... python tools/cuda_profile.py --out D --sections ncu-target
+              --w8a8-shapes 1024x4096x4096
 
 Needs MLX's CUDA backend and torch with CUDA (the profiler); elsewhere it writes why and exits 3.
 """
@@ -337,6 +343,40 @@ def w8a8(torch, shapes, launches: int) -> list[dict]:
     return rows
 
 
+def ncu_target(torch, shapes) -> list[dict]:
+    """The process Nsight Compute profiles (--profile-from-start off): per shape, after a warm-up,
+    two launches each of w8a8_linear's fused GEMM and of the raw GEMM on the same plan, between
+    cudaProfilerStart and cudaProfilerStop; nothing else is traced (ncu owns CUPTI here)."""
+    import mlx.core as mx
+
+    from int8nax import tiling
+    from int8nax.backends import cuda
+
+    sms = cuda.sm_count()
+    rows = []
+    for m, k, n in shapes:
+        rng = np.random.default_rng(m + k + n)
+        x = mx.array(rng.standard_normal((m, k)).astype(np.float16))
+        w = mx.array(rng.integers(-128, 128, (n, k), dtype=np.int8))
+        s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
+        q, sx = cuda.quantize(x)
+        mx.eval(x, w, s, q, sx)
+        tma = cuda.gemm_kernel(m, n, k, w8a8=True) == "tma_simple"
+        plan = tiling.tma_plan(m, n, k, sms, w8a8=True) if tma else tiling.cuda_plan(m, n, k, sms)
+        fused = lambda: cuda._dequant_gemm_graph(q, sx, w, s, cuda._no_bias(), mx.float16, "sm90", plan, False, tma)  # noqa: E731
+        raw = lambda: cuda._gemm_int32_graph(q, w, "sm90", plan, tma)  # noqa: E731
+        for _ in range(2):
+            mx.eval(fused(), raw())
+        torch.cuda.profiler.start()
+        for _ in range(2):
+            mx.eval(fused())
+            mx.eval(raw())
+        torch.cuda.profiler.stop()
+        rows.append({"shape": [m, k, n], "plan": plan.name, "kernel": "tma_simple" if tma else "wgmma"})
+        log(f"[ncu-target] {m}x{k}x{n} {plan.name}")
+    return rows
+
+
 def host(shapes, calls: int, repeat: int) -> list[dict]:
     import mlx.core as mx
 
@@ -425,6 +465,9 @@ def markdown(section: str, rows: list[dict]) -> str:
                 wt, rt = v["w8a8"].get("total"), v["raw"].get("total")
                 ratio = f"{wt / rt:.2f}" if wt and rt else ""
                 lines.append(f"| {'x'.join(map(str, r['shape']))} | {v['plan']} ({label}) | {ks} | {fmt(wt)} | {fmt(rt)} | {ratio} |")
+    elif section == "ncu-target":
+        lines += [f"- {'x'.join(map(str, r['shape']))}: {r['kernel']} {r['plan']}, 2 fused + 2 raw launches profiled"
+                  for r in rows]
     else:
         labels = list(rows[0]["us"]) if rows else []
         lines += ["| layer | " + " | ".join("x".join(map(str, r["shape"])) for r in rows) + " |",
@@ -480,6 +523,8 @@ def main(argv=None) -> int:
             rows = w8a8(torch, w8a8_shapes, 20)
         elif section == "host":
             rows = host(shapes, 200, 7)
+        elif section == "ncu-target":
+            rows = ncu_target(torch, w8a8_shapes)
         else:
             parser.error(f"unknown section {section!r}")
         (out / f"{section}.json").write_text(json.dumps(rows, indent=1))

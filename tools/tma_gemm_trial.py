@@ -7,6 +7,9 @@ Each variant runs in its own subprocess with a timeout (a kernel fault kills the
 a deadlocked mbarrier hangs it); the worker appends one JSON line per shape to
 DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Variants:
   default     what int8_matmul runs (backends/cuda.py gemm_kernel: tma_simple or cp.async)
+  b2b         the same calls timed as cuBLASLt is: launched back to back and evaluated once
+              (this worker runs with MLX_USE_CUDA_GRAPHS=0, so MLX launches on its one stream in
+              order and independent calls cannot overlap)
   w8a8        what w8a8_linear runs on float16 x (quantization + fused GEMM [+ reduction]),
               checked bit for bit against the cp.async kernel's W8A8 (tested against the
               float64 model in the suite); its kernel time is the whole pipeline's
@@ -54,7 +57,9 @@ import numpy as np  # noqa: E402
 from int8nax import tiling  # noqa: E402
 from int8nax.backends import cuda_source  # noqa: E402
 
-VARIANTS = ("default", "w8a8", "tma_simple", "tma_ws", "wgmma", "cublaslt", "sweep")
+VARIANTS = ("default", "b2b", "w8a8", "tma_simple", "tma_ws", "wgmma", "cublaslt", "sweep")
+WORKER_ENV = {"b2b": {"MLX_USE_CUDA_GRAPHS": "0"}}
+"""Environment a variant's worker process needs (MLX reads it once, at start)."""
 SWEEP_SPLITS = (1, 2, 4, 8)
 
 # (M, K, N): edges first (exactness only), then the 11 seed shapes and 8192^3 (exactness + time).
@@ -120,6 +125,8 @@ def sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
 def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> dict:
     """What a variant launches for a shape (pure Python: the dry run and the table use it);
     w8a8: the plan of w8a8_linear's GEMM."""
+    if variant == "b2b":
+        return plan_description("default", m, n, k, sms)
     if variant in ("default", "w8a8"):
         # The default dispatch (INT8NAX_CUDA_KERNEL unset; W8A8 with its own rules: tiling.tma_plan).
         kernel = tiling.cuda_gemm_kernel(m, n, k, w8a8=variant == "w8a8")
@@ -201,9 +208,11 @@ def launches_for(case: dict) -> int:
 
 # ---- CUPTI kernel durations through torch.profiler --------------------------------------------
 
-def profile_kernels(torch, run_once, launches: int, name_filter=None, tmp_dir: Path | None = None):
+def profile_kernels(torch, run_once, launches: int, name_filter=None, tmp_dir: Path | None = None,
+                    serial: bool = False):
     """(median µs of the kernels of one launch, kernel names) from a chrome trace of `launches`
-    calls of run_once(i); every launch must run the same kernels, in series."""
+    calls of run_once(i); every launch must run the same kernels, in series (serial: checked,
+    no kernel may start before the one before it ended)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -220,6 +229,8 @@ def profile_kernels(torch, run_once, launches: int, name_filter=None, tmp_dir: P
         kernels = [e for e in kernels if name_filter(e.get("name", ""))]
     kernels.sort(key=lambda e: e.get("ts", 0))
     if not kernels or len(kernels) % launches:
+        return None, sorted({e.get("name", "?") for e in kernels}), len(kernels)
+    if serial and any(b["ts"] < a["ts"] + a["dur"] for a, b in zip(kernels, kernels[1:])):
         return None, sorted({e.get("name", "?") for e in kernels}), len(kernels)
     per = len(kernels) // launches
     sums = [sum(float(e["dur"]) for e in kernels[i * per:(i + 1) * per]) for i in range(launches)]
@@ -252,7 +263,7 @@ def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
         return worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms)
 
     def call(a, b, m, n, k):
-        if variant == "default":
+        if variant in ("default", "b2b"):
             return cuda.gemm_int32(a, b)
         if variant == "wgmma":
             return cuda.gemm_int32(a, b, plan=tiling.cuda_plan(m, n, k, sms), family="sm90")
@@ -279,7 +290,8 @@ def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
                 sets = operand_sets(mx, (a, b), m * k + n * k + 4 * m * n)
                 for _ in range(3):
                     mx.eval(call(*sets[0], m, n, k))
-                rec["us"], rec["kernels"], rec["timing"] = kernel_us(
+                timer = kernel_us_b2b if variant == "b2b" else kernel_us
+                rec["us"], rec["kernels"], rec["timing"] = timer(
                     mx, torch, out_dir, lambda i: call(*sets[i % len(sets)], m, n, k), launches_for(case))
                 rec["tops"] = tops(m, n, k, rec["us"])
                 sets = None
@@ -318,6 +330,23 @@ def kernel_us(mx, torch, out_dir, launch, launches):
     for i in range(launches):
         mx.eval(launch(i))
     return (time.perf_counter() - t1) / launches * 1e6, names, f"wall per call + eval (CUPTI gave {count} records)"
+
+
+def kernel_us_b2b(mx, torch, out_dir, launch, launches):
+    """(µs, kernel names, how) of launch(i), the launches queued back to back and evaluated once:
+    cuBLASLt's conditions (this worker runs without CUDA graphs, so MLX launches in order on its
+    one stream). The kernels of the trace must not overlap."""
+    pending = []
+
+    def run_once(i):
+        pending.append(launch(i))
+        if i == launches - 1:
+            mx.eval(pending)
+
+    us, names, count = profile_kernels(torch, run_once, launches, tmp_dir=out_dir, serial=True)
+    if us is None:
+        raise RuntimeError(f"back-to-back timing: {count} kernels for {launches} launches, or overlapping kernels")
+    return us, names, "CUPTI kernel time, back to back"
 
 
 def operand_sets(mx, arrays, bytes_per_set):
@@ -541,7 +570,8 @@ def write_report(out_dir: Path, status: dict, records: list[dict], env: dict) ->
     lines = [f"# TMA GEMM trial ({env.get('date', '')})", "",
              f"commit {env.get('commit', '?')}; {env.get('gpu', '?')}; mlx {env.get('mlx', '?')}; torch {env.get('torch', '?')}", "",
              "Time: CUPTI kernel duration of one call (GEMM + split-K reduction), median over launches rotating "
-             "through input copies (3x L2); cuBLASLt the same way (events column: back-to-back CUDA events).", "",
+             "through input copies (3x L2), one mx.eval per launch (b2b: all launches queued, one eval, no CUDA "
+             "graphs); cuBLASLt the same way, launched back to back (events column: back-to-back CUDA events).", "",
              "## Workers", "", "| variant | status | seconds |", "|---|---|---|"]
     for v, st in status.items():
         lines.append(f"| {v} | {st['status']} | {st.get('seconds', '')} |")
@@ -741,7 +771,8 @@ def main(argv=None) -> int:
         log(f"== {v} (timeout {timeout:.0f} s)")
         with open(out_dir / f"worker_{v}.log", "w") as logf:
             try:
-                proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout, cwd=ROOT)
+                proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout, cwd=ROOT,
+                                      env={**os.environ, **WORKER_ENV.get(v, {})})
                 st = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
             except subprocess.TimeoutExpired:
                 st = f"timed out after {timeout:.0f} s (hang or slow; partial results kept)"

@@ -69,7 +69,7 @@ def _mark(*arrays):
 # signature (dtypes and ndims: shapeless) and whenever an input is a tracer (an array of an
 # mx.grad, mx.vjp, mx.jvp, mx.vmap or mx.compile trace; MLX 0.32 compile.cpp); every other
 # call replays the recorded graph (here: no op, the output is the first input), 1-2 µs on the
-# CPU box. Checked at import (_DETECTS_TRACERS) and by tests/test_host_path.py.
+# CPU box. Checked once per process (_may_skip_custom) and by tests/test_host_path.py.
 _mark_if_traced = mx.compile(_mark, shapeless=True)
 
 
@@ -106,7 +106,17 @@ def _detects_tracers() -> bool:
     return outside and seen == [False] * 5
 
 
-_DETECTS_TRACERS = _detects_tracers()
+_DETECTS: list[bool] = []
+"""_detects_tracers()'s answer, asked at the first call that could use it (not at import: it
+runs MLX transformations, which would start the GPU when the package is only imported)."""
+
+
+def _may_skip_custom(*arrays) -> bool:
+    """Whether a valid call may go straight to the backend: this MLX lets _untraced tell traced
+    calls apart, and no argument is a tracer."""
+    if not _DETECTS:
+        _DETECTS.append(_detects_tracers())
+    return _DETECTS[0] and _untraced(*arrays)
 
 
 _TRACE_REFUSAL = "function transformations like compile or vmap"
@@ -245,7 +255,7 @@ def int8_matmul(a, b, *, b_layout: str = "nk", backend: str | None = None) -> mx
 
 def _int8_matmul_call(impl: backends.Backend, a: mx.array, b: mx.array) -> mx.array:
     """int32 [M, N] of a valid, non-empty problem; refusing gradients."""
-    if _DETECTS_TRACERS and _untraced(a, b):
+    if _may_skip_custom(a, b):
         try:
             return impl.int8_matmul(a, b)
         except ValueError as exc:
@@ -355,7 +365,7 @@ def quantize_activations(x, *, backend: str | None = None) -> tuple[mx.array, mx
     if rows.shape[0] == 0 or rows.shape[1] == 0:
         q = mx.zeros(rows.shape, dtype=mx.int8)
         s = mx.ones((rows.shape[0],), dtype=mx.float32)
-    elif _DETECTS_TRACERS and _untraced(rows):
+    elif _may_skip_custom(rows):
         try:
             q, s = impl.quantize_activations(rows)
         except ValueError as exc:
@@ -409,7 +419,7 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
 
 def _w8a8_rows(impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:
     """y [M, N] of a valid, non-empty problem on 2-D rows; with the straight-through gradient."""
-    if _DETECTS_TRACERS and (_untraced(rows, w, scale_w) if bias is None else _untraced(rows, w, scale_w, bias)):
+    if _may_skip_custom(rows, w, scale_w) if bias is None else _may_skip_custom(rows, w, scale_w, bias):
         try:
             return impl.w8a8_linear(rows, w, scale_w, bias)
         except ValueError as exc:
