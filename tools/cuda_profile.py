@@ -20,6 +20,9 @@ Three sections, each a JSON file and a markdown table in DIR:
   host      the host's time to build one lazy call, layer by layer (MLX primitives, the floor
             kernel, the compiled int8nax graph, the backend, the public function), median of
             several batches of independent calls, nothing evaluated.
+  outputs   untraced: one call + eval and the chain of the MLX floor kernel with a 1-element
+            output, with int8_matmul's [M, N] int32 output, and with that plus its tensor-map
+            buffer, next to int8_matmul itself (not in the default sections).
   ncu-target  (run under Nsight Compute, not in the default sections) two launches each of
             W8A8's fused GEMM and the raw GEMM on the same plan at --w8a8-shapes, between
             cudaProfilerStart/Stop, e.g.
@@ -343,6 +346,54 @@ def w8a8(torch, shapes, launches: int) -> list[dict]:
     return rows
 
 
+FLOOR_OUTPUTS = ("1 int32", "[M, N] int32", "[M, N] int32 + maps")
+"""The floor kernel's outputs in the outputs section: what int8nax's GEMM hands MLX to allocate
+(its result and, for the TMA kernel, the blocks' tensor maps), with the kernel doing nothing."""
+
+
+def outputs(shapes, calls: int, repeat: int) -> list[dict]:
+    """Untraced: one call + eval and the chain (int8nax.bench.timing) of the MLX floor kernel
+    with each of FLOOR_OUTPUTS, next to int8_matmul: what MLX's allocation and bookkeeping of
+    MB-sized outputs cost per call, apart from any kernel work."""
+    import mlx.core as mx
+
+    from int8nax import tiling
+    from int8nax.backends import cuda
+    from int8nax.bench import contenders, timing
+
+    kernel = mx.fast.cuda_kernel(name="int8nax_profile_floor_out", input_names=["a"], output_names=["out", "maps"],
+                                 source="if (threadIdx.x == 0 && blockIdx.x == 0) { out[0] = a[0]; maps[0] = 0; }")
+    one = mx.fast.cuda_kernel(name="int8nax_profile_floor_one", input_names=["a"], output_names=["out"],
+                              source="if (threadIdx.x == 0 && blockIdx.x == 0) { out[0] = a[0]; }")
+    rows = []
+    for m, k, n in shapes:
+        a = mx.array(np.random.default_rng(0).integers(-128, 128, (m, k), dtype=np.int8))
+        mx.eval(a)
+        plan = tiling.tma_plan(m, n, k, cuda.sm_count())
+        lau = tiling.launch(m, n, plan.cfg)
+        maps = lau.grid_x * lau.grid_y * plan.splits * tiling.TMA_MAP_SLOT_BYTES
+        ops = {
+            "1 int32": lambda a_: one(inputs=[a_], output_shapes=[(1, 1)], output_dtypes=[mx.int32], grid=(32, 1, 1),
+                                      threadgroup=(32, 1, 1))[0],
+            "[M, N] int32": lambda a_: one(inputs=[a_], output_shapes=[(m, n)], output_dtypes=[mx.int32],
+                                           grid=(32, 1, 1), threadgroup=(32, 1, 1))[0],
+            "[M, N] int32 + maps": lambda a_: kernel(inputs=[a_], output_shapes=[(m, n), (maps,)],
+                                                     output_dtypes=[mx.int32, mx.uint8], grid=(32, 1, 1),
+                                                     threadgroup=(32, 1, 1))[0],
+        }
+        row = {"shape": [m, k, n], "maps_bytes": maps, "us": {}}
+        for label, op in ops.items():
+            prepared = contenders._mlx(op, a, lambda out: None, f"floor kernel, outputs {label}")
+            row["us"][label] = {mode: timing.seconds_per_call(prepared, mode, repeat, 1, calls) * 1e6
+                                for mode in ("call", "chain")}
+        gemm = contenders.get("nax-gemm").ready(m, k, n)
+        row["us"]["int8_matmul"] = {mode: timing.seconds_per_call(gemm, mode, repeat, 1, calls) * 1e6
+                                    for mode in ("call", "chain")}
+        rows.append(row)
+        log(f"[outputs] {m}x{k}x{n}: {json.dumps(row['us'])}")
+    return rows
+
+
 def ncu_target(torch, shapes) -> list[dict]:
     """The process Nsight Compute profiles (--profile-from-start off): per shape, after a warm-up,
     two launches each of w8a8_linear's fused GEMM and of the raw GEMM on the same plan, between
@@ -465,6 +516,11 @@ def markdown(section: str, rows: list[dict]) -> str:
                 wt, rt = v["w8a8"].get("total"), v["raw"].get("total")
                 ratio = f"{wt / rt:.2f}" if wt and rt else ""
                 lines.append(f"| {'x'.join(map(str, r['shape']))} | {v['plan']} ({label}) | {ks} | {fmt(wt)} | {fmt(rt)} | {ratio} |")
+    elif section == "outputs":
+        lines += ["| shape | what | one call + eval (us) | chain, per call (us) |", "|---|---|---|---|"]
+        for r in rows:
+            for label, v in r["us"].items():
+                lines.append(f"| {'x'.join(map(str, r['shape']))} | {label} | {fmt(v['call'])} | {fmt(v['chain'])} |")
     elif section == "ncu-target":
         lines += [f"- {'x'.join(map(str, r['shape']))}: {r['kernel']} {r['plan']}, 2 fused + 2 raw launches profiled"
                   for r in rows]
@@ -525,6 +581,8 @@ def main(argv=None) -> int:
             rows = host(shapes, 200, 7)
         elif section == "ncu-target":
             rows = ncu_target(torch, w8a8_shapes)
+        elif section == "outputs":
+            rows = outputs(shapes, args.chain_calls, 7)
         else:
             parser.error(f"unknown section {section!r}")
         (out / f"{section}.json").write_text(json.dumps(rows, indent=1))
