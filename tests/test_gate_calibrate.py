@@ -254,7 +254,9 @@ def test_a_calibration_in_the_existing_environment_from_a_copy_without_git(tmp_p
     copy = tmp_path / "tree"
     shutil.copytree(ROOT, copy, ignore=gc.COPY_LEFT_OUT, symlinks=True)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(copy / "src"), "INT8NAX_BENCH_PROFILE": "cpu",
+    # the copy's package first; an MLX installed through PYTHONPATH (the H200's /tmp/site) after it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(copy / "src"), os.environ.get("PYTHONPATH")) if p),
+           "INT8NAX_BENCH_PROFILE": "cpu",
            "INT8NAX_BACKEND": "cpu"}
     proc = subprocess.run(
         [sys.executable, "tools/gate_calibrate.py", "--existing", "--machine", "int8nax-cuda", "--runs", "1",

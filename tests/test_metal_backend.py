@@ -229,6 +229,12 @@ def registry_on_gpu(monkeypatch):
         backends.get.cache_clear()
         backends.probe.cache_clear()
 
+    # An M5 has no CUDA: on a CUDA machine auto mode would otherwise fall back to it, not the CPU.
+    from int8nax.backends import cuda as cuda_backend
+    from int8nax.backends.base import Probe
+
+    monkeypatch.setattr(cuda_backend.BACKEND, "probe", lambda: Probe(False, "no CUDA device on an Apple M5"))
+
     monkeypatch.setattr(backends, "mx", types.SimpleNamespace(
         default_device=lambda: "gpu", gpu="gpu", __version__=mx.__version__))
     monkeypatch.delenv(backends.ENV_VAR, raising=False)

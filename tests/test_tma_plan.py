@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -170,7 +171,8 @@ def test_gemm_kernel_per_choice(monkeypatch):
 def _trial(*args, tmp_path):
     return subprocess.run([sys.executable, str(ROOT / "tools" / "tma_gemm_trial.py"), "--out", str(tmp_path), *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)})
 
 
 def test_trial_dry_run_assembles_every_plan(tmp_path):

@@ -195,14 +195,17 @@ def test_float64_activations_are_refused_with_the_choices():
 
 
 def test_mx_float64_weights_and_bias():
+    # float64 mx arrays exist only on the CPU (MLX's GPUs refuse the dtype): made there
     w64 = np.linspace(-1, 1, 24).reshape(3, 8)
-    q, s = int8nax.quantize_weight_int8(mx.array(w64).astype(mx.float64))
+    b64 = np.array([0.1, 0.2, 0.3])
+    with mx.stream(mx.cpu):
+        w_mx, b_mx = mx.array(w64).astype(mx.float64), mx.array(b64).astype(mx.float64)
+    q, s = int8nax.quantize_weight_int8(w_mx)
     q_np, s_np = int8nax.quantize_weight_int8(w64)
     assert q.dtype == mx.int8 and s.dtype == mx.float32
     np.testing.assert_array_equal(np.array(q), q_np)
     np.testing.assert_array_equal(np.array(s), s_np)
-    b64 = np.array([0.1, 0.2, 0.3])
-    y = int8nax.w8a8_linear(X + 1, q, s, mx.array(b64).astype(mx.float64))
+    y = int8nax.w8a8_linear(X + 1, q, s, b_mx)
     np.testing.assert_array_equal(np.array(y), np.array(int8nax.w8a8_linear(X + 1, q, s, b64.astype(np.float32))))
 
 

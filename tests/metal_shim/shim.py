@@ -29,6 +29,12 @@ import numpy as np
 
 SHIM_DIR = Path(__file__).resolve().parent
 GXX = shutil.which("g++")
+# -U_FORTIFY_SOURCE: the green threads switch stacks with _longjmp, which a fortified glibc
+# (Ubuntu's g++ defines _FORTIFY_SOURCE by default) turns into __longjmp_chk, and that aborts
+# ("longjmp causes uninitialized stack frame") on every jump to another stack.
+GXX_FLAGS = ("-std=c++20", "-O1", "-g0", "-U_FORTIFY_SOURCE", "-fsanitize=address", "-fno-omit-frame-pointer",
+             "-Wno-attributes")
+"""g++'s flags; part of the binary cache key, so that a change rebuilds."""
 
 # mx.fast.metal_kernel (0.32.4): attributes it declares when their name occurs in the body, in
 # its order (only those the int8nax kernels use), and the Metal names of the dtypes.
@@ -189,7 +195,7 @@ class ShimBuild:
         source = build_source(variants)
         version = subprocess.run([GXX, "--version"], capture_output=True, text=True).stdout
         key = hashlib.sha256((source + (SHIM_DIR / "include" / "metal_shim.h").read_text()
-                              + version).encode()).hexdigest()[:20]
+                              + version + " ".join(GXX_FLAGS)).encode()).hexdigest()[:20]
         cache = cache or Path(tempfile.gettempdir()) / f"int8nax-metal-shim-{os.getuid()}"
         cache.mkdir(exist_ok=True)
         self.binary = cache / f"kernels_{key}"
@@ -197,8 +203,7 @@ class ShimBuild:
             src = self.binary.with_suffix(".cpp")
             src.write_text(source)
             tmp = self.binary.with_suffix(".tmp")
-            cmd = [GXX, "-std=c++20", "-O1", "-g0", "-fsanitize=address", "-fno-omit-frame-pointer",
-                   "-Wno-attributes", "-I", str(SHIM_DIR / "include"), str(src), "-o", str(tmp)]
+            cmd = [GXX, *GXX_FLAGS, "-I", str(SHIM_DIR / "include"), str(src), "-o", str(tmp)]
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode:
                 raise RuntimeError(f"g++ failed on {src}:\n{done.stderr[-6000:]}")
