@@ -517,7 +517,7 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     K (K >= 8192) the wave tile runs unsplit where it alone fills most SMs (512 x 18944 x 3584:
     128 x 144 unsplit 56.0 µs, cuda_plan's 2 splits 62.3), else its K is split until its blocks
     fill the SMs once (fill_splits; 128 x 18944 x 3584: 128 x 144 x 4 splits 29.4 µs, cuda_plan's
-    128 x 128 x 8 splits 33.4, 2026-12-01 16:24, docs/results/cuda-h200-2026-12-01-l2sum.md).
+    128 x 128 x 8 splits 33.4, 2026-12-01 16:24, docs/results/cuda-h200-2026-12-01-late.md).
 
     W8A8 keeps the rule without the wave tile (128 x 256, 128 x 128, 64 x 64; cuda_plan at long
     K): its dequantizing epilogue runs after each block's main loop, an unhidden tail that grows
