@@ -434,16 +434,11 @@ def host(shapes, calls: int, repeat: int) -> list[dict]:
     import int8nax
     from int8nax import api, backends
     from int8nax.backends import cuda
-    from int8nax.bench import contenders
+    from int8nax.bench import contenders, timing
 
     def per_call(build) -> float:
-        samples = []
-        for _ in range(repeat + 1):
-            t0 = time.perf_counter()
-            outs = [build() for _ in range(calls)]
-            samples.append((time.perf_counter() - t0) / calls * 1e6)
-            del outs
-        return statistics.median(samples[1:])
+        """µs per lazy call, as the measuring layer's host mode times it (never evaluated)."""
+        return timing.median_seconds(lambda: [build() for _ in range(calls)], repeat, warmup=1) / calls * 1e6
 
     rows = []
     for m, k, n in shapes:
