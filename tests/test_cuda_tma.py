@@ -123,6 +123,6 @@ def test_tma_ws_traps_on_a_misaligned_base():
         mx.eval(out)
         print("RESULT", int(out[0, 0].item()))
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode != 0 and "RESULT" not in proc.stdout, proc.stdout + proc.stderr

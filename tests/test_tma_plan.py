@@ -414,3 +414,19 @@ def test_trial_back_to_back_timing_survives_reordered_kernels_and_an_outlier(mon
     assert (us, names, count) == (21.0 + 5.0, ["gemm", "reduce"], 6)
     events[1]["ts"] = 10.0  # overlapping kernels: not back to back, no figure
     assert trial.profile_kernels(torch, lambda i: None, 3, serial=True)[0] is None
+
+
+@pytest.mark.parametrize("m,k,n", [(16, 4096, 4096), (17, 4096, 4096), (512, 3584, 18944), (128, 18944, 3584), (5, 300, 7)])
+def test_w8a8_plan_is_what_w8a8_linear_launches(recorded, m, k, n):
+    # the one place that says which kernel and plan w8a8_linear takes (the tools ask it too)
+    import mlx.core as mx
+
+    cuda, launches = recorded
+    plan, tma = cuda.w8a8_plan(m, n, k)
+    assert tma == (m >= tiling.TMA_MIN_M_W8A8 and tiling.tma_ok(k))
+    assert plan == (tiling.tma_plan(m, n, k, 132, w8a8=True) if tma else tiling.cuda_plan(m, n, k, 132))
+    mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), mx.zeros((n, k), dtype=mx.int8),
+                      mx.ones((n,), dtype=mx.float32), None))
+    gemms = [launch for launch in launches if "quantize" not in launch["name"] and "reduce" not in launch["name"]]
+    assert len(gemms) == 1 and ("tma_simple" in gemms[0]["name"]) == tma
+    assert gemms[0]["grid"] == plan.grid(m, n)[1] and ("BN", plan.cfg.bn) in gemms[0]["template"]

@@ -306,54 +306,52 @@ def per_kernel(torch, mx, launch, launches: int) -> dict[str, float]:
     return med
 
 
+def w8a8_problem(mx, cuda, m: int, k: int, n: int):
+    """(x float16 [M, K], w int8 [N, K], s float32 [N], q, sx = x's codes and scales, plan, tma):
+    one W8A8 problem on the device, evaluated, and the plan w8a8_linear runs it on."""
+    rng = np.random.default_rng(m + k + n)
+    x = mx.array(rng.standard_normal((m, k)).astype(np.float16))
+    w = mx.array(rng.integers(-128, 128, (n, k), dtype=np.int8))
+    s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
+    q, sx = cuda.quantize(x)
+    mx.eval(x, w, s, q, sx)
+    return (x, w, s, q, sx, *cuda.w8a8_plan(m, n, k))
+
+
 def w8a8(torch, shapes, launches: int) -> list[dict]:
     import mlx.core as mx
 
-    from int8nax import tiling
     from int8nax.backends import cuda
     from tma_gemm_trial import operand_sets
 
-    sms = cuda.sm_count()
     rows = []
     for m, k, n in shapes:
-        rng = np.random.default_rng(m + k + n)
-        x = mx.array(rng.standard_normal((m, k)).astype(np.float16))
-        w = mx.array(rng.integers(-128, 128, (n, k), dtype=np.int8))
-        s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
-        q, sx = cuda.quantize(x)
-        mx.eval(x, w, s, q, sx)
-        tma = cuda.gemm_kernel(m, n, k, w8a8=True) == "tma_simple"
-        plan = tiling.tma_plan(m, n, k, sms, w8a8=True) if tma else tiling.cuda_plan(m, n, k, sms)
-        variants = [("dispatch", plan)]
+        x, w, s, q, sx, plan, tma = w8a8_problem(mx, cuda, m, k, n)
         sets = operand_sets(mx, (x, w, s, q, sx), 2 * m * k + n * k + 6 * m * n)
-        row = {"shape": [m, k, n], "kernel": "tma_simple" if tma else "wgmma"}
-        for label, p in variants:
-            def full(i, p=p):
-                xi, wi, si = sets[i % len(sets)][:3]
-                return cuda._w8a8_graph(xi, wi, si, cuda._no_bias(), "sm90", p, False, tma)
 
-            def raw(i, p=p):
-                qi, wi = sets[i % len(sets)][3], sets[i % len(sets)][1]
-                return cuda._gemm_int32_graph(qi, wi, "sm90", p, tma)
+        def full(i):
+            xi, wi, si = sets[i % len(sets)][:3]
+            return cuda._w8a8_graph(xi, wi, si, cuda._no_bias(), "sm90", plan, False, tma)
 
-            for _ in range(3):
-                mx.eval(full(0), raw(0))
-            row[label] = {"plan": p.name, "w8a8": per_kernel(torch, mx, full, launches),
-                          "raw": per_kernel(torch, mx, raw, launches)}
+        def raw(i):
+            qi, wi = sets[i % len(sets)][3], sets[i % len(sets)][1]
+            return cuda._gemm_int32_graph(qi, wi, "sm90", plan, tma)
+
+        for _ in range(3):
+            mx.eval(full(0), raw(0))
+        row = {"shape": [m, k, n], "kernel": "tma_simple" if tma else "wgmma",
+               "dispatch": {"plan": plan.name, "w8a8": per_kernel(torch, mx, full, launches),
+                            "raw": per_kernel(torch, mx, raw, launches)}}
         rows.append(row)
         log(f"[w8a8] {m}x{k}x{n}: {json.dumps(row)[:400]}")
         sets = None
     return rows
 
 
-FLOOR_OUTPUTS = ("1 int32", "[M, N] int32", "[M, N] int32 + maps")
-"""The floor kernel's outputs in the outputs section: what int8nax's GEMM hands MLX to allocate
-(its result and, for the TMA kernel, the blocks' tensor maps), with the kernel doing nothing."""
-
-
 def outputs(shapes, calls: int, repeat: int) -> list[dict]:
     """Untraced: one call + eval and the chain (int8nax.bench.timing) of the MLX floor kernel
-    with each of FLOOR_OUTPUTS, next to int8_matmul: what MLX's allocation and bookkeeping of
+    with one int32 output, with int8_matmul's [M, N] int32 result, and with that plus the TMA
+    kernel's tensor-map buffer, next to int8_matmul: what MLX's allocation and bookkeeping of
     MB-sized outputs cost per call, apart from any kernel work."""
     import mlx.core as mx
 
@@ -369,9 +367,7 @@ def outputs(shapes, calls: int, repeat: int) -> list[dict]:
     for m, k, n in shapes:
         a = mx.array(np.random.default_rng(0).integers(-128, 128, (m, k), dtype=np.int8))
         mx.eval(a)
-        plan = tiling.tma_plan(m, n, k, cuda.sm_count())
-        lau = tiling.launch(m, n, plan.cfg)
-        maps = lau.grid_x * lau.grid_y * plan.splits * tiling.TMA_MAP_SLOT_BYTES
+        maps = tiling.tma_plan(m, n, k, cuda.sm_count()).map_bytes(m, n)
         ops = {
             "1 int32": lambda a_: one(inputs=[a_], output_shapes=[(1, 1)], output_dtypes=[mx.int32], grid=(32, 1, 1),
                                       threadgroup=(32, 1, 1))[0],
@@ -400,20 +396,11 @@ def ncu_target(torch, shapes) -> list[dict]:
     cudaProfilerStart and cudaProfilerStop; nothing else is traced (ncu owns CUPTI here)."""
     import mlx.core as mx
 
-    from int8nax import tiling
     from int8nax.backends import cuda
 
-    sms = cuda.sm_count()
     rows = []
     for m, k, n in shapes:
-        rng = np.random.default_rng(m + k + n)
-        x = mx.array(rng.standard_normal((m, k)).astype(np.float16))
-        w = mx.array(rng.integers(-128, 128, (n, k), dtype=np.int8))
-        s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
-        q, sx = cuda.quantize(x)
-        mx.eval(x, w, s, q, sx)
-        tma = cuda.gemm_kernel(m, n, k, w8a8=True) == "tma_simple"
-        plan = tiling.tma_plan(m, n, k, sms, w8a8=True) if tma else tiling.cuda_plan(m, n, k, sms)
+        _, w, s, q, sx, plan, tma = w8a8_problem(mx, cuda, m, k, n)
         fused = lambda: cuda._dequant_gemm_graph(q, sx, w, s, cuda._no_bias(), mx.float16, "sm90", plan, False, tma)  # noqa: E731
         raw = lambda: cuda._gemm_int32_graph(q, w, "sm90", plan, tma)  # noqa: E731
         for _ in range(2):
@@ -505,12 +492,11 @@ def markdown(section: str, rows: list[dict]) -> str:
     elif section == "w8a8":
         lines += ["| shape | plan | W8A8 kernels (us) | W8A8 total | raw total | W8A8 / raw |", "|---|---|---|---|---|---|"]
         for r in rows:
-            for label in ("dispatch",):
-                v = r[label]
-                ks = ", ".join(f"{k.split(':', 1)[1][:28]} {u:.1f}" for k, u in v["w8a8"].items() if k not in ("total", "error"))
-                wt, rt = v["w8a8"].get("total"), v["raw"].get("total")
-                ratio = f"{wt / rt:.2f}" if wt and rt else ""
-                lines.append(f"| {'x'.join(map(str, r['shape']))} | {v['plan']} ({label}) | {ks} | {fmt(wt)} | {fmt(rt)} | {ratio} |")
+            v = r["dispatch"]
+            ks = ", ".join(f"{k.split(':', 1)[1][:28]} {u:.1f}" for k, u in v["w8a8"].items() if k not in ("total", "error"))
+            wt, rt = v["w8a8"].get("total"), v["raw"].get("total")
+            ratio = f"{wt / rt:.2f}" if wt and rt else ""
+            lines.append(f"| {'x'.join(map(str, r['shape']))} | {v['plan']} | {ks} | {fmt(wt)} | {fmt(rt)} | {ratio} |")
     elif section == "outputs":
         lines += ["| shape | what | one call + eval (us) | chain, per call (us) |", "|---|---|---|---|"]
         for r in rows:

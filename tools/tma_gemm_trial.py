@@ -419,8 +419,7 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms) -> int:
                 lambda y: y)
             got = np.array(pick(cuda.w8a8(x, w, s, None))).view(np.uint16)
             # The cp.async kernel on the plan the dispatch gave the TMA one: the same epilogue path.
-            plan = tiling.tma_plan(m, n, k, sms, w8a8=True) if cuda.gemm_kernel(m, n, k, w8a8=True) == "tma_simple" else None
-            want = np.array(pick(cuda.w8a8(x, w, s, None, plan=plan or tiling.cuda_plan(m, n, k, sms), family="sm90")))
+            want = np.array(pick(cuda.w8a8(x, w, s, None, plan=cuda.w8a8_plan(m, n, k)[0], family="sm90")))
             bad = np.argwhere(got != want.view(np.uint16))
             rec.update({"exact": bool(len(bad) == 0), "mismatches": int(len(bad)), "checked_rows": int(len(rows)),
                         "check": "bit-identical to the cp.async kernel's W8A8"})

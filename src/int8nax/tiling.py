@@ -364,6 +364,11 @@ class CudaPlan:
         block = (self.cfg.threads, 1, 1)
         return lau, (lau.grid_x * self.cfg.threads, lau.grid_y, self.splits), block
 
+    def map_bytes(self, m: int, n: int) -> int:
+        """Bytes of a TMA launch's `maps` output: one TMA_MAP_SLOT_BYTES slot per block."""
+        lau = launch(m, n, self.cfg)
+        return lau.grid_x * lau.grid_y * self.splits * TMA_MAP_SLOT_BYTES
+
 
 def split_ranges(k: int, bk: int, splits: int) -> list[tuple[int, int]]:
     """The [first, last) K blocks of each split, as the kernel computes them: balanced, and

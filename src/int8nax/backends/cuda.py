@@ -112,11 +112,11 @@ def _launch_gemm(spec, inputs, m, n, out_dtype, plan, template, tma=False):
     """The GEMM kernel over one row chunk: [M, N], or the [splits, M, N] workspace. A TMA kernel
     (gemm_tma_simple) also gets an extra uint8 output, one 256-byte slot per block for its
     tensor maps."""
-    lau, grid, block = plan.grid(m, n)
+    _, grid, block = plan.grid(m, n)
     shapes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)]
     dtypes = [out_dtype]
     if tma:
-        shapes.append((lau.grid_x * lau.grid_y * plan.splits * tiling.TMA_MAP_SLOT_BYTES,))
+        shapes.append((plan.map_bytes(m, n),))
         dtypes.append(mx.uint8)
     return _kernel(spec)(
         inputs=inputs,
@@ -350,12 +350,20 @@ def _gemm_for_shape(m: int, n: int, k: int):
     return _compiled_gemm(family, default_plan(m, n, k, family))
 
 
+def w8a8_plan(m: int, n: int, k: int, family: str | None = None) -> tuple[tiling.CudaPlan, bool]:
+    """(plan, tma) that w8a8_linear runs for (M, N, K) here: on the TMA kernel (tma True) with
+    tma_plan's W8A8 plan, else on the cp.async (or SIMT) kernel with the default plan."""
+    family = family or _family()
+    if gemm_kernel(m, n, k, w8a8=True, family=family) == "tma_simple":
+        return variant_plan("tma_simple", m, n, k, w8a8=True), True
+    return default_plan(m, n, k, family), False
+
+
 @lru_cache(maxsize=4096)
 def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
     family = _family()
-    if gemm_kernel(m, n, k, w8a8=True, family=family) == "tma_simple":
-        return _compiled_w8a8(family, variant_plan("tma_simple", m, n, k, w8a8=True), has_bias, True)
-    return _compiled_w8a8(family, default_plan(m, n, k, family), has_bias)
+    plan, tma = w8a8_plan(m, n, k, family)
+    return _compiled_w8a8(family, plan, has_bias, tma)
 
 
 def clear_caches() -> None:
