@@ -1,10 +1,12 @@
-"""The TMA GEMMs (kernels/gemm_tma.cuh) on a GPU, every plan of both variants, exact.
+"""The TMA GEMMs (kernels/gemm_tma.cuh) on a GPU, every plan of the three variants, exact.
 
 tma_simple is the default dispatch's kernel for most shapes (tiling.cuda_gemm_kernel); tma_ws is
-opt-in (INT8NAX_CUDA_KERNEL=tma). Runs where MLX has a compute capability 9.0 device, unless
+opt-in (INT8NAX_CUDA_KERNEL=tma), tma_pp (the ping-pong persistent kernel) opt-in or where the
+dispatch takes it. Runs where MLX has a compute capability 9.0 device, unless
 INT8NAX_CUDA_KERNEL=wgmma asks for the cp.async kernel only. A base that is not 16-byte aligned
-sends tma_simple to the cp.async main loop (in the kernel), and makes tma_ws trap: that case runs
-in a subprocess, because a trap leaves the process's CUDA context unusable.
+sends tma_simple to the cp.async main loop (in the kernel) and tma_pp's consumers to their own
+loads, and makes tma_ws trap: that case runs in a subprocess, because a trap leaves the process's
+CUDA context unusable.
 """
 
 from __future__ import annotations
@@ -55,11 +57,22 @@ def plans():
         for splits in (1, 3):
             for blocks in (1, 7, SMS):
                 out.append(("tma_ws", tiling.CudaWsPlan(c, splits, 2, blocks)))
+    # One block walking every unit (the consumers' turns many times over), an odd count, all SMs.
+    for c in tiling.CUDA_PP_CONFIGS.values():
+        for splits in (1, 3):
+            for blocks in (1, 7, SMS):
+                out.append(("tma_pp", tiling.CudaWsPlan(c, splits, 2, blocks)))
     return out
 
 
+def plan_id(p):
+    if isinstance(p, tiling.CudaWsPlan):
+        return f"{p.cfg.name}_s{p.splits}_b{p.blocks}"
+    return getattr(p, "name", None) or str(p)
+
+
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-@pytest.mark.parametrize("variant,plan", plans(), ids=lambda p: getattr(p, "name", None) or getattr(getattr(p, "cfg", None), "name", str(p)))
+@pytest.mark.parametrize("variant,plan", plans(), ids=plan_id)
 @pytest.mark.parametrize("m,k,n", SHAPES)
 def test_tma_plan_is_exact(variant, plan, rng, m, k, n):
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
@@ -107,6 +120,35 @@ def test_w8a8_on_the_tma_kernel_matches_the_cpasync_kernel(plan, rng):
     want = np.array(cuda.dequant_gemm(mx.array(q), sx, mx.array(w), sw, bias, mx.float16, plan))
     for qv, wv in ((mx.array(q), mx.array(w)), (mx.array(q), view(w, 7))):
         got = np.array(cuda.dequant_gemm(qv, sx, wv, sw, bias, mx.float16, plan, tma=True))
+        assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+PP_PLANS = [p for v, p in plans() if v == "tma_pp" and p.blocks == 7]
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("plan", PP_PLANS, ids=plan_id)
+@pytest.mark.parametrize("shift_a,shift_b", [(3, 0), (0, 5), (8, 1)])
+def test_tma_pp_misaligned_base_takes_the_consumers_own_loads(plan, rng, shift_a, shift_b):
+    m, k, n = 200, 1040, 130
+    a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
+    assert_exact(cuda.tma_gemm_int32(view(a, shift_a), view(b, shift_b), "tma_pp", plan), a, b)
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("plan", PP_PLANS, ids=plan_id)
+def test_w8a8_on_the_pp_kernel_matches_the_cpasync_kernel(plan, rng):
+    # The fused epilogue (splits 1) or the workspace and the dequantizing reduction (splits 3),
+    # aligned and through the misaligned loads: bit-identical to the cp.async kernel's W8A8.
+    m, k, n = 300, 1040, 136
+    q, w = random_int8(rng, (m, k)), random_int8(rng, (n, k))
+    sx = mx.array(rng.uniform(1e-3, 1e-1, m).astype(np.float32))
+    sw = mx.array(rng.uniform(1e-3, 1e-1, n).astype(np.float32))
+    bias = mx.array(rng.standard_normal(n).astype(np.float32))
+    want = np.array(cuda.dequant_gemm(mx.array(q), sx, mx.array(w), sw, bias, mx.float16,
+                                      tiling.CudaPlan(tiling.CUDA_CONFIGS["wg2_128x128_x2"], 1), family="sm90"))
+    for qv, wv in ((mx.array(q), mx.array(w)), (mx.array(q), view(w, 7))):
+        got = np.array(cuda.pp_dequant_gemm(qv, sx, wv, sw, bias, mx.float16, plan))
         assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
 
 

@@ -15,6 +15,10 @@ DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Varian
               float64 model in the suite); its kernel time is the whole pipeline's
   tma_simple  TMA + mbarrier pipeline on tiling.tma_plan's plan (no warp specialisation)
   tma_ws      warp-specialised (producer + 2 consumer warpgroups), persistent (tiling.ws_plan)
+  tma_pp      the same with ping-pong consumers, each on whole 128-row tiles (tiling.pp_plan)
+  w8a8_pp     w8a8's pipeline with the GEMM on tma_pp (quantization + fused ping-pong GEMM),
+              checked as w8a8 is
+  pp_sweep    tma_pp at every pp_sweep_plans plan on the seed shapes
   wgmma       the cp.async + wgmma kernel
   cublaslt    cuBLASLt with a 64 MiB workspace, fastest of its heuristic's algorithms
   sweep       tma_simple at every tile x split-K plan (sweep_plans) on the seed shapes
@@ -57,7 +61,8 @@ import numpy as np  # noqa: E402
 from int8nax import tiling  # noqa: E402
 from int8nax.backends import cuda_source  # noqa: E402
 
-VARIANTS = ("default", "b2b", "w8a8", "tma_simple", "tma_ws", "wgmma", "cublaslt", "sweep")
+VARIANTS = ("default", "b2b", "w8a8", "tma_simple", "tma_ws", "tma_pp", "w8a8_pp", "wgmma", "cublaslt", "sweep",
+            "pp_sweep")
 WORKER_ENV = {"b2b": {"MLX_USE_CUDA_GRAPHS": "0"}}
 """Environment a variant's worker process needs (MLX reads it once, at start)."""
 SWEEP_SPLITS = (1, 2, 4, 8)
@@ -122,6 +127,31 @@ def sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
     return out
 
 
+SWEEPS = ("sweep", "pp_sweep")
+PP_SWEEP_SPLITS = (1, 2, 4)
+
+
+def pp_sweep_plans(m: int, n: int, k: int, sms: int = 132) -> list:
+    """The tma_pp plans pp_sweep times: each tile with 1-4 K splits of >= 4 K blocks (a split only
+    while the units fit on the SMs twice over), with ws_group's raster band and with none
+    (group 1), on min(SMs, units) blocks."""
+    blocks = tiling.ceil_div(k, tiling.CUDA_SWIZZLE_BYTES)
+    out = []
+    for c in tiling.CUDA_PP_CONFIGS.values():
+        tiles_m = tiling.ceil_div(m, c.bm)
+        for s in PP_SWEEP_SPLITS:
+            units = tiling.ws_units(m, n, c, s)
+            if s > 1 and (blocks // s < 4 or units > 2 * sms):
+                continue
+            for g in dict.fromkeys((tiling.ws_group(tiles_m, c, sms), 1)):
+                out.append(tiling.CudaWsPlan(c, s, g, max(1, min(sms, units))))
+    return out
+
+
+def pp_plan_name(p) -> str:
+    return f"{p.cfg.name} splits={p.splits} group={p.group} blocks={p.blocks}"
+
+
 def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> dict:
     """What a variant launches for a shape (pure Python: the dry run and the table use it);
     w8a8: the plan of w8a8_linear's GEMM."""
@@ -134,8 +164,15 @@ def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132, w8a8:
         return {**d, "plan": f"{kernel}: {d['plan']}"}
     if variant == "sweep":
         return {"plan": f"{len(sweep_plans(m, n, k))} tma_simple plans"}
-    if variant in ("tma_simple", "tma_ws") and not tiling.tma_ok(k):
+    if variant == "pp_sweep":
+        return {"plan": f"{len(pp_sweep_plans(m, n, k))} tma_pp plans"}
+    if variant in ("tma_simple", "tma_ws", "tma_pp", "w8a8_pp") and not tiling.tma_ok(k):
         return {"plan": f"not taken (K % {tiling.TMA_K_MULTIPLE} != 0)"}
+    if variant in ("tma_pp", "w8a8_pp"):
+        p = tiling.pp_plan(m, n, k, sms, w8a8=variant == "w8a8_pp")
+        spec = cuda_source.gemm_w8a8_tma_pp(p.cfg) if variant == "w8a8_pp" else cuda_source.gemm_tma_pp(p.cfg)
+        return {"plan": pp_plan_name(p), "kernel": spec.name, "smem": spec.shared_memory,
+                "units": tiling.ws_units(m, n, p.cfg, p.splits)}
     if variant == "tma_ws":
         p = tiling.ws_plan(m, n, k, sms)
         spec = cuda_source.gemm_tma_ws(p.cfg)
@@ -271,8 +308,10 @@ def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
 
     if variant == "sweep":
         return sweep(cuda, mx, torch, fh, out_dir, [c for c in cases if c["kind"] == "seed"])
-    if variant == "w8a8":
-        return worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms)
+    if variant == "pp_sweep":
+        return sweep(cuda, mx, torch, fh, out_dir, [c for c in cases if c["kind"] == "seed"], pp=True)
+    if variant in ("w8a8", "w8a8_pp"):
+        return worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, pp=variant == "w8a8_pp")
 
     def call(a, b, m, n, k):
         if variant in ("default", "b2b"):
@@ -369,43 +408,58 @@ def operand_sets(mx, arrays, bytes_per_set):
     return sets
 
 
-def sweep(cuda, mx, torch, fh, out_dir, cases) -> int:
-    """tma_simple at every sweep_plans plan of each seed shape: exact check, then kernel time."""
+def sweep(cuda, mx, torch, fh, out_dir, cases, pp: bool = False) -> int:
+    """tma_simple at every sweep_plans plan (pp: tma_pp at every pp_sweep_plans plan) of each seed
+    shape: exact check, then kernel time."""
+    variant, kernel = ("pp_sweep", "tma_pp") if pp else ("sweep", "tma_simple")
     for case in cases:
         m, k, n = case["m"], case["k"], case["n"]
         a_np, b_np = make_operands(case)
         ref = reference_rows(a_np, b_np, np.arange(m))
         a, b = device_operand(mx, a_np), device_operand(mx, b_np)
         sets = operand_sets(mx, (a, b), m * k + n * k + 4 * m * n)
-        for plan in sweep_plans(m, n, k, cuda.sm_count()):
-            rec = {"variant": "sweep", "shape": case["label"], "m": m, "k": k, "n": n, "kind": "sweep",
-                   "plan": plan.name}
+        plans = pp_sweep_plans(m, n, k, cuda.sm_count()) if pp else sweep_plans(m, n, k, cuda.sm_count())
+        for plan in plans:
+            rec = {"variant": variant, "shape": case["label"], "m": m, "k": k, "n": n, "kind": "sweep",
+                   "plan": pp_plan_name(plan) if pp else plan.name}
             t0 = time.time()
             try:
-                rec.update(compare(np.array(cuda.tma_gemm_int32(a, b, "tma_simple", plan)), ref))
+                rec.update(compare(np.array(cuda.tma_gemm_int32(a, b, kernel, plan)), ref))
                 if rec["exact"]:
                     for _ in range(3):
-                        mx.eval(cuda.tma_gemm_int32(a, b, "tma_simple", plan))
+                        mx.eval(cuda.tma_gemm_int32(a, b, kernel, plan))
                     rec["us"], rec["kernels"], rec["timing"] = kernel_us(
-                        mx, torch, out_dir, lambda i: cuda.tma_gemm_int32(*sets[i % len(sets)], "tma_simple", plan),
+                        mx, torch, out_dir, lambda i: cuda.tma_gemm_int32(*sets[i % len(sets)], kernel, plan),
                         launches_for(case))
                     rec["tops"] = tops(m, n, k, rec["us"])
             except Exception as exc:  # noqa: BLE001
                 rec["error"] = f"{type(exc).__name__}: {exc}"
             rec["seconds"] = round(time.time() - t0, 2)
             emit(fh, rec)
-            log(f"[sweep] {case['label']:20s} {rec['plan']:28s} exact={rec.get('exact')} us={rec.get('us')}")
+            log(f"[{variant}] {case['label']:20s} {rec['plan']:40s} exact={rec.get('exact')} us={rec.get('us')}")
         sets = None  # free the copies before the next shape
-    emit(fh, {"variant": "sweep", "event": "done"})
+    emit(fh, {"variant": variant, "event": "done"})
     return 0
 
 
-def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms) -> int:
-    """w8a8_linear's pipeline on float16 x [M, K] (its codes near a's), w = b, scales s [N]."""
+def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, pp: bool = False) -> int:
+    """w8a8_linear's pipeline on float16 x [M, K] (its codes near a's), w = b, scales s [N]; pp:
+    the quantization and the ping-pong kernel's W8A8 GEMM instead."""
+    variant = "w8a8_pp" if pp else "w8a8"
+
+    def pipeline(x, w, s, bias):
+        if not pp:
+            return cuda.w8a8(x, w, s, bias)
+        q, sx = cuda.quantize(x)
+        return cuda.pp_dequant_gemm(q, sx, w, s, bias, x.dtype)
+
     for case in cases:
         m, k, n = case["m"], case["k"], case["n"]
-        rec = {"variant": "w8a8", "shape": case["label"], "m": m, "k": k, "n": n, "kind": case["kind"],
-               **plan_description("w8a8", m, n, k, sms)}
+        rec = {"variant": variant, "shape": case["label"], "m": m, "k": k, "n": n, "kind": case["kind"],
+               **plan_description(variant, m, n, k, sms)}
+        if pp and not tiling.tma_ok(k):
+            emit(fh, rec)
+            continue
         t0 = time.time()
         try:
             a_np, b_np = make_operands(case)
@@ -417,7 +471,7 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms) -> int:
             rows = checked_rows(case)
             pick = (lambda y: mx.take(y, mx.array(rows.astype(np.int32)), axis=0)) if case["kind"] == "big" else (
                 lambda y: y)
-            got = np.array(pick(cuda.w8a8(x, w, s, None))).view(np.uint16)
+            got = np.array(pick(pipeline(x, w, s, None))).view(np.uint16)
             # The cp.async kernel on the plan the dispatch gave the TMA one: the same epilogue path.
             want = np.array(pick(cuda.w8a8(x, w, s, None, plan=cuda.w8a8_plan(m, n, k)[0], family="sm90")))
             bad = np.argwhere(got != want.view(np.uint16))
@@ -426,19 +480,19 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms) -> int:
             if case["kind"] != "edge" and rec["exact"]:
                 sets = operand_sets(mx, (x, w, s), 2 * m * k + n * k + 2 * m * n)
                 for _ in range(3):
-                    mx.eval(cuda.w8a8(*sets[0], None))
+                    mx.eval(pipeline(*sets[0], None))
                 rec["us"], rec["kernels"], rec["timing"] = kernel_us(
-                    mx, torch, out_dir, lambda i: cuda.w8a8(*sets[i % len(sets)], None), launches_for(case))
+                    mx, torch, out_dir, lambda i: pipeline(*sets[i % len(sets)], None), launches_for(case))
                 rec["tops"] = tops(m, n, k, rec["us"])
                 sets = None
         except Exception as exc:  # noqa: BLE001
             rec["error"] = f"{type(exc).__name__}: {exc}"
             rec["traceback"] = traceback.format_exc()[-4000:]
-            log(f"[w8a8] {case['label']}: ERROR {rec['error'][:4000]}")
+            log(f"[{variant}] {case['label']}: ERROR {rec['error'][:4000]}")
         rec["seconds"] = round(time.time() - t0, 2)
         emit(fh, rec)
-        log(f"[w8a8] {case['label']:34s} exact={rec.get('exact')} us={rec.get('us')} {rec.get('plan', '')}")
-    emit(fh, {"variant": "w8a8", "event": "done"})
+        log(f"[{variant}] {case['label']:34s} exact={rec.get('exact')} us={rec.get('us')} {rec.get('plan', '')}")
+    emit(fh, {"variant": variant, "event": "done"})
     return 0
 
 
@@ -593,7 +647,7 @@ def write_report(out_dir: Path, status: dict, records: list[dict], env: dict) ->
               "| shape (M x K x N) | variant | plan | exact? | µs | TOPS | speed vs cuBLASLt (its µs / µs) |",
               "|---|---|---|---|---|---|---|"]
     order = {c["label"]: i for i, c in enumerate(shape_cases())}
-    rows = sorted((r for r in records if "shape" in r and r["variant"] != "sweep"),
+    rows = sorted((r for r in records if "shape" in r and r["variant"] not in SWEEPS),
                   key=lambda r: (order.get(r["shape"], 1 << 20), VARIANTS.index(r["variant"])))
     for r in rows:
         exact = "ERROR" if "error" in r else ("yes" if r.get("exact") else (
@@ -610,7 +664,7 @@ def write_report(out_dir: Path, status: dict, records: list[dict], env: dict) ->
                 f", one at a time {r['isolated_us']:.1f})" if r.get("isolated_us") else ")")
         lines.append(f"| {r['shape']} | {r['variant']} | {r.get('plan', '')} | {exact} | {us} | "
                      f"{fmt(r.get('tops'), '.0f')} | {ratio} |")
-    lines += geomean_lines(records, anchor) + sweep_lines(records, anchor)
+    lines += geomean_lines(records, anchor) + sweep_lines(records, anchor) + sweep_lines(records, anchor, pp=True)
     errors = [r for r in records if "error" in r]
     if errors:
         lines += ["", "## Errors", ""]
@@ -626,12 +680,13 @@ def geomean_lines(records, anchor) -> list[str]:
     (default) at the same shape instead: the pipeline's cost over the int8nax GEMM."""
     seeds = [f"{m}x{k}x{n}" for m, k, n in SEEDS]
     out = ["", "## Over the 11 seed shapes", "", "| variant | against | geometric mean | lowest |", "|---|---|---|---|"]
-    by = {(r["variant"], r["shape"]): r.get("us") for r in records if "shape" in r and r["variant"] != "sweep"}
+    by = {(r["variant"], r["shape"]): r.get("us") for r in records if "shape" in r and r["variant"] not in SWEEPS}
     for v in VARIANTS:
-        if v in ("cublaslt", "sweep"):
+        if v == "cublaslt" or v in SWEEPS:
             continue
-        base, what = (({s: by.get(("default", s)) for s in seeds}, "default (raw GEMM) µs / w8a8 µs: < 1 = costlier")
-                      if v == "w8a8" else (anchor, "cuBLASLt µs / variant µs"))
+        raw = "tma_pp" if v == "w8a8_pp" else "default"
+        base, what = (({s: by.get((raw, s)) for s in seeds}, f"{raw} (raw GEMM) µs / {v} µs: < 1 = costlier")
+                      if v in ("w8a8", "w8a8_pp") else (anchor, "cuBLASLt µs / variant µs"))
         ratios = [base[s] / by[(v, s)] for s in seeds if by.get((v, s)) and base.get(s)]
         if len(ratios) == len(seeds):
             gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
@@ -639,18 +694,20 @@ def geomean_lines(records, anchor) -> list[str]:
     return out
 
 
-def sweep_lines(records, anchor) -> list[str]:
-    rows = [r for r in records if r.get("variant") == "sweep" and r.get("us")]
+def sweep_lines(records, anchor, pp: bool = False) -> list[str]:
+    """The sweep's (pp: pp_sweep's) fastest plan per shape against the rule's plan, then every plan."""
+    variant, kernel = ("pp_sweep", "tma_pp") if pp else ("sweep", "tma_simple")
+    rows = [r for r in records if r.get("variant") == variant and r.get("us")]
     if not rows:
         return []
-    out = ["", "## tma_simple plan sweep (fastest plan per shape; every plan in tma_trial.json)", "",
-           "| shape | fastest plan | µs | vs cuBLASLt | tma_plan's plan | its µs |", "|---|---|---|---|---|---|"]
+    rule = "pp_plan" if pp else "tma_plan"
+    out = ["", f"## {kernel} plan sweep (fastest plan per shape; every plan in tma_trial.json)", "",
+           f"| shape | fastest plan | µs | vs cuBLASLt | {rule}'s plan | its µs |", "|---|---|---|---|---|---|"]
     for shape in dict.fromkeys(r["shape"] for r in rows):
         mine = [r for r in rows if r["shape"] == shape]
         best = min(mine, key=lambda r: r["us"])
         m, k, n = best["m"], best["k"], best["n"]
-        p = tiling.tma_plan(m, n, k, 132)
-        label = p.name
+        label = pp_plan_name(tiling.pp_plan(m, n, k, 132)) if pp else tiling.tma_plan(m, n, k, 132).name
         cur = next((r["us"] for r in mine if r["plan"] == label), None)
         vs = f"{anchor[shape] / best['us']:.2f}x" if anchor.get(shape) else ""
         out.append(f"| {shape} | {best['plan']} | {best['us']:.1f} | {vs} | {label} | {fmt(cur, '.1f')} |")
@@ -658,10 +715,10 @@ def sweep_lines(records, anchor) -> list[str]:
     for shape in dict.fromkeys(r["shape"] for r in rows):
         mine = sorted((r for r in rows if r["shape"] == shape), key=lambda r: r["us"])
         out.append(f"- {shape}: " + ", ".join(f"{r['plan']} {r['us']:.1f}" for r in mine))
-    bad = [r for r in records if r.get("variant") == "sweep" and r.get("exact") is False]
+    done = [r for r in records if r.get("variant") == variant and "exact" in r]
     out.append("")
-    out.append(f"Sweep exactness: {sum(1 for r in records if r.get('variant') == 'sweep' and r.get('exact'))} plans "
-               f"bit-exact, {len(bad)} not.")
+    out.append(f"{variant} exactness: {sum(1 for r in done if r['exact'])} plans bit-exact, "
+               f"{sum(1 for r in done if not r['exact'])} not.")
     return out
 
 

@@ -605,10 +605,55 @@ CUDA_WS_CONFIGS = {
 
 
 @dataclass(frozen=True)
-class CudaWsPlan:
-    """One launch of the persistent GEMM: tile, K splits, raster band height, blocks."""
+class CudaPingPongConfig(TileConfig):
+    """A tile of the ping-pong TMA GEMM (kernels/gemm_tma.cuh, gemm_tma_pp): each consumer
+    warpgroup owns whole BM = 128 x BN tiles (two m64 wgmma, BN accumulators a thread), so BN is
+    at most 128; BK = 128 bytes; STAGES full/empty stage pairs shared by both consumers."""
 
-    cfg: CudaWsConfig
+    stages: int = 6
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.bk != CUDA_SWIZZLE_BYTES:
+            raise ValueError(f"{self.name}: BK must be {CUDA_SWIZZLE_BYTES} (one swizzle row)")
+        if (self.bm, self.wm, self.wn) != (128, 1, 1):
+            raise ValueError(f"{self.name}: one consumer warpgroup per 128-row tile (BM=128, WM=WN=1)")
+        if self.bn % 8 or not 8 <= self.bn <= 128:
+            raise ValueError(f"{self.name}: BN must be 8..128, a multiple of 8 (2 x BN/2 accumulator registers)")
+        if self.stages < 2:
+            raise ValueError(f"{self.name}: the pipeline needs at least 2 stages")
+
+    @property
+    def threads(self) -> int:
+        return CUDA_WS_THREADS
+
+    @property
+    def shared_bytes(self) -> int:
+        """Stages, 2 x STAGES + 2 mbarriers rounded up to 128 bytes, 256 bytes of map scratch,
+        1 KB for the 1024-byte alignment (kernels/gemm_tma.cuh, gemm_tma_pp)."""
+        return self.stages * (self.bm + self.bn) * self.bk + 1024 + ceil_div(16 * self.stages + 16, 128) * 128 + 256
+
+    def template(self) -> list[tuple[str, int]]:
+        return [("BN", self.bn), ("STAGES", self.stages)]
+
+
+CUDA_PP_CONFIGS = {
+    cfg.name: cfg
+    for cfg in (
+        # cuBLASLt's tile at 2048 x 4096^2, 512 x 3584 x 18944 and 8192^3: 6 stages of 32 KB.
+        CudaPingPongConfig("pp_128x128", bm=128, bn=128, bk=128, wm=1, wn=1, stages=6),
+        # Twice the tiles, for problems whose 128 x 128 tiles leave SMs idle: 8 stages of 24 KB.
+        CudaPingPongConfig("pp_128x64", bm=128, bn=64, bk=128, wm=1, wn=1, stages=8),
+    )
+}
+
+
+@dataclass(frozen=True)
+class CudaWsPlan:
+    """One launch of a persistent GEMM (gemm_tma_ws, or gemm_tma_pp with a CudaPingPongConfig):
+    tile, K splits, raster band height, blocks."""
+
+    cfg: CudaWsConfig | CudaPingPongConfig
     splits: int
     group: int
     blocks: int
@@ -667,3 +712,20 @@ def ws_unit(u: int, m: int, n: int, k: int, cfg: TileConfig, splits: int, group:
     k_blocks = ceil_div(k, cfg.bk)
     kb0, kb1 = k_blocks * z // splits, k_blocks * (z + 1) // splits
     return tile_m * cfg.bm, tile_n * cfg.bn, z, kb0, kb1 - kb0
+
+
+def pp_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> CudaWsPlan:
+    """The ping-pong GEMM's plan: 128 x 128 tiles, or 128 x 64 where the 128 x 128 tiles give
+    fewer units than SMs; K split (not for W8A8) in powers of two while the units still fit on
+    the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks; ws_group's raster;
+    min(SMs, units) blocks. UNMEASURED until the H200 trial (tools/tma_gemm_trial.py pp_sweep)."""
+    cfg = CUDA_PP_CONFIGS["pp_128x128"]
+    if ws_units(m, n, cfg, 1) < sms:
+        cfg = CUDA_PP_CONFIGS["pp_128x64"]
+    k_blocks = ceil_div(k, cfg.bk)
+    splits = 1
+    while (not w8a8 and ws_units(m, n, cfg, splits * 2) <= sms
+           and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS):
+        splits *= 2
+    units = ws_units(m, n, cfg, splits)
+    return CudaWsPlan(cfg, splits, ws_group(ceil_div(m, cfg.bm), cfg, sms), max(1, min(sms, units)))

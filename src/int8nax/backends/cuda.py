@@ -225,19 +225,21 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaPlan 
 #   tma_simple        the TMA kernel wherever K % 16 == 0;
 #   tma / tma_ws      int8_matmul on the warp-specialised persistent kernel wherever K % 16 == 0
 #                     (opt-in only: slower than tma_simple at every measured shape but 8192^3,
-#                     and it traps on a base that is not 16-byte aligned); W8A8 then follows auto.
+#                     and it traps on a base that is not 16-byte aligned); W8A8 then follows auto;
+#   tma_pp            int8_matmul on the ping-pong persistent kernel wherever K % 16 == 0;
+#                     W8A8 then follows auto.
 # gemm_tma_simple itself runs the cp.async main loop when a base is not 16-byte aligned, so
 # every choice but tma_ws is exact on every input. Read once per process (clear_caches()).
 
 KERNEL_ENV = "INT8NAX_CUDA_KERNEL"
 KERNEL_CHOICES = {"": "auto", "auto": "auto", "wgmma": "wgmma", "cpasync": "wgmma", "tma": "tma_ws",
-                  "tma_ws": "tma_ws", "tma_simple": "tma_simple"}
+                  "tma_ws": "tma_ws", "tma_simple": "tma_simple", "tma_pp": "tma_pp"}
 
 
 @lru_cache(maxsize=None)
 def kernel_choice() -> str:
     """"auto" (the default: tiling.cuda_gemm_kernel per shape), "wgmma" (the cp.async kernel),
-    "tma_simple" or "tma_ws", from INT8NAX_CUDA_KERNEL."""
+    "tma_simple", "tma_ws" or "tma_pp", from INT8NAX_CUDA_KERNEL."""
     value = os.environ.get(KERNEL_ENV, "").strip().lower()
     if value not in KERNEL_CHOICES:
         raise ValueError(f"{KERNEL_ENV}={value!r}: expected one of {sorted(k for k in KERNEL_CHOICES if k)}")
@@ -246,14 +248,14 @@ def kernel_choice() -> str:
 
 def gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, family: str | None = None) -> str:
     """The kernel that int8_matmul (or, w8a8=True, w8a8_linear) runs for (M, N, K) here:
-    "simt" (no wgmma on this GPU), "wgmma" (the cp.async kernel), "tma_simple" or "tma_ws"."""
+    "simt" (no wgmma on this GPU), "wgmma" (the cp.async kernel), "tma_simple", "tma_ws" or "tma_pp"."""
     family = family or _family()
     if family != "sm90":
         return "simt"
     choice = kernel_choice()
     if choice == "wgmma" or not tiling.tma_ok(k):
         return "wgmma"
-    if choice == "auto" or (w8a8 and choice == "tma_ws"):
+    if choice == "auto" or (w8a8 and choice in ("tma_ws", "tma_pp")):
         return tiling.cuda_gemm_kernel(m, n, k, w8a8)
     return choice
 
@@ -267,29 +269,57 @@ def _params_array(params: tuple[int, ...]) -> mx.array:
 
 def variant_plan(variant: str, m: int, n: int, k: int, w8a8: bool = False):
     """The plan of a TMA variant: a tiling.CudaPlan (tma_simple; w8a8: for w8a8_linear) or
-    tiling.CudaWsPlan (tma_ws)."""
+    tiling.CudaWsPlan (tma_ws, tma_pp)."""
     if variant == "tma_simple":
         return tiling.tma_plan(m, n, k, sm_count(), w8a8)
     if variant == "tma_ws":
         return tiling.ws_plan(m, n, k, sm_count())
+    if variant == "tma_pp":
+        return tiling.pp_plan(m, n, k, sm_count(), w8a8)
     raise ValueError(f"unknown TMA variant {variant!r}; expected one of {cuda_source.TMA_VARIANTS}")
 
 
-def _tma_ws(a, b, plan: tiling.CudaWsPlan):
-    """int32 [M, N] by gemm_tma_ws: `plan.blocks` persistent blocks, each with a 256-byte slot of
-    an extra uint8 output for its tensor maps; split-K through the [splits, M, N] workspace."""
-    m, n = a.shape[0], b.shape[0]
+def _launch_persistent(spec, inputs, m, n, out_dtype, plan: tiling.CudaWsPlan, template=()):
+    """A persistent TMA kernel (gemm_tma_ws, gemm_tma_pp): `plan.blocks` blocks, the plan's
+    (splits, group) as the last input, [M, N] out (or the [splits, M, N] workspace) and an extra
+    uint8 output with a 256-byte slot per block for its tensor maps."""
     grid, block = plan.grid()
-    shape = (m, n) if plan.splits == 1 else (plan.splits, m, n)
-    out = _kernel(cuda_source.gemm_tma_ws(plan.cfg))(
-        inputs=[a, b, _params_array(plan.params())],
-        output_shapes=[shape, (plan.blocks * tiling.TMA_MAP_SLOT_BYTES,)],
-        output_dtypes=[mx.int32, mx.uint8],
+    return _kernel(spec)(
+        inputs=list(inputs) + [_params_array(plan.params())],
+        output_shapes=[(m, n) if plan.splits == 1 else (plan.splits, m, n), (plan.blocks * tiling.TMA_MAP_SLOT_BYTES,)],
+        output_dtypes=[out_dtype, mx.uint8],
         grid=grid,
         threadgroup=block,
-        template=plan.cfg.template(),
+        template=plan.cfg.template() + list(template),
     )[0]
+
+
+def _persistent_int32(a, b, plan: tiling.CudaWsPlan):
+    """int32 [M, N] by gemm_tma_ws or (a CudaPingPongConfig) gemm_tma_pp; split-K through the
+    [splits, M, N] workspace and the reduction kernel."""
+    pp = isinstance(plan.cfg, tiling.CudaPingPongConfig)
+    spec = cuda_source.gemm_tma_pp(plan.cfg) if pp else cuda_source.gemm_tma_ws(plan.cfg)
+    out = _launch_persistent(spec, [a, b], a.shape[0], b.shape[0], mx.int32, plan)
     return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
+
+
+def _pp_dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan: tiling.CudaWsPlan, has_bias):
+    """_dequant_gemm_graph on the ping-pong kernel: the fused epilogue unsplit, else the int32
+    workspace and the dequantizing reduction."""
+    m, n = q.shape[0], w.shape[0]
+    epilogue = [("TOut", out_dtype), ("HAS_BIAS", has_bias)]
+    if plan.splits == 1:
+        return _launch_persistent(cuda_source.gemm_w8a8_tma_pp(plan.cfg), [q, w, scale_x, scale_w, bias32], m, n,
+                                  out_dtype, plan, epilogue)
+    ws = _launch_persistent(cuda_source.gemm_tma_pp(plan.cfg), [q, w], m, n, mx.int32, plan)
+    return _launch_reduce(cuda_source.reduce_w8a8(), [ws, scale_x, scale_w, bias32], out_dtype, epilogue)
+
+
+def pp_dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaWsPlan | None = None):
+    """dequant_gemm on the ping-pong kernel (sm90, K % 16 == 0; tests, experiments)."""
+    plan = plan or variant_plan("tma_pp", q.shape[0], w.shape[0], q.shape[1], w8a8=True)
+    has_bias = bias is not None
+    return _pp_dequant_gemm_graph(q, scale_x, w, scale_w, bias if has_bias else _no_bias(), out_dtype, plan, has_bias)
 
 
 def tma_gemm_int32(a: mx.array, b: mx.array, variant: str = "tma_ws", plan=None) -> mx.array:
@@ -300,14 +330,14 @@ def tma_gemm_int32(a: mx.array, b: mx.array, variant: str = "tma_ws", plan=None)
     if not tiling.tma_ok(k):
         raise ValueError(f"the TMA GEMMs need K % {tiling.TMA_K_MULTIPLE} == 0, got K={k}")
     plan = plan or variant_plan(variant, m, n, k)
-    if variant == "tma_ws":
-        return _tma_ws(a, b, plan)
+    if variant in ("tma_ws", "tma_pp"):
+        return _persistent_int32(a, b, plan)
     return _gemm_int32_graph(a, b, "sm90", plan, tma=True)
 
 
 @lru_cache(maxsize=None)
-def _compiled_tma_ws(plan: tiling.CudaWsPlan):
-    return _maybe_compile(lambda a, b: _tma_ws(a, b, plan))
+def _compiled_persistent(plan: tiling.CudaWsPlan):
+    return _maybe_compile(lambda a, b: _persistent_int32(a, b, plan))
 
 
 # Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the
@@ -343,8 +373,8 @@ def _compiled_quantize():
 def _gemm_for_shape(m: int, n: int, k: int):
     family = _family()
     kernel = gemm_kernel(m, n, k, family=family)
-    if kernel == "tma_ws":
-        return _compiled_tma_ws(variant_plan(kernel, m, n, k))
+    if kernel in ("tma_ws", "tma_pp"):
+        return _compiled_persistent(variant_plan(kernel, m, n, k))
     if kernel == "tma_simple":
         return _compiled_gemm(family, variant_plan(kernel, m, n, k), True)
     return _compiled_gemm(family, default_plan(m, n, k, family))
@@ -370,7 +400,7 @@ def clear_caches() -> None:
     """Forget every built kernel object and compiled entry point (after changing COMPILE or
     INT8NAX_CUDA_KERNEL)."""
     for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape, kernel_choice,
-               _compiled_tma_ws):
+               _compiled_persistent):
         fn.cache_clear()
 
 

@@ -35,14 +35,16 @@ _HEADERS = {
     "simt": ("cuda_common.cuh", "gemm_simt.cuh"),
     "quantize": ("cuda_common.cuh", "quantize.cuh"),
     # TMA GEMMs (gemm_tma.cuh reuses gemm_sm90.cuh's descriptor and wgmma helpers); the
-    # warp-specialised one ends with tma_bounds.cuh, which gives the kernel its launch bound.
+    # warp-specialised ones (gemm_tma_ws, gemm_tma_pp) end with tma_bounds.cuh, which gives the
+    # kernel its launch bound.
     "tma": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh"),
     "tma_ws": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh", "tma_bounds.cuh"),
 }
 
-TMA_VARIANTS = ("tma_simple", "tma_ws")
+TMA_VARIANTS = ("tma_simple", "tma_ws", "tma_pp")
 """The TMA GEMMs (kernels/gemm_tma.cuh): TMA + mbarrier pipeline on a CudaPlan's grid (tiling.tma_plan), and the
-warp-specialised persistent kernel on tiling.ws_plan."""
+warp-specialised persistent kernels: cooperative consumers on tiling.ws_plan, ping-pong consumers on
+tiling.pp_plan."""
 
 
 @lru_cache(maxsize=None)
@@ -209,6 +211,28 @@ def gemm_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
     body = "int8nax::gemm_tma_ws<BM, BN, STAGES>(a, b, a_shape[0], b_shape[0], a_shape[1], params, maps, out);"
     return KernelSpec(_name(f"int8nax_tma_ws_i32_{cfg.name}", "tma_ws"), ("a", "b", "params"), ("out", "maps"), body,
                       header("tma_ws"), cfg.shared_bytes)
+
+
+@lru_cache(maxsize=None)
+def gemm_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
+    """int32 out [M, N] (or [splits, M, N]) = a . b^T by the ping-pong persistent kernel;
+    params: int32 (splits, group) of tiling.CudaWsPlan.params(); maps: uint8 [blocks * 256]."""
+    body = ("int8nax::gemm_tma_pp<BN, STAGES>(a, b, a_shape[0], b_shape[0], a_shape[1], params, maps, "
+            "int8nax::SplitInt32{out, a_shape[0], b_shape[0]});")
+    return KernelSpec(_name(f"int8nax_tma_pp_i32_{cfg.name}", "tma_ws"), ("a", "b", "params"), ("out", "maps"), body,
+                      header("tma_ws"), cfg.shared_bytes)
+
+
+@lru_cache(maxsize=None)
+def gemm_w8a8_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
+    """gemm_w8a8's product and epilogue by the ping-pong persistent kernel (unsplit plans only):
+    y [M, N] (TOut); params and maps as in gemm_tma_pp; template TOut, HAS_BIAS."""
+    epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
+    body = (f"int8nax::gemm_tma_pp<BN, STAGES>(q, w, q_shape[0], w_shape[0], q_shape[1], params, maps, "
+            f"int8nax::same_epilogue({epilogue}));")
+    return KernelSpec(_name(f"int8nax_tma_pp_w8a8_{cfg.name}", "tma_ws"),
+                      ("q", "w", "scale_x", "scale_w", "bias", "params"), ("y", "maps"), body, header("tma_ws"),
+                      cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)

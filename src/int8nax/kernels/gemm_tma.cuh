@@ -1,7 +1,8 @@
 // int8nax CUDA kernels, part 3: Hopper (sm_90a) int8 GEMMs fed by the tensor memory accelerator.
 //
-// C[M, N] = A[M, K] . B[N, K]^T, int8 in, exact int32 accumulation. Two variants share the helpers
-// below (gemm_tma_simple takes gemm_sm90's epilogues: int32 out, or the W8A8 dequantization):
+// C[M, N] = A[M, K] . B[N, K]^T, int8 in, exact int32 accumulation. Three variants share the helpers
+// below (gemm_tma_simple and gemm_tma_pp take gemm_sm90's epilogues: int32 out, or the W8A8
+// dequantization):
 //
 //   gemm_tma_simple  the cp.async kernel of gemm_sm90.cuh with its loads replaced by TMA: the
 //                    same kind of grid (one block per output tile and K split; its plans come
@@ -13,6 +14,11 @@
 //                    thread issues the TMA, setmaxnreg.dec) + 2 consumer warpgroups (setmaxnreg.inc)
 //                    that multiply from full/empty mbarrier pairs per stage; gridDim.x blocks walk
 //                    the (tile, split) work units in a rasterised order (int8nax.tiling.ws_unit).
+//   gemm_tma_pp      gemm_tma_ws's producer and units with ping-pong consumers: each consumer
+//                    warpgroup computes whole 128 x BN tiles, the block's units alternating between
+//                    the two, their main loops taking turns, so one's epilogue overlaps the other's
+//                    main loop (cuBLASLt's kernels at 2048 x 4096^2 and 8192^3 are named for
+//                    one warpgroup per 128 x 128 tile and launch 384 threads: this schedule).
 //
 // Tensor maps: cuda_kernel passes no by-value CUtensorMap, so each block encodes the maps of A
 // and B itself (tensormap.replace on a zeroed 128-byte shared buffer), publishes them to its
@@ -26,7 +32,7 @@
 // on 16-byte boundaries (a map's global address must be). A row-contiguous view that starts
 // inside its buffer can break the second (MLX passes such views without a copy): gemm_tma_simple
 // then runs the cp.async kernel's main loop instead (same grid, same tile, its byte-wise loads);
-// gemm_tma_ws, whose persistent grid has no such twin, traps (it is opt-in only).
+// gemm_tma_pp's consumers load their own K blocks one at a time; gemm_tma_ws traps (opt-in only).
 #pragma once
 
 namespace int8nax {
@@ -282,6 +288,34 @@ __device__ __forceinline__ WsUnit ws_unit(int u, int M, int N, int K, int splits
   return WsUnit{tile_m * BM, tile_n * BN, z, kb0, kb1 - kb0};
 }
 
+// The producer of the persistent kernels (one thread): every K block of the block's units u =
+// blockIdx.x, + gridDim.x, ... in order into the ring of STAGES slots, each fill of a slot after
+// the consumers released the one before.
+template <int BM, int BN, int STAGES>
+__device__ __forceinline__ void ws_produce(int M, int N, int K, int splits, int group, int units, uint32_t base,
+                                           uint32_t full, uint32_t empty, const uint8_t* map_a,
+                                           const uint8_t* map_b) {
+  constexpr int BK = 128;
+  constexpr int A_BYTES = BM * BK;
+  constexpr int STAGE_BYTES = (BM + BN) * BK;
+  int it = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const WsUnit w = ws_unit<BM, BN>(u, M, N, K, splits, group);
+    for (int j = 0; j < w.kbs; ++j, ++it) {
+      const int slot = it % STAGES;
+      // The fill number it / STAGES of a slot waits for the release of the previous one
+      // (parity 1 passes at once on a fresh barrier).
+      mbar_wait<true>(empty + 8 * slot, ((it / STAGES) & 1) ^ 1);
+      const uint32_t s = base + slot * STAGE_BYTES;
+      const uint32_t bar = full + 8 * slot;
+      const int k = (w.kb0 + j) * BK;
+      mbar_arrive_expect_tx(bar, STAGE_BYTES);
+      tma_load_2d(s, map_a, k, w.m0, bar);
+      tma_load_2d(s + A_BYTES, map_b, k, w.n0, bar);
+    }
+  }
+}
+
 template <int BM, int BN, int STAGES>
 __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, int M, int N, int K,
                                             const int32_t* params, uint8_t* maps, int32_t* out) {
@@ -326,22 +360,7 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
     // Producer: frees its registers for the consumers; one thread walks the same units.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (tid == 0) {
-      int it = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const WsUnit w = ws_unit<BM, BN>(u, M, N, K, splits, group);
-        for (int j = 0; j < w.kbs; ++j, ++it) {
-          const int slot = it % STAGES;
-          // The fill number it / STAGES of a slot waits for the release of the previous one
-          // (parity 1 passes at once on a fresh barrier).
-          mbar_wait<true>(empty + 8 * slot, ((it / STAGES) & 1) ^ 1);
-          const uint32_t s = base + slot * STAGE_BYTES;
-          const uint32_t bar = full + 8 * slot;
-          const int k = (w.kb0 + j) * BK;
-          mbar_arrive_expect_tx(bar, STAGE_BYTES);
-          tma_load_2d(s, map_a, k, w.m0, bar);
-          tma_load_2d(s + A_BYTES, map_b, k, w.n0, bar);
-        }
-      }
+      ws_produce<BM, BN, STAGES>(M, N, K, splits, group, units, base, full, empty, map_a, map_b);
     }
     return;
   }
@@ -385,6 +404,194 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
     // own slice offset is 0).
     const StoreInt32 epi{out + static_cast<size_t>(w.z) * M * N, M, N};
     store_accumulators<WIDTH>(acc, w.m0 + (BM == 128 ? c * 64 : 0), w.n0 + (BM == 128 ? 0 : c * WIDTH), epi);
+  }
+}
+
+
+// ---- variant 3: warp-specialised, persistent, ping-pong ----
+//
+// gemm_tma_ws's producer and units, but each consumer warpgroup computes whole 128 x BN tiles
+// (two m64 wgmma per k32 step, BN accumulators a thread) and the block's units alternate between
+// the two: consumer c takes the block's units i = c, c + 2, ... (i counts u = blockIdx.x,
+// + gridDim.x, ...). Their main loops take turns (the `turn` mbarrier pair: consumer c waits on
+// turn[c], and arrives on turn[1 - c] once it has issued its last wgmma), so one consumer's
+// epilogue runs while the other multiplies, and the tensor cores wait for no epilogue. The turns
+// also keep each consumer within one phase of every stage barrier it waits on: a consumer starts
+// waiting on its first stage only after the other has waited on all of its own.
+// A base the TMA cannot take (not 16-byte aligned; MLX passes offset views) makes each consumer
+// load its own K blocks into slot c with cp.async or byte-wise loads, one at a time: exact and
+// slow, for inputs no plan is made for. The epilogue of split z is epis(z) (ws_epilogues below).
+// Shared memory: STAGES x (128 + BN) x 128 bytes (1024-aligned), STAGES full + STAGES empty + 2
+// turn barriers, 256 bytes of map scratch (int8nax.tiling.CudaPingPongConfig.shared_bytes).
+
+// The 8 wgmma (4 k32 steps x 2 m64 halves) of one K block of a 128-row tile, one commit group.
+template <int WIDTH>
+__device__ __forceinline__ void wgmma_k_block_128(int (&acc0)[WIDTH / 2], int (&acc1)[WIDTH / 2], uint32_t a_tile,
+                                                  uint32_t b_tile) {
+  fence_registers(acc0);
+  fence_registers(acc1);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t db = sw128_descriptor(b_tile + kk * 32);
+    wgmma_s8<WIDTH>(acc0, sw128_descriptor(a_tile + kk * 32), db);
+    wgmma_s8<WIDTH>(acc1, sw128_descriptor(a_tile + 64 * 128 + kk * 32), db);
+  }
+  wgmma_commit();
+  fence_registers(acc0);
+  fence_registers(acc1);
+}
+
+// 128 threads of one warpgroup (bar.sync `id`, ids 1.. are free: __syncthreads uses 0).
+__device__ __forceinline__ void warpgroup_sync(int id) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
+
+// Epilogue factories: the int32 [splits, M, N] result (slice z per split), or one epilogue for
+// every unit (W8A8: the plans never split it).
+struct SplitInt32 {
+  int32_t* out;
+  int M;
+  int N;
+  __device__ __forceinline__ StoreInt32 operator()(int z) const {
+    return StoreInt32{out + static_cast<size_t>(z) * M * N, M, N};
+  }
+};
+
+template <class Epilogue>
+struct SameEpilogue {
+  Epilogue epi;
+  __device__ __forceinline__ const Epilogue& operator()(int) const {
+    return epi;
+  }
+};
+
+template <class Epilogue>
+__device__ __forceinline__ SameEpilogue<Epilogue> same_epilogue(const Epilogue& epi) {
+  return SameEpilogue<Epilogue>{epi};
+}
+
+template <int BN, int STAGES, class Epilogues>
+__device__ __forceinline__ void gemm_tma_pp(const int8_t* a, const int8_t* b, int M, int N, int K,
+                                            const int32_t* params, uint8_t* maps, const Epilogues& epis) {
+  constexpr int BM = 128;
+  constexpr int BK = 128;
+  static_assert(BN % 8 == 0 && BN >= 8 && BN <= 128, "wgmma N in 8..128 (two halves of BN/2 registers each)");
+  static_assert(STAGES >= 2, "the fallback loads use slots 0 and 1");
+  constexpr int A_BYTES = BM * BK;
+  constexpr int STAGE_BYTES = (BM + BN) * BK;
+  constexpr int CONSUMER_WARPS = 4;  // one consumer warpgroup multiplies (and releases) each stage
+
+  const int splits = params[0];
+  const int group = params[1];
+  const int units = ceil_div(M, BM) * ceil_div(N, BN) * splits;
+  const int tid = threadIdx.x;
+  const uint32_t base = aligned_smem_base();
+  const uint32_t full = base + STAGES * STAGE_BYTES;
+  const uint32_t empty = full + 8 * STAGES;
+  const uint32_t turn = empty + 8 * STAGES;
+  const uint32_t scratch = full + ((16 * STAGES + 16 + 127) & ~127);
+  uint8_t* map_a = maps + static_cast<size_t>(blockIdx.x) * 256;
+  uint8_t* map_b = map_a + 128;
+  const bool tma = bases_tma_aligned(a, b);
+
+  if (tma && tid < 32) {
+    build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN);
+  }
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, CONSUMER_WARPS);
+    }
+    mbar_init(turn, CONSUMER_WARPS);
+    mbar_init(turn + 8, CONSUMER_WARPS);
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = tid >> 7;
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (tma && tid == 0) {
+      ws_produce<BM, BN, STAGES>(M, N, K, splits, group, units, base, full, empty, map_a, map_b);
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int c = warpgroup - 1;
+  const int lane = tid & 31;
+  int it = 0;    // the block's stage sequence: the K blocks of every unit before this one
+  int mine = 0;  // units this consumer has taken
+  for (int u = blockIdx.x, i = 0; u < units; u += gridDim.x, ++i) {
+    const WsUnit w = ws_unit<BM, BN>(u, M, N, K, splits, group);
+    if ((i & 1) != c) {
+      it += w.kbs;
+      continue;
+    }
+    int acc0[BN / 2];
+    int acc1[BN / 2];
+#pragma unroll
+    for (int r = 0; r < BN / 2; ++r) {
+      acc0[r] = 0;
+      acc1[r] = 0;
+    }
+    if (tma) {
+      if (c == 1 || mine > 0) {
+        mbar_wait<true>(turn + 8 * c, (c == 1 ? mine : mine - 1) & 1);
+      }
+      for (int j = 0; j < w.kbs; ++j, ++it) {
+        const int slot = it % STAGES;
+        mbar_wait<true>(full + 8 * slot, (it / STAGES) & 1);
+        const uint32_t stage = base + slot * STAGE_BYTES;
+        wgmma_k_block_128<BN>(acc0, acc1, stage, stage + A_BYTES);
+        wgmma_wait<1>();
+        if (j > 0) {
+          // Batch j - 1 has finished reading its slot: one arrival per warp of this consumer.
+          __syncwarp();
+          if (lane == 0) {
+            mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+          }
+        }
+      }
+      // The other consumer's turn: its first stage is the one after this unit's last.
+      __syncwarp();
+      if (lane == 0) {
+        mbar_arrive(turn + 8 * (1 - c));
+      }
+      wgmma_wait<0>();
+      fence_registers(acc0);
+      fence_registers(acc1);
+      if (w.kbs > 0) {
+        __syncwarp();
+        if (lane == 0) {
+          mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+        }
+      }
+    } else {
+      const bool fast_a = (K & 15) == 0 && (reinterpret_cast<unsigned long long>(a) & 15ull) == 0;
+      const bool fast_b = (K & 15) == 0 && (reinterpret_cast<unsigned long long>(b) & 15ull) == 0;
+      const uint32_t stage = base + c * STAGE_BYTES;
+      const int ctid = tid & 127;
+      for (int j = 0; j < w.kbs; ++j) {
+        const int k = (w.kb0 + j) * BK;
+        load_tile<BM, 128>(stage, a, M, K, w.m0, k, fast_a, ctid);
+        load_tile<BN, 128>(stage + A_BYTES, b, N, K, w.n0, k, fast_b, ctid);
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async();
+        warpgroup_sync(1 + c);
+        wgmma_k_block_128<BN>(acc0, acc1, stage, stage + A_BYTES);
+        wgmma_wait<0>();
+        fence_registers(acc0);
+        fence_registers(acc1);
+        warpgroup_sync(1 + c);  // every wgmma has read the slot before it is refilled
+      }
+    }
+    ++mine;
+    const auto& epi = epis(w.z);
+    store_accumulators<BN>(acc0, w.m0, w.n0, epi);
+    store_accumulators<BN>(acc1, w.m0 + 64, w.n0, epi);
   }
 }
 
