@@ -67,7 +67,7 @@ def test_ws_plan_is_valid(m, k, n, sms):
         assert tiling.ceil_div(k, plan.cfg.bk) // plan.splits >= tiling.MIN_SPLIT_BLOCKS
     grid, block = plan.grid()
     assert block == (384, 1, 1) and grid == (plan.blocks * 384, 1, 1)
-    assert plan.params() == (plan.splits, plan.group)
+    assert plan.plan_shape() == (plan.splits, plan.group)
 
 
 def test_ws_plan_follows_the_shape():
@@ -121,7 +121,7 @@ def test_tma_specs():
         assert s.output_names == ("y", "maps") and s.shared_memory == c.tma_shared_bytes
         assert "(q, w, q_shape[0], w_shape[0], q_shape[1], maps, int8nax::DequantStore<TOut, HAS_BIAS>" in s.source
     for s, c in zip(ws, tiling.CUDA_WS_CONFIGS.values()):
-        assert s.input_names == ("a", "b", "params") and s.shared_memory == c.shared_bytes
+        assert s.input_names == ("a", "b", "plan") and s.shared_memory == c.shared_bytes
         # The launch-bound header redefines __global__: it must come last, after every other include.
         assert s.header.rstrip().splitlines()[-1].endswith('tma_bounds.cuh"')
     text = cuda_source.header_text("tma_ws")

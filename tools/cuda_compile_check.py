@@ -84,13 +84,13 @@ def instances(arch: str):
                        cfg.tma_template() + [("TOut", out), ("HAS_BIAS", True)])
         for cfg in tiling.CUDA_WS_CONFIGS.values():
             yield (f"tma_ws i32 {cfg.name}", cuda_source.gemm_tma_ws(cfg),
-                   ["int8_t", "int8_t", "int32_t"], ["int32_t", "uint8_t"], cfg.template())
+                   ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.template())
         for cfg in tiling.CUDA_PP_CONFIGS.values():
             yield (f"tma_pp i32 {cfg.name}", cuda_source.gemm_tma_pp(cfg),
-                   ["int8_t", "int8_t", "int32_t"], ["int32_t", "uint8_t"], cfg.template())
+                   ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.template())
             for out in ("float16", "bfloat16", "float32"):
                 yield (f"tma_pp w8a8 {cfg.name} {out}", cuda_source.gemm_w8a8_tma_pp(cfg),
-                       ["int8_t", "int8_t", "float", "float", "float", "int32_t"], [CUDA_TYPES[out], "uint8_t"],
+                       ["int8_t", "int8_t", "float", "float", "float", "int8_t"], [CUDA_TYPES[out], "uint8_t"],
                        cfg.template() + [("TOut", out), ("HAS_BIAS", True)])
     for t in ("float16", "bfloat16", "float32"):
         yield (f"quantize {t}", cuda_source.quantize(), [CUDA_TYPES[t]], ["int8_t", "float"],

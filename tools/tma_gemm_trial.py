@@ -24,7 +24,7 @@ DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Varian
   sweep       tma_simple at every tile x split-K plan (sweep_plans) on the seed shapes
 --ncu-shapes MxKxN,... instead runs one worker under Nsight Compute (profiling only between
 cudaProfilerStart and cudaProfilerStop, so the warm-up and cuBLASLt's algorithm search are left
-out): per shape one call of int8_matmul's default kernel, of tma_ws, and of cuBLASLt's chosen
+out): per shape one call of int8_matmul's default kernel, of tma_ws, tma_pp and of cuBLASLt's chosen
 algorithm, with the SpeedOfLight, WarpStateStats, LaunchStats and Occupancy sections, written as
 CSV to DIR/ncu.csv (the kernels' names say which is which).
 
@@ -509,7 +509,8 @@ def ncu_command(out_dir: Path, shapes: str) -> list[str]:
 
 
 def worker_ncu(out_dir: Path, shapes: list[tuple[int, int, int]]) -> int:
-    """One profiled call each of the default kernel, tma_ws and cuBLASLt per shape (run under ncu)."""
+    """One profiled call each of the default kernel, tma_ws, tma_pp and cuBLASLt per shape (run
+    under ncu)."""
     import mlx.core as mx
     import torch
 
@@ -524,6 +525,7 @@ def worker_ncu(out_dir: Path, shapes: list[tuple[int, int, int]]) -> int:
         run = cublaslt.prepare(a_np, b_np, timing_runs=2)
         calls = {"default": lambda: mx.eval(cuda.gemm_int32(a, b)),
                  "tma_ws": lambda: mx.eval(cuda.tma_gemm_int32(a, b, "tma_ws")),
+                 "tma_pp": lambda: mx.eval(cuda.tma_gemm_int32(a, b, "tma_pp")),
                  "cublaslt": lambda: (run.call(), run.sync())}
         for call in calls.values():
             for _ in range(3):

@@ -642,6 +642,8 @@ CUDA_PP_CONFIGS = {
     for cfg in (
         # cuBLASLt's tile at 2048 x 4096^2, 512 x 3584 x 18944 and 8192^3: 6 stages of 32 KB.
         CudaPingPongConfig("pp_128x128", bm=128, bn=128, bk=128, wm=1, wn=1, stages=6),
+        # The same with 7 stages (224 KB: the depth of cuBLASLt's 231 KB kernels).
+        CudaPingPongConfig("pp_128x128_s7", bm=128, bn=128, bk=128, wm=1, wn=1, stages=7),
         # Twice the tiles, for problems whose 128 x 128 tiles leave SMs idle: 8 stages of 24 KB.
         CudaPingPongConfig("pp_128x64", bm=128, bn=64, bk=128, wm=1, wn=1, stages=8),
     )
@@ -658,8 +660,8 @@ class CudaWsPlan:
     group: int
     blocks: int
 
-    def params(self) -> tuple[int, int]:
-        """The kernel's int32 `params` input: (splits, group)."""
+    def plan_shape(self) -> tuple[int, int]:
+        """The shape of the kernel's `plan` input: (splits, group)."""
         return (self.splits, self.group)
 
     def grid(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:

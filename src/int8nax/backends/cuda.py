@@ -261,8 +261,10 @@ def gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, family: str | None =
 
 
 @lru_cache(maxsize=None)
-def _params_array(params: tuple[int, ...]) -> mx.array:
-    arr = mx.array(list(params), dtype=mx.int32)
+def _plan_array(shape: tuple[int, ...]) -> mx.array:
+    """An int8 array of `shape` made on the GPU: the persistent kernels read its shape (kernel
+    arguments), never its data, so no launch waits for memory the host made."""
+    arr = mx.zeros(shape, dtype=mx.int8, stream=mx.gpu)
     mx.eval(arr)
     return arr
 
@@ -281,11 +283,11 @@ def variant_plan(variant: str, m: int, n: int, k: int, w8a8: bool = False):
 
 def _launch_persistent(spec, inputs, m, n, out_dtype, plan: tiling.CudaWsPlan, template=()):
     """A persistent TMA kernel (gemm_tma_ws, gemm_tma_pp): `plan.blocks` blocks, the plan's
-    (splits, group) as the last input, [M, N] out (or the [splits, M, N] workspace) and an extra
-    uint8 output with a 256-byte slot per block for its tensor maps."""
+    (splits, group) as the shape of the last input, [M, N] out (or the [splits, M, N] workspace)
+    and an extra uint8 output with a 256-byte slot per block for its tensor maps."""
     grid, block = plan.grid()
     return _kernel(spec)(
-        inputs=list(inputs) + [_params_array(plan.params())],
+        inputs=list(inputs) + [_plan_array(plan.plan_shape())],
         output_shapes=[(m, n) if plan.splits == 1 else (plan.splits, m, n), (plan.blocks * tiling.TMA_MAP_SLOT_BYTES,)],
         output_dtypes=[out_dtype, mx.uint8],
         grid=grid,

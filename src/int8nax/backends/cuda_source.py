@@ -207,31 +207,33 @@ def gemm_w8a8_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
 @lru_cache(maxsize=None)
 def gemm_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the warp-specialised persistent kernel;
-    params: int32 (splits, group) of tiling.CudaWsPlan.params(); maps: uint8 [blocks * 256]."""
-    body = "int8nax::gemm_tma_ws<BM, BN, STAGES>(a, b, a_shape[0], b_shape[0], a_shape[1], params, maps, out);"
-    return KernelSpec(_name(f"int8nax_tma_ws_i32_{cfg.name}", "tma_ws"), ("a", "b", "params"), ("out", "maps"), body,
+    plan: an array whose shape is (splits, group), tiling.CudaWsPlan.plan_shape() (its data is never
+    read); maps: uint8 [blocks * 256]."""
+    body = ("int8nax::gemm_tma_ws<BM, BN, STAGES>(a, b, a_shape[0], b_shape[0], a_shape[1], plan_shape[0], "
+            "plan_shape[1], maps, out);")
+    return KernelSpec(_name(f"int8nax_tma_ws_i32_{cfg.name}", "tma_ws"), ("a", "b", "plan"), ("out", "maps"), body,
                       header("tma_ws"), cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
 def gemm_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the ping-pong persistent kernel;
-    params: int32 (splits, group) of tiling.CudaWsPlan.params(); maps: uint8 [blocks * 256]."""
-    body = ("int8nax::gemm_tma_pp<BN, STAGES>(a, b, a_shape[0], b_shape[0], a_shape[1], params, maps, "
-            "int8nax::SplitInt32{out, a_shape[0], b_shape[0]});")
-    return KernelSpec(_name(f"int8nax_tma_pp_i32_{cfg.name}", "tma_ws"), ("a", "b", "params"), ("out", "maps"), body,
+    plan and maps as in gemm_tma_ws."""
+    body = ("int8nax::gemm_tma_pp<BN, STAGES>(a, b, a_shape[0], b_shape[0], a_shape[1], plan_shape[0], plan_shape[1], "
+            "maps, int8nax::SplitInt32{out, a_shape[0], b_shape[0]});")
+    return KernelSpec(_name(f"int8nax_tma_pp_i32_{cfg.name}", "tma_ws"), ("a", "b", "plan"), ("out", "maps"), body,
                       header("tma_ws"), cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
 def gemm_w8a8_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the ping-pong persistent kernel (unsplit plans only):
-    y [M, N] (TOut); params and maps as in gemm_tma_pp; template TOut, HAS_BIAS."""
+    y [M, N] (TOut); plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS."""
     epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
-    body = (f"int8nax::gemm_tma_pp<BN, STAGES>(q, w, q_shape[0], w_shape[0], q_shape[1], params, maps, "
-            f"int8nax::same_epilogue({epilogue}));")
+    body = (f"int8nax::gemm_tma_pp<BN, STAGES>(q, w, q_shape[0], w_shape[0], q_shape[1], plan_shape[0], "
+            f"plan_shape[1], maps, int8nax::same_epilogue({epilogue}));")
     return KernelSpec(_name(f"int8nax_tma_pp_w8a8_{cfg.name}", "tma_ws"),
-                      ("q", "w", "scale_x", "scale_w", "bias", "params"), ("y", "maps"), body, header("tma_ws"),
+                      ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("tma_ws"),
                       cfg.shared_bytes)
 
 

@@ -260,7 +260,9 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
 // and consumer c the columns c BN/2 .. (c + 1) BN/2 - 1.
 // Shared memory: STAGES x (BM + BN) x 128 bytes (1024-aligned), STAGES full + STAGES empty
 // barriers, 2 x 128 bytes of map scratch (int8nax.tiling.CudaWsConfig.shared_bytes).
-// The body's launch bound (384 threads, 1 block) comes from kernels/tma_bounds.cuh.
+// The body's launch bound (384 threads, 1 block) comes from kernels/tma_bounds.cuh. splits and group
+// arrive as the shape of the launch's `plan` input (kernel arguments), not as data: a load from
+// an array made on the host (managed memory) held up every warp's first instruction.
 
 struct WsUnit {
   int m0;
@@ -318,7 +320,7 @@ __device__ __forceinline__ void ws_produce(int M, int N, int K, int splits, int 
 
 template <int BM, int BN, int STAGES>
 __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, int M, int N, int K,
-                                            const int32_t* params, uint8_t* maps, int32_t* out) {
+                                            int splits, int group, uint8_t* maps, int32_t* out) {
   static_assert(BM == 128 || BM == 64, "two consumer warpgroups: 2 x m64 rows, or 64 rows split along N");
   constexpr int BK = 128;
   constexpr int WIDTH = BM == 128 ? BN : BN / 2;  // columns per consumer warpgroup
@@ -327,8 +329,6 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
   constexpr int STAGE_BYTES = (BM + BN) * BK;
   constexpr int CONSUMER_WARPS = 8;
 
-  const int splits = params[0];
-  const int group = params[1];
   const int units = ceil_div(M, BM) * ceil_div(N, BN) * splits;
   const int tid = threadIdx.x;
   const uint32_t base = aligned_smem_base();
@@ -473,7 +473,7 @@ __device__ __forceinline__ SameEpilogue<Epilogue> same_epilogue(const Epilogue& 
 
 template <int BN, int STAGES, class Epilogues>
 __device__ __forceinline__ void gemm_tma_pp(const int8_t* a, const int8_t* b, int M, int N, int K,
-                                            const int32_t* params, uint8_t* maps, const Epilogues& epis) {
+                                            int splits, int group, uint8_t* maps, const Epilogues& epis) {
   constexpr int BM = 128;
   constexpr int BK = 128;
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 128, "wgmma N in 8..128 (two halves of BN/2 registers each)");
@@ -482,8 +482,6 @@ __device__ __forceinline__ void gemm_tma_pp(const int8_t* a, const int8_t* b, in
   constexpr int STAGE_BYTES = (BM + BN) * BK;
   constexpr int CONSUMER_WARPS = 4;  // one consumer warpgroup multiplies (and releases) each stage
 
-  const int splits = params[0];
-  const int group = params[1];
   const int units = ceil_div(M, BM) * ceil_div(N, BN) * splits;
   const int tid = threadIdx.x;
   const uint32_t base = aligned_smem_base();
