@@ -1,21 +1,16 @@
 """The TMA GEMMs (kernels/gemm_tma.cuh) on a GPU, every plan of the three variants, exact.
 
-tma_simple is the default dispatch's kernel for most shapes (tiling.cuda_gemm_kernel); tma_ws is
-opt-in (INT8NAX_CUDA_KERNEL=tma), tma_pp (the ping-pong persistent kernel) opt-in or where the
-dispatch takes it. Runs where MLX has a compute capability 9.0 device, unless
+tma_simple is the default dispatch's kernel for most shapes (tiling.cuda_gemm_kernel), the
+persistent tma_ws (cooperative) and tma_pp (ping-pong) for problems of many tiles
+(tiling.persistent_kernel). Runs where MLX has a compute capability 9.0 device, unless
 INT8NAX_CUDA_KERNEL=wgmma asks for the cp.async kernel only. A base that is not 16-byte aligned
-sends tma_simple to the cp.async main loop (in the kernel) and tma_pp's consumers to their own
-loads, and makes tma_ws trap: that case runs in a subprocess, because a trap leaves the process's
-CUDA context unusable.
+sends tma_simple to the cp.async main loop (in the kernel) and the persistent kernels' consumers
+to their own loads.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -32,7 +27,6 @@ pytestmark = [
     pytest.mark.skipif(not CUDA.available, reason=f"backend cuda unavailable here: {CUDA.reason}"),
     pytest.mark.skipif(CPASYNC_ONLY, reason="INT8NAX_CUDA_KERNEL asks for the cp.async kernel only"),
 ]
-ROOT = Path(__file__).resolve().parent.parent
 
 if CUDA.available:
     from int8nax.backends import cuda
@@ -152,19 +146,30 @@ def test_w8a8_on_the_pp_kernel_matches_the_cpasync_kernel(plan, rng):
         assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
+WS_PLANS = [p for v, p in plans() if v == "tma_ws" and p.blocks == 7]
+
+
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-def test_tma_ws_traps_on_a_misaligned_base():
-    # In a subprocess: the trap ends that process's CUDA context. The run must fail loudly (a
-    # non-zero exit), never hand back numbers.
-    code = textwrap.dedent("""
-        import mlx.core as mx, numpy as np
-        from int8nax.backends import cuda
-        flat = mx.array(np.ones(77 * 4096 + 3, np.int8))
-        a = flat[3:].reshape(77, 4096)
-        out = cuda.tma_gemm_int32(a, mx.ones((200, 4096), dtype=mx.int8), "tma_ws")
-        mx.eval(out)
-        print("RESULT", int(out[0, 0].item()))
-    """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode != 0 and "RESULT" not in proc.stdout, proc.stdout + proc.stderr
+@pytest.mark.parametrize("plan", WS_PLANS, ids=plan_id)
+@pytest.mark.parametrize("shift_a,shift_b", [(3, 0), (0, 5)])
+def test_tma_ws_misaligned_base_takes_the_consumers_own_loads(plan, rng, shift_a, shift_b):
+    m, k, n = 200, 1040, 130
+    a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
+    assert_exact(cuda.tma_gemm_int32(view(a, shift_a), view(b, shift_b), "tma_ws", plan), a, b)
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("m,k,n", [(2048, 4096, 4096), (512, 3584, 18944)])
+def test_public_calls_on_the_persistent_kernels_with_offset_views(rng, m, k, n):
+    # the shapes the default dispatch sends to tma_ws and tma_pp, through the public API, with
+    # bases 3 and 5 bytes off; W8A8 bit-identical to the cp.async kernel's
+    import int8nax
+
+    assert cuda.gemm_kernel(m, n, k) in ("tma_ws", "tma_pp")
+    a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
+    assert_exact(int8nax.int8_matmul(view(a, 3), view(b, 5), backend="cuda"), a, b)
+    x = mx.array((a.astype(np.float32) * 0.01).astype(np.float16))
+    s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
+    got = np.array(cuda.w8a8(x, view(b, 5), s, None))
+    want = np.array(cuda.w8a8(x, mx.array(b), s, None, plan=tiling.tma_plan(m, n, k, SMS, w8a8=True), family="sm90"))
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))

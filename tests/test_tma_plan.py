@@ -149,12 +149,14 @@ def test_gemm_kernel_per_choice(monkeypatch):
     pytest.importorskip("mlx.core")
     from int8nax.backends import cuda
 
+    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
     seed, small, odd_k = (512, 4096, 4096), (16, 4096, 4096), (512, 4096, 4104)
     want = {  # choice -> kernel at (seed, small, odd K), for int8_matmul and for w8a8_linear
         "": (("tma_simple", "tma_simple", "wgmma"), ("tma_simple", "wgmma", "wgmma")),
         "wgmma": (("wgmma",) * 3,) * 2,
         "tma_simple": (("tma_simple", "tma_simple", "wgmma"),) * 2,
         "tma": (("tma_ws", "tma_ws", "wgmma"), ("tma_simple", "wgmma", "wgmma")),  # W8A8 follows auto
+        "tma_pp": (("tma_pp", "tma_pp", "wgmma"),) * 2,
     }
     try:
         for choice, (gemm, w8a8) in want.items():
@@ -198,12 +200,17 @@ def test_trial_without_a_gpu_reports_the_skip(tmp_path):
 
 
 def test_auto_kernel_rule():
-    # The default (auto): the TMA kernel wherever its K rule holds, decode-sized M included (the H200
+    # The default (auto): a TMA kernel wherever its K rule holds, decode-sized M included (the H200
     # measurement in TMA_MIN_M's docstring); the cp.async kernel otherwise.
     assert tiling.cuda_gemm_kernel(tiling.TMA_MIN_M, 4096, 4096) == "tma_simple"
-    for m, k, n in [(1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096), (2048, 4096, 4096), (512, 18944, 3584),
-                    (8192, 8192, 8192)]:
+    for m, k, n in [(1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096), (1024, 4096, 4096), (512, 18944, 3584),
+                    (128, 3584, 18944)]:
         assert tiling.cuda_gemm_kernel(m, n, k) == "tma_simple"
+    # Problems of many tiles: the persistent kernels (persistent_kernel's docstring). Arguments (M, N, K).
+    assert tiling.cuda_gemm_kernel(2048, 4096, 4096) == "tma_ws"
+    assert tiling.cuda_gemm_kernel(8192, 8192, 8192) == "tma_ws"
+    assert tiling.cuda_gemm_kernel(512, 18944, 3584) == "tma_pp"  # 512 x 3584 x 18944: rounds 75 % full
+    assert tiling.cuda_gemm_kernel(512, 3584, 18944) == "tma_simple"  # 512 x 18944 x 3584: 56 tiles
     assert tiling.cuda_gemm_kernel(512, 4096, 4104) == "wgmma"  # K % 16 != 0
     assert tiling.cuda_gemm_kernel(512, 4096, 8) == "wgmma"
     # W8A8 keeps the cp.async kernel's split plan below TMA_MIN_M_W8A8 (TMA_MIN_M_W8A8's docstring).
@@ -211,6 +218,24 @@ def test_auto_kernel_rule():
         assert tiling.cuda_gemm_kernel(m, 4096, 4096, w8a8=True) == "wgmma"
     assert tiling.cuda_gemm_kernel(tiling.TMA_MIN_M_W8A8, 4096, 4096, w8a8=True) == "tma_simple"
     assert tiling.cuda_gemm_kernel(512, 4096, 4104, w8a8=True) == "wgmma"
+    # W8A8 has no cooperative epilogue: tma_plan's plan where int8_matmul takes tma_ws; tma_pp with it.
+    assert tiling.cuda_gemm_kernel(2048, 4096, 4096, w8a8=True) == "tma_simple"
+    assert tiling.cuda_gemm_kernel(512, 18944, 3584, w8a8=True) == "tma_pp"
+
+
+@pytest.mark.parametrize("m,n,want", [
+    (64, 1 << 20, None),  # M <= 64: never (the 64-row tiles)
+    (1024, 4096, None),  # 128 tiles of 128 x 256 on 132 SMs: below PERSISTENT_MIN_TILES
+    (1536, 4096, None),  # 192 < 1.5 x 132
+    (1664, 4096, "tma_pp"),  # 208 tiles in 2 rounds: 79 % full
+    (2048, 4096, "tma_ws"),  # 256 in 2 rounds: 97 %
+    (512, 18944, "tma_pp"),  # 296 in 3 rounds: 75 %
+    (4096, 4096, "tma_ws"),  # 512 in 4 rounds: 97 %
+])
+def test_persistent_kernel_by_tiles_and_rounds(m, n, want):
+    assert tiling.persistent_kernel(m, n, 4096, 132) == want
+    # on a GPU with twice the SMs every problem here has half the tiles per SM
+    assert tiling.persistent_kernel(m, n, 4096, 264) in (None, want) if want else True
 
 
 class RecordingKernel:
@@ -243,7 +268,7 @@ def recorded(monkeypatch):
     cuda.clear_caches()
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 4096, 4096), (16, 4096, 4096), (512, 4096, 4096), (2048, 4096, 4096),
+@pytest.mark.parametrize("m,k,n", [(1, 4096, 4096), (16, 4096, 4096), (512, 4096, 4096), (1024, 4096, 4096),
                                    (128, 18944, 3584), (512, 18944, 3584)])
 def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
     import mlx.core as mx
@@ -280,6 +305,36 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
     else:
         assert names[1:] == [cuda_source.gemm_tma_simple(plan.cfg).name, cuda_source.reduce_w8a8().name]
     assert launches[1]["outputs"][1] == (blocks * 256,)
+
+
+@pytest.mark.parametrize("m,k,n", [(2048, 4096, 4096), (512, 3584, 18944)])
+def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
+    # int8_matmul: tma_ws or tma_pp on its plan (persistent_kernel); w8a8_linear: tma_pp where
+    # int8_matmul takes it, else tma_plan's W8A8 plan on gemm_tma_simple.
+    import mlx.core as mx
+
+    cuda, launches = recorded
+    kernel = tiling.persistent_kernel(m, n, k, 132)
+    plan = tiling.ws_plan(m, n, k, 132) if kernel == "tma_ws" else tiling.pp_plan(m, n, k, 132)
+    spec = cuda_source.gemm_tma_ws(plan.cfg) if kernel == "tma_ws" else cuda_source.gemm_tma_pp(plan.cfg)
+    a, b = mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)
+    mx.eval(cuda.gemm_int32(a, b))
+    assert [x["name"] for x in launches] == [spec.name]
+    assert launches[0]["outputs"] == [(m, n), (plan.blocks * 256,)]
+    assert (launches[0]["grid"], launches[0]["block"]) == ((plan.blocks * 384, 1, 1), (384, 1, 1))
+    assert launches[0]["template"] == plan.cfg.template()
+
+    launches.clear()
+    x, s = mx.zeros((m, k), dtype=mx.float16), mx.ones((n,), dtype=mx.float32)
+    mx.eval(cuda.w8a8(x, b, s, None))
+    names = [x["name"] for x in launches]
+    if kernel == "tma_pp":
+        w_plan = tiling.pp_plan(m, n, k, 132, w8a8=True)
+        assert names == [cuda_source.quantize().name, cuda_source.gemm_w8a8_tma_pp(w_plan.cfg).name]
+        assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False)]
+    else:
+        w_plan = tiling.tma_plan(m, n, k, 132, w8a8=True)
+        assert names == [cuda_source.quantize().name, cuda_source.gemm_w8a8_tma_simple(w_plan.cfg).name]
 
 
 def test_odd_k_and_the_cpasync_choice_stay_on_the_cpasync_kernel(recorded, monkeypatch):
@@ -422,11 +477,15 @@ def test_w8a8_plan_is_what_w8a8_linear_launches(recorded, m, k, n):
     import mlx.core as mx
 
     cuda, launches = recorded
-    plan, tma = cuda.w8a8_plan(m, n, k)
-    assert tma == (m >= tiling.TMA_MIN_M_W8A8 and tiling.tma_ok(k))
-    assert plan == (tiling.tma_plan(m, n, k, 132, w8a8=True) if tma else tiling.cuda_plan(m, n, k, 132))
+    plan, kernel = cuda.w8a8_plan(m, n, k)
+    assert kernel == tiling.cuda_gemm_kernel(m, n, k, w8a8=True)
+    want = {"tma_simple": tiling.tma_plan(m, n, k, 132, w8a8=True), "tma_pp": tiling.pp_plan(m, n, k, 132, w8a8=True),
+            "wgmma": tiling.cuda_plan(m, n, k, 132)}[kernel]
+    assert plan == want
     mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), mx.zeros((n, k), dtype=mx.int8),
                       mx.ones((n,), dtype=mx.float32), None))
     gemms = [launch for launch in launches if "quantize" not in launch["name"] and "reduce" not in launch["name"]]
-    assert len(gemms) == 1 and ("tma_simple" in gemms[0]["name"]) == tma
-    assert gemms[0]["grid"] == plan.grid(m, n)[1] and ("BN", plan.cfg.bn) in gemms[0]["template"]
+    assert len(gemms) == 1 and ("tma_simple" in gemms[0]["name"]) == (kernel == "tma_simple")
+    assert ("tma_pp" in gemms[0]["name"]) == (kernel == "tma_pp")
+    grid = plan.grid()[0] if kernel == "tma_pp" else plan.grid(m, n)[1]
+    assert gemms[0]["grid"] == grid and ("BN", plan.cfg.bn) in gemms[0]["template"]

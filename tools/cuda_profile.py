@@ -307,8 +307,8 @@ def per_kernel(torch, mx, launch, launches: int) -> dict[str, float]:
 
 
 def w8a8_problem(mx, cuda, m: int, k: int, n: int):
-    """(x float16 [M, K], w int8 [N, K], s float32 [N], q, sx = x's codes and scales, plan, tma):
-    one W8A8 problem on the device, evaluated, and the plan w8a8_linear runs it on."""
+    """(x float16 [M, K], w int8 [N, K], s float32 [N], q, sx = x's codes and scales, plan, kernel):
+    one W8A8 problem on the device, evaluated, and the plan and kernel w8a8_linear runs it on."""
     rng = np.random.default_rng(m + k + n)
     x = mx.array(rng.standard_normal((m, k)).astype(np.float16))
     w = mx.array(rng.integers(-128, 128, (n, k), dtype=np.int8))
@@ -326,20 +326,20 @@ def w8a8(torch, shapes, launches: int) -> list[dict]:
 
     rows = []
     for m, k, n in shapes:
-        x, w, s, q, sx, plan, tma = w8a8_problem(mx, cuda, m, k, n)
+        x, w, s, q, sx, plan, kernel = w8a8_problem(mx, cuda, m, k, n)
         sets = operand_sets(mx, (x, w, s, q, sx), 2 * m * k + n * k + 6 * m * n)
 
         def full(i):
             xi, wi, si = sets[i % len(sets)][:3]
-            return cuda._w8a8_graph(xi, wi, si, cuda._no_bias(), "sm90", plan, False, tma)
+            return cuda.w8a8_graph(xi, wi, si, cuda._no_bias(), kernel, plan, False)
 
         def raw(i):
             qi, wi = sets[i % len(sets)][3], sets[i % len(sets)][1]
-            return cuda._gemm_int32_graph(qi, wi, "sm90", plan, tma)
+            return cuda.gemm_graph(qi, wi, kernel, plan)
 
         for _ in range(3):
             mx.eval(full(0), raw(0))
-        row = {"shape": [m, k, n], "kernel": "tma_simple" if tma else "wgmma",
+        row = {"shape": [m, k, n], "kernel": kernel,
                "dispatch": {"plan": plan.name, "w8a8": per_kernel(torch, mx, full, launches),
                             "raw": per_kernel(torch, mx, raw, launches)}}
         rows.append(row)
@@ -400,9 +400,9 @@ def ncu_target(torch, shapes) -> list[dict]:
 
     rows = []
     for m, k, n in shapes:
-        _, w, s, q, sx, plan, tma = w8a8_problem(mx, cuda, m, k, n)
-        fused = lambda: cuda._dequant_gemm_graph(q, sx, w, s, cuda._no_bias(), mx.float16, "sm90", plan, False, tma)  # noqa: E731
-        raw = lambda: cuda._gemm_int32_graph(q, w, "sm90", plan, tma)  # noqa: E731
+        _, w, s, q, sx, plan, kernel = w8a8_problem(mx, cuda, m, k, n)
+        fused = lambda: cuda.dequant_graph(q, sx, w, s, cuda._no_bias(), mx.float16, kernel, plan, False)  # noqa: E731
+        raw = lambda: cuda.gemm_graph(q, w, kernel, plan)  # noqa: E731
         for _ in range(2):
             mx.eval(fused(), raw())
         torch.cuda.profiler.start()
@@ -410,7 +410,7 @@ def ncu_target(torch, shapes) -> list[dict]:
             mx.eval(fused())
             mx.eval(raw())
         torch.cuda.profiler.stop()
-        rows.append({"shape": [m, k, n], "plan": plan.name, "kernel": "tma_simple" if tma else "wgmma"})
+        rows.append({"shape": [m, k, n], "plan": plan.name, "kernel": kernel})
         log(f"[ncu-target] {m}x{k}x{n} {plan.name}")
     return rows
 

@@ -159,7 +159,7 @@ def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132, w8a8:
         return plan_description("default", m, n, k, sms)
     if variant in ("default", "w8a8"):
         # The default dispatch (INT8NAX_CUDA_KERNEL unset; W8A8 with its own rules: tiling.tma_plan).
-        kernel = tiling.cuda_gemm_kernel(m, n, k, w8a8=variant == "w8a8")
+        kernel = tiling.cuda_gemm_kernel(m, n, k, w8a8=variant == "w8a8", sms=sms)
         d = plan_description(kernel, m, n, k, sms, w8a8=variant == "w8a8")
         return {**d, "plan": f"{kernel}: {d['plan']}"}
     if variant == "sweep":
@@ -169,8 +169,9 @@ def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132, w8a8:
     if variant in ("tma_simple", "tma_ws", "tma_pp", "w8a8_pp") and not tiling.tma_ok(k):
         return {"plan": f"not taken (K % {tiling.TMA_K_MULTIPLE} != 0)"}
     if variant in ("tma_pp", "w8a8_pp"):
-        p = tiling.pp_plan(m, n, k, sms, w8a8=variant == "w8a8_pp")
-        spec = cuda_source.gemm_w8a8_tma_pp(p.cfg) if variant == "w8a8_pp" else cuda_source.gemm_tma_pp(p.cfg)
+        w8a8 = w8a8 or variant == "w8a8_pp"
+        p = tiling.pp_plan(m, n, k, sms, w8a8=w8a8)
+        spec = cuda_source.gemm_w8a8_tma_pp(p.cfg) if w8a8 and p.splits == 1 else cuda_source.gemm_tma_pp(p.cfg)
         return {"plan": pp_plan_name(p), "kernel": spec.name, "smem": spec.shared_memory,
                 "units": tiling.ws_units(m, n, p.cfg, p.splits)}
     if variant == "tma_ws":
@@ -472,8 +473,10 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, pp: bool = False) -> i
             pick = (lambda y: mx.take(y, mx.array(rows.astype(np.int32)), axis=0)) if case["kind"] == "big" else (
                 lambda y: y)
             got = np.array(pick(pipeline(x, w, s, None))).view(np.uint16)
-            # The cp.async kernel on the plan the dispatch gave the TMA one: the same epilogue path.
-            want = np.array(pick(cuda.w8a8(x, w, s, None, plan=cuda.w8a8_plan(m, n, k)[0], family="sm90")))
+            # The cp.async kernel on tma_plan's W8A8 plan: the same dequantization, and integer sums
+            # are the same whatever the plan.
+            want = np.array(pick(cuda.w8a8(x, w, s, None, plan=tiling.tma_plan(m, n, k, sms, w8a8=True),
+                                           family="sm90")))
             bad = np.argwhere(got != want.view(np.uint16))
             rec.update({"exact": bool(len(bad) == 0), "mismatches": int(len(bad)), "checked_rows": int(len(rows)),
                         "check": "bit-identical to the cp.async kernel's W8A8"})

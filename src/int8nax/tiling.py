@@ -546,12 +546,46 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     return CudaPlan(CUDA_CONFIGS["wg1_64x64"], 1)
 
 
-def cuda_gemm_kernel(m: int, n: int, k: int, w8a8: bool = False) -> str:
+def cuda_gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, sms: int = 132) -> str:
     """The sm_90a int8 GEMM for (M, N, K) by default (INT8NAX_CUDA_KERNEL unset or auto), for
-    int8_matmul or (w8a8) w8a8_linear: "tma_simple" (TMA loads + mbarrier pipeline, planned by
-    tma_plan) where K % 16 == 0 and M >= TMA_MIN_M (TMA_MIN_M_W8A8), else "wgmma" (the cp.async
-    kernel)."""
-    return "tma_simple" if tma_ok(k) and m >= (TMA_MIN_M_W8A8 if w8a8 else TMA_MIN_M) else "wgmma"
+    int8_matmul or (w8a8) w8a8_linear: where K % 16 == 0 and M >= TMA_MIN_M (TMA_MIN_M_W8A8) a TMA
+    kernel: persistent_kernel's choice for problems of many tiles, else "tma_simple" (TMA loads +
+    mbarrier pipeline, planned by tma_plan); elsewhere "wgmma" (the cp.async kernel)."""
+    if not tma_ok(k) or m < (TMA_MIN_M_W8A8 if w8a8 else TMA_MIN_M):
+        return "wgmma"
+    return persistent_kernel(m, n, k, sms, w8a8) or "tma_simple"
+
+
+PERSISTENT_MIN_TILES = 1.5
+"""The persistent kernels are weighed once the 128 x 256 tiles number this many per SM: below,
+tma_plan's one-block-per-tile grid has no second tile per SM whose work could hide a tile's
+pipeline fill and epilogue."""
+
+PERSISTENT_WAVE_FILL = 0.9
+"""The cooperative kernel (128 x 256 tiles) is taken when its rounds of SMs tiles are filled this
+much (tiles / (rounds x SMs)); below, the ping-pong kernel's half-size tiles even out the rounds."""
+
+
+def persistent_kernel(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> str | None:
+    """"tma_ws" (cooperative consumers on 128 x 256 tiles, ws_plan), "tma_pp" (ping-pong consumers
+    on 128 x 128 tiles, pp_plan) or None (tma_plan's grid) for an [M, K] x [N, K] product.
+
+    Measured on the H200 (CUPTI kernel time, 2026-12-01 17:45, docs/results/cuda-h200-2026-12-01-pp.md),
+    persistent against tma_plan's plan: 2048 x 4096^2 (256 tiles of 128 x 256 on 132 SMs, rounds
+    97 % full) tma_ws 53.5 µs against 55.0, tma_pp 57.2; 8192^3 (97 %) tma_ws 740 against 782,
+    tma_pp 853; 512 x 3584 x 18944 (296 tiles, 75 % full) tma_pp 64.0 against 68.6, tma_ws 71.6.
+    Below PERSISTENT_MIN_TILES (1024 x 4096^2, the 18944-wide and -deep shapes at M <= 512, small
+    M) tma_plan's plans were fastest. W8A8: gemm_tma_ws has no fused epilogue, so where it would
+    be taken W8A8 keeps tma_plan's (at 2048 x 4096^2 within 1 % of tma_pp's); where tma_pp is
+    taken W8A8 takes it too (512 x 3584 x 18944: 86.3 µs against 111.3).
+    """
+    large = CUDA_WS_CONFIGS["ws_128x256"]
+    tiles = tile_count(m, n, large)
+    if m <= 64 or tiles < PERSISTENT_MIN_TILES * sms:
+        return None
+    if tiles / (ceil_div(tiles, sms) * sms) >= PERSISTENT_WAVE_FILL:
+        return None if w8a8 else "tma_ws"
+    return "tma_pp"
 
 
 @dataclass(frozen=True)
@@ -640,10 +674,10 @@ class CudaPingPongConfig(TileConfig):
 CUDA_PP_CONFIGS = {
     cfg.name: cfg
     for cfg in (
-        # cuBLASLt's tile at 2048 x 4096^2, 512 x 3584 x 18944 and 8192^3: 6 stages of 32 KB.
-        CudaPingPongConfig("pp_128x128", bm=128, bn=128, bk=128, wm=1, wn=1, stages=6),
-        # The same with 7 stages (224 KB: the depth of cuBLASLt's 231 KB kernels).
-        CudaPingPongConfig("pp_128x128_s7", bm=128, bn=128, bk=128, wm=1, wn=1, stages=7),
+        # cuBLASLt's tile at 2048 x 4096^2, 512 x 3584 x 18944 and 8192^3, 7 stages of 32 KB (224 KB,
+        # the depth of cuBLASLt's 231 KB kernels; 0-2 % faster than 6 stages at every seed shape,
+        # H200 2026-12-01 17:45).
+        CudaPingPongConfig("pp_128x128", bm=128, bn=128, bk=128, wm=1, wn=1, stages=7),
         # Twice the tiles, for problems whose 128 x 128 tiles leave SMs idle: 8 stages of 24 KB.
         CudaPingPongConfig("pp_128x64", bm=128, bn=64, bk=128, wm=1, wn=1, stages=8),
     )
@@ -659,6 +693,10 @@ class CudaWsPlan:
     splits: int
     group: int
     blocks: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.cfg.name}_s{self.splits}_g{self.group}_b{self.blocks}"
 
     def plan_shape(self) -> tuple[int, int]:
         """The shape of the kernel's `plan` input: (splits, group)."""

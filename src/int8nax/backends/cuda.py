@@ -199,9 +199,6 @@ def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan,
     return _by_row_chunks(q.shape[0], plan, one_chunk)
 
 
-def _w8a8_graph(x, w, scale_w, bias32, family, plan, has_bias, tma=False):
-    q, scale_x = _quantize_graph(x)
-    return _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, x.dtype, family, plan, has_bias, tma)
 
 
 def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaPlan | None = None,
@@ -219,17 +216,17 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaPlan 
 # ---- which kernel runs ----
 #
 # INT8NAX_CUDA_KERNEL picks the GEMM on compute capability 9.0:
-#   auto (or unset)   tiling.cuda_gemm_kernel's measured per-shape rule: the TMA kernel
-#                     (gemm_tma_simple) where it was faster, the cp.async kernel elsewhere;
+#   auto (or unset)   tiling.cuda_gemm_kernel's measured per-shape rule: a TMA kernel where K %
+#                     16 == 0 (a persistent one for problems of many tiles, else gemm_tma_simple),
+#                     the cp.async kernel elsewhere;
 #   wgmma / cpasync   the cp.async kernel everywhere;
 #   tma_simple        the TMA kernel wherever K % 16 == 0;
-#   tma / tma_ws      int8_matmul on the warp-specialised persistent kernel wherever K % 16 == 0
-#                     (opt-in only: slower than tma_simple at every measured shape but 8192^3,
-#                     and it traps on a base that is not 16-byte aligned); W8A8 then follows auto;
-#   tma_pp            int8_matmul on the ping-pong persistent kernel wherever K % 16 == 0;
-#                     W8A8 then follows auto.
-# gemm_tma_simple itself runs the cp.async main loop when a base is not 16-byte aligned, so
-# every choice but tma_ws is exact on every input. Read once per process (clear_caches()).
+#   tma / tma_ws      int8_matmul on the cooperative persistent kernel wherever K % 16 == 0 (it
+#                     has no W8A8 epilogue: W8A8 then follows auto);
+#   tma_pp            int8_matmul and w8a8_linear on the ping-pong persistent kernel wherever
+#                     K % 16 == 0.
+# The TMA kernels themselves load without the TMA when a base is not 16-byte aligned (MLX passes
+# offset views), so every choice is exact on every input. Read once per process (clear_caches()).
 
 KERNEL_ENV = "INT8NAX_CUDA_KERNEL"
 KERNEL_CHOICES = {"": "auto", "auto": "auto", "wgmma": "wgmma", "cpasync": "wgmma", "tma": "tma_ws",
@@ -255,16 +252,16 @@ def gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, family: str | None =
     choice = kernel_choice()
     if choice == "wgmma" or not tiling.tma_ok(k):
         return "wgmma"
-    if choice == "auto" or (w8a8 and choice in ("tma_ws", "tma_pp")):
-        return tiling.cuda_gemm_kernel(m, n, k, w8a8)
+    if choice == "auto" or (w8a8 and choice == "tma_ws"):
+        return tiling.cuda_gemm_kernel(m, n, k, w8a8, sm_count())
     return choice
 
 
 @lru_cache(maxsize=None)
 def _plan_array(shape: tuple[int, ...]) -> mx.array:
-    """An int8 array of `shape` made on the GPU: the persistent kernels read its shape (kernel
-    arguments), never its data, so no launch waits for memory the host made."""
-    arr = mx.zeros(shape, dtype=mx.int8, stream=mx.gpu)
+    """An int8 array of `shape`: the persistent kernels read its shape (kernel arguments), never
+    its data, so no launch waits for a load from memory the host made."""
+    arr = mx.zeros(shape, dtype=mx.int8)
     mx.eval(arr)
     return arr
 
@@ -337,9 +334,29 @@ def tma_gemm_int32(a: mx.array, b: mx.array, variant: str = "tma_ws", plan=None)
     return _gemm_int32_graph(a, b, "sm90", plan, tma=True)
 
 
-@lru_cache(maxsize=None)
-def _compiled_persistent(plan: tiling.CudaWsPlan):
-    return _maybe_compile(lambda a, b: _persistent_int32(a, b, plan))
+# The graphs by kernel name (gemm_kernel's answers): "simt" and "wgmma" (the family kernels on a
+# CudaPlan), "tma_simple" (a CudaPlan), "tma_ws" and "tma_pp" (a CudaWsPlan).
+
+def gemm_graph(a, b, kernel: str, plan):
+    """int32 [M, N] = a [M, K] . b [N, K]^T on `kernel` with `plan`."""
+    if kernel in ("tma_ws", "tma_pp"):
+        return _persistent_int32(a, b, plan)
+    return _gemm_int32_graph(a, b, "simt" if kernel == "simt" else "sm90", plan, kernel == "tma_simple")
+
+
+def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, kernel: str, plan, has_bias: bool):
+    """_dequant_gemm_graph's y on `kernel` ("simt", "wgmma", "tma_simple" or "tma_pp") with `plan`."""
+    if kernel == "tma_pp":
+        return _pp_dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan, has_bias)
+    family = "simt" if kernel == "simt" else "sm90"
+    return _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias,
+                               kernel == "tma_simple")
+
+
+def w8a8_graph(x, w, scale_w, bias32, kernel: str, plan, has_bias: bool):
+    """quantize(x), then dequant_graph on `kernel` with `plan`: y [M, N] in x's dtype."""
+    q, scale_x = _quantize_graph(x)
+    return dequant_graph(q, scale_x, w, scale_w, bias32, x.dtype, kernel, plan, has_bias)
 
 
 # Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the
@@ -355,13 +372,13 @@ def _maybe_compile(fn):
 
 
 @lru_cache(maxsize=None)
-def _compiled_gemm(family: str, plan: tiling.CudaPlan, tma: bool = False):
-    return _maybe_compile(lambda a, b: _gemm_int32_graph(a, b, family, plan, tma))
+def _compiled_gemm(kernel: str, plan):
+    return _maybe_compile(lambda a, b: gemm_graph(a, b, kernel, plan))
 
 
 @lru_cache(maxsize=None)
-def _compiled_w8a8(family: str, plan: tiling.CudaPlan, has_bias: bool, tma: bool = False):
-    return _maybe_compile(lambda x, w, s, bias: _w8a8_graph(x, w, s, bias, family, plan, has_bias, tma))
+def _compiled_w8a8(kernel: str, plan, has_bias: bool):
+    return _maybe_compile(lambda x, w, s, bias: w8a8_graph(x, w, s, bias, kernel, plan, has_bias))
 
 
 @lru_cache(maxsize=None)
@@ -371,38 +388,37 @@ def _compiled_quantize():
 
 # The dispatch's choice per shape, cached: a call of a shape seen before costs one dict lookup
 # on ints (the plan and its compiled function are hashable dataclasses, slower to look up).
+def gemm_plan(m: int, n: int, k: int, w8a8: bool = False, family: str | None = None):
+    """(plan, kernel) that int8_matmul (w8a8: w8a8_linear) runs for (M, N, K) here: gemm_kernel's
+    kernel with its plan (variant_plan for the TMA kernels, default_plan for the others)."""
+    family = family or _family()
+    kernel = gemm_kernel(m, n, k, w8a8=w8a8, family=family)
+    if kernel.startswith("tma_"):
+        return variant_plan(kernel, m, n, k, w8a8=w8a8), kernel
+    return default_plan(m, n, k, family), kernel
+
+
+def w8a8_plan(m: int, n: int, k: int, family: str | None = None):
+    """(plan, kernel) that w8a8_linear runs for (M, N, K) here."""
+    return gemm_plan(m, n, k, w8a8=True, family=family)
+
+
 @lru_cache(maxsize=4096)
 def _gemm_for_shape(m: int, n: int, k: int):
-    family = _family()
-    kernel = gemm_kernel(m, n, k, family=family)
-    if kernel in ("tma_ws", "tma_pp"):
-        return _compiled_persistent(variant_plan(kernel, m, n, k))
-    if kernel == "tma_simple":
-        return _compiled_gemm(family, variant_plan(kernel, m, n, k), True)
-    return _compiled_gemm(family, default_plan(m, n, k, family))
-
-
-def w8a8_plan(m: int, n: int, k: int, family: str | None = None) -> tuple[tiling.CudaPlan, bool]:
-    """(plan, tma) that w8a8_linear runs for (M, N, K) here: on the TMA kernel (tma True) with
-    tma_plan's W8A8 plan, else on the cp.async (or SIMT) kernel with the default plan."""
-    family = family or _family()
-    if gemm_kernel(m, n, k, w8a8=True, family=family) == "tma_simple":
-        return variant_plan("tma_simple", m, n, k, w8a8=True), True
-    return default_plan(m, n, k, family), False
+    plan, kernel = gemm_plan(m, n, k)
+    return _compiled_gemm(kernel, plan)
 
 
 @lru_cache(maxsize=4096)
 def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
-    family = _family()
-    plan, tma = w8a8_plan(m, n, k, family)
-    return _compiled_w8a8(family, plan, has_bias, tma)
+    plan, kernel = w8a8_plan(m, n, k)
+    return _compiled_w8a8(kernel, plan, has_bias)
 
 
 def clear_caches() -> None:
     """Forget every built kernel object and compiled entry point (after changing COMPILE or
     INT8NAX_CUDA_KERNEL)."""
-    for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape, kernel_choice,
-               _compiled_persistent):
+    for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape, kernel_choice):
         fn.cache_clear()
 
 
@@ -413,7 +429,7 @@ def gemm_int32(a: mx.array, b: mx.array, plan: tiling.CudaPlan | None = None, fa
         return _gemm_for_shape(m, b.shape[0], k)(a, b)
     family = family or _family()
     plan = plan or default_plan(a.shape[0], b.shape[0], a.shape[1], family)
-    return _compiled_gemm(family, plan)(a, b)
+    return _compiled_gemm("simt" if family == "simt" else "wgmma", plan)(a, b)
 
 
 def quantize(x: mx.array) -> tuple[mx.array, mx.array]:
@@ -431,7 +447,7 @@ def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str |
         return _w8a8_for_shape(m, w.shape[0], k, has_bias)(x, w, scale_w, bias32)
     family = family or _family()
     plan = plan or default_plan(x.shape[0], w.shape[0], x.shape[1], family)
-    return _compiled_w8a8(family, plan, has_bias)(x, w, scale_w, bias32)
+    return _compiled_w8a8("simt" if family == "simt" else "wgmma", plan, has_bias)(x, w, scale_w, bias32)
 
 
 class CUDABackend(Backend):

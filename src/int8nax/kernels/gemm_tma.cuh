@@ -32,7 +32,7 @@
 // on 16-byte boundaries (a map's global address must be). A row-contiguous view that starts
 // inside its buffer can break the second (MLX passes such views without a copy): gemm_tma_simple
 // then runs the cp.async kernel's main loop instead (same grid, same tile, its byte-wise loads);
-// gemm_tma_pp's consumers load their own K blocks one at a time; gemm_tma_ws traps (opt-in only).
+// the persistent kernels' consumers load their own K blocks one at a time instead.
 #pragma once
 
 namespace int8nax {
@@ -70,7 +70,7 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
 
 // Cycles after which a wait is taken for a deadlock (~2 s at 1.98 GHz; no legitimate wait comes
 // near it): with TRAP the kernel traps, so a pipeline bug surfaces as a launch error, not as a
-// hang. Only the warp-specialised kernel uses it: in gemm_tma_simple the trap path made ptxas
+// hang. Only the warp-specialised kernels use it: in gemm_tma_simple the trap path made ptxas
 // inject a warpgroup.wait before the loop (C7517), serialising the wgmma.
 constexpr long long MBAR_DEADLOCK_CYCLES = 1ll << 32;
 
@@ -318,6 +318,29 @@ __device__ __forceinline__ void ws_produce(int M, int N, int K, int splits, int 
   }
 }
 
+// `threads` threads meet at named barrier `id` (ids 1.. are free: __syncthreads uses 0).
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The persistent kernels' path for a base the TMA cannot take (not 16-byte aligned; MLX passes
+// offset views): the THREADS consumer threads (ctid = 0 .. THREADS - 1) load K block kb of the
+// BM x BN unit at (m0, n0) into `stage` themselves, by cp.async or byte-wise, and meet at named
+// barrier `bar` once all of it is visible to the wgmma. Exact and slow: no plan is made for it.
+template <int BM, int BN, int THREADS>
+__device__ __forceinline__ void consumers_load_k_block(uint32_t stage, const int8_t* a, const int8_t* b, int M, int N,
+                                                       int K, int m0, int n0, int kb, int ctid, int bar) {
+  constexpr int BK = 128;
+  const bool fast_a = (K & 15) == 0 && (reinterpret_cast<unsigned long long>(a) & 15ull) == 0;
+  const bool fast_b = (K & 15) == 0 && (reinterpret_cast<unsigned long long>(b) & 15ull) == 0;
+  load_tile<BM, THREADS>(stage, a, M, K, m0, kb * BK, fast_a, ctid);
+  load_tile<BN, THREADS>(stage + BM * BK, b, N, K, n0, kb * BK, fast_b, ctid);
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  named_sync(bar, THREADS);
+}
+
 template <int BM, int BN, int STAGES>
 __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, int M, int N, int K,
                                             int splits, int group, uint8_t* maps, int32_t* out) {
@@ -338,12 +361,8 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
   uint8_t* map_a = maps + static_cast<size_t>(blockIdx.x) * 256;
   uint8_t* map_b = map_a + 128;
 
-  if (!bases_tma_aligned(a, b)) {
-    // A launch error rather than loads from a map the TMA cannot use (no fallback here: the
-    // dispatch never picks this kernel on its own).
-    asm volatile("trap;\n");
-  }
-  if (tid < 32) {
+  const bool tma = bases_tma_aligned(a, b);
+  if (tma && tid < 32) {
     build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN);
   }
   if (tid == 0) {
@@ -359,7 +378,7 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
   if (warpgroup == 0) {
     // Producer: frees its registers for the consumers; one thread walks the same units.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (tid == 0) {
+    if (tma && tid == 0) {
       ws_produce<BM, BN, STAGES>(M, N, K, splits, group, units, base, full, empty, map_a, map_b);
     }
     return;
@@ -368,6 +387,27 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   const int c = warpgroup - 1;
   const int lane = tid & 31;
+  if (!tma) {
+    // Both consumers load each K block of their shared unit into slot 0 (named barrier 1).
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      const WsUnit w = ws_unit<BM, BN>(u, M, N, K, splits, group);
+      int acc[WIDTH / 2];
+#pragma unroll
+      for (int i = 0; i < WIDTH / 2; ++i) {
+        acc[i] = 0;
+      }
+      for (int j = 0; j < w.kbs; ++j) {
+        consumers_load_k_block<BM, BN, 256>(base, a, b, M, N, K, w.m0, w.n0, w.kb0 + j, tid - 128, 1);
+        wgmma_k_block<WIDTH>(acc, base + (BM == 128 ? c * 64 * BK : 0), base + A_BYTES + (BM == 128 ? 0 : c * WIDTH * BK));
+        wgmma_wait<0>();
+        fence_registers(acc);
+        named_sync(1, 256);  // every wgmma has read slot 0 before it is refilled
+      }
+      const StoreInt32 epi{out + static_cast<size_t>(w.z) * M * N, M, N};
+      store_accumulators<WIDTH>(acc, w.m0 + (BM == 128 ? c * 64 : 0), w.n0 + (BM == 128 ? 0 : c * WIDTH), epi);
+    }
+    return;
+  }
   const uint32_t a_off = BM == 128 ? c * 64 * BK : 0;
   const uint32_t b_off = A_BYTES + (BM == 128 ? 0 : c * WIDTH * BK);
   int it = 0;
@@ -418,9 +458,8 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
 // epilogue runs while the other multiplies, and the tensor cores wait for no epilogue. The turns
 // also keep each consumer within one phase of every stage barrier it waits on: a consumer starts
 // waiting on its first stage only after the other has waited on all of its own.
-// A base the TMA cannot take (not 16-byte aligned; MLX passes offset views) makes each consumer
-// load its own K blocks into slot c with cp.async or byte-wise loads, one at a time: exact and
-// slow, for inputs no plan is made for. The epilogue of split z is epis(z) (ws_epilogues below).
+// A base the TMA cannot take makes each consumer load its own K blocks into slot c
+// (consumers_load_k_block). The epilogue of split z is epis(z) (SplitInt32, SameEpilogue below).
 // Shared memory: STAGES x (128 + BN) x 128 bytes (1024-aligned), STAGES full + STAGES empty + 2
 // turn barriers, 256 bytes of map scratch (int8nax.tiling.CudaPingPongConfig.shared_bytes).
 
@@ -440,11 +479,6 @@ __device__ __forceinline__ void wgmma_k_block_128(int (&acc0)[WIDTH / 2], int (&
   wgmma_commit();
   fence_registers(acc0);
   fence_registers(acc1);
-}
-
-// 128 threads of one warpgroup (bar.sync `id`, ids 1.. are free: __syncthreads uses 0).
-__device__ __forceinline__ void warpgroup_sync(int id) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
 
 // Epilogue factories: the int32 [splits, M, N] result (slice z per split), or one epilogue for
@@ -567,23 +601,15 @@ __device__ __forceinline__ void gemm_tma_pp(const int8_t* a, const int8_t* b, in
         }
       }
     } else {
-      const bool fast_a = (K & 15) == 0 && (reinterpret_cast<unsigned long long>(a) & 15ull) == 0;
-      const bool fast_b = (K & 15) == 0 && (reinterpret_cast<unsigned long long>(b) & 15ull) == 0;
+      // This consumer loads its own K blocks into slot c (named barrier 1 + c).
       const uint32_t stage = base + c * STAGE_BYTES;
-      const int ctid = tid & 127;
       for (int j = 0; j < w.kbs; ++j) {
-        const int k = (w.kb0 + j) * BK;
-        load_tile<BM, 128>(stage, a, M, K, w.m0, k, fast_a, ctid);
-        load_tile<BN, 128>(stage + A_BYTES, b, N, K, w.n0, k, fast_b, ctid);
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async();
-        warpgroup_sync(1 + c);
+        consumers_load_k_block<BM, BN, 128>(stage, a, b, M, N, K, w.m0, w.n0, w.kb0 + j, tid & 127, 1 + c);
         wgmma_k_block_128<BN>(acc0, acc1, stage, stage + A_BYTES);
         wgmma_wait<0>();
         fence_registers(acc0);
         fence_registers(acc1);
-        warpgroup_sync(1 + c);  // every wgmma has read the slot before it is refilled
+        named_sync(1 + c, 128);  // every wgmma has read the slot before it is refilled
       }
     }
     ++mine;
