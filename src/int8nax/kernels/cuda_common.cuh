@@ -140,11 +140,14 @@ __device__ __forceinline__ TileCoords tile_coords(int M, int N, int K) {
 //
 // Every epilogue has row_factor(row) (read once per accumulator row: s_x[row] for W8A8);
 // store2(row, col, v0, v1, factor) / store1(row, col, v, factor), exact anywhere (bounds
-// checked); and for the interior of a tile (fast_ok) store2_fast, branch-free, which returns
-// true when its pair needs the exact store2 after all (rare W8A8 scales or cancellation).
-// The GEMMs run store2_fast over a whole interior tile first and store2 over it only if some
-// pair asked, so the loads and arithmetic of all pairs overlap: a branch or call per element
-// serialised them (the fused W8A8 GEMM ran 1.83x the int32 one at 8192^3, ncu, 2026-12-01).
+// checked); and for the interior of a tile (fast_ok) cols(col), the column factors of a pair
+// (s_w and bias for W8A8; nothing for int32), and store2_fast(row, col, v0, v1, factor, cols),
+// branch-free, which returns true when its pair needs the exact store2 after all (rare W8A8
+// scales or cancellation). The GEMMs run store2_fast over a whole interior tile first and store2
+// over it only if some pair asked: a branch or call per element serialised them (the fused W8A8
+// GEMM ran 1.83x the int32 one at 8192^3, ncu, 2026-12-01). They load the column factors of
+// several pairs before storing any: a load the compiler must keep behind a store to `out` (which
+// might alias s_w) waits a whole L2 round trip, once per pair when each pair loads its own.
 
 // int32 [M, N] results. With split-K (gridDim.z > 1) split z writes its partial sums to slice z
 // of a [splits, M, N] workspace, summed afterwards by reduce_splits (plain stores: no atomics,
@@ -167,8 +170,14 @@ struct StoreInt32 {
     return r0 + rows <= M && c0 + cols <= N && (N & 1) == 0;
   }
 
+  struct Cols {};
+
+  __device__ __forceinline__ Cols cols(int) const {
+    return Cols{};
+  }
+
   // A pair known to be inside (fast_ok): one 8-byte store; integers never need the exact pass.
-  __device__ __forceinline__ bool store2_fast(int row, int col, int v0, int v1, float) const {
+  __device__ __forceinline__ bool store2_fast(int row, int col, int v0, int v1, float, Cols) const {
     *reinterpret_cast<int2*>(at(row, col)) = make_int2(v0, v1);
     return false;
   }
@@ -182,7 +191,7 @@ struct StoreInt32 {
       return;
     }
     if (col + 1 < N && (N & 1) == 0) {
-      store2_fast(row, col, v0, v1, f);
+      store2_fast(row, col, v0, v1, f, Cols{});
       return;
     }
     store1(row, col, v0, f);
@@ -390,15 +399,24 @@ struct DequantStore {
     return r0 + rows <= M && c0 + cols <= N && (N & 1) == 0 && (ptrs & 7) == 0;
   }
 
-  // A pair known to be inside (fast_ok), on the branch-free path with 8-byte loads of s_w and
-  // bias; true: the pair needs the exact path (store2), which overwrites what this stored.
-  __device__ __forceinline__ bool store2_fast(int row, int col, int v0, int v1, float sx) const {
-    const float2 sw = *reinterpret_cast<const float2*>(scale_w + col);
-    const float2 bb = HAS_BIAS ? *reinterpret_cast<const float2*>(bias + col) : make_float2(0.0f, 0.0f);
+  // s_w and bias of the pair (col, col + 1), two 8-byte loads (inside, fast_ok).
+  struct Cols {
+    float2 sw;
+    float2 bias;
+  };
+
+  __device__ __forceinline__ Cols cols(int col) const {
+    return Cols{*reinterpret_cast<const float2*>(scale_w + col),
+                HAS_BIAS ? *reinterpret_cast<const float2*>(bias + col) : make_float2(0.0f, 0.0f)};
+  }
+
+  // A pair known to be inside (fast_ok), on the branch-free path; true: the pair needs the exact
+  // path (store2), which overwrites what this stored.
+  __device__ __forceinline__ bool store2_fast(int row, int col, int v0, int v1, float sx, const Cols& c) const {
     bool r0;
     bool r1;
-    const float y0 = dequantize_fast<HAS_BIAS>(v0, sx, sw.x, bb.x, r0);
-    const float y1 = dequantize_fast<HAS_BIAS>(v1, sx, sw.y, bb.y, r1);
+    const float y0 = dequantize_fast<HAS_BIAS>(v0, sx, c.sw.x, c.bias.x, r0);
+    const float y1 = dequantize_fast<HAS_BIAS>(v1, sx, c.sw.y, c.bias.y, r1);
     store_rounded2(out + static_cast<size_t>(row) * N + col, y0, y1);
     return r0 | r1;
   }
@@ -433,8 +451,13 @@ __device__ void reduce_splits(const int32_t* ws, int splits, int M, int N, const
       const int row = static_cast<int>(4 * i / N);
       const int col = static_cast<int>(4 * i % N);
       const float f = epi.row_factor(row);
-      if (!epi.fast_ok(row, col, 1, 4) ||
-          (epi.store2_fast(row, col, sum.x, sum.y, f) | epi.store2_fast(row, col + 2, sum.z, sum.w, f))) {
+      bool exact = !epi.fast_ok(row, col, 1, 4);
+      if (!exact) {
+        const auto c0 = epi.cols(col);
+        const auto c2 = epi.cols(col + 2);
+        exact = epi.store2_fast(row, col, sum.x, sum.y, f, c0) | epi.store2_fast(row, col + 2, sum.z, sum.w, f, c2);
+      }
+      if (exact) {
         epi.store2(row, col, sum.x, sum.y, f);
         epi.store2(row, col + 2, sum.z, sum.w, f);
       }

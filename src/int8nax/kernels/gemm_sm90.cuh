@@ -82,12 +82,29 @@ __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], 
   // Interior tiles: every pair on the branch-free path first, then (rarely) the exact path for
   // the thread's whole share when one pair asked for it; edge tiles: the exact path, bounds
   // checked (cuda_common.cuh, "epilogues").
+  // Column factors are loaded CHUNK groups of 8 columns at a time, before the chunk's stores
+  // (cuda_common.cuh, "epilogues": 8 chunks' loads per L2 round trip instead of one).
+  constexpr int GROUPS = WIDTH / 8;
+  constexpr int CHUNK = GROUPS < 8 ? GROUPS : 8;
   bool exact = !epi.fast_ok(r0, c0, 64, WIDTH);
   if (!exact) {
 #pragma unroll
-    for (int j = 0; j < WIDTH / 8; ++j) {
-      exact |= epi.store2_fast(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0);
-      exact |= epi.store2_fast(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
+    for (int j0 = 0; j0 < GROUPS; j0 += CHUNK) {
+      typename Epilogue::Cols cf[CHUNK];
+#pragma unroll
+      for (int i = 0; i < CHUNK; ++i) {
+        if (j0 + i < GROUPS) {
+          cf[i] = epi.cols(col + 8 * (j0 + i));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < CHUNK; ++i) {
+        const int j = j0 + i;
+        if (j < GROUPS) {
+          exact |= epi.store2_fast(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0, cf[i]);
+          exact |= epi.store2_fast(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1, cf[i]);
+        }
+      }
     }
   }
   if (exact) {
