@@ -71,7 +71,9 @@ __device__ __forceinline__ void wgmma_k_block(int (&acc)[WIDTH / 2], uint32_t a_
 // 8j + 2(l%4) + {0,1}) in acc[4j], acc[4j+1] and the same columns 8 rows lower in acc[4j+2],
 // acc[4j+3])
 // for output rows r0 .. r0 + 63 and columns c0 .. c0 + WIDTH - 1 through the epilogue.
-template <int WIDTH, class Epilogue>
+// CHUNK: column groups (8 columns) whose factors are loaded before their stores (8, or 1 where
+// the registers must stay few: epilogue_chunk).
+template <int WIDTH, int CHUNK = 8, class Epilogue>
 __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], int r0, int c0, const Epilogue& epi) {
   const int lane = threadIdx.x & 31;
   const int warp = (threadIdx.x >> 5) & 3;
@@ -83,22 +85,22 @@ __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], 
   // the thread's whole share when one pair asked for it; edge tiles: the exact path, bounds
   // checked (cuda_common.cuh, "epilogues").
   // Column factors are loaded CHUNK groups of 8 columns at a time, before the chunk's stores
-  // (cuda_common.cuh, "epilogues": 8 chunks' loads per L2 round trip instead of one).
+  // (cuda_common.cuh, "epilogues": one L2 round trip per chunk instead of per group).
   constexpr int GROUPS = WIDTH / 8;
-  constexpr int CHUNK = GROUPS < 8 ? GROUPS : 8;
+  constexpr int C = GROUPS < CHUNK ? GROUPS : CHUNK;
   bool exact = !epi.fast_ok(r0, c0, 64, WIDTH);
   if (!exact) {
 #pragma unroll
-    for (int j0 = 0; j0 < GROUPS; j0 += CHUNK) {
-      typename Epilogue::Cols cf[CHUNK];
+    for (int j0 = 0; j0 < GROUPS; j0 += C) {
+      typename Epilogue::Cols cf[C];
 #pragma unroll
-      for (int i = 0; i < CHUNK; ++i) {
+      for (int i = 0; i < C; ++i) {
         if (j0 + i < GROUPS) {
           cf[i] = epi.cols(col + 8 * (j0 + i));
         }
       }
 #pragma unroll
-      for (int i = 0; i < CHUNK; ++i) {
+      for (int i = 0; i < C; ++i) {
         const int j = j0 + i;
         if (j < GROUPS) {
           exact |= epi.store2_fast(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0, cf[i]);
@@ -114,6 +116,16 @@ __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], 
       epi.store2(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
     }
   }
+}
+
+// The store_accumulators CHUNK of a non-persistent kernel whose blocks of THREADS threads take
+// SMEM bytes of shared memory each: 1 where the SM holds 512 or more of their threads (128
+// registers a thread: the wg2_128x128_x2 tile's two blocks per SM, whose W8A8 epilogue went from
+// 128 to 138 registers with 8 and lost its second block), else 8. With two blocks per SM the
+// other block's main loop covers an epilogue's waits anyway.
+template <int THREADS, int SMEM>
+__device__ constexpr int epilogue_chunk() {
+  return (233472 / SMEM) * THREADS >= 512 ? 1 : 8;
 }
 
 // The main loop: acc (zeroed here) = the block's tile t over its K blocks, loaded by cp.async;
@@ -183,7 +195,8 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
   }
   int acc[BN / 2];
   sm90_mainloop<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, t, acc);
-  store_accumulators<BN>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
+  constexpr int CHUNK = epilogue_chunk<128 * WM, STAGES * (BM + BN) * BK + 1024>();
+  store_accumulators<BN, CHUNK>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
 }
 
 }  // namespace int8nax

@@ -248,7 +248,8 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
     // Uniform over the grid; this kernel's shared memory holds gemm_sm90's stages.
     sm90_mainloop<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, t, acc);
   }
-  store_accumulators<BN>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
+  constexpr int CHUNK = epilogue_chunk<128 * WM, STAGES * (BM + BN) * BK + 1024>();
+  store_accumulators<BN, CHUNK>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
 }
 
 // ---- variant 2: warp-specialised, persistent ----
