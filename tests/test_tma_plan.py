@@ -48,6 +48,56 @@ def test_bad_ws_config_is_rejected(kwargs, what):
         tiling.CudaWsConfig("bad", **kwargs)
 
 
+@pytest.mark.parametrize("cfg", list(tiling.CUDA_PP_CONFIGS.values()), ids=lambda c: c.name)
+def test_pp_configs_fit_the_hardware(cfg):
+    assert cfg.shared_bytes <= tiling.CUDA_MAX_SHARED_BYTES
+    assert cfg.threads == 384 and (cfg.bm, cfg.bk) == (128, 128) and cfg.bn <= 128
+    # stages, 2 x STAGES + 2 barriers (8 bytes each) rounded to 128, map scratch, alignment slack
+    barriers = tiling.ceil_div(8 * (2 * cfg.stages + 2), 128) * 128
+    assert cfg.shared_bytes == cfg.stages * (128 + cfg.bn) * 128 + barriers + 256 + 1024
+    assert cfg.bn in cuda_source.wgmma_widths()
+    assert dict(cfg.template()) == {"BN": cfg.bn, "STAGES": cfg.stages}
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    (dict(bm=128, bn=256, bk=128, wm=1, wn=1), "BN must be 8..128"),
+    (dict(bm=64, bn=128, bk=128, wm=1, wn=1), "BM=128"),
+    (dict(bm=128, bn=128, bk=64, wm=1, wn=1), "BK must be 128"),
+    (dict(bm=128, bn=100, bk=128, wm=1, wn=1), "multiple of 8"),
+    (dict(bm=128, bn=128, bk=128, wm=1, wn=1, stages=1), "at least 2 stages"),
+])
+def test_bad_pp_config_is_rejected(kwargs, what):
+    with pytest.raises(ValueError, match=what):
+        tiling.CudaPingPongConfig("bad", **kwargs)
+
+
+@pytest.mark.parametrize("m,k,n", SEED + ODD)
+@pytest.mark.parametrize("w8a8", [False, True])
+def test_pp_plan_is_valid(m, k, n, w8a8):
+    plan = tiling.pp_plan(m, n, k, 132, w8a8)
+    assert plan.cfg in tiling.CUDA_PP_CONFIGS.values()
+    units = tiling.ws_units(m, n, plan.cfg, plan.splits)
+    assert 1 <= plan.blocks <= min(132, units)
+    assert plan.splits == 1 if w8a8 else plan.splits & (plan.splits - 1) == 0
+    if plan.splits > 1:
+        assert units <= 132 and tiling.ceil_div(k, 128) // plan.splits >= tiling.MIN_SPLIT_BLOCKS
+    # 128 x 64 only where the 128 x 128 tiles give fewer units than SMs
+    wide = tiling.CUDA_PP_CONFIGS["pp_128x128"]
+    assert (plan.cfg.bn == 64) == (tiling.ws_units(m, n, wide, 1) < 132)
+
+
+def test_pp_specs():
+    for c in tiling.CUDA_PP_CONFIGS.values():
+        raw, fused = cuda_source.gemm_tma_pp(c), cuda_source.gemm_w8a8_tma_pp(c)
+        assert raw.input_names == ("a", "b", "plan") and raw.output_names == ("out", "maps")
+        assert fused.input_names == ("q", "w", "scale_x", "scale_w", "bias", "plan")
+        assert fused.output_names == ("y", "maps") and fused.shared_memory == raw.shared_memory == c.shared_bytes
+        for s in (raw, fused):
+            assert "plan_shape[0], plan_shape[1]" in s.source and "gemm_tma_pp<BN, STAGES>" in s.source
+            assert s.header.rstrip().splitlines()[-1].endswith('tma_bounds.cuh"')
+        assert "SplitInt32" in raw.source and "same_epilogue(int8nax::DequantStore" in fused.source
+
+
 def test_tma_ok():
     assert tiling.tma_ok(16) and tiling.tma_ok(4096) and tiling.tma_ok(18944)
     assert not tiling.tma_ok(8) and not tiling.tma_ok(4097) and not tiling.tma_ok(0)

@@ -431,13 +431,17 @@ MIN_SPLIT_BLOCKS = 8
 # CUDA TMA GEMMs (kernels/gemm_tma.cuh; the dispatch: backends/cuda.py, gemm_kernel)
 # ----------------------------------------------------------------------------------------------
 #
-# Both variants load their stages with cp.async.bulk.tensor.2d from tensor maps each block
+# The three variants load their stages with cp.async.bulk.tensor.2d from tensor maps each block
 # encodes on the device into its TMA_MAP_SLOT_BYTES slot of an extra uint8 output.
-#   "tma_simple": the plans of cuda_plan (same tiles, grid and split-K), TMA instead of cp.async.
+#   "tma_simple": one block per tile and split (tma_plan), TMA instead of cp.async.
 #   "tma_ws":     warp-specialised (1 producer + 2 consumer warpgroups, 384 threads) and
-#                 persistent (min(SMs, units) blocks walk the (tile, split) units of ws_unit).
-# The TMA needs a row stride that is a multiple of 16 bytes: K % TMA_K_MULTIPLE == 0 (a base
-# address that is not 16-byte aligned sends tma_simple to the cp.async main loop, in the kernel).
+#                 persistent (min(SMs, units) blocks walk the (tile, split) units of ws_unit);
+#                 the consumers share each tile (ws_plan).
+#   "tma_pp":     the same producer and units, each consumer on whole 128-row tiles, the two
+#                 taking turns (pp_plan).
+# cuda_gemm_kernel / persistent_kernel choose among them. The TMA needs a row stride that is a
+# multiple of 16 bytes: K % TMA_K_MULTIPLE == 0 (a base address that is not 16-byte aligned makes
+# the kernels load without the TMA, inside the kernel).
 
 TMA_K_MULTIPLE = 16
 TMA_MAP_SLOT_BYTES = 256
@@ -721,11 +725,12 @@ def ws_group(tiles_m: int, cfg: TileConfig, sms: int) -> int:
 
 
 def ws_plan(m: int, n: int, k: int, sms: int = 132) -> CudaWsPlan:
-    """The warp-specialised TMA GEMM's plan: the 64-row tile for M <= 64, 128 x 256 once its
+    """The cooperative persistent TMA GEMM's plan: the 64-row tile for M <= 64, 128 x 256 once its
     tiles alone fill the SMs, else 128 x 128; then K split in powers of two while the units
     still fit on the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks (the partial
-    sums go to a [splits, M, N] workspace, summed by the reduce kernel). UNMEASURED: the rule
-    copies cuda_plan's reasoning; the trial (tools/tma_gemm_trial.py) is what measures it."""
+    sums go to a [splits, M, N] workspace, summed by the reduce kernel). The dispatch takes it
+    only where persistent_kernel says "tma_ws" (128 x 256, unsplit there: measured on the H200,
+    persistent_kernel's docstring); its other plans are the trial's (tools/tma_gemm_trial.py)."""
     large = CUDA_WS_CONFIGS["ws_128x256"]
     if m <= 64:
         cfg = CUDA_WS_CONFIGS["ws_64x128"]
@@ -758,7 +763,9 @@ def pp_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> CudaW
     """The ping-pong GEMM's plan: 128 x 128 tiles, or 128 x 64 where the 128 x 128 tiles give
     fewer units than SMs; K split (not for W8A8) in powers of two while the units still fit on
     the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks; ws_group's raster;
-    min(SMs, units) blocks. UNMEASURED until the H200 trial (tools/tma_gemm_trial.py pp_sweep)."""
+    min(SMs, units) blocks. The dispatch takes it only where persistent_kernel says "tma_pp"
+    (128 x 128 unsplit there, the sweep's fastest at 512 x 3584 x 18944: H200, 2026-12-01 17:45,
+    docs/results/cuda-h200-2026-12-01-pp.md)."""
     cfg = CUDA_PP_CONFIGS["pp_128x128"]
     if ws_units(m, n, cfg, 1) < sms:
         cfg = CUDA_PP_CONFIGS["pp_128x64"]

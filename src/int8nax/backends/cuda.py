@@ -1,11 +1,12 @@
 """CUDA backend: exact int8 GEMM and the W8A8 pipeline on NVIDIA GPUs through mx.fast.cuda_kernel.
 
 On compute capability 9.0 (H100/H200; MLX compiles for sm_90a) the GEMM runs on the tensor cores
-with wgmma: fed by the tensor memory accelerator (kernels/gemm_tma.cuh, gemm_tma_simple) where
-K % 16 == 0, from cp.async loads (kernels/gemm_sm90.cuh) elsewhere ("which kernel runs" below);
-on any other GPU a portable __dp4a kernel (kernels/gemm_simt.cuh) gives the same exact results,
-slowly. Tile and split-K choices come from int8nax.tiling (CUDA section: tma_plan, cuda_plan);
-kernel objects are built once per process and reused.
+with wgmma: fed by the tensor memory accelerator (kernels/gemm_tma.cuh: gemm_tma_simple, or for
+problems of many tiles the persistent gemm_tma_ws / gemm_tma_pp) where K % 16 == 0, from cp.async
+loads (kernels/gemm_sm90.cuh) elsewhere ("which kernel runs" below); on any other GPU a portable
+__dp4a kernel (kernels/gemm_simt.cuh) gives the same exact results, slowly. Kernel, tile and
+split-K choices come from int8nax.tiling (CUDA section: cuda_gemm_kernel, persistent_kernel,
+tma_plan, ws_plan, pp_plan, cuda_plan); kernel objects are built once per process and reused.
 
 W8A8: one kernel quantizes the activations per token (kernels/quantize.cuh), then the GEMM with
 the dequantization fused into its epilogue writes y in x's dtype. When the plan splits K, each
