@@ -200,8 +200,6 @@ def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan,
     return _by_row_chunks(q.shape[0], plan, one_chunk)
 
 
-
-
 def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaPlan | None = None,
                  family: str | None = None, tma: bool = False):
     """The W8A8 GEMM and epilogue on given codes: q int8 [M, K], scale_x float32 [M], w int8

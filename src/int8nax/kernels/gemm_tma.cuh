@@ -456,7 +456,7 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
 // the two: consumer c takes the block's units i = c, c + 2, ... (i counts u = blockIdx.x,
 // + gridDim.x, ...). Their main loops take turns (the `turn` mbarrier pair: consumer c waits on
 // turn[c], and arrives on turn[1 - c] once it has issued its last wgmma), so one consumer's
-// epilogue runs while the other multiplies, and the tensor cores wait for no epilogue. The turns
+// epilogue can run while the other multiplies. The turns
 // also keep each consumer within one phase of every stage barrier it waits on: a consumer starts
 // waiting on its first stage only after the other has waited on all of its own.
 // A base the TMA cannot take makes each consumer load its own K blocks into slot c
