@@ -26,7 +26,18 @@ def test_ws_configs_fit_the_hardware(cfg):
     assert 128 * producer + 256 * consumer <= 65536 and producer % 8 == 0 and consumer % 8 == 0
     assert cfg.consumer_width in (64, 128, 256)  # wgmma wrappers exist for these (wgmma_s8.cuh)
     assert cfg.consumer_width in cuda_source.wgmma_widths()
-    assert dict(cfg.template()) == {"BM": cfg.bm, "BN": cfg.bn, "STAGES": cfg.stages}
+    assert dict(cfg.template()) == {"BM": cfg.bm, "BN": cfg.bn, "STAGES": cfg.stages, "CHUNK": tiling.EPILOGUE_CHUNK}
+
+
+def test_epilogue_chunk_keeps_two_blocks_of_256_threads_at_128_registers():
+    # one factor load per pair where an SM holds 512 threads or more of the kernel, else 8
+    assert tiling.epilogue_chunk(256, 2) == 1 and tiling.epilogue_chunk(128, 4) == 1
+    assert tiling.epilogue_chunk(256, 1) == tiling.epilogue_chunk(128, 2) == tiling.epilogue_chunk(384, 1) == 8
+    chunks = {c.name: c.epilogue_chunk for c in tiling.CUDA_CONFIGS.values()}
+    assert chunks == {"wg2_128x256": 8, "wg2_128x128_x2": 1, "wg1_64x64": 8, "wg2_128x192": 8, "wg2_128x144": 8,
+                      "wg1_64x32": 8}
+    for c in tiling.CUDA_CONFIGS.values():
+        assert ("CHUNK", c.epilogue_chunk) in c.template() and ("CHUNK", c.epilogue_chunk) in c.tma_template()
 
 
 @pytest.mark.parametrize("cfg", list(tiling.CUDA_CONFIGS.values()), ids=lambda c: c.name)
@@ -56,7 +67,7 @@ def test_pp_configs_fit_the_hardware(cfg):
     barriers = tiling.ceil_div(8 * (2 * cfg.stages + 2), 128) * 128
     assert cfg.shared_bytes == cfg.stages * (128 + cfg.bn) * 128 + barriers + 256 + 1024
     assert cfg.bn in cuda_source.wgmma_widths()
-    assert dict(cfg.template()) == {"BN": cfg.bn, "STAGES": cfg.stages}
+    assert dict(cfg.template()) == {"BN": cfg.bn, "STAGES": cfg.stages, "CHUNK": tiling.EPILOGUE_CHUNK}
 
 
 @pytest.mark.parametrize("kwargs, what", [
@@ -93,7 +104,7 @@ def test_pp_specs():
         assert fused.input_names == ("q", "w", "scale_x", "scale_w", "bias", "plan")
         assert fused.output_names == ("y", "maps") and fused.shared_memory == raw.shared_memory == c.shared_bytes
         for s in (raw, fused):
-            assert "plan_shape[0], plan_shape[1]" in s.source and "gemm_tma_pp<BN, STAGES>" in s.source
+            assert "plan_shape[0], plan_shape[1]" in s.source and "gemm_tma_pp<BN, STAGES, CHUNK>" in s.source
             assert s.header.rstrip().splitlines()[-1].endswith('tma_bounds.cuh"')
         assert "SplitInt32" in raw.source and "same_epilogue(int8nax::DequantStore" in fused.source
 
@@ -162,7 +173,7 @@ def test_tma_specs():
     assert len(set(names)) == len(names)
     for s, c in zip(simple, tiling.CUDA_CONFIGS.values()):
         assert s.output_names == ("out", "maps") and s.shared_memory == c.tma_shared_bytes
-        assert "gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>" in s.source and "a_shape[1]" in s.source
+        assert "gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>" in s.source and "a_shape[1]" in s.source
         assert "tma_bounds.cuh" not in s.header
         # The in-kernel fallback for misaligned bases runs gemm_sm90 in this kernel's shared memory.
         assert c.tma_shared_bytes >= c.shared_bytes

@@ -16,6 +16,7 @@ Tiles that decode past tiles_m exist only to fill the grid and return at once.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from .quant import QMAX
 
@@ -312,13 +313,33 @@ class CudaTileConfig(TileConfig):
         of tensor-map scratch, plus 1 KB so the kernel can align to 1024 bytes."""
         return self.stages * (self.bm + self.bn) * self.bk + 1024 + ceil_div(8 * self.stages, 128) * 128 + 256
 
+    @property
+    def epilogue_chunk(self) -> int:
+        return epilogue_chunk(self.threads, blocks_per_sm(self))
+
     def template(self) -> list[tuple[str, int]]:
-        return super().template() + [("STAGES", self.stages), ("AHEAD", self.loads_ahead)]
+        return super().template() + [("STAGES", self.stages), ("AHEAD", self.loads_ahead),
+                                     ("CHUNK", self.epilogue_chunk)]
 
     def tma_template(self) -> list[tuple[str, int]]:
         """Template arguments of the TMA variant (gemm_tma_simple; AHEAD as for cp.async)."""
         return [("BM", self.bm), ("BN", self.bn), ("BK", self.bk), ("WM", self.wm), ("STAGES", self.stages),
-                ("AHEAD", self.loads_ahead)]
+                ("AHEAD", self.loads_ahead), ("CHUNK", self.epilogue_chunk)]
+
+
+EPILOGUE_CHUNK = 8
+"""Column groups (8 columns each) whose epilogue factors (W8A8: s_w, bias) a thread loads before
+storing any of them (kernels/gemm_sm90.cuh, store_accumulators): each chunk costs one L2 round trip,
+since a load cannot pass a store to an output that might alias it."""
+
+
+def epilogue_chunk(threads: int, blocks: int) -> int:
+    """The CHUNK template argument of a kernel with `blocks` blocks of `threads` threads per SM:
+    EPILOGUE_CHUNK, or 1 where the SM holds 512 threads or more (128 registers each). With 8 the
+    wg2_128x128_x2 tile's W8A8 kernel took 138 registers and lost its second block per SM (H200,
+    2026-12-01: 128 x 3584 x 18944 37.0 -> 50.2 µs); with two blocks per SM the other block's main
+    loop covers an epilogue's waits anyway."""
+    return 1 if threads * blocks >= 512 else EPILOGUE_CHUNK
 
 
 CUDA_CONFIGS = {
@@ -593,40 +614,58 @@ def persistent_kernel(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False
 
 
 @dataclass(frozen=True)
-class CudaWsConfig(TileConfig):
-    """A tile of the warp-specialised TMA GEMM: BM = 128 (each consumer warpgroup m64 x BN) or
-    BM = 64 (each consumer m64 x BN/2); BK = 128 bytes; STAGES full/empty stage pairs."""
+class CudaPersistentConfig(TileConfig):
+    """What the persistent TMA GEMMs' tiles share (kernels/gemm_tma.cuh, persistent_start): 384
+    threads, BK = 128 bytes, STAGES full/empty stage pairs, EXTRA_BARRIERS more mbarriers."""
 
     stages: int = 4
+    EXTRA_BARRIERS: ClassVar[int] = 0
 
     def __post_init__(self):
         super().__post_init__()
         if self.bk != CUDA_SWIZZLE_BYTES:
             raise ValueError(f"{self.name}: BK must be {CUDA_SWIZZLE_BYTES} (one swizzle row)")
-        if (self.bm, self.wm, self.wn) not in ((128, 2, 1), (64, 1, 2)):
-            raise ValueError(f"{self.name}: two consumer warpgroups: BM=128 (WM=2, WN=1) or BM=64 (WM=1, WN=2)")
-        width = self.bn // self.wn
-        if width % 8 or not 8 <= width <= 256 or self.bn > 256:
-            raise ValueError(f"{self.name}: each consumer's wgmma N (BN/WN) must be 8..256, a multiple of 8; BN <= 256 (TMA box)")
+        self._check_shape()
         if self.stages < 2:
             raise ValueError(f"{self.name}: the pipeline needs at least 2 stages")
+
+    def _check_shape(self) -> None:
+        raise NotImplementedError
 
     @property
     def threads(self) -> int:
         return CUDA_WS_THREADS
 
     @property
-    def consumer_width(self) -> int:
-        return self.bn // self.wn
+    def epilogue_chunk(self) -> int:
+        return epilogue_chunk(self.threads, 1)
 
     @property
     def shared_bytes(self) -> int:
-        """Stages, 2 x STAGES mbarriers rounded up to 128 bytes, 256 bytes of map scratch, 1 KB
-        for the 1024-byte alignment (kernels/gemm_tma.cuh, gemm_tma_ws)."""
-        return self.stages * (self.bm + self.bn) * self.bk + 1024 + ceil_div(16 * self.stages, 128) * 128 + 256
+        """Stages, 2 x STAGES + EXTRA_BARRIERS mbarriers (8 bytes each) rounded up to 128 bytes, 256
+        bytes of map scratch, 1 KB for the 1024-byte alignment."""
+        barriers = ceil_div(8 * (2 * self.stages + self.EXTRA_BARRIERS), 128) * 128
+        return self.stages * (self.bm + self.bn) * self.bk + 1024 + barriers + 256
+
+
+@dataclass(frozen=True)
+class CudaWsConfig(CudaPersistentConfig):
+    """A tile of the cooperative warp-specialised TMA GEMM (gemm_tma_ws): BM = 128 (each consumer
+    warpgroup m64 x BN) or BM = 64 (each consumer m64 x BN/2)."""
+
+    def _check_shape(self) -> None:
+        if (self.bm, self.wm, self.wn) not in ((128, 2, 1), (64, 1, 2)):
+            raise ValueError(f"{self.name}: two consumer warpgroups: BM=128 (WM=2, WN=1) or BM=64 (WM=1, WN=2)")
+        width = self.bn // self.wn
+        if width % 8 or not 8 <= width <= 256 or self.bn > 256:
+            raise ValueError(f"{self.name}: each consumer's wgmma N (BN/WN) must be 8..256, a multiple of 8; BN <= 256 (TMA box)")
+
+    @property
+    def consumer_width(self) -> int:
+        return self.bn // self.wn
 
     def template(self) -> list[tuple[str, int]]:
-        return [("BM", self.bm), ("BN", self.bn), ("STAGES", self.stages)]
+        return [("BM", self.bm), ("BN", self.bn), ("STAGES", self.stages), ("CHUNK", self.epilogue_chunk)]
 
 
 CUDA_WS_CONFIGS = {
@@ -643,36 +682,21 @@ CUDA_WS_CONFIGS = {
 
 
 @dataclass(frozen=True)
-class CudaPingPongConfig(TileConfig):
-    """A tile of the ping-pong TMA GEMM (kernels/gemm_tma.cuh, gemm_tma_pp): each consumer
-    warpgroup owns whole BM = 128 x BN tiles (two m64 wgmma, BN accumulators a thread), so BN is
-    at most 128; BK = 128 bytes; STAGES full/empty stage pairs shared by both consumers."""
+class CudaPingPongConfig(CudaPersistentConfig):
+    """A tile of the ping-pong TMA GEMM (gemm_tma_pp): each consumer warpgroup owns whole BM = 128
+    x BN tiles (two m64 wgmma, BN accumulators a thread), so BN is at most 128; the two turn
+    barriers follow the stage barriers."""
 
-    stages: int = 6
+    EXTRA_BARRIERS: ClassVar[int] = 2
 
-    def __post_init__(self):
-        super().__post_init__()
-        if self.bk != CUDA_SWIZZLE_BYTES:
-            raise ValueError(f"{self.name}: BK must be {CUDA_SWIZZLE_BYTES} (one swizzle row)")
+    def _check_shape(self) -> None:
         if (self.bm, self.wm, self.wn) != (128, 1, 1):
             raise ValueError(f"{self.name}: one consumer warpgroup per 128-row tile (BM=128, WM=WN=1)")
         if self.bn % 8 or not 8 <= self.bn <= 128:
             raise ValueError(f"{self.name}: BN must be 8..128, a multiple of 8 (2 x BN/2 accumulator registers)")
-        if self.stages < 2:
-            raise ValueError(f"{self.name}: the pipeline needs at least 2 stages")
-
-    @property
-    def threads(self) -> int:
-        return CUDA_WS_THREADS
-
-    @property
-    def shared_bytes(self) -> int:
-        """Stages, 2 x STAGES + 2 mbarriers rounded up to 128 bytes, 256 bytes of map scratch,
-        1 KB for the 1024-byte alignment (kernels/gemm_tma.cuh, gemm_tma_pp)."""
-        return self.stages * (self.bm + self.bn) * self.bk + 1024 + ceil_div(16 * self.stages + 16, 128) * 128 + 256
 
     def template(self) -> list[tuple[str, int]]:
-        return [("BN", self.bn), ("STAGES", self.stages)]
+        return [("BN", self.bn), ("STAGES", self.stages), ("CHUNK", self.epilogue_chunk)]
 
 
 CUDA_PP_CONFIGS = {

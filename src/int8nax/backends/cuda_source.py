@@ -151,7 +151,7 @@ class KernelSpec:
 def _gemm_call(family: str, a: str, b: str, epilogue: str) -> str:
     """Body calling the family's GEMM template with the tile constants MLX declares."""
     if family == "sm90":
-        fn = "int8nax::gemm_sm90<BM, BN, BK, WM, STAGES, AHEAD>"
+        fn = "int8nax::gemm_sm90<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>"
     else:
         fn = "int8nax::gemm_simt<BM, BN, BK, WM, WN>"
     return f"{fn}({a}, {b}, {a}_shape[0], {b}_shape[0], {a}_shape[1], {epilogue});"
@@ -182,7 +182,7 @@ def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
 
 
 def _tma_simple_call(a: str, b: str, epilogue: str) -> str:
-    return (f"int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD>({a}, {b}, {a}_shape[0], {b}_shape[0], "
+    return (f"int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>({a}, {b}, {a}_shape[0], {b}_shape[0], "
             f"{a}_shape[1], maps, {epilogue});")
 
 
@@ -204,13 +204,18 @@ def gemm_w8a8_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
                       ("y", "maps"), _tma_simple_call("q", "w", epilogue), header("tma"), cfg.tma_shared_bytes)
 
 
+def _persistent_call(fn: str, a: str, b: str, epilogue: str) -> str:
+    """Body calling a persistent kernel: (splits, group) from the `plan` input's shape."""
+    return (f"int8nax::{fn}({a}, {b}, {a}_shape[0], {b}_shape[0], {a}_shape[1], plan_shape[0], plan_shape[1], "
+            f"maps, {epilogue});")
+
+
 @lru_cache(maxsize=None)
 def gemm_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the warp-specialised persistent kernel;
     plan: an array whose shape is (splits, group), tiling.CudaWsPlan.plan_shape() (its data is never
     read); maps: uint8 [blocks * 256]."""
-    body = ("int8nax::gemm_tma_ws<BM, BN, STAGES>(a, b, a_shape[0], b_shape[0], a_shape[1], plan_shape[0], "
-            "plan_shape[1], maps, out);")
+    body = _persistent_call("gemm_tma_ws<BM, BN, STAGES, CHUNK>", "a", "b", "out")
     return KernelSpec(_name(f"int8nax_tma_ws_i32_{cfg.name}", "tma_ws"), ("a", "b", "plan"), ("out", "maps"), body,
                       header("tma_ws"), cfg.shared_bytes)
 
@@ -219,8 +224,7 @@ def gemm_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
 def gemm_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the ping-pong persistent kernel;
     plan and maps as in gemm_tma_ws."""
-    body = ("int8nax::gemm_tma_pp<BN, STAGES>(a, b, a_shape[0], b_shape[0], a_shape[1], plan_shape[0], plan_shape[1], "
-            "maps, int8nax::SplitInt32{out, a_shape[0], b_shape[0]});")
+    body = _persistent_call("gemm_tma_pp<BN, STAGES, CHUNK>", "a", "b", "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(_name(f"int8nax_tma_pp_i32_{cfg.name}", "tma_ws"), ("a", "b", "plan"), ("out", "maps"), body,
                       header("tma_ws"), cfg.shared_bytes)
 
@@ -230,8 +234,7 @@ def gemm_w8a8_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the ping-pong persistent kernel (unsplit plans only):
     y [M, N] (TOut); plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS."""
     epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
-    body = (f"int8nax::gemm_tma_pp<BN, STAGES>(q, w, q_shape[0], w_shape[0], q_shape[1], plan_shape[0], "
-            f"plan_shape[1], maps, int8nax::same_epilogue({epilogue}));")
+    body = _persistent_call("gemm_tma_pp<BN, STAGES, CHUNK>", "q", "w", f"int8nax::same_epilogue({epilogue})")
     return KernelSpec(_name(f"int8nax_tma_pp_w8a8_{cfg.name}", "tma_ws"),
                       ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("tma_ws"),
                       cfg.shared_bytes)

@@ -71,9 +71,9 @@ __device__ __forceinline__ void wgmma_k_block(int (&acc)[WIDTH / 2], uint32_t a_
 // 8j + 2(l%4) + {0,1}) in acc[4j], acc[4j+1] and the same columns 8 rows lower in acc[4j+2],
 // acc[4j+3])
 // for output rows r0 .. r0 + 63 and columns c0 .. c0 + WIDTH - 1 through the epilogue.
-// CHUNK: column groups (8 columns) whose factors are loaded before their stores (8, or 1 where
-// the registers must stay few: epilogue_chunk).
-template <int WIDTH, int CHUNK = 8, class Epilogue>
+// CHUNK: column groups (8 columns) whose factors are loaded before their stores (the kernel's
+// template argument, int8nax.tiling.epilogue_chunk).
+template <int WIDTH, int CHUNK, class Epilogue>
 __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], int r0, int c0, const Epilogue& epi) {
   const int lane = threadIdx.x & 31;
   const int warp = (threadIdx.x >> 5) & 3;
@@ -116,16 +116,6 @@ __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], 
       epi.store2(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1);
     }
   }
-}
-
-// The store_accumulators CHUNK of a non-persistent kernel whose blocks of THREADS threads take
-// SMEM bytes of shared memory each: 1 where the SM holds 512 or more of their threads (128
-// registers a thread: the wg2_128x128_x2 tile's two blocks per SM, whose W8A8 epilogue went from
-// 128 to 138 registers with 8 and lost its second block), else 8. With two blocks per SM the
-// other block's main loop covers an epilogue's waits anyway.
-template <int THREADS, int SMEM>
-__device__ constexpr int epilogue_chunk() {
-  return (233472 / SMEM) * THREADS >= 512 ? 1 : 8;
 }
 
 // The main loop: acc (zeroed here) = the block's tile t over its K blocks, loaded by cp.async;
@@ -186,7 +176,7 @@ __device__ __forceinline__ void sm90_mainloop(const int8_t* a, const int8_t* b, 
   fence_registers(acc);
 }
 
-template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, class Epilogue>
+template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, int CHUNK, class Epilogue>
 __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int M, int N, int K,
                                           const Epilogue& epi) {
   const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
@@ -195,7 +185,6 @@ __device__ __forceinline__ void gemm_sm90(const int8_t* a, const int8_t* b, int 
   }
   int acc[BN / 2];
   sm90_mainloop<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, t, acc);
-  constexpr int CHUNK = epilogue_chunk<128 * WM, STAGES * (BM + BN) * BK + 1024>();
   store_accumulators<BN, CHUNK>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
 }
 

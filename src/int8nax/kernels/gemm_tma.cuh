@@ -234,7 +234,7 @@ __device__ __forceinline__ void tma_mainloop(const int8_t* a, const int8_t* b, i
   fence_registers(acc);
 }
 
-template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, class Epilogue>
+template <int BM, int BN, int BK, int WM, int STAGES, int AHEAD, int CHUNK, class Epilogue>
 __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b, int M, int N, int K, uint8_t* maps,
                                                 const Epilogue& epi) {
   const TileCoords t = tile_coords<BM, BN, BK>(M, N, K);
@@ -248,7 +248,6 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
     // Uniform over the grid; this kernel's shared memory holds gemm_sm90's stages.
     sm90_mainloop<BM, BN, BK, WM, STAGES, AHEAD>(a, b, M, N, K, t, acc);
   }
-  constexpr int CHUNK = epilogue_chunk<128 * WM, STAGES * (BM + BN) * BK + 1024>();
   store_accumulators<BN, CHUNK>(acc, t.m0 + (threadIdx.x >> 7) * 64, t.n0, epi);
 }
 
@@ -324,6 +323,52 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// One arrival of the calling warp on `bar`, once all of its lanes got here.
+__device__ __forceinline__ void warp_arrive(uint32_t bar) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) {
+    mbar_arrive(bar);
+  }
+}
+
+// The start the persistent kernels share. Shared memory from `base`: STAGES stages, STAGES full
+// barriers (one arrival: the producer's expect_tx), STAGES empty barriers and EXTRA more barriers
+// (CONSUMER_WARPS arrivals each), the 256-byte map scratch at `scratch`. Warp 0 builds the
+// operand maps when the TMA can take the bases (`tma`); then warpgroup 0 hands its registers to
+// the consumers and its thread 0 runs the producer. Returns false in warpgroup 0 (which should
+// return), true in the two consumer warpgroups.
+template <int BM, int BN, int STAGES, int CONSUMER_WARPS, int EXTRA>
+__device__ __forceinline__ bool persistent_start(const int8_t* a, const int8_t* b, int M, int N, int K, int splits,
+                                                 int group, int units, bool tma, uint32_t base, uint32_t scratch,
+                                                 uint8_t* map_a) {
+  const int tid = threadIdx.x;
+  const uint32_t full = base + STAGES * (BM + BN) * 128;
+  const uint32_t empty = full + 8 * STAGES;
+  if (tma && tid < 32) {
+    build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN);
+  }
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, CONSUMER_WARPS);
+    }
+    for (int e = 0; e < EXTRA; ++e) {
+      mbar_init(empty + 8 * (STAGES + e), CONSUMER_WARPS);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+  if ((tid >> 7) == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (tma && tid == 0) {
+      ws_produce<BM, BN, STAGES>(M, N, K, splits, group, units, base, full, empty, map_a, map_a + 128);
+    }
+    return false;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  return true;
+}
+
 // The persistent kernels' path for a base the TMA cannot take (not 16-byte aligned; MLX passes
 // offset views): the THREADS consumer threads (ctid = 0 .. THREADS - 1) load K block kb of the
 // BM x BN unit at (m0, n0) into `stage` themselves, by cp.async or byte-wise, and meet at named
@@ -342,7 +387,7 @@ __device__ __forceinline__ void consumers_load_k_block(uint32_t stage, const int
   named_sync(bar, THREADS);
 }
 
-template <int BM, int BN, int STAGES>
+template <int BM, int BN, int STAGES, int CHUNK>
 __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, int M, int N, int K,
                                             int splits, int group, uint8_t* maps, int32_t* out) {
   static_assert(BM == 128 || BM == 64, "two consumer warpgroups: 2 x m64 rows, or 64 rows split along N");
@@ -359,35 +404,12 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
   const uint32_t full = base + STAGES * STAGE_BYTES;
   const uint32_t empty = full + 8 * STAGES;
   const uint32_t scratch = full + ((16 * STAGES + 127) & ~127);
-  uint8_t* map_a = maps + static_cast<size_t>(blockIdx.x) * 256;
-  uint8_t* map_b = map_a + 128;
-
   const bool tma = bases_tma_aligned(a, b);
-  if (tma && tid < 32) {
-    build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN);
-  }
-  if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, CONSUMER_WARPS);
-    }
-    mbar_fence_init();
-  }
-  __syncthreads();
-
-  const int warpgroup = tid >> 7;
-  if (warpgroup == 0) {
-    // Producer: frees its registers for the consumers; one thread walks the same units.
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (tma && tid == 0) {
-      ws_produce<BM, BN, STAGES>(M, N, K, splits, group, units, base, full, empty, map_a, map_b);
-    }
+  if (!persistent_start<BM, BN, STAGES, CONSUMER_WARPS, 0>(a, b, M, N, K, splits, group, units, tma, base, scratch,
+                                                         maps + static_cast<size_t>(blockIdx.x) * 256)) {
     return;
   }
-
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-  const int c = warpgroup - 1;
-  const int lane = tid & 31;
+  const int c = (tid >> 7) - 1;
   if (!tma) {
     // Both consumers load each K block of their shared unit into slot 0 (named barrier 1).
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -405,7 +427,7 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
         named_sync(1, 256);  // every wgmma has read slot 0 before it is refilled
       }
       const StoreInt32 epi{out + static_cast<size_t>(w.z) * M * N, M, N};
-      store_accumulators<WIDTH>(acc, w.m0 + (BM == 128 ? c * 64 : 0), w.n0 + (BM == 128 ? 0 : c * WIDTH), epi);
+      store_accumulators<WIDTH, CHUNK>(acc, w.m0 + (BM == 128 ? c * 64 : 0), w.n0 + (BM == 128 ? 0 : c * WIDTH), epi);
     }
     return;
   }
@@ -427,24 +449,18 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
       wgmma_wait<1>();
       if (j > 0) {
         // Batch j - 1 has finished reading its slot: one arrival per consumer warp.
-        __syncwarp();
-        if (lane == 0) {
-          mbar_arrive(empty + 8 * ((it - 1) % STAGES));
-        }
+        warp_arrive(empty + 8 * ((it - 1) % STAGES));
       }
     }
     wgmma_wait<0>();
     fence_registers(acc);
     if (w.kbs > 0) {
-      __syncwarp();
-      if (lane == 0) {
-        mbar_arrive(empty + 8 * ((it - 1) % STAGES));
-      }
+      warp_arrive(empty + 8 * ((it - 1) % STAGES));
     }
     // Split z writes slice z of the [splits, M, N] workspace (gridDim.z == 1, so StoreInt32's
     // own slice offset is 0).
     const StoreInt32 epi{out + static_cast<size_t>(w.z) * M * N, M, N};
-    store_accumulators<WIDTH>(acc, w.m0 + (BM == 128 ? c * 64 : 0), w.n0 + (BM == 128 ? 0 : c * WIDTH), epi);
+    store_accumulators<WIDTH, CHUNK>(acc, w.m0 + (BM == 128 ? c * 64 : 0), w.n0 + (BM == 128 ? 0 : c * WIDTH), epi);
   }
 }
 
@@ -506,7 +522,7 @@ __device__ __forceinline__ SameEpilogue<Epilogue> same_epilogue(const Epilogue& 
   return SameEpilogue<Epilogue>{epi};
 }
 
-template <int BN, int STAGES, class Epilogues>
+template <int BN, int STAGES, int CHUNK, class Epilogues>
 __device__ __forceinline__ void gemm_tma_pp(const int8_t* a, const int8_t* b, int M, int N, int K,
                                             int splits, int group, uint8_t* maps, const Epilogues& epis) {
   constexpr int BM = 128;
@@ -522,38 +538,14 @@ __device__ __forceinline__ void gemm_tma_pp(const int8_t* a, const int8_t* b, in
   const uint32_t base = aligned_smem_base();
   const uint32_t full = base + STAGES * STAGE_BYTES;
   const uint32_t empty = full + 8 * STAGES;
-  const uint32_t turn = empty + 8 * STAGES;
+  const uint32_t turn = empty + 8 * STAGES;  // the 2 turn barriers follow the empty ones
   const uint32_t scratch = full + ((16 * STAGES + 16 + 127) & ~127);
-  uint8_t* map_a = maps + static_cast<size_t>(blockIdx.x) * 256;
-  uint8_t* map_b = map_a + 128;
   const bool tma = bases_tma_aligned(a, b);
-
-  if (tma && tid < 32) {
-    build_operand_maps(map_a, scratch, a, b, M, N, K, BM, BN);
-  }
-  if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, CONSUMER_WARPS);
-    }
-    mbar_init(turn, CONSUMER_WARPS);
-    mbar_init(turn + 8, CONSUMER_WARPS);
-    mbar_fence_init();
-  }
-  __syncthreads();
-
-  const int warpgroup = tid >> 7;
-  if (warpgroup == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (tma && tid == 0) {
-      ws_produce<BM, BN, STAGES>(M, N, K, splits, group, units, base, full, empty, map_a, map_b);
-    }
+  if (!persistent_start<BM, BN, STAGES, CONSUMER_WARPS, 2>(a, b, M, N, K, splits, group, units, tma, base, scratch,
+                                                         maps + static_cast<size_t>(blockIdx.x) * 256)) {
     return;
   }
-
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-  const int c = warpgroup - 1;
-  const int lane = tid & 31;
+  const int c = (tid >> 7) - 1;
   int it = 0;    // the block's stage sequence: the K blocks of every unit before this one
   int mine = 0;  // units this consumer has taken
   for (int u = blockIdx.x, i = 0; u < units; u += gridDim.x, ++i) {
@@ -581,25 +573,16 @@ __device__ __forceinline__ void gemm_tma_pp(const int8_t* a, const int8_t* b, in
         wgmma_wait<1>();
         if (j > 0) {
           // Batch j - 1 has finished reading its slot: one arrival per warp of this consumer.
-          __syncwarp();
-          if (lane == 0) {
-            mbar_arrive(empty + 8 * ((it - 1) % STAGES));
-          }
+          warp_arrive(empty + 8 * ((it - 1) % STAGES));
         }
       }
       // The other consumer's turn: its first stage is the one after this unit's last.
-      __syncwarp();
-      if (lane == 0) {
-        mbar_arrive(turn + 8 * (1 - c));
-      }
+      warp_arrive(turn + 8 * (1 - c));
       wgmma_wait<0>();
       fence_registers(acc0);
       fence_registers(acc1);
       if (w.kbs > 0) {
-        __syncwarp();
-        if (lane == 0) {
-          mbar_arrive(empty + 8 * ((it - 1) % STAGES));
-        }
+        warp_arrive(empty + 8 * ((it - 1) % STAGES));
       }
     } else {
       // This consumer loads its own K blocks into slot c (named barrier 1 + c).
@@ -615,8 +598,8 @@ __device__ __forceinline__ void gemm_tma_pp(const int8_t* a, const int8_t* b, in
     }
     ++mine;
     const auto& epi = epis(w.z);
-    store_accumulators<BN>(acc0, w.m0, w.n0, epi);
-    store_accumulators<BN>(acc1, w.m0 + 64, w.n0, epi);
+    store_accumulators<BN, CHUNK>(acc0, w.m0, w.n0, epi);
+    store_accumulators<BN, CHUNK>(acc1, w.m0 + 64, w.n0, epi);
   }
 }
 
