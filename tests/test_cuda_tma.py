@@ -113,20 +113,21 @@ def test_w8a8_on_the_tma_kernel_matches_the_cpasync_kernel(plan, rng):
     bias = mx.array(rng.standard_normal(n).astype(np.float32))
     want = np.array(cuda.dequant_gemm(mx.array(q), sx, mx.array(w), sw, bias, mx.float16, plan))
     for qv, wv in ((mx.array(q), mx.array(w)), (mx.array(q), view(w, 7))):
-        got = np.array(cuda.dequant_gemm(qv, sx, wv, sw, bias, mx.float16, plan, tma=True))
+        got = np.array(cuda.dequant_gemm(qv, sx, wv, sw, bias, mx.float16, plan, kernel="tma_simple"))
         assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
-PP_PLANS = [p for v, p in plans() if v == "tma_pp" and p.blocks == 7]
+PERSISTENT_PLANS = [(v, p) for v, p in plans() if v in ("tma_ws", "tma_pp") and p.blocks == 7]
+PP_PLANS = [p for v, p in PERSISTENT_PLANS if v == "tma_pp"]
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-@pytest.mark.parametrize("plan", PP_PLANS, ids=plan_id)
+@pytest.mark.parametrize("variant,plan", PERSISTENT_PLANS, ids=plan_id)
 @pytest.mark.parametrize("shift_a,shift_b", [(3, 0), (0, 5), (8, 1)])
-def test_tma_pp_misaligned_base_takes_the_consumers_own_loads(plan, rng, shift_a, shift_b):
+def test_persistent_misaligned_base_takes_the_consumers_own_loads(variant, plan, rng, shift_a, shift_b):
     m, k, n = 200, 1040, 130
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
-    assert_exact(cuda.tma_gemm_int32(view(a, shift_a), view(b, shift_b), "tma_pp", plan), a, b)
+    assert_exact(cuda.tma_gemm_int32(view(a, shift_a), view(b, shift_b), variant, plan), a, b)
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
@@ -142,20 +143,8 @@ def test_w8a8_on_the_pp_kernel_matches_the_cpasync_kernel(plan, rng):
     want = np.array(cuda.dequant_gemm(mx.array(q), sx, mx.array(w), sw, bias, mx.float16,
                                       tiling.CudaPlan(tiling.CUDA_CONFIGS["wg2_128x128_x2"], 1), family="sm90"))
     for qv, wv in ((mx.array(q), mx.array(w)), (mx.array(q), view(w, 7))):
-        got = np.array(cuda.pp_dequant_gemm(qv, sx, wv, sw, bias, mx.float16, plan))
+        got = np.array(cuda.dequant_gemm(qv, sx, wv, sw, bias, mx.float16, plan, kernel="tma_pp"))
         assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
-
-
-WS_PLANS = [p for v, p in plans() if v == "tma_ws" and p.blocks == 7]
-
-
-@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-@pytest.mark.parametrize("plan", WS_PLANS, ids=plan_id)
-@pytest.mark.parametrize("shift_a,shift_b", [(3, 0), (0, 5)])
-def test_tma_ws_misaligned_base_takes_the_consumers_own_loads(plan, rng, shift_a, shift_b):
-    m, k, n = 200, 1040, 130
-    a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
-    assert_exact(cuda.tma_gemm_int32(view(a, shift_a), view(b, shift_b), "tma_ws", plan), a, b)
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")

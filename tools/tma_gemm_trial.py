@@ -452,7 +452,7 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, pp: bool = False) -> i
         if not pp:
             return cuda.w8a8(x, w, s, bias)
         q, sx = cuda.quantize(x)
-        return cuda.pp_dequant_gemm(q, sx, w, s, bias, x.dtype)
+        return cuda.dequant_gemm(q, sx, w, s, bias, x.dtype, kernel="tma_pp")
 
     for case in cases:
         m, k, n = case["m"], case["k"], case["n"]

@@ -200,16 +200,19 @@ def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan,
     return _by_row_chunks(q.shape[0], plan, one_chunk)
 
 
-def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaPlan | None = None,
-                 family: str | None = None, tma: bool = False):
+def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan=None, family: str | None = None,
+                 kernel: str | None = None):
     """The W8A8 GEMM and epilogue on given codes: q int8 [M, K], scale_x float32 [M], w int8
     [N, K], scale_w float32 [N], bias None or float32 [N] -> out_dtype [M, N] (tests, experiments);
-    tma: on the TMA kernel (gemm_tma_simple, sm90, K % 16 == 0) instead of the cp.async one."""
+    kernel: dequant_graph's ("tma_simple", "tma_pp": sm90 and K % 16 == 0), else the family's
+    kernel; plan: the kernel's (default: default_plan, or variant_plan for a TMA kernel)."""
     family = family or _family()
-    plan = plan or default_plan(q.shape[0], w.shape[0], q.shape[1], family)
+    kernel = kernel or ("simt" if family == "simt" else "wgmma")
+    m, n, k = q.shape[0], w.shape[0], q.shape[1]
+    if plan is None:
+        plan = variant_plan(kernel, m, n, k, w8a8=True) if kernel.startswith("tma_") else default_plan(m, n, k, family)
     has_bias = bias is not None
-    return _dequant_gemm_graph(q, scale_x, w, scale_w, bias if has_bias else _no_bias(), out_dtype, family, plan,
-                               has_bias, tma)
+    return dequant_graph(q, scale_x, w, scale_w, bias if has_bias else _no_bias(), out_dtype, kernel, plan, has_bias)
 
 
 # ---- which kernel runs ----
@@ -313,13 +316,6 @@ def _pp_dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan: tili
     return _launch_reduce(cuda_source.reduce_w8a8(), [ws, scale_x, scale_w, bias32], out_dtype, epilogue)
 
 
-def pp_dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan: tiling.CudaWsPlan | None = None):
-    """dequant_gemm on the ping-pong kernel (sm90, K % 16 == 0; tests, experiments)."""
-    plan = plan or variant_plan("tma_pp", q.shape[0], w.shape[0], q.shape[1], w8a8=True)
-    has_bias = bias is not None
-    return _pp_dequant_gemm_graph(q, scale_x, w, scale_w, bias if has_bias else _no_bias(), out_dtype, plan, has_bias)
-
-
 def tma_gemm_int32(a: mx.array, b: mx.array, variant: str = "tma_ws", plan=None) -> mx.array:
     """int32 [M, N] = a [M, K] . b [N, K]^T by a TMA kernel (K % 16 == 0), not compiled with
     mx.compile (tools/tma_gemm_trial.py calls this directly)."""
@@ -327,10 +323,7 @@ def tma_gemm_int32(a: mx.array, b: mx.array, variant: str = "tma_ws", plan=None)
     n = b.shape[0]
     if not tiling.tma_ok(k):
         raise ValueError(f"the TMA GEMMs need K % {tiling.TMA_K_MULTIPLE} == 0, got K={k}")
-    plan = plan or variant_plan(variant, m, n, k)
-    if variant in ("tma_ws", "tma_pp"):
-        return _persistent_int32(a, b, plan)
-    return _gemm_int32_graph(a, b, "sm90", plan, tma=True)
+    return gemm_graph(a, b, variant, plan or variant_plan(variant, m, n, k))
 
 
 # The graphs by kernel name (gemm_kernel's answers): "simt" and "wgmma" (the family kernels on a
