@@ -526,8 +526,14 @@ def test_trial_back_to_back_timing_survives_reordered_kernels_and_an_outlier(mon
     monkeypatch.setitem(sys.modules, "torch.profiler",
                         types.SimpleNamespace(ProfilerActivity=types.SimpleNamespace(CUDA=1), profile=Profile))
     torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: None))
-    us, names, count = trial.profile_kernels(torch, lambda i: None, 3, serial=True)
-    assert (us, names, count) == (21.0 + 5.0, ["gemm", "reduce"], 6)
+    us, names, count, parts = trial.profile_kernels(torch, lambda i: None, 3, serial=True)
+    assert (us, names, count, parts) == (21.0 + 5.0, ["gemm", "reduce"], 6, [])
+    # in launch order (one call + eval each), each kernel's median is its part of the call
+    order = [("quantize", 4.0), ("gemm", 20.0), ("quantize", 9.0), ("gemm", 22.0), ("quantize", 5.0), ("gemm", 21.0)]
+    events[:] = [{"ph": "X", "cat": "kernel", "name": n, "ts": 1000.0 * i, "dur": d} for i, (n, d) in enumerate(order)]
+    us, _, _, parts = trial.profile_kernels(torch, lambda i: None, 3)
+    assert (us, parts) == (26.0, [["quantize", 5.0], ["gemm", 21.0]])
+    events[:] = [{"ph": "X", "cat": "kernel", "name": n, "ts": 1000.0 * i, "dur": d} for i, (n, d) in enumerate(kernels)]
     events[1]["ts"] = 10.0  # overlapping kernels: not back to back, no figure
     assert trial.profile_kernels(torch, lambda i: None, 3, serial=True)[0] is None
 

@@ -248,9 +248,11 @@ def launches_for(case: dict) -> int:
 
 def profile_kernels(torch, run_once, launches: int, name_filter=None, tmp_dir: Path | None = None,
                     serial: bool = False):
-    """(median µs of the kernels of one launch, kernel names) from a chrome trace of `launches`
-    calls of run_once(i); every launch must run the same kernels, in series (serial: checked,
-    no kernel may start before the one before it ended)."""
+    """(median µs of the kernels of one launch, kernel names, kernel count, parts) from a chrome
+    trace of `launches` calls of run_once(i); every launch must run the same kernels, in series
+    (serial: checked, no kernel may start before the one before it ended). parts: one launch's
+    kernels in order, each [name, median µs] (where the pipeline's time goes: W8A8's quantization
+    apart from its GEMM); empty in serial mode, whose launches cannot be cut apart."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -267,25 +269,29 @@ def profile_kernels(torch, run_once, launches: int, name_filter=None, tmp_dir: P
         kernels = [e for e in kernels if name_filter(e.get("name", ""))]
     kernels.sort(key=lambda e: e.get("ts", 0))
     if not kernels or len(kernels) % launches:
-        return None, sorted({e.get("name", "?") for e in kernels}), len(kernels)
+        return None, sorted({e.get("name", "?") for e in kernels}), len(kernels), []
     if serial:
         # Back to back, MLX may order one launch's kernels apart (every GEMM, then every
         # reduction), so launches cannot be cut out of the trace: per kernel name, the median
         # duration times its launches per call (a mean would let one slow launch count, as a
         # 4 ms outlier did at 512 x 18944 x 3584 on 2026-12-01).
         if any(b["ts"] < a["ts"] + a["dur"] for a, b in zip(kernels, kernels[1:])):
-            return None, sorted({e.get("name", "?") for e in kernels}), len(kernels)
+            return None, sorted({e.get("name", "?") for e in kernels}), len(kernels), []
         by_name: dict[str, list[float]] = {}
         for e in kernels:
             by_name.setdefault(e.get("name", "?"), []).append(float(e["dur"]))
         if any(len(v) % launches for v in by_name.values()):
-            return None, sorted(by_name), len(kernels)
+            return None, sorted(by_name), len(kernels), []
         us = sum(sorted(v)[len(v) // 2] * (len(v) // launches) for v in by_name.values())
-        return us, sorted(n[:80] for n in by_name), len(kernels)
+        return us, sorted(n[:80] for n in by_name), len(kernels), []
     per = len(kernels) // launches
     sums = [sum(float(e["dur"]) for e in kernels[i * per:(i + 1) * per]) for i in range(launches)]
     sums.sort()
-    return sums[len(sums) // 2], sorted({e.get("name", "?")[:80] for e in kernels}), len(kernels)
+    parts = []
+    for j in range(per):
+        durs = sorted(float(kernels[i * per + j]["dur"]) for i in range(launches))
+        parts.append([kernels[j].get("name", "?")[:80], durs[len(durs) // 2]])
+    return sums[len(sums) // 2], sorted({e.get("name", "?")[:80] for e in kernels}), len(kernels), parts
 
 
 # ---- workers -----------------------------------------------------------------------------------
@@ -343,7 +349,7 @@ def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
                 for _ in range(3):
                     mx.eval(call(*sets[0], m, n, k))
                 timer = kernel_us_b2b if variant == "b2b" else kernel_us
-                rec["us"], rec["kernels"], rec["timing"] = timer(
+                rec["us"], rec["kernels"], rec["timing"], rec["kernel_parts"] = timer(
                     mx, torch, out_dir, lambda i: call(*sets[i % len(sets)], m, n, k), launches_for(case))
                 rec["tops"] = tops(m, n, k, rec["us"])
                 sets = None
@@ -372,20 +378,21 @@ def tops(m: int, n: int, k: int, us: float) -> float:
 
 
 def kernel_us(mx, torch, out_dir, launch, launches):
-    """(µs, kernel names, how) of one launch(i) + mx.eval: CUPTI, or wall time if it saw none."""
+    """(µs, kernel names, how, parts) of one launch(i) + mx.eval: CUPTI, or wall time if it saw
+    none (parts: profile_kernels')."""
     # Every kernel of the call counts, int8nax's and any MLX runs for it (a fill, a copy); the
     # operands were evaluated before the profile started.
-    us, names, count = profile_kernels(torch, lambda i: mx.eval(launch(i)), launches, tmp_dir=out_dir)
+    us, names, count, parts = profile_kernels(torch, lambda i: mx.eval(launch(i)), launches, tmp_dir=out_dir)
     if us is not None:
-        return us, names, "CUPTI kernel time"
+        return us, names, "CUPTI kernel time", parts
     t1 = time.perf_counter()
     for i in range(launches):
         mx.eval(launch(i))
-    return (time.perf_counter() - t1) / launches * 1e6, names, f"wall per call + eval (CUPTI gave {count} records)"
+    return (time.perf_counter() - t1) / launches * 1e6, names, f"wall per call + eval (CUPTI gave {count} records)", []
 
 
 def kernel_us_b2b(mx, torch, out_dir, launch, launches):
-    """(µs, kernel names, how) of launch(i), the launches queued back to back and evaluated once:
+    """(µs, kernel names, how, no parts) of launch(i), the launches queued back to back and evaluated once:
     cuBLASLt's conditions (this worker runs without CUDA graphs, so MLX launches in order on its
     one stream). The kernels of the trace must not overlap."""
     pending = []
@@ -395,10 +402,10 @@ def kernel_us_b2b(mx, torch, out_dir, launch, launches):
         if i == launches - 1:
             mx.eval(pending)
 
-    us, names, count = profile_kernels(torch, run_once, launches, tmp_dir=out_dir, serial=True)
+    us, names, count, _ = profile_kernels(torch, run_once, launches, tmp_dir=out_dir, serial=True)
     if us is None:
         raise RuntimeError(f"back-to-back timing: {count} kernels for {launches} launches, or overlapping kernels")
-    return us, names, "CUPTI kernel time, back to back"
+    return us, names, "CUPTI kernel time, back to back", []
 
 
 def operand_sets(mx, arrays, bytes_per_set):
@@ -429,7 +436,7 @@ def sweep(cuda, mx, torch, fh, out_dir, cases, pp: bool = False) -> int:
                 if rec["exact"]:
                     for _ in range(3):
                         mx.eval(cuda.tma_gemm_int32(a, b, kernel, plan))
-                    rec["us"], rec["kernels"], rec["timing"] = kernel_us(
+                    rec["us"], rec["kernels"], rec["timing"], rec["kernel_parts"] = kernel_us(
                         mx, torch, out_dir, lambda i: cuda.tma_gemm_int32(*sets[i % len(sets)], kernel, plan),
                         launches_for(case))
                     rec["tops"] = tops(m, n, k, rec["us"])
@@ -484,7 +491,7 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, pp: bool = False) -> i
                 sets = operand_sets(mx, (x, w, s), 2 * m * k + n * k + 2 * m * n)
                 for _ in range(3):
                     mx.eval(pipeline(*sets[0], None))
-                rec["us"], rec["kernels"], rec["timing"] = kernel_us(
+                rec["us"], rec["kernels"], rec["timing"], rec["kernel_parts"] = kernel_us(
                     mx, torch, out_dir, lambda i: pipeline(*sets[i % len(sets)], None), launches_for(case))
                 rec["tops"] = tops(m, n, k, rec["us"])
                 sets = None
@@ -577,10 +584,10 @@ def worker_cublaslt(out_dir: Path, cases: list[dict]) -> int:
                 run.lt.matmul(run.algo, x.data_ptr(), y.data_ptr(), run.out.data_ptr(), run.workspace.data_ptr(), stream)
 
             launches = launches_for(case)
-            us, names, _ = profile_kernels(torch, launch, launches, tmp_dir=out_dir)
+            us, names, _, _ = profile_kernels(torch, launch, launches, tmp_dir=out_dir)
             rec["kernels"] = names
             # each launch alone, as int8nax's "default" launches are (one mx.eval each)
-            rec["isolated_us"], _, _ = profile_kernels(torch, lambda i: (launch(i), torch.cuda.synchronize()),
+            rec["isolated_us"], _, _, _ = profile_kernels(torch, lambda i: (launch(i), torch.cuda.synchronize()),
                                                        launches, tmp_dir=out_dir)
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -670,6 +677,12 @@ def write_report(out_dir: Path, status: dict, records: list[dict], env: dict) ->
         lines.append(f"| {r['shape']} | {r['variant']} | {r.get('plan', '')} | {exact} | {us} | "
                      f"{fmt(r.get('tops'), '.0f')} | {ratio} |")
     lines += geomean_lines(records, anchor) + sweep_lines(records, anchor) + sweep_lines(records, anchor, pp=True)
+    parts = [r for r in rows if len(r.get("kernel_parts") or []) > 1]
+    if parts:
+        lines += ["", "## Kernels of one call (median µs each)", "", "| shape | variant | kernels |", "|---|---|---|"]
+        for r in parts:
+            lines.append(f"| {r['shape']} | {r['variant']} | " + "; ".join(
+                f"{name.split('int8nax_')[-1][:40]} {us:.1f}" for name, us in r["kernel_parts"]) + " |")
     errors = [r for r in records if "error" in r]
     if errors:
         lines += ["", "## Errors", ""]
