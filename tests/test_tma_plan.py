@@ -35,7 +35,7 @@ def test_epilogue_chunk_keeps_two_blocks_of_256_threads_at_128_registers():
     assert tiling.epilogue_chunk(256, 1) == tiling.epilogue_chunk(128, 2) == tiling.epilogue_chunk(384, 1) == 8
     chunks = {c.name: c.epilogue_chunk for c in tiling.CUDA_CONFIGS.values()}
     assert chunks == {"wg2_128x256": 8, "wg2_128x128_x2": 1, "wg1_64x64": 8, "wg2_128x192": 8, "wg2_128x144": 8,
-                      "wg1_64x32": 8}
+                      "wg1_64x32": 8, "wg2_128x112": 8}
     for c in tiling.CUDA_CONFIGS.values():
         assert ("CHUNK", c.epilogue_chunk) in c.template() and ("CHUNK", c.epilogue_chunk) in c.tma_template()
 

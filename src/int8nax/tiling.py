@@ -358,6 +358,9 @@ CUDA_CONFIGS = {
         CudaTileConfig("wg2_128x192", bm=128, bn=192, bk=128, wm=2, wn=1, stages=5),
         CudaTileConfig("wg2_128x144", bm=128, bn=144, bk=128, wm=2, wn=1, stages=6),
         CudaTileConfig("wg1_64x32", bm=64, bn=32, bk=128, wm=1, wn=1, stages=8),
+        # Long K, few tiles (split-K): 3584 = 32 x 112, so 4 splits of 128 x 112 put a block on 128
+        # of 132 SMs where 128 x 144 x 4 fills 100 (a weight-streaming problem: idle SMs pull no bytes).
+        CudaTileConfig("wg2_128x112", bm=128, bn=112, bk=128, wm=2, wn=1, stages=7),
     )
 }
 
