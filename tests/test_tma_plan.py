@@ -477,6 +477,18 @@ def test_w8a8_plan_keeps_the_measured_faster(shape):
     assert plan != tiling.tma_plan(m, n, k, 132)  # the int32 GEMM takes the wave tile there
 
 
+@pytest.mark.parametrize("m,k,n", [(128, 18944, 3584), (256, 18944, 512), (300, 8192, 300), (512, 18944, 3584),
+                                   (2048, 8192, 4096)])
+def test_w8a8_takes_the_int32_plan_where_it_splits_k(m, k, n):
+    # a split plan's W8A8 GEMM is the int32 kernel (the reduction dequantizes), so W8A8 takes the
+    # int32 GEMM's plan; unsplit, it keeps its own (the fused epilogue's tail)
+    raw, w8a8 = tiling.tma_plan(m, n, k, 132), tiling.tma_plan(m, n, k, 132, w8a8=True)
+    if raw.splits > 1:
+        assert w8a8 == raw
+    else:
+        assert w8a8 == tiling.cuda_plan(m, n, k, 132) if k >= 64 * 128 else w8a8.cfg.name in tiling._TMA_TILES
+
+
 @pytest.mark.parametrize("m,k,n", [(1, 16, 1), (3, 48, 8), (64, 16, 4096), (4097, 256, 129), (16, 4096, 18944),
                                    (300, 8192, 300), (7, 131056, 9), (8192, 8192, 8192)])
 def test_tma_plan_is_valid(m, k, n):

@@ -557,14 +557,19 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     with the outputs per block, so the one-block-per-SM wave tiles lost there (2026-12-01 night:
     128 x 3584 x 18944 43.4 µs on 128 x 144 against 37.5 on 128 x 128, two blocks per SM;
     512 x 18944 x 3584 89.9 unsplit against 78.9 with 2 splits and the dequantizing reduction).
+    Where the int32 plan splits K, W8A8 takes it: its GEMM is then the int32 kernel, and the
+    dequantization runs in the reduction, so the tail above does not arise (128 x 18944 x 3584,
+    2026-12-01 19:20: the int32 GEMM 25.5 µs on 128 x 144 x 4 splits, against 28.7 on cuda_plan's
+    128 x 128 x 8 that W8A8 took, whose reduction also read twice the partial sums).
     """
-    wave = wave_tile(m, n, sms) if m > 64 and not w8a8 else None
     if ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS:
-        if wave is None:
+        wave = wave_tile(m, n, sms) if m > 64 else None
+        if wave is None or (w8a8 and tile_count(m, n, wave) >= TMA_LONG_K_FILL * sms):
             return cuda_plan(m, n, k, sms)
         if tile_count(m, n, wave) >= TMA_LONG_K_FILL * sms:
             return CudaPlan(wave, 1)
         return CudaPlan(wave, fill_splits(m, n, k, wave, sms))
+    wave = wave_tile(m, n, sms) if m > 64 and not w8a8 else None
     candidates = [wave or CUDA_CONFIGS[_TMA_TILES[0]]] + [CUDA_CONFIGS[name] for name in _TMA_TILES[1:]]
     for cfg in candidates:
         if cfg.bm > 64 and m <= 64:
