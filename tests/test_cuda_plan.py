@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
-from int8nax import backends, tiling
+from int8nax import backends, quant, tiling
 from int8nax.backends import cuda_source
 
 SEED = [(m, 4096, 4096) for m in (16, 64, 128, 256, 512, 1024, 2048)] + [
@@ -222,3 +223,46 @@ QUANT_SEED = {
 def test_quant_launch_of_the_seed_shapes(m, k):
     launch = tiling.cuda_quant_launch(m, k, 132)
     assert (launch.threads, launch.held) == QUANT_SEED[(m, k)]
+
+
+# ---- the quantization kernel's arithmetic (kernels/quantize.cuh, code_of), in numpy ----
+
+def test_normal_scale_codes_need_no_clamp():
+    # code_of skips the clamp when the scale is normal: |fl(x * fl(1 / fl(amax / 127)))| < 127.5 for
+    # |x| <= amax. Every float32 mantissa of amax, in binades where s is normal (the bound is
+    # scale-invariant there), at x = amax (the largest product).
+    mant = (np.arange(1 << 23, dtype=np.uint32) | np.uint32(0x3F800000)).view(np.float32)
+    worst = 0.0
+    for e in (-119, -60, 0, 60, 127):
+        amax = mant * np.float32(2.0**e)
+        with np.errstate(over="ignore"):
+            amax = amax[np.isfinite(amax)]
+        s = amax / np.float32(127)
+        amax, s = amax[s >= np.float32(2.0**-126)], s[s >= np.float32(2.0**-126)]
+        v = amax * (np.float32(1) / s)
+        assert v.dtype == np.float32
+        worst = max(worst, float(v.max()))
+    assert 127 <= worst < 127.5
+
+
+def _add_toward_zero(v: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 v + c rounded toward zero (__fadd_rz): the exact sum in float64, then the float32
+    nearest it, stepped toward zero where that one is farther out."""
+    exact = v.astype(np.float64) + c.astype(np.float64)
+    r = exact.astype(np.float32)
+    out = np.abs(r.astype(np.float64)) > np.abs(exact)
+    r[out] = np.nextafter(r[out], np.float32(0))
+    return r
+
+
+def test_round_half_away_by_a_truncating_add():
+    # code_of's rounding, trunc(fl_rz(v + copysign(0.5, v))), is int8nax.quant's round_half_away
+    # for every float32 within 4096 ulps of each integer and half-integer up to 191 (TINY rows
+    # reach ~190 before their clamp), and at random.
+    centres = np.arange(-382, 383, dtype=np.float32) / np.float32(2)
+    bits = centres.view(np.int32)[:, None] + np.arange(-4096, 4097, dtype=np.int32)[None, :]
+    v = np.concatenate([bits.ravel().view(np.float32), np.float32(0.49999997) * np.array([1, -1], np.float32),
+                        np.random.default_rng(0).uniform(-191, 191, 1 << 20).astype(np.float32)])
+    v = v[np.isfinite(v) & (np.abs(v) <= 191)]
+    got = np.trunc(_add_toward_zero(v, np.copysign(np.float32(0.5), v).astype(np.float32)))
+    assert np.array_equal(got, quant.round_half_away(v))
