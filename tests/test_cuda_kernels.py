@@ -208,3 +208,94 @@ def test_tiny_and_normal_rows_follow_the_spec(rng, k):
     # ... and int8nax.quant, the definition, agrees with this test's reading of the spec.
     ref_q, ref_s = quant.quantize_activations_np(x32)
     assert np.array_equal(ref_q, want_q) and np.array_equal(ref_s, want_s)
+
+
+# ---- every launch of the quantization kernel, and its two-pass fallback -------------------
+#
+# Each (threads, held) of tiling.CUDA_QUANT_LAUNCHES (the register path at its full, a partial and
+# a one-group row), and the fallback inside each: a row one group too long for the registers
+# (16-byte loads, read twice), K % 8 != 0 (one value at a time), a base 3 elements into its buffer
+# (MLX passes the row-contiguous view as it is) and a column slice (MLX copies it first).
+
+QUANT_DTYPES = [mx.float16, mx.bfloat16, mx.float32]
+QUANT_CASES = ["full", "partial", "one_group", "too_long", "odd_k", "offset_base", "column_slice"]
+
+
+def _quant_k(launch, case):
+    return {"full": launch.capacity, "partial": launch.capacity - 8 * (launch.threads + 3), "one_group": 8,
+            "too_long": launch.capacity + 8, "odd_k": launch.capacity // 2 + 3, "offset_base": launch.capacity // 2,
+            "column_slice": launch.capacity // 2}[case]
+
+
+def _quant_rows(rng, k, dtype):
+    """float32 [R, K]: a row of each kind the kernel must quantize bit for bit (as `dtype` rounds
+    it): normal, a NaN, +inf, -inf, all zero, tiny (subnormal values; a subnormal scale where the
+    type has float32's exponent), -huge at the end, exact ties (scale 1), and a lone maximum at
+    the first, a middle and the last position (each thread and warp of the reduction wins once)."""
+    huge, tinies = {mx.float16: (65504.0, (1e-6, 3e-5)), mx.bfloat16: (3.0e38, (1e-39, 1e-37)),
+                    mx.float32: (3.0e38, (1e-39, 1e-37))}[dtype]
+    base = rng.standard_normal((12, k)).astype(np.float32)
+    rows = [base[0]]
+    for i, special in enumerate((np.nan, np.inf, -np.inf)):
+        r = base[1 + i].copy()
+        r[(k * (i + 1)) // 4] = special
+        rows.append(r)
+    rows.append(np.zeros(k, np.float32))
+    rows += [base[4] * np.float32(t) for t in tinies]
+    r = base[6] * np.float32(huge / 1e3)
+    r[-1] = -huge
+    rows.append(r)
+    ties = [127.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 63.5]
+    if dtype == mx.float32:
+        ties += [0.49999997, -0.49999997]
+    rows.append(np.resize(np.array(ties, np.float32), k))
+    for i, at in enumerate((0, k // 2, k - 1)):
+        r = base[9 + i] * np.float32(0.01)
+        r[at] = 5.0 if i % 2 else -5.0
+        rows.append(r)
+    return np.stack(rows).astype(np.float32)
+
+
+def _quant_input(x32, dtype, case):
+    """x [R, K] in `dtype` holding x32's rows, as `case` lays it out in memory."""
+    r, k = x32.shape
+    if case == "offset_base":
+        flat = mx.concatenate([mx.zeros((3,), dtype=dtype), mx.array(x32.ravel()).astype(dtype)])
+        return flat[3:].reshape(r, k)
+    if case == "column_slice":
+        return mx.concatenate([mx.zeros((r, 1), dtype=dtype), mx.array(x32).astype(dtype)], axis=1)[:, 1:]
+    return mx.array(x32).astype(dtype)
+
+
+def _assert_quantized_per_spec(q, s, x):
+    x32 = to_numpy(x, np.float32)
+    want_q, want_s = quant.quantize_activations_np(x32)
+    got_q, got_s = np.array(q), np.array(s)
+    bad_s = np.flatnonzero(got_s.view(np.uint32) != want_s.view(np.uint32))
+    assert bad_s.size == 0, f"scales differ in rows {bad_s.tolist()}: {got_s[bad_s]} vs {want_s[bad_s]}"
+    bad_q = np.argwhere(got_q != want_q)
+    assert bad_q.size == 0, f"{len(bad_q)} codes differ, first at {bad_q[0].tolist()}"
+
+
+@pytest.mark.parametrize("case", QUANT_CASES)
+@pytest.mark.parametrize("dtype", QUANT_DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("launch", tiling.CUDA_QUANT_LAUNCHES, ids=lambda v: f"{v.threads}x{v.held}")
+def test_quantize_launch_is_bit_exact(rng, launch, dtype, case):
+    k = _quant_k(launch, case)
+    x = _quant_input(_quant_rows(rng, k, dtype), dtype, case)
+    q, s = cuda._quantize_graph(x, launch)
+    _assert_quantized_per_spec(q, s, x)
+
+
+# The dispatch's own launch at the seed shapes (and a few more rows than SMs), random rows with
+# the special ones mixed in.
+@pytest.mark.parametrize("m,k", [(16, 4096), (128, 3584), (133, 4096), (2048, 4096), (512, 3584), (128, 18944),
+                                 (300, 8192), (4, 40000)])
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=lambda d: str(d).split(".")[-1])
+def test_quantize_dispatch_is_bit_exact(rng, m, k, dtype):
+    x32 = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.01, 100, (m, 1)).astype(np.float32)
+    special = _quant_rows(rng, k, dtype)
+    x32[:len(special)] = special[:m]
+    x = mx.array(x32).astype(dtype)
+    q, s = cuda.quantize(x)
+    _assert_quantized_per_spec(q, s, x)

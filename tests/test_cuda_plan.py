@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
-from int8nax import backends, tiling
+from int8nax import backends, quant, tiling
 from int8nax.backends import cuda_source
 
 SEED = [(m, 4096, 4096) for m in (16, 64, 128, 256, 512, 1024, 2048)] + [
@@ -154,3 +155,114 @@ def test_row_chunks_respect_the_grid_limit():
     assert all(hi - lo <= cuda.MAX_GRID_Y * cfg.bm for lo, hi in chunks)
     assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
     assert cuda._row_chunks(5, cfg) == [(0, 5)]
+
+
+# ---- the quantization kernel's launch (tiling.cuda_quant_launch) ----
+
+# Row lengths of common layers (hidden and FFN sizes), K % 8 != 0, and rows past every launch.
+QUANT_K = [1, 7, 8, 64, 896, 1000, 1536, 2048, 3072, 3584, 4095, 4096, 4104, 5120, 8192, 8200, 11008, 13824,
+           14336, 18944, 27648, 28672, 29568, 32768, 32776, 53248]
+QUANT_M = [1, 2, 16, 64, 100, 113, 114, 115, 128, 131, 132, 133, 256, 264, 265, 512, 2048, 8192, 100000]
+REGISTERS_PER_SM = 65536
+FLOAT32_OVERHEAD_REGISTERS = 24
+"""Registers of the quantization kernel besides the float32 row slice (ptxas, CUDA 13.0: 52 at
+held 4 = 32 + 20, 80 at held 8 = 64 + 16), with a margin."""
+
+
+@pytest.mark.parametrize("sms", [132, 114, 16])
+def test_quant_launch_holds_every_row_that_fits(sms):
+    longest = max(launch.capacity for launch in tiling.CUDA_QUANT_LAUNCHES)
+    for m in QUANT_M:
+        for k in QUANT_K:
+            launch = tiling.cuda_quant_launch(m, k, sms)
+            assert launch in tiling.CUDA_QUANT_LAUNCHES
+            if k <= longest:  # else the two-pass loop, at any launch
+                assert launch.capacity >= k, (m, k, launch)
+            if m > sms and k <= 8192:  # many rows: more than one row per SM resident
+                assert launch.threads <= 256, (m, k, launch)
+
+
+@pytest.mark.parametrize("launch", tiling.CUDA_QUANT_LAUNCHES, ids=lambda v: f"{v.threads}x{v.held}")
+def test_quant_launches_fit_a_block(launch):
+    assert launch.threads % 32 == 0 and 128 <= launch.threads <= 1024  # at least a warp per scheduler
+    # No __launch_bounds__ in MLX's kernels: the float32 row slice (8 registers a group) and the
+    # rest must fit the per-thread share of one SM's registers for the block to launch at all.
+    assert launch.held * 8 + FLOAT32_OVERHEAD_REGISTERS <= min(255, REGISTERS_PER_SM // launch.threads)
+    assert launch.grid(3) == ((3 * launch.threads, 1, 1), (launch.threads, 1, 1))
+    assert launch.template() == [("THREADS", launch.threads), ("HELD", launch.held)]
+
+
+def test_quant_launches_are_few():
+    # Every launch is an NVRTC compile per dtype (~8 s a process): three in all, and a model whose
+    # layers have one K up to 8192 and one longer K (decode and prefill M) builds two of them.
+    seen = {tiling.cuda_quant_launch(m, k, sms) for m in QUANT_M for k in QUANT_K for sms in (132, 114, 16)}
+    assert seen == set(tiling.CUDA_QUANT_LAUNCHES) and len(seen) <= 3
+    for short in (896, 1536, 2048, 3584, 4096, 5120, 8192):
+        for long in (11008, 14336, 18944, 28672):
+            assert len({tiling.cuda_quant_launch(m, k) for m in QUANT_M for k in (short, long)}) <= 2
+
+
+@pytest.mark.parametrize("kwargs", [dict(threads=100, held=4), dict(threads=2048, held=1), dict(threads=256, held=0)])
+def test_bad_quant_launch_is_rejected(kwargs):
+    with pytest.raises(ValueError):
+        tiling.CudaQuantLaunch(**kwargs)
+
+
+# (M, K) -> (threads, held) on 132 SMs, by hand: few rows take the 16-warp launch; many rows the
+# fewest threads that hold the row.
+QUANT_SEED = {
+    (16, 4096): (512, 8), (64, 4096): (512, 8), (128, 4096): (512, 8), (256, 4096): (128, 4),
+    (512, 4096): (128, 4), (1024, 4096): (128, 4), (2048, 4096): (128, 4), (128, 3584): (512, 8),
+    (512, 3584): (128, 4), (128, 18944): (512, 8), (512, 18944): (512, 8), (8192, 8192): (256, 4),
+    (132, 4096): (512, 8), (133, 4096): (128, 4), (4096, 4104): (256, 4), (4096, 14336): (512, 8),
+    (4096, 65536): (512, 8),
+}
+
+
+@pytest.mark.parametrize("m,k", list(QUANT_SEED))
+def test_quant_launch_of_the_seed_shapes(m, k):
+    launch = tiling.cuda_quant_launch(m, k, 132)
+    assert (launch.threads, launch.held) == QUANT_SEED[(m, k)]
+
+
+# ---- the quantization kernel's arithmetic (kernels/quantize.cuh, code_of), in numpy ----
+
+def test_normal_scale_codes_need_no_clamp():
+    # code_of skips the clamp when the scale is normal: |fl(x * fl(1 / fl(amax / 127)))| < 127.5 for
+    # |x| <= amax. Every float32 mantissa of amax, in binades where s is normal (the bound is
+    # scale-invariant there), at x = amax (the largest product).
+    mant = (np.arange(1 << 23, dtype=np.uint32) | np.uint32(0x3F800000)).view(np.float32)
+    worst = 0.0
+    for e in (-119, -60, 0, 60, 127):
+        amax = mant * np.float32(2.0**e)
+        with np.errstate(over="ignore"):
+            amax = amax[np.isfinite(amax)]
+        s = amax / np.float32(127)
+        amax, s = amax[s >= np.float32(2.0**-126)], s[s >= np.float32(2.0**-126)]
+        v = amax * (np.float32(1) / s)
+        assert v.dtype == np.float32
+        worst = max(worst, float(v.max()))
+    assert 127 <= worst < 127.5
+
+
+def _add_toward_zero(v: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 v + c rounded toward zero (__fadd_rz): the exact sum in float64, then the float32
+    nearest it, stepped toward zero where that one is farther out."""
+    exact = v.astype(np.float64) + c.astype(np.float64)
+    r = exact.astype(np.float32)
+    out = np.abs(r.astype(np.float64)) > np.abs(exact)
+    r[out] = np.nextafter(r[out], np.float32(0))
+    return r
+
+
+def test_round_half_away_by_a_truncating_add():
+    # code_of's rounding, trunc(fl_rz(v + copysign(0.5, v))), is int8nax.quant's round_half_away
+    # for every float32 within 4096 ulps of each integer and half-integer up to 191 (TINY rows
+    # reach ~190 before their clamp), and at random.
+    centres = np.arange(-382, 383, dtype=np.float32) / np.float32(2)
+    bits = centres.view(np.int32)[:, None] + np.arange(-4096, 4097, dtype=np.int32)[None, :]
+    v = np.concatenate([bits.ravel().view(np.float32), np.float32(0.49999997) * np.array([1, -1], np.float32),
+                        np.random.default_rng(0).uniform(-191, 191, 1 << 20).astype(np.float32)])
+    v = v[np.isfinite(v) & (np.abs(v) <= 191)]
+    got = np.trunc(_add_toward_zero(v, np.copysign(np.float32(0.5), v).astype(np.float32)))
+    assert np.array_equal(got, quant.round_half_away(v))

@@ -398,6 +398,24 @@ def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
         assert names == [cuda_source.quantize().name, cuda_source.gemm_w8a8_tma_simple(w_plan.cfg).name]
 
 
+@pytest.mark.parametrize("m,k", [(16, 4096), (2048, 4096), (300, 8192), (512, 18944), (3, 40000)])
+def test_quantization_launch_is_the_tiling_rule(recorded, m, k):
+    # quantize and w8a8 launch the quantization kernel with tiling.cuda_quant_launch's (threads, held).
+    import mlx.core as mx
+
+    cuda, launches = recorded
+    want = tiling.cuda_quant_launch(m, k, 132)
+    x = mx.zeros((m, k), dtype=mx.bfloat16)
+    mx.eval(*cuda.quantize(x))
+    mx.eval(cuda.w8a8(x, mx.zeros((64, k), dtype=mx.int8), mx.ones((64,), dtype=mx.float32), None))
+    quant = [x for x in launches if x["name"] == cuda_source.quantize().name]
+    assert len(quant) == 2
+    for q in quant:
+        assert (q["grid"], q["block"]) == want.grid(m)
+        assert q["template"] == [("T", mx.bfloat16)] + want.template()
+        assert q["outputs"] == [(m, k), (m,)]
+
+
 def test_odd_k_and_the_cpasync_choice_stay_on_the_cpasync_kernel(recorded, monkeypatch):
     import mlx.core as mx
 

@@ -92,9 +92,10 @@ def instances(arch: str):
                 yield (f"tma_pp w8a8 {cfg.name} {out}", cuda_source.gemm_w8a8_tma_pp(cfg),
                        ["int8_t", "int8_t", "float", "float", "float", "int8_t"], [CUDA_TYPES[out], "uint8_t"],
                        cfg.template() + [("TOut", out), ("HAS_BIAS", True)])
-    for t in ("float16", "bfloat16", "float32"):
-        yield (f"quantize {t}", cuda_source.quantize(), [CUDA_TYPES[t]], ["int8_t", "float"],
-               [("T", t), ("THREADS", 256)])
+    for launch in tiling.CUDA_QUANT_LAUNCHES:
+        for t in ("float16", "bfloat16", "float32"):
+            yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],
+                   ["int8_t", "float"], [("T", t)] + launch.template())
     yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])
     yield ("reduce w8a8", cuda_source.reduce_w8a8(), ["int32_t", "float", "float", "float"], ["__half"],
            [("TOut", "float16"), ("HAS_BIAS", True)])

@@ -452,6 +452,79 @@ MIN_SPLIT_BLOCKS = 8
 
 
 # ----------------------------------------------------------------------------------------------
+# CUDA activation quantization (kernels/quantize.cuh; launched by backends/cuda.py)
+# ----------------------------------------------------------------------------------------------
+#
+# One block per row. A row of whole 8-value groups (16-byte loads) that fits in THREADS * HELD
+# groups is loaded into registers at once and read once; longer rows, K % 8 != 0 and misaligned
+# bases take the kernel's two-pass loop (correct at any launch).
+
+QUANT_GROUP = 8
+"""Values in one of quantize.cuh's register groups: 16 bytes of float16/bfloat16, 32 of float32."""
+
+
+@dataclass(frozen=True)
+class CudaQuantLaunch:
+    """A launch of the quantization kernel: `threads` per block (one block per row), each holding
+    up to `held` groups of QUANT_GROUP values in registers (template THREADS, HELD)."""
+
+    threads: int
+    held: int
+
+    def __post_init__(self):
+        if self.threads % 32 or not 32 <= self.threads <= 1024:
+            raise ValueError(f"threads={self.threads}: whole warps, at most 1024 (one block)")
+        if self.held < 1:
+            raise ValueError(f"held={self.held}: at least one group a thread")
+
+    @property
+    def capacity(self) -> int:
+        """The longest row (in values) held in registers; longer rows are read twice."""
+        return self.threads * self.held * QUANT_GROUP
+
+    def template(self) -> list[tuple[str, int]]:
+        return [("THREADS", self.threads), ("HELD", self.held)]
+
+    def grid(self, m: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(grid in threads, block) for x [M, K]: one block per row."""
+        return (m * self.threads, 1, 1), (self.threads, 1, 1)
+
+
+CUDA_QUANT_LAUNCHES = (CudaQuantLaunch(128, 4), CudaQuantLaunch(256, 4), CudaQuantLaunch(512, 8))
+"""Every launch cuda_quant_launch returns, shortest rows first (each is an NVRTC compile per dtype,
+~8 s): rows up to 4096, 8192 and 32768 values in registers."""
+
+
+def cuda_quant_launch(m: int, k: int, sms: int = 132) -> CudaQuantLaunch:
+    """The quantization kernel's launch for x [M, K] (float16, bfloat16 or float32) on `sms` SMs.
+
+    Why (H200: ~4 TB/s at ~0.7 µs of loaded DRAM latency, so ~2.8 MB in flight over the GPU,
+    ~21 KB per SM, keeps HBM busy; 64K registers and 2048 threads per SM):
+    - A block puts its whole row in flight (K * itemsize bytes: 8 KB at K = 4096 float16), so the
+      bytes in flight per SM are (resident rows) x (row bytes), however a row is split over threads.
+    - Many rows (M > sms): the fewest threads that hold the row, held 4, so that the most rows are
+      resident. ptxas (CUDA 13.0): 38 registers at held 4 for 2-byte types (52 for float32), so
+      12 blocks of 128 threads per SM: 12 rows x 8 KB = 96 KB in flight at K = 4096 (128, 4);
+      6 rows of 256 threads x 16 KB = 96 KB at K = 8192 (256, 4). Longer rows take (512, 8):
+      53 registers (80 for float32), two rows of up to 64 KB per SM (float32: one of up to
+      128 KB): 76 KB in flight at K = 18944.
+    - Few rows (M <= sms): one row per SM, all resident at once whatever the launch; the kernel is
+      then one row's latency chain (load, block max, quantize, store), and more warps shorten
+      its arithmetic tail (~7 instructions a value in SASS: 4096 values are ~900 warp
+      instructions per SM, ~225 per scheduler): (512, 8), 16 warps, 4 per scheduler. Not (1024, 4): a 1024-thread
+      block may use at most 64 registers a thread, and float32 at held 4 needs 52 already.
+    - Few instantiations: three launches in all, and a model whose layers have one K <= 8192 and
+      one longer K builds two of them per dtype (the long-row launch serves both layers at small M).
+    Rows longer than 32768 values run (512, 8)'s two-pass loop.
+    """
+    if m > sms:
+        for launch in CUDA_QUANT_LAUNCHES[:2]:
+            if k <= launch.capacity:
+                return launch
+    return CUDA_QUANT_LAUNCHES[-1]
+
+
+# ----------------------------------------------------------------------------------------------
 # CUDA TMA GEMMs (kernels/gemm_tma.cuh; the dispatch: backends/cuda.py, gemm_kernel)
 # ----------------------------------------------------------------------------------------------
 #

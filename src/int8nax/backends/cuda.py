@@ -6,7 +6,8 @@ problems of many tiles the persistent gemm_tma_ws / gemm_tma_pp) where K % 16 ==
 loads (kernels/gemm_sm90.cuh) elsewhere ("which kernel runs" below); on any other GPU a portable
 __dp4a kernel (kernels/gemm_simt.cuh) gives the same exact results, slowly. Kernel, tile and
 split-K choices come from int8nax.tiling (CUDA section: cuda_gemm_kernel, persistent_kernel,
-tma_plan, ws_plan, pp_plan, cuda_plan); kernel objects are built once per process and reused.
+tma_plan, ws_plan, pp_plan, cuda_plan; the quantization's launch: cuda_quant_launch); kernel
+objects are built once per process and reused.
 
 W8A8: one kernel quantizes the activations per token (kernels/quantize.cuh), then the GEMM with
 the dequantization fused into its epilogue writes y in x's dtype. When the plan splits K, each
@@ -24,9 +25,6 @@ import mlx.core as mx
 from .. import tiling
 from . import cuda_source
 from .base import Backend, Probe
-
-QUANT_THREADS = 256
-"""Threads per row of the activation quantization kernel."""
 
 SM_ID_CAPACITY = 1024
 """Size of the flag array the SM-count probe writes (well above any GPU's SM count)."""
@@ -166,15 +164,24 @@ def _gemm_int32_graph(a, b, family, plan, tma=False):
     return _by_row_chunks(a.shape[0], plan, one_chunk)
 
 
-def _quantize_graph(x):
+def quant_launch(m: int, k: int) -> tiling.CudaQuantLaunch:
+    """The quantization kernel's launch for x [M, K] on this GPU (tiling.cuda_quant_launch)."""
+    return tiling.cuda_quant_launch(m, k, sm_count())
+
+
+def _quantize_graph(x, launch: tiling.CudaQuantLaunch | None = None):
+    """(q int8 [M, K], scale float32 [M]) of x float16/bfloat16/float32 [M, K]; launch: the
+    kernel's (threads, held), quant_launch's by default (tests force the others)."""
     m, k = x.shape
+    launch = launch or quant_launch(m, k)
+    grid, block = launch.grid(m)
     q, s = _kernel(cuda_source.quantize())(
         inputs=[x],
         output_shapes=[(m, k), (m,)],
         output_dtypes=[mx.int8, mx.float32],
-        grid=(m * QUANT_THREADS, 1, 1),
-        threadgroup=(QUANT_THREADS, 1, 1),
-        template=[("T", x.dtype), ("THREADS", QUANT_THREADS)],
+        grid=grid,
+        threadgroup=block,
+        template=[("T", x.dtype)] + launch.template(),
     )
     return q, s
 
@@ -345,9 +352,11 @@ def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, kernel: str, plan, 
                                kernel == "tma_simple")
 
 
-def w8a8_graph(x, w, scale_w, bias32, kernel: str, plan, has_bias: bool):
-    """quantize(x), then dequant_graph on `kernel` with `plan`: y [M, N] in x's dtype."""
-    q, scale_x = _quantize_graph(x)
+def w8a8_graph(x, w, scale_w, bias32, kernel: str, plan, has_bias: bool,
+               quant: tiling.CudaQuantLaunch | None = None):
+    """quantize(x) (with the launch `quant`, quant_launch's by default), then dequant_graph on
+    `kernel` with `plan`: y [M, N] in x's dtype."""
+    q, scale_x = _quantize_graph(x, quant)
     return dequant_graph(q, scale_x, w, scale_w, bias32, x.dtype, kernel, plan, has_bias)
 
 
@@ -368,14 +377,16 @@ def _compiled_gemm(kernel: str, plan):
     return _maybe_compile(lambda a, b: gemm_graph(a, b, kernel, plan))
 
 
+# The quantization launch is chosen outside the compiled functions (it needs sm_count(), which
+# runs a kernel and reads its result: not possible while mx.compile traces).
 @lru_cache(maxsize=None)
-def _compiled_w8a8(kernel: str, plan, has_bias: bool):
-    return _maybe_compile(lambda x, w, s, bias: w8a8_graph(x, w, s, bias, kernel, plan, has_bias))
+def _compiled_w8a8(kernel: str, plan, has_bias: bool, quant: tiling.CudaQuantLaunch):
+    return _maybe_compile(lambda x, w, s, bias: w8a8_graph(x, w, s, bias, kernel, plan, has_bias, quant))
 
 
 @lru_cache(maxsize=None)
-def _compiled_quantize():
-    return _maybe_compile(_quantize_graph)
+def _compiled_quantize(launch: tiling.CudaQuantLaunch):
+    return _maybe_compile(lambda x: _quantize_graph(x, launch))
 
 
 # The dispatch's choice per shape, cached: a call of a shape seen before costs one dict lookup
@@ -404,13 +415,19 @@ def _gemm_for_shape(m: int, n: int, k: int):
 @lru_cache(maxsize=4096)
 def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
     plan, kernel = w8a8_plan(m, n, k)
-    return _compiled_w8a8(kernel, plan, has_bias)
+    return _compiled_w8a8(kernel, plan, has_bias, quant_launch(m, k))
+
+
+@lru_cache(maxsize=4096)
+def _quantize_for_shape(m: int, k: int):
+    return _compiled_quantize(quant_launch(m, k))
 
 
 def clear_caches() -> None:
     """Forget every built kernel object and compiled entry point (after changing COMPILE or
     INT8NAX_CUDA_KERNEL)."""
-    for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape, kernel_choice):
+    for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape,
+               _quantize_for_shape, kernel_choice):
         fn.cache_clear()
 
 
@@ -426,7 +443,7 @@ def gemm_int32(a: mx.array, b: mx.array, plan: tiling.CudaPlan | None = None, fa
 
 def quantize(x: mx.array) -> tuple[mx.array, mx.array]:
     """(int8 [M, K], float32 [M]) per-token quantization of float [M, K] (int8nax.quant)."""
-    return _compiled_quantize()(x)
+    return _quantize_for_shape(*x.shape)(x)
 
 
 def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str | None = None):
@@ -439,7 +456,8 @@ def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str |
         return _w8a8_for_shape(m, w.shape[0], k, has_bias)(x, w, scale_w, bias32)
     family = family or _family()
     plan = plan or default_plan(x.shape[0], w.shape[0], x.shape[1], family)
-    return _compiled_w8a8("simt" if family == "simt" else "wgmma", plan, has_bias)(x, w, scale_w, bias32)
+    return _compiled_w8a8("simt" if family == "simt" else "wgmma", plan, has_bias, quant_launch(*x.shape))(
+        x, w, scale_w, bias32)
 
 
 class CUDABackend(Backend):

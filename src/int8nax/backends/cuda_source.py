@@ -257,8 +257,9 @@ def reduce_w8a8() -> KernelSpec:
 
 @lru_cache(maxsize=None)
 def quantize() -> KernelSpec:
-    """(q int8 [M, K], scale float32 [M]) from x [M, K]; template T, THREADS; one block per row."""
-    body = "int8nax::quantize_rows<T, THREADS>(x, x_shape[1], q, scale);"
+    """(q int8 [M, K], scale float32 [M]) from x [M, K]; template T, THREADS, HELD (a
+    tiling.CudaQuantLaunch); one block per row."""
+    body = "int8nax::quantize_rows<T, THREADS, HELD>(x, x_shape[1], q, scale);"
     return KernelSpec(_name("int8nax_quantize", "quantize"), ("x",), ("q", "scale"), body, header("quantize"), 0)
 
 

@@ -6,12 +6,28 @@
 //   subnormal s[m], whose reciprocal would overflow: both scalings by 2^64 are exact, so the
 //   codes are x * (1 / s) as if float32 had no exponent limit (int8nax.quant's spec; example:
 //   [1e-37, 1e-38, 0, 5e-39] -> [127, 13, 0, 6]).
-// NVRTC's defaults keep IEEE division and no fast-math, and roundf rounds half away from zero,
-// which is exactly the reference. One block of THREADS threads per row; rows of whole
-// 8-value groups are read 16 bytes at a time (the row is read twice: for the scale, then the codes).
+// NVRTC's defaults keep IEEE division and no fast-math, which the scale needs; the codes' rounding
+// (half away from zero, as roundf) is written out below without roundf's extra conversion.
+//
+// One block of THREADS threads per row. Rows of whole 8-value groups on 16-byte boundaries (the
+// vector path) that fit in THREADS * HELD groups are held in registers: every thread issues all
+// its 16-byte loads at once (groups threadIdx.x + j * THREADS, j < HELD), so the whole row is in
+// flight, then the block reduces the absolute maximum and quantizes from the registers, and the
+// row is read once. Longer rows and rows off the vector path are read twice (for the scale, then
+// for the codes), 16 bytes at a time where the vector path allows, else one value at a time.
+// The launch (THREADS, HELD) is int8nax.tiling.cuda_quant_launch's.
 #pragma once
 
 namespace int8nax {
+
+// ---- the absolute maximum as ordered bits ----
+//
+// With the sign bit cleared, the bits of an IEEE value compare as unsigned integers in the order
+// of the values, and every NaN compares above +inf. The row maximum is kept that way (as the
+// float32 bits of |x|, or the 16-bit patterns of |x| for 2-byte types): an integer max, exact for
+// subnormals, and a row holds NaN or inf exactly when its maximum's bits are >= those of +inf.
+
+constexpr uint32_t FLOAT_INF_BITS = 0x7f800000u;
 
 __device__ __forceinline__ float to_float(float v) {
   return v;
@@ -23,45 +39,265 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 v) {
   return __bfloat162float(v);
 }
 
-// Eight consecutive values as float: one 16-byte load for 2-byte types, two for float.
-__device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __half22float2(h[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
-}
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __bfloat1622float2(h[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
-}
-__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
-  const float4 lo = *reinterpret_cast<const float4*>(p);
-  const float4 hi = *reinterpret_cast<const float4*>(p + 4);
-  f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w;
-  f[4] = hi.x, f[5] = hi.y, f[6] = hi.z, f[7] = hi.w;
+__device__ __forceinline__ uint32_t abs_bits(float v) {
+  return __float_as_uint(v) & 0x7fffffffu;
 }
 
-// The quantization of one value, given the row's pre-scale (1 or 2^64) and reciprocal scale
-// (0 codes in a NaN/inf row). __fmul_rn: the two products must not be fused or reordered.
-__device__ __forceinline__ int quantize_one(float v, float up, float inv, bool bad) {
-  const float r = fminf(fmaxf(roundf(__fmul_rn(__fmul_rn(v, up), inv)), -127.0f), 127.0f);
-  return bad ? 0 : static_cast<int>(r);
+// How one 8-value group of T is held: WORDS 32-bit words (one 16-byte load for 2-byte types, two
+// for float), folded into a running maximum (`acc`, in the type's own bits) and turned into floats.
+template <typename T>
+struct Group;
+
+template <>
+struct Group<float> {
+  static constexpr int WORDS = 8;
+  static __device__ __forceinline__ void fold(uint32_t& acc, const uint32_t (&w)[WORDS]) {
+#pragma unroll
+    for (int i = 0; i < WORDS; ++i) {
+      acc = max(acc, w[i] & 0x7fffffffu);
+    }
+  }
+  static __device__ __forceinline__ uint32_t float_bits(uint32_t acc) {
+    return acc;
+  }
+  static __device__ __forceinline__ float value(const uint32_t (&w)[WORDS], int i) {
+    return __uint_as_float(w[i]);
+  }
+};
+
+// float16 and bfloat16: two values a word, the maximum per 16-bit half (__vmaxu2), the two
+// halves folded at the end; both conversions to float are exact (NaN stays NaN, inf stays inf).
+template <typename T>
+struct Group2Byte {
+  static constexpr int WORDS = 4;
+  static __device__ __forceinline__ void fold(uint32_t& acc, const uint32_t (&w)[WORDS]) {
+#pragma unroll
+    for (int i = 0; i < WORDS; ++i) {
+      acc = __vmaxu2(acc, w[i] & 0x7fff7fffu);
+    }
+  }
+};
+
+template <>
+struct Group<__half> : Group2Byte<__half> {
+  static __device__ __forceinline__ uint32_t float_bits(uint32_t acc) {
+    const unsigned short h = static_cast<unsigned short>(max(acc & 0xffffu, acc >> 16));
+    return abs_bits(__half2float(__ushort_as_half(h)));
+  }
+  static __device__ __forceinline__ float value(const uint32_t (&w)[WORDS], int i) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(w[i >> 1] >> (16 * (i & 1)))));
+  }
+};
+
+template <>
+struct Group<__nv_bfloat16> : Group2Byte<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t float_bits(uint32_t acc) {
+    return max(acc & 0xffffu, acc >> 16) << 16;  // bfloat16 is the top half of a float32
+  }
+  static __device__ __forceinline__ float value(const uint32_t (&w)[WORDS], int i) {
+    return __uint_as_float((i & 1) ? (w[i >> 1] & 0xffff0000u) : (w[i >> 1] << 16));
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ void load_group(const T* p, uint32_t (&w)[Group<T>::WORDS]) {
+#pragma unroll
+  for (int i = 0; i < Group<T>::WORDS; i += 4) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i / 4);
+    w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
+  }
 }
 
+// ---- the block's maximum ----
+
+__device__ __forceinline__ uint32_t warp_max(uint32_t v) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
+  }
+  return v;
+#endif
+}
+
+// Every thread gets the maximum of `v` over the block (one barrier; `slots` holds a word per warp).
+template <int THREADS>
+__device__ __forceinline__ uint32_t block_max(uint32_t v, uint32_t* slots) {
+  v = warp_max(v);
+  if constexpr (THREADS > 32) {
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) {
+      slots[threadIdx.x >> 5] = v;
+    }
+    __syncthreads();
+    v = warp_max(lane < THREADS / 32 ? slots[lane] : 0u);
+  }
+  return v;
+}
+
+// ---- scale and codes ----
+
+// The row's scale and how its codes are computed, from the bits of its absolute maximum.
+struct RowScale {
+  float s;    // the scale written out
+  float up;   // 1, or 2^64 for a subnormal scale
+  float inv;  // 1 / (s * up)
+  bool bad;   // the row holds NaN or inf: s = NaN, codes 0
+
+  __device__ __forceinline__ explicit RowScale(uint32_t amax_bits) {
+    bad = amax_bits >= FLOAT_INF_BITS;
+    s = __uint_as_float(amax_bits) / 127.0f;
+    if (s == 0.0f) {
+      s = 1.0f;
+    }
+    if (bad) {
+      s = __int_as_float(0x7fc00000);  // quiet NaN
+    }
+    // Tiny rows: s subnormal, 1 / s would be inf; scale x and s by 2^64 first (exact).
+    up = s < 0x1p-126f ? 0x1p64f : 1.0f;
+    inv = 1.0f / __fmul_rn(s, up);
+  }
+};
+
+// The code of one value of a finite row: round half away from zero (as roundf), clamped to +-127.
+// Rounding: for |v| < 2^23, adding 0.5 toward v's sign with round-toward-zero keeps the integer
+// part of the exact sum, which the truncating conversion then takes (a round-to-nearest sum would
+// carry 0.49999997 up to 1). Clamping: with a normal scale (TINY false), s = amax / 127 and
+// inv = 1 / s are each within half an ulp, so |x * inv| <= 127 (1 + 2^-23) < 127.5 and the code
+// is within +-127 unclamped (at most 127.0000077 over every float32 mantissa: tests/
+// test_cuda_plan.py). A subnormal s carries a large relative error (v up to ~190), so TINY rows
+// clamp v first, which commutes with the monotone rounding since +-127 are integers. TINY also
+// scales x by up = 2^64 (exact); __fmul_rn: the products must not be fused or reordered.
+template <bool TINY>
+__device__ __forceinline__ int code_of(float x, float up, float inv) {
+  float v;
+  if constexpr (TINY) {
+    v = fminf(fmaxf(__fmul_rn(__fmul_rn(x, up), inv), -127.0f), 127.0f);
+  } else {
+    v = __fmul_rn(x, inv);
+  }
+  return __float2int_rz(__fadd_rz(v, copysignf(0.5f, v)));
+}
+
+// Eight codes, packed little-endian into two words.
+template <bool TINY, typename Value>
+__device__ __forceinline__ uint2 codes8(const Value& value, float up, float inv) {
+  int c[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    c[i] = code_of<TINY>(value(i), up, inv);
+  }
+  return make_uint2(__byte_perm(__byte_perm(c[0], c[1], 0x0040), __byte_perm(c[2], c[3], 0x0040), 0x5410),
+                    __byte_perm(__byte_perm(c[4], c[5], 0x0040), __byte_perm(c[6], c[7], 0x0040), 0x5410));
+}
+
+// ---- the row held in registers ----
+
+template <typename T, int THREADS, int HELD, bool TINY>
+__device__ __forceinline__ void store_held(const uint32_t (&w)[HELD][Group<T>::WORDS], int groups, int8_t* qr,
+                                           float up, float inv) {
+#pragma unroll
+  for (int j = 0; j < HELD; ++j) {
+    const int g = threadIdx.x + j * THREADS;
+    if (g < groups) {
+      *reinterpret_cast<uint2*>(qr + 8 * g) =
+          codes8<TINY>([&](int i) { return Group<T>::value(w[j], i); }, up, inv);
+    }
+  }
+}
+
+template <typename T, int THREADS, int HELD>
+__device__ __forceinline__ void quantize_held_row(const T* xr, int groups, int8_t* qr, float* scale,
+                                                  uint32_t* slots) {
+  uint32_t w[HELD][Group<T>::WORDS];
+  // All loads first: nothing below waits on memory until every one of them is issued.
+#pragma unroll
+  for (int j = 0; j < HELD; ++j) {
+    const int g = threadIdx.x + j * THREADS;
+    if (g < groups) {
+      load_group(xr + 8 * g, w[j]);
+    }
+  }
+  uint32_t acc = 0u;
+#pragma unroll
+  for (int j = 0; j < HELD; ++j) {
+    if (static_cast<int>(threadIdx.x) + j * THREADS < groups) {
+      Group<T>::fold(acc, w[j]);
+    }
+  }
+  const RowScale rs(block_max<THREADS>(Group<T>::float_bits(acc), slots));
+  // The branches are uniform over the block (one row).
+  if (rs.bad) {
+#pragma unroll
+    for (int j = 0; j < HELD; ++j) {
+      const int g = threadIdx.x + j * THREADS;
+      if (g < groups) {
+        *reinterpret_cast<uint2*>(qr + 8 * g) = make_uint2(0u, 0u);
+      }
+    }
+  } else if (rs.up != 1.0f) {
+    store_held<T, THREADS, HELD, true>(w, groups, qr, rs.up, rs.inv);
+  } else {
+    store_held<T, THREADS, HELD, false>(w, groups, qr, rs.up, rs.inv);
+  }
+  if (threadIdx.x == 0) {
+    *scale = rs.s;
+  }
+}
+
+// ---- rows read twice: too long for the registers, or off the vector path ----
+
+template <bool TINY, typename T, int THREADS>
+__device__ __forceinline__ void store_streamed(const T* xr, int K, int groups, int8_t* qr, float up, float inv) {
+#pragma unroll 4
+  for (int g = threadIdx.x; g < groups; g += THREADS) {
+    uint32_t w[Group<T>::WORDS];
+    load_group(xr + 8 * g, w);
+    *reinterpret_cast<uint2*>(qr + 8 * g) = codes8<TINY>([&](int i) { return Group<T>::value(w, i); }, up, inv);
+  }
+  for (int k = 8 * groups + threadIdx.x; k < K; k += THREADS) {
+    qr[k] = static_cast<int8_t>(code_of<TINY>(to_float(xr[k]), up, inv));
+  }
+}
+
+// `groups` 8-value groups on the vector path (0 when the row is off it), then single values.
 template <typename T, int THREADS>
+__device__ __forceinline__ void quantize_streamed_row(const T* xr, int K, int groups, int8_t* qr, float* scale,
+                                                      uint32_t* slots) {
+  uint32_t acc = 0u;
+#pragma unroll 4
+  for (int g = threadIdx.x; g < groups; g += THREADS) {
+    uint32_t w[Group<T>::WORDS];
+    load_group(xr + 8 * g, w);
+    Group<T>::fold(acc, w);
+  }
+  uint32_t amax = Group<T>::float_bits(acc);
+  for (int k = 8 * groups + threadIdx.x; k < K; k += THREADS) {
+    amax = max(amax, abs_bits(to_float(xr[k])));
+  }
+  const RowScale rs(block_max<THREADS>(amax, slots));
+  if (rs.bad) {
+    for (int k = threadIdx.x; k < K; k += THREADS) {
+      qr[k] = 0;
+    }
+  } else if (rs.up != 1.0f) {
+    store_streamed<true, T, THREADS>(xr, K, groups, qr, rs.up, rs.inv);
+  } else {
+    store_streamed<false, T, THREADS>(xr, K, groups, qr, rs.up, rs.inv);
+  }
+  if (threadIdx.x == 0) {
+    *scale = rs.s;
+  }
+}
+
+// x [M, K] (T: float, __half or __nv_bfloat16) -> q int8 [M, K], scale float [M]; block b = row b.
+template <typename T, int THREADS, int HELD>
 __device__ void quantize_rows(const T* x, int K, int8_t* q, float* scale) {
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, one block");
-  __shared__ float warp_max[THREADS / 32];
+  static_assert(HELD >= 1, "at least one group a thread");
+  __shared__ uint32_t slots[THREADS / 32];
   const int row = blockIdx.x;
   const T* xr = x + static_cast<size_t>(row) * K;
   int8_t* qr = q + static_cast<size_t>(row) * K;
@@ -69,65 +305,10 @@ __device__ void quantize_rows(const T* x, int K, int8_t* q, float* scale) {
   const bool vec = (K & 7) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0 &&
                    (reinterpret_cast<unsigned long long>(q) & 7) == 0;
   const int groups = vec ? K / 8 : 0;
-
-  // fmaxf drops NaN, so non-finite values are flagged separately.
-  float amax = 0.0f;
-  int bad = 0;
-#pragma unroll 4
-  for (int g = threadIdx.x; g < groups; g += THREADS) {
-    float f[8];
-    load8(xr + 8 * g, f);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      bad |= !isfinite(f[i]);
-      amax = fmaxf(amax, fabsf(f[i]));
-    }
-  }
-  for (int k = 8 * groups + threadIdx.x; k < K; k += THREADS) {
-    const float v = to_float(xr[k]);
-    bad |= !isfinite(v);
-    amax = fmaxf(amax, fabsf(v));
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  }
-  if ((threadIdx.x & 31) == 0) {
-    warp_max[threadIdx.x >> 5] = amax;
-  }
-  bad = __syncthreads_or(bad);
-  amax = warp_max[0];
-#pragma unroll
-  for (int w = 1; w < THREADS / 32; ++w) {
-    amax = fmaxf(amax, warp_max[w]);
-  }
-
-  float s = amax / 127.0f;
-  if (s == 0.0f) {
-    s = 1.0f;
-  }
-  if (bad) {
-    s = __int_as_float(0x7fc00000);  // quiet NaN
-  }
-  // Tiny rows: s subnormal, 1 / s would be inf; scale x and s by 2^64 first (exact).
-  const float up = s < 0x1p-126f ? 0x1p64f : 1.0f;
-  const float inv = bad ? 0.0f : 1.0f / __fmul_rn(s, up);
-#pragma unroll 4
-  for (int g = threadIdx.x; g < groups; g += THREADS) {
-    float f[8];
-    load8(xr + 8 * g, f);
-    uint32_t packed[2] = {0u, 0u};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      packed[i >> 2] |= (static_cast<uint32_t>(quantize_one(f[i], up, inv, bad)) & 0xffu) << (8 * (i & 3));
-    }
-    *reinterpret_cast<uint2*>(qr + 8 * g) = make_uint2(packed[0], packed[1]);
-  }
-  for (int k = 8 * groups + threadIdx.x; k < K; k += THREADS) {
-    qr[k] = static_cast<int8_t>(quantize_one(to_float(xr[k]), up, inv, bad));
-  }
-  if (threadIdx.x == 0) {
-    scale[row] = s;
+  if (vec && groups <= THREADS * HELD) {
+    quantize_held_row<T, THREADS, HELD>(xr, groups, qr, scale + row, slots);
+  } else {
+    quantize_streamed_row<T, THREADS>(xr, K, groups, qr, scale + row, slots);
   }
 }
 
