@@ -445,8 +445,8 @@ SWEEP_BEST = {
     (2048, 4096, 4096): {("wg2_128x256", 1)},
     (128, 3584, 18944): {("wg2_128x144", 1)},  # 24.7; 128 x 128 28.9
     (512, 3584, 18944): {("wg2_128x192", 1)},  # 68.6; 128 x 256 84.5
-    # 29.4; 128 x 128 x 8 splits 33.4 (sweep of 2026-12-01 16:24, the first with 128 x 144 split)
-    (128, 18944, 3584): {("wg2_128x144", 4)},
+    # 128 x 112 x 4 28.7, 128 x 144 x 4 29.3 (sweep of 2026-12-01 20:08, the first with 128 x 112)
+    (128, 18944, 3584): {("wg2_128x112", 4), ("wg2_128x144", 4)},
     (512, 18944, 3584): {("wg2_128x144", 1)},  # 56.0; 128 x 128 x 2 splits 62.3
 }
 
@@ -493,6 +493,16 @@ def test_w8a8_plan_keeps_the_measured_faster(shape):
     plan = tiling.tma_plan(m, n, k, 132, w8a8=True)
     assert (plan.cfg.name, plan.splits) == W8A8_MEASURED[shape]
     assert plan != tiling.tma_plan(m, n, k, 132)  # the int32 GEMM takes the wave tile there
+
+
+def test_split_plan_takes_the_tile_whose_splits_fill_the_most_sms():
+    w144, w112 = tiling.CUDA_CONFIGS["wg2_128x144"], tiling.CUDA_CONFIGS["wg2_128x112"]
+    # 128 x 3584: 25 tiles of 128 x 144 x 4 splits = 100 blocks; 32 of 128 x 112 x 4 = 128 (of 132)
+    assert tiling.split_plan(128, 3584, 18944, w144) == tiling.CudaPlan(w112, 4)
+    # 128 x 4096: 29 tiles x 4 = 116 blocks against 37 x 2 = 74 (x 4 would not fit): the wave tile stays
+    assert tiling.split_plan(128, 4096, 18944, w144) == tiling.CudaPlan(w144, 4)
+    # 256 x 512: 8 tiles x 16 splits = 128 blocks against 10 x 8 = 80
+    assert tiling.split_plan(256, 512, 18944, w144) == tiling.CudaPlan(w144, 16)
 
 
 @pytest.mark.parametrize("m,k,n", [(128, 18944, 3584), (256, 18944, 512), (300, 8192, 300), (512, 18944, 3584),

@@ -608,6 +608,26 @@ def wave_tile(m: int, n: int, sms: int = 132):
     return best if wave_cost(m, n, best, sms) <= WAVE_MARGIN * wave_cost(m, n, default, sms) else default
 
 
+_SPLIT_TILES = ("wg2_128x112",)
+"""Tiles the long-K split plan weighs besides the wave tile (split_plan)."""
+
+
+def split_plan(m: int, n: int, k: int, wave, sms: int = 132) -> CudaPlan:
+    """The long-K split plan: the wave tile or a _SPLIT_TILES tile, each split by fill_splits,
+    whichever puts blocks on the most SMs (ties to the wave tile). Few tiles at long K stream the
+    weight, and an SM without a block pulls none of it: at 128 x 18944 x 3584, 4 splits of
+    128 x 112 (32 tiles, 128 blocks) 28.7 µs against 128 x 144's (25 tiles, 100 blocks) 29.3
+    (H200 sweep, 2026-12-01 20:08, docs/results/cuda-h200-2026-12-01-q.md)."""
+    def busy(cfg):
+        return min(sms * blocks_per_sm(cfg), tile_count(m, n, cfg) * fill_splits(m, n, k, cfg, sms))
+
+    best = wave
+    for cfg in (CUDA_CONFIGS[name] for name in _SPLIT_TILES):
+        if busy(cfg) > busy(best):
+            best = cfg
+    return CudaPlan(best, fill_splits(m, n, k, best, sms))
+
+
 def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> CudaPlan:
     """The plan of the TMA GEMM (gemm_tma_simple) for an [M, K] x [N, K] product on `sms` SMs;
     w8a8: for w8a8_linear's fused GEMM (below).
@@ -623,7 +643,8 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     K (K >= 8192) the wave tile runs unsplit where it alone fills most SMs (512 x 18944 x 3584:
     128 x 144 unsplit 56.0 µs, cuda_plan's 2 splits 62.3), else its K is split until its blocks
     fill the SMs once (fill_splits; 128 x 18944 x 3584: 128 x 144 x 4 splits 29.4 µs, cuda_plan's
-    128 x 128 x 8 splits 33.4, 2026-12-01 16:24, docs/results/cuda-h200-2026-12-01-late.md).
+    128 x 128 x 8 splits 33.4, 2026-12-01 16:24, docs/results/cuda-h200-2026-12-01-late.md), on
+    the tile whose splits fill the most SMs (split_plan: 128 x 112 there).
 
     W8A8 keeps the rule without the wave tile (128 x 256, 128 x 128, 64 x 64; cuda_plan at long
     K): its dequantizing epilogue runs after each block's main loop, an unhidden tail that grows
@@ -641,7 +662,7 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
             return cuda_plan(m, n, k, sms)
         if tile_count(m, n, wave) >= TMA_LONG_K_FILL * sms:
             return CudaPlan(wave, 1)
-        return CudaPlan(wave, fill_splits(m, n, k, wave, sms))
+        return split_plan(m, n, k, wave, sms)
     wave = wave_tile(m, n, sms) if m > 64 and not w8a8 else None
     candidates = [wave or CUDA_CONFIGS[_TMA_TILES[0]]] + [CUDA_CONFIGS[name] for name in _TMA_TILES[1:]]
     for cfg in candidates:
