@@ -97,16 +97,23 @@ def test_pp_plan_is_valid(m, k, n, w8a8):
     assert (plan.cfg.bn == 64) == (tiling.ws_units(m, n, wide, 1) < 132)
 
 
-def test_pp_specs():
-    for c in tiling.CUDA_PP_CONFIGS.values():
-        raw, fused = cuda_source.gemm_tma_pp(c), cuda_source.gemm_w8a8_tma_pp(c)
+@pytest.mark.parametrize("configs,specs,call", [
+    (tiling.CUDA_WS_CONFIGS, (cuda_source.gemm_tma_ws, cuda_source.gemm_w8a8_tma_ws), "gemm_tma_ws<BM, BN, STAGES, CHUNK, "),
+    (tiling.CUDA_PP_CONFIGS, (cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp), "gemm_tma_pp<BN, STAGES, CHUNK>"),
+], ids=["tma_ws", "tma_pp"])
+def test_persistent_specs(configs, specs, call):
+    for c in configs.values():
+        raw, fused = (spec(c) for spec in specs)
         assert raw.input_names == ("a", "b", "plan") and raw.output_names == ("out", "maps")
         assert fused.input_names == ("q", "w", "scale_x", "scale_w", "bias", "plan")
         assert fused.output_names == ("y", "maps") and fused.shared_memory == raw.shared_memory == c.shared_bytes
         for s in (raw, fused):
-            assert "plan_shape[0], plan_shape[1]" in s.source and "gemm_tma_pp<BN, STAGES, CHUNK>" in s.source
+            assert "plan_shape[0], plan_shape[1]" in s.source and call in s.source
             assert s.header.rstrip().splitlines()[-1].endswith('tma_bounds.cuh"')
-        assert "SplitInt32" in raw.source and "same_epilogue(int8nax::DequantStore" in fused.source
+        assert "SplitInt32{out, a_shape[0], b_shape[0]}" in raw.source
+        if configs is tiling.CUDA_WS_CONFIGS:  # the exact path per chunk: W8A8 only (gemm_tma.cuh)
+            assert "CHUNK, false>" in raw.source and "CHUNK, true>" in fused.source
+        assert "same_epilogue(int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias" in fused.source
 
 
 def test_tma_ok():
@@ -168,8 +175,10 @@ def test_tma_specs():
     simple = [cuda_source.gemm_tma_simple(c) for c in tiling.CUDA_CONFIGS.values()]
     w8a8 = [cuda_source.gemm_w8a8_tma_simple(c) for c in tiling.CUDA_CONFIGS.values()]
     ws = [cuda_source.gemm_tma_ws(c) for c in tiling.CUDA_WS_CONFIGS.values()]
-    names = [s.name for s in simple + w8a8 + ws] + [cuda_source.gemm_int32("sm90", c).name
-                                                    for c in tiling.CUDA_CONFIGS.values()]
+    ws_w8a8 = [cuda_source.gemm_w8a8_tma_ws(c) for c in tiling.CUDA_WS_CONFIGS.values()]
+    pp = [f(c) for c in tiling.CUDA_PP_CONFIGS.values() for f in (cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp)]
+    names = [s.name for s in simple + w8a8 + ws + ws_w8a8 + pp] + [cuda_source.gemm_int32("sm90", c).name
+                                                                    for c in tiling.CUDA_CONFIGS.values()]
     assert len(set(names)) == len(names)
     for s, c in zip(simple, tiling.CUDA_CONFIGS.values()):
         assert s.output_names == ("out", "maps") and s.shared_memory == c.tma_shared_bytes
