@@ -118,7 +118,6 @@ def test_w8a8_on_the_tma_kernel_matches_the_cpasync_kernel(plan, rng):
 
 
 PERSISTENT_PLANS = [(v, p) for v, p in plans() if v in ("tma_ws", "tma_pp") and p.blocks == 7]
-PP_PLANS = [p for v, p in PERSISTENT_PLANS if v == "tma_pp"]
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
@@ -130,21 +129,91 @@ def test_persistent_misaligned_base_takes_the_consumers_own_loads(variant, plan,
     assert_exact(cuda.tma_gemm_int32(view(a, shift_a), view(b, shift_b), variant, plan), a, b)
 
 
-@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-@pytest.mark.parametrize("plan", PP_PLANS, ids=plan_id)
-def test_w8a8_on_the_pp_kernel_matches_the_cpasync_kernel(plan, rng):
-    # The fused epilogue (splits 1) or the workspace and the dequantizing reduction (splits 3),
-    # aligned and through the misaligned loads: bit-identical to the cp.async kernel's W8A8.
-    m, k, n = 300, 1040, 136
+def w8a8_problem(rng, m, k, n):
+    """Codes q [M, K], w [N, K] and float32 scale_x [M], scale_w [N], bias [N] of a W8A8 GEMM."""
     q, w = random_int8(rng, (m, k)), random_int8(rng, (n, k))
-    sx = mx.array(rng.uniform(1e-3, 1e-1, m).astype(np.float32))
-    sw = mx.array(rng.uniform(1e-3, 1e-1, n).astype(np.float32))
-    bias = mx.array(rng.standard_normal(n).astype(np.float32))
-    want = np.array(cuda.dequant_gemm(mx.array(q), sx, mx.array(w), sw, bias, mx.float16,
-                                      tiling.CudaPlan(tiling.CUDA_CONFIGS["wg2_128x128_x2"], 1), family="sm90"))
+    sx = rng.uniform(1e-3, 1e-1, m).astype(np.float32)
+    sw = rng.uniform(1e-3, 1e-1, n).astype(np.float32)
+    return q, w, sx, sw, rng.standard_normal(n).astype(np.float32)
+
+
+def bits(y):
+    """The bits of a float16, bfloat16 or float32 array as numpy unsigned integers (numpy has no
+    bfloat16)."""
+    return np.array(y.view({2: mx.uint16, 4: mx.uint32}[y.itemsize]))
+
+
+def cpasync_w8a8(q, sx, w, sw, bias, out_dtype):
+    """The bits of the cp.async kernel's W8A8 (one plan for every shape here): the reference the
+    TMA kernels' outputs must equal bit for bit (the same dequantization)."""
+    plan = tiling.CudaPlan(tiling.CUDA_CONFIGS["wg2_128x128_x2"], 1)
+    return bits(cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw),
+                                  None if bias is None else mx.array(bias), out_dtype, plan, family="sm90"))
+
+
+def assert_same_bits(got, want):
+    """got: an MLX array; want: cpasync_w8a8's bits."""
+    got = bits(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, f"{len(bad)} elements differ, first at {bad[0].tolist()}"
+
+
+# N = 520: two whole 256-column tiles, so the 128 x 256 tiles' interior takes the fast path too.
+W8A8_SHAPE = (300, 1040, 520)
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("variant,plan", [(v, p) for v, p in plans() if v in ("tma_ws", "tma_pp")], ids=plan_id)
+def test_w8a8_on_the_persistent_kernels_matches_the_cpasync_kernel(variant, plan, rng):
+    # The fused epilogue (splits 1) or the workspace and the dequantizing reduction (splits 3),
+    # on 1, 7 and all SMs' blocks, aligned and through the misaligned loads: bit-identical to the
+    # cp.async kernel's W8A8.
+    m, k, n = W8A8_SHAPE
+    q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
+    want = cpasync_w8a8(q, sx, w, sw, bias, mx.float16)
+    args = mx.array(sx), mx.array(sw), mx.array(bias)
     for qv, wv in ((mx.array(q), mx.array(w)), (mx.array(q), view(w, 7))):
-        got = np.array(cuda.dequant_gemm(qv, sx, wv, sw, bias, mx.float16, plan, kernel="tma_pp"))
-        assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+        assert_same_bits(cuda.dequant_gemm(qv, args[0], wv, args[1], args[2], mx.float16, plan, kernel=variant), want)
+
+
+WS_UNSPLIT = tiling.CudaWsPlan(tiling.CUDA_WS_CONFIGS["ws_128x256"], 1, 2, 7)  # the dispatch's tile
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("dtype,with_bias", [("bfloat16", False), ("float32", True)])
+def test_w8a8_on_the_ws_kernel_in_every_output_dtype(rng, dtype, with_bias):
+    # float16 with a bias runs above; these two add the other output types and no bias, fused and
+    # (splits 2) through the dequantizing reduction, each bit-identical to the cp.async kernel's.
+    out = getattr(mx, dtype)
+    m, k, n = W8A8_SHAPE
+    q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
+    bias = bias if with_bias else None
+    want = cpasync_w8a8(q, sx, w, sw, bias, out)
+    for plan in (WS_UNSPLIT, tiling.CudaWsPlan(WS_UNSPLIT.cfg, 2, 2, 7)):
+        got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw),
+                                None if bias is None else mx.array(bias), out, plan, kernel="tma_ws")
+        assert_same_bits(got, want)
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("variant,plan", [(v, p) for v, p in PERSISTENT_PLANS if p.splits == 1], ids=plan_id)
+def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
+    # Pairs that need the exact path in the interior of whole tiles, among pairs that do not: a
+    # row whose scale product falls below 2^-100, one above 2^90, a zero column scale, and biases
+    # that cancel single products. gemm_tma_ws takes the exact path per chunk of columns, the
+    # others per thread's share: every output still bit-identical to the cp.async kernel's.
+    m, k, n = W8A8_SHAPE
+    q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
+    sx[5], sx[140] = 1e-30, 1e30
+    sw[300] = 0.0
+    acc = int8_matmul_ref(q, w)
+    for r, c in ((9, 3), (70, 130), (200, 257), (100, 511)):
+        bias[c] = -np.float32(np.float64(acc[r, c]) * np.float64(sx[r]) * np.float64(sw[c]))
+    want = cpasync_w8a8(q, sx, w, sw, bias, mx.float16)
+    got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), mx.float16, plan,
+                            kernel=variant)
+    assert_same_bits(got, want)
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")

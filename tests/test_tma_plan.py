@@ -97,16 +97,23 @@ def test_pp_plan_is_valid(m, k, n, w8a8):
     assert (plan.cfg.bn == 64) == (tiling.ws_units(m, n, wide, 1) < 132)
 
 
-def test_pp_specs():
-    for c in tiling.CUDA_PP_CONFIGS.values():
-        raw, fused = cuda_source.gemm_tma_pp(c), cuda_source.gemm_w8a8_tma_pp(c)
+@pytest.mark.parametrize("configs,specs,call", [
+    (tiling.CUDA_WS_CONFIGS, (cuda_source.gemm_tma_ws, cuda_source.gemm_w8a8_tma_ws), "gemm_tma_ws<BM, BN, STAGES, CHUNK, "),
+    (tiling.CUDA_PP_CONFIGS, (cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp), "gemm_tma_pp<BN, STAGES, CHUNK>"),
+], ids=["tma_ws", "tma_pp"])
+def test_persistent_specs(configs, specs, call):
+    for c in configs.values():
+        raw, fused = (spec(c) for spec in specs)
         assert raw.input_names == ("a", "b", "plan") and raw.output_names == ("out", "maps")
         assert fused.input_names == ("q", "w", "scale_x", "scale_w", "bias", "plan")
         assert fused.output_names == ("y", "maps") and fused.shared_memory == raw.shared_memory == c.shared_bytes
         for s in (raw, fused):
-            assert "plan_shape[0], plan_shape[1]" in s.source and "gemm_tma_pp<BN, STAGES, CHUNK>" in s.source
+            assert "plan_shape[0], plan_shape[1]" in s.source and call in s.source
             assert s.header.rstrip().splitlines()[-1].endswith('tma_bounds.cuh"')
-        assert "SplitInt32" in raw.source and "same_epilogue(int8nax::DequantStore" in fused.source
+        assert "SplitInt32{out, a_shape[0], b_shape[0]}" in raw.source
+        if configs is tiling.CUDA_WS_CONFIGS:  # the exact path per chunk: W8A8 only (gemm_tma.cuh)
+            assert "CHUNK, false>" in raw.source and "CHUNK, true>" in fused.source
+        assert "same_epilogue(int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias" in fused.source
 
 
 def test_tma_ok():
@@ -168,8 +175,10 @@ def test_tma_specs():
     simple = [cuda_source.gemm_tma_simple(c) for c in tiling.CUDA_CONFIGS.values()]
     w8a8 = [cuda_source.gemm_w8a8_tma_simple(c) for c in tiling.CUDA_CONFIGS.values()]
     ws = [cuda_source.gemm_tma_ws(c) for c in tiling.CUDA_WS_CONFIGS.values()]
-    names = [s.name for s in simple + w8a8 + ws] + [cuda_source.gemm_int32("sm90", c).name
-                                                    for c in tiling.CUDA_CONFIGS.values()]
+    ws_w8a8 = [cuda_source.gemm_w8a8_tma_ws(c) for c in tiling.CUDA_WS_CONFIGS.values()]
+    pp = [f(c) for c in tiling.CUDA_PP_CONFIGS.values() for f in (cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp)]
+    names = [s.name for s in simple + w8a8 + ws + ws_w8a8 + pp] + [cuda_source.gemm_int32("sm90", c).name
+                                                                    for c in tiling.CUDA_CONFIGS.values()]
     assert len(set(names)) == len(names)
     for s, c in zip(simple, tiling.CUDA_CONFIGS.values()):
         assert s.output_names == ("out", "maps") and s.shared_memory == c.tma_shared_bytes
@@ -216,7 +225,7 @@ def test_gemm_kernel_per_choice(monkeypatch):
         "": (("tma_simple", "tma_simple", "wgmma"), ("tma_simple", "wgmma", "wgmma")),
         "wgmma": (("wgmma",) * 3,) * 2,
         "tma_simple": (("tma_simple", "tma_simple", "wgmma"),) * 2,
-        "tma": (("tma_ws", "tma_ws", "wgmma"), ("tma_simple", "wgmma", "wgmma")),  # W8A8 follows auto
+        "tma": (("tma_ws", "tma_ws", "wgmma"),) * 2,
         "tma_pp": (("tma_pp", "tma_pp", "wgmma"),) * 2,
     }
     try:
@@ -279,8 +288,9 @@ def test_auto_kernel_rule():
         assert tiling.cuda_gemm_kernel(m, 4096, 4096, w8a8=True) == "wgmma"
     assert tiling.cuda_gemm_kernel(tiling.TMA_MIN_M_W8A8, 4096, 4096, w8a8=True) == "tma_simple"
     assert tiling.cuda_gemm_kernel(512, 4096, 4104, w8a8=True) == "wgmma"
-    # W8A8 has no cooperative epilogue: tma_plan's plan where int8_matmul takes tma_ws; tma_pp with it.
-    assert tiling.cuda_gemm_kernel(2048, 4096, 4096, w8a8=True) == "tma_simple"
+    # W8A8 takes the persistent kernel int8_matmul takes (tma_ws there: predicted, persistent_kernel's docstring).
+    assert tiling.cuda_gemm_kernel(2048, 4096, 4096, w8a8=True) == "tma_ws"
+    assert tiling.cuda_gemm_kernel(8192, 8192, 8192, w8a8=True) == "tma_ws"
     assert tiling.cuda_gemm_kernel(512, 18944, 3584, w8a8=True) == "tma_pp"
 
 
@@ -295,6 +305,8 @@ def test_auto_kernel_rule():
 ])
 def test_persistent_kernel_by_tiles_and_rounds(m, n, want):
     assert tiling.persistent_kernel(m, n, 4096, 132) == want
+    if m >= tiling.TMA_MIN_M_W8A8:  # w8a8_linear takes the same kernel
+        assert tiling.cuda_gemm_kernel(m, n, 4096, w8a8=True) == (want or "tma_simple")
     # on a GPU with twice the SMs every problem here has half the tiles per SM
     assert tiling.persistent_kernel(m, n, 4096, 264) in (None, want) if want else True
 
@@ -370,8 +382,8 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
 
 @pytest.mark.parametrize("m,k,n", [(2048, 4096, 4096), (512, 3584, 18944)])
 def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
-    # int8_matmul: tma_ws or tma_pp on its plan (persistent_kernel); w8a8_linear: tma_pp where
-    # int8_matmul takes it, else tma_plan's W8A8 plan on gemm_tma_simple.
+    # int8_matmul: tma_ws or tma_pp on its plan (persistent_kernel); w8a8_linear: the same kernel
+    # with its fused epilogue (pp_plan's W8A8 plan on tma_pp).
     import mlx.core as mx
 
     cuda, launches = recorded
@@ -390,12 +402,37 @@ def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
     mx.eval(cuda.w8a8(x, b, s, None))
     names = [x["name"] for x in launches]
     if kernel == "tma_pp":
-        w_plan = tiling.pp_plan(m, n, k, 132, w8a8=True)
-        assert names == [cuda_source.quantize().name, cuda_source.gemm_w8a8_tma_pp(w_plan.cfg).name]
-        assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False)]
+        w_plan, fused = tiling.pp_plan(m, n, k, 132, w8a8=True), cuda_source.gemm_w8a8_tma_pp
     else:
-        w_plan = tiling.tma_plan(m, n, k, 132, w8a8=True)
-        assert names == [cuda_source.quantize().name, cuda_source.gemm_w8a8_tma_simple(w_plan.cfg).name]
+        w_plan, fused = plan, cuda_source.gemm_w8a8_tma_ws
+    assert w_plan.splits == 1
+    assert names == [cuda_source.quantize().name, fused(w_plan.cfg).name]
+    assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False)]
+    assert launches[1]["outputs"] == [(m, n), (w_plan.blocks * 256,)]
+    assert launches[1]["grid"] == (w_plan.blocks * 384, 1, 1)
+
+
+@pytest.mark.parametrize("kernel", ["tma_ws", "tma_pp"])
+def test_persistent_w8a8_splits_through_the_workspace(recorded, kernel):
+    # A split plan runs the int32 kernel into the [splits, M, N] workspace and the dequantizing
+    # reduction; an unsplit one the fused epilogue.
+    import mlx.core as mx
+
+    cuda, launches = recorded
+    m, k, n = 16, 4096, 4096
+    configs = tiling.CUDA_WS_CONFIGS if kernel == "tma_ws" else tiling.CUDA_PP_CONFIGS
+    cfg = next(iter(configs.values()))
+    raw = (cuda_source.gemm_tma_ws if kernel == "tma_ws" else cuda_source.gemm_tma_pp)(cfg)
+    fused = (cuda_source.gemm_w8a8_tma_ws if kernel == "tma_ws" else cuda_source.gemm_w8a8_tma_pp)(cfg)
+    q, w = mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)
+    sx, sw, bias = mx.ones((m,), dtype=mx.float32), mx.ones((n,), dtype=mx.float32), mx.zeros((n,), dtype=mx.float32)
+    for splits, want in ((3, [raw.name, cuda_source.reduce_w8a8().name]), (1, [fused.name])):
+        launches.clear()
+        plan = tiling.CudaWsPlan(cfg, splits, 1, 7)
+        mx.eval(cuda.dequant_gemm(q, sx, w, sw, bias, mx.bfloat16, plan, kernel=kernel))
+        assert [x["name"] for x in launches] == want
+        assert launches[0]["outputs"][0] == ((m, n) if splits == 1 else (splits, m, n))
+        assert launches[-1]["template"][-2:] == [("TOut", mx.bfloat16), ("HAS_BIAS", True)]
 
 
 @pytest.mark.parametrize("m,k", [(16, 4096), (2048, 4096), (300, 8192), (512, 18944), (3, 40000)])
@@ -578,7 +615,8 @@ def test_trial_back_to_back_timing_survives_reordered_kernels_and_an_outlier(mon
     assert trial.profile_kernels(torch, lambda i: None, 3, serial=True)[0] is None
 
 
-@pytest.mark.parametrize("m,k,n", [(16, 4096, 4096), (17, 4096, 4096), (512, 3584, 18944), (128, 18944, 3584), (5, 300, 7)])
+@pytest.mark.parametrize("m,k,n", [(16, 4096, 4096), (17, 4096, 4096), (512, 3584, 18944), (128, 18944, 3584), (5, 300, 7),
+                                   (2048, 4096, 4096)])
 def test_w8a8_plan_is_what_w8a8_linear_launches(recorded, m, k, n):
     # the one place that says which kernel and plan w8a8_linear takes (the tools ask it too)
     import mlx.core as mx
@@ -587,12 +625,12 @@ def test_w8a8_plan_is_what_w8a8_linear_launches(recorded, m, k, n):
     plan, kernel = cuda.w8a8_plan(m, n, k)
     assert kernel == tiling.cuda_gemm_kernel(m, n, k, w8a8=True)
     want = {"tma_simple": tiling.tma_plan(m, n, k, 132, w8a8=True), "tma_pp": tiling.pp_plan(m, n, k, 132, w8a8=True),
-            "wgmma": tiling.cuda_plan(m, n, k, 132)}[kernel]
+            "tma_ws": tiling.ws_plan(m, n, k, 132), "wgmma": tiling.cuda_plan(m, n, k, 132)}[kernel]
     assert plan == want
     mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), mx.zeros((n, k), dtype=mx.int8),
                       mx.ones((n,), dtype=mx.float32), None))
     gemms = [launch for launch in launches if "quantize" not in launch["name"] and "reduce" not in launch["name"]]
     assert len(gemms) == 1 and ("tma_simple" in gemms[0]["name"]) == (kernel == "tma_simple")
-    assert ("tma_pp" in gemms[0]["name"]) == (kernel == "tma_pp")
-    grid = plan.grid()[0] if kernel == "tma_pp" else plan.grid(m, n)[1]
+    assert ("tma_pp" in gemms[0]["name"]) == (kernel == "tma_pp") and ("tma_ws" in gemms[0]["name"]) == (kernel == "tma_ws")
+    grid = plan.grid()[0] if kernel in ("tma_ws", "tma_pp") else plan.grid(m, n)[1]
     assert gemms[0]["grid"] == grid and ("BN", plan.cfg.bn) in gemms[0]["template"]

@@ -85,6 +85,10 @@ def instances(arch: str):
         for cfg in tiling.CUDA_WS_CONFIGS.values():
             yield (f"tma_ws i32 {cfg.name}", cuda_source.gemm_tma_ws(cfg),
                    ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.template())
+            for out in ("float16", "bfloat16", "float32"):
+                yield (f"tma_ws w8a8 {cfg.name} {out}", cuda_source.gemm_w8a8_tma_ws(cfg),
+                       ["int8_t", "int8_t", "float", "float", "float", "int8_t"], [CUDA_TYPES[out], "uint8_t"],
+                       cfg.template() + [("TOut", out), ("HAS_BIAS", True)])
         for cfg in tiling.CUDA_PP_CONFIGS.values():
             yield (f"tma_pp i32 {cfg.name}", cuda_source.gemm_tma_pp(cfg),
                    ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.template())

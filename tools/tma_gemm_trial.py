@@ -176,7 +176,7 @@ def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132, w8a8:
                 "units": tiling.ws_units(m, n, p.cfg, p.splits)}
     if variant == "tma_ws":
         p = tiling.ws_plan(m, n, k, sms)
-        spec = cuda_source.gemm_tma_ws(p.cfg)
+        spec = cuda_source.gemm_w8a8_tma_ws(p.cfg) if w8a8 and p.splits == 1 else cuda_source.gemm_tma_ws(p.cfg)
         return {"plan": f"{p.cfg.name} splits={p.splits} group={p.group} blocks={p.blocks}", "kernel": spec.name,
                 "smem": spec.shared_memory, "units": tiling.ws_units(m, n, p.cfg, p.splits)}
     if variant in ("tma_simple", "wgmma"):

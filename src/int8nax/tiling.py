@@ -680,7 +680,7 @@ def cuda_gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, sms: int = 132)
     mbarrier pipeline, planned by tma_plan); elsewhere "wgmma" (the cp.async kernel)."""
     if not tma_ok(k) or m < (TMA_MIN_M_W8A8 if w8a8 else TMA_MIN_M):
         return "wgmma"
-    return persistent_kernel(m, n, k, sms, w8a8) or "tma_simple"
+    return persistent_kernel(m, n, k, sms) or "tma_simple"
 
 
 PERSISTENT_MIN_TILES = 1.5
@@ -693,25 +693,31 @@ PERSISTENT_WAVE_FILL = 0.9
 much (tiles / (rounds x SMs)); below, the ping-pong kernel's half-size tiles even out the rounds."""
 
 
-def persistent_kernel(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> str | None:
+def persistent_kernel(m: int, n: int, k: int, sms: int = 132) -> str | None:
     """"tma_ws" (cooperative consumers on 128 x 256 tiles, ws_plan), "tma_pp" (ping-pong consumers
-    on 128 x 128 tiles, pp_plan) or None (tma_plan's grid) for an [M, K] x [N, K] product.
+    on 128 x 128 tiles, pp_plan) or None (tma_plan's grid) for an [M, K] x [N, K] product, the
+    int32 GEMM and W8A8's alike.
 
     Measured on the H200 (CUPTI kernel time, 2026-12-01 17:45, docs/results/cuda-h200-2026-12-01-pp.md),
     persistent against tma_plan's plan: 2048 x 4096^2 (256 tiles of 128 x 256 on 132 SMs, rounds
     97 % full) tma_ws 53.5 µs against 55.0, tma_pp 57.2; 8192^3 (97 %) tma_ws 740 against 782,
     tma_pp 853; 512 x 3584 x 18944 (296 tiles, 75 % full) tma_pp 64.0 against 68.6, tma_ws 71.6.
     Below PERSISTENT_MIN_TILES (1024 x 4096^2, the 18944-wide and -deep shapes at M <= 512, small
-    M) tma_plan's plans were fastest. W8A8: gemm_tma_ws has no fused epilogue, so where it would
-    be taken W8A8 keeps tma_plan's (at 2048 x 4096^2 within 1 % of tma_pp's); where tma_pp is
-    taken W8A8 takes it too (512 x 3584 x 18944: 86.3 µs against 111.3).
+    M) tma_plan's plans were fastest. W8A8 where tma_pp is taken: measured, 512 x 3584 x 18944
+    86.3 µs against 111.3 on tma_plan's W8A8 plan. W8A8 where tma_ws is taken: predicted, not yet
+    measured on the H200. gemm_tma_ws's fused epilogue runs as each unit's tail on the persistent
+    grid while its producer already loads the block's next unit, so its W8A8 GEMM should take
+    about the raw tma_ws time plus the epilogue's excess seen on tma_simple (its fused minus raw
+    GEMM on the same plan): 2048 x 4096^2 ~53 + 14 = ~67 µs against 68.8 for the fused GEMM on
+    tma_plan's W8A8 plan, 8192^3 ~705 + 28 = ~735 against 809 (raw tma_ws 53.4 / 705 µs on the
+    H200, 2026-12-01); the next H200 run decides.
     """
     large = CUDA_WS_CONFIGS["ws_128x256"]
     tiles = tile_count(m, n, large)
     if m <= 64 or tiles < PERSISTENT_MIN_TILES * sms:
         return None
     if tiles / (ceil_div(tiles, sms) * sms) >= PERSISTENT_WAVE_FILL:
-        return None if w8a8 else "tma_ws"
+        return "tma_ws"
     return "tma_pp"
 
 
@@ -854,8 +860,9 @@ def ws_plan(m: int, n: int, k: int, sms: int = 132) -> CudaWsPlan:
     """The cooperative persistent TMA GEMM's plan: the 64-row tile for M <= 64, 128 x 256 once its
     tiles alone fill the SMs, else 128 x 128; then K split in powers of two while the units
     still fit on the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks (the partial
-    sums go to a [splits, M, N] workspace, summed by the reduce kernel). The dispatch takes it
-    only where persistent_kernel says "tma_ws" (128 x 256, unsplit there: measured on the H200,
+    sums go to a [splits, M, N] workspace, summed by the reduce kernel, which for W8A8 also
+    dequantizes; W8A8 takes the same plans). The dispatch takes it only where persistent_kernel
+    says "tma_ws" (128 x 256, unsplit there: int32 measured on the H200, W8A8 predicted,
     persistent_kernel's docstring); its other plans are the trial's (tools/tma_gemm_trial.py)."""
     large = CUDA_WS_CONFIGS["ws_128x256"]
     if m <= 64:

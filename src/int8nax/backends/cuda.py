@@ -211,8 +211,8 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan=None, family: str
                  kernel: str | None = None):
     """The W8A8 GEMM and epilogue on given codes: q int8 [M, K], scale_x float32 [M], w int8
     [N, K], scale_w float32 [N], bias None or float32 [N] -> out_dtype [M, N] (tests, experiments);
-    kernel: dequant_graph's ("tma_simple", "tma_pp": sm90 and K % 16 == 0), else the family's
-    kernel; plan: the kernel's (default: default_plan, or variant_plan for a TMA kernel)."""
+    kernel: dequant_graph's ("tma_simple", "tma_ws", "tma_pp": sm90 and K % 16 == 0), else the
+    family's kernel; plan: the kernel's (default: default_plan, or variant_plan for a TMA kernel)."""
     family = family or _family()
     kernel = kernel or ("simt" if family == "simt" else "wgmma")
     m, n, k = q.shape[0], w.shape[0], q.shape[1]
@@ -230,8 +230,8 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan=None, family: str
 #                     the cp.async kernel elsewhere;
 #   wgmma / cpasync   the cp.async kernel everywhere;
 #   tma_simple        the TMA kernel wherever K % 16 == 0;
-#   tma / tma_ws      int8_matmul on the cooperative persistent kernel wherever K % 16 == 0 (it
-#                     has no W8A8 epilogue: W8A8 then follows auto);
+#   tma / tma_ws      int8_matmul and w8a8_linear on the cooperative persistent kernel wherever
+#                     K % 16 == 0;
 #   tma_pp            int8_matmul and w8a8_linear on the ping-pong persistent kernel wherever
 #                     K % 16 == 0.
 # The TMA kernels themselves load without the TMA when a base is not 16-byte aligned (MLX passes
@@ -261,7 +261,7 @@ def gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, family: str | None =
     choice = kernel_choice()
     if choice == "wgmma" or not tiling.tma_ok(k):
         return "wgmma"
-    if choice == "auto" or (w8a8 and choice == "tma_ws"):
+    if choice == "auto":
         return tiling.cuda_gemm_kernel(m, n, k, w8a8, sm_count())
     return choice
 
@@ -276,8 +276,8 @@ def _plan_array(shape: tuple[int, ...]) -> mx.array:
 
 
 def variant_plan(variant: str, m: int, n: int, k: int, w8a8: bool = False):
-    """The plan of a TMA variant: a tiling.CudaPlan (tma_simple; w8a8: for w8a8_linear) or
-    tiling.CudaWsPlan (tma_ws, tma_pp)."""
+    """The plan of a TMA variant: a tiling.CudaPlan (tma_simple) or tiling.CudaWsPlan (tma_ws,
+    tma_pp); w8a8: for w8a8_linear (ws_plan is the same for both)."""
     if variant == "tma_simple":
         return tiling.tma_plan(m, n, k, sm_count(), w8a8)
     if variant == "tma_ws":
@@ -302,24 +302,32 @@ def _launch_persistent(spec, inputs, m, n, out_dtype, plan: tiling.CudaWsPlan, t
     )[0]
 
 
+def _persistent_specs(cfg):
+    """(int32 spec, W8A8 spec) of a persistent tile: gemm_tma_pp's for a CudaPingPongConfig, else
+    gemm_tma_ws's."""
+    if isinstance(cfg, tiling.CudaPingPongConfig):
+        return cuda_source.gemm_tma_pp(cfg), cuda_source.gemm_w8a8_tma_pp(cfg)
+    return cuda_source.gemm_tma_ws(cfg), cuda_source.gemm_w8a8_tma_ws(cfg)
+
+
 def _persistent_int32(a, b, plan: tiling.CudaWsPlan):
     """int32 [M, N] by gemm_tma_ws or (a CudaPingPongConfig) gemm_tma_pp; split-K through the
     [splits, M, N] workspace and the reduction kernel."""
-    pp = isinstance(plan.cfg, tiling.CudaPingPongConfig)
-    spec = cuda_source.gemm_tma_pp(plan.cfg) if pp else cuda_source.gemm_tma_ws(plan.cfg)
-    out = _launch_persistent(spec, [a, b], a.shape[0], b.shape[0], mx.int32, plan)
+    raw, _ = _persistent_specs(plan.cfg)
+    out = _launch_persistent(raw, [a, b], a.shape[0], b.shape[0], mx.int32, plan)
     return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
 
 
-def _pp_dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan: tiling.CudaWsPlan, has_bias):
-    """_dequant_gemm_graph on the ping-pong kernel: the fused epilogue unsplit, else the int32
-    workspace and the dequantizing reduction."""
+def _persistent_dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan: tiling.CudaWsPlan, has_bias):
+    """_dequant_gemm_graph on a persistent kernel (gemm_tma_ws, or gemm_tma_pp for a
+    CudaPingPongConfig): the fused epilogue unsplit, else the int32 workspace and the dequantizing
+    reduction."""
     m, n = q.shape[0], w.shape[0]
     epilogue = [("TOut", out_dtype), ("HAS_BIAS", has_bias)]
+    raw, fused = _persistent_specs(plan.cfg)
     if plan.splits == 1:
-        return _launch_persistent(cuda_source.gemm_w8a8_tma_pp(plan.cfg), [q, w, scale_x, scale_w, bias32], m, n,
-                                  out_dtype, plan, epilogue)
-    ws = _launch_persistent(cuda_source.gemm_tma_pp(plan.cfg), [q, w], m, n, mx.int32, plan)
+        return _launch_persistent(fused, [q, w, scale_x, scale_w, bias32], m, n, out_dtype, plan, epilogue)
+    ws = _launch_persistent(raw, [q, w], m, n, mx.int32, plan)
     return _launch_reduce(cuda_source.reduce_w8a8(), [ws, scale_x, scale_w, bias32], out_dtype, epilogue)
 
 
@@ -344,9 +352,10 @@ def gemm_graph(a, b, kernel: str, plan):
 
 
 def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, kernel: str, plan, has_bias: bool):
-    """_dequant_gemm_graph's y on `kernel` ("simt", "wgmma", "tma_simple" or "tma_pp") with `plan`."""
-    if kernel == "tma_pp":
-        return _pp_dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan, has_bias)
+    """_dequant_gemm_graph's y on `kernel` ("simt", "wgmma", "tma_simple", "tma_ws" or "tma_pp") with
+    `plan`."""
+    if kernel in ("tma_ws", "tma_pp"):
+        return _persistent_dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan, has_bias)
     family = "simt" if kernel == "simt" else "sm90"
     return _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias,
                                kernel == "tma_simple")

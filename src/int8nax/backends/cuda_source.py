@@ -215,9 +215,22 @@ def gemm_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the warp-specialised persistent kernel;
     plan: an array whose shape is (splits, group), tiling.CudaWsPlan.plan_shape() (its data is never
     read); maps: uint8 [blocks * 256]."""
-    body = _persistent_call("gemm_tma_ws<BM, BN, STAGES, CHUNK>", "a", "b", "out")
+    body = _persistent_call("gemm_tma_ws<BM, BN, STAGES, CHUNK, false>", "a", "b",
+                            "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(_name(f"int8nax_tma_ws_i32_{cfg.name}", "tma_ws"), ("a", "b", "plan"), ("out", "maps"), body,
                       header("tma_ws"), cfg.shared_bytes)
+
+
+@lru_cache(maxsize=None)
+def gemm_w8a8_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
+    """gemm_w8a8's product and epilogue by the cooperative persistent kernel (unsplit plans only),
+    its exact path taken per chunk of columns (CHUNK_EXACT, kernels/gemm_tma.cuh): y [M, N] (TOut);
+    plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS."""
+    epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
+    body = _persistent_call("gemm_tma_ws<BM, BN, STAGES, CHUNK, true>", "q", "w", f"int8nax::same_epilogue({epilogue})")
+    return KernelSpec(_name(f"int8nax_tma_ws_w8a8_{cfg.name}", "tma_ws"),
+                      ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("tma_ws"),
+                      cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)

@@ -1,8 +1,7 @@
 // int8nax CUDA kernels, part 3: Hopper (sm_90a) int8 GEMMs fed by the tensor memory accelerator.
 //
 // C[M, N] = A[M, K] . B[N, K]^T, int8 in, exact int32 accumulation. Three variants share the helpers
-// below (gemm_tma_simple and gemm_tma_pp take gemm_sm90's epilogues: int32 out, or the W8A8
-// dequantization):
+// below; each takes gemm_sm90's epilogues (int32 out, or the W8A8 dequantization):
 //
 //   gemm_tma_simple  the cp.async kernel of gemm_sm90.cuh with its loads replaced by TMA: the
 //                    same kind of grid (one block per output tile and K split; its plans come
@@ -257,7 +256,11 @@ __device__ __forceinline__ void gemm_tma_simple(const int8_t* a, const int8_t* b
 // u / splits; tiles are numbered in bands of GROUP M-tiles, N-major inside a band, so that the
 // blocks running at once share A rows and B columns in L2 (int8nax.tiling.ws_unit mirrors this).
 // BM = 128: consumer c owns rows 64c .. 64c + 63 over the whole BN; BM = 64: both own the 64 rows
-// and consumer c the columns c BN/2 .. (c + 1) BN/2 - 1.
+// and consumer c the columns c BN/2 .. (c + 1) BN/2 - 1. Each consumer stores its share of a unit
+// of split z through epis(z) (SplitInt32, SameEpilogue) while the producer already fills the
+// stages of the block's next unit; CHUNK_EXACT is store_accumulators' (true for W8A8, whose
+// epilogue would spill within the consumers' 232 registers otherwise; false for int32, whose
+// pairs never ask for the exact path).
 // Shared memory: STAGES x (BM + BN) x 128 bytes (1024-aligned), STAGES full + STAGES empty
 // barriers, 2 x 128 bytes of map scratch (int8nax.tiling.CudaWsConfig.shared_bytes).
 // The body's launch bound (384 threads, 1 block) comes from kernels/tma_bounds.cuh. splits and group
@@ -387,9 +390,35 @@ __device__ __forceinline__ void consumers_load_k_block(uint32_t stage, const int
   named_sync(bar, THREADS);
 }
 
-template <int BM, int BN, int STAGES, int CHUNK>
+// Epilogue factories of the persistent kernels (epis(z): the epilogue of a unit of split z): the
+// int32 [splits, M, N] workspace, slice z per split (the grid is 1-D, so StoreInt32's blockIdx.z
+// slice offset is 0), or one epilogue for every unit (W8A8's fused dequantization, launched
+// unsplit only: a split W8A8 plan writes the int32 workspace and the dequantizing reduction sums it).
+struct SplitInt32 {
+  int32_t* out;
+  int M;
+  int N;
+  __device__ __forceinline__ StoreInt32 operator()(int z) const {
+    return StoreInt32{out + static_cast<size_t>(z) * M * N, M, N};
+  }
+};
+
+template <class Epilogue>
+struct SameEpilogue {
+  Epilogue epi;
+  __device__ __forceinline__ const Epilogue& operator()(int) const {
+    return epi;
+  }
+};
+
+template <class Epilogue>
+__device__ __forceinline__ SameEpilogue<Epilogue> same_epilogue(const Epilogue& epi) {
+  return SameEpilogue<Epilogue>{epi};
+}
+
+template <int BM, int BN, int STAGES, int CHUNK, bool CHUNK_EXACT, class Epilogues>
 __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, int M, int N, int K,
-                                            int splits, int group, uint8_t* maps, int32_t* out) {
+                                            int splits, int group, uint8_t* maps, const Epilogues& epis) {
   static_assert(BM == 128 || BM == 64, "two consumer warpgroups: 2 x m64 rows, or 64 rows split along N");
   constexpr int BK = 128;
   constexpr int WIDTH = BM == 128 ? BN : BN / 2;  // columns per consumer warpgroup
@@ -426,8 +455,8 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
         fence_registers(acc);
         named_sync(1, 256);  // every wgmma has read slot 0 before it is refilled
       }
-      const StoreInt32 epi{out + static_cast<size_t>(w.z) * M * N, M, N};
-      store_accumulators<WIDTH, CHUNK>(acc, w.m0 + (BM == 128 ? c * 64 : 0), w.n0 + (BM == 128 ? 0 : c * WIDTH), epi);
+      store_accumulators<WIDTH, CHUNK, CHUNK_EXACT>(acc, w.m0 + (BM == 128 ? c * 64 : 0),
+                                                    w.n0 + (BM == 128 ? 0 : c * WIDTH), epis(w.z));
     }
     return;
   }
@@ -457,10 +486,8 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
     if (w.kbs > 0) {
       warp_arrive(empty + 8 * ((it - 1) % STAGES));
     }
-    // Split z writes slice z of the [splits, M, N] workspace (gridDim.z == 1, so StoreInt32's
-    // own slice offset is 0).
-    const StoreInt32 epi{out + static_cast<size_t>(w.z) * M * N, M, N};
-    store_accumulators<WIDTH, CHUNK>(acc, w.m0 + (BM == 128 ? c * 64 : 0), w.n0 + (BM == 128 ? 0 : c * WIDTH), epi);
+    store_accumulators<WIDTH, CHUNK, CHUNK_EXACT>(acc, w.m0 + (BM == 128 ? c * 64 : 0),
+                                                  w.n0 + (BM == 128 ? 0 : c * WIDTH), epis(w.z));
   }
 }
 
@@ -476,7 +503,7 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
 // also keep each consumer within one phase of every stage barrier it waits on: a consumer starts
 // waiting on its first stage only after the other has waited on all of its own.
 // A base the TMA cannot take makes each consumer load its own K blocks into slot c
-// (consumers_load_k_block). The epilogue of split z is epis(z) (SplitInt32, SameEpilogue below).
+// (consumers_load_k_block). The epilogue of split z is epis(z), as in gemm_tma_ws.
 // Shared memory: STAGES x (128 + BN) x 128 bytes (1024-aligned), STAGES full + STAGES empty + 2
 // turn barriers, 256 bytes of map scratch (int8nax.tiling.CudaPingPongConfig.shared_bytes).
 
@@ -496,30 +523,6 @@ __device__ __forceinline__ void wgmma_k_block_128(int (&acc0)[WIDTH / 2], int (&
   wgmma_commit();
   fence_registers(acc0);
   fence_registers(acc1);
-}
-
-// Epilogue factories: the int32 [splits, M, N] result (slice z per split), or one epilogue for
-// every unit (W8A8: the plans never split it).
-struct SplitInt32 {
-  int32_t* out;
-  int M;
-  int N;
-  __device__ __forceinline__ StoreInt32 operator()(int z) const {
-    return StoreInt32{out + static_cast<size_t>(z) * M * N, M, N};
-  }
-};
-
-template <class Epilogue>
-struct SameEpilogue {
-  Epilogue epi;
-  __device__ __forceinline__ const Epilogue& operator()(int) const {
-    return epi;
-  }
-};
-
-template <class Epilogue>
-__device__ __forceinline__ SameEpilogue<Epilogue> same_epilogue(const Epilogue& epi) {
-  return SameEpilogue<Epilogue>{epi};
 }
 
 template <int BN, int STAGES, int CHUNK, class Epilogues>
