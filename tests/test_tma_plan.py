@@ -288,8 +288,9 @@ def test_auto_kernel_rule():
         assert tiling.cuda_gemm_kernel(m, 4096, 4096, w8a8=True) == "wgmma"
     assert tiling.cuda_gemm_kernel(tiling.TMA_MIN_M_W8A8, 4096, 4096, w8a8=True) == "tma_simple"
     assert tiling.cuda_gemm_kernel(512, 4096, 4104, w8a8=True) == "wgmma"
-    # W8A8 takes the persistent kernel int8_matmul takes (tma_ws there: predicted, persistent_kernel's docstring).
-    assert tiling.cuda_gemm_kernel(2048, 4096, 4096, w8a8=True) == "tma_ws"
+    # W8A8 takes the persistent kernel int8_matmul takes, tma_ws only from W8A8_WS_MIN_ROUNDS rounds
+    # (measured: 2048 x 4096^2, 2 rounds, faster on tma_simple; 8192^3 faster on tma_ws).
+    assert tiling.cuda_gemm_kernel(2048, 4096, 4096, w8a8=True) == "tma_simple"
     assert tiling.cuda_gemm_kernel(8192, 8192, 8192, w8a8=True) == "tma_ws"
     assert tiling.cuda_gemm_kernel(512, 18944, 3584, w8a8=True) == "tma_pp"
 
@@ -302,11 +303,19 @@ def test_auto_kernel_rule():
     (2048, 4096, "tma_ws"),  # 256 in 2 rounds: 97 %
     (512, 18944, "tma_pp"),  # 296 in 3 rounds: 75 %
     (4096, 4096, "tma_ws"),  # 512 in 4 rounds: 97 %
+    (8192, 8192, "tma_ws"),  # 2048 in 16 rounds: 97 %
 ])
 def test_persistent_kernel_by_tiles_and_rounds(m, n, want):
     assert tiling.persistent_kernel(m, n, 4096, 132) == want
-    if m >= tiling.TMA_MIN_M_W8A8:  # w8a8_linear takes the same kernel
-        assert tiling.cuda_gemm_kernel(m, n, 4096, w8a8=True) == (want or "tma_simple")
+    if m >= tiling.TMA_MIN_M_W8A8:
+        # w8a8_linear takes the same kernel, but the cooperative one only from W8A8_WS_MIN_ROUNDS
+        # rounds (2048 x 4096^2, 2 rounds: slower than tma_plan's grid; 8192^2, 16: faster)
+        rounds = tiling.ceil_div(tiling.tile_count(m, n, tiling.CUDA_WS_CONFIGS["ws_128x256"]), 132)
+        w8a8 = None if want == "tma_ws" and rounds < tiling.W8A8_WS_MIN_ROUNDS else want
+        assert tiling.persistent_kernel(m, n, 4096, 132, w8a8=True) == w8a8
+        assert tiling.cuda_gemm_kernel(m, n, 4096, w8a8=True) == (w8a8 or "tma_simple")
+    assert tiling.persistent_kernel(2048, 4096, 4096, 132, w8a8=True) is None
+    assert tiling.persistent_kernel(8192, 8192, 8192, 132, w8a8=True) == "tma_ws"
     # on a GPU with twice the SMs every problem here has half the tiles per SM
     assert tiling.persistent_kernel(m, n, 4096, 264) in (None, want) if want else True
 
@@ -380,10 +389,10 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
     assert launches[1]["outputs"][1] == (blocks * 256,)
 
 
-@pytest.mark.parametrize("m,k,n", [(2048, 4096, 4096), (512, 3584, 18944)])
+@pytest.mark.parametrize("m,k,n", [(4096, 1024, 8192), (512, 3584, 18944)])
 def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
     # int8_matmul: tma_ws or tma_pp on its plan (persistent_kernel); w8a8_linear: the same kernel
-    # with its fused epilogue (pp_plan's W8A8 plan on tma_pp).
+    # with its fused epilogue (pp_plan's W8A8 plan on tma_pp; 4096 x 8192: 1024 tiles, 8 rounds).
     import mlx.core as mx
 
     cuda, launches = recorded

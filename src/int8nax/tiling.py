@@ -680,7 +680,7 @@ def cuda_gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, sms: int = 132)
     mbarrier pipeline, planned by tma_plan); elsewhere "wgmma" (the cp.async kernel)."""
     if not tma_ok(k) or m < (TMA_MIN_M_W8A8 if w8a8 else TMA_MIN_M):
         return "wgmma"
-    return persistent_kernel(m, n, k, sms) or "tma_simple"
+    return persistent_kernel(m, n, k, sms, w8a8) or "tma_simple"
 
 
 PERSISTENT_MIN_TILES = 1.5
@@ -693,32 +693,37 @@ PERSISTENT_WAVE_FILL = 0.9
 much (tiles / (rounds x SMs)); below, the ping-pong kernel's half-size tiles even out the rounds."""
 
 
-def persistent_kernel(m: int, n: int, k: int, sms: int = 132) -> str | None:
+def persistent_kernel(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> str | None:
     """"tma_ws" (cooperative consumers on 128 x 256 tiles, ws_plan), "tma_pp" (ping-pong consumers
     on 128 x 128 tiles, pp_plan) or None (tma_plan's grid) for an [M, K] x [N, K] product, the
-    int32 GEMM and W8A8's alike.
+    int32 GEMM or (w8a8) W8A8's.
 
     Measured on the H200 (CUPTI kernel time, 2026-12-01 17:45, docs/results/cuda-h200-2026-12-01-pp.md),
     persistent against tma_plan's plan: 2048 x 4096^2 (256 tiles of 128 x 256 on 132 SMs, rounds
     97 % full) tma_ws 53.5 µs against 55.0, tma_pp 57.2; 8192^3 (97 %) tma_ws 740 against 782,
     tma_pp 853; 512 x 3584 x 18944 (296 tiles, 75 % full) tma_pp 64.0 against 68.6, tma_ws 71.6.
     Below PERSISTENT_MIN_TILES (1024 x 4096^2, the 18944-wide and -deep shapes at M <= 512, small
-    M) tma_plan's plans were fastest. W8A8 where tma_pp is taken: measured, 512 x 3584 x 18944
-    86.3 µs against 111.3 on tma_plan's W8A8 plan. W8A8 where tma_ws is taken: predicted, not yet
-    measured on the H200. gemm_tma_ws's fused epilogue runs as each unit's tail on the persistent
-    grid while its producer already loads the block's next unit, so its W8A8 GEMM should take
-    about the raw tma_ws time plus the epilogue's excess seen on tma_simple (its fused minus raw
-    GEMM on the same plan): 2048 x 4096^2 ~53 + 14 = ~67 µs against 68.8 for the fused GEMM on
-    tma_plan's W8A8 plan, 8192^3 ~705 + 28 = ~735 against 809 (raw tma_ws 53.4 / 705 µs on the
-    H200, 2026-12-01); the next H200 run decides.
+    M) tma_plan's plans were fastest. W8A8 where tma_pp is taken: 512 x 3584 x 18944 86.3 µs
+    against 111.3 on tma_plan's W8A8 plan. W8A8 where tma_ws would be: only from
+    W8A8_WS_MIN_ROUNDS rounds of tiles (the pipeline, 2026-12-01 21:00, same run,
+    docs/results/cuda-h200-2026-12-01-q.md: 8192^3, 15.5 rounds, 815.5 µs against 860.0 on
+    tma_plan's plan; 2048 x 4096^2, 2 rounds, 83.9 against 79.5).
     """
     large = CUDA_WS_CONFIGS["ws_128x256"]
     tiles = tile_count(m, n, large)
     if m <= 64 or tiles < PERSISTENT_MIN_TILES * sms:
         return None
-    if tiles / (ceil_div(tiles, sms) * sms) >= PERSISTENT_WAVE_FILL:
-        return "tma_ws"
+    rounds = ceil_div(tiles, sms)
+    if tiles / (rounds * sms) >= PERSISTENT_WAVE_FILL:
+        return None if w8a8 and rounds < W8A8_WS_MIN_ROUNDS else "tma_ws"
     return "tma_pp"
+
+
+W8A8_WS_MIN_ROUNDS = 8
+"""Rounds of 128 x 256 tiles from which W8A8 takes the cooperative kernel (its fused epilogue is
+each unit's unhidden tail, which a long walk of units amortises against the persistent grid's
+gain). Measured at 2 rounds (slower than tma_plan's grid by 6 %) and 15.5 (faster by 5 %); 8 lies
+between, unmeasured."""
 
 
 @dataclass(frozen=True)
