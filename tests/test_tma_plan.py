@@ -560,7 +560,8 @@ def test_w8a8_takes_the_int32_plan_where_it_splits_k(m, k, n):
     if raw.splits > 1:
         assert w8a8 == raw
     else:
-        assert w8a8 == tiling.cuda_plan(m, n, k, 132) if k >= 64 * 128 else w8a8.cfg.name in tiling._TMA_TILES
+        long_k = tiling.ceil_div(k, tiling.CUDA_SWIZZLE_BYTES) >= tiling.TMA_LONG_K_BLOCKS
+        assert w8a8 == tiling.cuda_plan(m, n, k, 132) if long_k else w8a8.cfg.name in tiling._TMA_TILES
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 16, 1), (3, 48, 8), (64, 16, 4096), (4097, 256, 129), (16, 4096, 18944),

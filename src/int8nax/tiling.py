@@ -656,14 +656,14 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     2026-12-01 19:20: the int32 GEMM 25.5 µs on 128 x 144 x 4 splits, against 28.7 on cuda_plan's
     128 x 128 x 8 that W8A8 took, whose reduction also read twice the partial sums).
     """
-    if ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS:
-        wave = wave_tile(m, n, sms) if m > 64 else None
-        if wave is None or (w8a8 and tile_count(m, n, wave) >= TMA_LONG_K_FILL * sms):
+    long_k = ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS
+    wave = wave_tile(m, n, sms) if m > 64 and (long_k or not w8a8) else None
+    if long_k:
+        if wave is None:
             return cuda_plan(m, n, k, sms)
         if tile_count(m, n, wave) >= TMA_LONG_K_FILL * sms:
-            return CudaPlan(wave, 1)
+            return cuda_plan(m, n, k, sms) if w8a8 else CudaPlan(wave, 1)
         return split_plan(m, n, k, wave, sms)
-    wave = wave_tile(m, n, sms) if m > 64 and not w8a8 else None
     candidates = [wave or CUDA_CONFIGS[_TMA_TILES[0]]] + [CUDA_CONFIGS[name] for name in _TMA_TILES[1:]]
     for cfg in candidates:
         if cfg.bm > 64 and m <= 64:
