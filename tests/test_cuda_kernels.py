@@ -127,7 +127,8 @@ EDGE_PLANS = ([p for p in PLANS if p.splits == 1][:1] + [p for p in PLANS if p.s
 @pytest.mark.parametrize("plan", EDGE_PLANS, ids=plan_id)
 @pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
 @pytest.mark.parametrize("case", ["random", "huge_sx", "subnormal_sx", "cancelling_bias", "mixed"])
-def test_epilogue_edges_are_within_one_ulp(plan, rng, dtype, case):
+@pytest.mark.parametrize("epilogue", ["eft", "narrow"])
+def test_epilogue_edges_are_within_one_ulp(plan, rng, dtype, case, epilogue):
     m, k, n = 192, 1040, 512
     q = random_int8(rng, (m, k))
     q[q == -128] = -127
@@ -154,7 +155,7 @@ def test_epilogue_edges_are_within_one_ulp(plan, rng, dtype, case):
     ref = (acc.astype(ld) * s_x.astype(ld)[:, None] * s_w.astype(ld)[None, :] + bias.astype(ld)).astype(np.float64)
     name = str(dtype).split(".")[-1]
     y = cuda.dequant_gemm(mx.array(q), mx.array(s_x), mx.array(w), mx.array(s_w), mx.array(bias), dtype, plan,
-                          family_of(plan))
+                          family_of(plan), epilogue=epilogue)
     ok = _ulp_ok(y, ref, name)
     bad = np.argwhere(~ok)
     assert bad.size == 0, f"{len(bad)} beyond 1 ulp, first {bad[0].tolist()}: got {to_numpy(y, np.float64)[tuple(bad[0])]!r}, ref {ref[tuple(bad[0])]!r}"

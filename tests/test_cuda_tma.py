@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from int8nax import backends, tiling
-from int8nax.reference import int8_matmul_ref
+from int8nax.reference import int8_matmul_ref, to_numpy, ulp
 
 from conftest import random_int8
 
@@ -143,12 +143,25 @@ def bits(y):
     return np.array(y.view({2: mx.uint16, 4: mx.uint32}[y.itemsize]))
 
 
-def cpasync_w8a8(q, sx, w, sw, bias, out_dtype):
+def cpasync_w8a8(q, sx, w, sw, bias, out_dtype, epilogue="eft"):
     """The bits of the cp.async kernel's W8A8 (one plan for every shape here): the reference the
     TMA kernels' outputs must equal bit for bit (the same dequantization)."""
     plan = tiling.CudaPlan(tiling.CUDA_CONFIGS["wg2_128x128_x2"], 1)
     return bits(cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw),
-                                  None if bias is None else mx.array(bias), out_dtype, plan, family="sm90"))
+                                  None if bias is None else mx.array(bias), out_dtype, plan, family="sm90",
+                                  epilogue=epilogue))
+
+
+def beyond_one_ulp(y, q, w, sx, sw, bias):
+    """Where y (W8A8 of these codes and scales) is more than 1 ulp of its type from the float64
+    model acc * s_x * s_w (+ bias)."""
+    name = str(y.dtype).split(".")[-1]
+    acc = int8_matmul_ref(q, w).astype(np.float64)
+    ref = acc * sx.astype(np.float64)[:, None] * sw.astype(np.float64)[None, :]
+    if bias is not None:
+        ref = ref + bias.astype(np.float64)[None, :]
+    got = to_numpy(y, np.float64)
+    return np.argwhere(~(np.abs(got - ref) <= np.maximum(ulp(ref, name), ulp(got, name))))
 
 
 def assert_same_bits(got, want):
@@ -214,6 +227,47 @@ def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
     got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), mx.float16, plan,
                             kernel=variant)
     assert_same_bits(got, want)
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("variant,plan", [(v, p) for v, p in plans() if v == "tma_simple" or p.blocks == 7],
+                         ids=plan_id)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_narrow_epilogue_on_every_tma_plan(variant, plan, rng, dtype):
+    # INT8NAX_CUDA_EPILOGUE=narrow's path (kernels/cuda_common.cuh, dequantize_narrow), fused or in
+    # the dequantizing reduction: within 1 ulp of the float64 model and, on data where no pair
+    # takes the exact path, bit-identical to the cp.async kernel's narrow W8A8.
+    out = getattr(mx, dtype)
+    m, k, n = W8A8_SHAPE
+    q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
+    want = cpasync_w8a8(q, sx, w, sw, bias, out, epilogue="narrow")
+    got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), out, plan,
+                            kernel=variant, epilogue="narrow")
+    bad = beyond_one_ulp(got, q, w, sx, sw, bias)
+    assert bad.size == 0, f"{len(bad)} beyond 1 ulp, first at {bad[0].tolist()}"
+    assert_same_bits(got, want)
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("variant,plan", [("tma_simple", tiling.CudaPlan(tiling.CUDA_CONFIGS["wg2_128x256"], 1))]
+                         + [(v, p) for v, p in PERSISTENT_PLANS if p.splits == 1], ids=plan_id)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_narrow_epilogue_sends_its_rare_pairs_to_the_exact_path(variant, plan, rng, dtype):
+    # Pairs the narrow path refuses inside whole tiles: biases that cancel a product exactly
+    # (s_x, s_w powers of two: y = 0 against |b| ~ 10), a row that overflows float16, a row
+    # whose scale product falls below 2^-100 (bfloat16's range check) and a zero column scale.
+    out = getattr(mx, dtype)
+    m, k, n = W8A8_SHAPE
+    q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
+    sx[5], sx[140], sx[9] = 1e-30, 5e4, 2.0 ** -7
+    sw[300], sw[3] = 0.0, 2.0 ** -6
+    acc = int8_matmul_ref(q, w)
+    bias[3] = -np.float32(acc[9, 3] * 2.0 ** -13)
+    got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), out, plan,
+                            kernel=variant, epilogue="narrow")
+    bad = beyond_one_ulp(got, q, w, sx, sw, bias)
+    assert bad.size == 0, f"{len(bad)} beyond 1 ulp, first at {bad[0].tolist()}"
+    assert to_numpy(got, np.float64)[9, 3] == 0.0
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")

@@ -113,7 +113,7 @@ def test_persistent_specs(configs, specs, call):
         assert "SplitInt32{out, a_shape[0], b_shape[0]}" in raw.source
         if configs is tiling.CUDA_WS_CONFIGS:  # the exact path per chunk: W8A8 only (gemm_tma.cuh)
             assert "CHUNK, false>" in raw.source and "CHUNK, true>" in fused.source
-        assert "same_epilogue(int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias" in fused.source
+        assert "same_epilogue(int8nax::DequantStore<TOut, HAS_BIAS, NARROW>{y, scale_x, scale_w, bias" in fused.source
 
 
 def test_tma_ok():
@@ -189,7 +189,7 @@ def test_tma_specs():
     for s, c in zip(w8a8, tiling.CUDA_CONFIGS.values()):
         assert s.input_names == cuda_source.gemm_w8a8("sm90", c).input_names
         assert s.output_names == ("y", "maps") and s.shared_memory == c.tma_shared_bytes
-        assert "(q, w, q_shape[0], w_shape[0], q_shape[1], maps, int8nax::DequantStore<TOut, HAS_BIAS>" in s.source
+        assert "(q, w, q_shape[0], w_shape[0], q_shape[1], maps, int8nax::DequantStore<TOut, HAS_BIAS, NARROW>" in s.source
     for s, c in zip(ws, tiling.CUDA_WS_CONFIGS.values()):
         assert s.input_names == ("a", "b", "plan") and s.shared_memory == c.shared_bytes
         # The launch-bound header redefines __global__: it must come last, after every other include.
@@ -345,6 +345,7 @@ def recorded(monkeypatch):
     monkeypatch.setattr(cuda, "sm_count", lambda: 132)
     monkeypatch.setattr(cuda, "COMPILE", False)
     monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(cuda.EPILOGUE_ENV, raising=False)
     cuda.clear_caches()
     yield cuda, launches
     cuda.clear_caches()
@@ -383,7 +384,7 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
     blocks = lau.grid_x * lau.grid_y * plan.splits
     if plan.splits == 1:
         assert names[1:] == [cuda_source.gemm_w8a8_tma_simple(plan.cfg).name]
-        assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False)]
+        assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", False)]
     else:
         assert names[1:] == [cuda_source.gemm_tma_simple(plan.cfg).name, cuda_source.reduce_w8a8().name]
     assert launches[1]["outputs"][1] == (blocks * 256,)
@@ -416,7 +417,7 @@ def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
         w_plan, fused = plan, cuda_source.gemm_w8a8_tma_ws
     assert w_plan.splits == 1
     assert names == [cuda_source.quantize().name, fused(w_plan.cfg).name]
-    assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False)]
+    assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", False)]
     assert launches[1]["outputs"] == [(m, n), (w_plan.blocks * 256,)]
     assert launches[1]["grid"] == (w_plan.blocks * 384, 1, 1)
 
@@ -441,7 +442,47 @@ def test_persistent_w8a8_splits_through_the_workspace(recorded, kernel):
         mx.eval(cuda.dequant_gemm(q, sx, w, sw, bias, mx.bfloat16, plan, kernel=kernel))
         assert [x["name"] for x in launches] == want
         assert launches[0]["outputs"][0] == ((m, n) if splits == 1 else (splits, m, n))
-        assert launches[-1]["template"][-2:] == [("TOut", mx.bfloat16), ("HAS_BIAS", True)]
+        assert launches[-1]["template"][-3:] == [("TOut", mx.bfloat16), ("HAS_BIAS", True), ("NARROW", False)]
+
+
+@pytest.mark.parametrize("m,k,n", [(16, 4096, 4096), (512, 4096, 4096), (128, 18944, 3584), (512, 3584, 18944)])
+def test_the_narrow_epilogue_reaches_every_w8a8_launch(recorded, monkeypatch, m, k, n):
+    # INT8NAX_CUDA_EPILOGUE=narrow (or epilogue="narrow") sets NARROW on the launch that
+    # dequantizes (fused GEMM or reduction) for float16 / bfloat16 outputs, never for float32;
+    # the default stays the eft path.
+    import mlx.core as mx
+
+    cuda, launches = recorded
+    w, s = mx.zeros((n, k), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
+
+    def narrow_flags(dtype):
+        launches.clear()
+        mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=dtype), w, s, None))
+        return [dict(x["template"]).get("NARROW") for x in launches if "NARROW" in dict(x["template"])]
+
+    assert narrow_flags(mx.float16) == [False]
+    monkeypatch.setenv(cuda.EPILOGUE_ENV, "narrow")
+    cuda.clear_caches()
+    assert narrow_flags(mx.float16) == [True] and narrow_flags(mx.bfloat16) == [True]
+    assert narrow_flags(mx.float32) == [False]
+    q, sx = mx.zeros((m, k), dtype=mx.int8), mx.ones((m,), dtype=mx.float32)
+    for epilogue, want in (("eft", False), ("narrow", True)):
+        launches.clear()
+        mx.eval(cuda.dequant_gemm(q, sx, w, s, None, mx.bfloat16, epilogue=epilogue))
+        assert dict(launches[-1]["template"])["NARROW"] is want
+
+
+def test_a_bad_epilogue_choice_is_refused(recorded, monkeypatch):
+    import mlx.core as mx
+
+    cuda, _ = recorded
+    with pytest.raises(ValueError, match=r"epilogue: expected one of \['eft', 'narrow'\], got 'fast'"):
+        cuda.dequant_gemm(mx.zeros((4, 16), dtype=mx.int8), mx.ones((4,)), mx.zeros((8, 16), dtype=mx.int8),
+                          mx.ones((8,)), None, mx.float16, epilogue="fast")
+    monkeypatch.setenv(cuda.EPILOGUE_ENV, "fast")
+    cuda.clear_caches()
+    with pytest.raises(ValueError, match="INT8NAX_CUDA_EPILOGUE='fast': expected one of"):
+        cuda.epilogue_choice()
 
 
 @pytest.mark.parametrize("m,k", [(16, 4096), (2048, 4096), (300, 8192), (512, 18944), (3, 40000)])

@@ -18,6 +18,12 @@ DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Varian
   tma_pp      the same with ping-pong consumers, each on whole 128-row tiles (tiling.pp_plan)
   w8a8_pp     w8a8's pipeline with the GEMM on tma_pp (quantization + fused ping-pong GEMM),
               checked as w8a8 is
+  w8a8_bias   w8a8 with a bias of the outputs' size (bias [N] uniform in +-16), so that it cancels
+              the product closely for some values, as in a real layer
+  w8a8_narrow, w8a8_narrow_bias
+              the same two with INT8NAX_CUDA_EPILOGUE=narrow (float32 without the full error-free
+              transformations, kernels/cuda_common.cuh dequantize_narrow), checked bit for bit
+              against the cp.async kernel's narrow W8A8 and within 1 ulp of the float64 model
   pp_sweep    tma_pp at every pp_sweep_plans plan on the seed shapes
   wgmma       the cp.async + wgmma kernel
   cublaslt    cuBLASLt with a 64 MiB workspace, fastest of its heuristic's algorithms
@@ -61,9 +67,13 @@ import numpy as np  # noqa: E402
 from int8nax import tiling  # noqa: E402
 from int8nax.backends import cuda_source  # noqa: E402
 
-VARIANTS = ("default", "b2b", "w8a8", "tma_simple", "tma_ws", "tma_pp", "w8a8_pp", "wgmma", "cublaslt", "sweep",
-            "pp_sweep")
-WORKER_ENV = {"b2b": {"MLX_USE_CUDA_GRAPHS": "0"}}
+VARIANTS = ("default", "b2b", "w8a8", "tma_simple", "tma_ws", "tma_pp", "w8a8_pp", "w8a8_bias", "w8a8_narrow",
+            "w8a8_narrow_bias", "wgmma", "cublaslt", "sweep", "pp_sweep")
+W8A8_VARIANTS = ("w8a8", "w8a8_pp", "w8a8_bias", "w8a8_narrow", "w8a8_narrow_bias")
+"""The variants that time w8a8_linear's pipeline (worker_w8a8); their ratio is against the raw GEMM."""
+WORKER_ENV = {"b2b": {"MLX_USE_CUDA_GRAPHS": "0"},
+              "w8a8_narrow": {"INT8NAX_CUDA_EPILOGUE": "narrow"},
+              "w8a8_narrow_bias": {"INT8NAX_CUDA_EPILOGUE": "narrow"}}
 """Environment a variant's worker process needs (MLX reads it once, at start)."""
 SWEEP_SPLITS = (1, 2, 4, 8)
 
@@ -157,10 +167,11 @@ def plan_description(variant: str, m: int, n: int, k: int, sms: int = 132, w8a8:
     w8a8: the plan of w8a8_linear's GEMM."""
     if variant == "b2b":
         return plan_description("default", m, n, k, sms)
-    if variant in ("default", "w8a8"):
+    if variant == "default" or (variant in W8A8_VARIANTS and variant != "w8a8_pp"):
         # The default dispatch (INT8NAX_CUDA_KERNEL unset; W8A8 with its own rules: tiling.tma_plan).
-        kernel = tiling.cuda_gemm_kernel(m, n, k, w8a8=variant == "w8a8", sms=sms)
-        d = plan_description(kernel, m, n, k, sms, w8a8=variant == "w8a8")
+        w8a8 = variant != "default"
+        kernel = tiling.cuda_gemm_kernel(m, n, k, w8a8=w8a8, sms=sms)
+        d = plan_description(kernel, m, n, k, sms, w8a8=w8a8)
         return {**d, "plan": f"{kernel}: {d['plan']}"}
     if variant == "sweep":
         return {"plan": f"{len(sweep_plans(m, n, k))} tma_simple plans"}
@@ -317,8 +328,8 @@ def worker_mlx(variant: str, out_dir: Path, cases: list[dict]) -> int:
         return sweep(cuda, mx, torch, fh, out_dir, [c for c in cases if c["kind"] == "seed"])
     if variant == "pp_sweep":
         return sweep(cuda, mx, torch, fh, out_dir, [c for c in cases if c["kind"] == "seed"], pp=True)
-    if variant in ("w8a8", "w8a8_pp"):
-        return worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, pp=variant == "w8a8_pp")
+    if variant in W8A8_VARIANTS:
+        return worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, variant)
 
     def call(a, b, m, n, k):
         if variant in ("default", "b2b"):
@@ -450,10 +461,15 @@ def sweep(cuda, mx, torch, fh, out_dir, cases, pp: bool = False) -> int:
     return 0
 
 
-def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, pp: bool = False) -> int:
-    """w8a8_linear's pipeline on float16 x [M, K] (its codes near a's), w = b, scales s [N]; pp:
-    the quantization and the ping-pong kernel's W8A8 GEMM instead."""
-    variant = "w8a8_pp" if pp else "w8a8"
+def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, variant: str) -> int:
+    """w8a8_linear's pipeline (a W8A8_VARIANTS variant) on float16 x [M, K] (its codes near a's),
+    w = b, scales s [N], a bias for the *_bias variants; w8a8_pp: the quantization and the
+    ping-pong kernel's W8A8 GEMM instead. The epilogue is the worker's (WORKER_ENV)."""
+    from int8nax import exactness
+
+    pp = variant == "w8a8_pp"
+    with_bias = variant.endswith("_bias")
+    narrow = cuda.epilogue_choice() == "narrow"
 
     def pipeline(x, w, s, bias):
         if not pp:
@@ -474,25 +490,31 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, pp: bool = False) -> i
             rng = np.random.default_rng(m + n + k)
             x = (mx.array(a_np).astype(mx.float16) * mx.array(0.01, dtype=mx.float16))
             s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
+            bias = mx.array(rng.uniform(-16, 16, n).astype(np.float32)) if with_bias else None
             w = device_operand(mx, b_np, case["shift"][1])  # the case's B shift moves the weight's base
             mx.eval(x, s, w)
             rows = checked_rows(case)
             pick = (lambda y: mx.take(y, mx.array(rows.astype(np.int32)), axis=0)) if case["kind"] == "big" else (
                 lambda y: y)
-            got = np.array(pick(pipeline(x, w, s, None))).view(np.uint16)
+            got = np.array(pick(pipeline(x, w, s, bias))).view(np.uint16)
             # The cp.async kernel on tma_plan's W8A8 plan: the same dequantization, and integer sums
             # are the same whatever the plan.
-            want = np.array(pick(cuda.w8a8(x, w, s, None, plan=tiling.tma_plan(m, n, k, sms, w8a8=True),
+            want = np.array(pick(cuda.w8a8(x, w, s, bias, plan=tiling.tma_plan(m, n, k, sms, w8a8=True),
                                            family="sm90")))
             bad = np.argwhere(got != want.view(np.uint16))
             rec.update({"exact": bool(len(bad) == 0), "mismatches": int(len(bad)), "checked_rows": int(len(rows)),
                         "check": "bit-identical to the cp.async kernel's W8A8"})
+            if narrow and rec["exact"]:
+                # The narrow epilogue is new: also within 1 ulp of the float64 model (on the checked rows).
+                xr = x if case["kind"] != "big" else mx.take(x, mx.array(rows.astype(np.int32)), axis=0)
+                problem = exactness.check_w8a8(pipeline, xr, b_np, np.array(s), None if bias is None else np.array(bias))
+                rec.update({"exact": problem is None, "model_check": problem or "within 1 ulp of the float64 model"})
             if case["kind"] != "edge" and rec["exact"]:
                 sets = operand_sets(mx, (x, w, s), 2 * m * k + n * k + 2 * m * n)
                 for _ in range(3):
-                    mx.eval(pipeline(*sets[0], None))
+                    mx.eval(pipeline(*sets[0], bias))
                 rec["us"], rec["kernels"], rec["timing"], rec["kernel_parts"] = kernel_us(
-                    mx, torch, out_dir, lambda i: pipeline(*sets[i % len(sets)], None), launches_for(case))
+                    mx, torch, out_dir, lambda i: pipeline(*sets[i % len(sets)], bias), launches_for(case))
                 rec["tops"] = tops(m, n, k, rec["us"])
                 sets = None
         except Exception as exc:  # noqa: BLE001
@@ -704,7 +726,7 @@ def geomean_lines(records, anchor) -> list[str]:
             continue
         raw = "tma_pp" if v == "w8a8_pp" else "default"
         base, what = (({s: by.get((raw, s)) for s in seeds}, f"{raw} (raw GEMM) µs / {v} µs: < 1 = costlier")
-                      if v in ("w8a8", "w8a8_pp") else (anchor, "cuBLASLt µs / variant µs"))
+                      if v in W8A8_VARIANTS else (anchor, "cuBLASLt µs / variant µs"))
         ratios = [base[s] / by[(v, s)] for s in seeds if by.get((v, s)) and base.get(s)]
         if len(ratios) == len(seeds):
             gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios))

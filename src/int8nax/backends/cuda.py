@@ -186,10 +186,12 @@ def _quantize_graph(x, launch: tiling.CudaQuantLaunch | None = None):
     return q, s
 
 
-def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias, tma=False):
-    """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n])."""
+def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias, tma=False,
+                        narrow=False):
+    """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n]);
+    narrow: the plain-float32 epilogue (epilogue_template)."""
     n = w.shape[0]
-    epilogue = [("TOut", out_dtype), ("HAS_BIAS", has_bias)]
+    epilogue = epilogue_template(out_dtype, has_bias, narrow)
     if tma:
         fused, raw = cuda_source.gemm_w8a8_tma_simple(plan.cfg), cuda_source.gemm_tma_simple(plan.cfg)
     else:
@@ -208,18 +210,21 @@ def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan,
 
 
 def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan=None, family: str | None = None,
-                 kernel: str | None = None):
+                 kernel: str | None = None, epilogue: str | None = None):
     """The W8A8 GEMM and epilogue on given codes: q int8 [M, K], scale_x float32 [M], w int8
     [N, K], scale_w float32 [N], bias None or float32 [N] -> out_dtype [M, N] (tests, experiments);
     kernel: dequant_graph's ("tma_simple", "tma_ws", "tma_pp": sm90 and K % 16 == 0), else the
-    family's kernel; plan: the kernel's (default: default_plan, or variant_plan for a TMA kernel)."""
+    family's kernel; plan: the kernel's (default: default_plan, or variant_plan for a TMA kernel);
+    epilogue: "eft" or "narrow" (default: epilogue_choice())."""
     family = family or _family()
     kernel = kernel or ("simt" if family == "simt" else "wgmma")
     m, n, k = q.shape[0], w.shape[0], q.shape[1]
     if plan is None:
         plan = variant_plan(kernel, m, n, k, w8a8=True) if kernel.startswith("tma_") else default_plan(m, n, k, family)
     has_bias = bias is not None
-    return dequant_graph(q, scale_x, w, scale_w, bias if has_bias else _no_bias(), out_dtype, kernel, plan, has_bias)
+    narrow = _check_epilogue(epilogue or epilogue_choice()) == "narrow"
+    return dequant_graph(q, scale_x, w, scale_w, bias if has_bias else _no_bias(), out_dtype, kernel, plan, has_bias,
+                         narrow)
 
 
 # ---- which kernel runs ----
@@ -264,6 +269,40 @@ def gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, family: str | None =
     if choice == "auto":
         return tiling.cuda_gemm_kernel(m, n, k, w8a8, sm_count())
     return choice
+
+
+# INT8NAX_CUDA_EPILOGUE picks W8A8's dequantization into float16 / bfloat16 outputs:
+#   eft (or unset)  float32 with error-free transformations, within 1 ulp of float32, then one
+#                   rounding to the output type (run exact on the H200);
+#   narrow          plain float32, ~3x fewer operations a value, which the output type's ulp allows;
+#                   the rare pairs where it could miss 1 ulp take the eft path
+#                   (kernels/cuda_common.cuh, dequantize_narrow). Checked on the CPU against long
+#                   double (tests/test_cuda_epilogue.py); not yet run on a GPU, hence opt-in.
+# float32 outputs always take eft. Read once per process (clear_caches()).
+
+EPILOGUE_ENV = "INT8NAX_CUDA_EPILOGUE"
+EPILOGUE_CHOICES = ("eft", "narrow")
+
+
+def _check_epilogue(value: str) -> str:
+    if value not in EPILOGUE_CHOICES:
+        raise ValueError(f"epilogue: expected one of {list(EPILOGUE_CHOICES)}, got {value!r}")
+    return value
+
+
+@lru_cache(maxsize=None)
+def epilogue_choice() -> str:
+    """"eft" (the default) or "narrow", from INT8NAX_CUDA_EPILOGUE."""
+    value = os.environ.get(EPILOGUE_ENV, "").strip().lower() or "eft"
+    if value not in EPILOGUE_CHOICES:
+        raise ValueError(f"{EPILOGUE_ENV}={value!r}: expected one of {list(EPILOGUE_CHOICES)}")
+    return value
+
+
+def epilogue_template(out_dtype, has_bias: bool, narrow: bool) -> list:
+    """The W8A8 kernels' epilogue template arguments (cuda_source._dequant_store): TOut, HAS_BIAS,
+    NARROW, which is set only where it changes the code (a float16 or bfloat16 output)."""
+    return [("TOut", out_dtype), ("HAS_BIAS", has_bias), ("NARROW", bool(narrow) and out_dtype != mx.float32)]
 
 
 @lru_cache(maxsize=None)
@@ -318,12 +357,13 @@ def _persistent_int32(a, b, plan: tiling.CudaWsPlan):
     return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
 
 
-def _persistent_dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan: tiling.CudaWsPlan, has_bias):
+def _persistent_dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan: tiling.CudaWsPlan, has_bias,
+                              narrow=False):
     """_dequant_gemm_graph on a persistent kernel (gemm_tma_ws, or gemm_tma_pp for a
     CudaPingPongConfig): the fused epilogue unsplit, else the int32 workspace and the dequantizing
     reduction."""
     m, n = q.shape[0], w.shape[0]
-    epilogue = [("TOut", out_dtype), ("HAS_BIAS", has_bias)]
+    epilogue = epilogue_template(out_dtype, has_bias, narrow)
     raw, fused = _persistent_specs(plan.cfg)
     if plan.splits == 1:
         return _launch_persistent(fused, [q, w, scale_x, scale_w, bias32], m, n, out_dtype, plan, epilogue)
@@ -351,22 +391,22 @@ def gemm_graph(a, b, kernel: str, plan):
     return _gemm_int32_graph(a, b, "simt" if kernel == "simt" else "sm90", plan, kernel == "tma_simple")
 
 
-def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, kernel: str, plan, has_bias: bool):
+def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, kernel: str, plan, has_bias: bool, narrow=False):
     """_dequant_gemm_graph's y on `kernel` ("simt", "wgmma", "tma_simple", "tma_ws" or "tma_pp") with
-    `plan`."""
+    `plan`; narrow: the plain-float32 epilogue (epilogue_template)."""
     if kernel in ("tma_ws", "tma_pp"):
-        return _persistent_dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan, has_bias)
+        return _persistent_dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan, has_bias, narrow)
     family = "simt" if kernel == "simt" else "sm90"
     return _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias,
-                               kernel == "tma_simple")
+                               kernel == "tma_simple", narrow)
 
 
 def w8a8_graph(x, w, scale_w, bias32, kernel: str, plan, has_bias: bool,
-               quant: tiling.CudaQuantLaunch | None = None):
+               quant: tiling.CudaQuantLaunch | None = None, narrow: bool = False):
     """quantize(x) (with the launch `quant`, quant_launch's by default), then dequant_graph on
     `kernel` with `plan`: y [M, N] in x's dtype."""
     q, scale_x = _quantize_graph(x, quant)
-    return dequant_graph(q, scale_x, w, scale_w, bias32, x.dtype, kernel, plan, has_bias)
+    return dequant_graph(q, scale_x, w, scale_w, bias32, x.dtype, kernel, plan, has_bias, narrow)
 
 
 # Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the
@@ -389,8 +429,8 @@ def _compiled_gemm(kernel: str, plan):
 # The quantization launch is chosen outside the compiled functions (it needs sm_count(), which
 # runs a kernel and reads its result: not possible while mx.compile traces).
 @lru_cache(maxsize=None)
-def _compiled_w8a8(kernel: str, plan, has_bias: bool, quant: tiling.CudaQuantLaunch):
-    return _maybe_compile(lambda x, w, s, bias: w8a8_graph(x, w, s, bias, kernel, plan, has_bias, quant))
+def _compiled_w8a8(kernel: str, plan, has_bias: bool, quant: tiling.CudaQuantLaunch, narrow: bool):
+    return _maybe_compile(lambda x, w, s, bias: w8a8_graph(x, w, s, bias, kernel, plan, has_bias, quant, narrow))
 
 
 @lru_cache(maxsize=None)
@@ -424,7 +464,7 @@ def _gemm_for_shape(m: int, n: int, k: int):
 @lru_cache(maxsize=4096)
 def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
     plan, kernel = w8a8_plan(m, n, k)
-    return _compiled_w8a8(kernel, plan, has_bias, quant_launch(m, k))
+    return _compiled_w8a8(kernel, plan, has_bias, quant_launch(m, k), epilogue_choice() == "narrow")
 
 
 @lru_cache(maxsize=4096)
@@ -436,7 +476,7 @@ def clear_caches() -> None:
     """Forget every built kernel object and compiled entry point (after changing COMPILE or
     INT8NAX_CUDA_KERNEL)."""
     for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape,
-               _quantize_for_shape, kernel_choice):
+               _quantize_for_shape, kernel_choice, epilogue_choice):
         fn.cache_clear()
 
 
@@ -465,8 +505,8 @@ def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str |
         return _w8a8_for_shape(m, w.shape[0], k, has_bias)(x, w, scale_w, bias32)
     family = family or _family()
     plan = plan or default_plan(x.shape[0], w.shape[0], x.shape[1], family)
-    return _compiled_w8a8("simt" if family == "simt" else "wgmma", plan, has_bias, quant_launch(*x.shape))(
-        x, w, scale_w, bias32)
+    return _compiled_w8a8("simt" if family == "simt" else "wgmma", plan, has_bias, quant_launch(*x.shape),
+                          epilogue_choice() == "narrow")(x, w, scale_w, bias32)
 
 
 class CUDABackend(Backend):

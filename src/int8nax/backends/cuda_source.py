@@ -148,6 +148,13 @@ class KernelSpec:
     shared_memory: int
 
 
+def _dequant_store(m: str, n: str) -> str:
+    """The W8A8 epilogue of a [m, n] output y (kernels/cuda_common.cuh, DequantStore); template TOut
+    (the output type), HAS_BIAS and NARROW (plain float32 for float16/bfloat16 outputs, the launch's
+    backends/cuda.py, INT8NAX_CUDA_EPILOGUE)."""
+    return f"int8nax::DequantStore<TOut, HAS_BIAS, NARROW>{{y, scale_x, scale_w, bias, {m}, {n}}}"
+
+
 def _gemm_call(family: str, a: str, b: str, epilogue: str) -> str:
     """Body calling the family's GEMM template with the tile constants MLX declares."""
     if family == "sm90":
@@ -168,8 +175,8 @@ def gemm_int32(family: str, cfg: tiling.TileConfig) -> KernelSpec:
 
 @lru_cache(maxsize=None)
 def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
-    """y [M, N] (TOut) = dequant(q [M, K] . w [N, K]^T); template TOut, HAS_BIAS."""
-    epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
+    """y [M, N] (TOut) = dequant(q [M, K] . w [N, K]^T); template TOut, HAS_BIAS, NARROW."""
+    epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
     body = _gemm_call(family, "q", "w", epilogue)
     return KernelSpec(
         _name(f"int8nax_{family}_w8a8_{cfg.name}", family),
@@ -198,8 +205,8 @@ def gemm_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
 @lru_cache(maxsize=None)
 def gemm_w8a8_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the TMA + mbarrier kernel: y [M, N] (TOut); maps as in
-    gemm_tma_simple; template TOut, HAS_BIAS."""
-    epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
+    gemm_tma_simple; template TOut, HAS_BIAS, NARROW."""
+    epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
     return KernelSpec(_name(f"int8nax_tma_simple_w8a8_{cfg.name}", "tma"), ("q", "w", "scale_x", "scale_w", "bias"),
                       ("y", "maps"), _tma_simple_call("q", "w", epilogue), header("tma"), cfg.tma_shared_bytes)
 
@@ -225,8 +232,8 @@ def gemm_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
 def gemm_w8a8_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the cooperative persistent kernel (unsplit plans only),
     its exact path taken per chunk of columns (CHUNK_EXACT, kernels/gemm_tma.cuh): y [M, N] (TOut);
-    plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS."""
-    epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
+    plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS, NARROW."""
+    epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
     body = _persistent_call("gemm_tma_ws<BM, BN, STAGES, CHUNK, true>", "q", "w", f"int8nax::same_epilogue({epilogue})")
     return KernelSpec(_name(f"int8nax_tma_ws_w8a8_{cfg.name}", "tma_ws"),
                       ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("tma_ws"),
@@ -245,8 +252,8 @@ def gemm_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
 @lru_cache(maxsize=None)
 def gemm_w8a8_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the ping-pong persistent kernel (unsplit plans only):
-    y [M, N] (TOut); plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS."""
-    epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
+    y [M, N] (TOut); plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS, NARROW."""
+    epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
     body = _persistent_call("gemm_tma_pp<BN, STAGES, CHUNK>", "q", "w", f"int8nax::same_epilogue({epilogue})")
     return KernelSpec(_name(f"int8nax_tma_pp_w8a8_{cfg.name}", "tma_ws"),
                       ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("tma_ws"),
@@ -262,8 +269,8 @@ def reduce_int32() -> KernelSpec:
 
 @lru_cache(maxsize=None)
 def reduce_w8a8() -> KernelSpec:
-    """y [M, N] (TOut) = dequant(sum over splits of ws int32 [splits, M, N]); template TOut, HAS_BIAS."""
-    epilogue = "int8nax::DequantStore<TOut, HAS_BIAS>{y, scale_x, scale_w, bias, ws_shape[1], ws_shape[2]}"
+    """y [M, N] (TOut) = dequant(sum over splits of ws int32 [splits, M, N]); template TOut, HAS_BIAS, NARROW."""
+    epilogue = _dequant_store("ws_shape[1]", "ws_shape[2]")
     body = f"int8nax::reduce_splits(ws, ws_shape[0], ws_shape[1], ws_shape[2], {epilogue});"
     return KernelSpec(_name("int8nax_reduce_w8a8", "quantize"), ("ws", "scale_x", "scale_w", "bias"), ("y",), body, header("quantize"), 0)
 

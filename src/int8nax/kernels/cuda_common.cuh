@@ -239,14 +239,31 @@ __device__ __forceinline__ FloatPair two_sum(float a, float b) {
   return {s, __fadd_rn(__fsub_rn(a, av), __fsub_rn(b, bv))};
 }
 
+// v = 65536 h + l exactly, both halves exact floats (h in [-2^15, 2^15), l in [0, 2^16)), by the
+// magic-number trick: no conversion instruction.
+struct IntHalves {
+  float h;
+  float l;
+};
+
+__device__ __forceinline__ IntHalves int_halves(int v) {
+  // 0x4B400000 = 1.5 * 2^23: adding |j| < 2^22 to its bits gives the float 1.5 * 2^23 + j.
+  return {__fsub_rn(__int_as_float(0x4B400000 + (v >> 16)), 12582912.0f),
+          __fsub_rn(__int_as_float(0x4B000000 | (v & 0xFFFF)), 8388608.0f)};
+}
+
+// v rounded to float32 (to nearest even): one fma rounds 65536 h + l = v.
+__device__ __forceinline__ float round_int(int v) {
+  const IntHalves p = int_halves(v);
+  return __fmaf_rn(p.h, 65536.0f, p.l);
+}
+
 // acc = hi + lo exactly with hi = acc rounded to float32 (|lo| <= 64), in six integer/float
 // operations and no conversion instruction.
 __device__ __forceinline__ FloatPair split_int(int v) {
-  // 0x4B400000 = 1.5 * 2^23: adding |j| < 2^22 to its bits gives the float 1.5 * 2^23 + j.
-  const float h = __fsub_rn(__int_as_float(0x4B400000 + (v >> 16)), 12582912.0f);     // in [-2^15, 2^15)
-  const float l = __fsub_rn(__int_as_float(0x4B000000 | (v & 0xFFFF)), 8388608.0f);  // in [0, 2^16)
-  const float hi = __fmaf_rn(h, 65536.0f, l);                 // one rounding of 65536 h + l = v
-  return {hi, __fsub_rn(l, __fmaf_rn(h, -65536.0f, hi))};     // Fast2Sum (|65536 h| > l or h = 0)
+  const IntHalves p = int_halves(v);
+  const float hi = __fmaf_rn(p.h, 65536.0f, p.l);                  // one rounding of 65536 h + l = v
+  return {hi, __fsub_rn(p.l, __fmaf_rn(p.h, -65536.0f, hi))};     // Fast2Sum (|65536 h| > l or h = 0)
 }
 
 // a * s + b after cancellation (|a * s + b| < 2^-8 |a * s|), where the fast sum's error could
@@ -351,6 +368,72 @@ __device__ __forceinline__ float dequantize_fast(int acc, float sx, float sw, fl
   return __fadd_rn(q.hi, __fadd_rn(q.lo, tail));
 }
 
+// ---- W8A8 into float16 / bfloat16 (DequantStore's NARROW path): float32 without the full EFTs ----
+//
+// The 1-ulp contract is in the output type's ulps, and float32 has 13 (bfloat16: 16) bits to
+// spare: a float32 y32 with |y32 - y| below 2^-14 |y| rounds to the same value of the output type
+// as the float64 model, or to its neighbour (both types' steps exceed 2^-11 |y|, resp. 2^-8 |y|).
+//  * No bias: y32 = fl(fl(acc) * fl(s_x * s_w)), three roundings: |y32 - y| < 2^-22 |y|.
+//  * Bias: a product rounded before the bias is added would leave an error of 2^-24 |acc s_x s_w|,
+//    which a cancelling bias makes large against y, and in typical layers the bias cancels that
+//    closely for a fraction of a percent of the values (dequantize_fast sends those to the exact
+//    path). So acc = a.hi + a.lo (split_int) and s_x s_w = s.hi + s.lo (two_prod) stay exact,
+//    u = fl(a.hi * s.hi + b) is one fma, the small terms v = a.lo s.hi + a.hi s.lo go in one fma
+//    (a.lo s.lo < 2^-48 |acc s_x s_w| is dropped) and y32 = fl(u + v): |y32 - y| < 2^-23 |y| +
+//    2^-45 |acc s_x s_w|, below 2^-16 |y| unless |y32| < 2^-28 |b| (rare: the exact path).
+// `rare` also sends to the exact path (dequantize) a |y32| at or past the output's largest
+// finite value (NaN and inf included), where rounding decides overflow, and for bfloat16, whose
+// range is float32's, a scale product below 2^-100 (the bounds above need it normal and its
+// two_prod exact). A float16 output needs no such check: such a product is below 2^31 * 2^-100,
+// and its error far below float16's smallest step (2^-24).
+template <typename TOut>
+struct NarrowOutput {
+  static constexpr bool narrow = false;  // float32: the output's ulps are float32's (dequantize_fast)
+  static constexpr float max_abs = 0.0f;
+  static constexpr float min_scale = 0.0f;
+};
+
+template <>
+struct NarrowOutput<__half> {
+  static constexpr bool narrow = true;
+  static constexpr float max_abs = 65504.0f;   // float16's largest finite value
+  static constexpr float min_scale = 0.0f;
+};
+
+template <>
+struct NarrowOutput<__nv_bfloat16> {
+  static constexpr bool narrow = true;
+  static constexpr float max_abs = 0x1p127f;   // below bfloat16's largest finite value
+  static constexpr float min_scale = 0x1p-100f;
+};
+
+template <typename TOut, bool HAS_BIAS>
+__device__ __forceinline__ float dequantize_narrow(int acc, float sx, float sw, float b, bool& rare) {
+  float y;
+  float s;
+  if (HAS_BIAS) {
+    const FloatPair sp = two_prod(sx, sw);
+    const FloatPair a = split_int(acc);
+    const float u = __fmaf_rn(a.hi, sp.hi, b);
+    const float v = __fmaf_rn(a.lo, sp.hi, __fmul_rn(a.hi, sp.lo));
+    y = __fadd_rn(u, v);
+    s = sp.hi;
+  } else {
+    s = __fmul_rn(sx, sw);
+    y = __fmul_rn(round_int(acc), s);
+  }
+  const float ay = fabsf(y);
+  bool ok = ay < NarrowOutput<TOut>::max_abs;  // false for NaN and inf
+  if (NarrowOutput<TOut>::min_scale > 0.0f) {
+    ok = ok & (fabsf(s) >= NarrowOutput<TOut>::min_scale);
+  }
+  if (HAS_BIAS) {
+    ok = ok & (ay >= __fmul_rn(0x1p-28f, fabsf(b)));
+  }
+  rare = !ok;
+  return y;
+}
+
 __device__ __forceinline__ void store_rounded(float* p, float y) {
   *p = y;
 }
@@ -371,8 +454,9 @@ __device__ __forceinline__ void store_rounded2(__nv_bfloat16* p, float y0, float
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(y0, y1);
 }
 
-// W8A8: y[m, n] = dequantize(acc, s_x[m], s_w[n], bias[n]) rounded to TOut.
-template <typename TOut, bool HAS_BIAS>
+// W8A8: y[m, n] = dequantize(acc, s_x[m], s_w[n], bias[n]) rounded to TOut. NARROW: the branch-free
+// path is dequantize_narrow where TOut is float16 or bfloat16 (dequantize_fast for float32).
+template <typename TOut, bool HAS_BIAS, bool NARROW = false>
 struct DequantStore {
   TOut* out;
   const float* scale_x;
@@ -415,8 +499,15 @@ struct DequantStore {
   __device__ __forceinline__ bool store2_fast(int row, int col, int v0, int v1, float sx, const Cols& c) const {
     bool r0;
     bool r1;
-    const float y0 = dequantize_fast<HAS_BIAS>(v0, sx, c.sw.x, c.bias.x, r0);
-    const float y1 = dequantize_fast<HAS_BIAS>(v1, sx, c.sw.y, c.bias.y, r1);
+    float y0;
+    float y1;
+    if (NARROW && NarrowOutput<TOut>::narrow) {
+      y0 = dequantize_narrow<TOut, HAS_BIAS>(v0, sx, c.sw.x, c.bias.x, r0);
+      y1 = dequantize_narrow<TOut, HAS_BIAS>(v1, sx, c.sw.y, c.bias.y, r1);
+    } else {
+      y0 = dequantize_fast<HAS_BIAS>(v0, sx, c.sw.x, c.bias.x, r0);
+      y1 = dequantize_fast<HAS_BIAS>(v1, sx, c.sw.y, c.bias.y, r1);
+    }
     store_rounded2(out + static_cast<size_t>(row) * N + col, y0, y1);
     return r0 | r1;
   }
