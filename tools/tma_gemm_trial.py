@@ -30,9 +30,11 @@ DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Varian
   sweep       tma_simple at every tile x split-K plan (sweep_plans) on the seed shapes
 --ncu-shapes MxKxN,... instead runs one worker under Nsight Compute (profiling only between
 cudaProfilerStart and cudaProfilerStop, so the warm-up and cuBLASLt's algorithm search are left
-out): per shape one call of int8_matmul's default kernel, of tma_ws, tma_pp and of cuBLASLt's chosen
-algorithm, with the SpeedOfLight, WarpStateStats, LaunchStats and Occupancy sections, written as
-CSV to DIR/ncu.csv (the kernels' names say which is which).
+out): per shape one call of int8_matmul's default kernel, of tma_ws, tma_pp, of cuBLASLt's chosen
+algorithm and of w8a8_linear's default pipeline with the eft and then the narrow epilogue, with
+the SpeedOfLight, WarpStateStats, LaunchStats and Occupancy sections, written as CSV to
+DIR/ncu.csv (the kernels' names say which is which; the two W8A8 pipelines share their names
+and come in that order, as the worker log says).
 
 Per shape: bit-exact check of the whole output against float64 numpy (exact for int8 at these
 K; 8192^3 checks 256 sampled rows), then kernel time. Kernel time = the CUPTI duration of every
@@ -541,7 +543,8 @@ def ncu_command(out_dir: Path, shapes: str) -> list[str]:
 
 
 def worker_ncu(out_dir: Path, shapes: list[tuple[int, int, int]]) -> int:
-    """One profiled call each of the default kernel, tma_ws, tma_pp and cuBLASLt per shape (run
+    """One profiled call each of the default kernel, tma_ws, tma_pp, cuBLASLt and W8A8's default
+    pipeline with each epilogue (eft, narrow: quantization + GEMM [+ reduction]) per shape (run
     under ncu)."""
     import mlx.core as mx
     import torch
@@ -555,16 +558,27 @@ def worker_ncu(out_dir: Path, shapes: list[tuple[int, int, int]]) -> int:
         a, b = device_operand(mx, a_np), device_operand(mx, b_np)
         mx.eval(a, b)
         run = cublaslt.prepare(a_np, b_np, timing_runs=2)
+        plan, kernel = cuda.w8a8_plan(m, n, k)
+        x = mx.array(a_np).astype(mx.float16) * mx.array(0.01, dtype=mx.float16)
+        s = mx.array(np.random.default_rng(n).uniform(1e-3, 1e-2, n).astype(np.float32))
+        mx.eval(x, s)
+
+        def w8a8(narrow):
+            return lambda: mx.eval(cuda.w8a8_graph(x, b, s, cuda._no_bias(), kernel, plan, False, narrow=narrow))
+
         calls = {"default": lambda: mx.eval(cuda.gemm_int32(a, b)),
                  "tma_ws": lambda: mx.eval(cuda.tma_gemm_int32(a, b, "tma_ws")),
                  "tma_pp": lambda: mx.eval(cuda.tma_gemm_int32(a, b, "tma_pp")),
-                 "cublaslt": lambda: (run.call(), run.sync())}
+                 "cublaslt": lambda: (run.call(), run.sync()),
+                 "w8a8_eft": w8a8(False), "w8a8_narrow": w8a8(True)}
         for call in calls.values():
             for _ in range(3):
                 call()
         torch.cuda.synchronize()
         for name, call in calls.items():
-            log(f"[ncu] {m}x{k}x{n} {name}: {cuda.gemm_kernel(m, n, k) if name == 'default' else name}")
+            what = {"default": cuda.gemm_kernel(m, n, k)}.get(name, f"{kernel} {plan.name}" if name.startswith("w8a8")
+                                                               else name)
+            log(f"[ncu] {m}x{k}x{n} {name}: {what}")
             torch.cuda.profiler.start()
             call()
             torch.cuda.synchronize()

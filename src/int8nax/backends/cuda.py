@@ -189,7 +189,7 @@ def _quantize_graph(x, launch: tiling.CudaQuantLaunch | None = None):
 def _dequant_gemm_graph(q, scale_x, w, scale_w, bias32, out_dtype, family, plan, has_bias, tma=False,
                         narrow=False):
     """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n]);
-    narrow: the plain-float32 epilogue (epilogue_template)."""
+    narrow: the narrow epilogue (epilogue_template)."""
     n = w.shape[0]
     epilogue = epilogue_template(out_dtype, has_bias, narrow)
     if tma:
@@ -272,16 +272,19 @@ def gemm_kernel(m: int, n: int, k: int, w8a8: bool = False, family: str | None =
 
 
 # INT8NAX_CUDA_EPILOGUE picks W8A8's dequantization into float16 / bfloat16 outputs:
-#   eft (or unset)  float32 with error-free transformations, within 1 ulp of float32, then one
-#                   rounding to the output type (run exact on the H200);
-#   narrow          plain float32, ~3x fewer operations a value, which the output type's ulp allows;
-#                   the rare pairs where it could miss 1 ulp take the eft path
-#                   (kernels/cuda_common.cuh, dequantize_narrow). Checked on the CPU against long
-#                   double (tests/test_cuda_epilogue.py); not yet run on a GPU, hence opt-in.
+#   eft      (EPILOGUE_DEFAULT) float32 with error-free transformations, within 1 ulp of float32,
+#            then one rounding to the output type (run exact on the H200);
+#   narrow   float32 with only the exactness the output type's ulp needs (11-15 fewer PTX
+#            instructions a value); the rare pairs where it could miss 1 ulp take the eft path
+#            (kernels/cuda_common.cuh, dequantize_narrow). Checked on the CPU against long double
+#            (tests/test_cuda_epilogue.py); not yet run on a GPU, hence opt-in.
 # float32 outputs always take eft. Read once per process (clear_caches()).
 
 EPILOGUE_ENV = "INT8NAX_CUDA_EPILOGUE"
 EPILOGUE_CHOICES = ("eft", "narrow")
+EPILOGUE_DEFAULT = "eft"
+"""The epilogue when INT8NAX_CUDA_EPILOGUE is unset: eft until narrow has run exact on the H200
+(docs/cuda-notes.md, v12)."""
 
 
 def _check_epilogue(value: str) -> str:
@@ -292,8 +295,8 @@ def _check_epilogue(value: str) -> str:
 
 @lru_cache(maxsize=None)
 def epilogue_choice() -> str:
-    """"eft" (the default) or "narrow", from INT8NAX_CUDA_EPILOGUE."""
-    value = os.environ.get(EPILOGUE_ENV, "").strip().lower() or "eft"
+    """"eft" or "narrow", from INT8NAX_CUDA_EPILOGUE (EPILOGUE_DEFAULT where unset)."""
+    value = os.environ.get(EPILOGUE_ENV, "").strip().lower() or EPILOGUE_DEFAULT
     if value not in EPILOGUE_CHOICES:
         raise ValueError(f"{EPILOGUE_ENV}={value!r}: expected one of {list(EPILOGUE_CHOICES)}")
     return value
@@ -393,7 +396,7 @@ def gemm_graph(a, b, kernel: str, plan):
 
 def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, kernel: str, plan, has_bias: bool, narrow=False):
     """_dequant_gemm_graph's y on `kernel` ("simt", "wgmma", "tma_simple", "tma_ws" or "tma_pp") with
-    `plan`; narrow: the plain-float32 epilogue (epilogue_template)."""
+    `plan`; narrow: the narrow epilogue (epilogue_template)."""
     if kernel in ("tma_ws", "tma_pp"):
         return _persistent_dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, plan, has_bias, narrow)
     family = "simt" if kernel == "simt" else "sm90"

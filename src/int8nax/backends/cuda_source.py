@@ -150,8 +150,8 @@ class KernelSpec:
 
 def _dequant_store(m: str, n: str) -> str:
     """The W8A8 epilogue of a [m, n] output y (kernels/cuda_common.cuh, DequantStore); template TOut
-    (the output type), HAS_BIAS and NARROW (plain float32 for float16/bfloat16 outputs, the launch's
-    backends/cuda.py, INT8NAX_CUDA_EPILOGUE)."""
+    (the output type), HAS_BIAS and NARROW (dequantize_narrow for float16/bfloat16 outputs;
+    backends/cuda.py, epilogue_template)."""
     return f"int8nax::DequantStore<TOut, HAS_BIAS, NARROW>{{y, scale_x, scale_w, bias, {m}, {n}}}"
 
 
