@@ -59,3 +59,19 @@ def rng(request):
 
 def random_int8(rng, shape):
     return rng.integers(-128, 128, size=shape, dtype=np.int8)
+
+
+ROUNDS_TO_INF = {"float16": 65520.0, "bfloat16": (2 - 2.0 ** -8) * 2.0 ** 127, "float32": (2 - 2.0 ** -24) * 2.0 ** 127}
+"""The magnitude from which each output type's rounding gives inf."""
+
+
+def within_one_ulp(y, ref, name):
+    """Where y (an MLX array of float type `name`) is within 1 ulp of the float64 model `ref`, or inf
+    exactly where the model rounds to inf, or NaN where it is NaN."""
+    from int8nax.reference import to_numpy, ulp
+
+    got = to_numpy(y, np.float64)
+    with np.errstate(invalid="ignore"):
+        close = np.abs(got - ref) <= np.maximum(ulp(ref, name), ulp(got, name))
+        overflow = (np.abs(ref) >= ROUNDS_TO_INF[name]) & (got == np.sign(ref) * np.inf)
+    return close | overflow | (np.isnan(ref) & np.isnan(got))

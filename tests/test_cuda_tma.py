@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from int8nax import backends, tiling
-from int8nax.reference import int8_matmul_ref, to_numpy, ulp
+from int8nax.reference import int8_matmul_ref, to_numpy
 
-from conftest import random_int8
+from conftest import random_int8, within_one_ulp
 
 CUDA = backends.probe("cuda")
 CPASYNC_ONLY = os.environ.get("INT8NAX_CUDA_KERNEL", "").strip().lower() in ("wgmma", "cpasync")
@@ -154,14 +154,13 @@ def cpasync_w8a8(q, sx, w, sw, bias, out_dtype, epilogue="eft"):
 
 def beyond_one_ulp(y, q, w, sx, sw, bias):
     """Where y (W8A8 of these codes and scales) is more than 1 ulp of its type from the float64
-    model acc * s_x * s_w (+ bias)."""
-    name = str(y.dtype).split(".")[-1]
+    model acc * s_x * s_w (+ bias) (conftest.within_one_ulp: inf where the model rounds to inf)."""
     acc = int8_matmul_ref(q, w).astype(np.float64)
-    ref = acc * sx.astype(np.float64)[:, None] * sw.astype(np.float64)[None, :]
+    with np.errstate(over="ignore"):
+        ref = acc * sx.astype(np.float64)[:, None] * sw.astype(np.float64)[None, :]
     if bias is not None:
         ref = ref + bias.astype(np.float64)[None, :]
-    got = to_numpy(y, np.float64)
-    return np.argwhere(~(np.abs(got - ref) <= np.maximum(ulp(ref, name), ulp(got, name))))
+    return np.argwhere(~within_one_ulp(y, ref, str(y.dtype).split(".")[-1]))
 
 
 def assert_same_bits(got, want):
@@ -235,8 +234,9 @@ def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_narrow_epilogue_on_every_tma_plan(variant, plan, rng, dtype):
     # INT8NAX_CUDA_EPILOGUE=narrow's path (kernels/cuda_common.cuh, dequantize_narrow), fused or in
-    # the dequantizing reduction: within 1 ulp of the float64 model and, on data where no pair
-    # takes the exact path, bit-identical to the cp.async kernel's narrow W8A8.
+    # the dequantizing reduction: within 1 ulp of the float64 model and, since each narrow output
+    # is one function of its inputs on every path (DequantStore::value), bit-identical to the
+    # cp.async kernel's narrow W8A8 on another plan.
     out = getattr(mx, dtype)
     m, k, n = W8A8_SHAPE
     q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
@@ -253,14 +253,17 @@ def test_the_narrow_epilogue_on_every_tma_plan(variant, plan, rng, dtype):
                          + [(v, p) for v, p in PERSISTENT_PLANS if p.splits == 1], ids=plan_id)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_narrow_epilogue_sends_its_rare_pairs_to_the_exact_path(variant, plan, rng, dtype):
-    # Pairs the narrow path refuses inside whole tiles: biases that cancel a product exactly
-    # (s_x, s_w powers of two: y = 0 against |b| ~ 10), a row that overflows float16, a row
-    # whose scale product falls below 2^-100 (bfloat16's range check) and a zero column scale.
+    # Pairs the narrow path refuses inside whole tiles: a bias that cancels a product exactly
+    # (s_x, s_w powers of two: y = 0 against |b| ~ 10), a row that overflows float16, and for
+    # bfloat16 a row whose scale products fall below 2^-100 and a zero column scale. They must
+    # take the eft path (their bits equal the eft epilogue's); at [5, 301] (acc = 127^2 K,
+    # s ~ 3e-45, no bias) the narrow arithmetic alone would be ~17 bfloat16 ulps off.
     out = getattr(mx, dtype)
     m, k, n = W8A8_SHAPE
     q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
+    q[5], w[301] = 127, 127
     sx[5], sx[140], sx[9] = 1e-30, 5e4, 2.0 ** -7
-    sw[300], sw[3] = 0.0, 2.0 ** -6
+    sw[300], sw[3], sw[301], bias[301] = 0.0, 2.0 ** -6, 3e-15, 0.0
     acc = int8_matmul_ref(q, w)
     bias[3] = -np.float32(acc[9, 3] * 2.0 ** -13)
     got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), out, plan,
@@ -268,6 +271,14 @@ def test_the_narrow_epilogue_sends_its_rare_pairs_to_the_exact_path(variant, pla
     bad = beyond_one_ulp(got, q, w, sx, sw, bias)
     assert bad.size == 0, f"{len(bad)} beyond 1 ulp, first at {bad[0].tolist()}"
     assert to_numpy(got, np.float64)[9, 3] == 0.0
+    rare = np.zeros((m, n), bool)
+    rare[9, 3] = True
+    if dtype == "float16":  # the overflowing values of row 140
+        rare[140] = np.abs(acc[140] * np.float64(sx[140]) * sw.astype(np.float64) + bias) > 65536
+    else:
+        rare[5], rare[:, 300] = True, True
+    eft = cpasync_w8a8(q, sx, w, sw, bias, out, epilogue="eft")
+    assert np.array_equal(bits(got)[rare], eft[rare])
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")

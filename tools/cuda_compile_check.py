@@ -61,13 +61,15 @@ def translation_unit(spec, input_types, output_types, template) -> str:
     )
 
 
-W8A8_OUTPUTS = (("float16", False), ("bfloat16", False), ("float32", False), ("float16", True), ("bfloat16", True))
-"""(output type, NARROW) of every W8A8 instance: the eft epilogue for each output type, the narrow
-one where it changes the code (backends/cuda.py, epilogue_template)."""
+W8A8_OUTPUTS = (("float16", False, True), ("bfloat16", False, True), ("float32", False, True),
+                ("float16", True, True), ("bfloat16", True, True), ("float16", True, False))
+"""(output type, NARROW, HAS_BIAS) of every W8A8 instance: the eft epilogue for each output type
+with a bias, the narrow one where it changes the code (backends/cuda.py, epilogue_template) with
+a bias, and without one for float16 (the narrow path's other branch)."""
 
 
-def narrow_tag(narrow: bool) -> str:
-    return " narrow" if narrow else ""
+def narrow_tag(narrow: bool, has_bias: bool = True) -> str:
+    return (" narrow" if narrow else "") + ("" if has_bias else " nobias")
 
 
 def instances(arch: str):
@@ -79,32 +81,32 @@ def instances(arch: str):
             tmpl = cfg.template()
             yield (f"{family} i32 {cfg.name}", cuda_source.gemm_int32(family, cfg),
                    ["int8_t", "int8_t"], ["int32_t"], tmpl)
-            for out, narrow in W8A8_OUTPUTS:
-                yield (f"{family} w8a8 {cfg.name} {out}{narrow_tag(narrow)}", cuda_source.gemm_w8a8(family, cfg),
+            for out, narrow, has_bias in W8A8_OUTPUTS:
+                yield (f"{family} w8a8 {cfg.name} {out}{narrow_tag(narrow, has_bias)}", cuda_source.gemm_w8a8(family, cfg),
                        ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out]],
-                       tmpl + [("TOut", out), ("HAS_BIAS", True), ("NARROW", narrow)])
+                       tmpl + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
     if arch.startswith("sm_90"):
         for cfg in tiling.CUDA_CONFIGS.values():
             yield (f"tma_simple i32 {cfg.name}", cuda_source.gemm_tma_simple(cfg),
                    ["int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.tma_template())
-            for out, narrow in W8A8_OUTPUTS:
-                yield (f"tma_simple w8a8 {cfg.name} {out}{narrow_tag(narrow)}", cuda_source.gemm_w8a8_tma_simple(cfg),
+            for out, narrow, has_bias in W8A8_OUTPUTS:
+                yield (f"tma_simple w8a8 {cfg.name} {out}{narrow_tag(narrow, has_bias)}", cuda_source.gemm_w8a8_tma_simple(cfg),
                        ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out], "uint8_t"],
-                       cfg.tma_template() + [("TOut", out), ("HAS_BIAS", True), ("NARROW", narrow)])
+                       cfg.tma_template() + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
         for cfg in tiling.CUDA_WS_CONFIGS.values():
             yield (f"tma_ws i32 {cfg.name}", cuda_source.gemm_tma_ws(cfg),
                    ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.template())
-            for out, narrow in W8A8_OUTPUTS:
-                yield (f"tma_ws w8a8 {cfg.name} {out}{narrow_tag(narrow)}", cuda_source.gemm_w8a8_tma_ws(cfg),
+            for out, narrow, has_bias in W8A8_OUTPUTS:
+                yield (f"tma_ws w8a8 {cfg.name} {out}{narrow_tag(narrow, has_bias)}", cuda_source.gemm_w8a8_tma_ws(cfg),
                        ["int8_t", "int8_t", "float", "float", "float", "int8_t"], [CUDA_TYPES[out], "uint8_t"],
-                       cfg.template() + [("TOut", out), ("HAS_BIAS", True), ("NARROW", narrow)])
+                       cfg.template() + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
         for cfg in tiling.CUDA_PP_CONFIGS.values():
             yield (f"tma_pp i32 {cfg.name}", cuda_source.gemm_tma_pp(cfg),
                    ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.template())
-            for out, narrow in W8A8_OUTPUTS:
-                yield (f"tma_pp w8a8 {cfg.name} {out}{narrow_tag(narrow)}", cuda_source.gemm_w8a8_tma_pp(cfg),
+            for out, narrow, has_bias in W8A8_OUTPUTS:
+                yield (f"tma_pp w8a8 {cfg.name} {out}{narrow_tag(narrow, has_bias)}", cuda_source.gemm_w8a8_tma_pp(cfg),
                        ["int8_t", "int8_t", "float", "float", "float", "int8_t"], [CUDA_TYPES[out], "uint8_t"],
-                       cfg.template() + [("TOut", out), ("HAS_BIAS", True), ("NARROW", narrow)])
+                       cfg.template() + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
     for launch in tiling.CUDA_QUANT_LAUNCHES:
         for t in ("float16", "bfloat16", "float32"):
             yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],

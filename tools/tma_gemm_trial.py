@@ -23,7 +23,8 @@ DIR/worker_<variant>.jsonl as it goes, so a crash keeps what came before. Varian
   w8a8_narrow, w8a8_narrow_bias
               the same two with INT8NAX_CUDA_EPILOGUE=narrow (float32 without the full error-free
               transformations, kernels/cuda_common.cuh dequantize_narrow), checked bit for bit
-              against the cp.async kernel's narrow W8A8 and within 1 ulp of the float64 model
+              against the cp.async kernel's narrow W8A8 and, on up to 256 of the output's rows,
+              within 1 ulp of the float64 model
   pp_sweep    tma_pp at every pp_sweep_plans plan on the seed shapes
   wgmma       the cp.async + wgmma kernel
   cublaslt    cuBLASLt with a 64 MiB workspace, fastest of its heuristic's algorithms
@@ -33,8 +34,9 @@ cudaProfilerStart and cudaProfilerStop, so the warm-up and cuBLASLt's algorithm 
 out): per shape one call of int8_matmul's default kernel, of tma_ws, tma_pp, of cuBLASLt's chosen
 algorithm and of w8a8_linear's default pipeline with the eft and then the narrow epilogue, with
 the SpeedOfLight, WarpStateStats, LaunchStats and Occupancy sections, written as CSV to
-DIR/ncu.csv (the kernels' names say which is which; the two W8A8 pipelines share their names
-and come in that order, as the worker log says).
+DIR/ncu.csv (the kernels' names say which is which: MLX appends the template arguments, NARROW
+among them, to a kernel's name; the quantization kernel, the same in both pipelines, comes in the
+order of the worker log).
 
 Per shape: bit-exact check of the whole output against float64 numpy (exact for int8 at these
 K; 8192^3 checks 256 sampled rows), then kernel time. Kernel time = the CUPTI duration of every
@@ -498,20 +500,26 @@ def worker_w8a8(cuda, mx, torch, fh, out_dir, cases, sms, variant: str) -> int:
             rows = checked_rows(case)
             pick = (lambda y: mx.take(y, mx.array(rows.astype(np.int32)), axis=0)) if case["kind"] == "big" else (
                 lambda y: y)
-            got = np.array(pick(pipeline(x, w, s, bias))).view(np.uint16)
-            # The cp.async kernel on tma_plan's W8A8 plan: the same dequantization, and integer sums
-            # are the same whatever the plan.
+            y = pick(pipeline(x, w, s, bias))
+            got = np.array(y).view(np.uint16)
+            # The cp.async kernel on tma_plan's W8A8 plan: the same dequantization (each output one
+            # function of its inputs, on either epilogue), and integer sums are the same whatever the plan.
             want = np.array(pick(cuda.w8a8(x, w, s, bias, plan=tiling.tma_plan(m, n, k, sms, w8a8=True),
                                            family="sm90")))
             bad = np.argwhere(got != want.view(np.uint16))
             rec.update({"exact": bool(len(bad) == 0), "mismatches": int(len(bad)), "checked_rows": int(len(rows)),
                         "check": "bit-identical to the cp.async kernel's W8A8"})
             if narrow and rec["exact"]:
-                # The narrow epilogue is new: also within 1 ulp of the float64 model, on the edge
-                # shapes whole and on 256 rows elsewhere (the model's float64 GEMM runs on the host).
-                xr = (x if case["kind"] == "edge" else x[:256] if case["kind"] == "seed"
-                      else mx.take(x, mx.array(rows.astype(np.int32)), axis=0))
-                problem = exactness.check_w8a8(pipeline, xr, b_np, np.array(s), None if bias is None else np.array(bias))
+                # The narrow epilogue is new: the output that ran is also held to the float64 model
+                # (1 ulp): the edge shapes whole, 256 rows elsewhere (the model's GEMM runs on the host).
+                if case["kind"] == "big":
+                    xr, yr = mx.take(x, mx.array(rows.astype(np.int32)), axis=0), y
+                elif case["kind"] == "seed":
+                    xr, yr = x[:256], y[:256]
+                else:
+                    xr, yr = x, y
+                problem = exactness.check_w8a8(lambda *_: yr, xr, b_np, np.array(s),
+                                               None if bias is None else np.array(bias))
                 rec.update({"exact": problem is None, "model_check": problem or "within 1 ulp of the float64 model"})
             if case["kind"] != "edge" and rec["exact"]:
                 sets = operand_sets(mx, (x, w, s), 2 * m * k + n * k + 2 * m * n)

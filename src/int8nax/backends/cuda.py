@@ -476,8 +476,8 @@ def _quantize_for_shape(m: int, k: int):
 
 
 def clear_caches() -> None:
-    """Forget every built kernel object and compiled entry point (after changing COMPILE or
-    INT8NAX_CUDA_KERNEL)."""
+    """Forget every built kernel object and compiled entry point (after changing COMPILE,
+    INT8NAX_CUDA_KERNEL or INT8NAX_CUDA_EPILOGUE)."""
     for fn in (_compiled_gemm, _compiled_w8a8, _compiled_quantize, _gemm_for_shape, _w8a8_for_shape,
                _quantize_for_shape, kernel_choice, epilogue_choice):
         fn.cache_clear()

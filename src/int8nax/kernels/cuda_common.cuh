@@ -454,8 +454,9 @@ __device__ __forceinline__ void store_rounded2(__nv_bfloat16* p, float y0, float
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(y0, y1);
 }
 
-// W8A8: y[m, n] = dequantize(acc, s_x[m], s_w[n], bias[n]) rounded to TOut. NARROW: the branch-free
-// path is dequantize_narrow where TOut is float16 or bfloat16 (dequantize_fast for float32).
+// W8A8: y[m, n] = dequantize(acc, s_x[m], s_w[n], bias[n]) rounded to TOut. NARROW: where TOut is
+// float16 or bfloat16, dequantize_narrow on the branch-free path (dequantize_fast for float32) and
+// first on the exact path (value()).
 template <typename TOut, bool HAS_BIAS, bool NARROW = false>
 struct DequantStore {
   TOut* out;
@@ -469,8 +470,20 @@ struct DequantStore {
     return row < M ? scale_x[row] : 0.0f;
   }
 
+  // The exact path's value. With NARROW it is dequantize_narrow's unless that reports `rare`, so
+  // each output is the same function of its (acc, s_x, s_w, bias) on every path (fast or exact,
+  // interior or edge, fused or in the reduction) and thus on every plan and batch size, as eft's is.
   __device__ __forceinline__ float value(int col, int v, float sx) const {
-    return dequantize<HAS_BIAS>(v, sx, scale_w[col], HAS_BIAS ? bias[col] : 0.0f);
+    const float sw = scale_w[col];
+    const float b = HAS_BIAS ? bias[col] : 0.0f;
+    if (NARROW && NarrowOutput<TOut>::narrow) {
+      bool rare;
+      const float y = dequantize_narrow<TOut, HAS_BIAS>(v, sx, sw, b, rare);
+      if (!rare) {
+        return y;
+      }
+    }
+    return dequantize<HAS_BIAS>(v, sx, sw, b);
   }
 
   __device__ __forceinline__ void store1(int row, int col, int v, float sx) const {
