@@ -2,6 +2,7 @@
 
     python tools/cuda_compile_check.py [--nvcc nvcc] [--arch sm_90a] [--mlx-include DIR] [--only REGEX]
     python tools/cuda_compile_check.py --nvrtc /path/libnvrtc.so.13    # NVRTC with MLX's options
+    python tools/cuda_compile_check.py --ptx --keep B [--same-as A]    # PTX only; same code as tree A's?
 
 MLX wraps each body as `__global__ void name(inputs..., outputs...) { constexprs; body }` inside
 namespace mlx::core::cu, after its header mlx/backend/cuda/device/utils.cuh (a header compiled into
@@ -118,6 +119,15 @@ def instances(arch: str):
     yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])
 
 
+def normalized_ptx(path: str) -> list[str]:
+    """A PTX file's lines without comments, the kernel's name (it carries the header digest) and
+    nvcc's per-file prefixes of internal symbols."""
+    text = open(path).read()
+    text = re.sub(r"custom_kernel_int8nax_\w+?_[0-9a-f]{8}(?=\w)", "KERNEL", text)
+    text = re.sub(r"_ZN\d+_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+", "_INTERNAL", text)
+    return [line for line in text.splitlines() if not line.lstrip().startswith("//")]
+
+
 def nvrtc_compile(lib_path: str, source: str, arch: str, include_dirs) -> tuple[bool, str]:
     """Compile `source` with NVRTC and MLX's options (mlx-facts section 3: only
     --device-as-default-execution-space, --gpu-architecture and include paths), plus
@@ -150,8 +160,18 @@ def main(argv=None) -> int:
     parser.add_argument("--only", help="regex on the instance label")
     parser.add_argument("--keep", help="write the .cu and .cubin files here")
     parser.add_argument("--nvrtc", help="compile with this libnvrtc.so (MLX's options) instead of nvcc")
+    parser.add_argument("--ptx", action="store_true",
+                        help="emit PTX into --keep's folder instead of cubins (no ptxas: fast)")
+    parser.add_argument("--same-as", metavar="DIR",
+                        help="with --ptx: compare every kernel's PTX with DIR's (another tree's --ptx --keep "
+                             "folder) instruction for instruction, names aside (each kernel's name carries its "
+                             "header digest); exit 1 where any differs")
     parser.add_argument("--cuda-include", default="/usr/local/cuda/include", help="CUDA headers for --nvrtc")
     args = parser.parse_args(argv)
+    if args.ptx and not args.keep:
+        parser.error("--ptx writes into --keep's folder: name one")
+    if args.same_as and not args.ptx:
+        parser.error("--same-as compares PTX: add --ptx")
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         include = args.mlx_include
@@ -162,10 +182,10 @@ def main(argv=None) -> int:
                 f.write(STAND_IN)
         out_dir = args.keep or tmp
         os.makedirs(out_dir, exist_ok=True)
-        for i, (label, spec, ins, outs, tmpl) in enumerate(instances(args.arch)):
+        for label, spec, ins, outs, tmpl in instances(args.arch):
             if args.only and not re.search(args.only, label):
                 continue
-            cu = os.path.join(out_dir, f"k{i}.cu")
+            cu = os.path.join(out_dir, re.sub(r"[^A-Za-z0-9]+", "_", label) + ".cu")
             with open(cu, "w") as f:
                 f.write(translation_unit(spec, ins, outs, tmpl))
             arch_num = args.arch[3:]
@@ -174,17 +194,27 @@ def main(argv=None) -> int:
                     ok, stderr = nvrtc_compile(args.nvrtc, f.read(), args.arch,
                                                [include, args.cuda_include, os.path.join(args.cuda_include, "cccl")])
                 returncode = 0 if ok else 1
+            elif args.ptx:
+                cmd = [args.nvcc, "-ptx", f"-arch={args.arch}", "-std=c++17", "-I", include, "-o", cu[:-3] + ".ptx", cu]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                returncode, stderr = proc.returncode, proc.stderr
             else:
                 cmd = [args.nvcc, "-cubin", f"-gencode=arch=compute_{arch_num},code=sm_{arch_num}",
                        "-std=c++17", "-Xptxas", "-v", "-I", include, "-o", cu[:-3] + ".cubin", cu]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 returncode, stderr = proc.returncode, proc.stderr
             report = " ".join(re.findall(r"(Used \d+ registers.*|\d+ bytes stack frame.*|\(C\d{4}\).*)", stderr))
+            if args.same_as and returncode == 0:
+                other = os.path.join(args.same_as, os.path.basename(cu)[:-3] + ".ptx")
+                same = os.path.exists(other) and normalized_ptx(cu[:-3] + ".ptx") == normalized_ptx(other)
+                report = "same PTX as " + args.same_as if same else "PTX DIFFERS from " + args.same_as
+                returncode = 0 if same else 1
             status = "ok " if returncode == 0 else "ERR"
             print(f"{status} {label:40s} smem={spec.shared_memory:6d}  {report}")
             if returncode != 0:
                 failures += 1
-                print(stderr[-4000:])
+                if not args.same_as:
+                    print(stderr[-4000:])
     return 1 if failures else 0
 
 

@@ -10,8 +10,9 @@
 #   bash tools/h200_verify.sh tma      # ~300 s: tests/test_cuda_tma.py whole
 #   bash tools/h200_verify.sh suite    # ~450 s: the rest of the suite, the API's cuda tests included
 #
-# Each part writes env.txt (date, GPU, driver, versions, commit), steps.txt (each step's exit
-# status and seconds) and its logs; at most 8 files come back, so worker folders are tarred.
+# Each part writes env.txt (date, GPU, driver, versions, commit: the device's copy has no .git,
+# so pass COMMIT=<hash>), steps.txt (each step's exit status and seconds) and its logs; at most 8
+# files come back, so worker folders are tarred.
 set -u
 part=${1:?usage: h200_verify.sh trial|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
@@ -24,7 +25,7 @@ S=$OUT/steps.txt
   date -u
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
   python3 -c "import mlx.core as mx, torch, sys; print('mlx', mx.__version__, 'torch', torch.__version__, 'python', sys.version.split()[0])"
-  git rev-parse --short HEAD 2>/dev/null || cat .xfer/run/commit.txt 2>/dev/null
+  echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown: set COMMIT)}"
 } > "$OUT/env.txt" 2>&1
 PYTEST="python3 -m pytest -q -p no:cacheprovider -rfE --tb=short"
 

@@ -47,6 +47,14 @@ __device__ __forceinline__ void fence_registers(int (&d)[R]) {
   }
 }
 
+template <int R>
+__device__ __forceinline__ void zero_accumulators(int (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    d[i] = 0;
+  }
+}
+
 // The dynamic shared memory's first 1024-byte aligned address: the 128-byte swizzle is a
 // function of the address bits.
 __device__ __forceinline__ uint32_t aligned_smem_base() {
@@ -184,10 +192,7 @@ __device__ __forceinline__ void sm90_mainloop(const int8_t* a, const int8_t* b, 
     load_tile<BN, THREADS>(s + A_BYTES, b, N, K, t.n0, kb * BK, fast, tid);
   };
 
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) {
-    acc[i] = 0;
-  }
+  zero_accumulators(acc);
 
 #pragma unroll
   for (int s = 0; s < AHEAD; ++s) {

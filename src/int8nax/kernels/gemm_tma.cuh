@@ -210,10 +210,7 @@ __device__ __forceinline__ void tma_mainloop(const int8_t* a, const int8_t* b, i
     }
   }
 
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) {
-    acc[i] = 0;
-  }
+  zero_accumulators(acc);
   const int warpgroup = tid >> 7;
   for (int i = 0; i < t.kbs; ++i) {
     const int slot = i % STAGES;
@@ -444,10 +441,7 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
       const WsUnit w = ws_unit<BM, BN>(u, M, N, K, splits, group);
       int acc[WIDTH / 2];
-#pragma unroll
-      for (int i = 0; i < WIDTH / 2; ++i) {
-        acc[i] = 0;
-      }
+      zero_accumulators(acc);
       for (int j = 0; j < w.kbs; ++j) {
         consumers_load_k_block<BM, BN, 256>(base, a, b, M, N, K, w.m0, w.n0, w.kb0 + j, tid - 128, 1);
         wgmma_k_block<WIDTH>(acc, base + (BM == 128 ? c * 64 * BK : 0), base + A_BYTES + (BM == 128 ? 0 : c * WIDTH * BK));
@@ -466,10 +460,7 @@ __device__ __forceinline__ void gemm_tma_ws(const int8_t* a, const int8_t* b, in
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const WsUnit w = ws_unit<BM, BN>(u, M, N, K, splits, group);
     int acc[WIDTH / 2];
-#pragma unroll
-    for (int i = 0; i < WIDTH / 2; ++i) {
-      acc[i] = 0;
-    }
+    zero_accumulators(acc);
     for (int j = 0; j < w.kbs; ++j, ++it) {
       const int slot = it % STAGES;
       mbar_wait<true>(full + 8 * slot, (it / STAGES) & 1);
@@ -559,11 +550,8 @@ __device__ __forceinline__ void gemm_tma_pp(const int8_t* a, const int8_t* b, in
     }
     int acc0[BN / 2];
     int acc1[BN / 2];
-#pragma unroll
-    for (int r = 0; r < BN / 2; ++r) {
-      acc0[r] = 0;
-      acc1[r] = 0;
-    }
+    zero_accumulators(acc0);
+    zero_accumulators(acc1);
     if (tma) {
       if (c == 1 || mine > 0) {
         mbar_wait<true>(turn + 8 * c, (c == 1 ? mine : mine - 1) & 1);
