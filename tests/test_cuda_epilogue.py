@@ -34,6 +34,20 @@ static inline float __fmaf_rn(float a,float b,float c){return std::fmaf(a,b,c);}
 static inline float __int_as_float(int v){float f;memcpy(&f,&v,4);return f;}
 struct __half {};          // only names: NarrowOutput's specialisations
 struct __nv_bfloat16 {};
+// Case i of the random inputs both host programs check: acc over the whole int32 range, within
+// +-300000 or within +-1000; by i % 5 typical scales, exponents far apart, subnormal s_x, huge
+// s_x, or a bias that cancels the product.
+static void draw_case(std::mt19937_64& g, int i, int& acc, float& sx, float& sw, float& b){
+  std::uniform_int_distribution<int> ai(-2147483647,2147483647), small(-300000,300000), e(-160,130);
+  std::uniform_real_distribution<float> u(0.5f,1.0f);
+  acc = (i%3==0)? ai(g) : (i%3==1? small(g) : (int)(g()%2000)-1000);
+  int mode=i%5;
+  if(mode==0){ sx=u(g)*1e-2f; sw=u(g)*1e-3f; b=(u(g)-0.75f)*4; }
+  else if(mode==1){ sx=ldexpf(u(g), e(g)); sw=ldexpf(u(g), e(g)/2); b=ldexpf(u(g)-0.75f, e(g)); }
+  else if(mode==2){ sx=ldexpf(u(g), -140+(int)(g()%20)); sw=u(g); b=ldexpf(u(g),-149+(int)(g()%30)); }
+  else if(mode==3){ sx=ldexpf(u(g), 100+(int)(g()%27)); sw=ldexpf(u(g),-(int)(g()%40)); b=ldexpf(u(g)-0.75f,100+(int)(g()%28)); }
+  else { sx=u(g)*1e-2f; sw=u(g)*1e-3f; double v=(double)acc*sx*sw; b=-(float)v; }
+}
 """
 
 MAIN = r"""// What the kernels do: the branch-free path, then dequantize where it reports `rare`.
@@ -61,18 +75,11 @@ void chk(int acc,float sx,float sw,float b,bool hb){
 }
 int main(){
   std::mt19937_64 g(1);
-  std::uniform_int_distribution<int> ai(-2147483647,2147483647), small(-300000,300000), e(-160,130);
   std::uniform_real_distribution<float> u(0.5f,1.0f);
   long exact=0, tot=0;
   for(int i=0;i<ITERATIONS;i++){
-    int acc = (i%3==0)? ai(g) : (i%3==1? small(g) : (int)(g()%2000)-1000);
-    int mode=i%5;
-    float sx, sw, b;
-    if(mode==0){ sx=u(g)*1e-2f; sw=u(g)*1e-3f; b=(u(g)-0.75f)*4; }
-    else if(mode==1){ sx=ldexpf(u(g), e(g)); sw=ldexpf(u(g), e(g)/2); b=ldexpf(u(g)-0.75f, e(g)); }
-    else if(mode==2){ sx=ldexpf(u(g), -140+(int)(g()%20)); sw=u(g); b=ldexpf(u(g),-149+(int)(g()%30)); }   // subnormal s_x
-    else if(mode==3){ sx=ldexpf(u(g), 100+(int)(g()%27)); sw=ldexpf(u(g),-(int)(g()%40)); b=ldexpf(u(g)-0.75f,100+(int)(g()%28)); }  // huge
-    else { sx=u(g)*1e-2f; sw=u(g)*1e-3f; double v=(double)acc*sx*sw; b=-(float)v; } // cancellation
+    int acc; float sx, sw, b;
+    draw_case(g, i, acc, sx, sw, b);
     bool hb = (i&1);
     chk(acc,sx,sw,b,hb);
     float y = eval(acc,sx,sw,b,hb);
@@ -152,17 +159,10 @@ static void both(int acc, float sx, float sw, float b, bool hb){
 }
 int main(){
   std::mt19937_64 g(7);
-  std::uniform_int_distribution<int> ai(-2147483647, 2147483647), small(-300000, 300000), e(-160, 130);
   std::uniform_real_distribution<float> u(0.5f, 1.0f);
   for (int i = 0; i < ITERATIONS; i++){
-    int acc = (i % 3 == 0) ? ai(g) : (i % 3 == 1 ? small(g) : (int)(g() % 2000) - 1000);
-    int mode = i % 5;
-    float sx, sw, b;
-    if (mode == 0) { sx = u(g) * 1e-2f; sw = u(g) * 1e-3f; b = (u(g) - 0.75f) * 4; }
-    else if (mode == 1) { sx = ldexpf(u(g), e(g)); sw = ldexpf(u(g), e(g) / 2); b = ldexpf(u(g) - 0.75f, e(g)); }
-    else if (mode == 2) { sx = ldexpf(u(g), -140 + (int)(g() % 20)); sw = u(g); b = ldexpf(u(g), -149 + (int)(g() % 30)); }
-    else if (mode == 3) { sx = ldexpf(u(g), 100 + (int)(g() % 27)); sw = ldexpf(u(g), -(int)(g() % 40)); b = ldexpf(u(g) - 0.75f, 100 + (int)(g() % 28)); }
-    else { sx = u(g) * 1e-2f; sw = u(g) * 1e-3f; double v = (double)acc * sx * sw; b = -(float)v; }
+    int acc; float sx, sw, b;
+    draw_case(g, i, acc, sx, sw, b);
     both(acc, sx, sw, b, i & 1);
   }
   // Around float16's largest value and the overflow threshold (65520), with and without a bias.

@@ -73,6 +73,19 @@ def narrow_tag(narrow: bool, has_bias: bool = True) -> str:
     return (" narrow" if narrow else "") + ("" if has_bias else " nobias")
 
 
+W8A8_INPUTS = ["int8_t", "int8_t", "float", "float", "float"]
+"""q, w, scale_x, scale_w, bias: the inputs of every fused W8A8 GEMM (the persistent ones add `plan`)."""
+
+
+def w8a8_instances(prefix: str, spec, inputs, maps: bool, tmpl):
+    """One instance per W8A8_OUTPUTS entry of a fused W8A8 GEMM labelled `prefix`; maps: the TMA
+    kernels' extra uint8 output."""
+    for out, narrow, has_bias in W8A8_OUTPUTS:
+        yield (f"{prefix} {out}{narrow_tag(narrow, has_bias)}", spec, inputs,
+               [CUDA_TYPES[out]] + (["uint8_t"] if maps else []),
+               tmpl + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
+
+
 def instances(arch: str):
     """(label, spec, input types, output types, template) for every kernel the backend builds."""
     families = ["simt"] + (["sm90"] if arch.startswith("sm_90") else [])
@@ -82,32 +95,23 @@ def instances(arch: str):
             tmpl = cfg.template()
             yield (f"{family} i32 {cfg.name}", cuda_source.gemm_int32(family, cfg),
                    ["int8_t", "int8_t"], ["int32_t"], tmpl)
-            for out, narrow, has_bias in W8A8_OUTPUTS:
-                yield (f"{family} w8a8 {cfg.name} {out}{narrow_tag(narrow, has_bias)}", cuda_source.gemm_w8a8(family, cfg),
-                       ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out]],
-                       tmpl + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
+            yield from w8a8_instances(f"{family} w8a8 {cfg.name}", cuda_source.gemm_w8a8(family, cfg), W8A8_INPUTS,
+                                      False, tmpl)
     if arch.startswith("sm_90"):
         for cfg in tiling.CUDA_CONFIGS.values():
             yield (f"tma_simple i32 {cfg.name}", cuda_source.gemm_tma_simple(cfg),
                    ["int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.tma_template())
-            for out, narrow, has_bias in W8A8_OUTPUTS:
-                yield (f"tma_simple w8a8 {cfg.name} {out}{narrow_tag(narrow, has_bias)}", cuda_source.gemm_w8a8_tma_simple(cfg),
-                       ["int8_t", "int8_t", "float", "float", "float"], [CUDA_TYPES[out], "uint8_t"],
-                       cfg.tma_template() + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
-        for cfg in tiling.CUDA_WS_CONFIGS.values():
-            yield (f"tma_ws i32 {cfg.name}", cuda_source.gemm_tma_ws(cfg),
-                   ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.template())
-            for out, narrow, has_bias in W8A8_OUTPUTS:
-                yield (f"tma_ws w8a8 {cfg.name} {out}{narrow_tag(narrow, has_bias)}", cuda_source.gemm_w8a8_tma_ws(cfg),
-                       ["int8_t", "int8_t", "float", "float", "float", "int8_t"], [CUDA_TYPES[out], "uint8_t"],
-                       cfg.template() + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
-        for cfg in tiling.CUDA_PP_CONFIGS.values():
-            yield (f"tma_pp i32 {cfg.name}", cuda_source.gemm_tma_pp(cfg),
-                   ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.template())
-            for out, narrow, has_bias in W8A8_OUTPUTS:
-                yield (f"tma_pp w8a8 {cfg.name} {out}{narrow_tag(narrow, has_bias)}", cuda_source.gemm_w8a8_tma_pp(cfg),
-                       ["int8_t", "int8_t", "float", "float", "float", "int8_t"], [CUDA_TYPES[out], "uint8_t"],
-                       cfg.template() + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
+            yield from w8a8_instances(f"tma_simple w8a8 {cfg.name}", cuda_source.gemm_w8a8_tma_simple(cfg),
+                                      W8A8_INPUTS, True, cfg.tma_template())
+        persistent = [(cfg, cuda_source.gemm_tma_ws, cuda_source.gemm_w8a8_tma_ws, "tma_ws")
+                      for cfg in tiling.CUDA_WS_CONFIGS.values()]
+        persistent += [(cfg, cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp, "tma_pp")
+                       for cfg in tiling.CUDA_PP_CONFIGS.values()]
+        for cfg, raw, fused, kind in persistent:
+            yield (f"{kind} i32 {cfg.name}", raw(cfg), ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"],
+                   cfg.template())
+            yield from w8a8_instances(f"{kind} w8a8 {cfg.name}", fused(cfg), W8A8_INPUTS + ["int8_t"], True,
+                                      cfg.template())
     for launch in tiling.CUDA_QUANT_LAUNCHES:
         for t in ("float16", "bfloat16", "float32"):
             yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],

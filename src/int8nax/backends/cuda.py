@@ -222,9 +222,8 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, plan=None, family: str
     if plan is None:
         plan = variant_plan(kernel, m, n, k, w8a8=True) if kernel.startswith("tma_") else default_plan(m, n, k, family)
     has_bias = bias is not None
-    narrow = _check_epilogue(epilogue or epilogue_choice()) == "narrow"
     return dequant_graph(q, scale_x, w, scale_w, bias if has_bias else _no_bias(), out_dtype, kernel, plan, has_bias,
-                         narrow)
+                         _narrow(epilogue))
 
 
 # ---- which kernel runs ----
@@ -287,19 +286,22 @@ EPILOGUE_DEFAULT = "eft"
 (docs/cuda-notes.md, v12)."""
 
 
-def _check_epilogue(value: str) -> str:
+def _check_epilogue(value: str, source: str) -> str:
     if value not in EPILOGUE_CHOICES:
-        raise ValueError(f"epilogue: expected one of {list(EPILOGUE_CHOICES)}, got {value!r}")
+        raise ValueError(f"{source}: expected one of {list(EPILOGUE_CHOICES)}, got {value!r}")
     return value
 
 
 @lru_cache(maxsize=None)
 def epilogue_choice() -> str:
     """"eft" or "narrow", from INT8NAX_CUDA_EPILOGUE (EPILOGUE_DEFAULT where unset)."""
-    value = os.environ.get(EPILOGUE_ENV, "").strip().lower() or EPILOGUE_DEFAULT
-    if value not in EPILOGUE_CHOICES:
-        raise ValueError(f"{EPILOGUE_ENV}={value!r}: expected one of {list(EPILOGUE_CHOICES)}")
-    return value
+    return _check_epilogue(os.environ.get(EPILOGUE_ENV, "").strip().lower() or EPILOGUE_DEFAULT, EPILOGUE_ENV)
+
+
+def _narrow(epilogue: str | None = None) -> bool:
+    """Whether W8A8 takes the narrow epilogue: `epilogue` ("eft" or "narrow") where given, else
+    epilogue_choice()."""
+    return (epilogue_choice() if epilogue is None else _check_epilogue(epilogue, "epilogue")) == "narrow"
 
 
 def epilogue_template(out_dtype, has_bias: bool, narrow: bool) -> list:
@@ -467,7 +469,7 @@ def _gemm_for_shape(m: int, n: int, k: int):
 @lru_cache(maxsize=4096)
 def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
     plan, kernel = w8a8_plan(m, n, k)
-    return _compiled_w8a8(kernel, plan, has_bias, quant_launch(m, k), epilogue_choice() == "narrow")
+    return _compiled_w8a8(kernel, plan, has_bias, quant_launch(m, k), _narrow())
 
 
 @lru_cache(maxsize=4096)
@@ -509,7 +511,7 @@ def w8a8(x, w, scale_w, bias, plan: tiling.CudaPlan | None = None, family: str |
     family = family or _family()
     plan = plan or default_plan(x.shape[0], w.shape[0], x.shape[1], family)
     return _compiled_w8a8("simt" if family == "simt" else "wgmma", plan, has_bias, quant_launch(*x.shape),
-                          epilogue_choice() == "narrow")(x, w, scale_w, bias32)
+                          _narrow())(x, w, scale_w, bias32)
 
 
 class CUDABackend(Backend):
