@@ -45,3 +45,13 @@ class Backend:
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         """dequant(quant(x) @ w.T) (+ bias) in x's dtype, [M, N]."""
         raise NotImplementedError
+
+    def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
+        """What one call runs, in words recorded with each benchmark result.
+
+        op is "int8_matmul" or "w8a8_linear"; (m, n, k) the problem; bias and dtype (the output
+        dtype) matter to W8A8 only. The answer names the backend, the kernel variant and its plan,
+        e.g. "cuda tma-ws-cooperative 128x256 splits=1" or "cpu onnxruntime", so a change of
+        kernel between two commits shows in the record. It must not launch anything.
+        """
+        return self.name
