@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .bench import contenders as bench_contenders
 from .bench import machines as machine_ceilings
 from .bench import problems, timing
 
@@ -88,6 +89,9 @@ A benchmark of an unknown stem still shows, under its stem, without a roofline."
 
 _BENCH = re.compile(r"^(?P<prefix>.+)\.time_(?P<stem>\w+?)(?P<chain>_chain)?$")
 
+_KERNEL = re.compile(r"^(?P<prefix>.+)\.track_(?P<stem>\w+)_kernel$")
+"""The kernel records (benchmarks/bench_kernel.py): per shape, contenders.kernel_id of what ran."""
+
 NOT_CONTENDERS = ("bench_ratio.",)
 """Benchmark modules whose time_ values are not times of a contender: the regression gate's
 ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py)."""
@@ -119,6 +123,7 @@ class ResultFile:
     env: str
     started: int
     values: dict[str, dict[str, Value]]  # benchmark -> parameter repr -> Value
+    kernels: dict[str, dict[str, int]] = field(default_factory=dict)  # stem -> parameter repr -> kernel id
 
 
 def _parse_value(raw) -> Value:
@@ -140,8 +145,16 @@ def read_result_file(path: Path) -> ResultFile:
         raise SiteError(f"{path}: not an asv result file ({type(exc).__name__}: {exc})") from None
     i_started = columns.index("started_at") if "started_at" in columns else None
     values: dict[str, dict[str, Value]] = {}
+    kernels: dict[str, dict[str, int]] = {}
     started = 0
     for bench, entry in data.get("results", {}).items():
+        kernel = _KERNEL.match(bench)
+        if kernel and entry[i_params]:
+            combos = [", ".join(c) if len(c) > 1 else c[0] for c in itertools.product(*entry[i_params])]
+            result = entry[i_result] if isinstance(entry[i_result], list) else [entry[i_result]] * len(combos)
+            kernels[kernel.group("stem")] = {c: int(r) for c, r in zip(combos, result)
+                                             if isinstance(r, (int, float)) and math.isfinite(r)}
+            continue
         if not _BENCH.match(bench) or bench.startswith(NOT_CONTENDERS):
             continue
         result, params = entry[i_result], entry[i_params]
@@ -153,7 +166,7 @@ def read_result_file(path: Path) -> ResultFile:
         if not isinstance(result, list):
             result = [result] * len(combos)
         values[bench] = {c: _parse_value(r) for c, r in zip(combos, result)}
-    return ResultFile(path, commit, date, data.get("env_name", ""), started, values)
+    return ResultFile(path, commit, date, data.get("env_name", ""), started, values, kernels)
 
 
 @dataclass
@@ -164,6 +177,17 @@ class MachineResults:
     date: int
     envs: list[str]
     values: dict[str, dict[str, Value]]  # benchmark -> parameter repr -> Value (merged envs)
+    kernels: dict[str, dict[str, int]] = field(default_factory=dict)  # stem -> parameter -> kernel id
+    previous_commit: str = ""  # the latest earlier commit with kernel records ("" if none)
+    previous_kernels: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def _merged_kernels(files: list[ResultFile]) -> dict[str, dict[str, int]]:
+    merged: dict[str, dict[str, int]] = {}
+    for f in sorted(files, key=lambda f: f.started):
+        for stem, per in f.kernels.items():
+            merged.setdefault(stem, {}).update(per)
+    return merged
 
 
 def _has_time(rf: ResultFile) -> bool:
@@ -174,11 +198,15 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineResult
     """The latest commit (by commit date) of `folder` that has any time result, its files merged
     (several environments at one commit: a number beats n/a, the newer run beats the older).
     `commits`: only these are considered (the ones `asv publish` put on the site), if given."""
-    files = [read_result_file(p) for p in sorted(folder.glob("*.json")) if p.name != "machine.json"]
-    files = [f for f in files if _has_time(f) and (commits is None or f.commit in commits)]
+    every = [read_result_file(p) for p in sorted(folder.glob("*.json")) if p.name != "machine.json"]
+    every = [f for f in every if commits is None or f.commit in commits]
+    files = [f for f in every if _has_time(f)]
     if not files:
         return None
     latest = max(files, key=lambda f: (f.date, f.started))
+    earlier = [f for f in every if f.kernels and f.commit != latest.commit
+               and (f.date, f.started) < (latest.date, latest.started)]
+    previous = max(earlier, key=lambda f: (f.date, f.started)).commit if earlier else ""
     same = sorted((f for f in files if f.commit == latest.commit), key=lambda f: f.started)
     merged: dict[str, dict[str, Value]] = {}
     for f in same:
@@ -190,7 +218,9 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineResult
                     slot[param] = value
     info_path = folder / "machine.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    return MachineResults(folder.name, info, latest.commit, latest.date, [f.env for f in same], merged)
+    return MachineResults(folder.name, info, latest.commit, latest.date, [f.env for f in same], merged,
+                          _merged_kernels(same), previous,
+                          _merged_kernels([f for f in every if f.commit == previous]))
 
 
 def read_results(results_dir: Path, commits: set[str] | None = None) -> list[MachineResults]:
@@ -220,6 +250,14 @@ class Entry:
     ceiling: tuple[float, str] | None = None  # (attainable TOPS, "compute" | "memory")
     ceiling_note: str = ""
     ratios: dict[str, dict[str, float | None]] = field(default_factory=dict)  # peer -> mode -> t_peer/t_self
+    kernel: int | None = None  # what ran at this commit (bench_kernel's id), int8nax's contenders only
+    kernel_before: int | None = None  # the same at the machine's previous commit with records
+    kernel_text: str = ""  # the id in words, where int8nax here describes the same kernel
+    kernel_text_before: str = ""
+
+    @property
+    def kernel_changed(self) -> bool:
+        return self.kernel is not None and self.kernel_before is not None and self.kernel != self.kernel_before
 
     @property
     def has_result(self) -> bool:
@@ -273,7 +311,26 @@ def _ceilings_for(declared: machine_ceilings.Machine | None, info: ContenderInfo
     return ceilings, ""
 
 
-def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> MachineBlock:
+def kernel_names(shapes) -> dict[int, str]:
+    """{kernel id: description} of what int8nax's contenders run here at these shapes
+    (bench.contenders.describe). An id stands for one description whichever machine recorded
+    it, so a recorded id found here is shown in words; others stay numbers."""
+    names: dict[int, str] = {}
+    for text in shapes:
+        dims = parse_shape(text)
+        if dims is None:
+            continue
+        for name in bench_contenders.OPS:
+            try:
+                described = bench_contenders.describe(name, dims)
+            except Exception:  # no int8nax backend here, or one that cannot say: ids stay numbers
+                continue
+            names[bench_contenders.kernel_id(described)] = described
+    return names
+
+
+def compare_machine(results: MachineResults, roster: list[tuple[str, str]],
+                    names: dict[int, str] | None = None) -> MachineBlock:
     declared, why_not = machine_ceilings.match(results.name, results.info)
     infos = {c.name: c for c in CONTENDERS}
     shapes: list[str] = []
@@ -295,6 +352,10 @@ def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> M
             benches = {"call": _find(results.values, stem, False), "chain": _find(results.values, stem, True)}
             values = {mode: (results.values[b].get(shape, Value()) if b else Value()) for mode, b in benches.items()}
             entry = Entry(label, benches, values)
+            entry.kernel = results.kernels.get(stem, {}).get(shape)
+            entry.kernel_before = results.previous_kernels.get(stem, {}).get(shape)
+            entry.kernel_text = (names or {}).get(entry.kernel, "")
+            entry.kernel_text_before = (names or {}).get(entry.kernel_before, "")
             info = infos.get(label)
             ceilings, note = _ceilings_for(declared, info, why_not)
             if dims is not None:
@@ -339,7 +400,8 @@ def published_commits(html_dir: Path) -> set[str] | None:
 def compare(results_dir: Path, commits: set[str] | None = None) -> list[MachineBlock]:
     all_results = read_results(results_dir, commits)
     roster = _roster(all_results)
-    return [compare_machine(r, roster) for r in all_results]
+    names = kernel_names({p for r in all_results for per in r.kernels.values() for p in per})
+    return [compare_machine(r, roster, names) for r in all_results]
 
 
 # --- output --------------------------------------------------------------------------------
@@ -386,8 +448,11 @@ def to_json(blocks: list[MachineBlock]) -> dict:
                     "ceiling_tops": e.ceiling[0] if e.ceiling else None,
                     "bound": e.ceiling[1] if e.ceiling else None,
                     "ratios": e.ratios,
+                    "kernel": e.kernel, "kernel_text": e.kernel_text or None,
+                    "kernel_before": e.kernel_before, "kernel_changed": e.kernel_changed,
                 })
         machines[r.name] = {"commit": r.commit, "date": r.date, "envs": r.envs,
+                            "previous_commit": r.previous_commit or None,
                             "declared": block.declared.name if block.declared else None,
                             "shapes": [sb.shape for sb in block.shapes], "entries": entries}
     return {"generated_by": "int8nax site", "modes": list(MODES), "machines": machines}
@@ -405,6 +470,7 @@ th{background:#f3f3f3} td.name,th.name{text-align:left;white-space:nowrap}
 tr.missing td{color:#999;font-style:italic} td.self{color:#bbb}
 .better{color:#1a7f37} .worse{color:#b3261e}
 svg text{font-size:11px;fill:#333} svg .axis{stroke:#999} svg .grid{stroke:#eee}
+td.kernel{text-align:left;font-size:11.5px} .changed{color:#b3261e;font-weight:bold}
 .call{fill:#4e79a7} .chain{fill:#f28e2b} details{margin:6px 0}
 """
 
@@ -458,8 +524,25 @@ def _nice_max(x: float) -> float:
     return next(power * f for f in (1, 2, 2.5, 5, 10) if power * f >= x)
 
 
-def _table(sb: ShapeBlock) -> str:
-    head = ('<tr><th class="name" rowspan="2">contender</th><th colspan="2">time per call</th>'
+def _kernel_words(kernel: int, text: str) -> str:
+    return text or f"kernel #{kernel:08x}"
+
+
+def _kernel_cell(e: Entry, previous: str) -> str:
+    """What ran (bench_kernel's record), and whether it differs at the machine's previous commit."""
+    if e.kernel is None:
+        return '<td class="kernel"></td>'
+    text = html.escape(_kernel_words(e.kernel, e.kernel_text))
+    if e.kernel_changed:
+        before = html.escape(_kernel_words(e.kernel_before, e.kernel_text_before))
+        text += (f'<br><span class="changed" title="at {html.escape(previous[:8])}: {before}">changed since '
+                 f'{html.escape(previous[:8])}</span> (was {before})')
+    return f'<td class="kernel" data-kernel="{e.kernel}" data-changed="{str(e.kernel_changed).lower()}">{text}</td>'
+
+
+def _table(sb: ShapeBlock, previous: str = "") -> str:
+    head = ('<tr><th class="name" rowspan="2">contender</th><th class="kernel" rowspan="2">kernel</th>'
+            '<th colspan="2">time per call</th>'
             '<th colspan="2">TOPS</th><th colspan="2">of roofline</th>'
             + (f'<th colspan="{len(sb.peers)}">speed vs peer: peer time / this time (one call · chained)</th>'
                if sb.peers else "")
@@ -467,7 +550,7 @@ def _table(sb: ShapeBlock) -> str:
               '<th>one call</th><th>chained</th>'
             + "".join(f'<th>{html.escape(p)}</th>' for p in sb.peers) + "</tr>")
     body = []
-    span = 6 + len(sb.peers)
+    span = 7 + len(sb.peers)
     for e in sb.entries:
         name = html.escape(e.contender)
         if not e.has_result:
@@ -477,7 +560,7 @@ def _table(sb: ShapeBlock) -> str:
             body.append(f'<tr class="missing" data-contender="{name}"><td class="name">{name}</td>'
                         f'<td colspan="{span}" style="text-align:left">missing: {html.escape(why)}</td></tr>')
             continue
-        cells = [f'<td class="name">{name}</td>']
+        cells = [f'<td class="name">{name}</td>', _kernel_cell(e, previous)]
         for mode in MODES:
             v = e.values[mode]
             text = fmt_seconds(v.seconds) if v.status == "ok" else f"missing: {v.text()}"
@@ -546,7 +629,10 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
            'arithmetic, memory bandwidth × 2·M·K·N / bytes moved), bytes moved = A + B + output, each '
            'once. Speed vs a peer = the peer\'s time / this contender\'s time (above 1: faster than '
            'the peer). Missing means no number: skipped (n/a), failed, or not run at that commit; '
-           'never zero.</p>',
+           'never zero. <b>Kernel</b>: what int8nax ran at that shape (<code>track_&lt;name&gt;_kernel</code>, '
+           'an id of the backend\'s description; in words where int8nax here describes the same kernel), '
+           'marked <span class="changed">changed</span> where the machine\'s previous commit with records '
+           'ran another.</p>',
            f'<nav class="toc">Machines: {toc}</nav>']
     if not blocks:
         out.append("<p><b>No results.</b> Run <code>asv run</code> first.</p>")
@@ -559,7 +645,7 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
                    f'data-commit="{html.escape(r.commit)}"><h2>{name}</h2>'
                    f'<p class="small">{html.escape(hw)}. Commit <code>{html.escape(r.commit[:8])}</code> '
                    f'(committed {date}); environment(s): {html.escape(", ".join(r.envs))}.</p>'
-                   + _ceiling_text(b.declared, b.why_not))
+                   + _kernel_summary(b) + _ceiling_text(b.declared, b.why_not))
         out.append('<nav class="toc small">Shapes: ' + " ".join(
             f'<a href="#{name}-{_anchor(sb.shape)}">{html.escape(sb.shape)}</a>' for sb in b.shapes) + "</nav>")
         for sb in b.shapes:
@@ -567,10 +653,25 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
             out.append(f'<h3 id="{name}-{_anchor(sb.shape)}">(M, K, N) = {html.escape(sb.shape)} '
                        f'<span class="small">{n} of {len(sb.entries)} contenders have results</span></h3>'
                        f'<div class="shape" data-machine="{name}" data-shape="{html.escape(sb.shape)}">'
-                       f'{_svg(sb)}{_table(sb)}</div>')
+                       f'{_svg(sb)}{_table(sb, r.previous_commit)}</div>')
         out.append("</section>")
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _kernel_summary(b: MachineBlock) -> str:
+    """One line: how many of the machine's kernel records changed since its previous commit."""
+    records = [e for sb in b.shapes for e in sb.entries if e.kernel is not None]
+    if not records:
+        return ""
+    previous = b.results.previous_commit
+    if not previous:
+        return f'<p class="small kernels">Kernels recorded at {len(records)} (contender, shape) pairs; no earlier commit to compare.</p>'
+    changed = [f"{e.contender} at {sb.shape}" for sb in b.shapes for e in sb.entries if e.kernel_changed]
+    text = (f'<span class="changed">{len(changed)} of {len(records)} changed</span>: {html.escape("; ".join(changed))}'
+            if changed else f"none of {len(records)} changed")
+    return (f'<p class="small kernels" data-changed="{len(changed)}">Kernels since '
+            f'<code>{html.escape(previous[:8])}</code>: {text}.</p>')
 
 
 def _anchor(shape: str) -> str:
