@@ -518,7 +518,7 @@ def test_odd_k_and_the_cpasync_choice_stay_on_the_cpasync_kernel(recorded, monke
 
 
 # The fastest tma_simple plan of every seed shape in the H200 sweep (every tile x 1, 2, 4, 8
-# splits, CUPTI kernel time, 2026-12-01 15:21, docs/results/cuda-h200-2026-12-01-waves.md); where
+# splits, CUPTI kernel time, 2026-12-01 15:21, docs/cuda.md); where
 # two plans were within 2 % either is accepted.
 SWEEP_BEST = {
     (16, 4096, 4096): {("wg1_64x64", 1)},  # 11.2 µs; 64 x 32 15.5

@@ -20,8 +20,8 @@ In one run, for each (M, K, N) (default: the 11 seed shapes plus 8192^3):
               the backend object, public w8a8_linear; with the backend's internal mx.compile
               (COMPILE = True) and without.
 Kernel time comes from the --ncu-pass run (ncu, caches flushed before every kernel; summarised by
-docs/results/cuda-h200-2026-12-01-data/ncu_summary.py). Results: DIR/experiments.json and
-DIR/experiments.md (DIR/probe.json with --probe). Results of 2026-12-01: docs/results/cuda-h200-2026-12-01.md.
+ncu_summary.py, in git history at commit c3d7ce5 under docs/results/cuda-h200-2026-12-01-data/).
+Results: DIR/experiments.json and DIR/experiments.md (DIR/probe.json with --probe); current figures: docs/results/cuda-h200.md.
 """
 
 from __future__ import annotations

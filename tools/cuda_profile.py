@@ -1,4 +1,4 @@
-"""Where the time of an int8nax call goes on an NVIDIA GPU: profile evidence for docs/cuda-notes.md.
+"""Where the time of an int8nax call goes on an NVIDIA GPU: profile evidence for docs/cuda.md.
 
     python tools/cuda_profile.py --out DIR [--sections timeline,w8a8,host] [--shapes MxKxN,...]
 

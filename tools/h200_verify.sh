@@ -1,7 +1,7 @@
 #!/bin/bash
 # The H200 runs that issue 11 still needs, one part per device call (each under the 600 s limit),
 # logs under $OUT. Run from the repository root after the mlx-cuda wheel is installed into
-# /tmp/site (the device steps in docs/cuda-notes.md, "Running on the H200"):
+# /tmp/site (docs/cuda.md, "Checking it on a GPU"):
 #
 #   bash tools/h200_verify.sh trial    # ~500 s: cuBLASLt, the default GEMM and W8A8 four ways
 #                                      #   (eft / narrow epilogue, without / with a bias)

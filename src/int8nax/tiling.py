@@ -419,7 +419,7 @@ CUDA_SM_SHARED_BYTES = 233472
 def cuda_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
     """Shape-aware choice of tile and split-K for an [M, K] x [N, K] product on `sms` SMs.
 
-    Measured on the H200 (docs/cuda-notes.md): the 128x256 tile is fastest once it alone fills
+    Measured on the H200 (docs/cuda.md): the 128x256 tile is fastest once it alone fills
     the GPU; below that two 128x128 blocks per SM win; small M takes the one-warpgroup 64x64
     tile (the m64 instruction cannot shrink further). Then K is split (in powers of two) while
     the blocks still fit on the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks,
@@ -560,7 +560,7 @@ TMA_MIN_M = 1
 """Smallest M at which int8_matmul takes the TMA kernel. It was 17 while the TMA kernel ran
 cuda_plan's plans (at M = 16: 12.2 µs against the cp.async kernel's 11.6, 2026-12-01 noon); on
 tma_plan's plan (64 x 64, one block per tile, no split-K) it measured 11.2-11.8 µs there (H200,
-2026-12-01 evening and night, docs/results/cuda-h200-2026-12-01-waves.md), in one kernel where
+2026-12-01 evening and night, docs/cuda.md, the dispatch table), in one kernel where
 the cp.async plan needs two (GEMM + split-K reduction). Decode-sized M (1-16) takes it too."""
 
 TMA_MIN_M_W8A8 = 17
@@ -617,7 +617,7 @@ def split_plan(m: int, n: int, k: int, wave, sms: int = 132) -> CudaPlan:
     whichever puts blocks on the most SMs (ties to the wave tile). Few tiles at long K stream the
     weight, and an SM without a block pulls none of it: at 128 x 18944 x 3584, 4 splits of
     128 x 112 (32 tiles, 128 blocks) 28.7 µs against 128 x 144's (25 tiles, 100 blocks) 29.3
-    (H200 sweep, 2026-12-01 20:08, docs/results/cuda-h200-2026-12-01-q.md)."""
+    (H200 sweep, 2026-12-01 20:08, docs/cuda.md, the dispatch table)."""
     def busy(cfg):
         return min(sms * blocks_per_sm(cfg), tile_count(m, n, cfg) * fill_splits(m, n, k, cfg, sms))
 
@@ -633,7 +633,7 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     w8a8: for w8a8_linear's fused GEMM (below).
 
     Measured on the H200 (every tile x 1-8 splits at the 11 seed shapes, CUPTI kernel time,
-    docs/results/cuda-h200-2026-12-01-default.md and -waves.md): one block per tile beat split-K
+    the dispatch table in docs/cuda.md): one block per tile beat split-K
     wherever K < 8192 (the split's workspace round trip and reduction kernel cost more than idle
     SMs), and among the 128-row tiles the one whose tiles leave the least of a partial last wave
     (wave_tile): 512 x 3584 x 18944 on 128 x 192 (3 full waves) 68.6 µs against 84.5 on 128 x 256
@@ -643,7 +643,7 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     K (K >= 8192) the wave tile runs unsplit where it alone fills most SMs (512 x 18944 x 3584:
     128 x 144 unsplit 56.0 µs, cuda_plan's 2 splits 62.3), else its K is split until its blocks
     fill the SMs once (fill_splits; 128 x 18944 x 3584: 128 x 144 x 4 splits 29.4 µs, cuda_plan's
-    128 x 128 x 8 splits 33.4, 2026-12-01 16:24, docs/results/cuda-h200-2026-12-01-late.md), on
+    128 x 128 x 8 splits 33.4, 2026-12-01 16:24, docs/cuda.md), on
     the tile whose splits fill the most SMs (split_plan: 128 x 112 there).
 
     W8A8 keeps the rule without the wave tile (128 x 256, 128 x 128, 64 x 64; cuda_plan at long
@@ -698,7 +698,7 @@ def persistent_kernel(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False
     on 128 x 128 tiles, pp_plan) or None (tma_plan's grid) for an [M, K] x [N, K] product, the
     int32 GEMM or (w8a8) W8A8's.
 
-    Measured on the H200 (CUPTI kernel time, 2026-12-01 17:45, docs/results/cuda-h200-2026-12-01-pp.md),
+    Measured on the H200 (CUPTI kernel time, 2026-12-01 17:45, docs/cuda.md),
     persistent against tma_plan's plan: 2048 x 4096^2 (256 tiles of 128 x 256 on 132 SMs, rounds
     97 % full) tma_ws 53.5 µs against 55.0, tma_pp 57.2; 8192^3 (97 %) tma_ws 740 against 782,
     tma_pp 853; 512 x 3584 x 18944 (296 tiles, 75 % full) tma_pp 64.0 against 68.6, tma_ws 71.6.
@@ -706,7 +706,7 @@ def persistent_kernel(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False
     M) tma_plan's plans were fastest. W8A8 where tma_pp is taken: 512 x 3584 x 18944 86.3 µs
     against 111.3 on tma_plan's W8A8 plan. W8A8 where tma_ws would be: only from
     W8A8_WS_MIN_ROUNDS rounds of tiles (the pipeline, 2026-12-01 21:00, same run,
-    docs/results/cuda-h200-2026-12-01-q.md: 8192^3, 15.5 rounds, 815.5 µs against 860.0 on
+    docs/cuda.md: 8192^3, 15.5 rounds, 815.5 µs against 860.0 on
     tma_plan's plan; 2048 x 4096^2, 2 rounds, 83.9 against 79.5).
     """
     large = CUDA_WS_CONFIGS["ws_128x256"]
@@ -903,7 +903,7 @@ def pp_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> CudaW
     the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks; ws_group's raster;
     min(SMs, units) blocks. The dispatch takes it only where persistent_kernel says "tma_pp"
     (128 x 128 unsplit there, the sweep's fastest at 512 x 3584 x 18944: H200, 2026-12-01 17:45,
-    docs/results/cuda-h200-2026-12-01-pp.md)."""
+    docs/cuda.md)."""
     cfg = CUDA_PP_CONFIGS["pp_128x128"]
     if ws_units(m, n, cfg, 1) < sms:
         cfg = CUDA_PP_CONFIGS["pp_128x64"]

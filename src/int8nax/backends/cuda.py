@@ -283,7 +283,7 @@ EPILOGUE_ENV = "INT8NAX_CUDA_EPILOGUE"
 EPILOGUE_CHOICES = ("eft", "narrow")
 EPILOGUE_DEFAULT = "eft"
 """The epilogue when INT8NAX_CUDA_EPILOGUE is unset: eft until narrow has run exact on the H200
-(docs/cuda-notes.md, v12)."""
+(docs/cuda.md, epilogues)."""
 
 
 def _check_epilogue(value: str, source: str) -> str:
@@ -417,7 +417,7 @@ def w8a8_graph(x, w, scale_w, bias32, kernel: str, plan, has_bias: bool,
 # Each entry point is wrapped in mx.compile, once per (family, plan): MLX then replays the
 # recorded launches for every later call of the same shapes and dtypes, skipping the Python
 # work of building the launches. COMPILE = False builds them directly on every call instead
-# (measured against each other in tools/cuda_experiments.py; docs/cuda-notes.md).
+# (measured against each other in on the H200; docs/cuda.md).
 
 COMPILE = True
 

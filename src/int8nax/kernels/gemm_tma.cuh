@@ -22,7 +22,7 @@
 // Tensor maps: cuda_kernel passes no by-value CUtensorMap, so each block encodes the maps of A
 // and B itself (tensormap.replace on a zeroed 128-byte shared buffer), publishes them to its
 // 256-byte slot of the uint8 output `maps` and acquires them before the first TMA
-// (shared/notes/cuda-facts.md section 3: sequence verified on the H200 with a minimal kernel).
+// (docs/cuda.md, "Tensor maps on the device": the sequence verified on the H200).
 // The maps use the 128-byte swizzle, so every stage holds the layout of gemm_sm90.cuh's
 // sw128_descriptor (16-byte chunk j of row r at chunk j ^ (r % 8); stages 1024-byte aligned).
 // Boxes are 128 bytes (one swizzle row) x the tile's rows; rows and columns past the matrix are

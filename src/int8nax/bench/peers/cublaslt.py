@@ -3,7 +3,7 @@
 This is the real CUDA anchor. torch._int_mm calls cublasLtMatmul with no workspace and no
 algorithm search, which on Hopper rules out the sm90 kernels (it runs an Ampere kernel);
 called as below, cuBLASLt picks its sm90 kernels (about 1.5x faster on the H200,
-shared/notes/cuda-facts.md section 1).
+docs/cuda.md).
 
 Problem: int32 out [M, N] = a int8 [M, K] . b int8 [N, K]^T (int8nax's weight layout).
 cuBLASLt is column-major, so it computes out^T [N, M] (column-major = out row-major):
