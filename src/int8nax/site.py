@@ -329,8 +329,18 @@ def kernel_names(shapes) -> dict[int, str]:
     return names
 
 
-def compare_machine(results: MachineResults, roster: list[tuple[str, str]],
-                    names: dict[int, str] | None = None) -> MachineBlock:
+def name_kernels(blocks: list[MachineBlock]) -> None:
+    """Put the recorded kernel ids of every entry into words, where kernel_names knows them."""
+    shapes = {sb.shape for b in blocks for sb in b.shapes if any(e.kernel is not None for e in sb.entries)}
+    names = kernel_names(shapes) if shapes else {}
+    for b in blocks:
+        for sb in b.shapes:
+            for e in sb.entries:
+                e.kernel_text = names.get(e.kernel, "")
+                e.kernel_text_before = names.get(e.kernel_before, "")
+
+
+def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> MachineBlock:
     declared, why_not = machine_ceilings.match(results.name, results.info)
     infos = {c.name: c for c in CONTENDERS}
     shapes: list[str] = []
@@ -354,8 +364,6 @@ def compare_machine(results: MachineResults, roster: list[tuple[str, str]],
             entry = Entry(label, benches, values)
             entry.kernel = results.kernels.get(stem, {}).get(shape)
             entry.kernel_before = results.previous_kernels.get(stem, {}).get(shape)
-            entry.kernel_text = (names or {}).get(entry.kernel, "")
-            entry.kernel_text_before = (names or {}).get(entry.kernel_before, "")
             info = infos.get(label)
             ceilings, note = _ceilings_for(declared, info, why_not)
             if dims is not None:
@@ -400,8 +408,9 @@ def published_commits(html_dir: Path) -> set[str] | None:
 def compare(results_dir: Path, commits: set[str] | None = None) -> list[MachineBlock]:
     all_results = read_results(results_dir, commits)
     roster = _roster(all_results)
-    names = kernel_names({p for r in all_results for per in r.kernels.values() for p in per})
-    return [compare_machine(r, roster, names) for r in all_results]
+    blocks = [compare_machine(r, roster) for r in all_results]
+    name_kernels(blocks)
+    return blocks
 
 
 # --- output --------------------------------------------------------------------------------
