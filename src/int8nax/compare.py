@@ -201,7 +201,8 @@ def _modes_arg(text: str):
             raise argparse.ArgumentTypeError(f"mode kernel runs alone, got {text!r}")
         return ("kernel",)
     if not modes or any(m not in timing.MODES for m in modes):
-        raise argparse.ArgumentTypeError(f"expected comma-separated modes from {', '.join(timing.MODES)}, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated modes from {', '.join(timing.MODES)}, or kernel alone, got {text!r}")
     return tuple(dict.fromkeys(modes))
 
 
