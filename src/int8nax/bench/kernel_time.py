@@ -228,9 +228,10 @@ class Profiler:
 
 
 def _device_copies(mx, arrays, count: int) -> list[tuple]:
-    """`count` sets of copies of `arrays` computed on the device (an array made from numpy lives
-    in managed memory; a computed one in device memory), evaluated."""
-    sets = [tuple(None if x is None else x + mx.array(0, dtype=x.dtype) for x in arrays) for _ in range(count)]
+    """`count` sets of bit-identical copies of `arrays` computed on the device (an array made from
+    numpy lives in managed memory; a computed one in device memory), evaluated. x * 1 keeps every
+    bit of a float, the sign of zero included (x + 0 would not)."""
+    sets = [tuple(None if x is None else x * mx.array(1, dtype=x.dtype) for x in arrays) for _ in range(count)]
     mx.eval([x for s in sets for x in s if x is not None])
     return sets
 
