@@ -143,6 +143,35 @@ def test_a_dying_worker_loses_only_its_item_and_the_budget_stops_the_rest():
     assert all("not_run" in r and "60 s" in r["not_run"] for r in recs[2:])
 
 
+def test_a_lost_context_restarts_after_the_recorded_fault_and_a_broken_worker_stops_at_once():
+    items = kt.plan_items([(16, 64, 64), (32, 64, 64)], (), cublaslt=False)
+    calls = []
+
+    def spawn(todo, out, launches, timeout):
+        calls.append(len(todo))
+        with open(out, "a") as fh:
+            fault = len(calls) == 1
+            fh.write(json.dumps({"subject": todo[0].subject, "shape": list(todo[0].shape),
+                                 **({"error": "RuntimeError: illegal address"} if fault else {"us": 2.0})}) + "\n")
+            if fault:
+                return f"exit {kt.CONTEXT_LOST}"
+            for i in todo[1:]:
+                fh.write(json.dumps({"subject": i.subject, "shape": list(i.shape), "us": 1.0}) + "\n")
+        return "ok"
+
+    recs = kt.run_items(items, 100.0, spawn=spawn)
+    assert calls == [2, 1] and recs[0]["error"] == "RuntimeError: illegal address" and recs[1]["us"] == 2.0
+
+    calls.clear()
+
+    def broken(todo, out, launches, timeout):
+        calls.append(len(todo))
+        return "exit 1"
+
+    recs = kt.run_items(items, 100.0, spawn=broken)
+    assert calls == [2] and all("failed before its first item" in r["error"] for r in recs)
+
+
 # ---- tables, JSON, exit status ------------------------------------------------------------------
 
 def records():

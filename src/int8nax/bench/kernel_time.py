@@ -376,9 +376,26 @@ def worker(items: list[Item], out: Path, launches: int) -> int:
             fh.write(json.dumps(rec) + "\n")
             fh.flush()
             print(f"[kernel] {item.key}: {progress_text(rec)} ({rec['seconds']} s)", file=sys.stderr, flush=True)
+            if "error" in rec and not _healthy(mx, torch):
+                print("[kernel] the CUDA context is lost: a fresh worker takes the rest", file=sys.stderr, flush=True)
+                return CONTEXT_LOST
             torch.cuda.empty_cache()
             mx.clear_cache()
     return 0
+
+
+CONTEXT_LOST = 3
+"""A worker's exit status after an item's fault left the device unusable (the item is recorded)."""
+
+
+def _healthy(mx, torch) -> bool:
+    """Whether MLX and torch still run work on the device (a kernel fault poisons the context)."""
+    try:
+        mx.eval(mx.ones(4) + 1)
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def progress_text(rec: dict) -> str:
@@ -452,6 +469,14 @@ def run_items(items: list[Item], budget: float, launches: int = LAUNCHES, spawn=
                 records.setdefault(Item(rec["subject"], tuple(rec["shape"])), rec)
             todo = [i for i in remaining if i not in records]
             if not todo:
+                break
+            if status == f"exit {CONTEXT_LOST}" and len(todo) < len(remaining):
+                remaining = todo  # the faulting item is recorded; a fresh context takes the rest
+                continue
+            if status == "exit 1" and len(todo) == len(remaining):
+                for i in todo:  # a Python error before the first item: every worker would fail alike
+                    records[i] = {"subject": i.subject, "shape": list(i.shape),
+                                  "error": "the worker failed before its first item (exit 1; its log is above)"}
                 break
             # The worker stopped before the end: the first item it left undone is the culprit.
             why = {"timed out": "the run's budget ran out during it",
@@ -549,9 +574,9 @@ def render(records: list[dict], markdown: bool = False) -> str:
                 s = sums[v]
                 out.append(f"{v}: geometric mean {s['geomean']:.2f}x over {s['shapes']} of {s['of']} shapes; "
                            f"highest {s['highest']:.2f}x at {'x'.join(map(str, s['highest_at']))}")
-        out += ["", "W8A8 kernels:"] + [
-            f"  {v.removeprefix('w8a8:')} {'x'.join(map(str, s))}: {w.get('describe', '')}{kernels_text(w)}"
-            for v in variants for s, w in by[v].items() if "parts" in w]
+        ran = [f"  {v.removeprefix('w8a8:')} {'x'.join(map(str, s))}: {w.get('describe', '')}{kernels_text(w)}"
+               for v in variants for s, w in by[v].items() if "parts" in w]
+        out += ["", "W8A8 kernels:", *ran] if ran else []
     problems = [r for r in records if any(k in r for k in ("error", "mismatch", "not_run"))]
     if problems:
         out += ["", "Not measured:"]
