@@ -293,3 +293,25 @@ def test_bad_options_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["compare", *argv])
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_on_cuda_a_small_run_measures_checks_and_names_every_item(tmp_path):
+    # The whole pipeline on the device (workers, CUPTI, cuBLASLt, checks); a GPU-only test.
+    if not has_cuda():
+        pytest.skip("needs MLX's CUDA backend: unverified here")
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "kernel.json"
+    proc = subprocess.run([sys.executable, "-m", "int8nax.cli", "compare", "--mode", "kernel", "--shapes",
+                           "64x512x256,130x1040x200", "--w8a8", "float16+bias,bfloat16", "--launches", "5",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, env=os.environ)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == 8
+    for r in results:
+        if r["subject"] == "cublaslt" and "error" in r:
+            continue  # cuBLASLt may be missing from this install: n/a, said so
+        assert r.get("exact") and r["us"] > 0 and r["parts"] and r["describe"], r
+    assert "geometric mean" in proc.stdout or "n/a" in proc.stdout
