@@ -27,6 +27,12 @@ for M above that. A wrong output is shown as MISMATCH and its time dropped.
 
 Each row names what ran: the backend's describe() and the kernels CUPTI saw.
 
+Other kernels and profilers. The environment chooses what int8nax runs, as for any call:
+INT8NAX_CUDA_KERNEL=<variant> times another GEMM kernel variant (`--w8a8 none` for the raw GEMM
+alone), INT8NAX_CUDA_EPILOGUE=narrow W8A8's other epilogue; a run under Nsight Compute
+(`ncu --target-processes all ... int8nax compare --mode kernel --shapes S --launches 1`) profiles
+the same calls.
+
 Robustness. The items run in a worker process (python -m int8nax.bench.kernel_time --worker),
 which writes one JSON line per item as it goes; if it dies (a kernel fault kills the CUDA
 context), the item it was on is recorded as failed and a fresh worker takes the rest. A budget
@@ -244,14 +250,15 @@ def _bias(n: int):
 
 
 def _measure(item: Item, ctx: dict) -> dict:
-    """One item's record: us, tops, parts, describe, check (never raises for the item's sake)."""
+    """One item's record: us, tops, parts, describe, check, copies; a wrong output makes it a
+    mismatch. An item that cannot run raises (the worker records the exception)."""
     import mlx.core as mx
     import numpy as np
 
-    import int8nax
-    from int8nax import backends
-    from int8nax.reference import exact_int_product, max_ulp_error, w8a8_linear_ref
+    import int8nax  # the public API, as a user calls it
 
+    from .. import backends
+    from ..reference import exact_int_product, max_ulp_error, w8a8_linear_ref
     from . import problems
 
     m, k, n = item.shape
