@@ -27,11 +27,9 @@ for M above that. A wrong output is shown as MISMATCH and its time dropped.
 
 Each row names what ran: the backend's describe() and the kernels CUPTI saw.
 
-Other kernels and profilers. The environment chooses what int8nax runs, as for any call:
-INT8NAX_CUDA_KERNEL=<variant> times another GEMM kernel variant (`--w8a8 none` for the raw GEMM
-alone), INT8NAX_CUDA_EPILOGUE=narrow W8A8's other epilogue; a run under Nsight Compute
-(`ncu --target-processes all ... int8nax compare --mode kernel --shapes S --launches 1`) profiles
-the same calls.
+Other kernels. The environment chooses what int8nax runs, as for any call (the workers inherit
+it, and the JSON records it): INT8NAX_CUDA_KERNEL=<variant> times another GEMM kernel variant
+(`--w8a8 none` for the raw GEMM alone), INT8NAX_CUDA_EPILOGUE=narrow W8A8's other epilogue.
 
 Robustness. The items run in a worker process (python -m int8nax.bench.kernel_time --worker),
 which writes one JSON line per item as it goes; if it dies (a kernel fault kills the CUDA
