@@ -597,13 +597,13 @@ def render(records: list[dict], markdown: bool = False) -> str:
         out += ["", "Not measured:"]
         for r in problems:
             why = r.get("mismatch") and f"MISMATCH: {r['mismatch']}" or r.get("error") or f"not run: {r['not_run']}"
-            out.append(f"  {Item(r['subject'], tuple(r['shape'])).key}: {why}")
+            out.append(f"  {Item(r['subject'], tuple(r['shape'])).key}: {why[:300]}")  # the JSON has it whole
     return "\n".join(out)
 
 
 def kernels_text(rec: dict) -> str:
     parts = rec.get("parts") or []
-    return (" [" + ", ".join(f"{name} {us:.1f}" for name, us in parts) + "]") if parts else ""
+    return (" [" + ", ".join(f"{name[:40]} {us:.1f}" for name, us in parts) + "]") if parts else ""
 
 
 def failed(records: list[dict]) -> bool:
