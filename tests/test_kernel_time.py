@@ -315,3 +315,14 @@ def test_on_cuda_a_small_run_measures_checks_and_names_every_item(tmp_path):
             continue  # cuBLASLt may be missing from this install: n/a, said so
         assert r.get("exact") and r["us"] > 0 and r["parts"] and r["describe"], r
     assert "geometric mean" in proc.stdout or "n/a" in proc.stdout
+
+
+def test_a_failing_describe_is_said_and_keeps_the_figure(monkeypatch):
+    from int8nax import backends
+
+    def broken(*args, **kw):
+        raise KeyError("plan")
+
+    monkeypatch.setattr(backends.get("cpu"), "describe", broken)
+    rec = kt._measure(kt.Item("int8_matmul", (20, 64, 48)), CTX)
+    assert rec["us"] == 5.0 and rec["describe"] == "cpu (describe failed: KeyError: 'plan')"

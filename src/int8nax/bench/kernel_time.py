@@ -269,7 +269,7 @@ def _measure(item: Item, ctx: dict) -> dict:
         a, b = mx.array(a_np), mx.array(b_np)
         copies = copies_for(a.nbytes + b.nbytes, l2)
         sets = _device_copies(mx, (a, b), copies)
-        rec["describe"] = backends.get(backend).describe("int8_matmul", m, n, k)
+        rec["describe"] = _describe(backends.get(backend), "int8_matmul", m, n, k)
 
         def call(s):
             return int8nax.int8_matmul(s[0], s[1], backend=backend)
@@ -324,7 +324,7 @@ def _measure(item: Item, ctx: dict) -> dict:
         w, s = mx.array(w_np), mx.array(s_np)
         copies = copies_for(x.nbytes + w.nbytes + s.nbytes + (bias.nbytes if has_bias else 0), l2)
         sets = _device_copies(mx, (x, w, s, bias), copies)
-        rec["describe"] = backends.get(backend).describe("w8a8_linear", m, n, k, bias=has_bias, dtype=dtype)
+        rec["describe"] = _describe(backends.get(backend), "w8a8_linear", m, n, k, bias=has_bias, dtype=dtype)
 
         def call(st):
             return int8nax.w8a8_linear(st[0], st[1], st[2], st[3], backend=backend)
@@ -344,6 +344,14 @@ def _measure(item: Item, ctx: dict) -> dict:
     out = call(sets[0])
     mx.eval(out)
     return _finish(rec, check(out), copies, launches)
+
+
+def _describe(backend, op: str, m: int, n: int, k: int, **kw) -> str:
+    """backend.describe(...); a failure there is said in the record, never loses the figure."""
+    try:
+        return backend.describe(op, m, n, k, **kw)
+    except Exception as exc:  # noqa: BLE001
+        return f"{backend.name} (describe failed: {type(exc).__name__}: {exc})"
 
 
 def _timed(launch, prof, launches: int):
