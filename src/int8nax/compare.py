@@ -11,7 +11,7 @@ NAX is int8nax's raw GEMM (int8_matmul) on whatever backend runs here; full/raw 
 cider-full / cider-raw and X/NAX is X's time over NAX's (above 1: int8nax is faster).
 `--contenders` chooses other columns (numpy-sgemm, say, on a CPU box); `--mode` chooses the
 figure (int8nax.bench.timing): one call + eval, per call in a dependent chain, or host build
-time. Times are medians in ms per call. A contender that cannot run shows n/a with its reason
+time; `--mode kernel` is a run of its own on CUDA (int8nax.bench.kernel_time). Times are medians in ms per call. A contender that cannot run shows n/a with its reason
 below the table; one whose output is wrong shows MISMATCH, is not timed, and makes the
 command exit 1, as does an int8nax contender that fails.
 """
@@ -262,7 +262,8 @@ def add_parser(sub) -> None:
                         f"all: {','.join(contenders.CONTENDERS)})")
     p.add_argument("--mode", type=_modes_arg, default=("call",),
                    help="comma-separated figures: call (one call + eval, the default), chain, host; or kernel "
-                        "alone (CUDA kernel time against cuBLASLt, int8nax.bench.kernel_time)")
+                        "alone (CUDA kernel time against cuBLASLt, int8nax.bench.kernel_time; it reads --shapes, "
+                        "--w8a8, --budget, --launches, --markdown and --json)")
     p.add_argument("--chain-calls", type=_positive_int, default=100, help="calls per chain (modes chain, host; 100)")
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed samples per contender and shape (default 5)")
     p.add_argument("--markdown", action="store_true", help="print markdown tables (paste into an issue)")
