@@ -21,10 +21,14 @@ def has_cuda() -> bool:
 
 # ---- what is run -------------------------------------------------------------------------------
 
-def test_default_shapes_are_the_seed_shapes_and_shapes_given_win():
-    assert kt.select_shapes(None) == list(problems.SEED_SHAPES)
-    assert len(kt.select_shapes()) == 11
-    assert kt.select_shapes([(8192, 8192, 8192)]) == [(8192, 8192, 8192)]
+def test_default_shapes_are_the_seed_shapes_plus_8192_cubed_for_the_headline_and_shapes_given_win():
+    shapes, extra = kt.select_shapes(None)
+    assert shapes == list(problems.SEED_SHAPES) and len(shapes) == 11
+    assert extra == [(8192, 8192, 8192)] == list(problems.EXTRA_SHAPES)
+    assert kt.select_shapes([(8192, 8192, 8192)]) == ([(8192, 8192, 8192)], [])
+    items = kt.plan_items(shapes, ("float16",), extra=extra)
+    assert [i.key for i in items[22:24]] == ["int8_matmul 8192x8192x8192", "cublaslt 8192x8192x8192"]
+    assert len(items) == 24 + 11 and all(i.shape != (8192, 8192, 8192) for i in items[24:])
 
 
 def test_headline_items_come_before_every_w8a8_item():
@@ -188,6 +192,19 @@ def records():
     recs.append({"subject": "w8a8:float16", "shape": list(b), "mismatch": "off by 3 ulp", "timed_us": 20.0})
     recs.append({"subject": "w8a8:float16", "shape": list(c), "not_run": "the run's budget (60 s) was spent first"})
     return recs
+
+
+def test_an_extra_shape_is_shown_but_outside_the_mean():
+    big = (8192, 8192, 8192)
+    recs = records() + [{"subject": "int8_matmul", "shape": list(big), "us": 699.0, "tops": kt.tops(big, 699.0),
+                         "extra": True},
+                        {"subject": "cublaslt", "shape": list(big), "us": 100.0, "extra": True}]
+    assert kt.summary(recs)["vs_cublaslt"] == kt.summary(records())["vs_cublaslt"]
+    text = kt.render(recs)
+    row = next(line for line in text.splitlines() if line.split()[:3] == ["8192", "8192", "8192"])
+    assert row.split()[3:7] == ["699.0", "100.0", "0.14x*", "1573"]
+    assert "(* not in the mean)" in text
+    assert sum(line.split()[:3] == ["8192", "8192", "8192"] for line in text.splitlines()) == 1  # not in W8A8's
 
 
 def test_summary_geomean_against_cublaslt_and_w8a8_against_the_raw_gemm():

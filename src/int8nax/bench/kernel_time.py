@@ -1,7 +1,8 @@
 """Kernel time: what the GPU spends in the kernels of one call, operands cold in L2, next to
 cuBLASLt measured in the same run (`int8nax compare --mode kernel`, CUDA only).
 
-What is timed, per (M, K, N) (default: the 11 seed shapes, problems.SEED_SHAPES):
+What is timed, per (M, K, N) (default: the 11 seed shapes, problems.SEED_SHAPES, and for the
+headline alone problems.EXTRA_SHAPES, 8192^3, shown but outside the geometric mean):
 
     int8_matmul       int8nax.int8_matmul(a, b, backend="cuda"): int8 [M, K] x int8 [N, K] -> int32
     cublaslt          cuBLASLt's int8 TN GEMM (peers.cublaslt: 64 MiB workspace, fastest of its
@@ -51,7 +52,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .problems import SEED_SHAPES, Shape, ops
+from .problems import EXTRA_SHAPES, SEED_SHAPES, Shape, ops
 
 ROTATE_L2 = 4
 """Input copies cover this many times the L2 (more than 3x: no operand stays cached)."""
@@ -112,11 +113,12 @@ def parse_w8a8(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def plan_items(shapes, w8a8=W8A8_VARIANTS, cublaslt: bool = True) -> list[Item]:
-    """The run's items in order: the headline first (int8_matmul and cuBLASLt, shape by shape),
-    then each W8A8 variant over every shape, so that a budget cut keeps the headline whole."""
+def plan_items(shapes, w8a8=W8A8_VARIANTS, cublaslt: bool = True, extra=()) -> list[Item]:
+    """The run's items in order: the headline first (int8_matmul and cuBLASLt, shape by shape,
+    the `extra` shapes last), then each W8A8 variant over `shapes`, so that a budget cut keeps
+    the headline whole."""
     items = []
-    for shape in shapes:
+    for shape in [*shapes, *extra]:
         items.append(Item("int8_matmul", tuple(shape)))
         if cublaslt:
             items.append(Item("cublaslt", tuple(shape)))
@@ -531,7 +533,7 @@ def summary(records: list[dict]) -> dict:
     """Geometric means: cuBLASLt µs / int8_matmul µs over the shapes where both ran, and per
     W8A8 variant its µs / int8_matmul's (the cost over the raw GEMM; above 1 is slower)."""
     ours, lt = _by(records, "int8_matmul"), _by(records, "cublaslt")
-    shapes = list(ours)
+    shapes = [s for s, r in ours.items() if not r.get("extra")]
     out = {}
     pairs = [(s, lt[s]["us"] / ours[s]["us"]) for s in shapes if "us" in ours[s] and "us" in lt.get(s, {})]
     if pairs:
@@ -567,19 +569,22 @@ def render(records: list[dict], markdown: bool = False) -> str:
     for shape, r in ours.items():
         peer = lt.get(shape)
         ratio = f"{peer['us'] / r['us']:.2f}x" if peer and "us" in peer and "us" in r else "n/a"
-        rows.append([*map(str, shape), _cell(r), _cell(peer), ratio, f"{r['tops']:.0f}" if "tops" in r else "n/a",
-                     r.get("describe", "") + kernels_text(r)])
+        rows.append([*map(str, shape), _cell(r), _cell(peer), ratio + ("*" if r.get("extra") else ""),
+                     f"{r['tops']:.0f}" if "tops" in r else "n/a", r.get("describe", "") + kernels_text(r)])
     out = ["int8_matmul against cuBLASLt (kernel µs; ratio = cuBLASLt µs / int8nax µs, above 1: int8nax faster)", ""]
     out += _table(["M", "K", "N", "int8nax", "cuBLASLt", "ratio", "TOPS", "kernel"], rows, markdown)
     if "vs_cublaslt" in sums:
         s = sums["vs_cublaslt"]
         out += ["", f"geometric mean over {s['shapes']} of {s['of']} shapes: {s['geomean']:.2f}x cuBLASLt; "
-                    f"lowest {s['lowest']:.2f}x at {'x'.join(map(str, s['lowest_at']))}"]
+                    f"lowest {s['lowest']:.2f}x at {'x'.join(map(str, s['lowest_at']))}"
+                    + (" (* not in the mean)" if any(r.get("extra") for r in ours.values()) else "")]
     variants = list(dict.fromkeys(r["subject"] for r in records if r["subject"].startswith("w8a8:")))
     if variants:
         rows = []
         by = {v: _by(records, v) for v in variants}
         for shape, r in ours.items():
+            if r.get("extra"):
+                continue
             cells = [*map(str, shape), _cell(r)]
             for v in variants:
                 w = by[v].get(shape)
@@ -677,9 +682,12 @@ def add_arguments(parser) -> None:
                         help=f"mode kernel: timed launches per item, the median is kept ({LAUNCHES})")
 
 
-def select_shapes(shapes=None) -> list[Shape]:
-    """The shapes asked for (--shapes), else the 11 seed shapes."""
-    return [tuple(s) for s in shapes] if shapes else list(SEED_SHAPES)
+def select_shapes(shapes=None) -> tuple[list[Shape], list[Shape]]:
+    """(shapes, extra): the shapes asked for (--shapes) and none extra, else the 11 seed shapes
+    and, for the headline alone, EXTRA_SHAPES (outside the geometric mean)."""
+    if shapes:
+        return [tuple(s) for s in shapes], []
+    return list(SEED_SHAPES), [s for s in EXTRA_SHAPES if s not in SEED_SHAPES]
 
 
 def main(args) -> int:
@@ -692,15 +700,18 @@ def main(args) -> int:
         print(f"{prog}: {why}; nothing was measured.", file=sys.stderr)
         return NO_CUDA_EXIT
     budget, launches = getattr(args, "budget", BUDGET_S), getattr(args, "launches", LAUNCHES)
-    shapes = select_shapes(getattr(args, "shapes", None))
-    items = plan_items(shapes, getattr(args, "w8a8", W8A8_VARIANTS))
+    shapes, extra = select_shapes(getattr(args, "shapes", None))
+    items = plan_items(shapes, getattr(args, "w8a8", W8A8_VARIANTS), extra=extra)
     meta = environment()
     meta.update({"launches": launches, "budget_s": budget, "command": "int8nax " + " ".join(sys.argv[1:])})
-    print(f"{prog}: {len(items)} items over {len(shapes)} shapes; {meta.get('gpu', '?')}, "
+    print(f"{prog}: {len(items)} items over {len(shapes) + len(extra)} shapes; {meta.get('gpu', '?')}, "
           f"driver {meta.get('driver', '?')}, mlx {meta['mlx']}, torch {meta.get('torch', '?')}; "
           f"settings {meta['settings'] or 'default'}; budget {budget:.0f} s", flush=True)
     t0 = time.time()
     records = run_items(items, budget, launches)
+    for r in records:
+        if tuple(r["shape"]) not in shapes:
+            r["extra"] = True  # shown, outside the geometric mean
     meta["seconds"] = round(time.time() - t0, 1)
     print(render(records, getattr(args, "markdown", False)))
     print(f"\n({meta['seconds']} s; CUPTI kernel time, median of {launches} launches, inputs rotated over "
