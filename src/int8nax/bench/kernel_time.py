@@ -390,7 +390,7 @@ def worker(items: list[Item], out: Path, launches: int) -> int:
     with tempfile.TemporaryDirectory() as tmp, open(out, "a") as fh:
         ctx = {"torch": torch, "profiler": Profiler(torch, Path(tmp)), "launches": launches,
                "l2_bytes": l2_bytes(torch)}
-        for item in items:
+        for done, item in enumerate(items, 1):
             t0 = time.time()
             try:
                 rec = _measure(item, ctx)
@@ -400,7 +400,8 @@ def worker(items: list[Item], out: Path, launches: int) -> int:
             rec["l2_bytes"] = ctx["l2_bytes"]
             fh.write(json.dumps(rec) + "\n")
             fh.flush()
-            print(f"[kernel] {item.key}: {progress_text(rec)} ({rec['seconds']} s)", file=sys.stderr, flush=True)
+            print(f"[kernel {done}/{len(items)}] {item.key}: {progress_text(rec)} ({rec['seconds']} s)",
+                  file=sys.stderr, flush=True)
             if "error" in rec and not _healthy(mx, torch):
                 print("[kernel] the CUDA context is lost: a fresh worker takes the rest", file=sys.stderr, flush=True)
                 return CONTEXT_LOST
