@@ -546,7 +546,10 @@ def _kernel_cell(e: Entry, previous: str) -> str:
         before = html.escape(_kernel_words(e.kernel_before, e.kernel_text_before))
         text += (f'<br><span class="changed" title="at {html.escape(previous[:8])}: {before}">changed since '
                  f'{html.escape(previous[:8])}</span> (was {before})')
-    return f'<td class="kernel" data-kernel="{e.kernel}" data-changed="{str(e.kernel_changed).lower()}">{text}</td>'
+    title = "" if e.kernel_text else (' title="the id of what ran there (bench_kernel); `int8nax compare` on that '
+                                      'machine prints it in words"')
+    return (f'<td class="kernel" data-kernel="{e.kernel}" data-changed="{str(e.kernel_changed).lower()}"{title}>'
+            f'{text}</td>')
 
 
 def _table(sb: ShapeBlock, previous: str = "") -> str:
