@@ -21,8 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from int8nax import tiling
-from int8nax.backends import cuda_source
+from int8nax.backends import cuda_plans, cuda_source
 
 STAND_IN = """#pragma once
 #include <cuda_bf16.h>
@@ -90,7 +89,7 @@ def instances(arch: str):
     """(label, spec, input types, output types, template) for every kernel the backend builds."""
     families = ["simt"] + (["sm90"] if arch.startswith("sm_90") else [])
     for family in families:
-        cfgs = tiling.CUDA_CONFIGS.values() if family == "sm90" else [tiling.CUDA_SIMT_CONFIG]
+        cfgs = cuda_plans.CUDA_CONFIGS.values() if family == "sm90" else [cuda_plans.CUDA_SIMT_CONFIG]
         for cfg in cfgs:
             tmpl = cfg.template()
             yield (f"{family} i32 {cfg.name}", cuda_source.gemm_int32(family, cfg),
@@ -98,21 +97,21 @@ def instances(arch: str):
             yield from w8a8_instances(f"{family} w8a8 {cfg.name}", cuda_source.gemm_w8a8(family, cfg), W8A8_INPUTS,
                                       False, tmpl)
     if arch.startswith("sm_90"):
-        for cfg in tiling.CUDA_CONFIGS.values():
+        for cfg in cuda_plans.CUDA_CONFIGS.values():
             yield (f"tma_simple i32 {cfg.name}", cuda_source.gemm_tma_simple(cfg),
                    ["int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.tma_template())
             yield from w8a8_instances(f"tma_simple w8a8 {cfg.name}", cuda_source.gemm_w8a8_tma_simple(cfg),
                                       W8A8_INPUTS, True, cfg.tma_template())
         persistent = [(cfg, cuda_source.gemm_tma_ws, cuda_source.gemm_w8a8_tma_ws, "tma_ws")
-                      for cfg in tiling.CUDA_WS_CONFIGS.values()]
+                      for cfg in cuda_plans.COOPERATIVE_CONFIGS.values()]
         persistent += [(cfg, cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp, "tma_pp")
-                       for cfg in tiling.CUDA_PP_CONFIGS.values()]
+                       for cfg in cuda_plans.PINGPONG_CONFIGS.values()]
         for cfg, raw, fused, kind in persistent:
             yield (f"{kind} i32 {cfg.name}", raw(cfg), ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"],
                    cfg.template())
             yield from w8a8_instances(f"{kind} w8a8 {cfg.name}", fused(cfg), W8A8_INPUTS + ["int8_t"], True,
                                       cfg.template())
-    for launch in tiling.CUDA_QUANT_LAUNCHES:
+    for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
         for t in ("float16", "bfloat16", "float32"):
             yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],
                    ["int8_t", "float"], [("T", t)] + launch.template())

@@ -315,7 +315,8 @@ def w8a8_problem(mx, cuda, m: int, k: int, n: int):
     s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
     q, sx = cuda.quantize(x)
     mx.eval(x, w, s, q, sx)
-    return (x, w, s, q, sx, *cuda.w8a8_plan(m, n, k))
+    chosen = cuda.choice(m, n, k, w8a8=True)
+    return (x, w, s, q, sx, chosen.plan, chosen.variant)
 
 
 def w8a8(torch, shapes, launches: int) -> list[dict]:
@@ -355,8 +356,7 @@ def outputs(shapes, calls: int, repeat: int) -> list[dict]:
     MB-sized outputs cost per call, apart from any kernel work."""
     import mlx.core as mx
 
-    from int8nax import tiling
-    from int8nax.backends import cuda
+    from int8nax.backends import cuda, cuda_plans
     from int8nax.bench import contenders, timing
 
     kernel = mx.fast.cuda_kernel(name="int8nax_profile_floor_out", input_names=["a"], output_names=["out", "maps"],
@@ -367,7 +367,7 @@ def outputs(shapes, calls: int, repeat: int) -> list[dict]:
     for m, k, n in shapes:
         a = mx.array(np.random.default_rng(0).integers(-128, 128, (m, k), dtype=np.int8))
         mx.eval(a)
-        maps = tiling.tma_plan(m, n, k, cuda.sm_count()).map_bytes(m, n)
+        maps = cuda_plans.tma_plan(m, n, k, cuda.sm_count()).map_bytes(m, n)
         ops = {
             "1 int32": lambda a_: one(inputs=[a_], output_shapes=[(1, 1)], output_dtypes=[mx.int32], grid=(32, 1, 1),
                                       threadgroup=(32, 1, 1))[0],

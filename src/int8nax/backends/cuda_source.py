@@ -17,18 +17,19 @@ Where the package's kernels are not plain files (a zip import), the text is inli
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from .. import tiling
+from ..tiling import TileConfig
+from . import cuda_plans
+from .kernel_spec import KernelSpec
 
 FAMILIES = ("sm90", "simt")
 """sm90: wgmma tensor cores (compute capability 9.0, NVRTC's sm_90a); simt: __dp4a anywhere."""
 
 WGMMA_HEADER = "wgmma_s8.cuh"
-"""The generated wgmma wrappers (one per tile width in tiling.CUDA_CONFIGS), kept as a file."""
+"""The generated wgmma wrappers (one per tile width in cuda_plans.CUDA_CONFIGS), kept as a file."""
 
 _HEADERS = {
     "sm90": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh"),
@@ -40,12 +41,6 @@ _HEADERS = {
     "tma": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh"),
     "tma_ws": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh", "tma_bounds.cuh"),
 }
-
-TMA_VARIANTS = ("tma_simple", "tma_ws", "tma_pp")
-"""The TMA GEMMs (kernels/gemm_tma.cuh): TMA + mbarrier pipeline on a CudaPlan's grid (tiling.tma_plan), and the
-warp-specialised persistent kernels: cooperative consumers on tiling.ws_plan, ping-pong consumers on
-tiling.pp_plan."""
-
 
 @lru_cache(maxsize=None)
 def _read(filename: str) -> str:
@@ -63,7 +58,7 @@ def kernels_dir() -> Path | None:
 
 
 def wgmma_widths() -> list[int]:
-    return sorted({cfg.bn for cfg in tiling.CUDA_CONFIGS.values()})
+    return sorted({cfg.bn for cfg in cuda_plans.CUDA_CONFIGS.values()})
 
 
 def write_wgmma_header(path: Path | None = None) -> Path:
@@ -136,18 +131,6 @@ def _name(base: str, part: str) -> str:
     return f"{base}_{digest(part)}"
 
 
-@dataclass(frozen=True)
-class KernelSpec:
-    """Everything mx.fast.cuda_kernel needs to build one kernel object."""
-
-    name: str
-    input_names: tuple[str, ...]
-    output_names: tuple[str, ...]
-    source: str
-    header: str
-    shared_memory: int
-
-
 def _dequant_store(m: str, n: str) -> str:
     """The W8A8 epilogue of a [m, n] output y (kernels/cuda_common.cuh, DequantStore); template TOut
     (the output type), HAS_BIAS and NARROW (dequantize_narrow for float16/bfloat16 outputs;
@@ -165,7 +148,7 @@ def _gemm_call(family: str, a: str, b: str, epilogue: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def gemm_int32(family: str, cfg: tiling.TileConfig) -> KernelSpec:
+def gemm_int32(family: str, cfg: TileConfig) -> KernelSpec:
     """int32 out [M, N] = a [M, K] . b [N, K]^T; with split-K, out is the [splits, M, N] workspace."""
     body = _gemm_call(family, "a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(
@@ -174,7 +157,7 @@ def gemm_int32(family: str, cfg: tiling.TileConfig) -> KernelSpec:
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
+def gemm_w8a8(family: str, cfg: TileConfig) -> KernelSpec:
     """y [M, N] (TOut) = dequant(q [M, K] . w [N, K]^T); template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
     body = _gemm_call(family, "q", "w", epilogue)
@@ -194,16 +177,16 @@ def _tma_simple_call(a: str, b: str, epilogue: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
+def gemm_tma_simple(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
     """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
-    mbarrier kernel on a CudaPlan's grid (tiling.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps."""
+    mbarrier kernel on a CudaPlan's grid (cuda_plans.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps."""
     body = _tma_simple_call("a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(_name(f"int8nax_tma_simple_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
                       header("tma"), cfg.tma_shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
+def gemm_w8a8_tma_simple(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the TMA + mbarrier kernel: y [M, N] (TOut); maps as in
     gemm_tma_simple; template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
@@ -218,9 +201,9 @@ def _persistent_call(fn: str, a: str, b: str, epilogue: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
+def gemm_tma_ws(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the warp-specialised persistent kernel;
-    plan: an array whose shape is (splits, group), tiling.CudaWsPlan.plan_shape() (its data is never
+    plan: an array whose shape is (splits, group), cuda_plans.PersistentPlan.plan_shape() (its data is never
     read); maps: uint8 [blocks * 256]."""
     body = _persistent_call("gemm_tma_ws<BM, BN, STAGES, CHUNK, false>", "a", "b",
                             "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
@@ -229,7 +212,7 @@ def gemm_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
+def gemm_w8a8_tma_ws(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the cooperative persistent kernel (unsplit plans only),
     its exact path taken per chunk of columns (CHUNK_EXACT, kernels/gemm_tma.cuh): y [M, N] (TOut);
     plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS, NARROW."""
@@ -241,7 +224,7 @@ def gemm_w8a8_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
+def gemm_tma_pp(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the ping-pong persistent kernel;
     plan and maps as in gemm_tma_ws."""
     body = _persistent_call("gemm_tma_pp<BN, STAGES, CHUNK>", "a", "b", "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
@@ -250,7 +233,7 @@ def gemm_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
+def gemm_w8a8_tma_pp(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the ping-pong persistent kernel (unsplit plans only):
     y [M, N] (TOut); plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
@@ -278,7 +261,7 @@ def reduce_w8a8() -> KernelSpec:
 @lru_cache(maxsize=None)
 def quantize() -> KernelSpec:
     """(q int8 [M, K], scale float32 [M]) from x [M, K]; template T, THREADS, HELD (a
-    tiling.CudaQuantLaunch); one block per row."""
+    cuda_plans.CudaQuantLaunch); one block per row."""
     body = "int8nax::quantize_rows<T, THREADS, HELD>(x, x_shape[1], q, scale);"
     return KernelSpec(_name("int8nax_quantize", "quantize"), ("x",), ("q", "scale"), body, header("quantize"), 0)
 
@@ -290,6 +273,6 @@ def count_sms() -> KernelSpec:
     return KernelSpec(_name("int8nax_count_sms", "quantize"), ("dummy",), ("flags",), body, header("quantize"), 0)
 
 
-def _smem(family: str, cfg: tiling.TileConfig) -> int:
+def _smem(family: str, cfg: TileConfig) -> int:
     # The SIMT kernel's tiles are static __shared__ arrays.
     return cfg.shared_bytes if family == "sm90" else 0
