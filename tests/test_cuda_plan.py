@@ -81,21 +81,22 @@ def test_sm90_header_has_a_wrapper_for_every_tile_width():
     for cfg in cuda_plans.CUDA_CONFIGS.values():
         assert f"m64n{cfg.bn}k32" in text
     # The wrappers are declared before the GEMM template that calls them.
-    assert text.index("void wgmma_s8(") < text.index("void gemm_sm90(")
+    assert text.index("void wgmma_s8(") < text.index("void gemm_cpasync(")
     assert "wgmma.mma_async" not in cuda_source.header_text("simt")
 
 
 def test_committed_wgmma_header_is_current():
     path = cuda_source.kernels_dir() / cuda_source.WGMMA_HEADER
     assert path.read_text() == cuda_source.wgmma_header_text(), (
-        "kernels/wgmma_s8.cuh is stale: run cuda_source.write_wgmma_header()")
+        "kernels/cuda/wgmma_s8.cuh is stale: run cuda_source.write_wgmma_header()")
 
 
-@pytest.mark.parametrize("part", ["sm90", "simt", "quantize"])
+@pytest.mark.parametrize("part", sorted(cuda_source._HEADERS))
 def test_header_is_a_few_absolute_includes(part):
     text = cuda_source.header(part)
     lines = text.splitlines()
-    assert len(text) < 400 and all(l.startswith('#include "/') and l.endswith('.cuh"') for l in lines)
+    # one line per header (about 100 bytes each), shorter than the text (1.5-60 KB)
+    assert len(text) < min(1600, len(cuda_source.header_text(part))) and all(l.startswith('#include "/') and l.endswith('.cuh"') for l in lines)
     # Every included file exists and together they are the part's text.
     files = [l[len('#include "'):-1] for l in lines]
     from pathlib import Path
@@ -109,12 +110,23 @@ def test_kernel_names_change_with_the_header_text(monkeypatch):
     for fn in (cuda_source.header_text, cuda_source.digest, cuda_source.gemm_int32):
         fn.cache_clear()
     real = cuda_source._read
-    monkeypatch.setattr(cuda_source, "_read", lambda f: real(f) + ("// edited\n" if f == "gemm_sm90.cuh" else ""))
+    monkeypatch.setattr(cuda_source, "_read", lambda f: real(f) + ("// edited\n" if f == "gemm_cpasync.cuh" else ""))
     try:
         assert cuda_source.gemm_int32("sm90", cuda_plans.CUDA_CONFIGS["wg1_64x64"]).name != spec.name
     finally:
         for fn in (cuda_source.header_text, cuda_source.digest, cuda_source.gemm_int32):
             fn.cache_clear()
+
+
+def test_every_cuda_header_is_used_and_comes_after_common():
+    folder = cuda_source.kernels_dir()
+    used = {f for files in cuda_source._HEADERS.values() for f in files}
+    assert used == {p.name for p in folder.glob("*.cuh")}
+    for part, files in cuda_source._HEADERS.items():
+        assert files[0] == "common.cuh" and len(set(files)) == len(files), part
+        # launch_bounds_384.cuh redefines __global__: last, and only after a warp-specialised kernel
+        if "launch_bounds_384.cuh" in files:
+            assert files[-1] == "launch_bounds_384.cuh" and files[-2].startswith("gemm_tma_ws_"), part
 
 
 def test_header_falls_back_to_the_text_without_a_kernels_folder(monkeypatch):
@@ -225,7 +237,7 @@ def test_quant_launch_of_the_seed_shapes(m, k):
     assert (launch.threads, launch.held) == QUANT_SEED[(m, k)]
 
 
-# ---- the quantization kernel's arithmetic (kernels/quantize.cuh, code_of), in numpy ----
+# ---- the quantization kernel's arithmetic (kernels/cuda/quantize.cuh, code_of), in numpy ----
 
 def test_normal_scale_codes_need_no_clamp():
     # code_of skips the clamp when the scale is normal: |fl(x * fl(1 / fl(amax / 127)))| < 127.5 for

@@ -1,4 +1,4 @@
-"""The TMA GEMMs (kernels/gemm_tma.cuh) on a GPU, every plan of the three variants, exact.
+"""The TMA GEMMs (kernels/cuda/gemm_tma_*.cuh) on a GPU, every plan of the three variants, exact.
 
 tma-unspecialized (old name tma_simple) is the default dispatch's kernel for most shapes, the
 persistent tma-ws-cooperative (tma_ws) and tma-ws-pingpong (tma_pp) for problems of many tiles
@@ -234,7 +234,7 @@ def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
                          ids=plan_id)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_narrow_epilogue_on_every_tma_plan(variant, plan, rng, dtype):
-    # INT8NAX_CUDA_EPILOGUE=narrow's path (kernels/cuda_common.cuh, dequantize_narrow), fused or in
+    # INT8NAX_CUDA_EPILOGUE=narrow's path (kernels/cuda/dequantize.cuh, dequantize_narrow), fused or in
     # the dequantizing reduction: within 1 ulp of the float64 model and, since each narrow output
     # is one function of its inputs on every path (DequantStore::value), bit-identical to the
     # cp.async kernel's narrow W8A8 on another plan.

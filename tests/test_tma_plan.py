@@ -91,8 +91,8 @@ def test_pp_plan_is_valid(m, k, n, w8a8):
 
 
 @pytest.mark.parametrize("configs,specs,call", [
-    (cuda_plans.COOPERATIVE_CONFIGS, (cuda_source.gemm_tma_ws, cuda_source.gemm_w8a8_tma_ws), "gemm_tma_ws<BM, BN, STAGES, CHUNK, "),
-    (cuda_plans.PINGPONG_CONFIGS, (cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp), "gemm_tma_pp<BN, STAGES, CHUNK>"),
+    (cuda_plans.COOPERATIVE_CONFIGS, (cuda_source.gemm_tma_ws, cuda_source.gemm_w8a8_tma_ws), "gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, "),
+    (cuda_plans.PINGPONG_CONFIGS, (cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp), "gemm_tma_ws_pingpong<BN, STAGES, CHUNK>"),
 ], ids=["tma_ws", "tma_pp"])
 def test_persistent_specs(configs, specs, call):
     for c in configs.values():
@@ -102,9 +102,9 @@ def test_persistent_specs(configs, specs, call):
         assert fused.output_names == ("y", "maps") and fused.shared_memory == raw.shared_memory == c.shared_bytes
         for s in (raw, fused):
             assert "plan_shape[0], plan_shape[1]" in s.source and call in s.source
-            assert s.header.rstrip().splitlines()[-1].endswith('tma_bounds.cuh"')
+            assert s.header.rstrip().splitlines()[-1].endswith('launch_bounds_384.cuh"')
         assert "SplitInt32{out, a_shape[0], b_shape[0]}" in raw.source
-        if configs is cuda_plans.COOPERATIVE_CONFIGS:  # the exact path per chunk: W8A8 only (gemm_tma.cuh)
+        if configs is cuda_plans.COOPERATIVE_CONFIGS:  # the exact path per chunk: W8A8 only (store_accumulators.cuh, CHUNK_EXACT)
             assert "CHUNK, false>" in raw.source and "CHUNK, true>" in fused.source
         assert "same_epilogue(int8nax::DequantStore<TOut, HAS_BIAS, NARROW>{y, scale_x, scale_w, bias" in fused.source
 
@@ -175,9 +175,9 @@ def test_tma_specs():
     assert len(set(names)) == len(names)
     for s, c in zip(simple, cuda_plans.CUDA_CONFIGS.values()):
         assert s.output_names == ("out", "maps") and s.shared_memory == c.tma_shared_bytes
-        assert "gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>" in s.source and "a_shape[1]" in s.source
-        assert "tma_bounds.cuh" not in s.header
-        # The in-kernel fallback for misaligned bases runs gemm_sm90 in this kernel's shared memory.
+        assert "gemm_tma_unspecialized<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>" in s.source and "a_shape[1]" in s.source
+        assert "launch_bounds_384.cuh" not in s.header
+        # The in-kernel fallback for misaligned bases runs gemm_cpasync's main loop in this kernel's shared memory.
         assert c.tma_shared_bytes >= c.shared_bytes
     for s, c in zip(w8a8, cuda_plans.CUDA_CONFIGS.values()):
         assert s.input_names == cuda_source.gemm_w8a8("sm90", c).input_names
@@ -186,10 +186,13 @@ def test_tma_specs():
     for s, c in zip(ws, cuda_plans.COOPERATIVE_CONFIGS.values()):
         assert s.input_names == ("a", "b", "plan") and s.shared_memory == c.shared_bytes
         # The launch-bound header redefines __global__: it must come last, after every other include.
-        assert s.header.rstrip().splitlines()[-1].endswith('tma_bounds.cuh"')
-    text = cuda_source.header_text("tma_ws")
-    assert text.index("sw128_descriptor(uint32_t") < text.index("void gemm_tma_simple(")
-    assert text.rstrip().endswith("__launch_bounds__(384, 1)")
+        assert s.header.rstrip().splitlines()[-1].endswith('launch_bounds_384.cuh"')
+    for part in ("cooperative", "pingpong"):
+        text = cuda_source.header_text(part)
+        assert text.index("sw128_descriptor(uint32_t") < text.index("void gemm_tma_ws_")
+        assert text.rstrip().endswith("__launch_bounds__(384, 1)")
+    text = cuda_source.header_text("tma")
+    assert text.index("void cpasync_mainloop(") < text.index("void gemm_tma_unspecialized(")
 
 
 def test_kernel_choice_reads_the_environment(monkeypatch):
