@@ -214,7 +214,7 @@ def test_w8a8_on_the_ws_kernel_in_every_output_dtype(rng, dtype, with_bias):
 def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
     # Pairs that need the exact path in the interior of whole tiles, among pairs that do not: a
     # row whose scale product falls below 2^-100, one above 2^90, a zero column scale, and biases
-    # that cancel single products. gemm_tma_ws takes the exact path per chunk of columns, the
+    # that cancel single products. gemm_tma_ws_cooperative takes the exact path per chunk of columns, the
     # others per thread's share: every output still bit-identical to the cp.async kernel's.
     m, k, n = W8A8_SHAPE
     q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)

@@ -91,8 +91,8 @@ def test_pp_plan_is_valid(m, k, n, w8a8):
 
 
 @pytest.mark.parametrize("configs,specs,call", [
-    (cuda_plans.COOPERATIVE_CONFIGS, (cuda_source.gemm_tma_ws, cuda_source.gemm_w8a8_tma_ws), "gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, "),
-    (cuda_plans.PINGPONG_CONFIGS, (cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp), "gemm_tma_ws_pingpong<BN, STAGES, CHUNK>"),
+    (cuda_plans.COOPERATIVE_CONFIGS, (cuda_source.gemm_tma_ws_cooperative, cuda_source.gemm_w8a8_tma_ws_cooperative), "gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, "),
+    (cuda_plans.PINGPONG_CONFIGS, (cuda_source.gemm_tma_ws_pingpong, cuda_source.gemm_w8a8_tma_ws_pingpong), "gemm_tma_ws_pingpong<BN, STAGES, CHUNK>"),
 ], ids=["tma_ws", "tma_pp"])
 def test_persistent_specs(configs, specs, call):
     for c in configs.values():
@@ -165,11 +165,11 @@ def test_ws_raster_keeps_a_band_of_m_tiles_on_one_n_column():
 
 
 def test_tma_specs():
-    simple = [cuda_source.gemm_tma_simple(c) for c in cuda_plans.CUDA_CONFIGS.values()]
-    w8a8 = [cuda_source.gemm_w8a8_tma_simple(c) for c in cuda_plans.CUDA_CONFIGS.values()]
-    ws = [cuda_source.gemm_tma_ws(c) for c in cuda_plans.COOPERATIVE_CONFIGS.values()]
-    ws_w8a8 = [cuda_source.gemm_w8a8_tma_ws(c) for c in cuda_plans.COOPERATIVE_CONFIGS.values()]
-    pp = [f(c) for c in cuda_plans.PINGPONG_CONFIGS.values() for f in (cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp)]
+    simple = [cuda_source.gemm_tma_unspecialized(c) for c in cuda_plans.CUDA_CONFIGS.values()]
+    w8a8 = [cuda_source.gemm_w8a8_tma_unspecialized(c) for c in cuda_plans.CUDA_CONFIGS.values()]
+    ws = [cuda_source.gemm_tma_ws_cooperative(c) for c in cuda_plans.COOPERATIVE_CONFIGS.values()]
+    ws_w8a8 = [cuda_source.gemm_w8a8_tma_ws_cooperative(c) for c in cuda_plans.COOPERATIVE_CONFIGS.values()]
+    pp = [f(c) for c in cuda_plans.PINGPONG_CONFIGS.values() for f in (cuda_source.gemm_tma_ws_pingpong, cuda_source.gemm_w8a8_tma_ws_pingpong)]
     names = [s.name for s in simple + w8a8 + ws + ws_w8a8 + pp] + [cuda_source.gemm_int32("sm90", c).name
                                                                     for c in cuda_plans.CUDA_CONFIGS.values()]
     assert len(set(names)) == len(names)
@@ -327,7 +327,7 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
     a, b = mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)
     mx.eval(cuda.gemm_int32(a, b))
     gemm = launches[0]
-    assert gemm["name"] == cuda_source.gemm_tma_simple(plan.cfg).name
+    assert gemm["name"] == cuda_source.gemm_tma_unspecialized(plan.cfg).name
     assert gemm["outputs"] == [(m, n) if plan.splits == 1 else (plan.splits, m, n), (blocks * 256,)]
     assert (gemm["grid"], gemm["block"], gemm["template"]) == (grid, block, plan.cfg.tma_template())
     assert [x["name"] for x in launches[1:]] == ([cuda_source.reduce_int32().name] if plan.splits > 1 else [])
@@ -347,10 +347,10 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
     lau, _, _ = plan.grid(m, n)
     blocks = lau.grid_x * lau.grid_y * plan.splits
     if plan.splits == 1:
-        assert names[1:] == [cuda_source.gemm_w8a8_tma_simple(plan.cfg).name]
+        assert names[1:] == [cuda_source.gemm_w8a8_tma_unspecialized(plan.cfg).name]
         assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", False)]
     else:
-        assert names[1:] == [cuda_source.gemm_tma_simple(plan.cfg).name, cuda_source.reduce_w8a8().name]
+        assert names[1:] == [cuda_source.gemm_tma_unspecialized(plan.cfg).name, cuda_source.reduce_w8a8().name]
     assert launches[1]["outputs"][1] == (blocks * 256,)
 
 
@@ -364,7 +364,7 @@ def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
     kernel = cuda_choice.persistent_variant(m, n, k, 132)
     coop = kernel == cuda_choice.COOPERATIVE
     plan = cuda_plans.cooperative_plan(m, n, k, 132) if coop else cuda_plans.pingpong_plan(m, n, k, 132)
-    spec = cuda_source.gemm_tma_ws(plan.cfg) if coop else cuda_source.gemm_tma_pp(plan.cfg)
+    spec = cuda_source.gemm_tma_ws_cooperative(plan.cfg) if coop else cuda_source.gemm_tma_ws_pingpong(plan.cfg)
     a, b = mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)
     mx.eval(cuda.gemm_int32(a, b))
     assert [x["name"] for x in launches] == [spec.name]
@@ -377,9 +377,9 @@ def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
     mx.eval(cuda.w8a8(x, b, s, None))
     names = [x["name"] for x in launches]
     if not coop:
-        w_plan, fused = cuda_plans.pingpong_plan(m, n, k, 132, w8a8=True), cuda_source.gemm_w8a8_tma_pp
+        w_plan, fused = cuda_plans.pingpong_plan(m, n, k, 132, w8a8=True), cuda_source.gemm_w8a8_tma_ws_pingpong
     else:
-        w_plan, fused = plan, cuda_source.gemm_w8a8_tma_ws
+        w_plan, fused = plan, cuda_source.gemm_w8a8_tma_ws_cooperative
     assert w_plan.splits == 1
     assert names == [cuda_source.quantize().name, fused(w_plan.cfg).name]
     assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", False)]
@@ -398,8 +398,8 @@ def test_persistent_w8a8_splits_through_the_workspace(recorded, kernel):
     coop = kernel == "tma-ws-cooperative"  # one new name, one alias
     configs = cuda_plans.COOPERATIVE_CONFIGS if coop else cuda_plans.PINGPONG_CONFIGS
     cfg = next(iter(configs.values()))
-    raw = (cuda_source.gemm_tma_ws if coop else cuda_source.gemm_tma_pp)(cfg)
-    fused = (cuda_source.gemm_w8a8_tma_ws if coop else cuda_source.gemm_w8a8_tma_pp)(cfg)
+    raw = (cuda_source.gemm_tma_ws_cooperative if coop else cuda_source.gemm_tma_ws_pingpong)(cfg)
+    fused = (cuda_source.gemm_w8a8_tma_ws_cooperative if coop else cuda_source.gemm_w8a8_tma_ws_pingpong)(cfg)
     q, w = mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)
     sx, sw, bias = mx.ones((m,), dtype=mx.float32), mx.ones((n,), dtype=mx.float32), mx.zeros((n,), dtype=mx.float32)
     for splits, want in ((3, [raw.name, cuda_source.reduce_w8a8().name]), (1, [fused.name])):
@@ -483,27 +483,6 @@ def test_odd_k_and_the_cpasync_choice_stay_on_the_cpasync_kernel(recorded, monke
         assert len(launches[0]["outputs"]) == 1
 
 
-# The fastest tma_simple plan of every seed shape in the H200 sweep (every tile x 1, 2, 4, 8
-# splits, CUPTI kernel time, 2026-12-01 15:21, docs/results/cuda-h200-2026-12-01-waves.md); where
-# two plans were within 2 % either is accepted.
-SWEEP_BEST = {
-    (16, 4096, 4096): {("wg1_64x64", 1)},  # 11.2 µs; 64 x 32 15.5
-    # 64 x 32 10.5 µs, 64 x 64 11.7: the one shape where the rule is not the fastest. The same
-    # sweep had 64 x 32 39 % slower at M = 16 (same N, K, blocks); no rule here explains both.
-    (64, 4096, 4096): {("wg1_64x32", 1), ("wg1_64x64", 1)},
-    (128, 4096, 4096): {("wg1_64x32", 1), ("wg1_64x64", 1)},  # 11.8, 12.0
-    (256, 4096, 4096): {("wg1_64x64", 1)},
-    (512, 4096, 4096): {("wg2_128x144", 1)},  # 17.7; 128 x 128 21.8
-    (1024, 4096, 4096): {("wg2_128x256", 1), ("wg2_128x128_x2", 1)},
-    (2048, 4096, 4096): {("wg2_128x256", 1)},
-    (128, 3584, 18944): {("wg2_128x144", 1)},  # 24.7; 128 x 128 28.9
-    (512, 3584, 18944): {("wg2_128x192", 1)},  # 68.6; 128 x 256 84.5
-    # 128 x 112 x 4 28.7, 128 x 144 x 4 29.3 (sweep of 2026-12-01 20:08, the first with 128 x 112)
-    (128, 18944, 3584): {("wg2_128x112", 4), ("wg2_128x144", 4)},
-    (512, 18944, 3584): {("wg2_128x144", 1)},  # 56.0; 128 x 128 x 2 splits 62.3
-}
-
-
 def test_wave_cost_counts_partial_waves_whole():
     big, w192, w144, w128 = (cuda_plans.CUDA_CONFIGS[n] for n in ("wg2_128x256", "wg2_128x192", "wg2_128x144",
                                                                  "wg2_128x128_x2"))
@@ -523,29 +502,10 @@ def test_wave_cost_counts_partial_waves_whole():
     assert cuda_plans.wave_tile(512, 18944, sms=16).name == "wg2_128x256"
 
 
-@pytest.mark.parametrize("shape", list(SWEEP_BEST), ids=lambda s: "x".join(map(str, s)))
-def test_tma_plan_picks_the_measured_fastest(shape):
-    m, k, n = shape
-    plan = cuda_plans.tma_plan(m, n, k, 132)
-    assert (plan.cfg.name, plan.splits) in SWEEP_BEST[shape]
-
-
-# W8A8 (quantization + fused GEMM, CUPTI kernel time of the pipeline, H200 2026-12-01): the plan of
-# the evening's rule measured faster than the wave tile where they differ (tma_plan's docstring).
-W8A8_MEASURED = {
-    (512, 4096, 4096): ("wg2_128x128_x2", 1),  # 30.8 µs; 128 x 144 31.2
-    (128, 3584, 18944): ("wg2_128x128_x2", 1),  # 37.5; 128 x 144 43.4
-    (512, 3584, 18944): ("wg2_128x256", 1),  # 111.3; 128 x 192 111.9
-    (512, 18944, 3584): ("wg2_128x128_x2", 2),  # 78.9; 128 x 144 unsplit 89.9
-}
-
-
-@pytest.mark.parametrize("shape", list(W8A8_MEASURED), ids=lambda s: "x".join(map(str, s)))
-def test_w8a8_plan_keeps_the_measured_faster(shape):
-    m, k, n = shape
-    plan = cuda_plans.tma_plan(m, n, k, 132, w8a8=True)
-    assert (plan.cfg.name, plan.splits) == W8A8_MEASURED[shape]
-    assert plan != cuda_plans.tma_plan(m, n, k, 132)  # the int32 GEMM takes the wave tile there
+def test_w8a8_plan_differs_from_the_int32_plan_where_the_epilogue_tail_matters():
+    # the measured shapes of tests/data/cuda_dispatch_evidence.json where W8A8 keeps its own plan
+    for m, k, n in ((512, 4096, 4096), (128, 3584, 18944), (512, 18944, 3584)):
+        assert cuda_plans.tma_plan(m, n, k, 132, w8a8=True) != cuda_plans.tma_plan(m, n, k, 132)
 
 
 def test_split_plan_takes_the_tile_whose_splits_fill_the_most_sms():
@@ -610,9 +570,10 @@ def test_w8a8_plan_is_what_w8a8_linear_launches(recorded, m, k, n):
     mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), mx.zeros((n, k), dtype=mx.int8),
                       mx.ones((n,), dtype=mx.float32), None))
     gemms = [launch for launch in launches if "quantize" not in launch["name"] and "reduce" not in launch["name"]]
-    assert len(gemms) == 1 and ("tma_simple" in gemms[0]["name"]) == (kernel == cuda_choice.TMA)
-    assert ("tma_pp" in gemms[0]["name"]) == (kernel == cuda_choice.PINGPONG)
-    assert ("tma_ws" in gemms[0]["name"]) == (kernel == cuda_choice.COOPERATIVE)
+    # kernel names start with the variant's name: int8nax_tma_ws_cooperative_w8a8_ws_128x256_<digest>
+    # (a split plan's GEMM is the int32 kernel: the reduction dequantizes)
+    kind = "w8a8" if plan.splits == 1 else "i32"
+    assert len(gemms) == 1 and gemms[0]["name"].startswith(f"int8nax_{kernel.replace('-', '_')}_{kind}_{plan.cfg.name}_")
     grid = plan.grid()[0] if isinstance(plan, cuda_plans.PersistentPlan) else plan.grid(m, n)[1]
     assert gemms[0]["grid"] == grid and ("BN", plan.cfg.bn) in gemms[0]["template"]
 
@@ -649,7 +610,7 @@ def test_kernel_objects_do_not_grow_with_m(monkeypatch, compiled):
         expected = set()
         for m in range(1, 301):
             c = cuda.choice(m, n, k, w8a8=True)
-            expected.add(cuda.LAUNCHERS[c.variant].specs(c.plan.cfg)[0 if c.plan.splits > 1 else 1].name)
+            expected.add(cuda_choice.VARIANTS[c.variant].specs(c.plan.cfg)[0 if c.plan.splits > 1 else 1].name)
             if c.plan.splits > 1:
                 expected.add(cuda.cuda_source.reduce_w8a8().name)
             mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), w, s, None))

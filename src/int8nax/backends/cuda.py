@@ -2,7 +2,7 @@
 
 Which kernel runs a shape is backends/cuda_choice.py's choose() (a pure function of the shape, the
 GPU's family and SM count and INT8NAX_CUDA_KERNEL); this module asks it once per shape and launches
-what it returns through LAUNCHERS, one launcher per variant. On compute capability 9.0 (H100/H200;
+what it returns as the variant's row says (cuda_choice.VARIANTS). On compute capability 9.0 (H100/H200;
 MLX compiles for sm_90a) every variant multiplies on the tensor cores with wgmma; on any other GPU
 the portable __dp4a kernel gives the same exact results, slowly.
 
@@ -22,17 +22,15 @@ configurations its shapes meet, not on how many shapes it sees.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 import mlx.core as mx
 
 from ..tiling import ceil_div
 from . import cuda_choice, cuda_plans, cuda_source
 from .base import Backend, Probe
+from .cuda_choice import CPASYNC, SIMT, Choice
 from .kernel_spec import KernelSpec
-from .cuda_choice import COOPERATIVE, CPASYNC, PINGPONG, SIMT, TMA, Choice
 
 SM_ID_CAPACITY = 1024
 """Size of the flag array the SM-count probe writes (well above any GPU's SM count)."""
@@ -210,10 +208,10 @@ def _rows(v, r0, r1):
     return v if (r0, r1) == (0, v.shape[0]) else v[r0:r1]
 
 
-def _by_row_chunks(m, plan, launcher, one_chunk):
+def _by_row_chunks(m, plan, row: cuda_choice.Variant, one_chunk):
     """one_chunk(r0, r1) over row ranges that fit gridDim.y (one-block-per-tile launches; a
     persistent grid is one-dimensional), joined along M."""
-    chunks = _row_chunks(m, plan.cfg) if launcher.launch is _launch_grid else [(0, m)]
+    chunks = [(0, m)] if row.persistent else _row_chunks(m, plan.cfg)
     if len(chunks) == 1:
         return one_chunk(0, m)
     return mx.concatenate([one_chunk(r0, r1) for r0, r1 in chunks], axis=0)
@@ -264,64 +262,42 @@ def _launch_persistent(spec, inputs, out_dtype, plan: cuda_plans.PersistentPlan,
     )[0]
 
 
-@dataclass(frozen=True)
-class Launcher:
-    """How a variant is launched: its kernel sources per tile (`specs(cfg)` -> (int32 spec, fused
-    W8A8 spec)), the launch (one block per tile, or persistent), the template arguments of a tile
-    and whether the kernel has the extra `maps` output."""
-
-    specs: Callable
-    launch: Callable
-    template: Callable
-    maps: bool
-
-
-LAUNCHERS = {
-    SIMT: Launcher(lambda c: (cuda_source.gemm_int32("simt", c), cuda_source.gemm_w8a8("simt", c)), _launch_grid,
-                   lambda c: c.template(), False),
-    CPASYNC: Launcher(lambda c: (cuda_source.gemm_int32("sm90", c), cuda_source.gemm_w8a8("sm90", c)), _launch_grid,
-                      lambda c: c.template(), False),
-    TMA: Launcher(lambda c: (cuda_source.gemm_tma_simple(c), cuda_source.gemm_w8a8_tma_simple(c)), _launch_grid,
-                  lambda c: c.tma_template(), True),
-    COOPERATIVE: Launcher(lambda c: (cuda_source.gemm_tma_ws(c), cuda_source.gemm_w8a8_tma_ws(c)), _launch_persistent,
-                          lambda c: c.template(), True),
-    PINGPONG: Launcher(lambda c: (cuda_source.gemm_tma_pp(c), cuda_source.gemm_w8a8_tma_pp(c)), _launch_persistent,
-                       lambda c: c.template(), True),
-}
-"""One launcher per cuda_choice.VARIANTS row."""
+def _launch(row: cuda_choice.Variant):
+    """The launch of a variant's kernels: persistent blocks, or one block per tile and split."""
+    return _launch_persistent if row.persistent else _launch_grid
 
 
 def gemm_graph(a, b, variant: str, plan):
     """int32 [M, N] = a [M, K] . b [N, K]^T on `variant` (a cuda_choice name or alias) with `plan`."""
-    launcher = LAUNCHERS[cuda_choice.override_name(variant)]
-    raw, _ = launcher.specs(plan.cfg)
+    row = cuda_choice.VARIANTS[cuda_choice.override_name(variant)]
+    raw, _ = row.specs(plan.cfg)
 
     def one_chunk(r0, r1):
-        out = launcher.launch(raw, [_rows(a, r0, r1), b], mx.int32, plan, launcher.template(plan.cfg), launcher.maps)
+        out = _launch(row)(raw, [_rows(a, r0, r1), b], mx.int32, plan, row.template(plan.cfg), row.maps)
         return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
 
-    return _by_row_chunks(a.shape[0], plan, launcher, one_chunk)
+    return _by_row_chunks(a.shape[0], plan, row, one_chunk)
 
 
 def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, variant: str, plan, has_bias: bool, narrow=False):
     """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n]) on
     `variant` with `plan`: the fused epilogue unsplit, else the int32 workspace and the dequantizing
     reduction; narrow: the narrow epilogue (epilogue_template)."""
-    launcher = LAUNCHERS[cuda_choice.override_name(variant)]
-    raw, fused = launcher.specs(plan.cfg)
+    row = cuda_choice.VARIANTS[cuda_choice.override_name(variant)]
+    raw, fused = row.specs(plan.cfg)
     epilogue = epilogue_template(out_dtype, has_bias, narrow)
-    tile = launcher.template(plan.cfg)
+    tile = row.template(plan.cfg)
 
     def one_chunk(r0, r1):
         q_rows, sx_rows = _rows(q, r0, r1), _rows(scale_x, r0, r1)
         if plan.splits == 1:
             # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
-            return launcher.launch(fused, [q_rows, w, sx_rows, scale_w, bias32], out_dtype, plan, tile + epilogue,
-                                   launcher.maps)
-        ws = launcher.launch(raw, [q_rows, w], mx.int32, plan, tile, launcher.maps)
+            return _launch(row)(fused, [q_rows, w, sx_rows, scale_w, bias32], out_dtype, plan, tile + epilogue,
+                                row.maps)
+        ws = _launch(row)(raw, [q_rows, w], mx.int32, plan, tile, row.maps)
         return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias32], out_dtype, epilogue)
 
-    return _by_row_chunks(q.shape[0], plan, launcher, one_chunk)
+    return _by_row_chunks(q.shape[0], plan, row, one_chunk)
 
 
 def quant_launch(m: int, k: int) -> cuda_plans.CudaQuantLaunch:

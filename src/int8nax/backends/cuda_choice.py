@@ -5,7 +5,8 @@
 
 Everything the choice depends on comes in as an argument (the SM count, the GPU's family, the
 INT8NAX_CUDA_KERNEL override), so it runs without MLX or a GPU; backends/cuda.py calls it once per
-shape and launches what it returns (its LAUNCHERS table holds one launcher per variant name).
+shape and launches what it returns: the launch is read from the variant's row (its kernel
+sources, template arguments, and whether it is persistent).
 
 The variants, named by their schedule as CUTLASS names its sm90 kernels:
   simt                portable __dp4a GEMM (GPUs without wgmma; kernels/cuda/gemm_simt.cuh)
@@ -15,8 +16,8 @@ The variants, named by their schedule as CUTLASS names its sm90 kernels:
                       persistent blocks walking the tiles
   tma-ws-pingpong     the same producer, each consumer on whole tiles, the two taking turns
 
-Adding a variant: its kernel header and cuda_source spec, one VARIANTS row here (applicability,
-plan), its launcher in backends/cuda.py, and its tests.
+Adding a variant: its kernel header (and its header list and spec functions in cuda_source),
+one VARIANTS row here, and its tests.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import cuda_plans as plans
+from . import cuda_source
 from ..tiling import ceil_div
 
 SIMT = "simt"
@@ -53,15 +55,24 @@ class Problem:
 
 @dataclass(frozen=True)
 class Variant:
-    """One row of the table: a kernel schedule, whether it can run a problem (`supports`) and the
-    plan it would run it with (`plan`). `persistent`: launched as a fixed number of blocks walking
-    the tiles (plans.PersistentPlan), else one block per tile and split (plans.CudaPlan)."""
+    """One row of the table: a kernel schedule and everything the backend needs to run it.
+
+    supports(problem): whether it can run the problem at all; plan(problem): the plan it would run
+    it with; specs(cfg): its (int32, fused W8A8) cuda_source.KernelSpec for a tile; template(cfg):
+    the tile's template arguments; configs: every tile it is built for (the compile check builds
+    them all); persistent: launched as plan.blocks blocks walking the tiles (a
+    cuda_plans.PersistentPlan, with the `plan` input), else one block per tile and split (a
+    cuda_plans.CudaPlan); maps: the kernel has the extra uint8 output for its tensor maps."""
 
     name: str
     family: str
     persistent: bool
+    maps: bool
     supports: Callable[[Problem], bool]
     plan: Callable[[Problem], object]
+    specs: Callable[[object], tuple]
+    template: Callable[[object], list]
+    configs: tuple
     aliases: tuple[str, ...] = ()
 
 
@@ -71,18 +82,29 @@ def _tma_supports(p: Problem) -> bool:
     return plans.tma_ok(p.k)
 
 
+def _tile_template(cfg) -> list:
+    return cfg.template()
+
+
 VARIANTS = {
     v.name: v
     for v in (
-        Variant(SIMT, "simt", False, lambda p: True, lambda p: plans.CudaPlan(plans.CUDA_SIMT_CONFIG, 1)),
-        Variant(CPASYNC, "sm90", False, lambda p: True, lambda p: plans.cpasync_plan(p.m, p.n, p.k, p.sms),
-                aliases=("wgmma",)),
-        Variant(TMA, "sm90", False, _tma_supports, lambda p: plans.tma_plan(p.m, p.n, p.k, p.sms, p.w8a8),
-                aliases=("tma_simple",)),
-        Variant(COOPERATIVE, "sm90", True, _tma_supports, lambda p: plans.cooperative_plan(p.m, p.n, p.k, p.sms),
-                aliases=("tma_ws", "tma")),
-        Variant(PINGPONG, "sm90", True, _tma_supports, lambda p: plans.pingpong_plan(p.m, p.n, p.k, p.sms, p.w8a8),
-                aliases=("tma_pp",)),
+        Variant(SIMT, "simt", False, False, lambda p: True, lambda p: plans.CudaPlan(plans.CUDA_SIMT_CONFIG, 1),
+                lambda c: (cuda_source.gemm_int32("simt", c), cuda_source.gemm_w8a8("simt", c)), _tile_template,
+                (plans.CUDA_SIMT_CONFIG,)),
+        Variant(CPASYNC, "sm90", False, False, lambda p: True, lambda p: plans.cpasync_plan(p.m, p.n, p.k, p.sms),
+                lambda c: (cuda_source.gemm_int32("sm90", c), cuda_source.gemm_w8a8("sm90", c)), _tile_template,
+                tuple(plans.CUDA_CONFIGS.values()), aliases=("wgmma",)),
+        Variant(TMA, "sm90", False, True, _tma_supports, lambda p: plans.tma_plan(p.m, p.n, p.k, p.sms, p.w8a8),
+                lambda c: (cuda_source.gemm_tma_unspecialized(c), cuda_source.gemm_w8a8_tma_unspecialized(c)),
+                lambda c: c.tma_template(), tuple(plans.CUDA_CONFIGS.values()), aliases=("tma_simple",)),
+        Variant(COOPERATIVE, "sm90", True, True, _tma_supports, lambda p: plans.cooperative_plan(p.m, p.n, p.k, p.sms),
+                lambda c: (cuda_source.gemm_tma_ws_cooperative(c), cuda_source.gemm_w8a8_tma_ws_cooperative(c)),
+                _tile_template, tuple(plans.COOPERATIVE_CONFIGS.values()), aliases=("tma_ws", "tma")),
+        Variant(PINGPONG, "sm90", True, True, _tma_supports,
+                lambda p: plans.pingpong_plan(p.m, p.n, p.k, p.sms, p.w8a8),
+                lambda c: (cuda_source.gemm_tma_ws_pingpong(c), cuda_source.gemm_w8a8_tma_ws_pingpong(c)),
+                _tile_template, tuple(plans.PINGPONG_CONFIGS.values()), aliases=("tma_pp",)),
     )
 }
 

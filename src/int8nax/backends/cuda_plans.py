@@ -20,7 +20,7 @@ from ..tiling import Launch, TileConfig, ceil_div, launch
 # exactly the wgmma 128-byte swizzle atom. STAGES shared-memory stages are filled by cp.async,
 # AHEAD stages ahead of the one being multiplied: STAGES - 2 lets one wgmma batch stay in flight
 # across the next barrier, STAGES - 1 keeps one more stage of loads in flight instead
-# (kernels/gemm_sm90.cuh).
+# (kernels/cuda/gemm_cpasync.cuh).
 #
 # Split-K: grid z = splits, each split owns a contiguous range of K blocks and writes its int32
 # partial sums to slice z of a [splits, M, N] workspace; a reduction kernel sums the slices
@@ -68,9 +68,9 @@ class CudaTileConfig(TileConfig):
 
     @property
     def tma_shared_bytes(self) -> int:
-        """Dynamic shared memory of the TMA variant of this tile (kernels/gemm_tma.cuh,
-        gemm_tma_simple): the stages, STAGES full mbarriers rounded up to 128 bytes, 256 bytes
-        of tensor-map scratch, plus 1 KB so the kernel can align to 1024 bytes."""
+        """Dynamic shared memory of this tile in the TMA kernel (kernels/cuda/gemm_tma_unspecialized.cuh):
+        the stages, STAGES full mbarriers rounded up to 128 bytes, 256 bytes of tensor-map scratch,
+        plus 1 KB so the kernel can align to 1024 bytes."""
         return self.stages * (self.bm + self.bn) * self.bk + 1024 + ceil_div(8 * self.stages, 128) * 128 + 256
 
     @property
@@ -82,23 +82,24 @@ class CudaTileConfig(TileConfig):
                                      ("CHUNK", self.epilogue_chunk)]
 
     def tma_template(self) -> list[tuple[str, int]]:
-        """Template arguments of the TMA variant (gemm_tma_simple; AHEAD as for cp.async)."""
+        """Template arguments of this tile in the TMA kernel (gemm_tma_unspecialized; AHEAD as for
+        cp.async)."""
         return [("BM", self.bm), ("BN", self.bn), ("BK", self.bk), ("WM", self.wm), ("STAGES", self.stages),
                 ("AHEAD", self.loads_ahead), ("CHUNK", self.epilogue_chunk)]
 
 
 EPILOGUE_CHUNK = 8
 """Column groups (8 columns each) whose epilogue factors (W8A8: s_w, bias) a thread loads before
-storing any of them (kernels/gemm_sm90.cuh, store_accumulators): each chunk costs one L2 round trip,
+storing any of them (kernels/cuda/store_accumulators.cuh): each chunk costs one L2 round trip,
 since a load cannot pass a store to an output that might alias it."""
 
 
 def epilogue_chunk(threads: int, blocks: int) -> int:
     """The CHUNK template argument of a kernel with `blocks` blocks of `threads` threads per SM:
-    EPILOGUE_CHUNK, or 1 where the SM holds 512 threads or more (128 registers each). With 8 the
-    wg2_128x128_x2 tile's W8A8 kernel took 138 registers and lost its second block per SM (H200,
-    2026-12-01: 128 x 3584 x 18944 37.0 -> 50.2 µs); with two blocks per SM the other block's main
-    loop covers an epilogue's waits anyway."""
+    EPILOGUE_CHUNK, or 1 where the SM holds 512 threads or more (128 registers each): with 8 the
+    wg2_128x128_x2 tile's W8A8 kernel needs more registers than two blocks per SM leave it and
+    loses its second block (tests/data/cuda_dispatch_evidence.json); with two blocks per SM the
+    other block's main loop covers an epilogue's waits anyway."""
     return 1 if threads * blocks >= 512 else EPILOGUE_CHUNK
 
 
@@ -177,7 +178,7 @@ CUDA_SM_SHARED_BYTES = 233472
 
 
 def cpasync_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
-    """Shape-aware choice of tile and split-K for an [M, K] x [N, K] product on `sms` SMs.
+    """The cp.async kernel's tile and split-K for an [M, K] x [N, K] product on `sms` SMs.
 
     Measured on the H200 (docs/cuda-notes.md): the 128x256 tile is fastest once it alone fills
     the GPU; below that two 128x128 blocks per SM win; small M takes the one-warpgroup 64x64
@@ -212,7 +213,7 @@ MIN_SPLIT_BLOCKS = 8
 
 
 # ----------------------------------------------------------------------------------------------
-# CUDA activation quantization (kernels/quantize.cuh; launched by backends/cuda.py)
+# CUDA activation quantization (kernels/cuda/quantize.cuh; launched by backends/cuda.py)
 # ----------------------------------------------------------------------------------------------
 #
 # One block per row. A row of whole 8-value groups (16-byte loads) that fits in THREADS * HELD
@@ -285,18 +286,18 @@ def cuda_quant_launch(m: int, k: int, sms: int = 132) -> CudaQuantLaunch:
 
 
 # ----------------------------------------------------------------------------------------------
-# CUDA TMA GEMMs (kernels/gemm_tma.cuh; the dispatch: backends/cuda.py, gemm_kernel)
+# CUDA TMA GEMMs (kernels/cuda/gemm_tma_*.cuh; which one runs: backends/cuda_choice.py)
 # ----------------------------------------------------------------------------------------------
 #
 # The three variants load their stages with cp.async.bulk.tensor.2d from tensor maps each block
 # encodes on the device into its TMA_MAP_SLOT_BYTES slot of an extra uint8 output.
-#   "tma_simple": one block per tile and split (tma_plan), TMA instead of cp.async.
-#   "tma_ws":     warp-specialised (1 producer + 2 consumer warpgroups, 384 threads) and
-#                 persistent (min(SMs, units) blocks walk the (tile, split) units of ws_unit);
-#                 the consumers share each tile (cooperative_plan).
-#   "tma_pp":     the same producer and units, each consumer on whole 128-row tiles, the two
-#                 taking turns (pingpong_plan).
-# cuda_gemm_kernel / persistent_kernel choose among them. The TMA needs a row stride that is a
+#   tma-unspecialized:   one block per tile and split (tma_plan), TMA instead of cp.async.
+#   tma-ws-cooperative:  warp-specialised (1 producer + 2 consumer warpgroups, 384 threads) and
+#                        persistent (min(SMs, units) blocks walk the (tile, split) units of
+#                        ws_unit); the consumers share each tile (cooperative_plan).
+#   tma-ws-pingpong:     the same producer and units, each consumer on whole 128-row tiles, the
+#                        two taking turns (pingpong_plan).
+# The TMA needs a row stride that is a
 # multiple of 16 bytes: K % TMA_K_MULTIPLE == 0 (a base address that is not 16-byte aligned makes
 # the kernels load without the TMA, inside the kernel).
 
@@ -305,7 +306,8 @@ TMA_MAP_SLOT_BYTES = 256
 """Bytes of the `maps` output per block: the tensor maps of A and B, 128 bytes each."""
 
 CUDA_WS_THREADS = 384
-"""Producer warpgroup + 2 consumer warpgroups (kernels/tma_bounds.cuh sets the launch bound)."""
+"""Producer warpgroup + 2 consumer warpgroups (kernels/cuda/launch_bounds_384.cuh sets the launch
+bound)."""
 
 CUDA_WS_REGISTERS = (40, 232)
 """setmaxnreg of the producer and of the consumers: 128 x 40 + 256 x 232 <= 65536."""
@@ -320,12 +322,12 @@ TMA_FILL = 0.85
 """A tile of the TMA GEMM is taken when its tiles alone give this many blocks per SM."""
 
 TMA_LONG_K_BLOCKS = 64
-"""From this many K blocks (K >= 8192) the TMA GEMM splits K as cuda_plan does, unless the wave
+"""From this many K blocks (K >= 8192) the TMA GEMM splits K as cpasync_plan does, unless the wave
 rule's tile alone fills TMA_LONG_K_FILL of the SMs."""
 
 TMA_LONG_K_FILL = 0.75
 """At long K the wave tile runs unsplit when its tiles alone give this many blocks per SM
-(512 x 18944 x 3584: 100 tiles of 128 x 144 on 132 SMs, faster than cuda_plan's split)."""
+(512 x 18944 x 3584: 100 tiles of 128 x 144 on 132 SMs, faster than cpasync_plan's split)."""
 
 _TMA_TILES = ("wg2_128x256", "wg2_128x128_x2", "wg1_64x64")
 
@@ -362,8 +364,8 @@ def split_plan(m: int, n: int, k: int, wave, sms: int = 132) -> CudaPlan:
     """The long-K split plan: the wave tile or a _SPLIT_TILES tile, each split by fill_splits,
     whichever puts blocks on the most SMs (ties to the wave tile). Few tiles at long K stream the
     weight, and an SM without a block pulls none of it: at 128 x 18944 x 3584, 4 splits of
-    128 x 112 (32 tiles, 128 blocks) 28.7 µs against 128 x 144's (25 tiles, 100 blocks) 29.3
-    (H200 sweep, 2026-12-01 20:08, docs/results/cuda-h200-2026-12-01-q.md)."""
+    128 x 112 put 128 blocks on 132 SMs where 128 x 144's put 100 (measured faster:
+    tests/data/cuda_dispatch_evidence.json)."""
     def busy(cfg):
         return min(sms * blocks_per_sm(cfg), tile_count(m, n, cfg) * fill_splits(m, n, k, cfg, sms))
 
@@ -375,32 +377,25 @@ def split_plan(m: int, n: int, k: int, wave, sms: int = 132) -> CudaPlan:
 
 
 def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> CudaPlan:
-    """The plan of the TMA GEMM (gemm_tma_simple) for an [M, K] x [N, K] product on `sms` SMs;
-    w8a8: for w8a8_linear's fused GEMM (below).
+    """The plan of the TMA GEMM (tma-unspecialized) for an [M, K] x [N, K] product on `sms` SMs;
+    w8a8: for w8a8_linear's fused GEMM (below). The measurements behind each step:
+    tests/data/cuda_dispatch_evidence.json (rule "tma_plan").
 
-    Measured on the H200 (every tile x 1-8 splits at the 11 seed shapes, CUPTI kernel time,
-    docs/results/cuda-h200-2026-12-01-default.md and -waves.md): one block per tile beat split-K
-    wherever K < 8192 (the split's workspace round trip and reduction kernel cost more than idle
-    SMs), and among the 128-row tiles the one whose tiles leave the least of a partial last wave
-    (wave_tile): 512 x 3584 x 18944 on 128 x 192 (3 full waves) 68.6 µs against 84.5 on 128 x 256
-    (2.24 waves); 512 x 4096 x 4096 and 128 x 3584 x 18944 on 128 x 144, one wave on 116 / 132 SMs
-    with 6 stages, 17.7 / 24.7 µs against 21.8 / 28.9 on 128 x 128 (3 stages, sized for two blocks
-    per SM). When the 128-row tiles cannot fill the SMs, 128 x 128 (two per SM) or 64 x 64. At long
-    K (K >= 8192) the wave tile runs unsplit where it alone fills most SMs (512 x 18944 x 3584:
-    128 x 144 unsplit 56.0 µs, cuda_plan's 2 splits 62.3), else its K is split until its blocks
-    fill the SMs once (fill_splits; 128 x 18944 x 3584: 128 x 144 x 4 splits 29.4 µs, cuda_plan's
-    128 x 128 x 8 splits 33.4, 2026-12-01 16:24, docs/results/cuda-h200-2026-12-01-late.md), on
-    the tile whose splits fill the most SMs (split_plan: 128 x 112 there).
+    One block per tile, no split-K, wherever K < 8192: the split's workspace round trip and
+    reduction kernel cost more than idle SMs. Among the 128-row tiles the one whose tiles leave the
+    least of a partial last wave (wave_tile: 128 x 192 or 128 x 144 where 128 x 256 would leave a
+    mostly idle last wave, one block per SM with deep pipelines); when the 128-row tiles cannot
+    fill the SMs, 128 x 128 (two per SM) or 64 x 64. At long K (K >= 8192) the wave tile runs
+    unsplit where it alone fills most SMs (TMA_LONG_K_FILL), else its K is split until its blocks
+    fill the SMs once, on the tile whose splits fill the most SMs (split_plan).
 
-    W8A8 keeps the rule without the wave tile (128 x 256, 128 x 128, 64 x 64; cuda_plan at long
+    W8A8 keeps the rule without the wave tile (128 x 256, 128 x 128, 64 x 64; cpasync_plan at long
     K): its dequantizing epilogue runs after each block's main loop, an unhidden tail that grows
-    with the outputs per block, so the one-block-per-SM wave tiles lost there (2026-12-01 night:
-    128 x 3584 x 18944 43.4 µs on 128 x 144 against 37.5 on 128 x 128, two blocks per SM;
-    512 x 18944 x 3584 89.9 unsplit against 78.9 with 2 splits and the dequantizing reduction).
-    Where the int32 plan splits K, W8A8 takes it: its GEMM is then the int32 kernel, and the
-    dequantization runs in the reduction, so the tail above does not arise (128 x 18944 x 3584,
-    2026-12-01 19:20: the int32 GEMM 25.5 µs on 128 x 144 x 4 splits, against 28.7 on cuda_plan's
-    128 x 128 x 8 that W8A8 took, whose reduction also read twice the partial sums).
+    with the outputs per block, so the one-block-per-SM wave tiles lose there. Where the int32
+    plan splits K, W8A8 takes it: its GEMM is then the int32 kernel and the dequantization runs in
+    the reduction, so that tail does not arise (the int32 split plan also beat cpasync_plan's,
+    whose reduction reads twice the partial sums; W8A8 on the current split plan, 128 x 112, has
+    not been timed).
     """
     long_k = ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS
     wave = wave_tile(m, n, sms) if m > 64 and (long_k or not w8a8) else None
@@ -421,7 +416,8 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
 
 @dataclass(frozen=True)
 class PersistentConfig(TileConfig):
-    """What the persistent TMA GEMMs' tiles share (kernels/gemm_tma.cuh, persistent_start): 384
+    """What the persistent TMA GEMMs' tiles share (kernels/cuda/tma_ws_common.cuh,
+    persistent_start): 384
     threads, BK = 128 bytes, STAGES full/empty stage pairs, EXTRA_BARRIERS more mbarriers."""
 
     stages: int = 4
@@ -456,7 +452,7 @@ class PersistentConfig(TileConfig):
 
 @dataclass(frozen=True)
 class CooperativeConfig(PersistentConfig):
-    """A tile of the cooperative warp-specialised TMA GEMM (gemm_tma_ws): BM = 128 (each consumer
+    """A tile of the cooperative warp-specialised TMA GEMM (gemm_tma_ws_cooperative): BM = 128 (each consumer
     warpgroup m64 x BN) or BM = 64 (each consumer m64 x BN/2)."""
 
     def _check_shape(self) -> None:
@@ -489,7 +485,7 @@ COOPERATIVE_CONFIGS = {
 
 @dataclass(frozen=True)
 class PingPongConfig(PersistentConfig):
-    """A tile of the ping-pong TMA GEMM (gemm_tma_pp): each consumer warpgroup owns whole BM = 128
+    """A tile of the ping-pong TMA GEMM (gemm_tma_ws_pingpong): each consumer warpgroup owns whole BM = 128
     x BN tiles (two m64 wgmma, BN accumulators a thread), so BN is at most 128; the two turn
     barriers follow the stage barriers."""
 
@@ -509,8 +505,7 @@ PINGPONG_CONFIGS = {
     cfg.name: cfg
     for cfg in (
         # cuBLASLt's tile at 2048 x 4096^2, 512 x 3584 x 18944 and 8192^3, 7 stages of 32 KB (224 KB,
-        # the depth of cuBLASLt's 231 KB kernels; 0-2 % faster than 6 stages at every seed shape,
-        # H200 2026-12-01 17:45).
+        # the depth of cuBLASLt's 231 KB kernels; 0-2 % faster than 6 stages at every seed shape).
         PingPongConfig("pp_128x128", bm=128, bn=128, bk=128, wm=1, wn=1, stages=7),
         # Twice the tiles, for problems whose 128 x 128 tiles leave SMs idle: 8 stages of 24 KB.
         PingPongConfig("pp_128x64", bm=128, bn=64, bk=128, wm=1, wn=1, stages=8),
@@ -520,7 +515,8 @@ PINGPONG_CONFIGS = {
 
 @dataclass(frozen=True)
 class PersistentPlan:
-    """One launch of a persistent GEMM (gemm_tma_ws, or gemm_tma_pp with a PingPongConfig):
+    """One launch of a persistent GEMM (gemm_tma_ws_cooperative, or gemm_tma_ws_pingpong with a
+    PingPongConfig):
     tile, K splits, raster band height, blocks."""
 
     cfg: CooperativeConfig | PingPongConfig
@@ -559,9 +555,9 @@ def cooperative_plan(m: int, n: int, k: int, sms: int = 132) -> PersistentPlan:
     tiles alone fill the SMs, else 128 x 128; then K split in powers of two while the units
     still fit on the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks (the partial
     sums go to a [splits, M, N] workspace, summed by the reduce kernel, which for W8A8 also
-    dequantizes; W8A8 takes the same plans). The dispatch takes it only where persistent_kernel
-    says "tma_ws" (128 x 256, unsplit there: int32 measured on the H200, W8A8 predicted,
-    persistent_kernel's docstring); its other plans are the trial's (tools/tma_gemm_trial.py)."""
+    dequantizes; W8A8 takes the same plans). The dispatch takes it only where
+    cuda_choice.persistent_variant says so (128 x 256, unsplit there); its other plans run where
+    INT8NAX_CUDA_KERNEL asks for this kernel."""
     large = COOPERATIVE_CONFIGS["ws_128x256"]
     if m <= 64:
         cfg = COOPERATIVE_CONFIGS["ws_64x128"]
@@ -594,9 +590,8 @@ def pingpong_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) ->
     """The ping-pong GEMM's plan: 128 x 128 tiles, or 128 x 64 where the 128 x 128 tiles give
     fewer units than SMs; K split (not for W8A8) in powers of two while the units still fit on
     the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks; ws_group's raster;
-    min(SMs, units) blocks. The dispatch takes it only where persistent_kernel says "tma_pp"
-    (128 x 128 unsplit there, the sweep's fastest at 512 x 3584 x 18944: H200, 2026-12-01 17:45,
-    docs/results/cuda-h200-2026-12-01-pp.md)."""
+    min(SMs, units) blocks. The dispatch takes it only where cuda_choice.persistent_variant says
+    so (128 x 128 unsplit there, the sweep's fastest plan at 512 x 3584 x 18944)."""
     cfg = PINGPONG_CONFIGS["pp_128x128"]
     if ws_units(m, n, cfg, 1) < sms:
         cfg = PINGPONG_CONFIGS["pp_128x64"]

@@ -40,7 +40,7 @@ _TMA_WS = _WGMMA + ("ptx_mbarrier.cuh", "ptx_tma.cuh", "tma_ws_common.cuh")
 
 _HEADERS = {
     "simt": _EPILOGUES + ("gemm_simt.cuh",),
-    "sm90": _WGMMA + ("gemm_cpasync.cuh",),
+    "cpasync": _WGMMA + ("gemm_cpasync.cuh",),
     "tma": _WGMMA + ("gemm_cpasync.cuh", "ptx_mbarrier.cuh", "ptx_tma.cuh", "gemm_tma_unspecialized.cuh"),
     # The warp-specialised kernels end with launch_bounds_384.cuh, which gives the kernel its
     # launch bound by redefining __global__: nothing may follow it.
@@ -50,8 +50,7 @@ _HEADERS = {
     "reduce": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "reduce_splits.cuh"),
     "count_sms": ("common.cuh", "sm_count.cuh"),
 }
-"""The headers of each kind of kernel, in the order they must be included. "sm90" is the cp.async
-GEMM's (the GPU family whose one-block-per-tile kernel it is)."""
+"""The headers of each kind of kernel, in the order they must be included."""
 
 
 @lru_cache(maxsize=None)
@@ -138,6 +137,11 @@ def header(part: str) -> str:
     return "".join(f'#include "{(where / f).as_posix()}"\n' for f in _HEADERS[part])
 
 
+def _part(family: str) -> str:
+    """The header part of a family's one-block-per-tile kernel: the cp.async GEMM on sm90."""
+    return "cpasync" if family == "sm90" else "simt"
+
+
 def _name(base: str, part: str) -> str:
     return f"{base}_{digest(part)}"
 
@@ -163,7 +167,8 @@ def gemm_int32(family: str, cfg: TileConfig) -> KernelSpec:
     """int32 out [M, N] = a [M, K] . b [N, K]^T; with split-K, out is the [splits, M, N] workspace."""
     body = _gemm_call(family, "a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(
-        _name(f"int8nax_{family}_i32_{cfg.name}", family), ("a", "b"), ("out",), body, header(family), _smem(family, cfg)
+        _name(f"int8nax_{_part(family)}_i32_{cfg.name}", _part(family)), ("a", "b"), ("out",), body, header(_part(family)),
+        _smem(family, cfg)
     )
 
 
@@ -173,36 +178,36 @@ def gemm_w8a8(family: str, cfg: TileConfig) -> KernelSpec:
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
     body = _gemm_call(family, "q", "w", epilogue)
     return KernelSpec(
-        _name(f"int8nax_{family}_w8a8_{cfg.name}", family),
+        _name(f"int8nax_{_part(family)}_w8a8_{cfg.name}", _part(family)),
         ("q", "w", "scale_x", "scale_w", "bias"),
         ("y",),
         body,
-        header(family),
+        header(_part(family)),
         _smem(family, cfg),
     )
 
 
-def _tma_simple_call(a: str, b: str, epilogue: str) -> str:
+def _tma_unspecialized_call(a: str, b: str, epilogue: str) -> str:
     return (f"int8nax::gemm_tma_unspecialized<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>({a}, {b}, {a}_shape[0], {b}_shape[0], "
             f"{a}_shape[1], maps, {epilogue});")
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_simple(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
+def gemm_tma_unspecialized(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
     """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
     mbarrier kernel on a CudaPlan's grid (cuda_plans.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps."""
-    body = _tma_simple_call("a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
-    return KernelSpec(_name(f"int8nax_tma_simple_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
+    body = _tma_unspecialized_call("a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
+    return KernelSpec(_name(f"int8nax_tma_unspecialized_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
                       header("tma"), cfg.tma_shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8_tma_simple(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
+def gemm_w8a8_tma_unspecialized(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the TMA + mbarrier kernel: y [M, N] (TOut); maps as in
-    gemm_tma_simple; template TOut, HAS_BIAS, NARROW."""
+    gemm_tma_unspecialized; template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
-    return KernelSpec(_name(f"int8nax_tma_simple_w8a8_{cfg.name}", "tma"), ("q", "w", "scale_x", "scale_w", "bias"),
-                      ("y", "maps"), _tma_simple_call("q", "w", epilogue), header("tma"), cfg.tma_shared_bytes)
+    return KernelSpec(_name(f"int8nax_tma_unspecialized_w8a8_{cfg.name}", "tma"), ("q", "w", "scale_x", "scale_w", "bias"),
+                      ("y", "maps"), _tma_unspecialized_call("q", "w", epilogue), header("tma"), cfg.tma_shared_bytes)
 
 
 def _persistent_call(fn: str, a: str, b: str, epilogue: str) -> str:
@@ -212,44 +217,44 @@ def _persistent_call(fn: str, a: str, b: str, epilogue: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_ws(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
+def gemm_tma_ws_cooperative(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the warp-specialised persistent kernel;
     plan: an array whose shape is (splits, group), cuda_plans.PersistentPlan.plan_shape() (its data is never
     read); maps: uint8 [blocks * 256]."""
     body = _persistent_call("gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, false>", "a", "b",
                             "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
-    return KernelSpec(_name(f"int8nax_tma_ws_i32_{cfg.name}", "cooperative"), ("a", "b", "plan"), ("out", "maps"), body,
+    return KernelSpec(_name(f"int8nax_tma_ws_cooperative_i32_{cfg.name}", "cooperative"), ("a", "b", "plan"), ("out", "maps"), body,
                       header("cooperative"), cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8_tma_ws(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
+def gemm_w8a8_tma_ws_cooperative(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the cooperative persistent kernel (unsplit plans only),
     its exact path taken per chunk of columns (CHUNK_EXACT, kernels/cuda/store_accumulators.cuh): y [M, N] (TOut);
-    plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS, NARROW."""
+    plan and maps as in gemm_tma_ws_cooperative; template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
     body = _persistent_call("gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, true>", "q", "w", f"int8nax::same_epilogue({epilogue})")
-    return KernelSpec(_name(f"int8nax_tma_ws_w8a8_{cfg.name}", "cooperative"),
+    return KernelSpec(_name(f"int8nax_tma_ws_cooperative_w8a8_{cfg.name}", "cooperative"),
                       ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("cooperative"),
                       cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_pp(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
+def gemm_tma_ws_pingpong(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the ping-pong persistent kernel;
-    plan and maps as in gemm_tma_ws."""
+    plan and maps as in gemm_tma_ws_cooperative."""
     body = _persistent_call("gemm_tma_ws_pingpong<BN, STAGES, CHUNK>", "a", "b", "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
-    return KernelSpec(_name(f"int8nax_tma_pp_i32_{cfg.name}", "pingpong"), ("a", "b", "plan"), ("out", "maps"), body,
+    return KernelSpec(_name(f"int8nax_tma_ws_pingpong_i32_{cfg.name}", "pingpong"), ("a", "b", "plan"), ("out", "maps"), body,
                       header("pingpong"), cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8_tma_pp(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
+def gemm_w8a8_tma_ws_pingpong(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the ping-pong persistent kernel (unsplit plans only):
-    y [M, N] (TOut); plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS, NARROW."""
+    y [M, N] (TOut); plan and maps as in gemm_tma_ws_cooperative; template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
     body = _persistent_call("gemm_tma_ws_pingpong<BN, STAGES, CHUNK>", "q", "w", f"int8nax::same_epilogue({epilogue})")
-    return KernelSpec(_name(f"int8nax_tma_pp_w8a8_{cfg.name}", "pingpong"),
+    return KernelSpec(_name(f"int8nax_tma_ws_pingpong_w8a8_{cfg.name}", "pingpong"),
                       ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("pingpong"),
                       cfg.shared_bytes)
 
