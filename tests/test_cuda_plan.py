@@ -9,9 +9,9 @@ import pytest
 
 from int8nax import backends, quant
 from int8nax.backends import cuda_plans, cuda_source
+from int8nax.bench import problems
 
-SEED = [(m, 4096, 4096) for m in (16, 64, 128, 256, 512, 1024, 2048)] + [
-    (128, 3584, 18944), (512, 3584, 18944), (128, 18944, 3584), (512, 18944, 3584), (8192, 8192, 8192)]
+SEED = list(problems.SEED_SHAPES + problems.EXTRA_SHAPES)  # (M, K, N)
 ODD = [(1, 1, 1), (1, 7, 4096), (65, 1025, 129), (3, 131071, 2), (100000, 64, 3)]
 
 
@@ -47,7 +47,7 @@ def test_plan_is_valid(m, k, n, sms):
         # Splits only while all blocks fit on the SMs at once, and never into slivers of K.
         assert tiles * plan.splits <= sms * cuda_plans.blocks_per_sm(plan.cfg)
         assert k_blocks // plan.splits >= cuda_plans.MIN_SPLIT_BLOCKS
-    lau, grid, block = plan.grid(m, n)
+    lau, (grid, block) = plan.launch(m, n), plan.grid(m, n)
     assert block == (plan.cfg.threads, 1, 1)
     assert grid == (lau.grid_x * plan.cfg.threads, lau.grid_y, plan.splits)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from int8nax.backends import cuda_choice, cuda_plans, cuda_source
+from int8nax.bench import problems
 
-SEED = [(m, 4096, 4096) for m in (16, 64, 128, 256, 512, 1024, 2048)] + [
-    (128, 3584, 18944), (512, 3584, 18944), (128, 18944, 3584), (512, 18944, 3584), (8192, 8192, 8192)]
+SEED = list(problems.SEED_SHAPES + problems.EXTRA_SHAPES)  # (M, K, N)
 ODD = [(1, 16, 1), (1, 4096, 7), (65, 160, 1025), (3, 48, 131071), (100000, 16, 64), (4097, 256, 129)]
 
 
@@ -322,7 +322,7 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
 
     cuda, launches = recorded
     plan = cuda_plans.tma_plan(m, n, k, 132)
-    lau, grid, block = plan.grid(m, n)
+    lau, (grid, block) = plan.launch(m, n), plan.grid(m, n)
     blocks = lau.grid_x * lau.grid_y * plan.splits
     a, b = mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)
     mx.eval(cuda.gemm_int32(a, b))
@@ -344,7 +344,7 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
         assert names[1:] == want and len(launches[1]["outputs"]) == 1
         return
     plan = cuda_plans.tma_plan(m, n, k, 132, w8a8=True)
-    lau, _, _ = plan.grid(m, n)
+    lau = plan.launch(m, n)
     blocks = lau.grid_x * lau.grid_y * plan.splits
     if plan.splits == 1:
         assert names[1:] == [cuda_source.gemm_w8a8_tma_unspecialized(plan.cfg).name]
@@ -574,7 +574,7 @@ def test_w8a8_plan_is_what_w8a8_linear_launches(recorded, m, k, n):
     # (a split plan's GEMM is the int32 kernel: the reduction dequantizes)
     kind = "w8a8" if plan.splits == 1 else "i32"
     assert len(gemms) == 1 and gemms[0]["name"].startswith(f"int8nax_{kernel.replace('-', '_')}_{kind}_{plan.cfg.name}_")
-    grid = plan.grid()[0] if isinstance(plan, cuda_plans.PersistentPlan) else plan.grid(m, n)[1]
+    grid = plan.grid()[0] if isinstance(plan, cuda_plans.PersistentPlan) else plan.grid(m, n)[0]
     assert gemms[0]["grid"] == grid and ("BN", plan.cfg.bn) in gemms[0]["template"]
 
 

@@ -204,7 +204,7 @@ def _row_chunks(m: int, cfg) -> list[tuple[int, int]]:
     return [(r0, min(m, r0 + step)) for r0 in range(0, m, step)]
 
 
-def _rows(v, r0, r1):
+def _row_slice(v, r0, r1):
     return v if (r0, r1) == (0, v.shape[0]) else v[r0:r1]
 
 
@@ -236,7 +236,7 @@ def _launch_grid(spec, inputs, out_dtype, plan: cuda_plans.CudaPlan, template, m
     workspace; maps: the TMA kernel's extra uint8 output, one 256-byte slot per block for its
     tensor maps."""
     m, n = inputs[0].shape[0], inputs[1].shape[0]
-    _, grid, block = plan.grid(m, n)
+    grid, block = plan.grid(m, n)
     shapes, dtypes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
     if maps:
         shapes.append((plan.map_bytes(m, n),))
@@ -273,7 +273,7 @@ def gemm_graph(a, b, variant: str, plan):
     raw, _ = row.specs(plan.cfg)
 
     def one_chunk(r0, r1):
-        out = _launch(row)(raw, [_rows(a, r0, r1), b], mx.int32, plan, row.template(plan.cfg), row.maps)
+        out = _launch(row)(raw, [_row_slice(a, r0, r1), b], mx.int32, plan, row.template(plan.cfg), row.maps)
         return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
 
     return _by_row_chunks(a.shape[0], plan, row, one_chunk)
@@ -289,7 +289,7 @@ def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, variant: str, plan,
     tile = row.template(plan.cfg)
 
     def one_chunk(r0, r1):
-        q_rows, sx_rows = _rows(q, r0, r1), _rows(scale_x, r0, r1)
+        q_rows, sx_rows = _row_slice(q, r0, r1), _row_slice(scale_x, r0, r1)
         if plan.splits == 1:
             # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
             return _launch(row)(fused, [q_rows, w, sx_rows, scale_w, bias32], out_dtype, plan, tile + epilogue,

@@ -143,15 +143,18 @@ class CudaPlan:
     def name(self) -> str:
         return f"{self.cfg.name}_s{self.splits}"
 
-    def grid(self, m: int, n: int) -> tuple[Launch, tuple[int, int, int], tuple[int, int, int]]:
-        """(launch, grid in threads, block) as mx.fast.cuda_kernel wants them."""
-        lau = launch(m, n, self.cfg)
-        block = (self.cfg.threads, 1, 1)
-        return lau, (lau.grid_x * self.cfg.threads, lau.grid_y, self.splits), block
+    def launch(self, m: int, n: int) -> Launch:
+        """The swizzled grid of tiles of an [M, N] output (int8nax.tiling.launch)."""
+        return launch(m, n, self.cfg)
+
+    def grid(self, m: int, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(grid in threads, block) as mx.fast.cuda_kernel wants them; z counts the splits."""
+        lau = self.launch(m, n)
+        return (lau.grid_x * self.cfg.threads, lau.grid_y, self.splits), (self.cfg.threads, 1, 1)
 
     def map_bytes(self, m: int, n: int) -> int:
         """Bytes of a TMA launch's `maps` output: one TMA_MAP_SLOT_BYTES slot per block."""
-        lau = launch(m, n, self.cfg)
+        lau = self.launch(m, n)
         return lau.grid_x * lau.grid_y * self.splits * TMA_MAP_SLOT_BYTES
 
 
