@@ -105,6 +105,33 @@ def test_sm_count_is_plausible():
     assert 1 <= cuda.sm_count() <= cuda.SM_ID_CAPACITY
 
 
+def test_kernel_objects_do_not_grow_with_the_token_count(rng):
+    # Serving meets every token count M: w8a8_linear at M = 1 .. 96 on one layer builds one kernel
+    # object per (variant, tile) its choices meet, whatever M, and a second pass over the same M
+    # builds none (each object is compiled by NVRTC once per template instance).
+    from int8nax.backends import cuda_choice
+
+    n, k = 512, 1024
+    w = mx.array(random_int8(rng, (n, k)))
+    s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
+    x = mx.array(rng.standard_normal((96, k)).astype(np.float16))
+    mx.eval(w, s, x)
+    family, sms = cuda.family_for(cuda.compute_capability()), cuda.sm_count()
+    specs = {cuda.cuda_source.quantize().name}
+    for m in range(1, 97):
+        c = cuda_choice.choose(m, n, k, w8a8=True, sms=sms, family=family, override=cuda.kernel_choice())
+        raw, fused = cuda_choice.VARIANTS[c.variant].specs(c.plan.cfg)
+        specs |= {fused.name} if c.plan.splits == 1 else {raw.name, cuda.cuda_source.reduce_w8a8().name}
+    before = cuda.kernels_built()
+    counts = []
+    for _ in range(2):
+        for m in range(1, 97):
+            mx.eval(cuda.w8a8(x[:m], w, s, None))
+        counts.append(cuda.kernels_built())
+    assert counts[0] - before <= len(specs) <= 6, (counts, before, sorted(specs))
+    assert counts[1] == counts[0] and set(cuda._built) >= specs
+
+
 # ---- the float32 W8A8 epilogue at the edges of float32 (the numerics spec) ----------------
 
 # Smallest magnitude that rounds to inf in each output format.
