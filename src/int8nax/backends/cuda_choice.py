@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..tiling import ceil_div
 from . import cuda_plans as plans
 from . import cuda_source
-from ..tiling import ceil_div
 
 SIMT = "simt"
 CPASYNC = "cpasync"
