@@ -93,3 +93,11 @@ def test_backend_describe_launches_nothing(monkeypatch):
     assert cuda.BACKEND.describe("int8_matmul", 16, 4096, 4104).startswith("cuda cpasync 64x64 splits=")
     with pytest.raises(ValueError, match="op: expected"):
         cuda.BACKEND.describe("matmul", 1, 1, 1)
+
+
+def test_a_call_may_name_any_variant_but_the_environment_only_sm90_ones():
+    assert cuda_choice.variant_name("simt") == cuda_choice.SIMT
+    assert cuda_choice.variant_name("TMA_PP") == cuda_choice.PINGPONG
+    for bad in ("auto", "", "fast"):
+        with pytest.raises(ValueError, match="variant: expected one of"):
+            cuda_choice.variant_name(bad)

@@ -269,7 +269,7 @@ def _launch(row: cuda_choice.Variant):
 
 def gemm_graph(a, b, variant: str, plan):
     """int32 [M, N] = a [M, K] . b [N, K]^T on `variant` (a cuda_choice name or alias) with `plan`."""
-    row = cuda_choice.VARIANTS[cuda_choice.override_name(variant)]
+    row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     raw, _ = row.specs(plan.cfg)
 
     def one_chunk(r0, r1):
@@ -283,7 +283,7 @@ def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, variant: str, plan,
     """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n]) on
     `variant` with `plan`: the fused epilogue unsplit, else the int32 workspace and the dequantizing
     reduction; narrow: the narrow epilogue (epilogue_template)."""
-    row = cuda_choice.VARIANTS[cuda_choice.override_name(variant)]
+    row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     raw, fused = row.specs(plan.cfg)
     epilogue = epilogue_template(out_dtype, has_bias, narrow)
     tile = row.template(plan.cfg)
@@ -380,9 +380,7 @@ def _explicit(variant: str | None, plan, m: int, n: int, k: int, w8a8: bool) -> 
     kernel)."""
     if variant is None:
         variant = SIMT if _family() == SIMT else CPASYNC
-    name = cuda_choice.override_name(variant)
-    if name == "auto":
-        raise ValueError("variant: name a kernel variant, not 'auto'")
+    name = cuda_choice.variant_name(variant)
     row = cuda_choice.VARIANTS[name]
     problem = cuda_choice.Problem(m, n, k, w8a8, sms=sm_count() if _family() != SIMT else cuda_choice.DEFAULT_SMS)
     if not row.supports(problem):

@@ -117,6 +117,18 @@ names before the schedule names (wgmma, tma_simple, tma_ws, tma, tma_pp) stay ac
 holds wherever the variant supports the problem; elsewhere the cp.async kernel runs."""
 
 
+NAMES = {**{v.name: v.name for v in VARIANTS.values()}, **{a: v.name for v in VARIANTS.values() for a in v.aliases}}
+"""Every variant name and alias -> the variant name (what a call that names its kernel takes)."""
+
+
+def variant_name(value: str) -> str:
+    """The variant a name or alias stands for (case-insensitive); ValueError otherwise."""
+    key = value.strip().lower() if isinstance(value, str) else value
+    if key not in NAMES:
+        raise ValueError(f"variant: expected one of {sorted(NAMES)}, got {value!r}")
+    return NAMES[key]
+
+
 def override_name(value: str | None) -> str:
     """The variant name (or "auto") an INT8NAX_CUDA_KERNEL value stands for; ValueError otherwise."""
     key = (value or "").strip().lower()
