@@ -295,5 +295,5 @@ def test_public_calls_on_the_persistent_kernels_with_offset_views(rng, m, k, n):
     x = mx.array((a.astype(np.float32) * 0.01).astype(np.float16))
     s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
     got = np.array(cuda.w8a8(x, view(b, 5), s, None))
-    want = np.array(cuda.w8a8(x, mx.array(b), s, None, "tma_simple", cuda_plans.tma_plan(m, n, k, SMS, w8a8=True)))
+    want = np.array(cuda.w8a8(x, mx.array(b), s, None, "cpasync", cuda_plans.tma_plan(m, n, k, SMS, w8a8=True)))
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
