@@ -9,7 +9,7 @@
 // and B itself (tensormap.replace on a zeroed 128-byte shared buffer), publishes them to its
 // 256-byte slot of the uint8 output `maps` and acquires them before the first TMA
 // (a sequence verified on the H200 with a minimal kernel).
-// The maps use the 128-byte swizzle, so every stage holds the layout of gemm_cpasync.cuh's
+// The maps use the 128-byte swizzle, so every stage holds the layout of ptx_wgmma.cuh's
 // sw128_descriptor (16-byte chunk j of row r at chunk j ^ (r % 8); stages 1024-byte aligned).
 // Boxes are 128 bytes (one swizzle row) x the tile's rows; rows and columns past the matrix are
 // zero-filled by the TMA and still count toward complete_tx.
@@ -23,8 +23,6 @@
 
 namespace int8nax {
 
-// ---- variant 1: TMA + mbarrier pipeline, no warp specialisation, one block per tile ----
-//
 // Shared memory: STAGES x (BM + BN) x 128 bytes (1024-aligned), then STAGES full barriers, then
 // 2 x 128 bytes of map scratch (cuda_plans.CudaTileConfig.tma_shared_bytes).
 

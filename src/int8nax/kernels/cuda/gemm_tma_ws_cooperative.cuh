@@ -8,11 +8,7 @@
 
 namespace int8nax {
 
-// ---- variant 2: warp-specialised, persistent ----
-//
-// A work unit u (< units = tiles_m * tiles_n * splits) is split z = u % splits of tile
-// u / splits; tiles are numbered in bands of GROUP M-tiles, N-major inside a band, so that the
-// blocks running at once share A rows and B columns in L2 (cuda_plans.ws_unit mirrors this).
+// The work units and their order: tile_scheduler.cuh (ws_unit).
 // BM = 128: consumer c owns rows 64c .. 64c + 63 over the whole BN; BM = 64: both own the 64 rows
 // and consumer c the columns c BN/2 .. (c + 1) BN/2 - 1. Each consumer stores its share of a unit
 // of split z through epis(z) (SplitInt32, SameEpilogue) while the producer already fills the

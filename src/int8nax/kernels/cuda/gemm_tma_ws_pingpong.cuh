@@ -8,10 +8,8 @@
 
 namespace int8nax {
 
-// ---- variant 3: warp-specialised, persistent, ping-pong ----
-//
-// gemm_tma_ws_cooperative's producer and units, but each consumer warpgroup computes whole 128 x BN tiles
-// (two m64 wgmma per k32 step, BN accumulators a thread) and the block's units alternate between
+// gemm_tma_ws_cooperative's producer and units, but each consumer warpgroup computes whole 128 x
+// BN tiles (two m64 wgmma per k32 step, BN accumulators a thread) and the block's units alternate between
 // the two: consumer c takes the block's units i = c, c + 2, ... (i counts u = blockIdx.x,
 // + gridDim.x, ...). Their main loops take turns (the `turn` mbarrier pair: consumer c waits on
 // turn[c], and arrives on turn[1 - c] once it has issued its last wgmma), so one consumer's

@@ -31,6 +31,10 @@ __device__ __forceinline__ TileCoords tile_coords(int M, int N, int K) {
   return TileCoords{tile_m * BM, tile_n * BN, kb0, kb1 - kb0, tile_m * BM >= M};
 }
 
+// The persistent kernels' walk: work unit u (< tiles_m * tiles_n * splits) is split z = u % splits
+// of tile u / splits; tiles are numbered in bands of `group` M-tiles, N-major inside a band, so
+// that the blocks running at once share A rows and B columns in L2 (cuda_plans.ws_unit mirrors
+// this). A block walks u = blockIdx.x, + gridDim.x, ...
 struct WsUnit {
   int m0;
   int n0;
