@@ -205,8 +205,9 @@ def main(argv=None) -> int:
             report = " ".join(re.findall(r"(Used \d+ registers.*|\d+ bytes stack frame.*|\(C\d{4}\).*)", stderr))
             if args.same_as and returncode == 0:
                 other = os.path.join(args.same_as, os.path.basename(cu)[:-3] + ".ptx")
-                first, rest = label.split(" ", 1)
-                old = os.path.join(args.same_as, re.sub(r"[^A-Za-z0-9]+", "_", f"{OLD_LABELS.get(first, first)} {rest}") + ".ptx")
+                first, space, rest = label.partition(" ")
+                old = os.path.join(args.same_as,
+                                   re.sub(r"[^A-Za-z0-9]+", "_", OLD_LABELS.get(first, first) + space + rest) + ".ptx")
                 if not os.path.exists(other) and os.path.exists(old):
                     other = old
                 same = os.path.exists(other) and normalized_ptx(cu[:-3] + ".ptx") == normalized_ptx(other)
