@@ -631,3 +631,31 @@ def test_per_shape_caches_are_bounded():
         assert fn.cache_parameters()["maxsize"] == cuda.SHAPE_CACHE_SIZE
     assert cuda._kernel.cache_parameters()["maxsize"] == cuda.KERNEL_CACHE_SIZE
     assert cuda._plan_array.cache_parameters()["maxsize"] == cuda.PLAN_ARRAY_CACHE_SIZE
+
+
+def test_warm_up_builds_what_every_token_count_needs(monkeypatch):
+    # after warm_up(n, k, m_max) no call at M <= m_max builds a kernel object (nor, on a GPU,
+    # compiles a kernel instance: warm_up launched each with the same dtype and bias)
+    mx = pytest.importorskip("mlx.core")
+    from int8nax.backends import cuda
+
+    factory = CountingFactory()
+    monkeypatch.setattr(cuda.mx.fast, "cuda_kernel", factory)
+    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda, "COMPILE", False)
+    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    cuda.clear_caches()
+    try:
+        n, k = 256, 4096
+        built = cuda.warm_up(n, k, 400, dtype=mx.bfloat16, bias=True)
+        reach = cuda_choice.reachable(n, k, 400, w8a8=True, bias=True)
+        assert [m for m, _ in reach][:2] == [1, cuda_choice.TMA_MIN_M_W8A8] and built == cuda.kernels_built() >= len(reach)
+        templates = {(x["name"], tuple(x["template"])) for x in factory.launches}
+        w = mx.zeros((n, k), dtype=mx.int8)
+        for m in range(1, 401, 7):
+            mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), w, mx.ones((n,)), mx.zeros((n,))))
+        assert cuda.kernels_built() == built
+        assert {(x["name"], tuple(x["template"])) for x in factory.launches} == templates
+    finally:
+        cuda.clear_caches()

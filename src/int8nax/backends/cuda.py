@@ -431,6 +431,36 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, variant: str | None = 
     return dequant_graph(q, scale_x, w, scale_w, _bias32(bias), out_dtype, name, plan, bias is not None, narrow)
 
 
+def warm_up(n: int, k: int, m_max: int, *, op: str = "w8a8_linear", dtype=mx.float16, bias: bool = False) -> int:
+    """Compile every kernel instance a layer w [N, K] meets for M = 1 .. m_max: op's
+    ("w8a8_linear" with x of `dtype` and a bias or not, or "int8_matmul"), by running one call on
+    zeros at the first M of each (cuda_choice.reachable) and of each quantization launch. A first
+    call at a new M otherwise pays NVRTC (seconds per instance) whenever it meets a new tile.
+    Returns the kernel objects built (kernels_built() after minus before)."""
+    if op not in ("int8_matmul", "w8a8_linear"):
+        raise ValueError(f"op: expected 'int8_matmul' or 'w8a8_linear', got {op!r}")
+    linear = op == "w8a8_linear"
+    before = kernels_built()
+    family = _family()
+    sms = sm_count() if family != SIMT else cuda_choice.DEFAULT_SMS
+    ms = {m for m, _ in cuda_choice.reachable(n, k, m_max, w8a8=linear, bias=bias, out_dtype=_dtype_name(dtype),
+                                              sms=sms, family=family, override=kernel_choice())}
+    if linear:
+        launches: dict = {}
+        for m in range(1, m_max + 1):
+            launches.setdefault(quant_launch(m, k), m)
+        ms |= set(launches.values())
+    weight = mx.zeros((n, k), dtype=mx.int8)
+    for m in sorted(ms):
+        if linear:
+            out = w8a8(mx.zeros((m, k), dtype=dtype), weight, mx.ones((n,), dtype=mx.float32),
+                       mx.zeros((n,), dtype=mx.float32) if bias else None)
+        else:
+            out = gemm_int32(mx.zeros((m, k), dtype=mx.int8), weight)
+        mx.eval(out)
+    return kernels_built() - before
+
+
 class CUDABackend(Backend):
     name = "cuda"
     _probe: Probe | None = None

@@ -215,3 +215,16 @@ def choose(m: int, n: int, k: int, *, w8a8: bool = False, bias: bool = False, ou
     if not variant.supports(problem):
         variant = VARIANTS[CPASYNC]
     return Choice(variant.name, variant.plan(problem))
+
+
+def reachable(n: int, k: int, m_max: int, *, w8a8: bool = False, bias: bool = False, out_dtype: str | None = None,
+              sms: int = DEFAULT_SMS, family: str = "sm90", override: str | None = "auto") -> list[tuple[int, Choice]]:
+    """Every kernel instance an [M, K] x [N, K] layer meets for M = 1 .. m_max, as (the first M that
+    meets it, its Choice): one per (variant, tile, split or not). Each is an NVRTC compile the first
+    time a process launches it (per output dtype and bias), whatever M; a server can launch these
+    once at start (backends/cuda.py, warm_up)."""
+    first: dict[tuple, tuple[int, Choice]] = {}
+    for m in range(1, m_max + 1):
+        c = choose(m, n, k, w8a8=w8a8, bias=bias, out_dtype=out_dtype, sms=sms, family=family, override=override)
+        first.setdefault((c.variant, c.plan.cfg.name, c.plan.splits > 1), (m, c))
+    return sorted(first.values(), key=lambda mc: mc[0])
