@@ -28,6 +28,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import backends, quant
+from .per_thread import compile_per_thread
 from ._checks import (
     FLOAT_DTYPES,
     MAX_K,
@@ -70,7 +71,11 @@ def _mark(*arrays):
 # mx.grad, mx.vjp, mx.jvp, mx.vmap or mx.compile trace; MLX 0.32 compile.cpp); every other
 # call replays the recorded graph (here: no op, the output is the first input), 1-2 µs on the
 # CPU box. Checked once per process (_may_skip_custom) and by tests/test_host_path.py.
-_mark_if_traced = mx.compile(_mark, shapeless=True)
+# Compiled once per thread (per_thread): MLX keeps compiled traces per OS thread and a trace
+# made from Python holds a Python object, which one shared mx.compile object would leave to
+# the C++ thread-exit destructors of every calling thread; freeing it there takes the GIL,
+# which aborts the process (exit 134) when the interpreter is finalizing by then.
+_mark_if_traced = compile_per_thread(_mark, shapeless=True)
 
 
 def _untraced(*arrays) -> bool:
@@ -111,11 +116,16 @@ _DETECTS: list[bool] = []
 runs MLX transformations, which would start the GPU when the package is only imported)."""
 
 
+_DETECTS_LOCK = threading.Lock()
+
+
 def _may_skip_custom(*arrays) -> bool:
     """Whether a valid call may go straight to the backend: this MLX lets _untraced tell traced
     calls apart, and no argument is a tracer."""
     if not _DETECTS:
-        _DETECTS.append(_detects_tracers())
+        with _DETECTS_LOCK:  # threads arriving together: one asks, the others wait for it
+            if not _DETECTS:
+                _DETECTS.append(_detects_tracers())
     return _DETECTS[0] and _untraced(*arrays)
 
 

@@ -1,0 +1,110 @@
+"""mx.compile for functions that any number of threads call: one compiled object per thread,
+released in that thread when it ends.
+
+Why (MLX 0.32, mlx/compile.cpp and python/src/transforms.cpp): MLX keeps the traces of
+compiled functions in a cache per OS thread (a C++ thread_local), and a trace made from Python
+holds a Python object (the output's tree structure). When a thread ends, the C++ runtime
+destroys that thread's cache after Python has let go of the thread, and freeing the Python
+object then takes the GIL (PyGILState_Ensure). Thread.join() returns before the OS thread has
+run its thread_local destructors, so when the main thread exits right after joining its
+workers, CPython is already finalizing: it ends the worker with pthread_exit inside that
+destructor and the C++ runtime aborts ("terminate called without an active exception", exit
+status 134, the fault handler showing a non-main thread "Garbage-collecting"). A daemon
+thread still running at exit meets the same. And a compiled object erases its traces only
+from the cache of the thread that called it last, so one shared by threads leaves traces in
+the others' caches until they end (memory), keyed by the address of its Python function,
+which a function made later may reuse (a trace of another function replayed).
+
+So a PerThreadCompiled keeps one mx.compile object per thread. Each is released:
+- in its own thread, when Python clears that thread's state at its end (a threading.local,
+  GIL held, interpreter whole): MLX erases its traces there, before join() returns;
+- for the main thread and threads still running at interpreter exit, by an atexit hook
+  (MLX allows erasing another thread's traces; its cache takes a lock); after that hook the
+  function runs uncompiled (the same results: mx.compile only replays the traced graph);
+- with the PerThreadCompiled itself (a bounded cache evicting it frees every thread's).
+
+State: one compiled object per (function, live thread); MLX's traces per compiled object
+as mx.compile's (one per distinct input signature).
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import threading
+import weakref
+
+import mlx.core as mx
+
+_LIVE: "weakref.WeakSet[PerThreadCompiled]" = weakref.WeakSet()
+_KEYS = itertools.count(1)
+_CLOSED = False
+
+
+class _ThreadEnd:
+    """Held by one thread's threading.local: freed when Python clears that thread's state (in
+    that thread, with the GIL), and then releases the thread's compiled objects."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: int):
+        self.key = key
+
+    def __del__(self):
+        for fn in list(_LIVE):
+            fn._by_thread.pop(self.key, None)
+
+
+class _Local(threading.local):
+    def __init__(self):
+        self.key = next(_KEYS)  # unique for the process's life (thread idents are reused)
+        self.end = _ThreadEnd(self.key)
+
+
+_LOCAL = _Local()
+
+
+class PerThreadCompiled:
+    """mx.compile(fn, shapeless=shapeless), compiled once per calling thread (module docstring).
+
+    Called like fn; the results are mx.compile's."""
+
+    def __init__(self, fn, shapeless: bool = False):
+        self.fn = fn
+        self.shapeless = shapeless
+        self._by_thread: dict[int, object] = {}
+        _LIVE.add(self)
+
+    def __call__(self, *args):
+        try:
+            compiled = self._by_thread[_LOCAL.key]
+        except KeyError:
+            compiled = self._compiled_here()
+        return compiled(*args)
+
+    def _compiled_here(self):
+        if _CLOSED:
+            return self.fn
+        compiled = mx.compile(self.fn, shapeless=self.shapeless)
+        self._by_thread[_LOCAL.key] = compiled
+        return compiled
+
+    def threads(self) -> int:
+        """How many threads hold a compiled object of this function now."""
+        return len(self._by_thread)
+
+
+def compile_per_thread(fn, shapeless: bool = False) -> PerThreadCompiled:
+    """fn compiled with mx.compile once per calling thread; see PerThreadCompiled."""
+    return PerThreadCompiled(fn, shapeless=shapeless)
+
+
+def release_all() -> None:
+    """Release every thread's compiled objects; later calls run uncompiled (at interpreter exit)."""
+    global _CLOSED
+    _CLOSED = True
+    for fn in list(_LIVE):
+        fn._by_thread.clear()
+
+
+atexit.register(release_all)
