@@ -152,6 +152,35 @@ def _reraise_untraceable(func: str, impl: backends.Backend, exc: ValueError):
     ) from exc
 
 
+# MLX (0.32) gives every thread its own streams and evaluates an array only on a thread that
+# holds the stream its graph was built on: an unevaluated array made on one thread and passed
+# to int8nax on another fails wherever it is evaluated, with MLX's "There is no Stream(cpu, 0)
+# in current thread". The CPU backend evaluates its inputs during the call; the message then
+# names the argument and the way out.
+_FOREIGN_STREAM = "in current thread"
+
+
+def _reraise_foreign(func: str, exc: RuntimeError, named) -> None:
+    """Raise `exc`, or for MLX's refusal to evaluate another thread's graph a RuntimeError
+    naming the argument (called in an except; `named`: (name, array or None) pairs)."""
+    if _FOREIGN_STREAM not in str(exc):
+        raise exc
+    culprit = None
+    for name, arr in named:
+        try:
+            if arr is not None:
+                mx.eval(arr)
+        except RuntimeError:
+            culprit = name
+            break
+    what = f"'{culprit}' is" if culprit else "an input is"
+    raise RuntimeError(
+        f"{func}: {what} an unevaluated mx.array made on another thread, and MLX evaluates a graph "
+        f"only on the thread that built it ({exc}); call mx.eval on it in that thread before "
+        "passing it to another"
+    ) from exc
+
+
 def _no_gradient(func: str, why: str):
     def refuse(*_args):
         raise ValueError(f"{func} has no gradient: {why}")
@@ -265,12 +294,15 @@ def int8_matmul(a, b, *, b_layout: str = "nk", backend: str | None = None) -> mx
 
 def _int8_matmul_call(impl: backends.Backend, a: mx.array, b: mx.array) -> mx.array:
     """int32 [M, N] of a valid, non-empty problem; refusing gradients."""
-    if _may_skip_custom(a, b):
-        try:
-            return impl.int8_matmul(a, b)
-        except ValueError as exc:
-            _reraise_untraceable("int8_matmul", impl, exc)
-    return _int8_matmul_fn(impl)(a, b)
+    try:
+        if _may_skip_custom(a, b):
+            try:
+                return impl.int8_matmul(a, b)
+            except ValueError as exc:
+                _reraise_untraceable("int8_matmul", impl, exc)
+        return _int8_matmul_fn(impl)(a, b)
+    except RuntimeError as exc:
+        _reraise_foreign("int8_matmul", exc, (("a", a), ("b", b)))
 
 
 def _int8_matmul_checked(a, b, b_layout, backend) -> mx.array:
@@ -375,13 +407,17 @@ def quantize_activations(x, *, backend: str | None = None) -> tuple[mx.array, mx
     if rows.shape[0] == 0 or rows.shape[1] == 0:
         q = mx.zeros(rows.shape, dtype=mx.int8)
         s = mx.ones((rows.shape[0],), dtype=mx.float32)
-    elif _may_skip_custom(rows):
-        try:
-            q, s = impl.quantize_activations(rows)
-        except ValueError as exc:
-            _reraise_untraceable("quantize_activations", impl, exc)
     else:
-        q, s = _quantize_fn(impl)(rows)
+        try:
+            if _may_skip_custom(rows):
+                try:
+                    q, s = impl.quantize_activations(rows)
+                except ValueError as exc:
+                    _reraise_untraceable("quantize_activations", impl, exc)
+            else:
+                q, s = _quantize_fn(impl)(rows)
+        except RuntimeError as exc:
+            _reraise_foreign("quantize_activations", exc, (("x", rows),))
     if lead is None:
         return q, s
     return q.reshape(*lead, x.shape[-1]), s.reshape(lead)
@@ -429,12 +465,16 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
 
 def _w8a8_rows(impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:
     """y [M, N] of a valid, non-empty problem on 2-D rows; with the straight-through gradient."""
-    if _may_skip_custom(rows, w, scale_w) if bias is None else _may_skip_custom(rows, w, scale_w, bias):
-        try:
-            return impl.w8a8_linear(rows, w, scale_w, bias)
-        except ValueError as exc:
-            _reraise_untraceable("w8a8_linear", impl, exc)
-    y = _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
+    try:
+        if _may_skip_custom(rows, w, scale_w) if bias is None else _may_skip_custom(rows, w, scale_w, bias):
+            try:
+                return impl.w8a8_linear(rows, w, scale_w, bias)
+            except ValueError as exc:
+                _reraise_untraceable("w8a8_linear", impl, exc)
+        y = _untraceable("w8a8_linear", impl,
+                         lambda: impl.w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
+    except RuntimeError as exc:
+        _reraise_foreign("w8a8_linear", exc, (("x", rows), ("w_int8", w), ("scale_w", scale_w), ("bias", bias)))
     primals = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
     return _w8a8_grad(bias is not None)(*primals, mx.stop_gradient(y))
 
