@@ -17,6 +17,17 @@ arguments _untraced finds free of tracers goes straight to the backend; the othe
 custom functions. The common call (mx.arrays of a valid non-empty problem, the backend left to
 int8nax) is also checked inline; every other call takes the checked path, which raises the
 documented errors.
+
+Threads: every public function may be called from any number of threads at once (the
+concurrency test, tests/test_threads.py, runs 8). MLX (0.32) gives each thread its own streams,
+so an unevaluated array made on one thread must be evaluated there before another uses it (the
+CPU backend names such an argument in its error).
+
+State kept across calls, none of it per shape: the refusing custom functions, one per backend
+(at most 3); the W8A8 gradient's, one with and one without a bias; the tracer check's compiled
+identity, one per live thread (int8nax.per_thread), holding MLX's traces of it per input
+signature (dtypes and ndims: a handful). The CPU backend keeps one prepared weight per live
+weight array (backends.cpu.PreparedWeights) and nothing per shape.
 """
 
 from __future__ import annotations
