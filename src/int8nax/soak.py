@@ -134,6 +134,7 @@ class Tally:
     def __init__(self):
         self.calls = 0
         self.failures: list[str] = []
+        self.samples: list[dict] = []
         self._lock = threading.Lock()
 
     def add(self, problem: str | None) -> None:
@@ -160,8 +161,9 @@ def worker(index: int, seed: int, tally: Tally, layers, backend, max_dim: int, c
 
 
 def run_threads(threads: int, seed: int, max_dim: int, backend: str | None = None, calls: int | None = None,
-                seconds: float | None = None) -> Tally:
-    """`threads` workers on shared layers; each makes `calls` calls or runs for `seconds`."""
+                seconds: float | None = None, sample_every: float | None = None) -> Tally:
+    """`threads` workers on shared layers; each makes `calls` calls or runs for `seconds`; with
+    sample_every, memory is sampled that often (seconds) into tally.samples."""
     layers = make_layers(seed, backend)
     tally = Tally()
     deadline = None if seconds is None else time.monotonic() + seconds
@@ -169,6 +171,15 @@ def run_threads(threads: int, seed: int, max_dim: int, backend: str | None = Non
                              name=f"soak-{i}") for i in range(threads)]
     for t in pool:
         t.start()
+    next_sample = time.monotonic() + (sample_every or 0)
+    while sample_every:
+        alive = [t for t in pool if t.is_alive()]
+        if not alive:
+            break
+        alive[0].join(max(0.0, next_sample - time.monotonic()))
+        if time.monotonic() >= next_sample:
+            tally.samples.append(_memory_sample(tally.calls))
+            next_sample += sample_every
     for t in pool:
         t.join()
     return tally
@@ -287,7 +298,13 @@ def main(args) -> int:
     if args.calls is not None:
         tally = run_threads(args.threads, args.seed, args.max_dim, backend, calls=args.calls)
     else:
-        tally = run_threads(args.threads, args.seed, args.max_dim, backend, seconds=60 * (args.minutes or 1))
+        # The same threads throughout, as a server's pool: MLX 0.32 keeps a CPU stream thread
+        # (an OS thread, ~20 KB resident) for every thread that ever evaluated, so threads made
+        # and ended during the soak would show MLX's growth rather than int8nax's.
+        seconds = 60 * (args.minutes or 1)
+        tally = run_threads(args.threads, args.seed, args.max_dim, backend, seconds=seconds,
+                            sample_every=seconds / SOAK_SAMPLES)
+    samples = tally.samples
     elapsed = time.monotonic() - t0
     tally.calls += warm.calls
     tally.failures[:0] = warm.failures
@@ -298,6 +315,8 @@ def main(args) -> int:
     if start_gpu is not None:
         report["gpu_active_start_mb"] = round(start_gpu / 2**20, 1)
         report["gpu_active_end_mb"] = round(end_gpu / 2**20, 1)
+    if samples:
+        report["samples"] = samples
     if args.calls is None:
         report["first_calls"] = first_call_costs(4096, 4096, backend=backend)
     if args.json:
@@ -307,9 +326,23 @@ def main(args) -> int:
     return 1 if tally.failures else 0
 
 
+SOAK_SAMPLES = 10
+
+
+def _memory_sample(calls: int) -> dict:
+    gpu = gpu_active_bytes()
+    row = {"calls": calls, "rss_mb": round(rss_bytes() / 2**20, 1),
+           "mlx_cache_mb": round(mx.get_cache_memory() / 2**20, 1)}
+    if gpu is not None:
+        row["gpu_active_mb"] = round(gpu / 2**20, 1)
+    return row
+
+
 def _print(report: dict, failures: list[str]) -> None:
-    head = {k: v for k, v in report.items() if k != "first_calls"}
+    head = {k: v for k, v in report.items() if k not in ("first_calls", "samples")}
     print("int8nax soak: " + ", ".join(f"{k} {v}" for k, v in head.items()))
+    for row in report.get("samples", []):
+        print("  after " + ", ".join(f"{k} {v}" for k, v in row.items()))
     for row in report.get("first_calls", []):
         if "skipped" in row:
             print(f"  first call {row['mode']}: skipped ({row['skipped']})")
