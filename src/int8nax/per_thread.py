@@ -50,8 +50,8 @@ class _ThreadEnd:
     def __init__(self, key: int):
         self.key = key
 
-    def __del__(self):
-        for fn in list(_LIVE):
+    def __del__(self, live=_LIVE):  # bound now: at interpreter exit module globals may be gone
+        for fn in list(live):
             fn._by_thread.pop(self.key, None)
 
 
