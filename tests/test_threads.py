@@ -82,6 +82,24 @@ def test_compiled_objects_are_released_when_their_thread_ends():
     assert fn.threads() == 1  # the calling (main) thread's, released at interpreter exit
 
 
+def test_max_signatures_bounds_the_traces_kept_per_thread():
+    traced = []
+
+    def f(x):
+        traced.append(x.shape)
+        return x + 1
+
+    fn = per_thread.compile_per_thread(f, max_signatures=3)
+    for m in [1, 2, 3, 1, 4, 5, 4, 6, 7, 8, 1]:
+        assert np.array(fn(mx.zeros((m, 2)))).tolist() == [[1.0, 1.0]] * m
+        assert fn.signatures() <= 3
+    # a shape seen again while its trace is kept is replayed, not traced (4); one whose trace
+    # was dropped with its compiled object is traced anew (1: first, and again at the end)
+    assert traced.count((4, 2)) == 1 and traced.count((1, 2)) == 2
+    with pytest.raises(ValueError, match="max_signatures"):
+        per_thread.compile_per_thread(f, shapeless=True, max_signatures=3)
+
+
 def test_the_tracer_check_keeps_no_object_of_an_ended_thread():
     a = mx.array(np.ones((3, 4), np.int8))
 

@@ -23,8 +23,12 @@ So a PerThreadCompiled keeps one mx.compile object per thread. Each is released:
   function runs uncompiled (the same results: mx.compile only replays the traced graph);
 - with the PerThreadCompiled itself (a bounded cache evicting it frees every thread's).
 
-State: one compiled object per (function, live thread); MLX's traces per compiled object
-as mx.compile's (one per distinct input signature).
+State: one compiled object per (function, live thread), holding MLX's traces: one per distinct
+input signature (shapes and dtypes; dtypes and ndims when shapeless). A function called at
+many shapes (one per token count, say) would keep a trace for each; max_signatures bounds
+them: a thread's compiled object that meets one signature more than that is replaced by a
+fresh one (MLX erases the old traces), so the traces kept never exceed max_signatures per
+thread, at the cost of re-tracing (Python only, no kernel build) the shapes seen after that.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class _ThreadEnd:
     def __del__(self, live=_LIVE):  # bound now: at interpreter exit module globals may be gone
         for fn in list(live):
             fn._by_thread.pop(self.key, None)
+            fn._signatures.pop(self.key, None)
 
 
 class _Local(threading.local):
@@ -65,14 +70,20 @@ _LOCAL = _Local()
 
 
 class PerThreadCompiled:
-    """mx.compile(fn, shapeless=shapeless), compiled once per calling thread (module docstring).
+    """mx.compile(fn, shapeless=shapeless), compiled once per calling thread (module docstring);
+    with max_signatures, at most that many traces kept per thread.
 
-    Called like fn; the results are mx.compile's."""
+    Called like fn (positional arguments); the results are mx.compile's."""
 
-    def __init__(self, fn, shapeless: bool = False):
+    def __init__(self, fn, shapeless: bool = False, max_signatures: int | None = None):
+        if max_signatures is not None and (shapeless or max_signatures < 1):
+            raise ValueError("PerThreadCompiled: max_signatures must be a positive int, and only "
+                             f"without shapeless; got {max_signatures!r} (shapeless={shapeless})")
         self.fn = fn
         self.shapeless = shapeless
+        self.max_signatures = max_signatures
         self._by_thread: dict[int, object] = {}
+        self._signatures: dict[int, set] = {}
         _LIVE.add(self)
 
     def __call__(self, *args):
@@ -80,7 +91,24 @@ class PerThreadCompiled:
             compiled = self._by_thread[_LOCAL.key]
         except KeyError:
             compiled = self._compiled_here()
+        if self.max_signatures is not None:
+            compiled = self._within_bound(compiled, args)
         return compiled(*args)
+
+    def _within_bound(self, compiled, args):
+        signature = tuple((a.shape, a.dtype) if isinstance(a, mx.array) else a for a in args)
+        seen = self._signatures.setdefault(_LOCAL.key, set())
+        if signature not in seen:
+            if len(seen) >= self.max_signatures:
+                seen.clear()
+                self._by_thread.pop(_LOCAL.key, None)  # the old object and its traces go here
+                compiled = self._compiled_here()
+            seen.add(signature)
+        return compiled
+
+    def signatures(self) -> int:
+        """Signatures this thread's compiled object holds traces of (counted with max_signatures)."""
+        return len(self._signatures.get(_LOCAL.key, ()))
 
     def _compiled_here(self):
         if _CLOSED:
@@ -94,9 +122,9 @@ class PerThreadCompiled:
         return len(self._by_thread)
 
 
-def compile_per_thread(fn, shapeless: bool = False) -> PerThreadCompiled:
+def compile_per_thread(fn, shapeless: bool = False, max_signatures: int | None = None) -> PerThreadCompiled:
     """fn compiled with mx.compile once per calling thread; see PerThreadCompiled."""
-    return PerThreadCompiled(fn, shapeless=shapeless)
+    return PerThreadCompiled(fn, shapeless=shapeless, max_signatures=max_signatures)
 
 
 def release_all() -> None:
@@ -105,6 +133,7 @@ def release_all() -> None:
     _CLOSED = True
     for fn in list(_LIVE):
         fn._by_thread.clear()
+        fn._signatures.clear()
 
 
 atexit.register(release_all)
