@@ -67,6 +67,8 @@ _FLOATS = frozenset(FLOAT_DTYPES)
 
 class _Ran(threading.local):
     ran = False
+    mark = ()
+    """This thread's compiled _mark, as _mark_if_traced.slot() (empty until the first call)."""
 
 
 _RAN = _Ran()
@@ -94,7 +96,12 @@ def _untraced(*arrays) -> bool:
     when one may be (or at the first call of a signature, or with compilation disabled)."""
     ran = _RAN
     ran.ran = False
-    _mark_if_traced(*arrays)
+    try:
+        mark = ran.mark[0]
+    except IndexError:
+        ran.mark = _mark_if_traced.slot()
+        mark = ran.mark[0]
+    mark(*arrays)
     return not ran.ran
 
 

@@ -82,40 +82,41 @@ class PerThreadCompiled:
         self.fn = fn
         self.shapeless = shapeless
         self.max_signatures = max_signatures
-        self._by_thread: dict[int, object] = {}
+        self._by_thread: dict[int, list] = {}
         self._signatures: dict[int, set] = {}
         _LIVE.add(self)
 
     def __call__(self, *args):
-        try:
-            compiled = self._by_thread[_LOCAL.key]
-        except KeyError:
-            compiled = self._compiled_here()
+        slot = self._by_thread.get(_LOCAL.key) or self.slot()
         if self.max_signatures is not None:
-            compiled = self._within_bound(compiled, args)
-        return compiled(*args)
+            self._within_bound(slot, args)
+        return slot[0](*args)
 
-    def _within_bound(self, compiled, args):
+    def slot(self) -> list:
+        """This thread's compiled object in a one-element list, which a caller may keep (in a
+        threading.local) and call as slot[0] to skip the lookup. The list is emptied when the
+        object is released at interpreter exit (slot[0] then raises IndexError: ask again) and
+        refilled in place when max_signatures replaces the object."""
+        key = _LOCAL.key
+        slot = self._by_thread.get(key)
+        if slot is None:
+            if _CLOSED:
+                return [self.fn]
+            slot = self._by_thread[key] = [mx.compile(self.fn, shapeless=self.shapeless)]
+        return slot
+
+    def _within_bound(self, slot: list, args) -> None:
         signature = tuple((a.shape, a.dtype) if isinstance(a, mx.array) else a for a in args)
         seen = self._signatures.setdefault(_LOCAL.key, set())
         if signature not in seen:
-            if len(seen) >= self.max_signatures:
+            if len(seen) >= self.max_signatures and not _CLOSED:
                 seen.clear()
-                self._by_thread.pop(_LOCAL.key, None)  # the old object and its traces go here
-                compiled = self._compiled_here()
+                slot[0] = mx.compile(self.fn, shapeless=self.shapeless)  # the old one and its traces go
             seen.add(signature)
-        return compiled
 
     def signatures(self) -> int:
         """Signatures this thread's compiled object holds traces of (counted with max_signatures)."""
         return len(self._signatures.get(_LOCAL.key, ()))
-
-    def _compiled_here(self):
-        if _CLOSED:
-            return self.fn
-        compiled = mx.compile(self.fn, shapeless=self.shapeless)
-        self._by_thread[_LOCAL.key] = compiled
-        return compiled
 
     def threads(self) -> int:
         """How many threads hold a compiled object of this function now."""
@@ -132,6 +133,8 @@ def release_all() -> None:
     global _CLOSED
     _CLOSED = True
     for fn in list(_LIVE):
+        for slot in fn._by_thread.values():
+            slot.clear()
         fn._by_thread.clear()
         fn._signatures.clear()
 
