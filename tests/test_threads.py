@@ -225,3 +225,21 @@ def test_an_unevaluated_array_from_another_thread_is_named():
     t.join()
     assert raised["error"].startswith("w8a8_linear: 'w_int8' is an unevaluated mx.array made on another thread")
     assert raised["fine"] == [[4.0, 4.0]] * 3
+
+
+def test_after_the_exit_hook_calls_run_uncompiled_and_stay_right():
+    # per_thread.release_all runs at interpreter exit, before daemon threads stop: calls made
+    # after it (int8nax's tracer check included) run the plain function, with the same results.
+    script = (
+        "import numpy as np, mlx.core as mx, int8nax\n"
+        "from int8nax import per_thread\n"
+        "a = np.arange(-12, 12, dtype=np.int8).reshape(4, 6)\n"
+        "want = a.astype(np.int64) @ a.astype(np.int64).T\n"
+        "assert np.array_equal(np.array(int8nax.int8_matmul(mx.array(a), mx.array(a))), want)\n"
+        "per_thread.release_all()\n"
+        "assert np.array_equal(np.array(int8nax.int8_matmul(mx.array(a), mx.array(a))), want)\n"
+        "g = mx.grad(lambda x: int8nax.w8a8_linear(x, mx.array(a), mx.ones((4,))).sum())(mx.ones((2, 6)))\n"
+        "assert np.allclose(np.array(g), a.sum(axis=0)), g\n"
+        "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
