@@ -15,7 +15,7 @@ the others go on unaffected.
                                            mx.compile) against warm calls
 
 Memory: the process's resident set (RSS, from /proc) and, on a GPU, mx.get_active_memory().
-Exit status: 0 no failure, 1 a failure (each printed).
+Exit status: 0 no failure, 1 a failure (each printed), 2 the backend cannot run here.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 
@@ -228,8 +229,6 @@ def first_call_costs(n: int, k: int, new_ms=(7, 333, 1000), warm: int = 5, backe
 def kernels_built() -> int | None:
     """Distinct CUDA kernel objects built in this process (int8nax.backends.cuda.kernels_built),
     or None where that backend does not say (not loaded, or no such count)."""
-    import sys
-
     cuda = sys.modules.get("int8nax.backends.cuda")
     count = getattr(cuda, "kernels_built", None)
     return None if count is None else count()
@@ -267,29 +266,50 @@ def distinct_m(count: int, n: int = 32, k: int = 64, samples: int = 10, backend:
 
 # --- the command ---------------------------------------------------------------------------------
 
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+    return parse
+
+
+def _backend(text: str) -> str:
+    try:
+        return backends.canonical(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("backend: ")) from None
+
+
 def add_parser(sub) -> None:
     """Register `int8nax soak` on the CLI's subparsers."""
     p = sub.add_parser("soak", help="threads of mixed, checked calls; memory, failures, first-call cost",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--minutes", type=float, help="run this long (default 1), then measure first calls")
-    what.add_argument("--calls", type=int, help="calls per thread, then stop (no first-call measurement)")
-    what.add_argument("--distinct-m", type=int, metavar="COUNT",
+    what.add_argument("--minutes", type=_positive(float), help="run this long (default 1), then measure first calls")
+    what.add_argument("--calls", type=_positive(int), help="calls per thread, then stop (no first-call measurement)")
+    what.add_argument("--distinct-m", type=_positive(int), metavar="COUNT",
                       help="instead: int8_matmul and w8a8_linear at COUNT distinct M values on one thread, "
                            "memory sampled along the way (exit 1 on a failure)")
-    p.add_argument("--threads", type=int, default=8, help="threads (8)")
-    p.add_argument("--max-dim", type=int, default=96, help="largest random M, K and N (96)")
+    p.add_argument("--threads", type=_positive(int), default=8, help="threads (8)")
+    p.add_argument("--max-dim", type=_positive(int), default=96, help="largest random M, K and N (96)")
     p.add_argument("--seed", type=int, default=0, help="random seed (0)")
-    p.add_argument("--backend", default=None, help="backend (default: int8nax's choice)")
+    p.add_argument("--backend", default=None, type=_backend, help="backend (default: int8nax's choice)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    if args.threads < 1 or args.max_dim < 1 or (args.calls is not None and args.calls < 1):
-        raise SystemExit("int8nax soak: --threads, --max-dim and --calls must be at least 1")
     backend = args.backend
-    impl = backends.resolve(backend)
+    try:
+        impl = backends.resolve(backend)
+    except RuntimeError as exc:  # a named backend that cannot run here
+        print(f"int8nax soak: {exc}", file=sys.stderr)
+        return 2
     if args.distinct_m is not None:
         return _main_distinct_m(args, impl.name)
     warm = run_threads(args.threads, args.seed + 1, args.max_dim, backend, calls=2)  # engines loaded, kernels built
