@@ -308,13 +308,13 @@ def kernel_params(spec) -> set[str]:
 
 def lint_kernels() -> list[Finding]:
     """Every kernel file, and every kernel as metal_kernel receives it (header + body)."""
-    from int8nax.backends import metal
+    from int8nax.backends import metal_source
 
     findings = []
-    for spec in metal.KERNELS.values():
-        text = metal.read_kernel_file(spec.file)
+    for spec in metal_source.KERNELS.values():
+        text = metal_source.read_kernel_file(spec.file)
         findings += lint_source(text, spec.file, kernel_params(spec))
-    findings += lint_source(metal.read_kernel_file(metal.GEMM_CORE), metal.GEMM_CORE)
+    findings += lint_source(metal_source.read_kernel_file(metal_source.GEMM_CORE), metal_source.GEMM_CORE)
     return findings
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import quant, tiling
-from int8nax.backends import metal
+from int8nax.backends import metal, metal_source
 from int8nax.reference import int8_matmul_ref, to_numpy, ulp, w8a8_linear_ref
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
@@ -72,7 +72,7 @@ def gemm_variant(key, cfg, path, header, body, constant=("params",)) -> shim.Var
 
 
 def variants() -> list[shim.Variant]:
-    header, body = metal.kernel_source(metal.KERNELS["int8nax_int8_gemm"])
+    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_int8_gemm"])
     out = []
     for name, cfg in CONFIGS.items():
         for path in PATHS:
@@ -85,7 +85,7 @@ def variants() -> list[shim.Variant]:
     for name, (path, old, new) in MUTANTS.items():
         assert header.count(old) == 1, f"mutant {name} no longer applies"
         out.append(gemm_variant(f"gemm-small-{path}-{name}", tiling.METAL_SMALL, path, header.replace(old, new), body))
-    header, body = metal.kernel_source(metal.KERNELS["int8nax_w8a8_gemm"])
+    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_w8a8_gemm"])
     for m, k, n, dtype, with_bias, path in W8A8_CASES:
         d = tiling.metal_gemm_dispatch(m, n, k)
         template = tuple(d.template) + tuple(PATHS[path].template()) + (("OutT", dtype), ("HAS_BIAS", with_bias))
@@ -102,13 +102,13 @@ def variants() -> list[shim.Variant]:
         assert header.count(old) == 1, "the epilogue mutant no longer applies"
         out.append(shim.Variant(f"w8a8-scales-{with_bias}-usual-only", header.replace(old, new), body,
                                 W8A8_INPUTS, (("y", "float32"),), template, constant))
-    header, body = metal.kernel_source(metal.KERNELS["int8nax_quantize_rows"])
+    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_quantize_rows"])
     for dtype in QUANT_DTYPES:
         for constant in ((), ("x",)):  # x with fewer than 8 elements arrives as `constant`
             out.append(shim.Variant(f"quant-{dtype}", header, body, (("x", dtype),),
                                     (("q", "int8"), ("s", "float32")),
                                     tuple(tiling.metal_quant_dispatch(1).template), frozenset(constant)))
-    header, body = metal.kernel_source(metal.KERNELS["int8nax_nax_layout"])
+    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_nax_layout"])
     out.append(shim.Variant("layout", header, body, (("dummy", "int32"),), (("out", "int32"),),
                             (("FM", 16), ("FN", 32), ("FK", 16), ("SIMD", 32), ("CAP", metal.LAYOUT_CAPACITY),
                              ("RELAXED", True)), frozenset({"dummy"})))

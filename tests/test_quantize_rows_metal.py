@@ -1,4 +1,4 @@
-"""kernels/quantize_rows.metal, the real source compiled by g++ against the Metal stand-in
+"""kernels/metal/quantize_rows.metal, the real source compiled by g++ against the Metal stand-in
 (tests/metal_shim), on the rows int8nax.quant treats specially: tiny rows (subnormal scales,
 the tiny-row rule), near-subnormal rows, huge rows, NaN/inf and zero rows, in every input dtype.
 
@@ -17,7 +17,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import quant, tiling
-from int8nax.backends import metal
+from int8nax.backends import metal, metal_source
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 import shim  # noqa: E402
@@ -30,7 +30,7 @@ MX = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 
 @pytest.fixture(scope="module")
 def build():
-    header, body = metal.kernel_source(metal.KERNELS["int8nax_quantize_rows"])
+    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_quantize_rows"])
     template = tuple(tiling.metal_quant_dispatch(1).template)
     variants = [shim.Variant(f"quant-{d}", header, body, (("x", d),), (("q", "int8"), ("s", "float32")), template)
                 for d in DTYPES]

@@ -1,4 +1,4 @@
-"""Numpy emulator of the Metal NAX kernels (kernels/*.metal), for checking them without Apple
+"""Numpy emulator of the Metal NAX kernels (kernels/metal/*.metal), for checking them without Apple
 hardware.
 
 It walks what the kernels walk, with the same constants (imported from tiling, which also
@@ -100,7 +100,7 @@ def shuffled_layout(rng: np.random.Generator) -> FragmentLayout:
 
 
 def layout_from_probe(dump: np.ndarray) -> FragmentLayout:
-    """Read the int32 [3, SIMD, 1 + 3 * CAP] dump of kernels/nax_layout.metal (left, right,
+    """Read the int32 [3, SIMD, 1 + 3 * CAP] dump of kernels/metal/nax_layout.metal (left, right,
     destination; per lane: capacity, then (valid, index[0], index[1]) per element)."""
     dump = np.asarray(dump)
     parts = []

@@ -1,6 +1,6 @@
 """Metal NAX backend (Apple M5): int8 GEMM, activation quantization and the W8A8 GEMM with
 fused dequantization, compiled at run time with mx.fast.metal_kernel from the .metal files in
-int8nax/kernels, plus NAX detection and a first-use self-test.
+int8nax/kernels/metal (assembled by metal_source.py), plus NAX detection and a first-use self-test.
 
 NOT YET RUN ON M5 HARDWARE. What is verified without it: the tile walk of both load paths
 (nax_emulator), the kernel sources compiled by g++ against a stand-in (tests/metal_shim), a
@@ -35,13 +35,14 @@ import platform
 import re
 import warnings
 from dataclasses import dataclass
-from importlib import resources
 
 import mlx.core as mx
 import numpy as np
 
 from .. import exactness, nax_emulator, tiling
+from . import metal_source
 from .base import Backend, Probe
+
 
 # ---------------------------------------------------------------------------------------------
 # Detection
@@ -106,64 +107,8 @@ def machine_report() -> tuple[bool, str | None, str | None]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Kernel sources and objects
+# Kernel objects (the sources: metal_source.py)
 # ---------------------------------------------------------------------------------------------
-
-BODY_MARKER = "// ==== kernel body ===="
-"""Splits a .metal file into global-scope code (metal_kernel's `header`) and the kernel body."""
-
-GEMM_CORE = "nax_gemm.metal"
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    """One mx.fast.metal_kernel: its .metal file, argument names and whether it needs the core."""
-
-    name: str
-    file: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    uses_gemm_core: bool
-
-
-KERNELS = {
-    spec.name: spec
-    for spec in (
-        KernelSpec("int8nax_int8_gemm", "int8_gemm.metal", ("a", "b", "params"), ("c",), True),
-        KernelSpec(
-            "int8nax_w8a8_gemm",
-            "w8a8_gemm.metal",
-            ("q", "w", "s_x", "s_w", "bias", "params"),
-            ("y",),
-            True,
-        ),
-        KernelSpec("int8nax_quantize_rows", "quantize_rows.metal", ("x",), ("q", "s"), False),
-        KernelSpec("int8nax_nax_layout", "nax_layout.metal", ("dummy",), ("out",), True),
-    )
-}
-
-
-def read_kernel_file(file: str) -> str:
-    return (resources.files("int8nax") / "kernels" / file).read_text()
-
-
-def split_source(text: str) -> tuple[str, str]:
-    """(global part, body) of a kernel file; a file without the marker is all global."""
-    if BODY_MARKER not in text:
-        return text, ""
-    head, body = text.split(BODY_MARKER, 1)
-    return head, body.strip("\n") + "\n"
-
-
-def kernel_source(spec: KernelSpec) -> tuple[str, str]:
-    """(header, source) for mx.fast.metal_kernel."""
-    head, body = split_source(read_kernel_file(spec.file))
-    if not body.strip():
-        raise RuntimeError(f"{spec.file}: no '{BODY_MARKER}' section")
-    if spec.uses_gemm_core:
-        core, _ = split_source(read_kernel_file(GEMM_CORE))
-        head = core + "\n" + head
-    return head, body
 
 
 class KernelSet:
@@ -176,15 +121,14 @@ class KernelSet:
 
     def __getitem__(self, name: str):
         if name not in self._built:
-            spec = KERNELS[name]
-            header, source = kernel_source(spec)
+            spec = metal_source.kernel_spec(name)
             factory = self._factory or mx.fast.metal_kernel
             self._built[name] = factory(
                 name=spec.name,
-                input_names=list(spec.inputs),
-                output_names=list(spec.outputs),
-                source=source,
-                header=header,
+                input_names=list(spec.input_names),
+                output_names=list(spec.output_names),
+                source=spec.source,
+                header=spec.header,
                 ensure_row_contiguous=True,
                 # safe: the dequantization's error-free transformations and the quantization's
                 # isfinite() must not be reassociated or assumed away.
