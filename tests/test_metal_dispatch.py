@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import tiling
+from int8nax import quant, tiling
 from int8nax.backends import metal, metal_source
 
 # What mx.fast.metal_kernel 0.32.4 adds to the signature when the name occurs in `source`.
@@ -156,7 +156,7 @@ def test_w8a8_launches(recorded, dtype, with_bias):
     assert qcall["output_shapes"] == [(70, 300), (70,)]
     assert qcall["output_dtypes"] == [mx.int8, mx.float32]
     assert qcall["grid"] == (256, 70, 1) and qcall["threadgroup"] == (256, 1, 1)
-    assert dict(qcall["template"]) == {"QT": 256, "SIMD": 32, "QMAX": 127}
+    assert dict(qcall["template"]) == {"QT": 256, "SIMD": 32, "QMAX": 127, "TINY": quant.TINY_SHIFT}
 
     (gcall,) = factory.kernels["int8nax_w8a8_gemm"].calls
     q, w_in, s_x, s_w_in, bias_in, params = gcall["inputs"]

@@ -2,8 +2,10 @@
 (tests/metal_shim), on the rows int8nax.quant treats specially: tiny rows (subnormal scales,
 the tiny-row rule), near-subnormal rows, huge rows, NaN/inf and zero rows, in every input dtype.
 
-The stand-in's float arithmetic is x86 SSE with subnormals kept; whether Apple's GPU keeps
-float32 subnormals in this kernel is not verified here (see the kernel's header comment).
+Every case runs twice: on the stand-in's x86 SSE arithmetic with subnormals kept, and as a GPU
+that flushes float32 subnormals (FTZ + DAZ, metal_shim.h). Metal documents neither behaviour for
+Apple GPUs; the kernel must give int8nax.quant's codes and scales on both, so that the first-use
+check cannot refuse NAX over the GPU's subnormal handling.
 """
 
 from __future__ import annotations
@@ -34,7 +36,17 @@ def build():
     template = tuple(tiling.metal_quant_dispatch(1).template)
     variants = [shim.Variant(f"quant-{d}", header, body, (("x", d),), (("q", "int8"), ("s", "float32")), template)
                 for d in DTYPES]
+    old, new = FLOAT_SCALING_MUTANT
+    assert header.count(old) == 1, "the float-scaling mutant no longer applies"
+    variants.append(shim.Variant("quant-float32-float-scaling", header.replace(old, new), body,
+                                 (("x", "float32"),), (("q", "int8"), ("s", "float32")), template))
     return shim.ShimBuild(variants)
+
+
+# The tiny rows scaled by a float multiply instead of from their bits: exact while subnormals are
+# kept, wrong on a flushing GPU (which is why the kernel works on the bits).
+FLOAT_SCALING_MUTANT = ("const float v = shift != 0 ? scaled_up(bits, shift) : as_type<float>(bits);",
+                        "const float v = as_type<float>(bits) * (shift != 0 ? pow2(shift) : 1.0f);")
 
 
 def kernel_input(x32: np.ndarray, dtype: str) -> np.ndarray:
@@ -67,15 +79,16 @@ def special_tiny_rows(rng, k: int) -> np.ndarray:
     return x
 
 
+@pytest.mark.parametrize("flush", [False, True], ids=["subnormals-kept", "subnormals-flushed"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [4, 301])
-def test_quantize_source_follows_the_tiny_row_rule(build, rng, dtype, k):
+def test_quantize_source_follows_the_tiny_row_rule(build, rng, dtype, k, flush):
     x32 = special_tiny_rows(rng, k)
     x32 = np.concatenate([x32, x32[:1] * np.float32(np.nan)])  # a NaN row too
     m = x32.shape[0]
     d = tiling.metal_quant_dispatch(m)
     q, s = build.run(f"quant-{dtype}", [kernel_input(x32, dtype)], [(m, k), (m,)], d.grid, d.threadgroup,
-                     emu.mlx_float_layout())
+                     emu.mlx_float_layout(), flush_subnormals=flush)
     with np.errstate(invalid="ignore"):
         want_q, want_s = quant.quantize_activations_np(held_values(x32, dtype))
     np.testing.assert_array_equal(s.view(np.int32)[:-1], want_s.view(np.int32)[:-1])
@@ -86,3 +99,17 @@ def test_quantize_source_follows_the_tiny_row_rule(build, rng, dtype, k):
         assert want_s[0] < quant.FLT_MIN
         if k == 4 and dtype == "float32":
             assert q[0].tolist() == [127, 13, 0, 6]
+
+
+def test_the_flushing_gpu_is_emulated(build, rng):
+    """The flush mode is real: the same source with the tiny rows scaled by a float multiply
+    passes while subnormals are kept and fails once they are flushed."""
+    x32 = special_tiny_rows(rng, 301)
+    m = x32.shape[0]
+    d = tiling.metal_quant_dispatch(m)
+    want_q, want_s = quant.quantize_activations_np(x32)
+    for flush, exact in ((False, True), (True, False)):
+        q, s = build.run("quant-float32-float-scaling", [x32], [(m, 301), (m,)], d.grid, d.threadgroup,
+                         emu.mlx_float_layout(), flush_subnormals=flush)
+        assert np.array_equal(s.view(np.int32), want_s.view(np.int32))  # the scales come from bits
+        assert np.array_equal(q, want_q) == exact

@@ -546,25 +546,73 @@ def dequantize_model(acc, sx, sw, bias=None) -> np.ndarray:
         return np.asarray(y, dtype=f32)
 
 
-def quantize_model(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _flushed(x: np.ndarray, flush: bool) -> np.ndarray:
+    """x as an operand or result of a float operation on a GPU that flushes float32 subnormals."""
+    x = np.asarray(x, np.float32)
+    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0) * x, x).astype(np.float32) if flush else x
+
+
+def _bit_width(n: int) -> int:
+    return int(n).bit_length()
+
+
+def quantize_model(x32: np.ndarray, flush_subnormals: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """quantize_rows.metal on float32 [R, K]: (int8 codes, float32 scales, int [R, K] how many
     times each code was written), with the kernel's thread partition (thread t of QT takes
-    k = t, t + QT, ...)."""
+    k = t, t + QT, ...) and its arithmetic: absmax on the magnitude bits, small scales as an
+    integer quotient, rows below 2^-TINY scaled from their bits. flush_subnormals: every float
+    operation reads and writes subnormals as zero, as a flushing GPU would (moves and bit casts
+    do not)."""
     f32 = np.float32
+    x32 = np.ascontiguousarray(x32, dtype=f32)
     rows, k_len = x32.shape
-    qt = tiling.metal_quant_dispatch(rows).threadgroup[0]
+    d = tiling.metal_quant_dispatch(rows)
+    qt, tiny_shift = d.threadgroup[0], dict(d.template)["TINY"]
     writes = np.zeros((rows, k_len), dtype=np.int64)
     for t in range(min(qt, k_len)):
         writes[:, t::qt] += 1
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(x32).all(axis=1)
-        amax = np.fmax.reduce(np.abs(x32), axis=1, initial=f32(0)).astype(f32)  # max() skips NaN
-        scale = (amax / f32(QMAX)).astype(f32)
-        scale[scale == 0] = 1
-        # A subnormal scale: x and s scaled up by 1/FLT_MIN first (exact), as the kernel does.
-        up = np.where(scale < np.finfo(f32).tiny, f32(1) / np.finfo(f32).tiny, f32(1)).astype(f32)
-        inv = (f32(1) / (scale * up)).astype(f32)
-        codes = np.clip(round_half_away((x32 * up[:, None] * inv[:, None]).astype(f32)), -QMAX, QMAX)
+    inf_bits = np.uint32(_EXP_MASK << _FRACTION_BITS)
+    mag_mask = inf_bits | np.uint32((1 << _FRACTION_BITS) - 1)
+    bits = x32.view(np.uint32)
+    mag = bits & mag_mask
+    bad = (mag >= inf_bits).any(axis=1)
+    amax = mag.max(axis=1, initial=np.uint32(0))
+
+    def pow2_bits(k):
+        return np.uint32((k + _BIAS) << _FRACTION_BITS)
+
+    def decode_bits(b):
+        biased = (b >> np.uint32(_FRACTION_BITS)) & np.uint32(_EXP_MASK)
+        sig = (b & np.uint32((1 << _FRACTION_BITS) - 1)) | np.where(biased != 0, np.uint32(1 << _FRACTION_BITS), 0)
+        e = np.where(biased != 0, biased.astype(np.int64), 1) - _BIAS - _FRACTION_BITS
+        sign = np.where(b & ~mag_mask != 0, -1, 1)
+        return (sign * sig.astype(np.int64)), e
+
+    subnormal_exp = _MIN_EXP - _FRACTION_BITS
+    small = amax < pow2_bits(_MIN_EXP + _bit_width(QMAX))
+    m, e = decode_bits(amax)
+    numer = np.where(small, m << np.clip(e - subnormal_exp, 0, 62), 0)
+    q, rest = numer // QMAX, numer % QMAX
+    up = (2 * rest > QMAX) | ((2 * rest == QMAX) & (q % 2 == 1))
+    small_bits = (q + up).astype(np.uint32)
+    with np.errstate(all="ignore"):
+        big = (amax.view(f32) / f32(QMAX)).astype(f32)  # normal operands and result
+    scale_bits = np.where(small, small_bits, big.view(np.uint32))
+    scale_bits = np.where(scale_bits == 0, f32(1).view(np.uint32), scale_bits).astype(np.uint32)
+    tiny = amax < pow2_bits(-tiny_shift)
+
+    def scaled_up(b, k):
+        mm, ee = decode_bits(b)
+        with np.errstate(all="ignore"):  # rows that are not tiny: computed, then not taken
+            return (mm.astype(f32) * _pow2(ee + k)).astype(f32)  # exact for tiny rows
+
+    scale_up = np.where(tiny, scaled_up(scale_bits, tiny_shift), scale_bits.view(f32)).astype(f32)
+    with np.errstate(all="ignore"):
+        inv = (f32(1) / scale_up).astype(f32)
+        v = np.where(tiny[:, None], scaled_up(bits, tiny_shift), _flushed(x32, flush_subnormals))
+        prod = _flushed((v * inv[:, None]).astype(f32), flush_subnormals)
+        codes = np.clip(round_half_away(prod), -QMAX, QMAX)
     codes[bad] = 0
+    scale = scale_bits.view(f32).copy()
     scale[bad] = np.nan
     return codes.astype(np.int8), scale, writes

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from .quant import QMAX
+from .quant import QMAX, TINY_SHIFT
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -247,7 +247,8 @@ class MetalQuantDispatch:
 
 def metal_quant_dispatch(rows: int) -> MetalQuantDispatch:
     qt = METAL_QUANT_THREADS
-    return MetalQuantDispatch((qt, rows, 1), (qt, 1, 1), [("QT", qt), ("SIMD", SIMD_WIDTH), ("QMAX", QMAX)])
+    return MetalQuantDispatch((qt, rows, 1), (qt, 1, 1),
+                              [("QT", qt), ("SIMD", SIMD_WIDTH), ("QMAX", QMAX), ("TINY", TINY_SHIFT)])
 
 
 # ----------------------------------------------------------------------------------------------

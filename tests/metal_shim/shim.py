@@ -49,6 +49,8 @@ TYPE_NAMES = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "float16
 NUMPY_TYPES = {"int8": np.int8, "int32": np.int32, "float32": np.float32, "float16": np.float16,
                "bfloat16": np.uint16}
 POISON = 0xA5
+FLUSH_ENV = "INT8NAX_SHIM_FLUSH_SUBNORMALS"
+"""Set for a run: the driver flushes float32 subnormals (FTZ + DAZ), as some GPUs do."""
 MLX_CONSTANT_MAX_ELEMENTS = 8
 """mx.fast.metal_kernel puts an input with fewer elements than this in `constant` space."""
 
@@ -175,6 +177,7 @@ def build_source(variants: list[Variant]) -> str:
     kernels = "".join(_kernel_code(i, v) for i, v in enumerate(variants))
     return DRIVER_HEAD + kernels + f"""
 int main() {{
+  shim::flush_subnormals_if_asked();
   int32_t which = -1;
   if (std::fread(&which, 4, 1, stdin) != 1) shim::fail("no kernel index");
   switch (which) {{
@@ -210,9 +213,12 @@ class ShimBuild:
             tmp.rename(self.binary)
         self.stderr = ""
 
-    def run(self, key: str, arrays, output_shapes, grid, threadgroup, layout) -> list[np.ndarray]:
+    def run(self, key: str, arrays, output_shapes, grid, threadgroup, layout,
+            flush_subnormals: bool = False) -> list[np.ndarray]:
         """arrays: numpy inputs in order; output_shapes: one per output; layout: a
-        nax_emulator.FragmentLayout. Returns the outputs (POISON bytes where never written)."""
+        nax_emulator.FragmentLayout; flush_subnormals: run as a GPU that flushes float32
+        subnormals to zero (metal_shim.h). Returns the outputs (POISON bytes where never
+        written)."""
         small = frozenset(name for (name, _), arr in zip(self._inputs_of(key), arrays)
                           if np.asarray(arr).size < MLX_CONSTANT_MAX_ELEMENTS)
         if (key, small) not in self.variants:
@@ -234,6 +240,9 @@ class ShimBuild:
         for coords in (layout.left, layout.right, layout.dest):
             blob(np.ascontiguousarray(coords, dtype=np.int32).tobytes())
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:detect_stack_use_after_return=0")
+        env.pop(FLUSH_ENV, None)
+        if flush_subnormals:
+            env[FLUSH_ENV] = "1"
         done = subprocess.run([str(self.binary)], input=b"".join(parts), capture_output=True, env=env)
         self.stderr = done.stderr.decode(errors="replace")
         if done.returncode:

@@ -27,6 +27,9 @@ KERNEL_DIR = ("kernels", "metal")
 GEMM_CORE = "nax_gemm.metal"
 """The NAX tile walk shared by the two GEMM kernels."""
 
+FLOAT_BITS = "float_bits.metal"
+"""float32 fields and exact bit-level helpers shared by the quantizer and the W8A8 epilogue."""
+
 MLX_CONSTANT_MAX_ELEMENTS = 8
 """mx.fast.metal_kernel declares an input with fewer elements than this `const constant T*`
 (a different signature, so a different library build)."""
@@ -52,9 +55,9 @@ KERNELS = {
     k.name: k
     for k in (
         MetalKernel("int8nax_int8_gemm", (GEMM_CORE, "int8_gemm.metal"), ("a", "b", "params"), ("c",)),
-        MetalKernel("int8nax_w8a8_gemm", (GEMM_CORE, "w8a8_gemm.metal"),
+        MetalKernel("int8nax_w8a8_gemm", (GEMM_CORE, FLOAT_BITS, "w8a8_gemm.metal"),
                     ("q", "w", "s_x", "s_w", "bias", "params"), ("y",)),
-        MetalKernel("int8nax_quantize_rows", ("quantize_rows.metal",), ("x",), ("q", "s")),
+        MetalKernel("int8nax_quantize_rows", (FLOAT_BITS, "quantize_rows.metal"), ("x",), ("q", "s")),
         MetalKernel("int8nax_nax_layout", (GEMM_CORE, "nax_layout.metal"), ("dummy",), ("out",)),
     )
 }
