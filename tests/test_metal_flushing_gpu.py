@@ -48,6 +48,7 @@ def flushing_gpu():
     ops = metal.VariantOps(metal.KernelSet(factory), SERVED, "s")
     ops.self_test()  # records what it launches (the kernels return zeros for now)
     ops.quantize_activations(mx.array(EXAMPLE_ROW))
+    metal.run_subnormal_probe(ops.kernels)
     factory.build()
     return factory
 
@@ -85,3 +86,13 @@ def test_the_check_would_refuse_kernels_that_flush(monkeypatch):
 
     failures = exactness.first_use_check(cpu.BACKEND.int8_matmul, flushing_quantize, cpu.BACKEND.w8a8_linear)
     assert any("tiny rows" in f for f in failures)
+
+
+def test_subnormal_probe_tells_the_two_gpus_apart(flushing_gpu):
+    """What `int8nax selftest` reports: the probe kernel, on the stand-in kept and flushed."""
+    keeping = mlx_stand_in.StandInFactory(emu.mlx_float_layout(), flush_subnormals=False)
+    keeping.binary = flushing_gpu.binary
+    kept = metal.subnormal_verdict(np.array(metal.run_subnormal_probe(metal.KernelSet(keeping))))
+    flushed = metal.subnormal_verdict(np.array(metal.run_subnormal_probe(metal.KernelSet(flushing_gpu))))
+    assert kept["summary"] == "keeps float32 subnormals", kept
+    assert flushed["summary"] == "flushes float32 subnormals", flushed

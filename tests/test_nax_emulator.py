@@ -64,13 +64,16 @@ def test_mlx_layout_walk_is_exact_and_in_bounds(rng, m, k, n):
     walk_and_check(random_int8(rng, (m, k)), random_int8(rng, (n, k)), LAYOUTS["mlx-float"], "mlx_layout")
 
 
-@pytest.mark.parametrize("gpu", ["s", "c", "d"])
-@pytest.mark.parametrize("m,k,n", [(65, 1030, 130), (513, 33, 7), (200, 8200, 33), (128, 512, 128), (7, 33, 4097)])
-def test_wide_gpu_tiles_walk_exactly(rng, gpu, m, k, n):
-    """MLX's M5 Pro/Max-class tiles (BM = 64, BK 64 or 256, swizzle 2), both load paths."""
+@pytest.mark.parametrize("gpu", ["s", "g"])
+@pytest.mark.parametrize("m,k,n", [(1152, 33, 7), (4097, 40, 130), (513, 33, 7)])
+def test_swizzled_grids_walk_exactly(rng, gpu, m, k, n):
+    """Swizzle 1 and 2 with padding threadgroups (9 and 33 M tiles), and 5 M tiles without
+    swizzle, on the M5 Pro and base classes, both load paths."""
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
     for path in emu.PATHS:
-        walk_and_check(a, b, LAYOUTS["mlx-float"], path, gpu)
+        walk = walk_and_check(a, b, LAYOUTS["mlx-float"], path, gpu)
+        d = tiling.metal_gemm_dispatch(m, n, k, gpu)
+        assert walk.padding_threadgroups == (d.launch.grid_x * d.launch.grid_y - d.launch.tiles_m * d.launch.tiles_n)
 
 
 def test_mlx_layout_walk_needs_the_mlx_layout(rng):

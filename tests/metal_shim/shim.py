@@ -39,6 +39,7 @@ GXX_FLAGS = ("-std=c++20", "-O1", "-g0", "-U_FORTIFY_SOURCE", "-fsanitize=addres
 # mx.fast.metal_kernel (0.32.4): attributes it declares when their name occurs in the body, in
 # its order (only those the int8nax kernels use), and the Metal names of the dtypes.
 ATTRIBUTES = [
+    ("thread_position_in_grid", "uint3", "uint3{tgpos.x * L.threads + th.tid, tgpos.y, tgpos.z, uint2{tgpos.x * L.threads + th.tid, tgpos.y}}"),
     ("simdgroup_index_in_threadgroup", "uint", "th.sg"),
     ("thread_index_in_simdgroup", "uint", "th.lane"),
     ("thread_index_in_threadgroup", "uint", "th.tid"),
@@ -107,10 +108,12 @@ def _kernel_code(index: int, v: Variant) -> str:
     # the threadgroup's green threads (threadgroups run one after another).
     body = re.sub(r"(?m)^(\s*)threadgroup\s+", r"\1static ", v.body)
     writes = "\n".join(f"  write_blob(out{j});" for j in range(len(v.outputs)))
+    template_line = f"template <{', '.join(tparams)}>" if tparams else ""
+    call = f"custom_kernel<{', '.join(targs)}>" if tparams else "custom_kernel"
     return f"""
 namespace k{index} {{  // {v.key}, constant inputs {sorted(v.constant_inputs)}
 {v.header}
-template <{", ".join(tparams)}>
+{template_line}
 void custom_kernel({", ".join(params)}) {{
 {body}
 }}
@@ -123,7 +126,7 @@ void run() {{
       for (uint x = 0; x < L.groups[0]; ++x) {{
         const uint3 tgpos{{x, y, z, uint2{{x, y}}}};
         shim::run_threadgroup(L.threads, [&](const shim::GreenThread& th) {{
-          custom_kernel<{", ".join(targs)}>({", ".join(args)});
+          {call}({", ".join(args)});
         }});
       }}
 {writes}

@@ -12,8 +12,10 @@ runtime (backends/metal.py) can ask for, so that the set is bounded, listed by
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
+
+import mlx.core as mx
 
 from .. import tiling
 from .kernel_spec import KernelSpec
@@ -59,6 +61,7 @@ KERNELS = {
                     ("q", "w", "s_x", "s_w", "bias", "params"), ("y",)),
         MetalKernel("int8nax_quantize_rows", (FLOAT_BITS, "quantize_rows.metal"), ("x",), ("q", "s")),
         MetalKernel("int8nax_nax_layout", (GEMM_CORE, "nax_layout.metal"), ("dummy",), ("out",)),
+        MetalKernel("int8nax_subnormal_probe", ("subnormal_probe.metal",), ("x",), ("out",)),
     )
 }
 
@@ -104,6 +107,53 @@ def kernel_spec(name: str) -> KernelSpec:
 
 
 # ---------------------------------------------------------------------------------------------
+# Kernel variants: the load path and relaxed_precision (template flags of the GEMM sources)
+# ---------------------------------------------------------------------------------------------
+
+LOAD_MLX_LAYOUT = "mlx_layout"
+"""The fast load path: MLX's BaseNAXFrag lane layout from the lane id, 4-byte row pieces,
+unmasked interior tiles. Right only if the int8 cooperative tensors use that layout."""
+LOAD_GENERIC = "generic"
+"""The fallback: element-wise loads at the coordinates each cooperative tensor reports;
+right under any layout, slower."""
+LOAD_PATHS = (LOAD_MLX_LAYOUT, LOAD_GENERIC)
+
+
+@dataclass(frozen=True)
+class KernelVariant:
+    """One buildable form of the two GEMM kernels (and of the layout probe's descriptor)."""
+
+    load: str = LOAD_MLX_LAYOUT
+    relaxed_precision: bool = True
+    """matmul2d_descriptor's relaxed_precision; True is the proven form (tiling.NaxTileConfig)."""
+
+    def __post_init__(self):
+        if self.load not in LOAD_PATHS:
+            raise ValueError(f"KernelVariant: load must be one of {LOAD_PATHS}, got {self.load!r}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.load}/relaxed_precision={'true' if self.relaxed_precision else 'false'}"
+
+    def template(self) -> list[tuple[str, bool]]:
+        """Template arguments the variant adds to the tile's."""
+        return [("MLX_LAYOUT", self.load == LOAD_MLX_LAYOUT)]
+
+
+def variants() -> list[KernelVariant]:
+    """Every variant this backend can build, the proven relaxed_precision=True forms first."""
+    return [KernelVariant(load, relaxed) for relaxed in (True, False) for load in LOAD_PATHS]
+
+
+def variant_named(name: str) -> KernelVariant:
+    """The variant whose .name is `name` (e.g. "generic/relaxed_precision=true")."""
+    for v in variants():
+        if v.name == name:
+            return v
+    raise ValueError(f"variant_named: unknown variant {name!r}; expected one of {[v.name for v in variants()]}")
+
+
+# ---------------------------------------------------------------------------------------------
 # The catalogue of instantiations
 # ---------------------------------------------------------------------------------------------
 
@@ -137,3 +187,87 @@ class Instantiation:
 def constant_inputs(names_and_sizes) -> frozenset:
     """The inputs MLX passes in the `constant` address space: those of fewer than 8 elements."""
     return frozenset(n for n, size in names_and_sizes if size < MLX_CONSTANT_MAX_ELEMENTS)
+
+
+DTYPE_NAMES = {mx.int8: "int8", mx.int32: "int32", mx.float32: "float32", mx.float16: "float16",
+               mx.bfloat16: "bfloat16"}
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def dtype_name(dtype) -> str:
+    return DTYPE_NAMES[dtype]
+
+
+def template_key(template) -> tuple:
+    """A launch's template arguments with dtypes by name: ((name, int | bool | str), ...)."""
+    return tuple((n, dtype_name(v) if isinstance(v, mx.Dtype) else v) for n, v in template)
+
+
+GEMM_INPUTS = (("a", "int8"), ("b", "int8"), ("params", "int32"))
+W8A8_INPUTS = (("q", "int8"), ("w", "int8"), ("s_x", "float32"), ("s_w", "float32"))
+ALWAYS_CONSTANT = frozenset({"params"})
+"""Inputs that always arrive in the constant address space (params has 5 values)."""
+TINY_INPUTS = {"int8nax_int8_gemm": ("a", "b"), "int8nax_w8a8_gemm": ("q", "w", "s_w", "bias"),
+               "int8nax_quantize_rows": ("x",)}
+"""Inputs that arrive as `constant` only for toy shapes (fewer than 8 elements: M * K, N * K or N
+below 8); each such shape is one more build of the same instantiation's source."""
+
+
+def _gemm_templates():
+    for variant in variants():
+        for cfg in tiling.METAL_CONFIGS:
+            cfg = replace(cfg, relaxed_precision=variant.relaxed_precision)
+            yield f"{cfg.name}, {variant.name}", tuple(cfg.template()) + tuple(variant.template())
+
+
+def instantiations() -> list[Instantiation]:
+    """Every instantiation the runtime can launch for shapes of at least 8 elements per input
+    (and M >= 1: the scales input is padded to 8): the bounded set of Metal library builds a
+    process can make. Toy shapes add the TINY_INPUTS in `constant` (instantiations_tiny)."""
+    out = []
+    for why, tmpl in _gemm_templates():
+        out.append(Instantiation("int8nax_int8_gemm", tmpl, GEMM_INPUTS, (("c", "int32"),), ALWAYS_CONSTANT,
+                                 f"int8_matmul, {why}"))
+        for dtype in FLOAT_DTYPES:
+            for bias in (None,) + FLOAT_DTYPES:
+                inputs = W8A8_INPUTS + (("bias", bias or "float32"), ("params", "int32"))
+                out.append(Instantiation(
+                    "int8nax_w8a8_gemm", tmpl + (("OutT", dtype), ("HAS_BIAS", bias is not None)), inputs,
+                    (("y", dtype),), ALWAYS_CONSTANT | ({"bias"} if bias is None else set()),
+                    f"w8a8_linear {dtype}, bias {bias or 'none'}, {why}"))
+    quant = tiling.metal_quant_dispatch(1)
+    for dtype in FLOAT_DTYPES:
+        out.append(Instantiation("int8nax_quantize_rows", template_key(quant.template), (("x", dtype),),
+                                 (("q", "int8"), ("s", "float32")), frozenset(), f"quantize {dtype}"))
+    for relaxed in (True, False):
+        out.append(Instantiation("int8nax_nax_layout", layout_template(relaxed), (("dummy", "int32"),),
+                                 (("out", "int32"),), frozenset({"dummy"}),
+                                 f"layout probe, relaxed_precision={str(relaxed).lower()}"))
+    out.append(Instantiation("int8nax_subnormal_probe", (), (("x", "float32"),), (("out", "float32"),), frozenset(),
+                             "subnormal probe (int8nax selftest only)"))
+    return out
+
+
+def instantiations_tiny() -> list[Instantiation]:
+    """Each kernel source once more with every input that a toy shape can put in the constant
+    address space there (the first-use check's (1, 1, 1) and (3, 7, 5) GEMMs among them)."""
+    out = []
+    for inst in instantiations():
+        tiny = TINY_INPUTS.get(inst.kernel, ())
+        if tiny and ("metal_32x128" in inst.why or inst.kernel == "int8nax_quantize_rows"):
+            out.append(replace(inst, constant=inst.constant | set(tiny), why=inst.why + ", toy shape"))
+    return out
+
+
+LAYOUT_CAPACITY = max(
+    tiling.NAX_FRAG_M * tiling.NAX_FRAG_K,
+    tiling.NAX_FRAG_N * tiling.NAX_FRAG_K,
+    tiling.NAX_FRAG_M * tiling.NAX_FRAG_N,
+) // tiling.SIMD_WIDTH
+"""Elements per lane the layout probe records: the largest fragment's share of a simdgroup."""
+
+
+def layout_template(relaxed_precision: bool = True) -> tuple:
+    """The layout probe's template arguments."""
+    return (("FM", tiling.NAX_FRAG_M), ("FN", tiling.NAX_FRAG_N), ("FK", tiling.NAX_FRAG_K),
+            ("SIMD", tiling.SIMD_WIDTH), ("CAP", LAYOUT_CAPACITY), ("RELAXED", relaxed_precision))

@@ -4,9 +4,11 @@
 // Built by int8nax/backends/metal.py with mx.fast.metal_kernel: the part above the
 // "kernel body" line goes into `header` (after nax_gemm.metal and float_bits.metal), the part below is `source`.
 //   inputs   q int8 [M, K] (activations quantized by quantize_rows.metal), w int8 [N, K],
-//            s_x float32 [M], s_w float32 [N], bias float32 [N] (a [1] placeholder when
-//            HAS_BIAS is false), params int32 [5] = (M, N, K, swizzle_log, tiles_m)
-//            (inputs of fewer than 8 elements, e.g. s_x for M < 8, the placeholder and params,
+//            s_x float32 [>= max(M, 8)] (padded, so always a device input), s_w float32 [N],
+//            bias float16 | bfloat16 | float32 [N] in the caller's dtype (widened to float32
+//            here, exactly; a float32 [1] placeholder when HAS_BIAS is false),
+//            params int32 [5] = (M, N, K, swizzle_log, tiles_m)
+//            (inputs of fewer than 8 elements, e.g. params, the placeholder and s_w for N < 8,
 //            arrive as `const constant T*`; the epilogue's pointer types are template parameters)
 //   output   y OutT [M, N] (float16, bfloat16 or float32)
 //   template the GEMM's (int8_gemm.metal), OutT, HAS_BIAS
@@ -132,7 +134,7 @@ struct DequantStore {
   void operator()(const int m, const int n, const int acc) const thread {
     float b = 0.0f;
     if constexpr (HAS_BIAS) {
-      b = bias[n];  // without a bias, `bias` is a one-element placeholder and is never read
+      b = float(bias[n]);  // without a bias, `bias` is a one-element placeholder and is never read
     }
     y[ulong(m) * ulong(N) + ulong(n)] = OutT(dequantize<HAS_BIAS>(acc, s_x[m], s_w[n], b));
   }
