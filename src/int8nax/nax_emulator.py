@@ -616,3 +616,57 @@ def quantize_model(x32: np.ndarray, flush_subnormals: bool = False) -> tuple[np.
     scale = scale_bits.view(f32).copy()
     scale[bad] = np.nan
     return codes.astype(np.int8), scale, writes
+
+
+# ---------------------------------------------------------------------------------------------
+# The small-M kernel (gemv.metal)
+# ---------------------------------------------------------------------------------------------
+
+
+def emulate_gemv(a, b, epilogue=None) -> GemmWalk:
+    """Emulate gemv.metal's launch (tiling.metal_gemv_dispatch) for a int8 [M, K], b int8 [N, K]:
+    per simdgroup, each lane's ROW_PIECE-byte pieces at k = lane * ROW_PIECE + step * SIMD *
+    ROW_PIECE, masked to m < M, n < N and k < K, exact int sums per lane, then the simdgroup's
+    sum handed to the epilogue by lane r * MV_MAX_M + m. Counts every element load (A once per
+    simdgroup, B once) and every store."""
+    a = np.ascontiguousarray(a, dtype=np.int8)
+    b = np.ascontiguousarray(b, dtype=np.int8)
+    m_rows, k_len = a.shape
+    n_cols = b.shape[0]
+    d = tiling.metal_gemv_dispatch(m_rows, n_cols, k_len)
+    t = dict(d.template)
+    rows, sgs, max_m, piece = t["MV_ROWS"], t["MV_SG"], t["MV_MAX_M"], t["ROW_PIECE"]
+    if rows * max_m > SIMD:
+        raise AssertionError("one lane per output element of a simdgroup")
+    walk = GemmWalk(out=np.zeros((m_rows, n_cols), dtype=np.float64 if epilogue else np.int64),
+                    writes=np.zeros((m_rows, n_cols), dtype=np.int32))
+    a_flat, b_flat = a.reshape(-1).astype(np.int64), b.reshape(-1).astype(np.int64)
+    lane = np.arange(SIMD)
+    k0 = lane[None, :] * piece + np.arange(0, max(k_len, 1), SIMD * piece)[:, None]  # [steps, SIMD]
+    cols = k0[..., None] + np.arange(piece)  # [steps, SIMD, piece]
+    k_ok = cols < k_len
+    for tg in range(d.grid[0] // d.threadgroup[0]):
+        for sg in range(sgs):
+            n0 = (tg * sgs + sg) * rows
+            if n0 >= n_cols:
+                continue  # the whole simdgroup leaves; no barrier to meet
+            m = np.arange(max_m)
+            a_ok = (m < m_rows)[:, None, None, None] & k_ok[None]
+            a_addr = np.minimum(m, m_rows - 1)[:, None, None, None] * k_len + cols[None]
+            n = n0 + np.arange(rows)
+            b_ok = (n < n_cols)[:, None, None, None] & k_ok[None]
+            b_addr = np.minimum(n, n_cols - 1)[:, None, None, None] * k_len + cols[None]
+            for which, ok, addr, flat in (("a", a_ok, a_addr, a_flat), ("b", b_ok, b_addr, b_flat)):
+                walk.loads[which] += int(ok.sum())
+                walk.out_of_bounds[which] += int((ok & ((addr < 0) | (addr >= flat.size))).sum())
+            av = np.where(a_ok, a_flat[np.where(a_ok, a_addr, 0)], 0)  # [max_m, steps, SIMD, piece]
+            bv = np.where(b_ok, b_flat[np.where(b_ok, b_addr, 0)], 0)  # [rows, steps, SIMD, piece]
+            per_lane = np.einsum("mslp,rslp->mrl", av, bv)  # exact int64 lane sums
+            walk.max_abs_acc = max(walk.max_abs_acc, int(np.abs(per_lane).max(initial=0)))
+            total = per_lane.sum(axis=-1)  # simd_sum
+            mm, rr = np.meshgrid(np.arange(max_m), np.arange(rows), indexing="ij")
+            keep = (mm < m_rows) & (n0 + rr < n_cols)
+            mm, nn, vals = mm[keep], (n0 + rr)[keep], total[keep]
+            np.add.at(walk.writes, (mm, nn), 1)
+            walk.out[mm, nn] = epilogue(mm, nn, vals) if epilogue else vals
+    return walk

@@ -241,6 +241,50 @@ def metal_gemm_dispatch(m: int, n: int, k: int, gpu: str | None = None,
     )
 
 
+METAL_MV_MAX_M = 4
+"""Largest M that takes the small-M kernel (kernels/metal/gemv.metal) instead of a NAX tile:
+decode-sized batches, where a 32-row tile would be mostly padding and the weights' bytes are
+the cost. UNMEASURED on an M5: cider switches at M = 1; 4 keeps the per-lane accumulators
+(MV_MAX_M x MV_ROWS) at 16."""
+
+METAL_MV_ROWS = 4
+"""Columns n (rows of B) per simdgroup of the small-M kernel."""
+
+METAL_MV_SIMDGROUPS = 2
+"""Simdgroups per threadgroup of the small-M kernel (cider's matrix-vector kernel: 2 x 4)."""
+
+
+@dataclass(frozen=True)
+class MetalGemvDispatch:
+    """One small-M launch (kernels/metal/gemv.metal), as mx.fast.metal_kernel takes it."""
+
+    grid: tuple[int, int, int]
+    threadgroup: tuple[int, int, int]
+    template: list[tuple[str, int]]
+    params: tuple[int, int, int, int, int]
+    """The same run-time scalars as the NAX GEMM's (METAL_GEMM_PARAMS; no swizzle)."""
+
+    @property
+    def columns_per_threadgroup(self) -> int:
+        return METAL_MV_ROWS * METAL_MV_SIMDGROUPS
+
+
+def metal_uses_gemv(m: int) -> bool:
+    """Whether an M-row GEMM takes the small-M kernel (else metal_gemm_dispatch's NAX tile)."""
+    return m <= METAL_MV_MAX_M
+
+
+def metal_gemv_dispatch(m: int, n: int, k: int) -> MetalGemvDispatch:
+    """The small-M launch: one threadgroup per METAL_MV_ROWS * METAL_MV_SIMDGROUPS columns."""
+    if not 1 <= m <= METAL_MV_MAX_M:
+        raise ValueError(f"metal_gemv_dispatch: M must be in [1, {METAL_MV_MAX_M}], got {m}")
+    threads = SIMD_WIDTH * METAL_MV_SIMDGROUPS
+    groups = ceil_div(n, METAL_MV_ROWS * METAL_MV_SIMDGROUPS)
+    template = [("MV_ROWS", METAL_MV_ROWS), ("MV_SG", METAL_MV_SIMDGROUPS), ("MV_MAX_M", METAL_MV_MAX_M),
+                ("SIMD", SIMD_WIDTH), ("ROW_PIECE", NAX_ROW_PIECE)]
+    return MetalGemvDispatch((groups * threads, 1, 1), (threads, 1, 1), template, (m, n, k, 0, 1))
+
+
 @dataclass(frozen=True)
 class MetalQuantDispatch:
     """Launch of the activation-quantization kernel: one threadgroup of QT threads per row."""

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from .. import exactness, nax_emulator, tiling
+from .. import exactness, nax_emulator, quant, tiling
 from . import metal_source
 from .base import Backend, Probe
 from .metal_source import LOAD_GENERIC, LOAD_MLX_LAYOUT, LOAD_PATHS, KernelVariant, variant_named, variants  # noqa: F401
@@ -181,7 +181,7 @@ def _params_array(params: tuple) -> mx.array:
     return mx.array(params, dtype=mx.int32)
 
 
-def _params(dispatch: tiling.MetalGemmDispatch) -> mx.array:
+def _params(dispatch) -> mx.array:
     """The `params` input, made once per shape (an inference loop repeats its shapes)."""
     return _params_array(dispatch.params)
 
@@ -197,19 +197,24 @@ def _no_bias() -> mx.array:
 
 
 def gemm_dispatch(m: int, n: int, k: int, variant: KernelVariant, gpu: str | None = None):
-    """(tiling dispatch, template arguments) of one GEMM launch of `variant` on GPU class `gpu`."""
+    """(kernel suffix, dispatch, template arguments) of one GEMM launch of `variant` on GPU class
+    `gpu`: "gemv" (the small-M kernel, the same for every variant) for M <= METAL_MV_MAX_M, else
+    "gemm" (the NAX tile walk of tiling.metal_gemm_dispatch)."""
+    if tiling.metal_uses_gemv(m):
+        d = tiling.metal_gemv_dispatch(m, n, k)
+        return "gemv", d, list(d.template)
     d = tiling.metal_gemm_dispatch(m, n, k, gpu, variant.relaxed_precision)
-    return d, d.template + variant.template()
+    return "gemm", d, d.template + variant.template()
 
 
 def run_int8_gemm(kernels: KernelSet, a: mx.array, b: mx.array, variant: KernelVariant = KernelVariant(),
                   gpu: str | None = None) -> mx.array:
-    """int32 [M, N] = a [M, K] @ b [N, K]^T on NAX."""
+    """int32 [M, N] = a [M, K] @ b [N, K]^T on NAX (or the small-M kernel)."""
     m, k = a.shape
     n = b.shape[0]
-    d, template = gemm_dispatch(m, n, k, variant, gpu)
+    schedule, d, template = gemm_dispatch(m, n, k, variant, gpu)
     (c,) = kernels.launch(
-        "int8nax_int8_gemm",
+        f"int8nax_int8_{schedule}",
         inputs=[a, b, _params(d)],
         output_shapes=[(m, n)],
         output_dtypes=[mx.int32],
@@ -246,11 +251,11 @@ def run_w8a8(kernels: KernelSet, x: mx.array, w: mx.array, scale_w: mx.array, bi
     q, s_x = run_quantize_rows(kernels, x)
     m, k = x.shape
     n = w.shape[0]
-    d, template = gemm_dispatch(m, n, k, variant, gpu)
+    schedule, d, template = gemm_dispatch(m, n, k, variant, gpu)
     has_bias = bias is not None
     # The bias in its own dtype (the kernel widens it to float32, exactly): no extra cast kernel.
     (y,) = kernels.launch(
-        "int8nax_w8a8_gemm",
+        f"int8nax_w8a8_{schedule}",
         inputs=[q, w, s_x, scale_w, bias if has_bias else _no_bias(), _params(d)],
         output_shapes=[(m, n)],
         output_dtypes=[x.dtype],
@@ -318,6 +323,10 @@ def probe_subnormals(kernels: KernelSet) -> dict:
         return {"summary": f"the subnormal probe failed ({type(exc).__name__}: {exc})"}
 
 
+SMALL_M_W8A8 = [(1, 300, 37, "float16"), (tiling.METAL_MV_MAX_M, 129, 9, "bfloat16")]
+"""(M, K, N, dtype) of the first-use check's extra W8A8 cases, on the small-M kernel."""
+
+
 class VariantOps:
     """The three raw operations of one kernel variant (no self-test, no readiness check):
     what the first-use check runs, and what `int8nax selftest` can run for every variant."""
@@ -335,7 +344,7 @@ class VariantOps:
     def w8a8_linear(self, x, w, scale_w, bias):
         return run_w8a8(self.kernels, x, w, scale_w, bias, self.variant, self.gpu)
 
-    COMPILE_SHAPES = {"small tile": (33, 64, 40), "large tile": (65, 64, 40)}
+    COMPILE_SHAPES = {"small M": (2, 64, 40), "small tile": (33, 64, 40), "large tile": (65, 64, 40)}
     """(M, K, N) that build each GEMM kernel in each default tile configuration."""
 
     def compile_report(self) -> dict[str, str | None]:
@@ -352,11 +361,12 @@ class VariantOps:
                 report[label] = f"{type(exc).__name__}: {exc}"
 
         for tile, (m, k, n) in self.COMPILE_SHAPES.items():
+            schedule = gemm_dispatch(m, n, k, self.variant, self.gpu)[0]
             a = mx.zeros((m, k), dtype=mx.int8)
             b = mx.zeros((n, k), dtype=mx.int8)
-            attempt(f"int8nax_int8_gemm ({tile})", lambda: self.int8_matmul(a, b))
+            attempt(f"int8nax_int8_{schedule} ({tile})", lambda: self.int8_matmul(a, b))
             x = mx.ones((m, k), dtype=mx.float16)
-            attempt(f"int8nax_w8a8_gemm ({tile})",
+            attempt(f"int8nax_w8a8_{schedule} ({tile})",
                     lambda: self.w8a8_linear(x, b, mx.ones((n,), dtype=mx.float32), mx.zeros((n,), dtype=mx.float16)))
         attempt("int8nax_quantize_rows", lambda: self.quantize_activations(mx.ones((3, 64), dtype=mx.float16)))
         return report
@@ -365,7 +375,17 @@ class VariantOps:
         """exactness.first_use_check on this variant: [] when exact, else the failures (a
         kernel that fails to build or run is one failure carrying the compiler's message)."""
         try:
-            return exactness.first_use_check(self.int8_matmul, self.quantize_activations, self.w8a8_linear)
+            failures = exactness.first_use_check(self.int8_matmul, self.quantize_activations, self.w8a8_linear)
+            # The small-M W8A8 kernel, which first_use_check's W8A8 shapes (M >= 5) do not reach.
+            rng = np.random.default_rng(17)
+            for m, k, n, dtype in SMALL_M_W8A8:
+                x = mx.array(exactness.special_rows(rng, m, k)).astype(exactness.DTYPES[dtype])
+                w, s_w = quant.quantize_weight_np(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
+                bias = rng.standard_normal(n).astype(np.float32)
+                problem = exactness.check_w8a8(self.w8a8_linear, x, w, s_w, bias)
+                if problem:
+                    failures.append(f"w8a8_linear {dtype} (M, K, N) = {(m, k, n)}: {problem}")
+            return failures
         except Exception as exc:  # e.g. "Unable to build metal library from source"
             return [f"the kernels failed to build or run: {type(exc).__name__}: {exc}"]
 
@@ -566,18 +586,22 @@ class MetalBackend(Backend):
 
 
     def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
-        """e.g. "metal nax mlx_layout/relaxed_precision=true metal_128x128 (128x128x512, swizzle 2)":
-        the variant serving this process (the rule's first choice before first use) and the tile
-        and grid tiling.metal_gemm_dispatch gives; launches nothing."""
+        """e.g. "metal nax mlx_layout/relaxed_precision=true metal_128x128 (128x128x512, swizzle 2)",
+        or "metal gemv ..." for small M: the variant serving this process (the rule's first choice
+        before first use) and the schedule, tile and grid gemm_dispatch gives; launches nothing."""
         if op not in ("int8_matmul", "w8a8_linear"):
             raise ValueError(f"describe: op must be 'int8_matmul' or 'w8a8_linear', got {op!r}")
         variant = self._selection.variant if self._selection and self._selection.variant else None
         when = "" if variant else " (before first use)"
         variant = variant or KernelVariant(LOAD_MLX_LAYOUT, self.relaxed_precision)
-        d = tiling.metal_gemm_dispatch(m, n, k, self.gpu, variant.relaxed_precision)
-        c = d.config
-        text = (f"metal nax {variant.name} {c.name} ({c.bm}x{c.bn}x{c.bk}, swizzle {d.launch.swizzle_log})"
-                + when)
+        schedule, d, _ = gemm_dispatch(m, n, k, variant, self.gpu)
+        if schedule == "gemv":
+            text = (f"metal gemv (M <= {tiling.METAL_MV_MAX_M}, {tiling.METAL_MV_SIMDGROUPS}x{tiling.METAL_MV_ROWS} "
+                    "columns per threadgroup)")
+        else:
+            c = d.config
+            text = (f"metal nax {variant.name} {c.name} ({c.bm}x{c.bn}x{c.bk}, swizzle {d.launch.swizzle_log})"
+                    + when)
         if op == "w8a8_linear":
             out = str(dtype).replace("mlx.core.", "") if dtype is not None else "x's dtype"
             text += f" + quantize_rows, {out} out, {'bias' if bias else 'no bias'}"

@@ -29,6 +29,9 @@ KERNEL_DIR = ("kernels", "metal")
 GEMM_CORE = "nax_gemm.metal"
 """The NAX tile walk shared by the two GEMM kernels."""
 
+GEMV_CORE = "gemv.metal"
+"""The small-M walk: the same kernel bodies with another schedule (tiling.metal_uses_gemv)."""
+
 FLOAT_BITS = "float_bits.metal"
 """float32 fields and exact bit-level helpers shared by the quantizer and the W8A8 epilogue."""
 
@@ -58,6 +61,9 @@ KERNELS = {
     for k in (
         MetalKernel("int8nax_int8_gemm", (GEMM_CORE, "int8_gemm.metal"), ("a", "b", "params"), ("c",)),
         MetalKernel("int8nax_w8a8_gemm", (GEMM_CORE, FLOAT_BITS, "w8a8_gemm.metal"),
+                    ("q", "w", "s_x", "s_w", "bias", "params"), ("y",)),
+        MetalKernel("int8nax_int8_gemv", (GEMV_CORE, "int8_gemm.metal"), ("a", "b", "params"), ("c",)),
+        MetalKernel("int8nax_w8a8_gemv", (GEMV_CORE, FLOAT_BITS, "w8a8_gemm.metal"),
                     ("q", "w", "s_x", "s_w", "bias", "params"), ("y",)),
         MetalKernel("int8nax_quantize_rows", (FLOAT_BITS, "quantize_rows.metal"), ("x",), ("q", "s")),
         MetalKernel("int8nax_nax_layout", (GEMM_CORE, "nax_layout.metal"), ("dummy",), ("out",)),
@@ -204,10 +210,12 @@ def template_key(template) -> tuple:
 
 
 GEMM_INPUTS = (("a", "int8"), ("b", "int8"), ("params", "int32"))
+GEMV_INPUTS = GEMM_INPUTS
 W8A8_INPUTS = (("q", "int8"), ("w", "int8"), ("s_x", "float32"), ("s_w", "float32"))
 ALWAYS_CONSTANT = frozenset({"params"})
 """Inputs that always arrive in the constant address space (params has 5 values)."""
 TINY_INPUTS = {"int8nax_int8_gemm": ("a", "b"), "int8nax_w8a8_gemm": ("q", "w", "s_w", "bias"),
+               "int8nax_int8_gemv": ("a", "b"), "int8nax_w8a8_gemv": ("q", "w", "s_w", "bias"),
                "int8nax_quantize_rows": ("x",)}
 """Inputs that arrive as `constant` only for toy shapes (fewer than 8 elements: M * K, N * K or N
 below 8); each such shape is one more build of the same instantiation's source."""
@@ -235,6 +243,15 @@ def instantiations() -> list[Instantiation]:
                     "int8nax_w8a8_gemm", tmpl + (("OutT", dtype), ("HAS_BIAS", bias is not None)), inputs,
                     (("y", dtype),), ALWAYS_CONSTANT | ({"bias"} if bias is None else set()),
                     f"w8a8_linear {dtype}, bias {bias or 'none'}, {why}"))
+    mv = tuple(tiling.metal_gemv_dispatch(1, 1, 1).template)
+    out.append(Instantiation("int8nax_int8_gemv", mv, GEMV_INPUTS, (("c", "int32"),), ALWAYS_CONSTANT,
+                             f"int8_matmul, M <= {tiling.METAL_MV_MAX_M} (every variant)"))
+    for dtype in FLOAT_DTYPES:
+        for bias in (None,) + FLOAT_DTYPES:
+            inputs = W8A8_INPUTS + (("bias", bias or "float32"), ("params", "int32"))
+            out.append(Instantiation("int8nax_w8a8_gemv", mv + (("OutT", dtype), ("HAS_BIAS", bias is not None)),
+                                     inputs, (("y", dtype),), ALWAYS_CONSTANT | ({"bias"} if bias is None else set()),
+                                     f"w8a8_linear {dtype}, bias {bias or 'none'}, M <= {tiling.METAL_MV_MAX_M} (every variant)"))
     quant = tiling.metal_quant_dispatch(1)
     for dtype in FLOAT_DTYPES:
         out.append(Instantiation("int8nax_quantize_rows", template_key(quant.template), (("x", dtype),),
@@ -254,7 +271,8 @@ def instantiations_tiny() -> list[Instantiation]:
     out = []
     for inst in instantiations():
         tiny = TINY_INPUTS.get(inst.kernel, ())
-        if tiny and ("metal_32x128" in inst.why or inst.kernel == "int8nax_quantize_rows"):
+        small_m = "metal_32x128" in inst.why or inst.kernel.endswith("_gemv")
+        if tiny and (small_m or inst.kernel == "int8nax_quantize_rows"):
             out.append(replace(inst, constant=inst.constant | set(tiny), why=inst.why + ", toy shape"))
     return out
 

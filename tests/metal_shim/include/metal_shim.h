@@ -264,6 +264,14 @@ inline float simd_max(float v) {
   return m;
 }
 
+inline int simd_sum(int v) {  // exact: int64 here, checked to fit int32 as the GPU's would wrap
+  auto all = shim::simd_gather(v);
+  int64_t sum = 0;
+  for (int x : all) sum += x;
+  if (sum != int64_t(int32_t(sum))) shim::fail("int32 overflow in simd_sum");
+  return int(sum);
+}
+
 inline uint simd_max(uint v) {
   auto all = shim::simd_gather(v);
   uint m = all[0];

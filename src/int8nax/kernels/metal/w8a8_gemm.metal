@@ -2,7 +2,8 @@
 //   y[m, n] = acc[m, n] * s_x[m] * s_w[n] (+ bias[n]),  acc = sum_k q[m, k] * w[n, k] (int32)
 //
 // Built by int8nax/backends/metal.py with mx.fast.metal_kernel: the part above the
-// "kernel body" line goes into `header` (after nax_gemm.metal and float_bits.metal), the part below is `source`.
+// "kernel body" line goes into `header` (after the schedule, nax_gemm.metal or gemv.metal for
+// M <= tiling.METAL_MV_MAX_M, and float_bits.metal), the part below is `source`.
 //   inputs   q int8 [M, K] (activations quantized by quantize_rows.metal), w int8 [N, K],
 //            s_x float32 [>= max(M, 8)] (padded, so always a device input), s_w float32 [N],
 //            bias float16 | bfloat16 | float32 [N] in the caller's dtype (widened to float32
@@ -147,6 +148,6 @@ const int8nax::DequantStore<OutT, HAS_BIAS, metal::remove_addrspace_t<decltype(s
                             metal::remove_addrspace_t<decltype(s_w)>,
                             metal::remove_addrspace_t<decltype(bias)>>
     epilogue{s_x, s_w, bias, y, params[int8nax::PARAM_N]};
-int8nax::nax_gemm<BM, BN, BK, SK, WM, WN, FM, FN, FK, SIMD, ROW_PIECE, RELAXED, MLX_LAYOUT>(
+INT8NAX_GEMM_SCHEDULE(
     q, w, params, threadgroup_position_in_grid.xy, simdgroup_index_in_threadgroup,
     thread_index_in_simdgroup, epilogue);
