@@ -3,7 +3,7 @@ with Metal 4.1 on macOS 27) that the g++ stand-in (tests/metal_shim) cannot see,
 no address spaces. Run by tests/test_metal_lint.py (so in CI) on every kernel as
 mx.fast.metal_kernel receives it, and by hand: `python tests/metal_lint.py`.
 
-Rules (docs/metal.md, "The Metal lint"), with the review finding each one comes from:
+Rules (docs/metal.md, "What is verified here"), with the review finding each one comes from:
 
 errors (the build fails on Metal, certain or likely)
 - static-outside-constant (#1): a static data member, or a program-scope variable, declared

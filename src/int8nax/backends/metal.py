@@ -1,12 +1,10 @@
-"""Metal NAX backend (Apple M5): int8 GEMM, activation quantization and the W8A8 GEMM with
-fused dequantization, compiled at run time with mx.fast.metal_kernel from the .metal files in
-int8nax/kernels/metal (assembled by metal_source.py), plus NAX detection and a first-use self-test.
+"""Metal NAX backend (Apple M5), the runtime: detection, the layout probe, the first-use
+self-test and the selection of a kernel variant, and the launches (int8 GEMM, activation
+quantization, the W8A8 GEMM with fused dequantization; M <= tiling.METAL_MV_MAX_M takes the
+small-M kernel). The sources and the catalogue of builds are metal_source.py's.
 
-NOT YET RUN ON M5 HARDWARE. What is verified without it: the tile walk of both load paths
-(nax_emulator), the kernel sources compiled by g++ against a stand-in (tests/metal_shim), a
-Metal-rule lint (tests/metal_lint.py), the launch arguments built here
-(tests/test_metal_dispatch.py), the detection and selection logic and the self-test's refusal
-path (tests/test_metal_backend.py). See docs/metal.md.
+NOT YET RUN ON M5 HARDWARE. docs/metal.md says what is verified without it and how (emulator,
+g++ stand-in with a flushing-GPU mode, clang address-space check, lint, launch recorder).
 
 Detection (nax_support): Metal present, an Apple GPU of generation >= 17 (M5; phones 'p' need
 18), macOS >= 26.4 (int8 tensor ops). Then, the first time anything asks whether this backend
@@ -44,7 +42,7 @@ import numpy as np
 from .. import exactness, nax_emulator, quant, tiling
 from . import metal_source
 from .base import Backend, Probe
-from .metal_source import LOAD_GENERIC, LOAD_MLX_LAYOUT, LOAD_PATHS, KernelVariant, variant_named, variants  # noqa: F401
+from .metal_source import LOAD_GENERIC, LOAD_MLX_LAYOUT, KernelVariant, variant_named, variants
 
 
 # ---------------------------------------------------------------------------------------------
