@@ -40,7 +40,17 @@ def build():
     assert header.count(old) == 1, "the float-scaling mutant no longer applies"
     variants.append(shim.Variant("quant-float32-float-scaling", header.replace(old, new), body,
                                  (("x", "float32"),), (("q", "int8"), ("s", "float32")), template))
+    variants.append(shim.Variant("half-bits", header, HALF_BITS_BODY, (("x", "float16"),), (("out", "int32"),), ()))
     return shim.ShimBuild(variants)
+
+
+# float_bits.metal's float16 -> float32 conversion on the bits, over every half.
+HALF_BITS_BODY = """if (thread_position_in_grid.x == 0) {
+  for (int i = 0; i < x_shape[0]; ++i) {
+    out[i] = int(int8nax::f32_bits(x[i]));
+  }
+}
+"""
 
 
 # The tiny rows scaled by a float multiply instead of from their bits: exact while subnormals are
@@ -113,3 +123,32 @@ def test_the_flushing_gpu_is_emulated(build, rng):
                          emu.mlx_float_layout(), flush_subnormals=flush)
         assert np.array_equal(s.view(np.int32), want_s.view(np.int32))  # the scales come from bits
         assert np.array_equal(q, want_q) == exact
+
+
+def test_half_conversion_on_the_bits_is_exact_for_every_half(build):
+    """The quantizer reads float16 through integer operations only (so that a GPU flushing
+    subnormal halves cannot change a code): the float32 bits of all 65536 halves, NaN payloads
+    included, against numpy's conversion."""
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    (bits,) = build.run("half-bits", [halves], [(halves.size,)], (32, 1, 1), (32, 1, 1), emu.mlx_float_layout())
+    with np.errstate(invalid="ignore"):
+        want = halves.astype(np.float32).view(np.int32)
+    finite = np.isfinite(halves)
+    np.testing.assert_array_equal(bits[finite], want[finite])
+    # inf and NaN: the exponent all ones, the sign and the payload shifted up (numpy may quiet NaNs)
+    got_nan = bits[~finite].view(np.float32)
+    assert (np.isnan(got_nan) == np.isnan(halves[~finite])).all()
+    assert (np.signbit(got_nan) == np.signbit(halves[~finite])).all()
+
+
+@pytest.mark.parametrize("flush", [False, True], ids=["subnormals-kept", "subnormals-flushed"])
+def test_float16_rows_with_subnormal_halves(build, rng, flush):
+    """float16 rows whose values (and absmax) are half subnormals: exact codes either way."""
+    x16 = (rng.standard_normal((3, 301)) * np.array([[3e-5], [1e-6], [2e-7]])).astype(np.float16)
+    d = tiling.metal_quant_dispatch(3)
+    q, s = build.run("quant-float16", [x16], [(3, 301), (3,)], d.grid, d.threadgroup, emu.mlx_float_layout(),
+                     flush_subnormals=flush)
+    want_q, want_s = quant.quantize_activations_np(x16.astype(np.float32))
+    np.testing.assert_array_equal(s.view(np.int32), want_s.view(np.int32))
+    np.testing.assert_array_equal(q, want_q)
+    assert (np.abs(want_q) > 0).sum() > 100  # the codes are not all zero

@@ -95,6 +95,9 @@ struct uint3 {
 #ifndef NAN
 #define NAN __builtin_nanf("")
 #endif
+// MSL's half constants (metal_stdlib), as IEEE binary16 defines them.
+#define HALF_MANT_DIG 11
+#define HALF_MAX_EXP 16
 
 namespace shim {
 

@@ -56,15 +56,46 @@ inline int exponent_of(const float x) {
   return int((as_type<uint>(x) >> F32_FRACTION_BITS) & F32_EXP_MASK) - F32_BIAS;
 }
 
-// The float32 bits of an input element, without float arithmetic for the narrow types:
-// bfloat16 is the top half of a float32; float16 values are all normal float32 numbers (its
-// smallest subnormal is 2^-24), so the conversion cannot meet a float32 subnormal.
+// IEEE binary16 fields (HALF_MANT_DIG = 11, HALF_MAX_EXP = 16).
+constant constexpr const int F16_FRACTION_BITS = HALF_MANT_DIG - 1;
+constant constexpr const uint F16_EXP_MASK = uint(2 * HALF_MAX_EXP - 1);
+constant constexpr const uint F16_HIDDEN = 1u << F16_FRACTION_BITS;
+constant constexpr const int F16_TO_F32_BIAS = (FLT_MAX_EXP - 1) - (HALF_MAX_EXP - 1);
+constant constexpr const int F16_TO_F32_SHIFT = F32_FRACTION_BITS - F16_FRACTION_BITS;
+
+// The float32 bits of a float16's bits, exactly, with integer operations only (so a GPU that
+// flushes subnormal halves in conversions cannot change a code): a subnormal half is
+// normalized by shifting its fraction up to the hidden bit.
+inline uint f32_bits_of_half(const ushort h) {
+  const uint sign = uint(h >> (sizeof(half) * CHAR_BIT - 1)) << (sizeof(float) * CHAR_BIT - 1);
+  const uint e = (uint(h) >> F16_FRACTION_BITS) & F16_EXP_MASK;
+  uint f = uint(h) & (F16_HIDDEN - 1u);
+  if (e == F16_EXP_MASK) {
+    return sign | F32_INF_BITS | (f << F16_TO_F32_SHIFT);  // inf, NaN (payload kept)
+  }
+  if (e != 0u) {
+    return sign | ((e + uint(F16_TO_F32_BIAS)) << F32_FRACTION_BITS) | (f << F16_TO_F32_SHIFT);
+  }
+  if (f == 0u) {
+    return sign;
+  }
+  int shift = 0;
+  while ((f & F16_HIDDEN) == 0u) {
+    f <<= 1;
+    ++shift;
+  }
+  const uint biased = uint(1 - shift + F16_TO_F32_BIAS);  // the half's 2^(1 - bias), normalized
+  return sign | (biased << F32_FRACTION_BITS) | ((f & (F16_HIDDEN - 1u)) << F16_TO_F32_SHIFT);
+}
+
+// The float32 bits of an input element, without float arithmetic: float32 as it is, bfloat16
+// as the top half of a float32, float16 converted on its bits.
 template <typename T>
 inline uint f32_bits(const T v) {
   if constexpr (sizeof(T) == sizeof(float)) {
     return as_type<uint>(v);
   } else if constexpr (is_same_v<T, half>) {
-    return as_type<uint>(float(v));
+    return f32_bits_of_half(as_type<ushort>(v));
   } else {
     return uint(as_type<ushort>(v)) << ((sizeof(float) - sizeof(T)) * CHAR_BIT);
   }
