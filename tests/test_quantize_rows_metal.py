@@ -83,9 +83,15 @@ def special_tiny_rows(rng, k: int) -> np.ndarray:
         rng.standard_normal(k) * 1e36,  # huge
         rng.standard_normal(k) * 2.0,  # ordinary
         np.zeros(k),
+        rng.standard_normal(k) * 2.0**-64,  # around the 2^-TINY bound: scaled or not, normal scale
+        rng.standard_normal(k) * 2.0**-100,  # scaled, normal scale, a subnormal value in it
     ]
     x = np.stack(rows).astype(np.float32)
     x[2, 0] = 127 * 2.0**-126  # a scale of exactly FLT_MIN: the k = 0 branch
+    x[3, 0] = 2.0**-119  # the bound of the integer-quotient scale
+    x[8, 0] = 2.0**-64
+    x[8, 1] = -(2.0**-64) * (1 - 2.0**-24)
+    x[9, 1] = 1e-39
     return x
 
 
