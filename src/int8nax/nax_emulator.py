@@ -23,8 +23,10 @@ Two load paths, as in nax_gemm.metal (path="generic" | "mlx_layout"):
   (where the MMA takes each lane's element from): with MLX's layout the result is exact, with
   any other it is wrong, which is why the kernels build this path only after the probe.
 
-Beyond the walk, dequantize_model mirrors the W8A8 epilogue's float32 arithmetic line by line
-(w8a8_gemm.metal) and quantize_model the quantization kernel (quantize_rows.metal).
+emulate_gemv walks the small-M kernel (gemv.metal) the same way. Beyond the walks,
+dequantize_model mirrors the W8A8 epilogue's float32 arithmetic line by line (w8a8_gemm.metal)
+and quantize_model the quantization kernel (quantize_rows.metal), also as a GPU that flushes
+float32 subnormals would run it.
 """
 
 from __future__ import annotations
