@@ -26,9 +26,10 @@ So a PerThreadCompiled keeps one mx.compile object per thread. Each is released:
 State: one compiled object per (function, live thread), holding MLX's traces: one per distinct
 input signature (shapes and dtypes; dtypes and ndims when shapeless). A function called at
 many shapes (one per token count, say) would keep a trace for each; max_signatures bounds
-them: a thread's compiled object that meets one signature more than that is replaced by a
-fresh one (MLX erases the old traces), so the traces kept never exceed max_signatures per
-thread, at the cost of re-tracing (Python only, no kernel build) the shapes seen after that.
+them: a thread's compiled object that meets one combination of argument shapes more than
+that is replaced by a fresh one (MLX erases the old traces), so the traces kept never exceed
+max_signatures per thread and dtype combination, at the cost of re-tracing (Python only, no
+kernel build) the shapes seen after that. With max_signatures every argument is an mx.array.
 """
 
 from __future__ import annotations
@@ -106,8 +107,12 @@ class PerThreadCompiled:
         return slot
 
     def _within_bound(self, slot: list, args) -> None:
-        signature = tuple((a.shape, a.dtype) if isinstance(a, mx.array) else a for a in args)
-        seen = self._signatures.setdefault(_LOCAL.key, set())
+        # Shapes only (2.5 us for shapes and dtypes of four arrays, 0.8 for shapes): the dtype
+        # combinations a caller uses multiply the traces kept, by a number the caller fixes.
+        signature = tuple([a.shape for a in args])
+        seen = self._signatures.get(_LOCAL.key)
+        if seen is None:
+            seen = self._signatures[_LOCAL.key] = set()
         if signature not in seen:
             if len(seen) >= self.max_signatures and not _CLOSED:
                 seen.clear()
@@ -115,7 +120,7 @@ class PerThreadCompiled:
             seen.add(signature)
 
     def signatures(self) -> int:
-        """Signatures this thread's compiled object holds traces of (counted with max_signatures)."""
+        """Shape combinations this thread's compiled object holds traces of (with max_signatures)."""
         return len(self._signatures.get(_LOCAL.key, ()))
 
     def threads(self) -> int:
