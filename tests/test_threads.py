@@ -243,3 +243,25 @@ def test_after_the_exit_hook_calls_run_uncompiled_and_stay_right():
         "print('ok')\n")
     proc = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_idle_daemon_threads_that_used_int8nax_let_the_process_exit():
+    # Daemon threads outlive the interpreter's finalization, which ends them with pthread_exit;
+    # their thread-exit destructors then run while the interpreter is gone. int8nax's part of
+    # their state is released by its exit hook first (before the fix: an abort in every run).
+    # A daemon thread still inside an MLX evaluation at exit aborts with MLX alone
+    # (docs/serving.md): that one is the caller's to join.
+    script = (
+        "import threading, time, numpy as np, mlx.core as mx, int8nax\n"
+        "a = mx.array(np.ones((16, 32), np.int8))\n"
+        "int8nax.int8_matmul(a, a)\n"
+        "def idle():\n"
+        "    int8nax.int8_matmul(a, a)\n"
+        "    while True:\n"
+        "        time.sleep(0.0005)\n"
+        "for _ in range(3):\n"
+        "    threading.Thread(target=idle, daemon=True).start()\n"
+        "time.sleep(0.3)\n")
+    codes = [subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, timeout=120).returncode
+             for _ in range(3)]
+    assert codes == [0, 0, 0]
