@@ -1,4 +1,4 @@
-"""The TMA GEMMs' plans, kernel specs and trial tool: pure Python, so they run on every machine."""
+"""The TMA GEMMs' plans and kernel specs: pure Python, so they run on every machine."""
 
 from __future__ import annotations
 
