@@ -92,3 +92,40 @@ def test_w8a8_bits_equal_the_existing_w8a8_gemm(rng, dtype, has_bias, epilogue):
             bad = np.argwhere(g != wnt)
             assert len(bad) == 0, (f"M={m} N={n} K={k}: {len(bad)} outputs differ, first at {bad[0].tolist()}: "
                                    f"{to_numpy(got)[tuple(bad[0])]!r} vs {to_numpy(want)[tuple(bad[0])]!r}")
+
+
+def activations(rng, m, k, dtype, special):
+    """float32 [m, k] values for x; special: rows that are all zero, hold NaN or inf, or are tiny
+    (a subnormal scale: the quantization's 2^64 path)."""
+    x = (rng.standard_normal((m, k)) * 3).astype(np.float32)
+    if special and m >= 4:
+        x[0] = 0.0
+        x[1, k // 2] = np.nan
+        x[2, 0] = -np.inf
+        x[3] = x[3] * np.float32(1e-40)  # subnormal values (float32 out; flushed in the 2-byte types)
+    return x
+
+
+@pytest.mark.parametrize("dtype, has_bias, epilogue", CONFIGS, ids=lambda v: str(v))
+def test_fused_quantization_bits_equal_the_two_kernel_path(rng, dtype, has_bias, epilogue):
+    from int8nax.backends import cuda, cuda_gemv
+
+    t = DTYPES[dtype]
+    for n, k in SHAPES + [(64, 72)]:  # K % 16 == 8: the x rows' 8-value groups, byte-wise codes
+        _, w, _, w_mx = operands(rng, 1, n, k)
+        sw = mx.array(rng.uniform(1e-4, 1e-2, n).astype(np.float32))
+        bias = mx.array(rng.uniform(-2, 2, n).astype(np.float32)) if has_bias else None
+        for m in range(1, 17):
+            x_np = activations(rng, m, k, dtype, special=m in (4, 16))
+            if m == 6:  # x's base one element past 16-byte alignment
+                x = mx.array(np.concatenate([np.zeros(1, np.float32), x_np.ravel()])).astype(t)[1:].reshape(m, k)
+            else:
+                x = mx.array(x_np).astype(t)
+            got = cuda_gemv.gemv_w8a8_x(x, w_mx, sw, bias, epilogue=epilogue)
+            q, sx = cuda.quantize(x)
+            want = cuda.dequant_gemm(q, sx, w_mx, sw, bias, t, epilogue=epilogue)
+            assert got.dtype == t and got.shape == (m, n)
+            bits = mx.uint32 if t == mx.float32 else mx.uint16
+            g, wnt = np.array(got.view(bits)), np.array(want.view(bits))
+            bad = np.argwhere(g != wnt)
+            assert len(bad) == 0, f"M={m} N={n} K={k}: {len(bad)} outputs differ, first at {bad[0].tolist()}"

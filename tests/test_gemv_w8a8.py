@@ -171,7 +171,8 @@ def test_a_planted_fragment_error_is_caught(tmp_path):
 
 
 def test_kernel_spec_and_launch_shape():
-    w8a8, int32 = cuda_gemv.spec("w8a8"), cuda_gemv.spec("int32")
+    w8a8, int32, fused = cuda_gemv.spec("w8a8"), cuda_gemv.spec("int32"), cuda_gemv.spec("w8a8_x")
+    assert fused.input_names == ("x", "w", "scale_w", "bias") and "quantize.cuh" in fused.header
     assert w8a8.input_names == ("q", "w", "scale_x", "scale_w", "bias") and w8a8.output_names == ("y",)
     assert int32.input_names == ("q", "w")
     assert cuda_gemv.digest() in w8a8.name and w8a8.name != int32.name
@@ -180,6 +181,7 @@ def test_kernel_spec_and_launch_shape():
     # Qwen2.5-7B's decode shapes on 132 SMs: 16 rows a block where that still leaves 1.5 blocks an SM
     assert [cuda_gemv.tiles_per_block(n, 132) for n in (3584, 4608, 37888, 3000)] == [2, 2, 2, 1]
     assert cuda_gemv.gemv_ok(16, 3584) and not cuda_gemv.gemv_ok(17, 3584) and not cuda_gemv.gemv_ok(1, 0)
+    assert cuda_gemv.gemv_x_ok(1, 18944) and cuda_gemv.gemv_x_ok(8, 3584) and not cuda_gemv.gemv_x_ok(16, 3584)
 
 
 def test_launcher_names_bad_operands():
@@ -190,3 +192,5 @@ def test_launcher_names_bad_operands():
                             None, mx.float16)
     with pytest.raises(ValueError, match=r"gemv_int32: 'q' must be int8 \[M, K\]"):
         cuda_gemv.gemv_int32(mx.zeros((2, 64), mx.float16), mx.zeros((8, 64), mx.int8))
+    with pytest.raises(ValueError, match=r"gemv_w8a8_x: 'x' must be float16 or bfloat16 or float32 \[M, K\]"):
+        cuda_gemv.gemv_w8a8_x(mx.zeros((2, 64), mx.int8), mx.zeros((8, 64), mx.int8), mx.ones((8,)), None)

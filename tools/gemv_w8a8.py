@@ -4,8 +4,8 @@ GPU, or time it on one against bfloat16 mx.matmul and the existing W8A8 path.
     python tools/gemv_w8a8.py compile [--nvcc nvcc] [--arch sm_90a] [--only REGEX]
     PYTHONPATH=/tmp/site:$PWD/src python tools/gemv_w8a8.py bench [--m 1,4,8,16] [--launches 30]
 
-compile: every template instance gemv_w8a8 can launch (float16/bfloat16/float32 out, bias or
-not, eft/narrow; NT 1 and 2; and the int32 product) as MLX would hand it to NVRTC
+compile: every template instance gemv_w8a8 and gemv_w8a8_x can launch (float16/bfloat16/float32
+out, bias or not, eft/narrow; NT 1 and 2; and the int32 product) as MLX would hand it to NVRTC
 (tools/cuda_compile_check.py's translation unit and stand-in header), through nvcc -cubin with
 ptxas's register and spill report.
 
@@ -15,7 +15,8 @@ bench (H200): at the decode shapes of Qwen2.5-7B, (N, K) = (4608, 3584) q|k|v, (
   bf16     mx.matmul(x, W.T), x and W bfloat16 (what a bf16 model runs);
   w8a8     cuda.dequant_gemm on given codes (the existing W8A8 GEMM, its epilogue's default);
   gemv     cuda_gemv.gemv_w8a8 on the same codes;
-and the whole W8A8 call (quantization + GEMM) both ways; each bf16/x ratio > 1 means faster
+and the whole W8A8 call from x: cuda.w8a8 (quantization kernel + GEMM), quantization kernel +
+gemv_w8a8, and gemv_w8a8_x (one kernel); each bf16/x ratio > 1 means faster
 than bf16. The gemv output is checked bit for bit against the w8a8 one first ("same").
 """
 
@@ -42,6 +43,12 @@ def instances():
     fixed = [("WARPS", cuda_gemv.GEMV_WARPS), ("UNROLL", cuda_gemv.GEMV_UNROLL)]
     ins = ["int8_t", "int8_t", "float", "float", "float"]
     for nt in (1, 2):
+        for t, ctype in (("float16", "__half"), ("bfloat16", "__nv_bfloat16"), ("float32", "float")):
+            for has_bias in (True, False):
+                for narrow in ((False, True) if t != "float32" else (False,)):
+                    label = f"gemv w8a8_x {t}{' bias' if has_bias else ''}{' narrow' if narrow else ''} NT={nt}"
+                    tmpl = [("T", t), ("NT", nt)] + fixed + [("HAS_BIAS", has_bias), ("NARROW", narrow)]
+                    yield label, cuda_gemv.spec("w8a8_x"), [ctype, "int8_t", "float", "float"], [ctype], tmpl
         yield (f"gemv int32 NT={nt}", cuda_gemv.spec("int32"), ins[:2], ["int32_t"], [("NT", nt)] + fixed)
         for out, ctype in (("float16", "__half"), ("bfloat16", "__nv_bfloat16"), ("float32", "float")):
             for has_bias in (True, False):
@@ -88,7 +95,7 @@ def bench(ms, launches: int) -> int:
     print(f"mlx {mx.__version__}, {mx.device_info(mx.gpu).get('device_name')}, {cuda.sm_count()} SMs, "
           f"epilogue {cuda.epilogue_choice()}; CUPTI kernel µs, median of {launches}")
     print("M | N | K | same | bf16 | w8a8 gemm | gemv | bf16/w8a8 | bf16/gemv | w8a8 call (quant+gemm) | "
-          "quant+gemv | bf16/call | bf16/(quant+gemv)")
+          "quant+gemv | gemv_x | bf16/call | bf16/(quant+gemv) | bf16/gemv_x")
     out_dir = Path(tempfile.mkdtemp())
     for n, k in SHAPES:
         rng = np.random.default_rng(n + k)
@@ -101,8 +108,10 @@ def bench(ms, launches: int) -> int:
             mx.eval(x)
             q, sx = cuda.quantize(x)
             mx.eval(q, sx)
+            want = cuda.dequant_gemm(q, sx, w, sw, None, mx.bfloat16).view(mx.uint16)
             same = bool(mx.array_equal(cuda_gemv.gemv_w8a8(q, sx, w, sw, None, mx.bfloat16).view(mx.uint16),
-                                       cuda.dequant_gemm(q, sx, w, sw, None, mx.bfloat16).view(mx.uint16)).item())
+                                       want).item()) and bool(
+                mx.array_equal(cuda_gemv.gemv_w8a8_x(x, w, sw, None).view(mx.uint16), want).item())
             sets_bf = operand_sets(mx, (x, wb), 2 * (m * k + n * k))
             sets_i8 = operand_sets(mx, (x, q, sx, w, sw), n * k)
             runs = {
@@ -114,6 +123,8 @@ def bench(ms, launches: int) -> int:
                 "qgemv": lambda i: cuda_gemv.gemv_w8a8(*cuda.quantize(sets_i8[i % len(sets_i8)][0]),
                                                        sets_i8[i % len(sets_i8)][3], sets_i8[i % len(sets_i8)][4],
                                                        None, mx.bfloat16),
+                "gemv_x": lambda i: cuda_gemv.gemv_w8a8_x(sets_i8[i % len(sets_i8)][0], sets_i8[i % len(sets_i8)][3],
+                                                          sets_i8[i % len(sets_i8)][4], None),
             }
             us = {}
             for name, run in runs.items():
@@ -122,7 +133,8 @@ def bench(ms, launches: int) -> int:
                 us[name] = kernel_us(mx, torch, out_dir, run, launches)[0]
             print(f"{m} | {n} | {k} | {same} | {us['bf16']:.1f} | {us['w8a8']:.1f} | {us['gemv']:.1f} | "
                   f"{us['bf16'] / us['w8a8']:.2f}x | {us['bf16'] / us['gemv']:.2f}x | {us['call']:.1f} | "
-                  f"{us['qgemv']:.1f} | {us['bf16'] / us['call']:.2f}x | {us['bf16'] / us['qgemv']:.2f}x", flush=True)
+                  f"{us['qgemv']:.1f} | {us['gemv_x']:.1f} | {us['bf16'] / us['call']:.2f}x | "
+                  f"{us['bf16'] / us['qgemv']:.2f}x | {us['bf16'] / us['gemv_x']:.2f}x", flush=True)
             sets_bf = sets_i8 = None
     return 0
 

@@ -6,9 +6,11 @@ exact in int32, then dequantizes each output through the same epilogue as the ti
 (DequantStore in kernels/cuda_common.cuh, eft or narrow), so its outputs have the same bits.
 
 Entry points (not yet in backends/cuda.py's dispatch):
-    gemv_w8a8(q, scale_x, w, scale_w, bias, out_dtype, epilogue=None) -> y [M, N]
+    gemv_w8a8(q, scale_x, w, scale_w, bias, out_dtype, epilogue=None) -> y [M, N]   (given codes)
+    gemv_w8a8_x(x, w, scale_w, bias, epilogue=None) -> y [M, N]   (x quantized inside: one kernel)
     gemv_int32(q, w) -> int32 [M, N] (the same product, no epilogue; tests)
-    gemv_ok(m, k) -> whether gemv_w8a8 takes the problem
+    gemv_ok(m, k), gemv_x_ok(m, k, itemsize) -> whether each takes the problem
+Not yet run on a GPU.
 """
 
 from __future__ import annotations
@@ -32,7 +34,12 @@ GEMV_WARPS = 8
 GEMV_UNROLL = 2
 """64-byte steps whose loads a warp issues before multiplying."""
 
-_HEADERS = (("cuda_common.cuh",), ("cuda", "gemv_w8a8.cuh"))
+GEMV_X_MAX_BYTES = 64 << 10
+"""gemv_w8a8_x (the quantization fused) takes x up to this size: every block reads x twice from the
+caches, which costs less than the quantization kernel only while x is small against the weight
+(M = 1 at any K of Qwen2.5-7B; M = 16 up to K = 2048 in bfloat16). A guess until the H200 bench."""
+
+_HEADERS = (("cuda_common.cuh",), ("quantize.cuh",), ("cuda", "gemv_w8a8.cuh"))
 
 
 @lru_cache(maxsize=None)
@@ -66,8 +73,14 @@ def tiles_per_block(n: int, sms: int) -> int:
 
 @lru_cache(maxsize=None)
 def spec(epilogue: str) -> KernelSpec:
-    """epilogue "w8a8": y [M, N] (template TOut, HAS_BIAS, NARROW; inputs q, w, scale_x, scale_w,
+    """epilogue "w8a8_x": y [M, N] (template T, the type of x and y, HAS_BIAS, NARROW; inputs x,
+    w, scale_w, bias); "w8a8": y [M, N] (template TOut, HAS_BIAS, NARROW; inputs q, w, scale_x, scale_w,
     bias); "int32": out [M, N] int32 (inputs q, w). Template NT (tiles_per_block), WARPS, UNROLL."""
+    if epilogue == "w8a8_x":
+        body = ("int8nax::gemv_w8a8_x<T, NT, WARPS, UNROLL, HAS_BIAS, NARROW>(x, w, x_shape[0], w_shape[0], "
+                "x_shape[1], scale_w, bias, y);")
+        return KernelSpec(f"int8nax_gemv_{epilogue}_{digest()}", ("x", "w", "scale_w", "bias"), ("y",), body,
+                          header(), 0)
     if epilogue == "w8a8":
         epi = "int8nax::DequantStore<TOut, HAS_BIAS, NARROW>{y, scale_x, scale_w, bias, q_shape[0], w_shape[0]}"
         inputs, outputs = ("q", "w", "scale_x", "scale_w", "bias"), ("y",)
@@ -92,6 +105,12 @@ def gemv_ok(m: int, k: int) -> bool:
     return 1 <= m <= GEMV_MAX_M and 1 <= k <= MAX_K
 
 
+def gemv_x_ok(m: int, k: int, itemsize: int = 2) -> bool:
+    """Whether gemv_w8a8_x (the quantization fused) takes an [m, k] activation of `itemsize`-byte
+    values: gemv_ok and at most GEMV_X_MAX_BYTES of x."""
+    return gemv_ok(m, k) and m * k * itemsize <= GEMV_X_MAX_BYTES
+
+
 def _launch(s, inputs, m, n, out_dtype, template, sms):
     if sms is None:
         from . import cuda
@@ -110,11 +129,15 @@ def _launch(s, inputs, m, n, out_dtype, template, sms):
     )[0]
 
 
-def _check(q, w, func):
-    if q.ndim != 2 or w.ndim != 2 or q.dtype != mx.int8 or w.dtype != mx.int8 or q.shape[1] != w.shape[1]:
-        raise ValueError(f"{func}: 'q' must be int8 [M, K] and 'w' int8 [N, K], got {q.dtype} {tuple(q.shape)} and "
-                         f"{w.dtype} {tuple(w.shape)}")
-    m, k = q.shape
+def _check(a, w, func: str, a_name: str = "q", a_dtypes=(mx.int8,)):
+    """ValueError naming the argument unless a [M, K] (a_dtypes) and w int8 [N, K] form a problem
+    this kernel takes (gemv_ok, N >= 1)."""
+    if (a.ndim != 2 or w.ndim != 2 or a.dtype not in a_dtypes or w.dtype != mx.int8
+            or a.shape[1] != w.shape[1]):
+        kinds = " or ".join(str(d).replace("mlx.core.", "") for d in a_dtypes)
+        raise ValueError(f"{func}: '{a_name}' must be {kinds} [M, K] and 'w' int8 [N, K], got {a.dtype} "
+                         f"{tuple(a.shape)} and {w.dtype} {tuple(w.shape)}")
+    m, k = a.shape
     if not gemv_ok(m, k) or w.shape[0] == 0:
         raise ValueError(f"{func}: takes 1 <= M <= {GEMV_MAX_M} rows and N, K >= 1 (K within int8nax's limit), got "
                          f"M={m}, N={w.shape[0]}, K={k}")
@@ -145,6 +168,24 @@ def gemv_w8a8(q: mx.array, scale_x: mx.array, w: mx.array, scale_w: mx.array, bi
     bias32 = (bias if bias.dtype == mx.float32 else bias.astype(mx.float32)) if has_bias else _placeholder()
     template = cuda.epilogue_template(out_dtype, has_bias, narrow)
     return _launch(spec("w8a8"), [q, w, scale_x, scale_w, bias32], m, n, out_dtype, template, sms)
+
+
+def gemv_w8a8_x(x: mx.array, w: mx.array, scale_w: mx.array, bias, epilogue: str | None = None,
+                sms: int | None = None) -> mx.array:
+    """y [M, N] in x's dtype = w8a8_linear(x, w, scale_w, bias) for x float16/bfloat16/float32
+    [M, K], M <= 16, in one kernel: the quantization of x (the quantization kernel's codes and
+    scales, bit for bit) fused into gemv_w8a8's product and epilogue, so y has the bits of
+    cuda.w8a8 with that epilogue. w int8 [N, K], scale_w float32 [N], bias None or float [N];
+    epilogue and sms as in gemv_w8a8. For small x (gemv_x_ok); any size is computed right."""
+    from . import cuda
+
+    _check(x, w, "gemv_w8a8_x", "x", (mx.float16, mx.bfloat16, mx.float32))
+    m, n = x.shape[0], w.shape[0]
+    narrow = (cuda.epilogue_choice() if epilogue is None else epilogue) == "narrow"
+    has_bias = bias is not None
+    bias32 = (bias if bias.dtype == mx.float32 else bias.astype(mx.float32)) if has_bias else _placeholder()
+    template = [("T", x.dtype), ("HAS_BIAS", has_bias), ("NARROW", narrow and x.dtype != mx.float32)]
+    return _launch(spec("w8a8_x"), [x, w, scale_w, bias32], m, n, x.dtype, template, sms)
 
 
 def gemv_int32(q: mx.array, w: mx.array, sms: int | None = None) -> mx.array:
