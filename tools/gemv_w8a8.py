@@ -3,6 +3,7 @@ GPU, or time it on one against bfloat16 mx.matmul and the existing W8A8 path.
 
     python tools/gemv_w8a8.py compile [--nvcc nvcc] [--arch sm_90a] [--only REGEX]
     PYTHONPATH=/tmp/site:$PWD/src python tools/gemv_w8a8.py bench [--m 1,4,8,16] [--launches 30]
+        [--warps 8] [--unroll 2]
 
 compile: every template instance gemv_w8a8 and gemv_w8a8_x can launch (float16/bfloat16/float32
 out, bias or not, eft/narrow; NT 1 and 2; and the int32 product) as MLX would hand it to NVRTC
@@ -93,7 +94,8 @@ def bench(ms, launches: int) -> int:
 
     torch.zeros(1, device="cuda")  # torch's context first (CUPTI)
     print(f"mlx {mx.__version__}, {mx.device_info(mx.gpu).get('device_name')}, {cuda.sm_count()} SMs, "
-          f"epilogue {cuda.epilogue_choice()}; CUPTI kernel µs, median of {launches}")
+          f"epilogue {cuda.epilogue_choice()}; gemv {cuda_gemv.GEMV_WARPS} warps, unroll {cuda_gemv.GEMV_UNROLL}; "
+          f"CUPTI kernel µs, median of {launches}")
     print("M | N | K | same | bf16 | w8a8 gemm | gemv | bf16/w8a8 | bf16/gemv | w8a8 call (quant+gemm) | "
           "quant+gemv | gemv_x | bf16/call | bf16/(quant+gemv) | bf16/gemv_x")
     out_dir = Path(tempfile.mkdtemp())
@@ -149,9 +151,17 @@ def main(argv=None) -> int:
     b = sub.add_parser("bench")
     b.add_argument("--m", default="1,4,8,16")
     b.add_argument("--launches", type=int, default=30)
+    b.add_argument("--warps", type=int, help="override cuda_gemv.GEMV_WARPS (a block's warps)")
+    b.add_argument("--unroll", type=int, help="override cuda_gemv.GEMV_UNROLL (steps loaded ahead)")
     args = ap.parse_args(argv)
     if args.cmd == "compile":
         return compile_all(args.nvcc, args.arch, args.only)
+    from int8nax.backends import cuda_gemv
+
+    if args.warps:
+        cuda_gemv.GEMV_WARPS = args.warps
+    if args.unroll:
+        cuda_gemv.GEMV_UNROLL = args.unroll
     return bench([int(v) for v in args.m.split(",")], args.launches)
 
 
