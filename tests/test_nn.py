@@ -299,6 +299,12 @@ def test_siblings_follow_an_update_of_one_member():
         m.set_dtype(mx.bfloat16)  # the biases become bfloat16, the scales stay float32
     for a, b in zip(ref.parts(x.astype(mx.bfloat16)), fused.parts(x.astype(mx.bfloat16))):
         np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+    # between two siblings' calls with the same input: the waiting result is not used
+    x = x.astype(mx.bfloat16)
+    fused.q_proj(x)
+    for m in (ref, fused):
+        m.k_proj.bias = m.k_proj.bias + 1
+    np.testing.assert_array_equal(to_numpy(fused.k_proj(x)), to_numpy(ref.k_proj(x)))
 
 
 def test_siblings_differentiate_like_separate_layers():
@@ -353,6 +359,16 @@ def test_siblings_under_compile(monkeypatch):
     state_step = mx.compile(lambda x: fused(x), inputs=fused.state, outputs=fused.state)
     np.testing.assert_array_equal(np.array(state_step(x)), eager)
     np.testing.assert_array_equal(np.array(fused(x)), eager)
+
+
+def test_siblings_can_be_deep_copied():
+    import copy
+
+    ref, fused = two_blocks()
+    twin = copy.deepcopy(fused)
+    x = mx.random.normal((2, 64))
+    np.testing.assert_array_equal(np.array(twin(x)), np.array(ref(x)))
+    assert twin.q_proj._group is twin.k_proj._group is not fused.q_proj._group
 
 
 def test_siblings_are_thread_safe():

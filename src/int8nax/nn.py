@@ -119,6 +119,9 @@ class W8A8Linear(nn.Module):
                 return  # a cast of the float32 scales (Module.set_dtype): keep them exact
             value = value.astype(mx.float32)  # any other float scales: widened, exactly
         super().__setitem__(key, value)
+        group = getattr(self, "_group", None)
+        if group is not None:
+            group.replaced()
 
     @property
     def input_dims(self) -> int:
@@ -185,12 +188,13 @@ class _Fused:
 
 
 class _Pending:
-    """One thread's fused result of input x, waiting for the siblings in `waiting`."""
+    """One thread's fused result of input x, waiting for the siblings in `waiting`; version: the
+    group's when it was computed."""
 
-    __slots__ = ("x", "fused", "outputs", "waiting")
+    __slots__ = ("x", "version", "outputs", "waiting")
 
-    def __init__(self, x, fused, outputs, waiting):
-        self.x, self.fused, self.outputs, self.waiting = x, fused, outputs, waiting
+    def __init__(self, x, version, outputs, waiting):
+        self.x, self.version, self.outputs, self.waiting = x, version, outputs, waiting
 
 
 class SiblingGroup:
@@ -210,6 +214,8 @@ class SiblingGroup:
     scales views of the new arrays again (one copy of the weights in memory).
     """
 
+    version = 0  # bumped whenever a member's parameter is replaced (also while a copy is assembled)
+
     def __init__(self, members, backend=None):
         self.members = tuple(members)
         self.backend = backend
@@ -217,6 +223,7 @@ class SiblingGroup:
         self.bounds = [sum(widths[: i + 1]) for i in range(len(widths) - 1)]
         self.has_bias = "bias" in self.members[0]
         self.shared = True
+        self.version = 0
         self._hits = 0
         self._misses = 0
         self._lock = threading.Lock()
@@ -224,6 +231,16 @@ class SiblingGroup:
         self._fused = self._build(self._sources(), share=True)
         for i, m in enumerate(self.members):
             m._group, m._index = self, i
+
+    def __getstate__(self):  # copy.deepcopy, pickle: a fresh lock and no waiting results
+        state = self.__dict__.copy()
+        del state["_lock"], state["_local"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._local = threading.local()
 
     def _sources(self) -> tuple:
         return tuple(a for m in self.members for a in (m.weight, m.scales, m.get("bias")))
@@ -248,12 +265,15 @@ class SiblingGroup:
         return _Fused(self._sources(), w, s, b)
 
     def _current(self) -> _Fused:
-        """The fused arrays of the members' present parameters (rebuilt if one was replaced)."""
+        """The fused arrays of the members' present parameters (rebuilt if one was replaced: by
+        identity, which also sees the replacements that bypass __setitem__, such as mx.compile's
+        of its captured state)."""
         fused = self._fused
         src = fused.sources
+        get = dict.get
         i = 0
         for m in self.members:
-            if m.weight is not src[i] or m.scales is not src[i + 1] or m.get("bias") is not src[i + 2]:
+            if get(m, "weight") is not src[i] or get(m, "scales") is not src[i + 1] or get(m, "bias") is not src[i + 2]:
                 break
             i += 3
         else:
@@ -264,34 +284,42 @@ class SiblingGroup:
             if any(a is not b for a, b in zip(sources, fused.sources)):
                 fused = self._build(sources, share=_may_skip_custom(*(a for a in sources if a is not None)))
                 self._fused = fused
+                self.version += 1
             return fused
 
+    def replaced(self) -> None:
+        """A member's parameter was replaced (W8A8Linear.__setitem__): waiting results are stale."""
+        self.version += 1
+
     def output(self, index: int, x):
-        """Member `index`'s y for input x (W8A8Linear.__call__ checked x's width)."""
+        """Member `index`'s y for input x (W8A8Linear.__call__ checked x's width). A sibling takes
+        a waiting result without re-checking the parameters (the call that computed it did, and
+        replacing one since then changed `version`)."""
         if not self.shared:
             m = self.members[index]
             return w8a8_linear(x, m.weight, m.scales, m.get("bias"), backend=self.backend)
-        fused = self._current()
         local = self._local
         pending = getattr(local, "pending", None)
         if pending is not None:
-            if pending.x is x and pending.fused is fused and index in pending.waiting:
-                pending.waiting.discard(index)
-                if not pending.waiting:
+            waiting = pending.waiting
+            if pending.x is x and index in waiting and pending.version == self.version:
+                waiting.discard(index)
+                if not waiting:
                     local.pending = None
                 self._hits += 1
                 return pending.outputs[index]
-            if pending.waiting:
+            if waiting:
                 self._misses += 1  # a fused result some siblings never took
                 if self._misses >= MISSES_TO_SPLIT and self._misses > self._hits:
                     self.shared = False
                     local.pending = None
                     return self.output(index, x)
+        fused = self._current()
         y = w8a8_linear(x, fused.weight, fused.scales, fused.bias, backend=self.backend)
         outputs = mx.split(y, self.bounds, axis=-1)
         waiting = set(range(len(self.members)))
         waiting.discard(index)
-        local.pending = _Pending(x, fused, outputs, waiting)
+        local.pending = _Pending(x, self.version, outputs, waiting)
         return outputs[index]
 
 
