@@ -3,7 +3,7 @@ stack of Qwen2-shaped decoder layers: the W8A8 calls a forward makes, whether bo
 same bits, and their speed (and bf16's) eager and under mx.compile.
 
     python tools/sibling_fusion.py [--layers 4] [--tokens 1,16,512,2048] [--repeat 10]
-        [--config qwen2.5-7b|tiny] [--backend cuda|cpu] [--no-compile]
+        [--config qwen2.5-7b|tiny] [--backend cuda|cpu] [--modes eager,compiled]
 
 The layer is written here with mlx-lm's module names and call order (q_proj/k_proj/v_proj with
 biases, o_proj, gate_proj/up_proj, down_proj; RMSNorm, RoPE, causal SDPA with grouped KV heads,
@@ -11,7 +11,7 @@ SwiGLU), so that it needs no mlx-lm. Random weights. Each row: tokens, the W8A8 
 forward (each is one quantization and one GEMM launch, plus a split-K reduction where the plan
 splits), whether fused and unfused outputs are bit-identical, and the median wall time of a
 forward + eval (ms) for bf16, unfused W8A8 and fused W8A8, with the speed-ups over bf16. On the
-CPU backend (numpy; no mx.compile) pass --no-compile and a small --config.
+CPU backend (numpy; no mx.compile) pass --modes eager and a small --config.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--config", choices=sorted(CONFIGS), default="qwen2.5-7b")
     ap.add_argument("--backend", default=None)
-    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--modes", default="eager,compiled", help="eager, compiled (mx.compile of each stack), or both")
     args = ap.parse_args(argv)
 
     mx.random.seed(0)
@@ -135,7 +135,7 @@ def main(argv=None):
     print(f"backend {impl.name}, {args.layers} layers of {args.config}, bfloat16 activations")
     heads = ("tokens", "calls unfused", "calls fused", "same bits", "bf16 ms", "unfused ms", "fused ms",
              "unfused/bf16", "fused/bf16")
-    modes = [("eager", False)] + ([] if args.no_compile else [("compiled", True)])
+    modes = [(mode, mode == "compiled") for mode in args.modes.split(",") if mode]
     for mode, compiled in modes:
         print(f"\n{mode}:")
         print(" | ".join(heads))
