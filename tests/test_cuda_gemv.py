@@ -29,23 +29,27 @@ SHAPES = [(4608, 3584), (200, 1040), (37, 100)]
 DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 
 
-def operands(rng, m, n, k, shift=0):
-    q = rng.integers(-127, 128, size=(m, k), dtype=np.int8)
+def weight(rng, n, k):
+    """int8 w [N, K] (numpy), and on the device: aligned, and with its base 3 bytes past its allocation."""
     w = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
-    if shift:  # w's base `shift` bytes past its allocation
-        w_mx = mx.array(np.concatenate([np.zeros(shift, np.int8), w.ravel()]))[shift:].reshape(n, k)
-    else:
-        w_mx = mx.array(w) + mx.array(0, dtype=mx.int8)
-    return q, w, mx.array(q) + mx.array(0, dtype=mx.int8), w_mx
+    shifted = mx.array(np.concatenate([np.zeros(3, np.int8), w.ravel()]))[3:].reshape(n, k)
+    return w, mx.array(w) + mx.array(0, dtype=mx.int8), shifted
 
 
-@pytest.mark.parametrize("shift", [0, 3])
+def codes(rng, m, k):
+    q = rng.integers(-127, 128, size=(m, k), dtype=np.int8)
+    return q, mx.array(q) + mx.array(0, dtype=mx.int8)
+
+
+@pytest.mark.parametrize("shift", [False, True])
 def test_int32_product_is_exact(rng, shift):
     from int8nax.backends import cuda_gemv
 
     for n, k in SHAPES:
+        w, aligned, shifted = weight(rng, n, k)
+        w_mx = shifted if shift else aligned
         for m in range(1, 17):
-            q, w, q_mx, w_mx = operands(rng, m, n, k, shift)
+            q, q_mx = codes(rng, m, k)
             got = np.array(cuda_gemv.gemv_int32(q_mx, w_mx))
             np.testing.assert_array_equal(got, exact_int_product(q, w), err_msg=f"M={m} N={n} K={k} shift={shift}")
 
@@ -59,7 +63,8 @@ def test_int32_product_at_the_extremes():
     assert (np.array(cuda_gemv.gemv_int32(q, w)) == 127 * 128 * k).all()
 
 
-CONFIGS = [(d, b, e) for d in DTYPES for b in (False, True) for e in ("eft", "narrow") if not (d == "float32" and e == "narrow")]
+CONFIGS = [(d, b, e) for d in DTYPES for b in (False, True) for e in ("eft", "narrow")
+           if not (d == "float32" and e == "narrow")]
 
 
 @pytest.mark.parametrize("dtype, has_bias, epilogue", CONFIGS, ids=lambda v: str(v))
@@ -69,8 +74,10 @@ def test_w8a8_bits_equal_the_existing_w8a8_gemm(rng, dtype, has_bias, epilogue):
     out = DTYPES[dtype]
     for n, k in SHAPES:
         sw = mx.array(rng.uniform(1e-4, 1e-2, n).astype(np.float32))
+        w, aligned, shifted = weight(rng, n, k)
         for m in range(1, 17):
-            q, w, q_mx, w_mx = operands(rng, m, n, k, shift=3 if m == 5 else 0)
+            q, q_mx = codes(rng, m, k)
+            w_mx = shifted if m == 5 else aligned
             sx = rng.uniform(1e-3, 1e-1, m).astype(np.float32)
             if m == 7:
                 sx[0] = np.nan  # a row that held NaN or inf: its outputs are NaN
@@ -112,7 +119,7 @@ def test_fused_quantization_bits_equal_the_two_kernel_path(rng, dtype, has_bias,
 
     t = DTYPES[dtype]
     for n, k in SHAPES + [(64, 72)]:  # K % 16 == 8: the x rows' 8-value groups, byte-wise codes
-        _, w, _, w_mx = operands(rng, 1, n, k)
+        _, w_mx, _ = weight(rng, n, k)
         sw = mx.array(rng.uniform(1e-4, 1e-2, n).astype(np.float32))
         bias = mx.array(rng.uniform(-2, 2, n).astype(np.float32)) if has_bias else None
         for m in range(1, 17):

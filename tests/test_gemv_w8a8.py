@@ -160,7 +160,8 @@ def test_a_planted_fragment_error_is_caught(tmp_path):
     then see different permutations of K), the product is wrong."""
     if CXX is None:
         pytest.skip("no C++ compiler (g++ or clang++) here")
-    bad = PROGRAM.replace("b[lane][0] = bw.w[w0]; b[lane][1] = bw.w[w1];", "b[lane][0] = bw.w[w1]; b[lane][1] = bw.w[w0];")
+    bad = PROGRAM.replace("b[lane][0] = bw.w[w0]; b[lane][1] = bw.w[w1];",
+                          "b[lane][0] = bw.w[w1]; b[lane][1] = bw.w[w0];")
     assert bad != PROGRAM
     src = tmp_path / "gemv.cpp"
     src.write_text(bad.replace("HEADER", HEADER.as_posix()))

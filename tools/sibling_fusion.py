@@ -148,7 +148,8 @@ def main(argv=None):
                 calls.clear()
                 mx.eval(fns[name](x))
                 counts.append(len(calls))
-            same = np.array_equal(np.array(fns["unfused"](x).view(mx.uint16)), np.array(fns["fused"](x).view(mx.uint16)))
+            bits = [np.array(fns[name](x).view(mx.uint16)) for name in ("unfused", "fused")]
+            same = np.array_equal(*bits)
             ms = {name: median_ms(fn, x, args.repeat) for name, fn in fns.items()}
             row = [tokens, counts[0], counts[1], same, f"{ms['bf16']:.3f}", f"{ms['unfused']:.3f}",
                    f"{ms['fused']:.3f}", f"{ms['bf16'] / ms['unfused']:.2f}x", f"{ms['bf16'] / ms['fused']:.2f}x"]
