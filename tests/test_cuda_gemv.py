@@ -136,3 +136,18 @@ def test_fused_quantization_bits_equal_the_two_kernel_path(rng, dtype, has_bias,
             g, wnt = np.array(got.view(bits)), np.array(want.view(bits))
             bad = np.argwhere(g != wnt)
             assert len(bad) == 0, f"M={m} N={n} K={k}: {len(bad)} outputs differ, first at {bad[0].tolist()}"
+
+
+def test_decode_entry_point_equals_w8a8_linear(rng):
+    """w8a8_decode (either path) against the public call on the CUDA backend, default epilogue."""
+    import int8nax
+    from int8nax.backends import cuda_gemv
+
+    _, w, _ = weight(rng, 4608, 3584)
+    sw = mx.array(rng.uniform(1e-4, 1e-2, 4608).astype(np.float32))
+    bias = mx.array(rng.uniform(-1, 1, 4608).astype(np.float32))
+    for m in (1, 8, 16):  # gemv_x, gemv_x, quantization kernel + gemv
+        x = mx.array(rng.standard_normal((m, 3584)).astype(np.float32)).astype(mx.bfloat16)
+        got = cuda_gemv.w8a8_decode(x, w, sw, bias)
+        want = int8nax.w8a8_linear(x, w, sw, bias, backend="cuda")
+        assert np.array_equal(np.array(got.view(mx.uint16)), np.array(want.view(mx.uint16))), f"M={m}"

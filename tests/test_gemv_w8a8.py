@@ -183,6 +183,7 @@ def test_kernel_spec_and_launch_shape():
     assert [cuda_gemv.tiles_per_block(n, 132) for n in (3584, 4608, 37888, 3000)] == [2, 2, 2, 1]
     assert cuda_gemv.gemv_ok(16, 3584) and not cuda_gemv.gemv_ok(17, 3584) and not cuda_gemv.gemv_ok(1, 0)
     assert cuda_gemv.gemv_x_ok(1, 18944) and cuda_gemv.gemv_x_ok(8, 3584) and not cuda_gemv.gemv_x_ok(16, 3584)
+    assert [cuda_gemv.decode_path(m, 3584, 2) for m in (1, 8, 16, 17)] == ["gemv_x", "gemv_x", "gemv", None]
 
 
 def test_launcher_names_bad_operands():

@@ -9,7 +9,8 @@ Entry points (not yet in backends/cuda.py's dispatch):
     gemv_w8a8(q, scale_x, w, scale_w, bias, out_dtype, epilogue=None) -> y [M, N]   (given codes)
     gemv_w8a8_x(x, w, scale_w, bias, epilogue=None) -> y [M, N]   (x quantized inside: one kernel)
     gemv_int32(q, w) -> int32 [M, N] (the same product, no epilogue; tests)
-    gemv_ok(m, k), gemv_x_ok(m, k, itemsize) -> whether each takes the problem
+    w8a8_decode(x, w, scale_w, bias, epilogue=None) -> y [M, N]   (gemv_w8a8_x, or quantize + gemv_w8a8)
+    gemv_ok(m, k), gemv_x_ok(m, k, itemsize), decode_path(m, k, itemsize) -> which takes the problem
 Not yet run on a GPU.
 """
 
@@ -186,6 +187,30 @@ def gemv_w8a8_x(x: mx.array, w: mx.array, scale_w: mx.array, bias, epilogue: str
     bias32 = (bias if bias.dtype == mx.float32 else bias.astype(mx.float32)) if has_bias else _placeholder()
     template = [("T", x.dtype), ("HAS_BIAS", has_bias), ("NARROW", narrow and x.dtype != mx.float32)]
     return _launch(spec("w8a8_x"), [x, w, scale_w, bias32], m, n, x.dtype, template, sms)
+
+
+def decode_path(m: int, k: int, itemsize: int) -> str | None:
+    """What w8a8_decode runs for an [m, k] activation of `itemsize`-byte values: "gemv_x" (one
+    kernel), "gemv" (the quantization kernel, then gemv_w8a8), or None (M > 16: not this kernel)."""
+    if gemv_x_ok(m, k, itemsize):
+        return "gemv_x"
+    return "gemv" if gemv_ok(m, k) else None
+
+
+def w8a8_decode(x: mx.array, w: mx.array, scale_w: mx.array, bias, epilogue: str | None = None,
+                sms: int | None = None) -> mx.array:
+    """w8a8_linear's y for x [M, K], M <= 16, by decode_path's kernels: the bits of cuda.w8a8 with
+    the same epilogue. The dispatch's entry point for small M (backends/cuda.py may call it inside
+    its mx.compile'd graphs: pass sms=cuda.sm_count() from outside them, as quant_launch is)."""
+    from . import cuda
+
+    path = decode_path(x.shape[0], x.shape[1], x.dtype.size) if x.ndim == 2 else None
+    if path == "gemv_x":
+        return gemv_w8a8_x(x, w, scale_w, bias, epilogue, sms)
+    if path is None:
+        raise ValueError(f"w8a8_decode: takes x [M, K] with 1 <= M <= {GEMV_MAX_M}, got shape {tuple(x.shape)}")
+    q, scale_x = cuda.quantize(x)
+    return gemv_w8a8(q, scale_x, w, scale_w, bias, x.dtype, epilogue, sms)
 
 
 def gemv_int32(q: mx.array, w: mx.array, sms: int | None = None) -> mx.array:
