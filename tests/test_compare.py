@@ -97,7 +97,7 @@ def test_progress_bar_on_request(capsys, monkeypatch):
     (["--shapes", "axbxc"], "argument --shapes: expected MxKxN"),
     (["--repeat", "0"], "argument --repeat: expected a positive whole number, got 0"),
     (["--contenders", "nax"], "argument --contenders: expected comma-separated names from nax-gemm"),
-    (["--mode", "kernel"], "argument --mode: expected comma-separated modes from call, chain, host"),
+    (["--mode", "cold"], "argument --mode: expected comma-separated modes from call, chain, host"),
 ])
 def test_bad_options_are_usage_errors_naming_the_option(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:

@@ -9,9 +9,9 @@ import pytest
 
 from int8nax import backends, quant, tiling
 from int8nax.backends import cuda_source
+from int8nax.bench.problems import EXTRA_SHAPES, SEED_SHAPES
 
-SEED = [(m, 4096, 4096) for m in (16, 64, 128, 256, 512, 1024, 2048)] + [
-    (128, 3584, 18944), (512, 3584, 18944), (128, 18944, 3584), (512, 18944, 3584), (8192, 8192, 8192)]
+SEED = list(SEED_SHAPES + EXTRA_SHAPES)
 ODD = [(1, 1, 1), (1, 7, 4096), (65, 1025, 129), (3, 131071, 2), (100000, 64, 3)]
 
 

@@ -1,20 +1,14 @@
-"""The TMA GEMMs' plans, kernel specs and trial tool: pure Python, so they run on every machine."""
+"""The TMA GEMMs' plans and kernel specs: pure Python, so they run on every machine."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from int8nax import tiling
 from int8nax.backends import cuda_source
+from int8nax.bench.problems import EXTRA_SHAPES, SEED_SHAPES
 
-ROOT = Path(__file__).resolve().parent.parent
-SEED = [(m, 4096, 4096) for m in (16, 64, 128, 256, 512, 1024, 2048)] + [
-    (128, 3584, 18944), (512, 3584, 18944), (128, 18944, 3584), (512, 18944, 3584), (8192, 8192, 8192)]
+SEED = list(SEED_SHAPES + EXTRA_SHAPES)
 ODD = [(1, 16, 1), (1, 4096, 7), (65, 160, 1025), (3, 48, 131071), (100000, 16, 64), (4097, 256, 129)]
 
 
@@ -238,35 +232,6 @@ def test_gemm_kernel_per_choice(monkeypatch):
             assert cuda.gemm_kernel(*seed, family="simt") == "simt"
     finally:
         cuda.kernel_choice.cache_clear()
-
-
-def _trial(*args, tmp_path):
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "tma_gemm_trial.py"), "--out", str(tmp_path), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)})
-
-
-def test_trial_dry_run_assembles_every_plan(tmp_path):
-    proc = _trial("--dry-run", tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    text = (tmp_path / "tma_trial_dry_run.md").read_text()
-    assert "8192x8192x8192 | tma_ws | ws_128x256" in text
-    assert "16x4096x4096 | tma_simple | wg1_64x64" in text
-    assert "nothing was run on a GPU" in proc.stdout
-
-
-def test_trial_without_a_gpu_reports_the_skip(tmp_path):
-    pytest.importorskip("mlx.core")
-    import mlx.core as mx
-
-    if getattr(mx, "cuda", None) is not None and mx.cuda.is_available():
-        pytest.skip("a CUDA device is present: the trial would run")
-    proc = _trial("--variants", "tma_simple", tmp_path=tmp_path)
-    assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "SKIP:" in proc.stdout
-    report = (tmp_path / "tma_trial.md").read_text()
-    assert "SKIPPED" in report and "yes" not in report  # no exactness claimed
 
 
 def test_auto_kernel_rule():
@@ -624,46 +589,6 @@ def test_tma_plan_is_valid(m, k, n):
         if plan.splits > 1:
             assert tiling.tile_count(m, n, plan.cfg) * plan.splits <= 132 * tiling.blocks_per_sm(plan.cfg)
             assert k_blocks // plan.splits >= tiling.MIN_SPLIT_BLOCKS
-
-
-def test_trial_back_to_back_timing_survives_reordered_kernels_and_an_outlier(monkeypatch):
-    # MLX may queue every GEMM of the launches before every reduction, and one launch may be slow:
-    # per kernel name the median, times its launches per call (tools/tma_gemm_trial.py)
-    import json
-    import types
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    import tma_gemm_trial as trial
-
-    kernels = [("gemm", 20.0), ("gemm", 21.0), ("gemm", 900.0), ("reduce", 5.0), ("reduce", 5.0), ("reduce", 6.0)]
-    events = [{"ph": "X", "cat": "kernel", "name": n, "ts": 1000.0 * i, "dur": d} for i, (n, d) in enumerate(kernels)]
-
-    class Profile:
-        def __init__(self, **_):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *_):
-            return False
-
-        def export_chrome_trace(self, path):
-            Path(path).write_text(json.dumps({"traceEvents": events}))
-
-    monkeypatch.setitem(sys.modules, "torch.profiler",
-                        types.SimpleNamespace(ProfilerActivity=types.SimpleNamespace(CUDA=1), profile=Profile))
-    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: None))
-    us, names, count, parts = trial.profile_kernels(torch, lambda i: None, 3, serial=True)
-    assert (us, names, count, parts) == (21.0 + 5.0, ["gemm", "reduce"], 6, [])
-    # in launch order (one call + eval each), each kernel's median is its part of the call
-    order = [("quantize", 4.0), ("gemm", 20.0), ("quantize", 9.0), ("gemm", 22.0), ("quantize", 5.0), ("gemm", 21.0)]
-    events[:] = [{"ph": "X", "cat": "kernel", "name": n, "ts": 1000.0 * i, "dur": d} for i, (n, d) in enumerate(order)]
-    us, _, _, parts = trial.profile_kernels(torch, lambda i: None, 3)
-    assert (us, parts) == (26.0, [["quantize", 5.0], ["gemm", 21.0]])
-    events[:] = [{"ph": "X", "cat": "kernel", "name": n, "ts": 1000.0 * i, "dur": d} for i, (n, d) in enumerate(kernels)]
-    events[1]["ts"] = 10.0  # overlapping kernels: not back to back, no figure
-    assert trial.profile_kernels(torch, lambda i: None, 3, serial=True)[0] is None
 
 
 @pytest.mark.parametrize("m,k,n", [(16, 4096, 4096), (17, 4096, 4096), (512, 3584, 18944), (128, 18944, 3584), (5, 300, 7),

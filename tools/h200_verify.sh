@@ -1,10 +1,10 @@
 #!/bin/bash
-# The H200 runs that issue 11 still needs, one part per device call (each under the 600 s limit),
+# The H200 verification runs, one part per device call (each under the 600 s limit),
 # logs under $OUT. Run from the repository root after the mlx-cuda wheel is installed into
 # /tmp/site (the device steps in docs/cuda-notes.md, "Running on the H200"):
 #
-#   bash tools/h200_verify.sh trial    # ~500 s: cuBLASLt, the default GEMM and W8A8 four ways
-#                                      #   (eft / narrow epilogue, without / with a bias)
+#   bash tools/h200_verify.sh kernel   # ~360 s: kernel time (int8nax compare --mode kernel): int8_matmul
+#                                      #   against cuBLASLt, W8A8 (float16/bfloat16, +-bias) against it
 #   bash tools/h200_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
 #   bash tools/h200_verify.sh tma      # ~300 s: tests/test_cuda_tma.py whole
@@ -12,9 +12,9 @@
 #
 # Each part writes env.txt (date, GPU, driver, versions, commit: the device's copy has no .git,
 # so pass COMMIT=<hash>), steps.txt (each step's exit status and seconds) and its logs; at most 8
-# files come back, so worker folders are tarred.
+# files come back.
 set -u
-part=${1:?usage: h200_verify.sh trial|kernels|tma|suite}
+part=${1:?usage: h200_verify.sh kernel|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=$(date +%s)
@@ -30,14 +30,11 @@ S=$OUT/steps.txt
 PYTEST="python3 -m pytest -q -p no:cacheprovider -rfE --tb=short"
 
 case "$part" in
-  trial)
-    timeout 540 python3 tools/tma_gemm_trial.py --out "$OUT/trial" \
-      --variants cublaslt,default,w8a8,w8a8_narrow,w8a8_bias,w8a8_narrow_bias --budget 520 --timeout 150 \
-      > "$OUT/trial.log" 2>&1
-    echo "trial rc=$? $(el) s" >> "$S"
-    mv "$OUT/trial/tma_trial.md" "$OUT/tma_trial.md"; mv "$OUT/trial/tma_trial.json" "$OUT/tma_trial.json"
-    tar czf "$OUT/workers.tgz" -C "$OUT" trial && rm -rf "$OUT/trial"
-    sed -n '/Over the 11/,$p' "$OUT/tma_trial.md" | head -30
+  kernel)
+    timeout 560 python3 -m int8nax.cli compare --mode kernel --json "$OUT/kernel.json" \
+      > "$OUT/kernel.txt" 2> "$OUT/kernel.log"
+    echo "compare --mode kernel rc=$? $(el) s" >> "$S"
+    cat "$OUT/kernel.txt"
     ;;
   kernels)
     timeout $(left 330) $PYTEST tests/test_cuda_kernels.py > "$OUT/tests_kernels.txt" 2>&1

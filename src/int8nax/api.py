@@ -10,7 +10,7 @@ forward may leave MLX's graph, as the CPU backend's numpy path does):
 - int8_matmul and quantize_activations have integer outputs and no useful gradient: asking
   for one (mx.grad, mx.vjp, mx.jvp through them) raises a ValueError, never silent zeros.
 
-A custom function costs 3-4 µs of host time per call on the CPU box (tools/host_overhead.py),
+A custom function costs 3-4 µs of host time per call on the CPU box (a fake lazy backend timed),
 more than a GPU backend's own part, and matters only when a transformation traces the call: a
 gradient reaches an op only through arrays a transformation made (tracers). So a call whose
 arguments _untraced finds free of tracers goes straight to the backend; the others take the

@@ -11,7 +11,7 @@ NAX is int8nax's raw GEMM (int8_matmul) on whatever backend runs here; full/raw 
 cider-full / cider-raw and X/NAX is X's time over NAX's (above 1: int8nax is faster).
 `--contenders` chooses other columns (numpy-sgemm, say, on a CPU box); `--mode` chooses the
 figure (int8nax.bench.timing): one call + eval, per call in a dependent chain, or host build
-time. Times are medians in ms per call. A contender that cannot run shows n/a with its reason
+time; `--mode kernel` is a run of its own on CUDA (int8nax.bench.kernel_time). Times are medians in ms per call. A contender that cannot run shows n/a with its reason
 below the table; one whose output is wrong shows MISMATCH, is not timed, and makes the
 command exit 1, as does an int8nax contender that fails.
 """
@@ -24,7 +24,7 @@ import sys
 from dataclasses import asdict
 
 from . import backends
-from .bench import contenders, host, problems, timing
+from .bench import contenders, host, kernel_time, problems, timing
 
 TITLES = {"nax-gemm": "NAX"}
 """Column titles that differ from the contender's name (the seed's table calls it NAX)."""
@@ -196,8 +196,13 @@ def _contenders_arg(text: str):
 
 def _modes_arg(text: str):
     modes = [t.strip() for t in text.split(",") if t.strip()]
+    if "kernel" in modes:  # kernel time is its own run (int8nax.bench.kernel_time)
+        if modes != ["kernel"]:
+            raise argparse.ArgumentTypeError(f"mode kernel runs alone, got {text!r}")
+        return ("kernel",)
     if not modes or any(m not in timing.MODES for m in modes):
-        raise argparse.ArgumentTypeError(f"expected comma-separated modes from {', '.join(timing.MODES)}, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated modes from {', '.join(timing.MODES)}, or kernel alone, got {text!r}")
     return tuple(dict.fromkeys(modes))
 
 
@@ -212,6 +217,8 @@ def _positive_int(text: str) -> int:
 
 
 def main(args) -> int:
+    if args.mode == ("kernel",):
+        return kernel_time.main(args)
     profile = None
     if args.shapes:
         shapes, chosen = args.shapes, "--shapes"
@@ -254,11 +261,14 @@ def add_parser(sub) -> None:
                    help=f"comma-separated, in column order (default: {','.join(DEFAULT_CONTENDERS)}; "
                         f"all: {','.join(contenders.CONTENDERS)})")
     p.add_argument("--mode", type=_modes_arg, default=("call",),
-                   help="comma-separated figures: call (one call + eval, the default), chain, host")
+                   help="comma-separated figures: call (one call + eval, the default), chain, host; or kernel "
+                        "alone (CUDA kernel time against cuBLASLt, int8nax.bench.kernel_time; it reads --shapes, "
+                        "--w8a8, --budget, --launches, --markdown and --json)")
     p.add_argument("--chain-calls", type=_positive_int, default=100, help="calls per chain (modes chain, host; 100)")
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed samples per contender and shape (default 5)")
     p.add_argument("--markdown", action="store_true", help="print markdown tables (paste into an issue)")
     p.add_argument("--json", metavar="FILE", help="also write every cell, with the environment, as JSON")
     p.add_argument("--progress", action="store_true", default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
+    kernel_time.add_arguments(p)
     p.set_defaults(func=main)

@@ -155,7 +155,7 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
     the hardware verdict, the layout probe, the variant chosen and why (with each self-test's
     failures), then per variant (both load paths x both relaxed_precision values) whether each
     kernel built (the compiler's message if not) and exactness over the shape grid."""
-    from .backends import metal
+    from .backends import metal, metal_source
 
     backend = metal.BACKEND
     hardware = backend.hardware()
@@ -177,6 +177,8 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
             section["layout"]["dump_file"] = layout_out
     section["selection"] = {"variant": selection.variant.name if selection.variant else None,
                             "reason": selection.reason, "self_tests": dict(selection.self_tests)}
+    backend.kernels.time_builds = True  # the builds below are timed too (first launch + eval)
+    section["subnormals"] = metal.probe_subnormals(backend.kernels)
     section["variants"] = []
     for variant in metal.variants():
         ops = backend.variant_ops(variant)
@@ -188,6 +190,8 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
                                          sizes, log=progress)
             entry["exactness"] = [vars(t) for t in tallies]
         section["variants"].append(entry)
+    section["builds"] = [{"build": inst.label(), "seconds": seconds} for inst, seconds in backend.kernels.builds()]
+    section["build_bound"] = len(metal_source.instantiations())
     return section
 
 
@@ -203,6 +207,9 @@ def render_metal(section: dict) -> list[str]:
                                                                     else " (full dump: --layout-out FILE.npy)"))
     sel = section["selection"]
     lines.append(f"- variant serving this process: **{sel['variant'] or 'none (NAX refused)'}**: {sel['reason']}")
+    sub = section.get("subnormals", {})
+    lines.append(f"- float32 subnormals: {sub.get('summary', 'not probed')}"
+                 + "".join(f"; {op}: {v}" for op, v in sub.items() if op != "summary" and v != "kept"))
     lines += ["", "| variant | kernels built | int8_matmul failed | quantize failed | w8a8 failed | first failure |",
               "|---|---|---|---|---|---|"]
     for v in section["variants"]:
@@ -214,6 +221,14 @@ def render_metal(section: dict) -> list[str]:
         else:
             fails, first = ["not run"] * 3, "; ".join(f"{k}: {e}" for k, e in errors.items())
         lines.append(f"| {v['name']} | {built} | {' | '.join(fails)} | {first} |")
+    builds = section.get("builds", [])
+    if builds:
+        lines += ["", f"Metal library builds in this process: {len(builds)} (the runtime can build at most "
+                  f"{section['build_bound']} for shapes of 8+ elements per input; first launch + eval, seconds):", "",
+                  "| build | seconds |", "|---|---|"]
+        for b in builds:
+            seconds = "-" if b["seconds"] is None else f"{b['seconds']:.3f}"
+            lines.append(f"| `{b['build']}` | {seconds} |")
     return lines + [""]
 
 

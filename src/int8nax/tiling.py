@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from .quant import QMAX
+from .quant import QMAX, TINY_SHIFT
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -158,25 +158,28 @@ class NaxTileConfig(TileConfig):
 
 
 METAL_LARGE = NaxTileConfig("metal_128x128", bm=128, bn=128, bk=512, wm=4, wn=4)
-"""MLX's default NAX tile: 16 simdgroups (512 threads), 32 x 32 per simdgroup."""
+"""The tile for M > METAL_SMALL_MAX_M on every M5 class: 16 simdgroups (512 threads), 32 x 32 per
+simdgroup, K in blocks of 512. MLX's default NAX tile, and the int8 tile cider measured on an
+M5 Pro (class 's'), where BK 512 beat BK 128 by 1.12x. MLX switches its float GEMM to 64-row
+tiles on the 's', 'c', 'd' classes; nobody has measured that for int8, so int8nax keeps the
+measured tile on every class until an M5 owner measures otherwise (metal_config takes the
+class for that)."""
 
 METAL_SMALL = NaxTileConfig("metal_32x128", bm=32, bn=128, bk=512, wm=1, wn=4)
 """Small-M tile (4 simdgroups, 128 threads): a 128-row tile would leave most simdgroups idle."""
 
-METAL_WIDE_GPU_CLASSES = ("s", "c", "d")
-"""GPU class letters (the last letter of the architecture name, applegpu_g17s...) for which
-MLX's NAX GEMM switches to a 64-row tile (matmul.cpp): the larger M5 Pro / Max class dies."""
-
-METAL_WIDE_LARGE = NaxTileConfig("metal_64x128_bk256", bm=64, bn=128, bk=256, wm=2, wn=4)
-METAL_WIDE_LARGE_LONG_K = NaxTileConfig("metal_64x128_bk64", bm=64, bn=128, bk=64, wm=2, wn=4)
-"""MLX's tiles for those classes: BM=64, WM=2, BK=64 when K >= 8192 and K > M + N, else 256,
-and swizzle_log 2. UNMEASURED for int8: copied from MLX's float dispatch, emulated only."""
+METAL_CONFIGS = (METAL_SMALL, METAL_LARGE)
+"""Every tile metal_config can return (the bounded set of GEMM builds is made of these)."""
 
 METAL_SMALL_MAX_M = 64
 """Largest M that takes METAL_SMALL (cider's threshold)."""
 
 METAL_QUANT_THREADS = 256
 """Threads per row of the activation-quantization kernel (one threadgroup per row)."""
+
+METAL_MAX_IDLE_FRACTION = 8
+"""metal_swizzle_log accepts grid-padding threadgroups (which decode past the last M tile and
+leave at once) only up to 1/METAL_MAX_IDLE_FRACTION of the M tiles."""
 
 
 def gpu_class(architecture: str | None) -> str | None:
@@ -187,18 +190,20 @@ def gpu_class(architecture: str | None) -> str | None:
 
 
 def metal_config(m: int, n: int = 0, k: int = 0, gpu: str | None = None) -> NaxTileConfig:
-    """The tile for an [M, K] x [N, K] GEMM on a GPU of class `gpu` (None: unknown, the default
-    128 x 128 rule). Small M always takes METAL_SMALL; the wide classes follow MLX's rule."""
-    if m <= METAL_SMALL_MAX_M:
-        return METAL_SMALL
-    if gpu in METAL_WIDE_GPU_CLASSES:
-        return METAL_WIDE_LARGE_LONG_K if (k >= 8192 and k > m + n) else METAL_WIDE_LARGE
-    return METAL_LARGE
+    """The tile for an [M, K] x [N, K] GEMM on a GPU of class `gpu` (None: unknown): small M
+    takes METAL_SMALL, the rest METAL_LARGE on every class (see METAL_LARGE)."""
+    return METAL_SMALL if m <= METAL_SMALL_MAX_M else METAL_LARGE
 
 
 def metal_swizzle_log(tiles_m: int, gpu: str | None = None) -> int:
-    """MLX uses swizzle_log 2 on the wide classes whatever the tile count."""
-    return 2 if gpu in METAL_WIDE_GPU_CLASSES else swizzle_log(tiles_m)
+    """swizzle_log(tiles_m), lowered while the padding threadgroups it adds (T * ceil(tiles_m /
+    T) - tiles_m of every T-wide column) exceed 1/METAL_MAX_IDLE_FRACTION of the M tiles: one M
+    tile never swizzles, and 5 M tiles take 0 where swizzle_log's 1 would idle a sixth of the
+    grid."""
+    s = swizzle_log(tiles_m)
+    while s and ((1 << s) * ceil_div(tiles_m, 1 << s) - tiles_m) * METAL_MAX_IDLE_FRACTION > tiles_m:
+        s -= 1
+    return s
 
 
 METAL_GEMM_PARAMS = ("M", "N", "K", "SWIZZLE_LOG", "TILES_M")
@@ -236,6 +241,50 @@ def metal_gemm_dispatch(m: int, n: int, k: int, gpu: str | None = None,
     )
 
 
+METAL_MV_MAX_M = 4
+"""Largest M that takes the small-M kernel (kernels/metal/gemv.metal) instead of a NAX tile:
+decode-sized batches, where a 32-row tile would be mostly padding and the weights' bytes are
+the cost. UNMEASURED on an M5: cider switches at M = 1; 4 keeps the per-lane accumulators
+(MV_MAX_M x MV_ROWS) at 16."""
+
+METAL_MV_ROWS = 4
+"""Columns n (rows of B) per simdgroup of the small-M kernel."""
+
+METAL_MV_SIMDGROUPS = 2
+"""Simdgroups per threadgroup of the small-M kernel (cider's matrix-vector kernel: 2 x 4)."""
+
+
+@dataclass(frozen=True)
+class MetalGemvDispatch:
+    """One small-M launch (kernels/metal/gemv.metal), as mx.fast.metal_kernel takes it."""
+
+    grid: tuple[int, int, int]
+    threadgroup: tuple[int, int, int]
+    template: list[tuple[str, int]]
+    params: tuple[int, int, int, int, int]
+    """The same run-time scalars as the NAX GEMM's (METAL_GEMM_PARAMS; no swizzle)."""
+
+    @property
+    def columns_per_threadgroup(self) -> int:
+        return METAL_MV_ROWS * METAL_MV_SIMDGROUPS
+
+
+def metal_uses_gemv(m: int) -> bool:
+    """Whether an M-row GEMM takes the small-M kernel (else metal_gemm_dispatch's NAX tile)."""
+    return m <= METAL_MV_MAX_M
+
+
+def metal_gemv_dispatch(m: int, n: int, k: int) -> MetalGemvDispatch:
+    """The small-M launch: one threadgroup per METAL_MV_ROWS * METAL_MV_SIMDGROUPS columns."""
+    if not 1 <= m <= METAL_MV_MAX_M:
+        raise ValueError(f"metal_gemv_dispatch: M must be in [1, {METAL_MV_MAX_M}], got {m}")
+    threads = SIMD_WIDTH * METAL_MV_SIMDGROUPS
+    groups = ceil_div(n, METAL_MV_ROWS * METAL_MV_SIMDGROUPS)
+    template = [("MV_ROWS", METAL_MV_ROWS), ("MV_SG", METAL_MV_SIMDGROUPS), ("MV_MAX_M", METAL_MV_MAX_M),
+                ("SIMD", SIMD_WIDTH), ("ROW_PIECE", NAX_ROW_PIECE)]
+    return MetalGemvDispatch((groups * threads, 1, 1), (threads, 1, 1), template, (m, n, k, 0, 1))
+
+
 @dataclass(frozen=True)
 class MetalQuantDispatch:
     """Launch of the activation-quantization kernel: one threadgroup of QT threads per row."""
@@ -247,7 +296,8 @@ class MetalQuantDispatch:
 
 def metal_quant_dispatch(rows: int) -> MetalQuantDispatch:
     qt = METAL_QUANT_THREADS
-    return MetalQuantDispatch((qt, rows, 1), (qt, 1, 1), [("QT", qt), ("SIMD", SIMD_WIDTH), ("QMAX", QMAX)])
+    return MetalQuantDispatch((qt, rows, 1), (qt, 1, 1),
+                              [("QT", qt), ("SIMD", SIMD_WIDTH), ("QMAX", QMAX), ("TINY", TINY_SHIFT)])
 
 
 # ----------------------------------------------------------------------------------------------

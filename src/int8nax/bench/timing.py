@@ -12,8 +12,8 @@
             contenders only; independent calls on the prepared inputs, never evaluated, their
             graphs freed after the clock stops)
 
-Kernel time (device events or ncu, cold L2) needs the device's own tools and is measured by
-the CUDA scripts, not here.
+Kernel time (CUPTI records, cold L2) is another kind of figure, measured in worker processes
+next to cuBLASLt: bench.kernel_time (`int8nax compare --mode kernel`, CUDA only).
 """
 
 from __future__ import annotations

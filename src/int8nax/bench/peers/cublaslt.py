@@ -2,8 +2,8 @@
 
 This is the real CUDA anchor. torch._int_mm calls cublasLtMatmul with no workspace and no
 algorithm search, which on Hopper rules out the sm90 kernels (it runs an Ampere kernel);
-called as below, cuBLASLt picks its sm90 kernels (about 1.5x faster on the H200,
-shared/notes/cuda-facts.md section 1).
+called as below, cuBLASLt picks its sm90 kernels (about 1.5x faster on the H200, geometric
+mean over the seed shapes).
 
 Problem: int32 out [M, N] = a int8 [M, K] . b int8 [N, K]^T (int8nax's weight layout).
 cuBLASLt is column-major, so it computes out^T [N, M] (column-major = out row-major):
@@ -43,7 +43,7 @@ MAX_ALGOS = 8
 """Algorithms asked of the heuristic; prepare() times each and keeps the fastest."""
 
 TUNING_L2_BYTES = 60 << 20
-"""The L2 the tuning rotates past (the H200's is 60 MB)."""
+"""The L2 the tuning rotates past: above the H200's 50 MB."""
 
 TIMING_RUNS = 20
 """Launches per batch (5 batches, median) per candidate algorithm when prepare() chooses."""
@@ -403,7 +403,7 @@ def prepare(a_np: np.ndarray, b_nk_np: np.ndarray, *, timing_runs: int = TIMING_
         _warm_up(torch, lt, found[0].algo, a, b, out, ws)
     except CublasError:
         pass
-    # Copies of the operands covering 3x a 60 MB L2 (at most 8 sets), for cold-cache timing.
+    # Copies of the operands covering 3x TUNING_L2_BYTES (at most 8 sets), for cold-cache timing.
     copies = max(1, min(8, -(-3 * TUNING_L2_BYTES // (a.numel() + b.numel() + 4 * out.numel()))))
     sets = [(a, b)] + [(a.clone(), b.clone()) for _ in range(copies - 1)]
     times = []

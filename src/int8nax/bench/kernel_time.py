@@ -1,0 +1,737 @@
+"""Kernel time: what the GPU spends in the kernels of one call, operands cold in L2, next to
+cuBLASLt measured in the same run (`int8nax compare --mode kernel`, CUDA only).
+
+What is timed, per (M, K, N) (default: the 11 seed shapes, problems.SEED_SHAPES, and for the
+headline alone problems.EXTRA_SHAPES, 8192^3, shown but outside the geometric mean):
+
+    int8_matmul       int8nax.int8_matmul(a, b, backend="cuda"): int8 [M, K] x int8 [N, K] -> int32
+    cublaslt          cuBLASLt's int8 TN GEMM (peers.cublaslt: 64 MiB workspace, fastest of its
+                      heuristic's algorithms), on the same a and b; also timed back to back
+                      (no synchronize between launches: back_to_back_us in the JSON)
+    w8a8:<dtype>[+bias]
+                      int8nax.w8a8_linear(x, w, scale_w, bias, backend="cuda") on x of that dtype
+                      (problems.linear_problem's x, w8a8_weights' w and scales): every kernel of the
+                      call, quantization, GEMM and any split-K reduction, against int8_matmul's time
+
+Method. Each launch is one call and one mx.eval (cuBLASLt: one enqueue and one synchronize), so
+no two launches overlap. The CUPTI activity records of the launches' kernels (memsets and copies
+included) are read through torch.profiler: MLX launches on its own stream from CUDA graphs, so
+CUDA events cannot bracket its kernels; cuBLASLt is timed the same way for a like-for-like
+figure. A launch's time is the sum of its kernels' durations; the figure is the median over
+`launches` launches (after 3 untimed ones), which rotate through copies of the inputs covering
+ROTATE_L2 times the L2 (read from the device), so that the operands come from HBM.
+
+Every timed output is checked after the timing, on the same inputs (copies are bit-identical):
+integers bit-exactly against the int64 product, W8A8 within 1 ulp of the float64 model of its
+quantization (problems.py, int8nax.reference); on up to CHECK_ROWS rows (first and last halves)
+for M above that. A wrong output is shown as MISMATCH and its time dropped.
+
+Each row names what ran: the backend's describe() and the kernels CUPTI saw.
+
+Other kernels. The environment chooses what int8nax runs, as for any call (the workers inherit
+it, and the JSON records it): INT8NAX_CUDA_KERNEL=<variant> times another GEMM kernel variant
+(`--w8a8 none` for the raw GEMM alone), INT8NAX_CUDA_EPILOGUE=narrow W8A8's other epilogue.
+
+Robustness. The items run in a worker process (python -m int8nax.bench.kernel_time --worker),
+which writes one JSON line per item as it goes; if it dies (a kernel fault kills the CUDA
+context), the item it was on is recorded as failed and a fresh worker takes the rest. A budget
+in seconds (compile time included) stops the run; items not reached are listed as not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .problems import EXTRA_SHAPES, SEED_SHAPES, Shape, ops
+
+ROTATE_L2 = 4
+"""Input copies cover this many times the L2 (more than 3x: no operand stays cached)."""
+
+DEFAULT_L2_BYTES = 50 << 20
+"""The H200's L2, used when the device does not report its own."""
+
+LAUNCHES = 30
+"""Timed launches per item (the median is the figure)."""
+
+WARMUP = 3
+"""Untimed launches per item first (compilation, clocks, MLX's graph caches)."""
+
+CHECK_ROWS = 512
+"""Rows of the output checked against the reference at most (first and last halves)."""
+
+BUDGET_S = 330.0
+"""Default seconds for the whole run, compile time included (one device call is 600 s at most)."""
+
+W8A8_VARIANTS = ("float16", "float16+bias", "bfloat16", "bfloat16+bias")
+"""The W8A8 calls timed by default: output dtype, with or without a bias of that dtype."""
+
+ENV_KEYS = ("INT8NAX_CUDA_KERNEL", "INT8NAX_CUDA_EPILOGUE", "MLX_USE_CUDA_GRAPHS")
+"""Environment settings that change what runs; recorded with the results."""
+
+NO_CUDA_EXIT = 2
+
+METHOD = ("CUPTI durations (torch.profiler) of every GPU activity of one call + mx.eval, summed per launch; "
+          "median over the launches, which rotate through input copies covering ROTATE_L2 x the L2")
+
+
+# ---- what to run -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Item:
+    """One timed thing: subject (int8_matmul, cublaslt, w8a8:<dtype>[+bias]) at one shape."""
+
+    subject: str
+    shape: Shape
+
+    @property
+    def key(self) -> str:
+        return f"{self.subject} {'x'.join(map(str, self.shape))}"
+
+
+def parse_w8a8(text: str) -> tuple[str, ...]:
+    """'float16,bfloat16+bias' -> the W8A8 variants; '' or 'none' -> none. ValueError naming
+    --w8a8 for anything else."""
+    if text.strip().lower() in ("", "none"):
+        return ()
+    out = []
+    for part in text.split(","):
+        v = part.strip().lower()
+        if v not in W8A8_VARIANTS:
+            raise ValueError(f"--w8a8: expected comma-separated variants from {', '.join(W8A8_VARIANTS)} "
+                             f"(or none), got {part.strip()!r}")
+        out.append(v)
+    return tuple(dict.fromkeys(out))
+
+
+def plan_items(shapes, w8a8=W8A8_VARIANTS, cublaslt: bool = True, extra=()) -> list[Item]:
+    """The run's items in order: the headline first (int8_matmul and cuBLASLt, shape by shape,
+    the `extra` shapes last), then each W8A8 variant over `shapes`, so that a budget cut keeps
+    the headline whole."""
+    items = []
+    for shape in [*shapes, *extra]:
+        items.append(Item("int8_matmul", tuple(shape)))
+        if cublaslt:
+            items.append(Item("cublaslt", tuple(shape)))
+    for variant in w8a8:
+        items += [Item(f"w8a8:{variant}", tuple(shape)) for shape in shapes]
+    return items
+
+
+def copies_for(bytes_per_set: int, l2_bytes: int, rotate: int = ROTATE_L2) -> int:
+    """Input copies (at least 2) whose bytes together cover `rotate` times the L2."""
+    if bytes_per_set <= 0 or l2_bytes <= 0:
+        raise ValueError(f"copies_for: expected positive byte counts, got {bytes_per_set} and {l2_bytes}")
+    return max(2, math.ceil(rotate * l2_bytes / bytes_per_set))
+
+
+def checked_rows(m: int, limit: int = CHECK_ROWS) -> list[int]:
+    """The output rows checked: all of them up to `limit`, else the first and last limit/2."""
+    if m <= limit:
+        return list(range(m))
+    half = limit // 2
+    return list(range(half)) + list(range(m - half, m))
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    if not values or any(v <= 0 for v in values):
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def tops(shape: Shape, us: float) -> float:
+    """Tera-operations per second (2*M*K*N per call) at `us` microseconds per call."""
+    return ops(shape) / (us * 1e-6) / 1e12
+
+
+# ---- CUPTI records -> per-launch times (pure) ---------------------------------------------------
+
+GPU_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
+
+
+def gpu_events(trace: dict) -> tuple[list[dict], list[dict]]:
+    """(GPU activities sorted by start, user ranges named 'launch<i>') of a chrome trace
+    written by torch.profiler: each {name, ts, dur} in µs."""
+    gpu, ranges = [], []
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") != "X" or "ts" not in e:
+            continue
+        rec = {"name": e.get("name", "?"), "ts": float(e["ts"]), "dur": float(e.get("dur", 0.0))}
+        if e.get("cat") in GPU_CATEGORIES:
+            gpu.append(rec)
+        elif e.get("cat") == "user_annotation" and rec["name"].startswith("launch"):
+            ranges.append(rec)
+    gpu.sort(key=lambda e: e["ts"])
+    ranges.sort(key=lambda e: e["ts"])
+    return gpu, ranges
+
+
+def split_launches(gpu: list[dict], ranges: list[dict], launches: int) -> list[list[dict]]:
+    """The GPU activities of each launch. Every launch runs the same kernels, so the records
+    split evenly in start order; where they do not (an extra kernel in one launch), each goes
+    to the launch whose host range holds its start. ValueError when neither works."""
+    if gpu and len(gpu) % launches == 0:
+        per = len(gpu) // launches
+        groups = [gpu[i * per:(i + 1) * per] for i in range(launches)]
+        if all([e["name"] for e in g] == [e["name"] for e in groups[0]] for g in groups):
+            return groups
+    if len(ranges) == launches:
+        groups = [[e for e in gpu if r["ts"] <= e["ts"] <= r["ts"] + r["dur"]] for r in ranges]
+        if all(groups) and sum(map(len, groups)) == len(gpu):
+            return groups
+    raise ValueError(f"CUPTI saw {len(gpu)} GPU activities for {launches} launches "
+                     f"({len(ranges)} launch ranges), which do not split into launches")
+
+
+def launch_figures(groups: list[list[dict]]) -> tuple[float, list[list]]:
+    """(median µs of a launch's activities summed, parts): parts are [short name, median µs]
+    of each activity of a launch in order, over the launches that ran the most common sequence."""
+    totals = [sum(e["dur"] for e in g) for g in groups]
+    seqs = [tuple(e["name"] for e in g) for g in groups]
+    common = max(set(seqs), key=seqs.count)
+    same = [g for g, s in zip(groups, seqs) if s == common]
+    parts = [[short_name(name), statistics.median(g[j]["dur"] for g in same)] for j, name in enumerate(common)]
+    return statistics.median(totals), parts
+
+
+def short_name(name: str) -> str:
+    """A kernel's name without 'void', namespaces, template arguments and parameters."""
+    name = name.removeprefix("void ").split("(")[0].split("<")[0]
+    return name.rsplit("::", 1)[-1][:80]
+
+
+# ---- the worker (runs on the GPU) ---------------------------------------------------------------
+
+class Profiler:
+    """CUPTI through torch.profiler: time launch(i) for i in range(launches)."""
+
+    def __init__(self, torch, tmp: Path):
+        self.torch, self.tmp = torch, tmp
+
+    def time(self, launch, launches: int) -> tuple[float, list[list]]:
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for i in range(launches):
+                with record_function(f"launch{i}"):
+                    launch(i)
+            self.torch.cuda.synchronize()
+        path = self.tmp / f"trace_{os.getpid()}.json"
+        prof.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+        path.unlink(missing_ok=True)
+        gpu, ranges = gpu_events(trace)
+        return launch_figures(split_launches(gpu, ranges, launches))
+
+
+def _device_copies(mx, arrays, count: int) -> list[tuple]:
+    """`count` sets of bit-identical copies of `arrays` computed on the device (an array made from
+    numpy lives in managed memory; a computed one in device memory), evaluated. x * 1 keeps every
+    bit of a float, the sign of zero included (x + 0 would not)."""
+    sets = [tuple(None if x is None else x * mx.array(1, dtype=x.dtype) for x in arrays) for _ in range(count)]
+    mx.eval([x for s in sets for x in s if x is not None])
+    return sets
+
+
+def _bias(n: int):
+    import numpy as np
+
+    return np.random.default_rng([20261204, n]).uniform(-4.0, 4.0, n).astype(np.float32)
+
+
+def _measure(item: Item, ctx: dict) -> dict:
+    """One item's record: us, tops, parts, describe, check, copies; a wrong output makes it a
+    mismatch. An item that cannot run raises (the worker records the exception)."""
+    import mlx.core as mx
+    import numpy as np
+
+    import int8nax  # the public API, as a user calls it
+
+    from .. import backends
+    from ..reference import exact_int_product, max_ulp_error, w8a8_linear_ref
+    from . import problems
+
+    m, k, n = item.shape
+    rows = checked_rows(m)
+    rec = {"subject": item.subject, "shape": list(item.shape)}
+    prof, launches, l2 = ctx["profiler"], ctx["launches"], ctx["l2_bytes"]
+    backend = ctx.get("backend", "cuda")  # tests run the checks on the CPU backend
+    if item.subject == "int8_matmul":
+        a_np, b_np = problems.raw_problem(m, k, n)
+        a, b = mx.array(a_np), mx.array(b_np)
+        copies = copies_for(a.nbytes + b.nbytes, l2)
+        sets = _device_copies(mx, (a, b), copies)
+        rec["describe"] = _describe(backends.get(backend), "int8_matmul", m, n, k)
+
+        def call(s):
+            return int8nax.int8_matmul(s[0], s[1], backend=backend)
+
+        def check(out):
+            got = np.array(out[mx.array(rows)]).astype(np.int64)
+            want = exact_int_product(a_np[rows], b_np)
+            bad = int((got != want).sum())
+            return None if bad == 0 else f"{bad} of {got.size} checked outputs differ from the int64 product"
+
+        rec["check"] = "bit-exact against the int64 product"
+    elif item.subject == "cublaslt":
+        from .peers import cublaslt
+
+        a_np, b_np = problems.raw_problem(m, k, n)
+        run = cublaslt.prepare(a_np, b_np)
+        copies = copies_for(a_np.nbytes + b_np.nbytes, l2)
+        sets = [(run.a, run.b)] + [(run.a.clone(), run.b.clone()) for _ in range(copies - 1)]
+        torch = ctx["torch"]
+        stream = torch.cuda.current_stream().cuda_stream
+        rec["describe"] = run.describe()
+
+        def launch(i):
+            x, y = sets[i % len(sets)]
+            run.lt.matmul(run.algo, x.data_ptr(), y.data_ptr(), run.out.data_ptr(), run.workspace.data_ptr(), stream)
+            torch.cuda.synchronize()
+
+        rec["us"], rec["parts"] = _timed(launch, prof, launches)
+
+        def queued(i):  # no synchronize: launches back to back, as cuBLASLt is usually timed
+            x, y = sets[i % len(sets)]
+            run.lt.matmul(run.algo, x.data_ptr(), y.data_ptr(), run.out.data_ptr(), run.workspace.data_ptr(), stream)
+
+        try:
+            rec["back_to_back_us"] = prof.time(queued, launches)[0]
+        except ValueError as exc:  # reordered or overlapping records: the main figure stands
+            rec["back_to_back_us"] = f"n/a: {exc}"
+        out = run.call()
+        run.sync()
+        got = out[torch.as_tensor(rows, device="cuda")].cpu().numpy().astype(np.int64)
+        bad = int((got != exact_int_product(a_np[rows], b_np)).sum())
+        rec["check"] = "bit-exact against the int64 product"
+        return _finish(rec, None if bad == 0 else f"{bad} of {got.size} checked outputs differ", copies, launches)
+    else:
+        variant = item.subject.split(":", 1)[1]
+        dtype_name, has_bias = variant.split("+")[0], variant.endswith("+bias")
+        dtype = getattr(mx, dtype_name)
+        x_np, _ = problems.linear_problem(m, k, n)
+        w_np, s_np = problems.w8a8_weights(m, k, n)
+        x = mx.array(x_np).astype(dtype)
+        bias = mx.array(_bias(n)).astype(dtype) if has_bias else None
+        w, s = mx.array(w_np), mx.array(s_np)
+        copies = copies_for(x.nbytes + w.nbytes + s.nbytes + (bias.nbytes if has_bias else 0), l2)
+        sets = _device_copies(mx, (x, w, s, bias), copies)
+        rec["describe"] = _describe(backends.get(backend), "w8a8_linear", m, n, k, bias=has_bias, dtype=dtype)
+
+        def call(st):
+            return int8nax.w8a8_linear(st[0], st[1], st[2], st[3], backend=backend)
+
+        def check(out):
+            idx = mx.array(rows)
+            want = w8a8_linear_ref(x[idx], w_np, s_np, None if bias is None else bias)
+            err = max_ulp_error(out[idx], want, dtype_name)
+            return None if err <= 1.0 else f"off by {err:.3g} ulp ({dtype_name}) from the float64 model; 1 allowed"
+
+        rec["check"] = f"within 1 ulp ({dtype_name}) of the float64 model"
+
+    def launch(i):
+        mx.eval(call(sets[i % len(sets)]))
+
+    rec["us"], rec["parts"] = _timed(launch, prof, launches)
+    out = call(sets[0])
+    mx.eval(out)
+    return _finish(rec, check(out), copies, launches)
+
+
+def _describe(backend, op: str, m: int, n: int, k: int, **kw) -> str:
+    """backend.describe(...); a failure there is said in the record, never loses the figure."""
+    try:
+        return backend.describe(op, m, n, k, **kw)
+    except Exception as exc:  # noqa: BLE001
+        return f"{backend.name} (describe failed: {type(exc).__name__}: {exc})"
+
+
+def _timed(launch, prof, launches: int):
+    for i in range(WARMUP):
+        launch(i)
+    return prof.time(launch, launches)
+
+
+def _finish(rec: dict, problem: str | None, copies: int, launches: int) -> dict:
+    rec.update({"copies": copies, "launches": launches})
+    if problem:
+        rec["mismatch"] = problem
+        rec["timed_us"] = rec.pop("us")  # kept for diagnosis, never reported as a figure
+    else:
+        rec["exact"] = True
+        rec["tops"] = tops(tuple(rec["shape"]), rec["us"])
+    return rec
+
+
+def l2_bytes(torch) -> int:
+    try:
+        return int(torch.cuda.get_device_properties(0).L2_cache_size) or DEFAULT_L2_BYTES
+    except Exception:  # noqa: BLE001  (an older torch without the field)
+        return DEFAULT_L2_BYTES
+
+
+def worker(items: list[Item], out: Path, launches: int) -> int:
+    """Measure `items` in order, appending one JSON line each to `out` (the parent reads it)."""
+    import mlx.core as mx
+    import torch
+
+    torch.zeros(1, device="cuda")  # torch's context and CUPTI before MLX's first kernel
+    mx.eval(mx.zeros(1))
+    with tempfile.TemporaryDirectory() as tmp, open(out, "a") as fh:
+        ctx = {"torch": torch, "profiler": Profiler(torch, Path(tmp)), "launches": launches,
+               "l2_bytes": l2_bytes(torch)}
+        for done, item in enumerate(items, 1):
+            t0 = time.time()
+            try:
+                rec = _measure(item, ctx)
+            except Exception as exc:  # noqa: BLE001  (NVRTC errors and cuBLASLt refusals come as exceptions)
+                rec = {"subject": item.subject, "shape": list(item.shape), "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            rec["seconds"] = round(time.time() - t0, 2)
+            rec["l2_bytes"] = ctx["l2_bytes"]
+            fh.write(json.dumps(rec) + "\n")
+            fh.flush()
+            print(f"[kernel {done}/{len(items)}] {item.key}: {progress_text(rec)} ({rec['seconds']} s)",
+                  file=sys.stderr, flush=True)
+            if "error" in rec and not _healthy(mx, torch):
+                print("[kernel] the CUDA context is lost: a fresh worker takes the rest", file=sys.stderr, flush=True)
+                return CONTEXT_LOST
+            torch.cuda.empty_cache()
+            mx.clear_cache()
+    return 0
+
+
+CONTEXT_LOST = 3
+"""A worker's exit status after an item's fault left the device unusable (the item is recorded)."""
+
+
+def _healthy(mx, torch) -> bool:
+    """Whether MLX and torch still run work on the device (a kernel fault poisons the context)."""
+    try:
+        mx.eval(mx.ones(4) + 1)
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def progress_text(rec: dict) -> str:
+    """One record in a line, for the progress log."""
+    if "us" in rec:
+        return f"{rec['us']:.1f} us, {rec['tops']:.0f} TOPS, checked; {rec.get('describe', '')[:100]}"
+    if "mismatch" in rec:
+        return f"MISMATCH: {rec['mismatch']}"
+    return f"ERROR: {rec.get('error', '?')[:300]}"
+
+
+# ---- the parent: workers, budget, results ------------------------------------------------------
+
+def skip_reason() -> str | None:
+    """Why kernel time cannot be measured here (None: it can)."""
+    try:
+        import mlx.core as mx
+    except Exception as exc:  # noqa: BLE001
+        return f"mlx does not import ({exc})"
+    cuda = getattr(mx, "cuda", None)
+    if cuda is None or not cuda.is_available():
+        return "needs an NVIDIA GPU with MLX's CUDA backend (mx.cuda.is_available() is False here)"
+    try:
+        import torch
+    except ImportError:
+        return "needs torch with CUDA (its profiler reads the CUPTI kernel records)"
+    if not torch.cuda.is_available():
+        return f"needs torch with CUDA (torch {torch.__version__} sees no GPU)"
+    return None
+
+
+def _spawn(items: list[Item], out: Path, launches: int, timeout: float) -> str:
+    """Run one worker on `items`; its status in words ('ok', 'exit N', 'timed out')."""
+    spec = out.with_suffix(".items.json")
+    spec.write_text(json.dumps([[i.subject, list(i.shape)] for i in items]))
+    cmd = [sys.executable, "-m", "int8nax.bench.kernel_time", "--worker", str(spec), "--out", str(out),
+           "--launches", str(launches)]
+    try:
+        proc = subprocess.run(cmd, timeout=max(timeout, 1.0), stdout=sys.stderr)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    return "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+
+
+def read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # a line cut short by a dying worker
+    return out
+
+
+def run_items(items: list[Item], budget: float, launches: int = LAUNCHES, spawn=_spawn, clock=time.time) -> list[dict]:
+    """Every item's record, in order: measured by workers (a fresh one after each that dies),
+    the item a worker died on marked failed, those past the budget marked not run."""
+    start = clock()
+    records: dict[Item, dict] = {}
+    remaining = list(items)
+    with tempfile.TemporaryDirectory() as tmp:
+        while remaining:
+            left = budget - (clock() - start)
+            if left < 5:
+                break
+            out = Path(tmp) / f"records_{len(records)}.jsonl"  # a fresh file: a dead worker's last line may be cut
+            status = spawn(remaining, out, launches, left)
+            for rec in read_records(out):
+                records.setdefault(Item(rec["subject"], tuple(rec["shape"])), rec)
+            todo = [i for i in remaining if i not in records]
+            if not todo:
+                break
+            if status == f"exit {CONTEXT_LOST}" and len(todo) < len(remaining):
+                remaining = todo  # the faulting item is recorded; a fresh context takes the rest
+                continue
+            if status == "exit 1" and len(todo) == len(remaining):
+                for i in todo:  # a Python error before the first item: every worker would fail alike
+                    records[i] = {"subject": i.subject, "shape": list(i.shape),
+                                  "error": "the worker failed before its first item (exit 1; its log is above)"}
+                break
+            # The worker stopped before the end: the first item it left undone is the culprit.
+            why = {"timed out": "the run's budget ran out during it",
+                   "ok": "the worker ended without measuring it"}.get(
+                status, f"the worker died on it ({status}; its log is above, on stderr)")
+            records[todo[0]] = {"subject": todo[0].subject, "shape": list(todo[0].shape), "error": why}
+            remaining = todo[1:]
+    for i in items:
+        records.setdefault(i, {"subject": i.subject, "shape": list(i.shape),
+                               "not_run": f"the run's budget ({budget:.0f} s) was spent first"})
+    return [records[i] for i in items]
+
+
+# ---- tables and JSON (pure) --------------------------------------------------------------------
+
+def _by(records, subject):
+    return {tuple(r["shape"]): r for r in records if r["subject"] == subject}
+
+
+def _cell(rec: dict | None) -> str:
+    if rec is None:
+        return "-"
+    if "us" in rec:
+        return f"{rec['us']:.1f}"
+    return "MISMATCH" if "mismatch" in rec else "n/a"
+
+
+def summary(records: list[dict]) -> dict:
+    """Geometric means: cuBLASLt µs / int8_matmul µs over the shapes where both ran, and per
+    W8A8 variant its µs / int8_matmul's (the cost over the raw GEMM; above 1 is slower)."""
+    ours, lt = _by(records, "int8_matmul"), _by(records, "cublaslt")
+    shapes = [s for s, r in ours.items() if not r.get("extra")]
+    out = {}
+    pairs = [(s, lt[s]["us"] / ours[s]["us"]) for s in shapes if "us" in ours[s] and "us" in lt.get(s, {})]
+    if pairs:
+        worst = min(pairs, key=lambda p: p[1])
+        out["vs_cublaslt"] = {"geomean": geomean([p[1] for p in pairs]), "shapes": len(pairs), "of": len(shapes),
+                              "lowest": worst[1], "lowest_at": list(worst[0]), "meaning": "cuBLASLt µs / int8nax µs"}
+    for subject in dict.fromkeys(r["subject"] for r in records if r["subject"].startswith("w8a8:")):
+        mine = _by(records, subject)
+        pairs = [(s, mine[s]["us"] / ours[s]["us"]) for s in mine if "us" in mine[s] and "us" in ours.get(s, {})]
+        if pairs:
+            worst = max(pairs, key=lambda p: p[1])
+            out[subject] = {"geomean": geomean([p[1] for p in pairs]), "shapes": len(pairs), "of": len(mine),
+                            "highest": worst[1], "highest_at": list(worst[0]),
+                            "meaning": "W8A8 µs / int8_matmul µs"}
+    return out
+
+
+def _table(header, rows, markdown: bool) -> list[str]:
+    if markdown:
+        return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
+                *("| " + " | ".join(r) + " |" for r in rows)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    return ["  ".join(c.rjust(w) if i < len(header) - 1 else c for i, (c, w) in enumerate(zip(r, widths)))
+            for r in [header, *rows]]
+
+
+def render(records: list[dict], markdown: bool = False) -> str:
+    """The headline table (int8_matmul, cuBLASLt, ratio, TOPS, kernel) with its geometric mean,
+    then the W8A8 table (each variant's µs and its ratio to int8_matmul's), then what failed."""
+    ours, lt = _by(records, "int8_matmul"), _by(records, "cublaslt")
+    sums = summary(records)
+    rows = []
+    for shape, r in ours.items():
+        peer = lt.get(shape)
+        ratio = f"{peer['us'] / r['us']:.2f}x" if peer and "us" in peer and "us" in r else "n/a"
+        rows.append([*map(str, shape), _cell(r), _cell(peer), ratio + ("*" if r.get("extra") else ""),
+                     f"{r['tops']:.0f}" if "tops" in r else "n/a", r.get("describe", "") + kernels_text(r)])
+    out = ["int8_matmul against cuBLASLt (kernel µs; ratio = cuBLASLt µs / int8nax µs, above 1: int8nax faster)", ""]
+    out += _table(["M", "K", "N", "int8nax", "cuBLASLt", "ratio", "TOPS", "kernel"], rows, markdown)
+    if "vs_cublaslt" in sums:
+        s = sums["vs_cublaslt"]
+        out += ["", f"geometric mean over {s['shapes']} of {s['of']} shapes: {s['geomean']:.2f}x cuBLASLt; "
+                    f"lowest {s['lowest']:.2f}x at {'x'.join(map(str, s['lowest_at']))}"
+                    + (" (* not in the mean)" if any(r.get("extra") for r in ours.values()) else "")]
+    variants = list(dict.fromkeys(r["subject"] for r in records if r["subject"].startswith("w8a8:")))
+    if variants:
+        rows = []
+        by = {v: _by(records, v) for v in variants}
+        for shape, r in ours.items():
+            if r.get("extra"):
+                continue
+            cells = [*map(str, shape), _cell(r)]
+            for v in variants:
+                w = by[v].get(shape)
+                cell = _cell(w)
+                if w and "us" in w and "us" in r:
+                    cell += f" ({w['us'] / r['us']:.2f}x)"
+                cells.append(cell)
+            rows.append(cells)
+        out += ["", "", "W8A8 (every kernel of w8a8_linear) against the raw int32 GEMM (µs; ratio = W8A8 µs / "
+                        "int8_matmul µs, above 1: W8A8 costs more)", ""]
+        out += _table(["M", "K", "N", "int8_matmul", *(v.removeprefix("w8a8:") for v in variants)], rows, markdown)
+        out.append("")
+        for v in variants:
+            if v in sums:
+                s = sums[v]
+                out.append(f"{v}: geometric mean {s['geomean']:.2f}x over {s['shapes']} of {s['of']} shapes; "
+                           f"highest {s['highest']:.2f}x at {'x'.join(map(str, s['highest_at']))}")
+        ran = [f"  {v.removeprefix('w8a8:')} {'x'.join(map(str, s))}: {w.get('describe', '')}{kernels_text(w)}"
+               for v in variants for s, w in by[v].items() if "parts" in w]
+        out += ["", "W8A8 kernels:", *ran] if ran else []
+    problems = [r for r in records if any(k in r for k in ("error", "mismatch", "not_run"))]
+    if problems:
+        out += ["", "Not measured:"]
+        for r in problems:
+            why = r.get("mismatch") and f"MISMATCH: {r['mismatch']}" or r.get("error") or f"not run: {r['not_run']}"
+            out.append(f"  {Item(r['subject'], tuple(r['shape'])).key}: {why[:300]}")  # the JSON has it whole
+    return "\n".join(out)
+
+
+def kernels_text(rec: dict) -> str:
+    parts = rec.get("parts") or []
+    return (" [" + ", ".join(f"{name[:40]} {us:.1f}" for name, us in parts) + "]") if parts else ""
+
+
+def failed(records: list[dict]) -> bool:
+    """A wrong output anywhere, or an int8nax item that raised or died."""
+    return any("mismatch" in r or (r["subject"] != "cublaslt" and "error" in r) for r in records)
+
+
+def to_json(records: list[dict], meta: dict) -> dict:
+    return {"meta": meta, "summary": summary(records), "results": records}
+
+
+def environment() -> dict:
+    from . import host
+
+    env = {**host.environment(), "method": METHOD,
+           "rotate_l2": ROTATE_L2, "warmup": WARMUP, "check_rows": CHECK_ROWS,
+           "settings": {k: os.environ[k] for k in ENV_KEYS if k in os.environ}}
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["gpu"] = torch.cuda.get_device_name(0)
+        env["cuda"] = torch.version.cuda
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                       capture_output=True, text=True, timeout=20).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        env["driver"] = None
+    return env
+
+
+# ---- command line ------------------------------------------------------------------------------
+
+def _w8a8_arg(text: str) -> tuple[str, ...]:
+    try:
+        return parse_w8a8(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--w8a8: ")) from None
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+    return parse
+
+
+def add_arguments(parser) -> None:
+    """The options only `compare --mode kernel` reads."""
+    parser.add_argument("--w8a8", type=_w8a8_arg, default=W8A8_VARIANTS, metavar="VARIANTS",
+                        help=f"mode kernel: W8A8 variants to time against the raw GEMM, comma-separated from "
+                             f"{', '.join(W8A8_VARIANTS)}, or none (default: all)")
+    parser.add_argument("--budget", type=_positive(float), default=BUDGET_S, metavar="SECONDS",
+                        help=f"mode kernel: seconds for the whole run, compilation included ({BUDGET_S:.0f})")
+    parser.add_argument("--launches", type=_positive(int), default=LAUNCHES,
+                        help=f"mode kernel: timed launches per item, the median is kept ({LAUNCHES})")
+
+
+def select_shapes(shapes=None) -> tuple[list[Shape], list[Shape]]:
+    """(shapes, extra): the shapes asked for (--shapes) and none extra, else the 11 seed shapes
+    and, for the headline alone, EXTRA_SHAPES (outside the geometric mean)."""
+    if shapes:
+        return [tuple(s) for s in shapes], []
+    return list(SEED_SHAPES), [s for s in EXTRA_SHAPES if s not in SEED_SHAPES]
+
+
+def main(args) -> int:
+    """`int8nax compare --mode kernel` (args: compare's parsed options). Exit status: 0 every
+    int8nax item measured and checked (or not reached in the budget), 1 a wrong output or a
+    failed int8nax item, 2 nothing can be measured here."""
+    prog = "int8nax compare --mode kernel"
+    why = skip_reason()
+    if why:
+        print(f"{prog}: {why}; nothing was measured.", file=sys.stderr)
+        return NO_CUDA_EXIT
+    budget, launches = getattr(args, "budget", BUDGET_S), getattr(args, "launches", LAUNCHES)
+    shapes, extra = select_shapes(getattr(args, "shapes", None))
+    items = plan_items(shapes, getattr(args, "w8a8", W8A8_VARIANTS), extra=extra)
+    meta = environment()
+    meta.update({"launches": launches, "budget_s": budget, "command": "int8nax " + " ".join(sys.argv[1:])})
+    print(f"{prog}: {len(items)} items over {len(shapes) + len(extra)} shapes; {meta.get('gpu', '?')}, "
+          f"driver {meta.get('driver', '?')}, mlx {meta['mlx']}, torch {meta.get('torch', '?')}; "
+          f"settings {meta['settings'] or 'default'}; budget {budget:.0f} s", flush=True)
+    t0 = time.time()
+    records = run_items(items, budget, launches)
+    for r in records:
+        if tuple(r["shape"]) not in shapes:
+            r["extra"] = True  # shown, outside the geometric mean
+    meta["seconds"] = round(time.time() - t0, 1)
+    print(render(records, getattr(args, "markdown", False)))
+    print(f"\n({meta['seconds']} s; CUPTI kernel time, median of {launches} launches, inputs rotated over "
+          f"{ROTATE_L2}x the L2)")
+    if getattr(args, "json", None):
+        with open(args.json, "w") as f:
+            json.dump(to_json(records, meta), f, indent=1)
+    return 1 if failed(records) else 0
+
+
+def _worker_main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="kernel-time worker (started by `int8nax compare --mode kernel`)")
+    parser.add_argument("--worker", required=True, help="JSON file of [subject, [M, K, N]] items")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--launches", type=int, default=LAUNCHES)
+    args = parser.parse_args(argv)
+    items = [Item(s, tuple(shape)) for s, shape in json.loads(Path(args.worker).read_text())]
+    return worker(items, Path(args.out), args.launches)
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())
