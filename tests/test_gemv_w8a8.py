@@ -6,8 +6,11 @@ tests/test_cuda_gemv.py (CUDA only)."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ import pytest
 from int8nax.backends import cuda_gemv
 
 CXX = shutil.which("g++") or shutil.which("clang++")
+NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or (shutil.which("nvcc", path="/usr/local/cuda/bin"))
 HEADER = Path(cuda_gemv.__file__).resolve().parents[1] / "kernels" / "cuda" / "gemv_w8a8.cuh"
 
 PROGRAM = r"""
@@ -196,3 +200,49 @@ def test_launcher_names_bad_operands():
         cuda_gemv.gemv_int32(mx.zeros((2, 64), mx.float16), mx.zeros((8, 64), mx.int8))
     with pytest.raises(ValueError, match=r"gemv_w8a8_x: 'x' must be float16 or bfloat16 or float32 \[M, K\]"):
         cuda_gemv.gemv_w8a8_x(mx.zeros((2, 64), mx.int8), mx.zeros((8, 64), mx.int8), mx.ones((8,)), None)
+
+
+def instances():
+    """(label, spec, input types, output types, template) of every instance the launchers build."""
+    fixed = [("WARPS", cuda_gemv.GEMV_WARPS), ("UNROLL", cuda_gemv.GEMV_UNROLL)]
+    types = (("float16", "__half"), ("bfloat16", "__nv_bfloat16"), ("float32", "float"))
+    for nt in (1, 2):
+        yield f"int32 NT={nt}", cuda_gemv.spec("int32"), ["int8_t", "int8_t"], ["int32_t"], [("NT", nt)] + fixed
+        for t, ctype in types:
+            for has_bias in (True, False):
+                for narrow in ((False, True) if t != "float32" else (False,)):
+                    tag = f"{t}{' bias' if has_bias else ''}{' narrow' if narrow else ''} NT={nt}"
+                    epi = [("HAS_BIAS", has_bias), ("NARROW", narrow)]
+                    yield (f"w8a8 {tag}", cuda_gemv.spec("w8a8"), ["int8_t", "int8_t", "float", "float", "float"],
+                           [ctype], [("NT", nt)] + fixed + [("TOut", t)] + epi)
+                    yield (f"w8a8_x {tag}", cuda_gemv.spec("w8a8_x"), [ctype, "int8_t", "float", "float"], [ctype],
+                           [("T", t), ("NT", nt)] + fixed + epi)
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc here (set NVCC=/path/to/nvcc)")
+def test_the_kernels_compile_for_sm90a_without_spills(tmp_path):
+    """The instances as MLX hands them to NVRTC (tools/cuda_compile_check.py's translation unit and
+    stand-in for MLX's header), through nvcc -cubin for sm_90a: compiled, no spills. A sample by
+    default (nvcc takes seconds an instance); INT8NAX_GEMV_COMPILE_ALL=1 compiles all 42."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import cuda_compile_check as ccc
+
+    include = tmp_path / "inc" / "mlx" / "backend" / "cuda" / "device"
+    include.mkdir(parents=True)
+    (include / "utils.cuh").write_text(ccc.STAND_IN)
+    sample = ("int32 NT=2", "w8a8 bfloat16 bias narrow NT=2", "w8a8_x float16 bias NT=1", "w8a8_x float32 NT=2")
+    every = os.environ.get("INT8NAX_GEMV_COMPILE_ALL") == "1"
+    done = 0
+    for label, spec, ins, outs, tmpl in instances():
+        if not every and label not in sample:
+            continue
+        cu = tmp_path / (re.sub(r"[^A-Za-z0-9]+", "_", label) + ".cu")
+        cu.write_text(ccc.translation_unit(spec, ins, outs, tmpl))
+        proc = subprocess.run([NVCC, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-Xptxas", "-v",
+                               "-I", str(tmp_path / "inc"), "-o", str(cu.with_suffix(".cubin")), str(cu)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, f"{label}: {proc.stderr[-3000:]}"
+        spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", proc.stderr)
+        assert spills and all(v == "0" for v in spills), f"{label}: {proc.stderr[-2000:]}"
+        done += 1
+    assert done == (42 if every else len(sample))

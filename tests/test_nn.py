@@ -178,7 +178,7 @@ class Block(nn.Module):
     def parts(self, x):
         """Every projection's output (q, k, v, o, gate, up, down)."""
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        o = self.o_proj(q * mx.tanh(mx.concatenate([k, v, k, v], axis=-1)))
+        o = self.o_proj(q * mx.tanh(k.sum(axis=-1, keepdims=True) * v.mean(axis=-1, keepdims=True)))
         g, u = self.gate_proj(o), self.up_proj(o)
         return q, k, v, o, g, u, self.down_proj(nn.silu(g) * u)
 
@@ -405,3 +405,23 @@ def test_quantize_linears_fuse_argument():
         quantize_linears(Block(), fuse="q_proj")
     with pytest.raises(TypeError, match="'fuse'"):
         quantize_linears(Block(), fuse=[("q_proj", 3)])
+
+
+def test_siblings_at_qwen_widths_give_the_bits_of_separate_layers(backend):
+    """Qwen2.5-7B's widths (q|k|v: 3584 + 512 + 512, gate|up: 2 x 18944, K = 3584), where the fused
+    GEMMs run other plans than the separate ones; on the GPU backends only (the CPU's numpy path
+    takes minutes here)."""
+    if backend not in ("cuda", "metal"):
+        pytest.skip("GPU backends only: the CPU backend is covered by the small shapes above")
+    mx.random.seed(5)
+    ref = Block(dims=3584, kv=512, hidden=18944)
+    ref.set_dtype(mx.bfloat16)
+    mx.eval(ref.parameters())
+    fused = Block(dims=3584, kv=512, hidden=18944)
+    fused.update(ref.parameters())
+    quantize_linears(ref, backend=backend, fuse=False)
+    quantize_linears(fused, backend=backend)
+    for m in (1, 16, 512):
+        x = mx.random.normal((m, 3584)).astype(mx.bfloat16)
+        for a, b in zip(ref.parts(x), fused.parts(x)):
+            assert np.array_equal(np.array(a.view(mx.uint16)), np.array(b.view(mx.uint16))), f"M={m}"
