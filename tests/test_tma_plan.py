@@ -415,7 +415,7 @@ def test_persistent_w8a8_splits_through_the_workspace(recorded, kernel):
 def test_the_narrow_epilogue_reaches_every_w8a8_launch(recorded, monkeypatch, m, k, n):
     # INT8NAX_CUDA_EPILOGUE=narrow (or epilogue="narrow") sets NARROW on the launch that
     # dequantizes (fused GEMM or reduction) for float16 / bfloat16 outputs, never for float32;
-    # the default stays the eft path.
+    # it is the default (cuda.EPILOGUE_DEFAULT), and INT8NAX_CUDA_EPILOGUE=eft turns it off.
     import mlx.core as mx
 
     cuda, launches = recorded
@@ -426,11 +426,14 @@ def test_the_narrow_epilogue_reaches_every_w8a8_launch(recorded, monkeypatch, m,
         mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=dtype), w, s, None))
         return [dict(x["template"]).get("NARROW") for x in launches if "NARROW" in dict(x["template"])]
 
-    assert narrow_flags(mx.float16) == [False]
-    monkeypatch.setenv(cuda.EPILOGUE_ENV, "narrow")
-    cuda.clear_caches()
     assert narrow_flags(mx.float16) == [True] and narrow_flags(mx.bfloat16) == [True]
     assert narrow_flags(mx.float32) == [False]
+    monkeypatch.setenv(cuda.EPILOGUE_ENV, "eft")
+    cuda.clear_caches()
+    assert narrow_flags(mx.float16) == [False] and narrow_flags(mx.bfloat16) == [False]
+    monkeypatch.setenv(cuda.EPILOGUE_ENV, "narrow")
+    cuda.clear_caches()
+    assert narrow_flags(mx.float16) == [True]
     q, sx = mx.zeros((m, k), dtype=mx.int8), mx.ones((m,), dtype=mx.float32)
     for epilogue, want in (("eft", False), ("narrow", True)):
         launches.clear()
