@@ -423,6 +423,15 @@ class Prepared:
         del out
         self.first_call_s[tokens] = first
 
+    def with_mode(self, mode: str) -> "Prepared":
+        """The same model (same weights, no rebuild) run in `mode`; Unavailable where it cannot."""
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+        if mode == "compiled" and self.form == "w8a8":
+            _check_compilable(self.model)
+        return Prepared(self.config, self.form, mode, self.layers, self.context, self.model, self.detail,
+                        self.weight_bytes, self.rel_error_vs_bf16)
+
     def describe(self, tokens: int) -> str:
         what = f"decode after {self.context}" if tokens == 1 else f"prefill of {tokens}"
         return f"{self.config.name} x{self.layers} {self.form} {self.mode}, {what}"
@@ -578,4 +587,50 @@ def skip_reason(profile: str, form: str, mode: str, tokens: int) -> str | None:
     if profile == "cpu" and form == "mlx-q8" and tokens > 1:
         return ("mlx-q8 measures decode only on the cpu profile: MLX's CPU quantized_matmul takes ~5 s per "
                 "layer at 16 tokens on the 2-core box")
+    if profile == "cpu" and form == "fp16" and tokens > 1:
+        return ("fp16 measures decode only on the cpu profile: its prefill runs on the MLX CPU GEMM that bf16's "
+                "does (0.25-0.3 s per layer at 16 tokens on the 2-core box), which bf16 already shows")
     return None
+
+
+def profile_figures(profile: str, form: str, mode: str, repeat: int = 3) -> dict:
+    """{(configuration, tokens): figures} of every run of `profile` in `form` and `mode`, one
+    model per configuration: {"tokens_per_s", "peak_bytes", "first_call_s", "check"} where it
+    ran and passed its check, {"skip": why} where it is not measured here, {"mismatch": what}
+    where the check failed (nothing timed), {"error": what} where it raised. Never raises:
+    asv calls it from setup_cache, where an exception fails the whole class."""
+    prof = PROFILES[profile]
+    out: dict = {}
+    for config in prof.configs:
+        skips = {t: skip_reason(profile, form, mode, t) for t in prof.tokens}
+        if all(skips.values()):
+            out.update({(config, t): {"skip": why} for t, why in skips.items()})
+            continue
+        try:
+            base = prepare(config, form, "eager", layers=prof.layers, context=prof.context)
+            model = base if mode == "eager" else base.with_mode(mode)
+        except Unavailable as exc:
+            out.update({(config, t): {"skip": str(exc)} for t in prof.tokens})
+            continue
+        except Exception as exc:  # noqa: BLE001 - reported per run below
+            out.update({(config, t): {"error": f"{type(exc).__name__}: {exc}"} for t in prof.tokens})
+            continue
+        for t in prof.tokens:
+            why = skips[t]
+            if why:
+                out[(config, t)] = {"skip": why}
+                continue
+            try:
+                model.prepare(t)
+                out[(config, t)] = {"tokens_per_s": t / model.seconds(t, repeat=repeat, warmup=1),
+                                    "peak_bytes": model.peak_bytes(t), "first_call_s": model.first_call_s[t],
+                                    "check": model.check[t]}
+            except Unavailable as exc:
+                out[(config, t)] = {"skip": str(exc)}
+            except MismatchError as exc:
+                out[(config, t)] = {"mismatch": str(exc)}
+            except Exception as exc:  # noqa: BLE001
+                out[(config, t)] = {"error": f"{type(exc).__name__}: {exc}"}
+        del base, model
+        gc.collect()
+    return out
