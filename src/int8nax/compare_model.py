@@ -273,12 +273,15 @@ def main(args) -> int:
     show = args.progress or (args.progress is None and sys.stderr.isatty())
     total = len(args.model) * len(forms) * len(args.model_modes) * len(tokens)
     bar = compare.Progress(total, sys.stderr, show)
+    meta["command"] = "int8nax " + " ".join(sys.argv[1:])
     t0 = time.perf_counter()
-    rows = measure(args.model, tokens, forms, args.model_modes, layers, context, args.repeat, bar.step)
-    print(render(rows, args.markdown))
+    rows: list[Row] = []
+    for config in args.model:  # printed and saved per configuration: a run cut short keeps what it had
+        done = measure([config], tokens, forms, args.model_modes, layers, context, args.repeat, bar.step)
+        rows += done
+        print(render(done, args.markdown), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(to_json(rows, meta), f, indent=1)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
-    if args.json:
-        meta["command"] = "int8nax " + " ".join(sys.argv[1:])
-        with open(args.json, "w") as f:
-            json.dump(to_json(rows, meta), f, indent=1)
     return 1 if failed(rows) else 0

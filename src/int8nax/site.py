@@ -89,9 +89,10 @@ A benchmark of an unknown stem still shows, under its stem, without a roofline."
 
 _BENCH = re.compile(r"^(?P<prefix>.+)\.time_(?P<stem>\w+?)(?P<chain>_chain)?$")
 
-NOT_CONTENDERS = ("bench_ratio.",)
+NOT_CONTENDERS = ("bench_ratio.", "bench_model.")
 """Benchmark modules whose time_ values are not times of a contender: the regression gate's
-ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py)."""
+ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py); the
+model benchmarks (benchmarks/bench_model.py) have their own section (int8nax.site_models)."""
 
 
 class SiteError(Exception):

@@ -285,11 +285,6 @@ class _Recorder(nn.Module):
         return y
 
 
-def _dequantized(layer) -> mx.array:
-    return mx.dequantize(layer.weight, layer.scales.astype(mx.float32), layer.biases.astype(mx.float32),
-                         layer.group_size, layer.bits)
-
-
 def check_projection(layer, x: mx.array, y: mx.array, cols: np.ndarray) -> tuple[float, str]:
     """(error, unit) of a projection's outputs y [R, len(cols)] for inputs x [R, K] against the
     float64 model of the layer as it holds its weights; MismatchError past the bound."""
@@ -298,21 +293,25 @@ def check_projection(layer, x: mx.array, y: mx.array, cols: np.ndarray) -> tuple
 
     bias = layer.get("bias") if isinstance(layer, nn.Module) else None
     bias_cols = None if bias is None else _np64(bias)[cols]
+    x = x.astype(mx.float32) if x.dtype == mx.bfloat16 else x  # exact; numpy has no bfloat16
     if isinstance(layer, W8A8Linear):
-        ref = w8a8_linear_ref(x, np.array(layer.weight)[cols], np.array(layer.scales)[cols], bias_cols)
+        pick = mx.array(cols)  # only the checked rows of the weights leave the device
+        ref = w8a8_linear_ref(x, np.array(layer.weight[pick]), np.array(layer.scales[pick]), bias_cols)
         name = {mx.bfloat16: "bfloat16", mx.float16: "float16", mx.float32: "float32"}[y.dtype]
         err = max_ulp_error(y, ref, name)
         if not err <= W8A8_MAX_ULP:
             raise MismatchError(f"off by {err:.3g} ulp ({name}) from the float64 model of its W8A8 quantization; "
                                 f"at most {W8A8_MAX_ULP} allowed")
         return err, "ulp"
+    pick = mx.array(cols)  # output channels are independent: dequantize only the checked ones
     if isinstance(layer, nn.QuantizedLinear):
-        w = _dequantized(layer)
+        w = mx.dequantize(layer.weight[pick], layer.scales[pick].astype(mx.float32),
+                          layer.biases[pick].astype(mx.float32), layer.group_size, layer.bits)
     elif isinstance(layer, nn.Linear):
-        w = layer.weight
+        w = layer.weight[pick]
     else:
         raise Unavailable(f"the projection check does not know {type(layer).__name__} layers")
-    ref = _np64(x) @ _np64(w[mx.array(cols)]).T
+    ref = _np64(x) @ _np64(w).T
     if bias_cols is not None:
         ref = ref + bias_cols
     err = rel_error(y, ref)
