@@ -5,7 +5,7 @@ Parameters: (configuration, tokens); tokens 1 is one decode step after a prompt 
 profile's context, more is a prefill of that many tokens. The suite declares every
 configuration and token count of every profile (results of all machines publish into one
 site); a machine measures its profile's (models.PROFILES: the 7B and 8B shapes at decode and
-16-4096 tokens on a GPU, the 0.5B shape at decode and 16 tokens on a CPU box).
+16-4096 tokens on a GPU, one layer of the 0.5B shape at decode and 16 tokens on a CPU box).
 
 Two classes per form and mode (eager, or under mx.compile):
     <Form>Model[Compiled]            time_<form>[_compiled]: seconds per decoder layer of one
@@ -92,7 +92,7 @@ class ModelTime:
     version = "1"  # pinned: editing a comment must not hide the history (bump on purpose)
     warmup_time = 0  # setup has run the forward twice (the checked first call, then once more)
     rounds = 1  # every round is a new process and a new model; bench_ratio's ModelRatio is gated
-    repeat = (2, 10, 2.0)
+    repeat = (2, 5, 1.0)
 
     def setup(self, config, tokens):
         self.model = prepared(self.form, self.mode, config, tokens)

@@ -216,7 +216,9 @@ def test_the_suite_skips_outside_the_profile_and_says_why():
     with pytest.raises(NotImplementedError, match="compiled forms are not in the cpu profile"):
         bench_model.W8A8ModelCompiled().setup("qwen2.5-0.5b", 16)
     with pytest.raises(NotImplementedError, match="decode only"):
-        bench_model.MlxQ8Model().setup("qwen2.5-0.5b", 16)
+        bench_model.Fp16Model().setup("qwen2.5-0.5b", 16)
+    with pytest.raises(NotImplementedError, match="mlx-q8 is not in the cpu profile"):
+        bench_model.MlxQ8Model().setup("qwen2.5-0.5b", 1)
     with pytest.raises(NotImplementedError, match="cider"):
         bench_model.CiderModel().setup("qwen2.5-0.5b", 1)
 
