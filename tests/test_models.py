@@ -309,3 +309,15 @@ def test_compare_model_rejects_bad_values(argv, capsys):
         _cli("compare", *argv)
     assert exc.value.code == 2
     assert "expected" in capsys.readouterr().err
+
+
+def test_asvs_install_step_pins_the_mlx_lm_of_the_bench_extra():
+    import re
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (pin,) = [d for d in extras["bench"] if d.startswith("mlx-lm")]
+    assert pin in extras["test"] and re.fullmatch(r"mlx-lm==[\d.]+", pin)
+    for conf in ("asv.conf.json", "asv.cuda.conf.json", "asv.m5.conf.json"):
+        text = (ROOT / conf).read_text()
+        assert f"python -m pip install --no-deps {pin}" in text, conf
