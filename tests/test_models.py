@@ -72,8 +72,7 @@ def test_the_real_configurations_build_with_mlx_lms_args():
     assert (args.hidden_size, args.intermediate_size, args.num_attention_heads, args.num_key_value_heads) == \
         (896, 4864, 14, 2)
     assert model.model.layers[0].self_attn.q_proj.weight.shape == (14 * 64, 896)
-    assert models.CONFIGS["qwen2.5-0.5b"].linear_params() == sum(
-        m.weight.size for _, m in model.named_modules() if isinstance(m, nn.Linear))
+    assert "bias" in model.model.layers[0].self_attn.q_proj
 
 
 @pytest.mark.parametrize("form", ["bf16", "fp16", "mlx-q8", "w8a8"])
@@ -321,3 +320,40 @@ def test_asvs_install_step_pins_the_mlx_lm_of_the_bench_extra():
     for conf in ("asv.conf.json", "asv.cuda.conf.json", "asv.m5.conf.json"):
         text = (ROOT / conf).read_text()
         assert f"python -m pip install --no-deps {pin}" in text, conf
+
+
+class CiderLinear(nn.Module):
+    """A stand-in with cider's conventions (per-channel W8A8 of int8nax's math, x and bias cast to
+    float16, float16 out), to test the check's cider path off an M5; `off` makes it wrong."""
+
+    def __init__(self, linear, off=1.0):
+        super().__init__()
+        from int8nax import quantize_weight_int8
+
+        self.w, self.s = quantize_weight_int8(linear.weight)
+        self.b = linear.get("bias")
+        self.off = off
+
+    def __call__(self, x):
+        from int8nax import w8a8_linear
+
+        bias = None if self.b is None else self.b.astype(mx.float16)
+        return w8a8_linear(x.astype(mx.float16), self.w, self.s, bias) * self.off
+
+
+@pytest.mark.parametrize("off, ok", [(1.0, True), (1 + 2.0**-7, False)])
+def test_ciders_projections_are_checked_against_the_source_weights(off, ok):
+    from mlx.utils import tree_map_with_path
+
+    model = models.build(TINY["qwen2"], 1)
+    sources = models._projections(model)
+    leaves = model.leaf_modules()
+    model.update_modules(tree_map_with_path(
+        lambda path, m: CiderLinear(m, off) if path in sources else m, leaves, is_leaf=lambda m: isinstance(m, nn.Module)))
+    p = models.Prepared(TINY["qwen2"], "cider", "eager", 1, 4, model, "stand-in", 0, sources=sources)
+    if ok:
+        p.prepare(16)
+        assert "ulp" in p.check[16]
+    else:
+        with pytest.raises(MismatchError, match="ulp"):
+            p.prepare(16)

@@ -10,7 +10,8 @@ and the final RMSNorm. The LM head is left out: a full-vocabulary head (151936 w
 more GEMM whose cost does not shrink with fewer layers, and per-layer figures (time / layers)
 are the point. The vocabulary is cut to VOCAB rows for the same reason (a lookup costs the same).
 
-Weights are random, seeded (mx.random, so every machine builds the same model), and scaled
+Weights are random, seeded (mx.random with fixed keys: counter-based, the same bits on every
+device), and scaled
 like a trained model's: linear weights N(0, 1/fan_in) so that each projection keeps its input's
 scale, RMSNorm gains near 1, q/k/v biases of order 0.1, embeddings N(0, 0.02^2). Random
 weights have no outlier channels, so the relative errors reported are what quantization costs
@@ -76,19 +77,6 @@ class Config:
     rope_theta: float = 1_000_000.0
     rms_norm_eps: float = 1e-6
 
-    @property
-    def qkv_bias(self) -> bool:
-        return self.family == "qwen2"
-
-    @property
-    def qk_norm(self) -> bool:
-        return self.family == "qwen3"
-
-    def linear_params(self) -> int:
-        """Weights of one decoder layer's seven projections."""
-        h, q, kv, f = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
-        return h * q + 2 * h * kv + q * h + 3 * h * f
-
 
 CONFIGS: dict[str, Config] = {c.name: c for c in (
     Config("qwen2.5-0.5b", "qwen2", 896, 4864, 14, 2, 64),
@@ -149,7 +137,7 @@ def model_args(config: Config, layers: int):
         rope_theta=config.rope_theta, tie_word_embeddings=True, **extra)
 
 
-def _random_weights(model: nn.Module, config: Config) -> list[tuple[str, mx.array]]:
+def _random_weights(model: nn.Module) -> list[tuple[str, mx.array]]:
     """(path, float32 array) for every parameter, seeded per path (see the module docstring)."""
     from mlx.utils import tree_flatten
 
@@ -175,7 +163,7 @@ def build(config: Config, layers: int, dtype=mx.bfloat16) -> nn.Module:
     set_dtype: exact, float16 has the wider significand)."""
     module = mlx_lm_module(config.family)
     model = module.Model(model_args(config, layers))
-    weights = [(p, w.astype(dtype)) for p, w in _random_weights(model, config)]
+    weights = [(p, w.astype(dtype)) for p, w in _random_weights(model)]
     model.load_weights(weights)
     mx.eval(model.parameters())
     model.eval()
@@ -285,18 +273,29 @@ class _Recorder(nn.Module):
         return y
 
 
-def check_projection(layer, x: mx.array, y: mx.array, cols: np.ndarray) -> tuple[float, str]:
+def check_projection(layer, x: mx.array, y: mx.array, cols: np.ndarray, source=None) -> tuple[float, str]:
     """(error, unit) of a projection's outputs y [R, len(cols)] for inputs x [R, K] against the
-    float64 model of the layer as it holds its weights; MismatchError past the bound."""
+    float64 model of the layer as it holds its weights; MismatchError past the bound.
+    `source`: the nn.Linear the layer was converted from, for layers whose own arrays the check
+    does not read (cider's CiderLinear, whose per-channel quantization is int8nax's by
+    definition, int8nax.quant: the reference quantizes the source's weight rows itself)."""
     from ..nn import W8A8Linear
+    from ..quant import quantize_weight_np
     from ..reference import max_ulp_error, w8a8_linear_ref
 
     bias = layer.get("bias") if isinstance(layer, nn.Module) else None
     bias_cols = None if bias is None else _np64(bias)[cols]
     x = x.astype(mx.float32) if x.dtype == mx.bfloat16 else x  # exact; numpy has no bfloat16
-    if isinstance(layer, W8A8Linear):
+    if isinstance(layer, W8A8Linear) or (type(layer).__name__ == "CiderLinear" and source is not None):
         pick = mx.array(cols)  # only the checked rows of the weights leave the device
-        ref = w8a8_linear_ref(x, np.array(layer.weight[pick]), np.array(layer.scales[pick]), bias_cols)
+        if isinstance(layer, W8A8Linear):
+            w_q, s_w = np.array(layer.weight[pick]), np.array(layer.scales[pick])
+        else:  # cider casts x and the bias to float16 (cider's C++ wrappers)
+            w_q, s_w = quantize_weight_np(np.array(source.weight[pick].astype(mx.float32)))
+            x = x.astype(mx.float16)
+            src_bias = source.get("bias")
+            bias_cols = None if src_bias is None else _np64(src_bias.astype(mx.float16))[cols]
+        ref = w8a8_linear_ref(x, w_q, s_w, bias_cols)
         name = {mx.bfloat16: "bfloat16", mx.float16: "float16", mx.float32: "float32"}[y.dtype]
         err = max_ulp_error(y, ref, name)
         if not err <= W8A8_MAX_ULP:
@@ -358,6 +357,8 @@ class Prepared:
     detail: str
     weight_bytes: int
     rel_error_vs_bf16: float | None = None
+    sources: dict | None = None
+    """path -> the nn.Linear a projection was converted from, where the check needs it (cider)."""
     check: dict = field(default_factory=dict)
     first_call_s: dict = field(default_factory=dict)
     _ids: mx.array | None = None
@@ -409,7 +410,7 @@ class Prepared:
             with _recording(self.model) as recorders:
                 out = self.run(tokens)
             first = time.perf_counter() - t0
-            self.check[tokens] = _check_recorded(recorders, self.describe(tokens))
+            self.check[tokens] = _check_recorded(recorders, self.describe(tokens), self.sources)
         else:
             out = self.run(tokens)
             first = time.perf_counter() - t0
@@ -429,7 +430,7 @@ class Prepared:
         if mode == "compiled" and self.form == "w8a8":
             _check_compilable(self.model)
         return Prepared(self.config, self.form, mode, self.layers, self.context, self.model, self.detail,
-                        self.weight_bytes, self.rel_error_vs_bf16)
+                        self.weight_bytes, self.rel_error_vs_bf16, self.sources)
 
     def describe(self, tokens: int) -> str:
         what = f"decode after {self.context}" if tokens == 1 else f"prefill of {tokens}"
@@ -486,7 +487,7 @@ class _recording:
         return False
 
 
-def _check_recorded(recorders, what: str) -> str:
+def _check_recorded(recorders, what: str, sources: dict | None = None) -> str:
     """Check every recorded projection; the worst error, as text."""
     if not recorders:
         raise MismatchError(f"{what}: no projection ran (the model has none this check knows)")
@@ -496,7 +497,7 @@ def _check_recorded(recorders, what: str) -> str:
             raise MismatchError(f"{what}: projection {rec.path} never ran")
         x, y, cols = rec.seen
         try:
-            err, unit = check_projection(rec.layer, x, y, cols)
+            err, unit = check_projection(rec.layer, x, y, cols, (sources or {}).get(rec.path))
         except MismatchError as exc:
             raise MismatchError(f"{what}: projection {rec.path}: {exc}") from None
         worst[unit] = max(worst.get(unit, 0.0), err)
@@ -533,14 +534,23 @@ def prepare(config: str | Config, form: str, mode: str = "eager", layers: int = 
     if error_vs_bf16:
         bf16_out = model.model(probe)
         mx.eval(bf16_out)
+    sources = _projections(model) if form == "cider" else None
     detail = convert(model, form)
     mx.eval(model.parameters())
     if mode == "compiled" and form == "w8a8":
         _check_compilable(model)
-    prepared = Prepared(config, form, mode, layers, context, model, detail, weight_bytes(model))
+    prepared = Prepared(config, form, mode, layers, context, model, detail, weight_bytes(model), sources=sources)
     if error_vs_bf16:
         prepared.rel_error_vs_bf16 = rel_error(model.model(probe), _np64(bf16_out))
     return prepared
+
+
+def _projections(model: nn.Module) -> dict:
+    """{path: projection} of every projection in `model`, by the paths _recording gives."""
+    from mlx.utils import tree_flatten
+
+    leaves = tree_flatten(model.leaf_modules(), is_leaf=lambda m: isinstance(m, nn.Module))
+    return {path: m for path, m in leaves if _projection(m)}
 
 
 def _check_compilable(model: nn.Module) -> None:
