@@ -188,7 +188,9 @@ def _table(block: MachineModels, config: str) -> str:
 def section(results_dir: Path, commits: set[str] | None = None) -> str:
     """The page's model section (an empty-results note when no machine has model results)."""
     blocks = read(results_dir, commits)
-    out = ['<section id="models"><h2>Models: tokens per second</h2>',
+    out = ['<section id="models"><style>table.models{border-collapse:collapse;margin:.5em 0 1.5em}'
+           'table.models td,table.models th{border:1px solid #ddd;padding:2px 8px;text-align:right}'
+           'svg.models{display:block}</style><h2>Models: tokens per second</h2>',
            '<p class="small">benchmarks/bench_model.py: a few decoder layers of mlx-lm\'s Qwen classes '
            '(random seeded weights, the public configurations\' dimensions), prefill of T tokens or one '
            'decode step after a prompt, in each form: bf16, fp16, MLX 8-bit weight-only (mlx-q8), int8nax '
