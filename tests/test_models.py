@@ -8,6 +8,7 @@ seconds on the 2-core CPU box; the real configurations are built once, with one 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -282,6 +283,7 @@ def test_compare_model_prints_the_table_and_writes_json(tmp_path, capsys):
     assert rc == 0
     assert "qwen2.5-0.5b, 1 layers, eager" in text and "1 (decode)" in text
     assert "cider (eager): n/a: cider" in text
+    assert re.search(r"checked before timing .* w8a8 1: [0-9.e-]+ ulp, 8: [0-9.e-]+ ulp", text)
     rows = json.loads(out.read_text())["models"]
     by = {(r["form"], r["tokens"]): r for r in rows}
     assert by[("bf16", 8)]["speed_vs_bf16"] == 1.0
@@ -311,7 +313,6 @@ def test_compare_model_rejects_bad_values(argv, capsys):
 
 
 def test_asvs_install_step_pins_the_mlx_lm_of_the_bench_extra():
-    import re
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]

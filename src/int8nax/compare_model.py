@@ -182,8 +182,20 @@ def render(rows: list[Row], markdown: bool) -> str:
             out.append("  ".join(h.rjust(w) for h, w in zip(HEADER, widths)))
             out += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in table]
         out.append("")
-        out += [f"- {line}" if markdown else line for line in notes(group)]
+        out += [f"- {line}" if markdown else line for line in checked(group) + notes(group)]
     return "\n".join(out)
+
+
+def checked(rows: list[Row]) -> list[str]:
+    """One line: each form's check at each token count that passed (the worst projection)."""
+    seen: dict[str, list[str]] = {}
+    for r in rows:
+        if r.check:
+            seen.setdefault(r.form, []).append(f"{r.tokens}: {r.check}")
+    if not seen:
+        return []
+    return ["checked before timing (worst projection per token count; eager: against float64, compiled: "
+            "against eager): " + "; ".join(f"{form} {', '.join(v)}" for form, v in seen.items())]
 
 
 def to_json(rows: list[Row], meta: dict) -> dict:
