@@ -23,8 +23,16 @@ def _cmd_info(args) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what was wrong, and where the help is) instead
+    of the usage block first; exit status 2 as before. Subcommands inherit it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="int8nax", description=__doc__)
+    parser = Parser(prog="int8nax", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="backend detection report")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
