@@ -3,6 +3,13 @@
     python tools/asv_site.py vendor .asv/html
     python tools/asv_site.py check .asv/html [--screenshot docs/asv-site.png] [--bench NAME]
                                              [--compare-screenshot docs/compare-page.png]
+    python tools/asv_site.py rename-ratios .asv/results
+
+rename-ratios: the ratio benchmarks were time_ benchmarks (bench_ratio.GemmRatio.time_nax_gemm_ratio,
+    a custom clock advanced by the ratio) and are now unitless track_ benchmarks
+    (track_nax_gemm_ratio) recording the same figure. This renames the old entries in every
+    result file under a results folder (the committed one, or a checkout of the results branch),
+    so that their history carries on under the new names. Running it again changes nothing.
 
 vendor: asv 0.6.6's index.html loads jQuery, Flot, Bootstrap, md5 and stupidtable from
     CDNs, so on a machine without internet the site shows only "external dependencies
@@ -482,6 +489,29 @@ def _errors(log: list[dict]) -> list[str]:
     return [entry["message"] for entry in log if entry.get("level") == "SEVERE"]
 
 
+RATIO_RENAME = re.compile(r"^(bench_ratio\.\w+)\.time_(\w+_ratio)$")
+
+
+def rename_ratios(results_dir: Path) -> list[Path]:
+    """Rename bench_ratio's time_*_ratio entries to track_*_ratio in every asv result file
+    under results_dir (asv's compact JSON, as asv writes it); returns the files changed."""
+    changed = []
+    for path in sorted(results_dir.glob("*/*.json")):
+        if path.name == "machine.json":
+            continue
+        data = json.loads(path.read_text())
+        renamed = False
+        for section in ("results", "durations"):
+            entries = data.get(section) or {}
+            for old in [k for k in entries if RATIO_RENAME.match(k)]:
+                entries[RATIO_RENAME.sub(r"\1.track_\2", old)] = entries.pop(old)
+                renamed = True
+        if renamed:
+            path.write_text(json.dumps(data, sort_keys=True))
+            changed.append(path)
+    return changed
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -492,9 +522,14 @@ def main(argv=None) -> int:
     p_check.add_argument("--screenshot", type=Path)
     p_check.add_argument("--bench", help="benchmark whose graph is checked (default: first parametrized with data)")
     p_check.add_argument("--compare-screenshot", type=Path, help="save a screenshot of compare.html here")
+    p_rename = sub.add_parser("rename-ratios", help="rename the ratio benchmarks' old time_ entries to track_")
+    p_rename.add_argument("results_dir", type=Path)
     args = parser.parse_args(argv)
     try:
-        if args.command == "vendor":
+        if args.command == "rename-ratios":
+            changed = rename_ratios(args.results_dir)
+            print(f"renamed the ratio entries in {len(changed)} result file(s)")
+        elif args.command == "vendor":
             for url in vendor(args.html_dir):
                 print(f"vendored {url}")
         else:
