@@ -242,6 +242,10 @@ class MachineBlock:
     declared: machine_ceilings.Machine | None
     shapes: list[ShapeBlock]
     why_not: str = ""  # why no ceilings apply, when declared is None
+    absent: list[str] = field(default_factory=list)  # contenders with no result at any shape here
+    unmeasured: list[str] = field(default_factory=list)  # declared shapes with no result here
+    here: bool = False  # the machine this command runs on (its latest run is the user's own)
+    reasons: dict[str, str] = field(default_factory=dict)  # absent contender -> why (here only)
 
 
 def _roster(all_results: list[MachineResults]) -> list[tuple[str, str]]:
@@ -273,9 +277,18 @@ def _ceilings_for(declared: machine_ceilings.Machine | None, info: ContenderInfo
     return ceilings, ""
 
 
+def _has_any(results: MachineResults, stem: str) -> bool:
+    return any(v.status == "ok" for b, per in results.values.items()
+               if (m := _BENCH.match(b)) and m.group("stem") == stem for v in per.values())
+
+
 def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> MachineBlock:
+    """The machine's contenders side by side at each shape with results. A contender with no
+    result at any shape here is not repeated at every shape: it is listed once (`absent`)."""
     declared, why_not = machine_ceilings.match(results.name, results.info)
     infos = {c.name: c for c in CONTENDERS}
+    absent = [label for label, stem in roster if not _has_any(results, stem)]
+    roster = [(label, stem) for label, stem in roster if label not in absent]
     shapes: list[str] = []
     for per in results.values.values():
         for param, value in per.items():
@@ -324,7 +337,9 @@ def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> M
                     mine, theirs = entry.seconds(mode), by_name[peer].seconds(mode)
                     entry.ratios[peer][mode] = theirs / mine if (mine and theirs and peer != entry.contender) else None
         blocks.append(ShapeBlock(shape, entries, peers))
-    return MachineBlock(results, declared, blocks, why_not)
+    declared_shapes = [", ".join(map(str, s)) for s in problems.ALL_SHAPES]
+    unmeasured = [f"({d})" for d in declared_shapes if f"({d})" not in shapes]
+    return MachineBlock(results, declared, blocks, why_not, absent, unmeasured)
 
 
 def published_commits(html_dir: Path) -> set[str] | None:
@@ -336,10 +351,51 @@ def published_commits(html_dir: Path) -> set[str] | None:
         return None
 
 
-def compare(results_dir: Path, commits: set[str] | None = None) -> list[MachineBlock]:
+def this_machine(machine_file: Path | None = None) -> str | None:
+    """The asv machine name of this computer (asv keys ~/.asv-machine.json by host name, as
+    `asv machine --yes` wrote it), or None when it has none."""
+    import socket
+
+    path = machine_file or Path.home() / ".asv-machine.json"
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    entry = entries.get(socket.gethostname()) if isinstance(entries, dict) else None
+    return entry.get("machine") if isinstance(entry, dict) else None
+
+
+def skip_reasons(names: list[str]) -> dict[str, str]:
+    """Why each contender of `names` cannot run on this computer, as the benchmark suite's setup
+    finds it (int8nax.bench.contenders: prepared at a tiny shape); a contender that can run is
+    left out. asv records a skip as n/a without its reason, so the reasons are found again here."""
+    from .bench import contenders
+
+    reasons = {}
+    for name in names:
+        if name not in contenders.CONTENDERS:
+            continue
+        try:
+            contenders.get(name).prepare(4, 64, 64)
+        except contenders.Unavailable as exc:
+            reasons[name] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a peer failing oddly: its reason, as the suite would show
+            reasons[name] = f"{type(exc).__name__}: {exc}"
+    return reasons
+
+
+def compare(results_dir: Path, commits: set[str] | None = None, first: str | None = None,
+            here: str | None = None) -> list[MachineBlock]:
+    """Every machine's block, `first` (a machine name) at the top, then the others in name order.
+    `here`: the machine this command runs on; its absent contenders get their reasons."""
     all_results = read_results(results_dir, commits)
     roster = _roster(all_results)
-    return [compare_machine(r, roster) for r in all_results]
+    blocks = [compare_machine(r, roster) for r in all_results]
+    for b in blocks:
+        if here and b.results.name == here:
+            b.here = True
+            b.reasons = skip_reasons(b.absent)
+    return sorted(blocks, key=lambda b: b.results.name != first)
 
 
 # --- output --------------------------------------------------------------------------------
@@ -389,6 +445,8 @@ def to_json(blocks: list[MachineBlock]) -> dict:
                 })
         machines[r.name] = {"commit": r.commit, "date": r.date, "envs": r.envs,
                             "declared": block.declared.name if block.declared else None,
+                            "here": block.here, "absent": {c: block.reasons.get(c) for c in block.absent},
+                            "unmeasured_shapes": block.unmeasured,
                             "shapes": [sb.shape for sb in block.shapes], "entries": entries}
     return {"generated_by": "int8nax site", "modes": list(MODES), "machines": machines}
 
@@ -406,6 +464,7 @@ tr.missing td{color:#999;font-style:italic} td.self{color:#bbb}
 .better{color:#1a7f37} .worse{color:#b3261e}
 svg text{font-size:11px;fill:#333} svg .axis{stroke:#999} svg .grid{stroke:#eee}
 .call{fill:#4e79a7} .chain{fill:#f28e2b} details{margin:6px 0}
+p.here{background:#eef5ff;border:1px solid #9cc0ef;padding:8px 12px} details.absent ul{margin:4px 0}
 """
 
 
@@ -522,6 +581,67 @@ def _ceiling_text(declared: machine_ceilings.Machine | None, why_not: str) -> st
     return f'<p class="small">{html.escape(declared.description)}</p>' + "".join(parts)
 
 
+W8A8_NOTE = (
+    "Why <b>nax-full</b> (W8A8: quantize, int8 GEMM, dequantize) can take less time than "
+    "<b>nax-gemm</b> (the raw int8 GEMM alone) on the CPU backend: <code>w8a8_linear</code> prepares "
+    "a weight once (at its second use as the same array it is transposed and packed into an "
+    "onnxruntime session, ~0.1 s for 4096&times;4096) and every later call reuses it, as a model's "
+    "layers do; <code>int8_matmul</code> keeps no state, so every call shifts and packs its int8 "
+    "<i>b</i> (N&middot;K bytes) again, and it writes int32 (4 bytes per output) where W8A8 writes "
+    "float16 (2). Both are timed as a user calls them. <code>INT8NAX_CPU_PREPARE=0</code> times W8A8 "
+    "without the prepared weight.")
+
+
+def _w8a8_faster(b: MachineBlock) -> list[str]:
+    """Shapes where nax-full's one call took less time than nax-gemm's."""
+    out = []
+    for sb in b.shapes:
+        by = {e.contender: e for e in sb.entries}
+        full, raw = by.get("nax-full"), by.get("nax-gemm")
+        if full and raw and full.seconds("call") and raw.seconds("call") and full.seconds("call") < raw.seconds("call"):
+            out.append(sb.shape)
+    return out
+
+
+def _absent_text(b: MachineBlock) -> str:
+    """The contenders and shapes with no result on this machine, each reason once."""
+    items = []
+    if b.absent:
+        groups: dict[str, list[str]] = {}
+        for name in b.absent:
+            why = b.reasons.get(name) or (
+                "no result at this commit here (asv records a skip without its reason; on this machine, "
+                "`int8nax compare` says why)" if not b.here else "it ran but recorded no time")
+            groups.setdefault(why, []).append(name)
+        items += [f'<li data-absent="{html.escape(" ".join(names))}"><b>{html.escape(", ".join(names))}</b>: '
+                  f'{html.escape(why)}</li>' for why, names in groups.items()]
+    if b.unmeasured:
+        items.append(f"<li><b>{len(b.unmeasured)} of {len(b.unmeasured) + len(b.shapes)} declared shapes</b> "
+                     f"have no result here ({html.escape(', '.join(b.unmeasured))}): each machine measures "
+                     "its profile's shapes (a CPU box the small ones and four seed shapes, a GPU every seed "
+                     "shape; INT8NAX_BENCH_PROFILE=full runs all)</li>")
+    if not items:
+        return ""
+    return (f'<details class="absent" open><summary>Not measured on {html.escape(b.results.name)} '
+            f'(n/a in asv\'s output)</summary><ul class="small">{"".join(items)}</ul></details>')
+
+
+def _here_text(blocks: list[MachineBlock]) -> str:
+    here = next((b for b in blocks if b.here), None)
+    if here is None:
+        return ""
+    others = [b.results.name for b in blocks if not b.here]
+    name = html.escape(here.results.name)
+    return (f'<p class="here"><b>Your run:</b> this computer is asv machine <code>{name}</code>; its section '
+            f'comes first, at its latest commit <code>{html.escape(here.results.commit[:8])}</code>. '
+            + (f'The other sections ({html.escape(", ".join(others))}) are the results committed with the '
+               'repository, measured on the project\'s own machines and often at other commits. Compare '
+               'your speed-vs-peer ratios and roofline fractions with theirs, not your times: a time '
+               'says first which hardware it ran on. A ratio far from theirs on similar hardware is '
+               'worth an issue (with <code>int8nax compare --markdown</code>).' if others else "")
+            + "</p>")
+
+
 def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     toc = " ".join(f'<a href="#machine-{html.escape(b.results.name)}">{html.escape(b.results.name)}</a>'
@@ -547,7 +667,7 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
            'once. Speed vs a peer = the peer\'s time / this contender\'s time (above 1: faster than '
            'the peer). Missing means no number: skipped (n/a), failed, or not run at that commit; '
            'never zero.</p>',
-           f'<nav class="toc">Machines: {toc}</nav>']
+           f'<nav class="toc">Machines: {toc}</nav>', _here_text(blocks)]
     if not blocks:
         out.append("<p><b>No results.</b> Run <code>asv run</code> first.</p>")
     for b in blocks:
@@ -559,7 +679,11 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
                    f'data-commit="{html.escape(r.commit)}"><h2>{name}</h2>'
                    f'<p class="small">{html.escape(hw)}. Commit <code>{html.escape(r.commit[:8])}</code> '
                    f'(committed {date}); environment(s): {html.escape(", ".join(r.envs))}.</p>'
-                   + _ceiling_text(b.declared, b.why_not))
+                   + _ceiling_text(b.declared, b.why_not) + _absent_text(b))
+        faster = _w8a8_faster(b)
+        if faster:
+            out.append(f'<p class="small w8a8-note" data-shapes="{html.escape(";".join(faster))}">'
+                       f'At {html.escape(", ".join(faster))}, W8A8 took less time than the raw GEMM. {W8A8_NOTE}</p>')
         out.append('<nav class="toc small">Shapes: ' + " ".join(
             f'<a href="#{name}-{_anchor(sb.shape)}">{html.escape(sb.shape)}</a>' for sb in b.shapes) + "</nav>")
         for sb in b.shapes:
@@ -602,18 +726,22 @@ def link_index(index: Path) -> list[str]:
     return changed
 
 
-def publish(html_dir: Path, results_dir: Path) -> dict:
-    """Write compare.html and compare.json into html_dir and link them from index.html."""
+def publish(html_dir: Path, results_dir: Path, first: str | None = None, here: str | None = None) -> dict:
+    """Write compare.html and compare.json into html_dir and link them from index.html.
+    `here`: this computer's asv machine (its section first unless `first` names another)."""
     index = html_dir / "index.html"
     if not index.is_file():
         raise SiteError(f"{index} does not exist: run `asv publish` first")
-    blocks = compare(results_dir, published_commits(html_dir))
+    blocks = compare(results_dir, published_commits(html_dir), first or here, here)
     (html_dir / "compare.html").write_text(render(blocks, str(results_dir)))
     data = to_json(blocks)
     (html_dir / "compare.json").write_text(json.dumps(data, indent=1, allow_nan=False))
     changed = link_index(index)
     return {"page": str(html_dir / "compare.html"), "index": changed,
-            "machines": {m: sum(e["has_result"] for e in v["entries"]) for m, v in data["machines"].items()}}
+            "machines": {m: sum(e["has_result"] for e in v["entries"]) for m, v in data["machines"].items()},
+            "absent": {m: v["absent"] for m, v in data["machines"].items()},
+            "unmeasured": {m: len(v["unmeasured_shapes"]) for m, v in data["machines"].items()},
+            "here": here if here in data["machines"] else None}
 
 
 def add_parser(sub) -> None:
@@ -623,17 +751,33 @@ def add_parser(sub) -> None:
     p.add_argument("html_dir", type=Path, help="asv's html_dir (.asv/html)")
     p.add_argument("--results", type=Path,
                    help="asv's results_dir (default: 'results' beside html_dir, i.e. .asv/results)")
+    p.add_argument("--machine", help="the machine whose section comes first (default: this computer's asv "
+                                     "machine, from ~/.asv-machine.json)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     results = args.results or args.html_dir.parent / "results"
     try:
-        report = publish(args.html_dir, results)
+        report = publish(args.html_dir, results, args.machine, this_machine())
     except SiteError as exc:
         print(f"int8nax site: {exc}", file=sys.stderr)
         return 1
     counts = ", ".join(f"{m}: {n}" for m, n in report["machines"].items()) or "no machine has results"
     print(f"wrote {report['page']} (entries with results per machine: {counts}); "
           f"index.html: {', '.join(report['index']) or 'already linked'}")
+    here = report["here"]
+    if here:
+        # asv's own output shows a skip as n/a, without its reason: the reasons, once each
+        print(f"what asv showed as n/a on this machine ({here}):")
+        groups: dict[str, list[str]] = {}
+        for name, why in report["absent"][here].items():
+            groups.setdefault(why or "ran, but recorded no time", []).append(name)
+        for why, names in groups.items():
+            print(f"  {', '.join(names)}: {why}")
+        if report["unmeasured"][here]:
+            print(f"  {report['unmeasured'][here]} of the {len(problems.ALL_SHAPES)} declared shapes: not in this "
+                  "machine's profile (INT8NAX_BENCH_PROFILE=full measures them)")
+        print("  other n/a cells: a contender too slow for a shape on this device, skipped by the suite "
+              "(see compare.html)")
     return 0
