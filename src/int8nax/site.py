@@ -726,6 +726,73 @@ def link_index(index: Path) -> list[str]:
     return changed
 
 
+# asv 0.6.6's graph page draws every machine's results on one linear axis, with a legend of one
+# entry per series (machine x shape) drawn over the top left of the plot. These edits of the
+# published graphdisplay.js and index.html make the default readable: one machine per graph
+# (the others a click away in the left panel, or in the URL), a log y axis (the shapes' times span
+# three decades), and the legend in a column beside the plot. Each edit is found by its exact
+# text in asv 0.6.6's files: with a different asv, `int8nax site` says what it could not change
+# and carries on (the page it writes does not depend on them).
+_GRAPH_EDITS = (
+    ("graphdisplay.js", "one machine per graph",
+     "            state = {};\n            state.machine = index.params.machine;\n\n"
+     "            $.each(index.params, function(param, values) {\n                state[param] = values;\n"
+     "                if (values.length > 1 && param !== 'machine') {\n                    if (param == 'branch') {\n"
+     "                        state[param] = [values[0]];\n                    }\n                }\n            });\n",
+     None),
+    ("graphdisplay.js", "log y axis by default",
+     "            delete params['y-axis-scale'];\n        }\n",
+     "            delete params['y-axis-scale'];\n        }\n"
+     "        else { /* int8nax: log y axis by default */\n"
+     "            $('#log-scale').addClass('active');\n            log_scale = true;\n        }\n"),
+    ("graphdisplay.js", "legend beside the plot",
+     "                show: show_legend,\n                position: \"nw\",\n",
+     "                show: show_legend,\n                position: \"nw\",\n"
+     "                container: $('#int8nax-legend'), /* int8nax: beside the plot, not over it */\n"),
+    ("index.html", "room for the legend",
+     '<div style="position: absolute; top: 48px; left: 0; right: 0; bottom: 100px;">',
+     '<div id="int8nax-legend" style="position: absolute; top: 48px; right: 0; width: 230px; bottom: 100px; '
+     'overflow-y: auto; font-size: 11px"></div>\n'
+     '          <div style="position: absolute; top: 48px; left: 0; right: 240px; bottom: 100px;">'),
+)
+_FIRST_MACHINE = re.compile(r"/\* int8nax: one machine per graph \*/ state\.machine = .*\n")
+
+
+def tune_graphs(html_dir: Path, first: str | None) -> tuple[list[str], list[str]]:
+    """Apply _GRAPH_EDITS to the published site (idempotent); `first` is the machine a graph
+    shows by default (None: the first in asv's list). Returns (what was changed, what could not
+    be: an edit whose text is not found, another asv version). A site without asv's graph
+    page (no graphdisplay.js) is left alone."""
+    changed, failed = [], []
+    if not (html_dir / "graphdisplay.js").is_file():
+        return changed, failed
+    pick = (f"[{json.dumps(first)}]" if first else "[]")
+    line = (f"/* int8nax: one machine per graph */ state.machine = {pick}.filter(function (m) "
+            "{ return index.params.machine.indexOf(m) >= 0; }).concat(index.params.machine).slice(0, 1);\n")
+    for name, what, old, new in _GRAPH_EDITS:
+        path = html_dir / name
+        text = path.read_text()
+        if what == "one machine per graph":
+            if _FIRST_MACHINE.search(text):
+                updated = _FIRST_MACHINE.sub(lambda m: line, text)
+            elif old in text:
+                updated = text.replace(old, old + line, 1)
+            else:
+                failed.append(f"{what} (asv 0.6.6's text not found in {name})")
+                continue
+        elif new in text:
+            continue
+        elif old in text:
+            updated = text.replace(old, new, 1)
+        else:
+            failed.append(f"{what} (asv 0.6.6's text not found in {name})")
+            continue
+        if updated != text:
+            path.write_text(updated)
+            changed.append(what)
+    return changed, failed
+
+
 def publish(html_dir: Path, results_dir: Path, first: str | None = None, here: str | None = None) -> dict:
     """Write compare.html and compare.json into html_dir and link them from index.html.
     `here`: this computer's asv machine (its section first unless `first` names another)."""
@@ -736,8 +803,9 @@ def publish(html_dir: Path, results_dir: Path, first: str | None = None, here: s
     (html_dir / "compare.html").write_text(render(blocks, str(results_dir)))
     data = to_json(blocks)
     (html_dir / "compare.json").write_text(json.dumps(data, indent=1, allow_nan=False))
-    changed = link_index(index)
-    return {"page": str(html_dir / "compare.html"), "index": changed,
+    tuned, untuned = tune_graphs(html_dir, first or (here if here in data["machines"] else None))
+    changed = link_index(index) + tuned
+    return {"page": str(html_dir / "compare.html"), "index": changed, "untuned": untuned,
             "machines": {m: sum(e["has_result"] for e in v["entries"]) for m, v in data["machines"].items()},
             "absent": {m: v["absent"] for m, v in data["machines"].items()},
             "unmeasured": {m: len(v["unmeasured_shapes"]) for m, v in data["machines"].items()},
@@ -766,6 +834,8 @@ def main(args) -> int:
     counts = ", ".join(f"{m}: {n}" for m, n in report["machines"].items()) or "no machine has results"
     print(f"wrote {report['page']} (entries with results per machine: {counts}); "
           f"index.html: {', '.join(report['index']) or 'already linked'}")
+    if report["untuned"]:
+        print(f"int8nax site: asv's graph page left as it is: {'; '.join(report['untuned'])}", file=sys.stderr)
     here = report["here"]
     if here:
         # asv's own output shows a skip as n/a, without its reason: the reasons, once each
