@@ -572,3 +572,34 @@ def test_w8a8_faster_than_the_raw_gemm_is_explained_where_it_shows(tmp_path, htm
     note = re.search(r'<p class="small w8a8-note" data-shapes="([^"]*)">(.*?)</p>', page, re.S)
     assert note and note.group(1) == S16  # faster at 16x4096x4096 only, not at M = 64
     assert "prepares a weight once" in note.group(2) and "INT8NAX_CPU_PREPARE=0" in note.group(2)
+
+
+def test_browser_check_of_the_tuned_graph_page_and_the_regressions_page(published):
+    asv_site, html = published
+    if not asv_site.ASSETS.is_dir():  # asv's graph page needs jQuery and Flot, served with the site
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{asv_site.ASSETS} is missing, and CI=true requires it")
+        pytest.skip(f"{asv_site.ASSETS} is missing: npm ci --prefix tools/asv-site")
+    asv_site.vendor(html)
+    index = json.loads((html / "index.json").read_text())
+    server, url = asv_site.serve(html)
+    driver = asv_site.browser()
+    try:
+        problems = []
+        view = asv_site.check_default_graph(driver, url, "bench_gemm.NaxGemm.time_nax_gemm", None, problems)
+        assert problems == [], problems
+        assert view["machines"] == ["h200"] and view["log_scale"] and view["drawn"] == 1 and view["legend_beside"] == 3
+        assert asv_site.check_regressions(html, index, driver, url, None, problems)["rows"] == 0 and not problems
+        # asv's own graph page: linear axis, legend over the plot
+        js = html / "graphdisplay.js"
+        js.write_text(js.read_text().replace("container: $('#int8nax-legend'),", "")
+                      .replace("$('#log-scale').addClass('active');\n            log_scale = true;", ""))
+        asv_site.check_default_graph(driver, url, "bench_gemm.NaxGemm.time_nax_gemm", None, problems)
+        assert any("linear y axis" in p for p in problems) and any("legend over the plot" in p for p in problems)
+    finally:
+        driver.quit()
+        server.shutdown()
+    # int8nax site puts the edits back, once each
+    site.publish(html, html.parent / "results")
+    assert js.read_text().count("container: $('#int8nax-legend')") == 1
+    assert js.read_text().count("int8nax: one machine per graph") == 1
