@@ -603,3 +603,14 @@ def test_browser_check_of_the_tuned_graph_page_and_the_regressions_page(publishe
     site.publish(html, html.parent / "results")
     assert js.read_text().count("container: $('#int8nax-legend')") == 1
     assert js.read_text().count("int8nax: one machine per graph") == 1
+
+
+def test_the_command_prints_this_machines_skip_reasons_once(results, html_dir, capsys, monkeypatch):
+    monkeypatch.setattr(site, "this_machine", lambda: "mystery")
+    monkeypatch.setitem(sys.modules, "cider", None)
+    assert cli.main(["site", str(html_dir), "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    summary = out.split("what asv showed as n/a on this machine (mystery):\n")[1].splitlines()
+    assert any(line.startswith("  cider-raw, cider-full: cider is not installed") for line in summary)
+    assert sum("cider is not installed" in line for line in summary) == 1
+    assert "  13 of the 14 declared shapes: not in this machine's profile" in out
