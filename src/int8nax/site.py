@@ -729,8 +729,9 @@ def link_index(index: Path) -> list[str]:
 # asv 0.6.6's graph page draws every machine's results on one linear axis, with a legend of one
 # entry per series (machine x shape) drawn over the top left of the plot. These edits of the
 # published graphdisplay.js and index.html make the default readable: one machine per graph
-# (the others a click away in the left panel, or in the URL), a log y axis (the shapes' times span
-# three decades), and the legend in a column beside the plot. Each edit is found by its exact
+# (the others a click away in the left panel, or in the URL), every declared shape (asv shows the
+# first 8 parameter values, which leaves out the CPU box's small shapes), a log y axis (the
+# shapes' times span three decades), and the legend in a column beside the plot. Each edit is found by its exact
 # text in asv 0.6.6's files: with a different asv, `int8nax site` says what it could not change
 # and carries on (the page it writes does not depend on them).
 _GRAPH_EDITS = (
@@ -740,6 +741,9 @@ _GRAPH_EDITS = (
      "                if (values.length > 1 && param !== 'machine') {\n                    if (param == 'branch') {\n"
      "                        state[param] = [values[0]];\n                    }\n                }\n            });\n",
      None),
+    ("graphdisplay.js", "every shape",
+     "            var max_curves = 8;\n",
+     "            var max_curves = 16; /* int8nax: all 14 declared shapes, not the first 8 */\n"),
     ("graphdisplay.js", "log y axis by default",
      "            delete params['y-axis-scale'];\n        }\n",
      "            delete params['y-axis-scale'];\n        }\n"
