@@ -205,3 +205,13 @@ def test_a_bad_backend_variable_leaves_a_table_with_the_reason(capsys, monkeypat
     rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,mlx-fp16"])
     out = capsys.readouterr().out
     assert rc == 0 and "nax-gemm: n/a: backend: unknown backend 'bogus'" in out
+
+
+def test_w8a8_faster_than_the_raw_gemm_on_the_cpu_is_explained():
+    cells = {"nax-gemm": compare.timing.Cell(seconds=4.68e-3, detail="int8nax backend cpu (auto)"),
+             "nax-full": compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cpu (auto)")}
+    lines = compare.notes({(16, 4096, 4096): cells}, ["nax-gemm", "nax-full"])
+    assert lines == [f"nax-full/NAX below 1 at 16x4096x4096: {compare.W8A8_ON_CPU}"]
+    assert "prepares its weight once" in compare.W8A8_ON_CPU
+    cells["nax-full"] = compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cuda (auto)")
+    assert compare.notes({(16, 4096, 4096): cells}, ["nax-gemm", "nax-full"]) == []

@@ -275,7 +275,22 @@ def notes(per_shape, names) -> list[str]:
             if cell.unavailable and not cell.unavailable.startswith(OVER_BUDGET):
                 lines.append(f"{name}: n/a: {cell.unavailable}")
                 break
+    faster = [estimate.shape_text(shape) for shape, row in per_shape.items()
+              if _w8a8_beats_raw_on_cpu(row)]
+    if faster:
+        lines.append(f"nax-full/NAX below 1 at {', '.join(faster)}: {W8A8_ON_CPU}")
     return lines
+
+
+W8A8_ON_CPU = ("on the CPU backend w8a8_linear prepares its weight once (packed at its second use as the "
+               "same array) and every later call reuses it, while int8_matmul keeps no state and packs its b "
+               "on every call (and writes int32, not float16); INT8NAX_CPU_PREPARE=0 times W8A8 without it")
+
+
+def _w8a8_beats_raw_on_cpu(row) -> bool:
+    full, raw = row.get("nax-full"), row.get("nax-gemm")
+    return bool(full and raw and full.seconds and raw.seconds and full.seconds < raw.seconds
+                and "backend cpu" in (full.detail or ""))
 
 
 def render(per_shape, names, markdown: bool) -> str:
