@@ -614,3 +614,16 @@ def test_the_command_prints_this_machines_skip_reasons_once(results, html_dir, c
     assert any(line.startswith("  cider-raw, cider-full: cider is not installed") for line in summary)
     assert sum("cider is not installed" in line for line in summary) == 1
     assert "  13 of the 14 declared shapes: not in this machine's profile" in out
+
+
+def test_this_machines_skips_by_rule_are_named_once(tmp_path, html_dir, monkeypatch):
+    from int8nax.bench import contenders
+
+    root = tmp_path / "results"
+    write_result(root / "cpu-box", "f" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [4.68e-3, 1e-3, NAN],
+                                                  "bench_linear.MlxQ8.time_mlx_q8_matmul": [NAN, 2e-3, NAN]})
+    monkeypatch.setattr(contenders, "skip_reason",
+                        lambda name, shape: f"{shape}: too slow here" if shape[0] == 16 else None)
+    site.publish(html_dir, root, here="cpu-box")
+    page = (html_dir / "compare.html").read_text()
+    assert f"<li><b>mlx-q8</b> at {S16}: skipped by the suite: too slow here</li>" in page

@@ -246,6 +246,7 @@ class MachineBlock:
     unmeasured: list[str] = field(default_factory=list)  # declared shapes with no result here
     here: bool = False  # the machine this command runs on (its latest run is the user's own)
     reasons: dict[str, str] = field(default_factory=dict)  # absent contender -> why (here only)
+    skipped: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # why -> contender -> shapes (here)
 
 
 def _roster(all_results: list[MachineResults]) -> list[tuple[str, str]]:
@@ -384,6 +385,23 @@ def skip_reasons(names: list[str]) -> dict[str, str]:
     return reasons
 
 
+def skipped_shapes(block: MachineBlock) -> dict[str, dict[str, list[str]]]:
+    """{why: {contender: [shape, ...]}} for the skipped (n/a) entries of this computer's block
+    that the suite skips by rule (int8nax.bench.contenders.skip_reason: too slow here)."""
+    from .bench import contenders
+
+    out: dict[str, dict[str, list[str]]] = {}
+    for sb in block.shapes:
+        dims = parse_shape(sb.shape)
+        for e in sb.entries:
+            if dims is None or e.values["call"].status != "skipped" or e.contender not in contenders.CONTENDERS:
+                continue
+            why = contenders.skip_reason(e.contender, dims)
+            if why:
+                out.setdefault(why.split(": ", 1)[-1], {}).setdefault(e.contender, []).append(sb.shape)
+    return out
+
+
 def compare(results_dir: Path, commits: set[str] | None = None, first: str | None = None,
             here: str | None = None) -> list[MachineBlock]:
     """Every machine's block, `first` (a machine name) at the top, then the others in name order.
@@ -395,6 +413,7 @@ def compare(results_dir: Path, commits: set[str] | None = None, first: str | Non
         if here and b.results.name == here:
             b.here = True
             b.reasons = skip_reasons(b.absent)
+            b.skipped = skipped_shapes(b)
     return sorted(blocks, key=lambda b: b.results.name != first)
 
 
@@ -615,6 +634,9 @@ def _absent_text(b: MachineBlock) -> str:
             groups.setdefault(why, []).append(name)
         items += [f'<li data-absent="{html.escape(" ".join(names))}"><b>{html.escape(", ".join(names))}</b>: '
                   f'{html.escape(why)}</li>' for why, names in groups.items()]
+    for why, where in b.skipped.items():
+        which = "; ".join(f"<b>{html.escape(name)}</b> at {html.escape(', '.join(shapes))}" for name, shapes in where.items())
+        items.append(f"<li>{which}: skipped by the suite: {html.escape(why)}</li>")
     if b.unmeasured:
         items.append(f"<li><b>{len(b.unmeasured)} of {len(b.unmeasured) + len(b.shapes)} declared shapes</b> "
                      f"have no result here ({html.escape(', '.join(b.unmeasured))}): each machine measures "
