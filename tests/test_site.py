@@ -529,14 +529,19 @@ def test_browser_check_of_the_page_against_asvs_graphs(published):
 
 
 def test_the_gates_ratio_benchmarks_are_not_contenders(tmp_path, html_dir):
-    # bench_ratio's time_ values are ratios (int8nax over a reference), not seconds of anything.
+    # bench_ratio's values are ratios (int8nax over a reference), not seconds of anything: not
+    # contenders (nor is their history's time_ name), shown apart, unitless
     root = tmp_path / "results"
     write_result(root / "h200", "f" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [2e-4, NAN, NAN],
-                                               "bench_ratio.GemmRatio.time_nax_gemm_ratio": [1.3, NAN, NAN]})
+                                               "bench_ratio.GemmRatio.time_nax_gemm_ratio": [1.3, NAN, NAN],
+                                               "bench_ratio.GemmRatio.track_nax_gemm_ratio": [1.25, NAN, NAN]})
     site.publish(html_dir, root)
     data = json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]
     assert not any("ratio" in e["contender"] for e in data["entries"])
     assert any(e["contender"] == "nax-gemm" for e in data["entries"])
+    assert data["ratios"] == {"bench_ratio.GemmRatio.track_nax_gemm_ratio": {S16: 1.25}}
+    page = (html_dir / "compare.html").read_text()
+    assert f'<tr><td class="name">{S16}</td><td data-bench="bench_ratio.GemmRatio.track_nax_gemm_ratio">1.25</td></tr>' in page
 
 
 def test_this_machine_comes_first_with_what_its_run_means_and_its_skip_reasons(results, html_dir, tmp_path,

@@ -88,6 +88,10 @@ A benchmark of an unknown stem still shows, under its stem, without a roofline."
 
 _BENCH = re.compile(r"^(?P<prefix>.+)\.time_(?P<stem>\w+?)(?P<chain>_chain)?$")
 
+RATIO_BENCH = re.compile(r"^bench_ratio\.\w+\.track_(?P<stem>\w+)_ratio$")
+"""The regression gate's ratio benchmarks: int8nax's time over a reference's at the same shape,
+unitless (benchmarks/bench_ratio.py). The page shows them apart from the contenders' times."""
+
 NOT_CONTENDERS = ("bench_ratio.",)
 """Benchmark modules whose time_ values are not times of a contender: the regression gate's
 ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py)."""
@@ -119,6 +123,7 @@ class ResultFile:
     env: str
     started: int
     values: dict[str, dict[str, Value]]  # benchmark -> parameter repr -> Value
+    ratios: dict[str, dict[str, Value]] = field(default_factory=dict)  # ratio benchmark -> parameter -> Value
 
 
 def _parse_value(raw) -> Value:
@@ -141,8 +146,10 @@ def read_result_file(path: Path) -> ResultFile:
     i_started = columns.index("started_at") if "started_at" in columns else None
     values: dict[str, dict[str, Value]] = {}
     started = 0
+    ratios: dict[str, dict[str, Value]] = {}
     for bench, entry in data.get("results", {}).items():
-        if not _BENCH.match(bench) or bench.startswith(NOT_CONTENDERS):
+        is_ratio = bool(RATIO_BENCH.match(bench))
+        if not is_ratio and (not _BENCH.match(bench) or bench.startswith(NOT_CONTENDERS)):
             continue
         result, params = entry[i_result], entry[i_params]
         if i_started is not None and len(entry) > i_started and entry[i_started]:
@@ -152,8 +159,8 @@ def read_result_file(path: Path) -> ResultFile:
         combos = [", ".join(c) if len(c) > 1 else c[0] for c in itertools.product(*params)]
         if not isinstance(result, list):
             result = [result] * len(combos)
-        values[bench] = {c: _parse_value(r) for c, r in zip(combos, result)}
-    return ResultFile(path, commit, date, data.get("env_name", ""), started, values)
+        (ratios if is_ratio else values)[bench] = {c: _parse_value(r) for c, r in zip(combos, result)}
+    return ResultFile(path, commit, date, data.get("env_name", ""), started, values, ratios)
 
 
 @dataclass
@@ -164,6 +171,7 @@ class MachineResults:
     date: int
     envs: list[str]
     values: dict[str, dict[str, Value]]  # benchmark -> parameter repr -> Value (merged envs)
+    ratios: dict[str, dict[str, Value]] = field(default_factory=dict)  # the gate's ratios, merged alike
 
 
 def _has_time(rf: ResultFile) -> bool:
@@ -181,16 +189,18 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineResult
     latest = max(files, key=lambda f: (f.date, f.started))
     same = sorted((f for f in files if f.commit == latest.commit), key=lambda f: f.started)
     merged: dict[str, dict[str, Value]] = {}
+    ratios: dict[str, dict[str, Value]] = {}
     for f in same:
-        for bench, per in f.values.items():
-            slot = merged.setdefault(bench, {})
-            for param, value in per.items():
-                old = slot.get(param)
-                if old is None or value.status == "ok" or old.status != "ok":
-                    slot[param] = value
+        for into, source in ((merged, f.values), (ratios, f.ratios)):
+            for bench, per in source.items():
+                slot = into.setdefault(bench, {})
+                for param, value in per.items():
+                    old = slot.get(param)
+                    if old is None or value.status == "ok" or old.status != "ok":
+                        slot[param] = value
     info_path = folder / "machine.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    return MachineResults(folder.name, info, latest.commit, latest.date, [f.env for f in same], merged)
+    return MachineResults(folder.name, info, latest.commit, latest.date, [f.env for f in same], merged, ratios)
 
 
 def read_results(results_dir: Path, commits: set[str] | None = None) -> list[MachineResults]:
@@ -464,7 +474,9 @@ def to_json(blocks: list[MachineBlock]) -> dict:
                 })
         machines[r.name] = {"commit": r.commit, "date": r.date, "envs": r.envs,
                             "declared": block.declared.name if block.declared else None,
-                            "here": block.here, "absent": {c: block.reasons.get(c) for c in block.absent},
+                            "here": block.here,
+                            "ratios": {b: {p: v.seconds for p, v in per.items() if v.status == "ok"}
+                                       for b, per in r.ratios.items()}, "absent": {c: block.reasons.get(c) for c in block.absent},
                             "unmeasured_shapes": block.unmeasured,
                             "shapes": [sb.shape for sb in block.shapes], "entries": entries}
     return {"generated_by": "int8nax site", "modes": list(MODES), "machines": machines}
@@ -664,6 +676,27 @@ def _here_text(blocks: list[MachineBlock]) -> str:
             + "</p>")
 
 
+def _ratios_table(r: MachineResults) -> str:
+    """The gate's ratios at this commit: one row per shape with a value, one column per ratio."""
+    benches = sorted(b for b, per in r.ratios.items() if any(v.status == "ok" for v in per.values()))
+    if not benches:
+        return ""
+    shapes = [p for p in next(iter(r.ratios.values())) if any(r.ratios[b].get(p, Value()).status == "ok" for b in benches)]
+    head = "".join(f"<th>{html.escape(RATIO_BENCH.match(b).group('stem').replace('_', '-'))} / reference</th>"
+                   for b in benches)
+    rows = []
+    for shape in shapes:
+        cells = "".join(f'<td data-bench="{html.escape(b)}">{fmt_number(r.ratios[b].get(shape, Value()).seconds)}</td>'
+                        for b in benches)
+        rows.append(f'<tr><td class="name">{html.escape(shape)}</td>{cells}</tr>')
+    return ('<details class="ratios"><summary>The regression gate\'s ratios at this commit (unitless, lower '
+            'is better)</summary><p class="small">int8nax\'s time over a reference\'s at the same shape, both '
+            'measured in one process (<code>bench_ratio</code>, asv unit <code>ratio</code>): numpy\'s float32 '
+            'matmul on a CPU box, MLX\'s float16 matmul on a GPU. They move only when int8nax does; '
+            'asv\'s graphs show their history.</p>'
+            f'<table class="ratios"><tr><th class="name">(M, K, N)</th>{head}</tr>{"".join(rows)}</table></details>')
+
+
 def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     toc = " ".join(f'<a href="#machine-{html.escape(b.results.name)}">{html.escape(b.results.name)}</a>'
@@ -706,6 +739,7 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
         if faster:
             out.append(f'<p class="small w8a8-note" data-shapes="{html.escape(";".join(faster))}">'
                        f'At {html.escape(", ".join(faster))}, W8A8 took less time than the raw GEMM. {W8A8_NOTE}</p>')
+        out.append(_ratios_table(r))
         out.append('<nav class="toc small">Shapes: ' + " ".join(
             f'<a href="#{name}-{_anchor(sb.shape)}">{html.escape(sb.shape)}</a>' for sb in b.shapes) + "</nav>")
         for sb in b.shapes:
