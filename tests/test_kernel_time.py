@@ -304,7 +304,7 @@ def test_without_cuda_one_clear_line_and_exit_2(capsys):
     (["--mode", "kernel,call"], "mode kernel runs alone"),
     (["--mode", "kernel", "--w8a8", "fp8"], "got 'fp8'"),
     (["--mode", "kernel", "--launches", "0"], "positive"),
-    (["--mode", "kernel", "--budget", "soon"], "positive"),
+    (["--mode", "kernel", "--time-limit", "soon"], "positive"),
 ])
 def test_bad_options_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -282,14 +282,20 @@ def main(args) -> int:
     meta = compare.environment()
     print(f"int8nax compare --model: backend {meta['backend']} ({meta['backend_reason']}); {layers} layers, "
           f"mlx-lm's classes with random seeded weights; median of {args.repeat}")
-    show = args.progress or (args.progress is None and sys.stderr.isatty())
+    # One line per measured cell on stderr (a model cell takes seconds: no bar needed), unless
+    # --progress none.
     total = len(args.model) * len(forms) * len(args.model_modes) * len(tokens)
-    bar = compare.Progress(total, sys.stderr, show)
+    lines = compare.Progress(sys.stderr, "none" if args.progress == "none" else "lines")
+    done = [0]
+
+    def step(label: str) -> None:
+        done[0] += 1
+        lines.say(f"[{done[0]}/{total}] {label}")
     meta["command"] = "int8nax " + " ".join(sys.argv[1:])
     t0 = time.perf_counter()
     rows: list[Row] = []
     for config in args.model:  # printed and saved per configuration: a run cut short keeps what it had
-        done = measure([config], tokens, forms, args.model_modes, layers, context, args.repeat, bar.step)
+        done = measure([config], tokens, forms, args.model_modes, layers, context, args.repeat, step)
         rows += done
         print(render(done, args.markdown), flush=True)
         if args.json:

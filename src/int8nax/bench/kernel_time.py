@@ -677,8 +677,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--w8a8", type=_w8a8_arg, default=W8A8_VARIANTS, metavar="VARIANTS",
                         help=f"mode kernel: W8A8 variants to time against the raw GEMM, comma-separated from "
                              f"{', '.join(W8A8_VARIANTS)}, or none (default: all)")
-    parser.add_argument("--budget", type=_positive(float), default=BUDGET_S, metavar="SECONDS",
-                        help=f"mode kernel: seconds for the whole run, compilation included ({BUDGET_S:.0f})")
+    parser.add_argument("--time-limit", type=_positive(float), default=BUDGET_S, metavar="SECONDS",
+                        help=f"mode kernel: seconds for the whole run, compilation included ({BUDGET_S:.0f}); "
+                             "items not reached are listed as not run")
     parser.add_argument("--launches", type=_positive(int), default=LAUNCHES,
                         help=f"mode kernel: timed launches per item, the median is kept ({LAUNCHES})")
 
@@ -700,7 +701,7 @@ def main(args) -> int:
     if why:
         print(f"{prog}: {why}; nothing was measured.", file=sys.stderr)
         return NO_CUDA_EXIT
-    budget, launches = getattr(args, "budget", BUDGET_S), getattr(args, "launches", LAUNCHES)
+    budget, launches = getattr(args, "time_limit", BUDGET_S), getattr(args, "launches", LAUNCHES)
     shapes, extra = select_shapes(getattr(args, "shapes", None))
     items = plan_items(shapes, getattr(args, "w8a8", W8A8_VARIANTS), extra=extra)
     meta = environment()
