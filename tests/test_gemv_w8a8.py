@@ -290,3 +290,60 @@ def test_the_kernels_compile_for_sm90a_without_spills(tmp_path):
         assert spills and all(v == "0" for v in spills), f"{label}: {proc.stderr[-2000:]}"
         done += 1
     assert done == (26 if every else len(sample))
+
+
+class _Recorder:
+    """Stands in for a kernel object: records (name, grid, template) and returns zeros."""
+
+    def __init__(self, spec, launches):
+        self.spec, self.launches = spec, launches
+
+    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template, **_):
+        import mlx.core as mx
+
+        self.launches.append((self.spec.name, grid, dict(template)))
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+
+@pytest.mark.parametrize("family", ["sm90", "sm80"])
+def test_w8a8_linear_launches_one_gemv_kernel_at_decode(monkeypatch, family):
+    """What the W8A8 entry point launches (kernels stood in): at M = 1 the GEMV that quantizes x
+    itself, alone; at M = 16, K = 3584 (112 KB of bfloat16 x) the quantization kernel and the GEMV;
+    at M = 17 the tiled kernels (dp4a where there is no wgmma)."""
+    mx = pytest.importorskip("mlx.core")
+    from int8nax.backends import cuda
+
+    launches = []
+    monkeypatch.setattr(cuda, "_kernel", lambda spec: _Recorder(spec, launches))
+    monkeypatch.setattr(cuda, "_family", lambda: family)
+    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda, "COMPILE", False)
+    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(cuda.EPILOGUE_ENV, raising=False)
+    cuda.clear_caches()
+    try:
+        n, k = 4608, 3584
+        w, s = mx.zeros((n, k), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
+        got = {}
+        for m in (1, 16, 17):
+            launches.clear()
+            mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), w, s, mx.zeros((n,))))
+            got[m] = [name.rsplit("_", 1)[0] for name, _, _ in launches]
+        assert got[1] == ["int8nax_gemv_w8a8_x"] and got[16] == ["int8nax_quantize", "int8nax_gemv_w8a8"]
+        assert got[17][0] == "int8nax_quantize" and "gemv" not in " ".join(got[17])
+        assert ("simt" in got[17][1]) == (family == "sm80")
+        launches.clear()
+        mx.eval(cuda.w8a8(mx.zeros((1, k), dtype=mx.bfloat16), w, s, None))
+        (name, grid, template), = launches
+        assert grid == ((n // 16) * 256, 1, 1)
+        assert template == {"T": mx.bfloat16, "NT": 2, "WARPS": 8, "UNROLL": 2, "HAS_BIAS": False, "NARROW": True}
+        # the environment forces the previous kernels at small M
+        monkeypatch.setenv(cuda.KERNEL_ENV, "cpasync")
+        cuda.clear_caches()
+        launches.clear()
+        mx.eval(cuda.w8a8(mx.zeros((1, k), dtype=mx.bfloat16), w, s, None))
+        names = [name for name, _, _ in launches]
+        assert names[0].startswith("int8nax_quantize") and not any("gemv" in x for x in names)
+        assert any(("simt" if family == "sm80" else "cpasync") in x for x in names)
+    finally:
+        cuda.clear_caches()
