@@ -123,3 +123,57 @@ class LinearRatio(RatioBenchmark):
     @ratio
     def time_nax_full_ratio(self, shape):
         self.measure()
+
+
+# --- the model ratio (benchmarks/bench_model.py's forms) ---------------------------------------
+
+from . import bench_model  # noqa: E402
+
+MODEL_BLOCK_CALLS = 2
+MODEL_SAMPLE_TARGET_S = 0.2
+"""ModelRatio's sample: about this long, and at least 2 blocks of MODEL_BLOCK_CALLS forwards."""
+
+
+class ModelRatio:
+    """int8nax W8A8 over bf16 at the model level: seconds per forward of mlx-lm's decoder stack
+    with int8nax.nn.quantize_linears over the same model in bf16 (benchmarks/bench_model.py's
+    forms, eager, built and checked as there), in the same process and sample, at each
+    (configuration, tokens) of the profile. Lower is better: 1.20 reads "the W8A8 model takes
+    1.2 times as long as bf16"; below 1 W8A8 pays off.
+
+    One sample: `blocks` blocks of MODEL_BLOCK_CALLS forwards of each model (the order swapped
+    every block), ratio = min(W8A8 times) / min(bf16 times), as the ratios above. On the cpu
+    profile it measures decode only: a 16-token bf16 prefill there is MLX's CPU bf16 GEMM
+    (0.25 s per layer on the 2-core box), which the W8A8 model does not run at all.
+    """
+
+    params = bench_model.ModelTime.params
+    param_names = bench_model.ModelTime.param_names
+    timeout = 900
+    version = "1"
+
+    def setup(self, config, tokens):
+        name, _ = bench_model.model_profile()
+        if name == "cpu" and tokens != 1:
+            raise NotImplementedError("on the cpu profile the model ratio measures decode (tokens 1) only")
+        self.num = bench_model.prepared("w8a8", "eager", config, tokens)
+        self.den = bench_model.prepared("bf16", "eager", config, tokens)
+        self.tokens = tokens
+        t0 = time.perf_counter()
+        self.den.run(tokens)
+        one = time.perf_counter() - t0
+        self.blocks = max(2, min(MAX_BLOCKS, round(MODEL_SAMPLE_TARGET_S / (2 * MODEL_BLOCK_CALLS * one))))
+
+    def track_w8a8_model_ratio(self, config, tokens):
+        t_num, t_den = [], []
+        clock = time.perf_counter
+        for i in range(self.blocks):
+            for model, times in ((self.den, t_den), (self.num, t_num)) if i % 2 else ((self.num, t_num),
+                                                                                       (self.den, t_den)):
+                for _ in range(MODEL_BLOCK_CALLS):
+                    t0 = clock()
+                    model.run(tokens)
+                    times.append(clock() - t0)
+        return min(t_num) / min(t_den)
+
+    track_w8a8_model_ratio.unit = "ratio"

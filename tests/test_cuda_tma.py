@@ -144,9 +144,10 @@ def bits(y):
     return np.array(y.view({2: mx.uint16, 4: mx.uint32}[y.itemsize]))
 
 
-def cpasync_w8a8(q, sx, w, sw, bias, out_dtype, epilogue="eft"):
+def cpasync_w8a8(q, sx, w, sw, bias, out_dtype, epilogue=None):
     """The bits of the cp.async kernel's W8A8 (one plan for every shape here): the reference the
-    TMA kernels' outputs must equal bit for bit (the same dequantization)."""
+    TMA kernels' outputs must equal bit for bit (the same dequantization; epilogue None: the
+    default one, which the kernels under test take too)."""
     plan = cuda_plans.CudaPlan(cuda_plans.CUDA_CONFIGS["wg2_128x128_x2"], 1)
     return bits(cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw),
                                   None if bias is None else mx.array(bias), out_dtype, "cpasync", plan,

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import site_models
 from .bench import machines as machine_ceilings
 from .bench import problems, timing
 
@@ -88,9 +89,10 @@ A benchmark of an unknown stem still shows, under its stem, without a roofline."
 
 _BENCH = re.compile(r"^(?P<prefix>.+)\.time_(?P<stem>\w+?)(?P<chain>_chain)?$")
 
-NOT_CONTENDERS = ("bench_ratio.",)
+NOT_CONTENDERS = ("bench_ratio.", "bench_model.")
 """Benchmark modules whose time_ values are not times of a contender: the regression gate's
-ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py)."""
+ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py); the
+model benchmarks (benchmarks/bench_model.py) have their own section (int8nax.site_models)."""
 
 
 class SiteError(Exception):
@@ -607,9 +609,14 @@ def publish(html_dir: Path, results_dir: Path) -> dict:
     index = html_dir / "index.html"
     if not index.is_file():
         raise SiteError(f"{index} does not exist: run `asv publish` first")
-    blocks = compare(results_dir, published_commits(html_dir))
-    (html_dir / "compare.html").write_text(render(blocks, str(results_dir)))
+    commits = published_commits(html_dir)
+    blocks = compare(results_dir, commits)
+    page = render(blocks, str(results_dir))
+    # The model section (int8nax.site_models) goes at the end of the page.
+    page = page.replace("</body></html>", site_models.section(results_dir, commits) + "\n</body></html>")
+    (html_dir / "compare.html").write_text(page)
     data = to_json(blocks)
+    data["models"] = site_models.to_json(site_models.read(results_dir, commits))
     (html_dir / "compare.json").write_text(json.dumps(data, indent=1, allow_nan=False))
     changed = link_index(index)
     return {"page": str(html_dir / "compare.html"), "index": changed,
