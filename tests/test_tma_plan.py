@@ -353,7 +353,7 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
     blocks = lau.grid_x * lau.grid_y * plan.splits
     if plan.splits == 1:
         assert names[1:] == [cuda_source.gemm_w8a8_tma_unspecialized(plan.cfg).name]
-        assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", False)]
+        assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", cuda.EPILOGUE_DEFAULT == "narrow")]
     else:
         assert names[1:] == [cuda_source.gemm_tma_unspecialized(plan.cfg).name, cuda_source.reduce_w8a8().name]
     assert launches[1]["outputs"][1] == (blocks * 256,)
@@ -387,7 +387,7 @@ def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
         w_plan, fused = plan, cuda_source.gemm_w8a8_tma_ws_cooperative
     assert w_plan.splits == 1
     assert names == [cuda_source.quantize().name, fused(w_plan.cfg).name]
-    assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", False)]
+    assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", cuda.EPILOGUE_DEFAULT == "narrow")]
     assert launches[1]["outputs"] == [(m, n), (w_plan.blocks * 256,)]
     assert launches[1]["grid"] == (w_plan.blocks * 384, 1, 1)
 
@@ -413,7 +413,7 @@ def test_persistent_w8a8_splits_through_the_workspace(recorded, kernel):
         mx.eval(cuda.dequant_gemm(q, sx, w, sw, bias, mx.bfloat16, kernel, plan))
         assert [x["name"] for x in launches] == want
         assert launches[0]["outputs"][0] == ((m, n) if splits == 1 else (splits, m, n))
-        assert launches[-1]["template"][-3:] == [("TOut", mx.bfloat16), ("HAS_BIAS", True), ("NARROW", False)]
+        assert launches[-1]["template"][-3:] == [("TOut", mx.bfloat16), ("HAS_BIAS", True), ("NARROW", cuda.EPILOGUE_DEFAULT == "narrow")]
 
 
 @pytest.mark.parametrize("m,k,n", [(16, 4096, 4096), (512, 4096, 4096), (128, 18944, 3584), (512, 3584, 18944)])
