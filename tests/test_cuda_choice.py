@@ -24,15 +24,23 @@ def test_every_recorded_choice_is_unchanged():
     rows = _old_choices()
     assert len(rows) == 3882
     assert sum(1 for r in rows if r["override"] == "" and r["sms"] == 132 and r["family"] == "sm90") == 936
-    differ = []
+    # One change since: W8A8 at M <= 16 takes the GEMV by default on sm90 (auto only: every
+    # override keeps its recorded kernel there), with 16-row slices where N / 16 >= 1.5 x SMs.
+    differ, gemv = [], 0
     for r in rows:
         got = cuda_choice.choose(r["m"], r["n"], r["k"], w8a8=r["w8a8"], sms=r["sms"], family=r["family"],
                                  override=r["override"])
         plan = got.plan
         have = [got.variant, plan.cfg.name, plan.splits, getattr(plan, "group", None), getattr(plan, "blocks", None)]
-        if have != [r["variant"], r["tile"], r["splits"], r["group"], r["blocks"]]:
+        want = [r["variant"], r["tile"], r["splits"], r["group"], r["blocks"]]
+        if r["w8a8"] and r["m"] <= 16 and r["override"] == "" and r["family"] == "sm90":
+            gemv += 1
+            slices = "gemv_16x16" if -(-r["n"] // 16) >= 3 * r["sms"] // 2 else "gemv_16x8"
+            want = [cuda_choice.GEMV, slices, 1, None, None]
+        if have != want:
             differ.append((r, have))
     assert not differ, differ[:5]
+    assert gemv >= 100, gemv
 
 
 @pytest.mark.parametrize("value,want", [

@@ -1,14 +1,20 @@
-"""The small-M W8A8 GEMM (backends/cuda_gemv.py) on a CUDA GPU: its int32 product exact, and its W8A8
-outputs bit for bit those of the existing W8A8 GEMM (cuda.dequant_gemm) on the same codes, for
-M = 1..16, every output type, with and without a bias, on both epilogues; aligned, misaligned and
-K % 16 != 0 operands. Skipped without a CUDA device of compute capability 8.0 or newer (mma.sync)."""
+"""The GEMV (cuda_choice's "gemv" variant, kernels/cuda/gemv_w8a8.cuh) on a CUDA GPU: its int32
+product exact, and its W8A8 outputs bit for bit those of the tiled W8A8 GEMM (the cp.async
+variant) on the same codes and on the same x, for M = 1..16, every output type, with and without
+a bias, on both epilogues; aligned, misaligned and K % 16 != 0 operands; both slice widths; and the
+public w8a8_linear, which takes the GEMV by default at M <= 16, against the same call with
+INT8NAX_CUDA_KERNEL=cpasync. Skipped without a CUDA device of compute capability 8.0 or newer
+(mma.sync)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
+from int8nax.backends import cuda_choice, cuda_plans
 from int8nax.reference import exact_int_product, to_numpy
 
 
@@ -27,6 +33,9 @@ pytestmark = pytest.mark.skipif(CC is None or CC < (8, 0), reason=f"needs a CUDA
 # K % 16 != 0 with N % 8 != 0 (byte-wise loads, partial tiles).
 SHAPES = [(4608, 3584), (200, 1040), (37, 100)]
 DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+# The tiled reference: the cp.async kernel on sm_90a, the dp4a one elsewhere.
+TILED = cuda_choice.CPASYNC if CC == (9, 0) else cuda_choice.SIMT
+GEMV = cuda_choice.GEMV
 
 
 def weight(rng, n, k):
@@ -41,26 +50,36 @@ def codes(rng, m, k):
     return q, mx.array(q) + mx.array(0, dtype=mx.int8)
 
 
-@pytest.mark.parametrize("shift", [False, True])
-def test_int32_product_is_exact(rng, shift):
-    from int8nax.backends import cuda_gemv
+def same_bits(got, want, what):
+    bits = mx.uint32 if want.dtype == mx.float32 else mx.uint16
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    g, w = np.array(got.view(bits)), np.array(want.view(bits))
+    bad = np.argwhere(g != w)
+    assert len(bad) == 0, (f"{what}: {len(bad)} outputs differ, first at {bad[0].tolist()}: "
+                           f"{to_numpy(got)[tuple(bad[0])]!r} vs {to_numpy(want)[tuple(bad[0])]!r}")
 
+
+@pytest.mark.parametrize("shift", [False, True])
+@pytest.mark.parametrize("slices", sorted(cuda_plans.GEMV_CONFIGS))
+def test_int32_product_is_exact(rng, shift, slices):
+    from int8nax.backends import cuda
+
+    plan = cuda_plans.GemvPlan(cuda_plans.GEMV_CONFIGS[slices])
     for n, k in SHAPES:
         w, aligned, shifted = weight(rng, n, k)
-        w_mx = shifted if shift else aligned
         for m in range(1, 17):
             q, q_mx = codes(rng, m, k)
-            got = np.array(cuda_gemv.gemv_int32(q_mx, w_mx))
+            got = np.array(cuda.gemm_int32(q_mx, shifted if shift else aligned, GEMV, plan))
             np.testing.assert_array_equal(got, exact_int_product(q, w), err_msg=f"M={m} N={n} K={k} shift={shift}")
 
 
 def test_int32_product_at_the_extremes():
-    from int8nax.backends import cuda_gemv
+    from int8nax.backends import cuda
 
     k = 4096
     q = mx.full((16, k), -127, dtype=mx.int8)
     w = mx.full((24, k), -128, dtype=mx.int8)
-    assert (np.array(cuda_gemv.gemv_int32(q, w)) == 127 * 128 * k).all()
+    assert (np.array(cuda.gemm_int32(q, w, GEMV)) == 127 * 128 * k).all()
 
 
 CONFIGS = [(d, b, e) for d in DTYPES for b in (False, True) for e in ("eft", "narrow")
@@ -68,8 +87,8 @@ CONFIGS = [(d, b, e) for d in DTYPES for b in (False, True) for e in ("eft", "na
 
 
 @pytest.mark.parametrize("dtype, has_bias, epilogue", CONFIGS, ids=lambda v: str(v))
-def test_w8a8_bits_equal_the_existing_w8a8_gemm(rng, dtype, has_bias, epilogue):
-    from int8nax.backends import cuda, cuda_gemv
+def test_w8a8_bits_equal_the_tiled_w8a8_gemm(rng, dtype, has_bias, epilogue):
+    from int8nax.backends import cuda
 
     out = DTYPES[dtype]
     for n, k in SHAPES:
@@ -91,17 +110,12 @@ def test_w8a8_bits_equal_the_existing_w8a8_gemm(rng, dtype, has_bias, epilogue):
                 prod = acc0 * float(np.array(sx)[0]) * np.array(sw).astype(np.float64)
                 b[: max(1, n // 8)] = -prod[: max(1, n // 8)].astype(np.float32)
                 bias = mx.array(b)
-            got = cuda_gemv.gemv_w8a8(q_mx, sx, w_mx, sw, bias, out, epilogue=epilogue)
-            want = cuda.dequant_gemm(q_mx, sx, w_mx, sw, bias, out, epilogue=epilogue)
-            assert got.dtype == out and got.shape == (m, n)
-            bits = mx.uint32 if out == mx.float32 else mx.uint16
-            g, wnt = np.array(got.view(bits)), np.array(want.view(bits))
-            bad = np.argwhere(g != wnt)
-            assert len(bad) == 0, (f"M={m} N={n} K={k}: {len(bad)} outputs differ, first at {bad[0].tolist()}: "
-                                   f"{to_numpy(got)[tuple(bad[0])]!r} vs {to_numpy(want)[tuple(bad[0])]!r}")
+            got = cuda.dequant_gemm(q_mx, sx, w_mx, sw, bias, out, GEMV, epilogue=epilogue)
+            want = cuda.dequant_gemm(q_mx, sx, w_mx, sw, bias, out, TILED, epilogue=epilogue)
+            same_bits(got, want, f"M={m} N={n} K={k}")
 
 
-def activations(rng, m, k, dtype, special):
+def activations(rng, m, k, special):
     """float32 [m, k] values for x; special: rows that are all zero, hold NaN or inf, or are tiny
     (a subnormal scale: the quantization's 2^64 path)."""
     x = (rng.standard_normal((m, k)) * 3).astype(np.float32)
@@ -114,8 +128,10 @@ def activations(rng, m, k, dtype, special):
 
 
 @pytest.mark.parametrize("dtype, has_bias, epilogue", CONFIGS, ids=lambda v: str(v))
-def test_fused_quantization_bits_equal_the_two_kernel_path(rng, dtype, has_bias, epilogue):
-    from int8nax.backends import cuda, cuda_gemv
+def test_fused_quantization_bits_equal_the_tiled_pipeline(rng, dtype, has_bias, epilogue):
+    """gemv_w8a8_x (x quantized inside, forced at every size by the plan) against quantization
+    kernel + tiled W8A8 GEMM."""
+    from int8nax.backends import cuda
 
     t = DTYPES[dtype]
     for n, k in SHAPES + [(64, 72)]:  # K % 16 == 8: the x rows' 8-value groups, byte-wise codes
@@ -123,31 +139,53 @@ def test_fused_quantization_bits_equal_the_two_kernel_path(rng, dtype, has_bias,
         sw = mx.array(rng.uniform(1e-4, 1e-2, n).astype(np.float32))
         bias = mx.array(rng.uniform(-2, 2, n).astype(np.float32)) if has_bias else None
         for m in range(1, 17):
-            x_np = activations(rng, m, k, dtype, special=m in (4, 16))
+            x_np = activations(rng, m, k, special=m in (4, 16))
             if m == 6:  # x's base one element past 16-byte alignment
                 x = mx.array(np.concatenate([np.zeros(1, np.float32), x_np.ravel()])).astype(t)[1:].reshape(m, k)
             else:
                 x = mx.array(x_np).astype(t)
-            got = cuda_gemv.gemv_w8a8_x(x, w_mx, sw, bias, epilogue=epilogue)
-            q, sx = cuda.quantize(x)
-            want = cuda.dequant_gemm(q, sx, w_mx, sw, bias, t, epilogue=epilogue)
-            assert got.dtype == t and got.shape == (m, n)
-            bits = mx.uint32 if t == mx.float32 else mx.uint16
-            g, wnt = np.array(got.view(bits)), np.array(want.view(bits))
-            bad = np.argwhere(g != wnt)
-            assert len(bad) == 0, f"M={m} N={n} K={k}: {len(bad)} outputs differ, first at {bad[0].tolist()}"
+            plan = dataclasses.replace(cuda_plans.gemv_plan(m, n, k, cuda.sm_count()), fused=True)
+            got = cuda.w8a8(x, w_mx, sw, bias, GEMV, plan, epilogue=epilogue)
+            want = cuda.w8a8(x, w_mx, sw, bias, TILED, epilogue=epilogue)
+            same_bits(got, want, f"M={m} N={n} K={k}")
 
 
-def test_decode_entry_point_equals_w8a8_linear(rng):
-    """w8a8_decode (either path) against the public call on the CUDA backend, default epilogue."""
+# Qwen2.5-7B's decode layers (N, K): q|k|v, o, gate|up, down
+QWEN = [(4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944)]
+
+
+@pytest.mark.parametrize("has_bias", [False, True])
+def test_w8a8_linear_takes_the_gemv_with_the_tiled_kernels_bits(rng, monkeypatch, has_bias):
+    """The public call at M = 1..16 (the GEMV, fused where x is small) against the same call with
+    INT8NAX_CUDA_KERNEL=cpasync (the previous kernels), default epilogue, bfloat16."""
     import int8nax
-    from int8nax.backends import cuda_gemv
+    from int8nax.backends import cuda
 
-    _, w, _ = weight(rng, 4608, 3584)
-    sw = mx.array(rng.uniform(1e-4, 1e-2, 4608).astype(np.float32))
-    bias = mx.array(rng.uniform(-1, 1, 4608).astype(np.float32))
-    for m in (1, 8, 16):  # gemv_x, gemv_x, quantization kernel + gemv
-        x = mx.array(rng.standard_normal((m, 3584)).astype(np.float32)).astype(mx.bfloat16)
-        got = cuda_gemv.w8a8_decode(x, w, sw, bias)
-        want = int8nax.w8a8_linear(x, w, sw, bias, backend="cuda")
-        assert np.array_equal(np.array(got.view(mx.uint16)), np.array(want.view(mx.uint16))), f"M={m}"
+    layers = []
+    for n, k in QWEN:
+        _, w, _ = weight(rng, n, k)
+        sw = mx.array(rng.uniform(1e-4, 1e-2, n).astype(np.float32))
+        bias = mx.array(rng.uniform(-1, 1, n).astype(np.float32)) if has_bias else None
+        xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16) for m in range(1, 17)]
+        layers.append((n, k, w, sw, bias, xs))
+    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    cuda.clear_caches()
+    try:
+        got = {}
+        for n, k, w, sw, bias, xs in layers:
+            for x in xs:
+                m = x.shape[0]
+                assert cuda.BACKEND.describe("w8a8_linear", m, n, k, bias=has_bias, dtype=mx.bfloat16).startswith(
+                    "cuda gemv ")
+                got[m, n] = int8nax.w8a8_linear(x, w, sw, bias, backend="cuda")
+        mx.eval(list(got.values()))
+        monkeypatch.setenv(cuda.KERNEL_ENV, "cpasync")
+        cuda.clear_caches()
+        for n, k, w, sw, bias, xs in layers:
+            for x in xs:
+                m = x.shape[0]
+                assert not cuda.BACKEND.describe("w8a8_linear", m, n, k, dtype=mx.bfloat16).startswith("cuda gemv ")
+                same_bits(got[m, n], int8nax.w8a8_linear(x, w, sw, bias, backend="cuda"), f"M={m} N={n} K={k}")
+    finally:
+        monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+        cuda.clear_caches()

@@ -1,8 +1,8 @@
-"""The small-M W8A8 GEMM (kernels/cuda/gemv_w8a8.cuh, backends/cuda_gemv.py) without a GPU: its
-index arithmetic compiled as host C++ and run through an emulation of mma.sync.m16n8k32.s8 written
-from the PTX ISA's fragment tables (not from the kernel's own helpers), over the kernel's loop
-structure, against the exact integer product; and the launcher's checks. The kernel itself runs in
-tests/test_cuda_gemv.py (CUDA only)."""
+"""The small-M W8A8 GEMM, the GEMV (kernels/cuda/gemv_w8a8.cuh; its cuda_choice row "gemv") without a
+GPU: its index arithmetic compiled as host C++ and run through an emulation of mma.sync.m16n8k32.s8
+written from the PTX ISA's fragment tables (not from the kernel's own helpers), over the kernel's
+loop structure, against the exact integer product; its plans and where the choice takes it; its
+instances through nvcc. The kernel itself runs in tests/test_cuda_gemv.py (CUDA only)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.backends import cuda_gemv
+from int8nax.backends import cuda_choice, cuda_plans, cuda_source
 
 CXX = shutil.which("g++") or shutil.which("clang++")
 NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or (shutil.which("nvcc", path="/usr/local/cuda/bin"))
-HEADER = Path(cuda_gemv.__file__).resolve().parents[1] / "kernels" / "cuda" / "gemv_w8a8.cuh"
+HEADER = Path(cuda_source.__file__).resolve().parents[1] / "kernels" / "cuda" / "gemv_w8a8.cuh"
 
 PROGRAM = r"""
 #include <cstdint>
@@ -175,65 +175,109 @@ def test_a_planted_fragment_error_is_caught(tmp_path):
     assert run.returncode != 0 and "wrong" in run.stdout
 
 
-def test_kernel_spec_and_launch_shape():
-    w8a8, int32, fused = cuda_gemv.spec("w8a8"), cuda_gemv.spec("int32"), cuda_gemv.spec("w8a8_x")
+def test_kernel_specs_plans_and_the_choice():
+    int32, w8a8, fused = cuda_source.gemv_int32(), cuda_source.gemv_w8a8(), cuda_source.gemv_w8a8_x()
     assert fused.input_names == ("x", "w", "scale_w", "bias") and "quantize.cuh" in fused.header
     assert w8a8.input_names == ("q", "w", "scale_x", "scale_w", "bias") and w8a8.output_names == ("y",)
-    assert int32.input_names == ("q", "w")
-    assert cuda_gemv.digest() in w8a8.name and w8a8.name != int32.name
-    assert "gemv_w8a8.cuh" in w8a8.header and "cuda_common.cuh" in w8a8.header
+    assert int32.input_names == ("a", "w") and int32.output_names == ("out",)
+    assert len({int32.name, w8a8.name, fused.name}) == 3
+    assert all(cuda_source.digest("gemv") in s.name and "gemv_w8a8.cuh" in s.header and "epilogue.cuh" in s.header
+               for s in (int32, w8a8, fused))
     assert "DequantStore<TOut, HAS_BIAS, NARROW>" in w8a8.source
+    row = cuda_choice.VARIANTS[cuda_choice.GEMV]
+    assert row.specs(cuda_plans.GEMV_CONFIGS["gemv_16x8"]) == (int32, w8a8) and row.quantizing() == fused
     # Qwen2.5-7B's decode shapes on 132 SMs: 16 rows a block where that still leaves 1.5 blocks an SM
-    assert [cuda_gemv.tiles_per_block(n, 132) for n in (3584, 4608, 37888, 3000)] == [2, 2, 2, 1]
-    assert cuda_gemv.gemv_ok(16, 3584) and not cuda_gemv.gemv_ok(17, 3584) and not cuda_gemv.gemv_ok(1, 0)
-    assert cuda_gemv.gemv_x_ok(1, 18944) and cuda_gemv.gemv_x_ok(8, 3584) and not cuda_gemv.gemv_x_ok(16, 3584)
-    assert [cuda_gemv.decode_path(m, 3584, 2) for m in (1, 8, 16, 17)] == ["gemv_x", "gemv_x", "gemv", None]
+    assert [cuda_plans.gemv_plan(1, n, 3584).cfg.nt for n in (3584, 4608, 37888, 3000)] == [2, 2, 2, 1]
+    assert cuda_plans.gemv_plan(1, 3584, 3584, sms=200).cfg.nt == 1
+    assert cuda_plans.GemvPlan(cuda_plans.GEMV_CONFIGS["gemv_16x16"]).grid(16, 4608) == ((288 * 256, 1, 1), (256, 1, 1))
+    assert cuda_plans.gemv_ok(16, 3584) and not cuda_plans.gemv_ok(17, 3584) and not cuda_plans.gemv_ok(1, 0)
+    assert cuda_plans.gemv_x_ok(1, 18944, 2) and cuda_plans.gemv_x_ok(8, 3584, 2)
+    assert not cuda_plans.gemv_x_ok(16, 3584, 2) and not cuda_plans.gemv_x_ok(8, 3584, 4)
 
 
-def test_launcher_names_bad_operands():
-    import mlx.core as mx
+@pytest.mark.parametrize("m, dtype, want", [
+    (1, "bfloat16", "gemv 16x16 splits=1 quantize=fused"), (8, "float16", "gemv 16x16 splits=1 quantize=fused"),
+    (16, "bfloat16", "gemv 16x16 splits=1"), (8, "float32", "gemv 16x16 splits=1"), (16, None, "gemv 16x16 splits=1"),
+])
+def test_w8a8_at_small_m_takes_the_gemv(m, dtype, want):
+    got = cuda_choice.choose(m, 4608, 3584, w8a8=True, out_dtype=dtype)
+    assert got.describe() == want
+    # on GPUs without wgmma too (mma.sync: sm80 and newer), not on those before
+    assert cuda_choice.choose(m, 4608, 3584, w8a8=True, out_dtype=dtype, family="sm80").variant == cuda_choice.GEMV
+    assert cuda_choice.choose(m, 4608, 3584, w8a8=True, family="simt").variant == cuda_choice.SIMT
 
-    with pytest.raises(ValueError, match=r"gemv_w8a8: takes 1 <= M <= 16 rows.*M=17"):
-        cuda_gemv.gemv_w8a8(mx.zeros((17, 64), mx.int8), mx.ones((17,)), mx.zeros((8, 64), mx.int8), mx.ones((8,)),
-                            None, mx.float16)
-    with pytest.raises(ValueError, match=r"gemv_int32: 'q' must be int8 \[M, K\]"):
-        cuda_gemv.gemv_int32(mx.zeros((2, 64), mx.float16), mx.zeros((8, 64), mx.int8))
-    with pytest.raises(ValueError, match=r"gemv_w8a8_x: 'x' must be float16 or bfloat16 or float32 \[M, K\]"):
-        cuda_gemv.gemv_w8a8_x(mx.zeros((2, 64), mx.int8), mx.zeros((8, 64), mx.int8), mx.ones((8,)), None)
+
+def test_the_gemv_stops_at_16_rows_and_int8_matmul_keeps_its_kernels():
+    assert cuda_choice.choose(17, 4608, 3584, w8a8=True).variant == cuda_choice.TMA
+    assert cuda_choice.choose(17, 4608, 3584, w8a8=True, family="sm80").variant == cuda_choice.SIMT
+    assert cuda_choice.choose(1, 4608, 3584).variant == cuda_choice.TMA
+    assert cuda_choice.choose(1, 4608, 3584, family="sm80").variant == cuda_choice.SIMT
+    # named: the GEMV runs int8_matmul too, and only where M <= 16 (else the fallback)
+    assert cuda_choice.choose(4, 4608, 3584, override="gemv").variant == cuda_choice.GEMV
+    assert cuda_choice.choose(4, 4608, 3584, override="SMALL-M").variant == cuda_choice.GEMV
+    assert cuda_choice.choose(17, 4608, 3584, override="gemv").variant == cuda_choice.CPASYNC
+    with pytest.raises(ValueError, match="family: expected one of"):
+        cuda_choice.choose(1, 8, 8, family="sm100")
+
+
+@pytest.mark.parametrize("override, want", [("cpasync", "cpasync"), ("wgmma", "cpasync"),
+                                            ("tma_simple", "tma-unspecialized"), ("tma-ws-pingpong", "tma-ws-pingpong")])
+def test_the_environment_still_forces_the_tiled_kernels_at_small_m(override, want):
+    for m in (1, 16):
+        assert cuda_choice.choose(m, 4608, 3584, w8a8=True, out_dtype="bfloat16", override=override).variant == want
+
+
+def test_reachable_counts_the_fused_and_two_kernel_forms_apart():
+    got = [(m, c.describe()) for m, c in cuda_choice.reachable(3584, 3584, 20, w8a8=True, out_dtype="bfloat16")]
+    assert got[:2] == [(1, "gemv 16x16 splits=1 quantize=fused"), (10, "gemv 16x16 splits=1")]
+    assert got[2][0] == 17 and not got[2][1].startswith("gemv")
+
+
+def test_a_call_naming_the_gemv_beyond_16_rows_is_refused(monkeypatch):
+    pytest.importorskip("mlx.core")
+    from int8nax.backends import cuda
+
+    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    with pytest.raises(ValueError, match=r"variant 'gemv' cannot run M=17, K=64 .*1 <= M <= 16"):
+        cuda._explicit("gemv", None, 17, 8, 64, True)
+    assert cuda._explicit("small-m", None, 3, 8, 64, True)[0] == cuda_choice.GEMV
+
+
+def test_backend_describe_names_the_gemv(monkeypatch):
+    pytest.importorskip("mlx.core")
+    from int8nax.backends import cuda
+
+    monkeypatch.setattr(cuda, "_kernel", lambda spec: pytest.fail("describe launched a kernel"))
+    got = cuda.BACKEND.describe("w8a8_linear", 1, 37888, 3584, dtype="bfloat16")
+    if not cuda.BACKEND.probe().available:
+        assert got == "cuda gemv 16x16 splits=1 quantize=fused (132 SMs assumed)"
 
 
 def instances():
-    """(label, spec, input types, output types, template) of every instance the launchers build."""
-    fixed = [("WARPS", cuda_gemv.GEMV_WARPS), ("UNROLL", cuda_gemv.GEMV_UNROLL)]
-    types = (("float16", "__half"), ("bfloat16", "__nv_bfloat16"), ("float32", "float"))
-    for nt in (1, 2):
-        yield f"int32 NT={nt}", cuda_gemv.spec("int32"), ["int8_t", "int8_t"], ["int32_t"], [("NT", nt)] + fixed
-        for t, ctype in types:
-            for has_bias in (True, False):
-                for narrow in ((False, True) if t != "float32" else (False,)):
-                    tag = f"{t}{' bias' if has_bias else ''}{' narrow' if narrow else ''} NT={nt}"
-                    epi = [("HAS_BIAS", has_bias), ("NARROW", narrow)]
-                    yield (f"w8a8 {tag}", cuda_gemv.spec("w8a8"), ["int8_t", "int8_t", "float", "float", "float"],
-                           [ctype], [("NT", nt)] + fixed + [("TOut", t)] + epi)
-                    yield (f"w8a8_x {tag}", cuda_gemv.spec("w8a8_x"), [ctype, "int8_t", "float", "float"], [ctype],
-                           [("T", t), ("NT", nt)] + fixed + epi)
+    """(label, spec, input types, output types, template) of the GEMV's instances, as
+    tools/cuda_compile_check.py builds them from its cuda_choice.VARIANTS row."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import cuda_compile_check as ccc
+
+    return ccc, [i for i in ccc.instances("sm_90a") if i[0].startswith("gemv ")]
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc here (set NVCC=/path/to/nvcc)")
 def test_the_kernels_compile_for_sm90a_without_spills(tmp_path):
     """The instances as MLX hands them to NVRTC (tools/cuda_compile_check.py's translation unit and
     stand-in for MLX's header), through nvcc -cubin for sm_90a: compiled, no spills. A sample by
-    default (nvcc takes seconds an instance); INT8NAX_GEMV_COMPILE_ALL=1 compiles all 42."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-    import cuda_compile_check as ccc
-
+    default (nvcc takes seconds an instance); INT8NAX_GEMV_COMPILE_ALL=1 compiles all 26."""
+    ccc, every_instance = instances()
     include = tmp_path / "inc" / "mlx" / "backend" / "cuda" / "device"
     include.mkdir(parents=True)
     (include / "utils.cuh").write_text(ccc.STAND_IN)
-    sample = ("int32 NT=2", "w8a8 bfloat16 bias narrow NT=2", "w8a8_x float16 bias NT=1", "w8a8_x float32 NT=2")
+    sample = ("gemv i32 gemv_16x16", "gemv w8a8 gemv_16x16 bfloat16 narrow", "gemv w8a8_x gemv_16x8 float16",
+              "gemv w8a8_x gemv_16x16 float32")
     every = os.environ.get("INT8NAX_GEMV_COMPILE_ALL") == "1"
+    assert len(every_instance) == 26 and set(sample) <= {i[0] for i in every_instance}
     done = 0
-    for label, spec, ins, outs, tmpl in instances():
+    for label, spec, ins, outs, tmpl in every_instance:
         if not every and label not in sample:
             continue
         cu = tmp_path / (re.sub(r"[^A-Za-z0-9]+", "_", label) + ".cu")
@@ -245,4 +289,61 @@ def test_the_kernels_compile_for_sm90a_without_spills(tmp_path):
         spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", proc.stderr)
         assert spills and all(v == "0" for v in spills), f"{label}: {proc.stderr[-2000:]}"
         done += 1
-    assert done == (42 if every else len(sample))
+    assert done == (26 if every else len(sample))
+
+
+class _Recorder:
+    """Stands in for a kernel object: records (name, grid, template) and returns zeros."""
+
+    def __init__(self, spec, launches):
+        self.spec, self.launches = spec, launches
+
+    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template, **_):
+        import mlx.core as mx
+
+        self.launches.append((self.spec.name, grid, dict(template)))
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+
+@pytest.mark.parametrize("family", ["sm90", "sm80"])
+def test_w8a8_linear_launches_one_gemv_kernel_at_decode(monkeypatch, family):
+    """What the W8A8 entry point launches (kernels stood in): at M = 1 the GEMV that quantizes x
+    itself, alone; at M = 16, K = 3584 (112 KB of bfloat16 x) the quantization kernel and the GEMV;
+    at M = 17 the tiled kernels (dp4a where there is no wgmma)."""
+    mx = pytest.importorskip("mlx.core")
+    from int8nax.backends import cuda
+
+    launches = []
+    monkeypatch.setattr(cuda, "_kernel", lambda spec: _Recorder(spec, launches))
+    monkeypatch.setattr(cuda, "_family", lambda: family)
+    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda, "COMPILE", False)
+    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(cuda.EPILOGUE_ENV, raising=False)
+    cuda.clear_caches()
+    try:
+        n, k = 4608, 3584
+        w, s = mx.zeros((n, k), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
+        got = {}
+        for m in (1, 16, 17):
+            launches.clear()
+            mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), w, s, mx.zeros((n,))))
+            got[m] = [name.rsplit("_", 1)[0] for name, _, _ in launches]
+        assert got[1] == ["int8nax_gemv_w8a8_x"] and got[16] == ["int8nax_quantize", "int8nax_gemv_w8a8"]
+        assert got[17][0] == "int8nax_quantize" and "gemv" not in " ".join(got[17])
+        assert ("simt" in got[17][1]) == (family == "sm80")
+        launches.clear()
+        mx.eval(cuda.w8a8(mx.zeros((1, k), dtype=mx.bfloat16), w, s, None))
+        (name, grid, template), = launches
+        assert grid == ((n // 16) * 256, 1, 1)
+        assert template == {"T": mx.bfloat16, "NT": 2, "WARPS": 8, "UNROLL": 2, "HAS_BIAS": False, "NARROW": True}
+        # the environment forces the previous kernels at small M
+        monkeypatch.setenv(cuda.KERNEL_ENV, "cpasync")
+        cuda.clear_caches()
+        launches.clear()
+        mx.eval(cuda.w8a8(mx.zeros((1, k), dtype=mx.bfloat16), w, s, None))
+        names = [name for name, _, _ in launches]
+        assert names[0].startswith("int8nax_quantize") and not any("gemv" in x for x in names)
+        assert any(("simt" if family == "sm80" else "cpasync") in x for x in names)
+    finally:
+        cuda.clear_caches()

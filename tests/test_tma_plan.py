@@ -216,7 +216,7 @@ def test_variant_per_override():
     seed, small, odd_k = (512, 4096, 4096), (16, 4096, 4096), (512, 4096, 4104)
     cp, tma, coop, pp = cuda_choice.CPASYNC, cuda_choice.TMA, cuda_choice.COOPERATIVE, cuda_choice.PINGPONG
     want = {  # override -> variant at (seed, small, odd K), for int8_matmul and for w8a8_linear
-        "": ((tma, tma, cp), (tma, cp, cp)),
+        "": ((tma, tma, cp), (tma, cuda_choice.GEMV, cp)),
         "wgmma": ((cp,) * 3,) * 2,
         "tma_simple": ((tma, tma, cp),) * 2,
         "tma": ((coop, coop, cp),) * 2,
@@ -248,9 +248,9 @@ def test_auto_kernel_rule():
     assert auto(512, 3584, 18944) == tma  # 512 x 18944 x 3584: 56 tiles
     assert auto(512, 4096, 4104) == cp  # K % 16 != 0
     assert auto(512, 4096, 8) == cp
-    # W8A8 keeps the cp.async kernel's split plan below TMA_MIN_M_W8A8.
-    for m in (1, 16, cuda_choice.TMA_MIN_M_W8A8 - 1):
-        assert auto(m, 4096, 4096, w8a8=True) == cp
+    # W8A8 takes the GEMV up to GEMV_MAX_M rows, any K.
+    for m in (1, 16, cuda_plans.GEMV_MAX_M):
+        assert auto(m, 4096, 4096, w8a8=True) == auto(m, 4096, 4104, w8a8=True) == cuda_choice.GEMV
     assert auto(cuda_choice.TMA_MIN_M_W8A8, 4096, 4096, w8a8=True) == tma
     assert auto(512, 4096, 4104, w8a8=True) == cp
     # W8A8 takes the persistent kernel int8_matmul takes, the cooperative one only from
@@ -336,19 +336,24 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
     x, s = mx.zeros((m, k), dtype=mx.float16), mx.ones((n,), dtype=mx.float32)
     mx.eval(cuda.w8a8(x, b, s, None))
     names = [x["name"] for x in launches]
-    assert names[0] == cuda_source.quantize().name
-    if m < cuda_choice.TMA_MIN_M_W8A8:  # the cp.async kernel's plan (cuda_plans.cuda_plan)
-        cp = cuda_plans.cpasync_plan(m, n, k, 132)
-        want = [cuda_source.gemm_w8a8("sm90", cp.cfg).name] if cp.splits == 1 else [
-            cuda_source.gemm_int32("sm90", cp.cfg).name, cuda_source.reduce_w8a8().name]
-        assert names[1:] == want and len(launches[1]["outputs"]) == 1
+    if m <= cuda_plans.GEMV_MAX_M:  # the GEMV: x quantized inside where it is small (8 KB at M = 1)
+        gemv = cuda_plans.gemv_plan(m, n, k, 132)
+        epilogue = [("HAS_BIAS", False), ("NARROW", True)]
+        if cuda_plans.gemv_x_ok(m, k, 2):
+            assert names == [cuda_source.gemv_w8a8_x().name]
+            assert launches[0]["template"] == [("T", mx.float16)] + gemv.cfg.template() + epilogue
+        else:
+            assert names == [cuda_source.quantize().name, cuda_source.gemv_w8a8().name]
+            assert launches[1]["template"] == gemv.cfg.template() + [("TOut", mx.float16)] + epilogue
+        assert (launches[-1]["grid"], launches[-1]["block"], launches[-1]["outputs"]) == (*gemv.grid(m, n), [(m, n)])
         return
+    assert names[0] == cuda_source.quantize().name
     plan = cuda_plans.tma_plan(m, n, k, 132, w8a8=True)
     lau = plan.launch(m, n)
     blocks = lau.grid_x * lau.grid_y * plan.splits
     if plan.splits == 1:
         assert names[1:] == [cuda_source.gemm_w8a8_tma_unspecialized(plan.cfg).name]
-        assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", False)]
+        assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", cuda.EPILOGUE_DEFAULT == "narrow")]
     else:
         assert names[1:] == [cuda_source.gemm_tma_unspecialized(plan.cfg).name, cuda_source.reduce_w8a8().name]
     assert launches[1]["outputs"][1] == (blocks * 256,)
@@ -382,7 +387,7 @@ def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
         w_plan, fused = plan, cuda_source.gemm_w8a8_tma_ws_cooperative
     assert w_plan.splits == 1
     assert names == [cuda_source.quantize().name, fused(w_plan.cfg).name]
-    assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", False)]
+    assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", cuda.EPILOGUE_DEFAULT == "narrow")]
     assert launches[1]["outputs"] == [(m, n), (w_plan.blocks * 256,)]
     assert launches[1]["grid"] == (w_plan.blocks * 384, 1, 1)
 
@@ -408,7 +413,7 @@ def test_persistent_w8a8_splits_through_the_workspace(recorded, kernel):
         mx.eval(cuda.dequant_gemm(q, sx, w, sw, bias, mx.bfloat16, kernel, plan))
         assert [x["name"] for x in launches] == want
         assert launches[0]["outputs"][0] == ((m, n) if splits == 1 else (splits, m, n))
-        assert launches[-1]["template"][-3:] == [("TOut", mx.bfloat16), ("HAS_BIAS", True), ("NARROW", False)]
+        assert launches[-1]["template"][-3:] == [("TOut", mx.bfloat16), ("HAS_BIAS", True), ("NARROW", cuda.EPILOGUE_DEFAULT == "narrow")]
 
 
 @pytest.mark.parametrize("m,k,n", [(16, 4096, 4096), (512, 4096, 4096), (128, 18944, 3584), (512, 3584, 18944)])
@@ -565,7 +570,8 @@ def test_w8a8_plan_is_what_w8a8_linear_launches(recorded, m, k, n):
     chosen = cuda.choice(m, n, k, w8a8=True)
     plan, kernel = chosen.plan, chosen.variant
     assert chosen == cuda_choice.choose(m, n, k, w8a8=True)
-    want = {cuda_choice.TMA: cuda_plans.tma_plan(m, n, k, 132, w8a8=True),
+    want = {cuda_choice.GEMV: cuda_plans.gemv_plan(m, n, k, 132),
+            cuda_choice.TMA: cuda_plans.tma_plan(m, n, k, 132, w8a8=True),
             cuda_choice.PINGPONG: cuda_plans.pingpong_plan(m, n, k, 132, w8a8=True),
             cuda_choice.COOPERATIVE: cuda_plans.cooperative_plan(m, n, k, 132),
             cuda_choice.CPASYNC: cuda_plans.cpasync_plan(m, n, k, 132)}[kernel]
@@ -573,6 +579,12 @@ def test_w8a8_plan_is_what_w8a8_linear_launches(recorded, m, k, n):
     mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), mx.zeros((n, k), dtype=mx.int8),
                       mx.ones((n,), dtype=mx.float32), None))
     gemms = [launch for launch in launches if "quantize" not in launch["name"] and "reduce" not in launch["name"]]
+    if kernel == cuda_choice.GEMV:  # one kernel where x is small (the quantization inside), else two
+        fused = cuda_plans.gemv_x_ok(m, k, 2)
+        assert len(launches) == (1 if fused else 2) and len(gemms) == 1
+        assert gemms[0]["name"] == (cuda_source.gemv_w8a8_x() if fused else cuda_source.gemv_w8a8()).name
+        assert gemms[0]["grid"] == plan.grid(m, n)[0] and ("NT", plan.cfg.nt) in gemms[0]["template"]
+        return
     # kernel names start with the variant's name: int8nax_tma_ws_cooperative_w8a8_ws_128x256_<digest>
     # (a split plan's GEMM is the int32 kernel: the reduction dequantizes)
     kind = "w8a8" if plan.splits == 1 else "i32"
@@ -613,7 +625,12 @@ def test_kernel_objects_do_not_grow_with_m(monkeypatch, compiled):
         expected = set()
         for m in range(1, 301):
             c = cuda.choice(m, n, k, w8a8=True)
-            expected.add(cuda_choice.VARIANTS[c.variant].specs(c.plan.cfg)[0 if c.plan.splits > 1 else 1].name)
+            row = cuda_choice.VARIANTS[c.variant]
+            if row.quantizing is not None and cuda_plans.gemv_x_ok(m, k, 2):  # the GEMV quantizing x itself
+                expected.add(row.quantizing().name)
+                mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), w, s, None))
+                continue
+            expected.add(row.specs(c.plan.cfg)[0 if c.plan.splits > 1 else 1].name)
             if c.plan.splits > 1:
                 expected.add(cuda.cuda_source.reduce_w8a8().name)
             mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), w, s, None))

@@ -92,10 +92,12 @@ def w8a8_instances(prefix: str, spec, inputs, maps: bool, tmpl):
 
 def instances(arch: str):
     """(label, spec, input types, output types, template) for every kernel the backend builds:
-    every tile of every cuda_choice.VARIANTS row (the sm_90a ones where the arch is sm_90), then
-    the quantization, reduction and SM-count kernels."""
+    every tile of every cuda_choice.VARIANTS row (the sm90 ones on sm_90*, the sm80 ones from
+    sm_80), with its quantizing W8A8 kernel where it has one, then the quantization, reduction and
+    SM-count kernels."""
+    number = int(re.sub(r"\D", "", arch) or 0)
     for row in cuda_choice.VARIANTS.values():
-        if row.family != "simt" and not arch.startswith("sm_90"):
+        if (row.family == "sm90" and not arch.startswith("sm_90")) or (row.family == "sm80" and number < 80):
             continue
         plan_input = ["int8_t"] if row.persistent else []  # the persistent kernels' `plan`
         maps = ["uint8_t"] if row.maps else []
@@ -104,6 +106,11 @@ def instances(arch: str):
             tmpl = row.template(cfg)
             yield (f"{row.name} i32 {cfg.name}", raw, ["int8_t", "int8_t"] + plan_input, ["int32_t"] + maps, tmpl)
             yield from w8a8_instances(f"{row.name} w8a8 {cfg.name}", fused, W8A8_INPUTS + plan_input, bool(maps), tmpl)
+            if row.quantizing is not None:  # x, w, scale_w, bias; T is x's and y's type
+                for out, narrow, has_bias in W8A8_OUTPUTS:
+                    yield (f"{row.name} w8a8_x {cfg.name} {out}{narrow_tag(narrow, has_bias)}", row.quantizing(),
+                           [CUDA_TYPES[out], "int8_t", "float", "float"], [CUDA_TYPES[out]],
+                           [("T", out)] + tmpl + [("HAS_BIAS", has_bias), ("NARROW", narrow)])
     for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
         for t in ("float16", "bfloat16", "float32"):
             yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],

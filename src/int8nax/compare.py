@@ -452,7 +452,7 @@ def add_parser(sub) -> None:
     p.add_argument("--mode", type=_modes_arg, default=("call",),
                    help="comma-separated figures: call (one call + eval, the default), chain, host; or kernel "
                         "alone (CUDA kernel time against cuBLASLt, int8nax.bench.kernel_time; it reads --shapes, "
-                        "--w8a8, --budget, --launches, --markdown and --json)")
+                        "--w8a8, --bf16, --time-limit, --launches, --markdown and --json)")
     p.add_argument("--chain-calls", type=_positive_int, default=100, help="calls per chain (modes chain, host; 100)")
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed samples per contender and shape (default 5)")
     p.add_argument("--markdown", action="store_true", help="print markdown tables (paste into an issue)")

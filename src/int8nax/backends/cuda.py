@@ -3,11 +3,13 @@
 Which kernel runs a shape is backends/cuda_choice.py's choose() (a pure function of the shape, the
 GPU's family and SM count and INT8NAX_CUDA_KERNEL); this module asks it once per shape and launches
 what it returns as the variant's row says (cuda_choice.VARIANTS). On compute capability 9.0 (H100/H200;
-MLX compiles for sm_90a) every variant multiplies on the tensor cores with wgmma; on any other GPU
-the portable __dp4a kernel gives the same exact results, slowly.
+MLX compiles for sm_90a) the tiled variants multiply on the tensor cores with wgmma; on any other GPU
+the portable __dp4a kernel gives the same exact results, slowly. W8A8 at M <= 16 takes the GEMV
+(mma.sync, compute capability 8.0 and newer) by default.
 
 W8A8: one kernel quantizes the activations per token (kernels/cuda/quantize.cuh), then the GEMM with
-the dequantization fused into its epilogue writes y in x's dtype. When the plan splits K, each
+the dequantization fused into its epilogue writes y in x's dtype; the GEMV quantizes a small x
+itself (one kernel a call). When the plan splits K, each
 split writes its int32 partial sums to a [splits, M, N] workspace and one more kernel sums them
 (and, for W8A8, dequantizes).
 
@@ -64,8 +66,9 @@ def compute_capability() -> tuple[int, int]:
 
 
 def family_for(cc: tuple[int, int]) -> str:
-    """The GEMM family for a compute capability: wgmma exists only on 9.0 (sm_90a)."""
-    return "sm90" if cc == (9, 0) else "simt"
+    """The GEMM family for a compute capability (cuda_choice.RUNS): wgmma exists only on 9.0
+    (sm_90a), mma.sync from 8.0."""
+    return "sm90" if cc == (9, 0) else "sm80" if cc >= (8, 0) else "simt"
 
 
 @lru_cache(maxsize=1)
@@ -326,10 +329,24 @@ def _quantize_graph(x, launch: cuda_plans.CudaQuantLaunch | None = None):
     return q, s
 
 
+def _quantizes_inside(row: cuda_choice.Variant, plan, x) -> bool:
+    """Whether the variant's own quantizing kernel takes x: the plan's `fused` where it says,
+    else (a GEMV plan made without the dtype) cuda_plans.gemv_x_ok for x."""
+    if row.quantizing is None:
+        return False
+    fused = getattr(plan, "fused", None)
+    return cuda_plans.gemv_x_ok(x.shape[0], x.shape[1], x.dtype.size) if fused is None else fused
+
+
 def w8a8_graph(x, w, scale_w, bias32, variant: str, plan, has_bias: bool,
                quant: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
     """quantize(x) (with the launch `quant`, quant_launch's by default), then dequant_graph on
-    `variant` with `plan`: y [M, N] in x's dtype."""
+    `variant` with `plan`: y [M, N] in x's dtype; or, where the variant quantizes x itself
+    (_quantizes_inside), its one kernel."""
+    row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
+    if _quantizes_inside(row, plan, x):
+        template = [("T", x.dtype)] + row.template(plan.cfg) + epilogue_template(x.dtype, has_bias, narrow)[1:]
+        return _launch(row)(row.quantizing(), [x, w, scale_w, bias32], x.dtype, plan, template, row.maps)
     q, scale_x = _quantize_graph(x, quant)
     return dequant_graph(q, scale_x, w, scale_w, bias32, x.dtype, variant, plan, has_bias, narrow)
 
@@ -387,12 +404,13 @@ def _explicit(variant: str | None, plan, m: int, n: int, k: int, w8a8: bool) -> 
     dispatch's variant where only a plan is given (a CudaPlan: the family's one-block-per-tile
     kernel)."""
     if variant is None:
-        variant = SIMT if _family() == SIMT else CPASYNC
+        variant = CPASYNC if _family() == "sm90" else SIMT
     name = cuda_choice.variant_name(variant)
     row = cuda_choice.VARIANTS[name]
     problem = cuda_choice.Problem(m, n, k, w8a8, sms=sm_count() if _family() != SIMT else cuda_choice.DEFAULT_SMS)
     if not row.supports(problem):
-        raise ValueError(f"variant {name!r} cannot run K={k} (the TMA kernels need K % {cuda_plans.TMA_K_MULTIPLE} == 0)")
+        raise ValueError(f"variant {name!r} cannot run M={m}, K={k} (the TMA kernels need K % "
+                         f"{cuda_plans.TMA_K_MULTIPLE} == 0; the GEMV, 1 <= M <= {cuda_plans.GEMV_MAX_M})")
     return name, plan if plan is not None else row.plan(problem)
 
 
@@ -418,15 +436,17 @@ def _bias32(bias):
     return bias if bias.dtype == mx.float32 else bias.astype(mx.float32)
 
 
-def w8a8(x, w, scale_w, bias, variant: str | None = None, plan=None):
+def w8a8(x, w, scale_w, bias, variant: str | None = None, plan=None, epilogue: str | None = None):
     """dequant(quant(x) . w^T) (+ bias) in x's dtype, [M, N]; bias None or float [N]; variant and
-    plan as in gemm_int32."""
+    plan as in gemm_int32 (the GEMV's plan: cuda_plans.GemvPlan, its `fused` forcing the one-kernel
+    form or not); epilogue: "eft" or "narrow" for a call that names its variant or plan (default:
+    epilogue_choice())."""
     m, k = x.shape
     has_bias = bias is not None
-    if variant is None and plan is None:
+    if variant is None and plan is None and epilogue is None:
         return _w8a8_for_shape(m, w.shape[0], k, has_bias)(x, w, scale_w, _bias32(bias))
     name, plan = _explicit(variant, plan, m, w.shape[0], k, True)
-    return w8a8_graph(x, w, scale_w, _bias32(bias), name, plan, has_bias, quant_launch(m, k), _narrow())
+    return w8a8_graph(x, w, scale_w, _bias32(bias), name, plan, has_bias, quant_launch(m, k), _narrow(epilogue))
 
 
 def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, variant: str | None = None, plan=None,
@@ -490,8 +510,9 @@ class CUDABackend(Backend):
         name = info.get("device_name", "unknown NVIDIA GPU")
         if cc < (6, 1):
             return Probe(False, f"{name} has compute capability {cc[0]}.{cc[1]}; int8nax needs 6.1 (dp4a) or newer")
-        how = ("wgmma tensor-core GEMM (sm_90a)" if family_for(cc) == "sm90"
-               else "portable dp4a GEMM (no wgmma on this GPU; exact but slow)")
+        how = {"sm90": "wgmma tensor-core GEMM (sm_90a), mma.sync GEMV for W8A8 at M <= 16",
+               "sm80": "portable dp4a GEMM (no wgmma on this GPU; exact but slow), mma.sync GEMV for W8A8 at M <= 16",
+               "simt": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)"}[family_for(cc)]
         return Probe(True, f"{name}, compute capability {cc[0]}.{cc[1]}: {how}")
 
     def int8_matmul(self, a: mx.array, b: mx.array) -> mx.array:

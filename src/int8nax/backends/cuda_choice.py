@@ -15,6 +15,9 @@ The variants, named by their schedule as CUTLASS names its sm90 kernels:
   tma-ws-cooperative  a producer warpgroup and two consumer warpgroups sharing each tile,
                       persistent blocks walking the tiles
   tma-ws-pingpong     the same producer, each consumer on whole tiles, the two taking turns
+  gemv                M <= 16: the weight streamed once, mma.sync on 8- or 16-row slices of w
+                      (sm_80 and newer; gemv_w8a8.cuh); W8A8's default there, quantizing x
+                      inside the kernel where x is small (cuda_plans.gemv_x_ok)
 
 Adding a variant: its kernel header (and its header list and spec functions in cuda_source),
 one VARIANTS row here, and its tests.
@@ -34,6 +37,11 @@ CPASYNC = "cpasync"
 TMA = "tma-unspecialized"
 COOPERATIVE = "tma-ws-cooperative"
 PINGPONG = "tma-ws-pingpong"
+GEMV = "gemv"
+
+RUNS = {"sm90": ("sm90", "sm80", "simt"), "sm80": ("sm80", "simt"), "simt": ("simt",)}
+"""The variant families a GPU family runs: sm80 is mma.sync (compute capability 8.0 and newer),
+sm90 adds wgmma (9.0, sm_90a)."""
 
 DEFAULT_SMS = 132
 """The SM count assumed where the GPU's is not known (the H200's)."""
@@ -62,7 +70,9 @@ class Variant:
     the tile's template arguments; configs: every tile it is built for (the compile check builds
     them all); persistent: launched as plan.blocks blocks walking the tiles (a
     cuda_plans.PersistentPlan, with the `plan` input), else one block per tile and split (a
-    cuda_plans.CudaPlan); maps: the kernel has the extra uint8 output for its tensor maps."""
+    cuda_plans.CudaPlan); maps: the kernel has the extra uint8 output for its tensor maps;
+    quantizing: where the variant also has a W8A8 kernel that quantizes x itself, its
+    cuda_source.KernelSpec (inputs x, w, scale_w, bias), taken where the plan's `fused` says so."""
 
     name: str
     family: str
@@ -74,6 +84,7 @@ class Variant:
     template: Callable[[object], list]
     configs: tuple
     aliases: tuple[str, ...] = ()
+    quantizing: Callable[[], object] | None = None
 
 
 def _tma_supports(p: Problem) -> bool:
@@ -105,16 +116,22 @@ VARIANTS = {
                 lambda p: plans.pingpong_plan(p.m, p.n, p.k, p.sms, p.w8a8),
                 lambda c: (cuda_source.gemm_tma_ws_pingpong(c), cuda_source.gemm_w8a8_tma_ws_pingpong(c)),
                 _tile_template, tuple(plans.PINGPONG_CONFIGS.values()), aliases=("tma_pp",)),
+        Variant(GEMV, "sm80", False, False, lambda p: plans.gemv_ok(p.m, p.k),
+                lambda p: plans.gemv_plan(p.m, p.n, p.k, p.sms, p.out_dtype if p.w8a8 else None),
+                lambda c: (cuda_source.gemv_int32(), cuda_source.gemv_w8a8()), _tile_template,
+                tuple(plans.GEMV_CONFIGS.values()), aliases=("small-m",), quantizing=cuda_source.gemv_w8a8_x),
     )
 }
 
 KERNEL_ENV = "INT8NAX_CUDA_KERNEL"
 
-OVERRIDES = {"": "auto", "auto": "auto", **{v.name: v.name for v in VARIANTS.values() if v.family == "sm90"},
+OVERRIDES = {"": "auto", "auto": "auto", **{v.name: v.name for v in VARIANTS.values() if v.family != "simt"},
              **{a: v.name for v in VARIANTS.values() for a in v.aliases}}
 """INT8NAX_CUDA_KERNEL's values (case-insensitive) -> a variant name, or "auto" (the rule below). The
 names before the schedule names (wgmma, tma_simple, tma_ws, tma, tma_pp) stay accepted. An override
-holds wherever the variant supports the problem; elsewhere the cp.async kernel runs."""
+holds wherever the variant supports the problem and the GPU runs it; elsewhere the cp.async kernel
+runs (the SIMT one where there is no wgmma). So INT8NAX_CUDA_KERNEL=cpasync (or any tiled variant)
+keeps W8A8 at M <= 16 off the GEMV."""
 
 
 NAMES = {**{v.name: v.name for v in VARIANTS.values()}, **{a: v.name for v in VARIANTS.values() for a in v.aliases}}
@@ -177,10 +194,21 @@ def persistent_variant(m: int, n: int, k: int, sms: int = DEFAULT_SMS, w8a8: boo
     return PINGPONG
 
 
-def auto_variant(p: Problem) -> str:
-    """The sm_90a variant for a problem by default: a TMA kernel where it can load the operands and
-    M reaches TMA_MIN_M (TMA_MIN_M_W8A8 for W8A8), persistent_variant's choice among them; the
-    cp.async kernel elsewhere."""
+def auto_variant(p: Problem, family: str = "sm90") -> str:
+    """The variant for a problem by default: for W8A8 at M <= GEMV_MAX_M the GEMV (on sm80 and
+    sm90; a weight stream at M <= 16, which it reads once at full width where the tiled kernels'
+    64-row tiles waste 48 rows or more), else tiled_variant."""
+    if p.w8a8 and "sm80" in RUNS[family] and VARIANTS[GEMV].supports(p):
+        return GEMV
+    return tiled_variant(p, family)
+
+
+def tiled_variant(p: Problem, family: str = "sm90") -> str:
+    """The tiled kernel for a problem: on sm90 a TMA kernel where it can load the operands and M
+    reaches TMA_MIN_M (TMA_MIN_M_W8A8 for W8A8), persistent_variant's choice among them, the
+    cp.async kernel elsewhere; SIMT on other GPUs."""
+    if family != "sm90":
+        return SIMT
     if not plans.tma_ok(p.k) or p.m < (TMA_MIN_M_W8A8 if p.w8a8 else TMA_MIN_M):
         return CPASYNC
     return persistent_variant(p.m, p.n, p.k, p.sms, p.w8a8) or TMA
@@ -194,26 +222,30 @@ class Choice:
     plan: object
 
     def describe(self) -> str:
-        """"tma-ws-cooperative 128x256 splits=1": the variant, its tile (BM x BN) and K splits."""
+        """"tma-ws-cooperative 128x256 splits=1": the variant, its tile (BM x BN) and K splits, and
+        " quantize=fused" where the plan quantizes x inside the GEMM."""
         cfg = self.plan.cfg
-        return f"{self.variant} {cfg.bm}x{cfg.bn} splits={self.plan.splits}"
+        fused = " quantize=fused" if getattr(self.plan, "fused", None) else ""
+        return f"{self.variant} {cfg.bm}x{cfg.bn} splits={self.plan.splits}{fused}"
 
 
 def choose(m: int, n: int, k: int, *, w8a8: bool = False, bias: bool = False, out_dtype: str | None = None,
            sms: int = DEFAULT_SMS, family: str = "sm90", override: str | None = "auto") -> Choice:
     """The variant and plan of an [M, K] x [N, K] GEMM (w8a8: w8a8_linear's, with `bias` and the
-    output dtype's name) on a GPU of `family` ("sm90" or "simt") with `sms` SMs; override: an
+    output dtype's name) on a GPU of `family` (a key of RUNS) with `sms` SMs; override: an
     INT8NAX_CUDA_KERNEL value ("auto" or None: the rule)."""
+    if family not in RUNS:
+        raise ValueError(f"family: expected one of {sorted(RUNS)}, got {family!r}")
     if family == SIMT:
         name = SIMT
     else:
         name = override_name(override)
     problem = Problem(m, n, k, w8a8, bias, out_dtype, sms)
     if name == "auto":
-        name = auto_variant(problem)
+        name = auto_variant(problem, family)
     variant = VARIANTS[name]
-    if not variant.supports(problem):
-        variant = VARIANTS[CPASYNC]
+    if variant.family not in RUNS[family] or not variant.supports(problem):
+        variant = VARIANTS[CPASYNC if family == "sm90" else SIMT]
     return Choice(variant.name, variant.plan(problem))
 
 
@@ -222,9 +254,10 @@ def reachable(n: int, k: int, m_max: int, *, w8a8: bool = False, bias: bool = Fa
     """Every kernel instance an [M, K] x [N, K] layer meets for M = 1 .. m_max, as (the first M that
     meets it, its Choice): one per (variant, tile, split or not). Each is an NVRTC compile the first
     time a process launches it (per output dtype and bias), whatever M; a server can launch these
-    once at start (backends/cuda.py, warm_up)."""
+    once at start (backends/cuda.py, warm_up). The GEMV's fused and two-kernel W8A8 forms count
+    apart."""
     first: dict[tuple, tuple[int, Choice]] = {}
     for m in range(1, m_max + 1):
         c = choose(m, n, k, w8a8=w8a8, bias=bias, out_dtype=out_dtype, sms=sms, family=family, override=override)
-        first.setdefault((c.variant, c.plan.cfg.name, c.plan.splits > 1), (m, c))
+        first.setdefault((c.variant, c.plan.cfg.name, c.plan.splits > 1, getattr(c.plan, "fused", None)), (m, c))
     return sorted(first.values(), key=lambda mc: mc[0])

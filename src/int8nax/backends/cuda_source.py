@@ -28,7 +28,8 @@ from . import cuda_plans
 from .kernel_spec import KernelSpec
 
 FAMILIES = ("sm90", "simt")
-"""sm90: wgmma tensor cores (compute capability 9.0, NVRTC's sm_90a); simt: __dp4a anywhere."""
+"""The tiled GEMMs' families: sm90, wgmma tensor cores (compute capability 9.0, NVRTC's sm_90a);
+simt: __dp4a anywhere. (The GEMV's mma.sync needs 8.0: cuda_choice.RUNS.)"""
 
 WGMMA_HEADER = "wgmma_s8.cuh"
 """The generated wgmma wrappers (one per tile width in cuda_plans.CUDA_CONFIGS), kept as a file."""
@@ -49,6 +50,7 @@ _HEADERS = {
     "quantize": ("common.cuh", "quantize.cuh"),
     "reduce": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "reduce_splits.cuh"),
     "count_sms": ("common.cuh", "sm_count.cuh"),
+    "gemv": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "quantize.cuh", "gemv_w8a8.cuh"),
 }
 """The headers of each kind of kernel, in the order they must be included."""
 
@@ -287,6 +289,38 @@ def count_sms() -> KernelSpec:
     """flags [CAPACITY] int32: 1 at the id of every SM that ran a block of the launch."""
     body = "int8nax::mark_sm(flags, CAPACITY);"
     return KernelSpec(_name("int8nax_count_sms", "count_sms"), ("dummy",), ("flags",), body, header("count_sms"), 0)
+
+
+_GEMV_CALL = "int8nax::gemv_w8a8<NT, WARPS, UNROLL>({a}, w, {a}_shape[0], w_shape[0], {a}_shape[1], {epilogue});"
+
+
+@lru_cache(maxsize=None)
+def gemv_int32() -> KernelSpec:
+    """int32 out [M, N] = a [M, K] . w [N, K]^T, M <= 16, by the GEMV (kernels/cuda/gemv_w8a8.cuh);
+    template NT, WARPS, UNROLL (cuda_plans.GemvConfig)."""
+    body = _GEMV_CALL.format(a="a", epilogue="int8nax::StoreInt32{out, a_shape[0], w_shape[0]}")
+    return KernelSpec(_name("int8nax_gemv_i32", "gemv"), ("a", "w"), ("out",), body, header("gemv"), 0)
+
+
+@lru_cache(maxsize=None)
+def gemv_w8a8() -> KernelSpec:
+    """gemm_w8a8's y [M, N] (TOut) by the GEMV, M <= 16, on given codes; template NT, WARPS, UNROLL,
+    TOut, HAS_BIAS, NARROW."""
+    body = _GEMV_CALL.format(a="q", epilogue=_dequant_store("q_shape[0]", "w_shape[0]"))
+    return KernelSpec(_name("int8nax_gemv_w8a8", "gemv"), ("q", "w", "scale_x", "scale_w", "bias"), ("y",), body,
+                      header("gemv"), 0)
+
+
+@lru_cache(maxsize=None)
+def gemv_w8a8_x() -> KernelSpec:
+    """y [M, N] in x's type = dequant(quant(x [M, K]) . w [N, K]^T) (+ bias), M <= 16, in one
+    kernel: every block quantizes x itself (the quantization kernel's codes and scales, bit for bit)
+    on the way into gemv_w8a8's product and epilogue; template T (x's and y's type), NT, WARPS,
+    UNROLL, HAS_BIAS, NARROW."""
+    body = ("int8nax::gemv_w8a8_x<T, NT, WARPS, UNROLL, HAS_BIAS, NARROW>(x, w, x_shape[0], w_shape[0], x_shape[1], "
+            "scale_w, bias, y);")
+    return KernelSpec(_name("int8nax_gemv_w8a8_x", "gemv"), ("x", "w", "scale_w", "bias"), ("y",), body,
+                      header("gemv"), 0)
 
 
 def _smem(family: str, cfg: TileConfig) -> int:

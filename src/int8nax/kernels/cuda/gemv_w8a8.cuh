@@ -13,7 +13,7 @@
 //    the instruction's fragments name: the kernel lets each mma see a permutation of K, the same
 //    one for both operands (gemv_k_of below), which leaves every dot product unchanged;
 //  * the warps' partial sums meet in shared memory, and each output goes through the epilogue's
-//    store1 (DequantStore::value, kernels/cuda_common.cuh): the same function of (acc, s_x, s_w,
+//    store1 (DequantStore::value, epilogue.cuh): the same function of (acc, s_x, s_w,
 //    bias) as every other W8A8 path, hence the same bits as the tiled GEMMs for the same epilogue.
 //
 // The index arithmetic is plain C++ (GEMV_HD functions), which tests/test_gemv_w8a8.py compiles on
@@ -254,7 +254,7 @@ __device__ void gemv_w8a8(const int8_t* q, const int8_t* w, int M, int N, int K,
 // each lane's 16 values of rows g and g + 8 into codes (code_of, codes8) in place of loading codes.
 // The codes and scales are the quantization kernel's bit for bit, so y is the two-kernel path's.
 // Each block reads x twice (from L2 or L1): worth it while x is small against the weight
-// (backends/cuda_gemv.py, gemv_x_ok).
+// (backends/cuda_plans.py, gemv_x_ok).
 
 namespace gemv {
 
