@@ -2,17 +2,21 @@
 shape, both measured in the same process and the same sample, so that whatever slows the whole
 machine for a while (other jobs on a shared box, clock changes, a busy GPU host) cancels.
 
-    GemmRatio.time_nax_gemm_ratio     int8nax.int8_matmul  / reference
-    LinearRatio.time_nax_full_ratio   int8nax.w8a8_linear  / reference
+    GemmRatio.track_nax_gemm_ratio     int8nax.int8_matmul  / reference
+    LinearRatio.track_nax_full_ratio   int8nax.w8a8_linear  / reference
 
 The reference does not depend on int8nax's code, so the ratio moves only when int8nax does:
     cpu profile   numpy-sgemm: numpy's float32 BLAS matmul of the same (M, K, N)
     full profile  mlx-fp16: MLX's own float16 matmul on its default device (the GPU)
 
-asv records the ratio as the benchmark's "time": 1.30 s reads "int8nax takes 1.30 times as long
-as the reference" (a custom timer advances by the ratio, as the chain benchmarks' clock advances
-per call). Lower is better and a slowdown of int8nax by 20 % raises the ratio by 20 %, so asv's
-comparison and the gate treat it like any other time_ benchmark.
+The ratio is unitless (asv unit "ratio"): 1.30 reads "int8nax takes 1.30 times as long as the
+reference". Lower is better, as asv assumes of every benchmark, and a slowdown of int8nax by
+20 % raises the ratio by 20 %, so asv's comparison and the gate treat it like a time. Each
+track_ call returns its samples in the form asv reads from a timing benchmark
+({"samples": [...], "number": 1}), so asv keeps their median, spread and confidence interval and
+the gate's significance test works as on a time. These benchmarks were time_ benchmarks whose
+custom clock advanced by the ratio (the same numbers, shown as seconds); their recorded history
+was renamed to the track_ names (tools/asv_site.py rename-ratios), so it carries on.
 
 One sample is `blocks` blocks of BLOCK_CALLS calls of int8nax, then BLOCK_CALLS of the reference
 (the order swapped every block, so neither always runs first), and its ratio is
@@ -24,11 +28,14 @@ docs/results/gate-*.md). Calls come in blocks because the CPU backend's W8A8 end
 evaluation on MLX's stream thread, which is slower to wake after a call of another library.
 `blocks` is chosen at the first setup, from the reference's time only (the same at both
 commits of a comparison), so that a sample lasts about SAMPLE_TARGET_S: well above the timer
-and a scheduler slice.
+and a scheduler slice. How many samples a call takes is asv's repeat rule,
+(least, most, seconds): at least `least`, then more while under `seconds`, at most `most`;
+RATIO_REPEAT_ENV overrides it (the gate sets it from its calibrated `repeat`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from int8nax.bench.problems import CPU_SHAPES
@@ -42,13 +49,28 @@ MAX_BLOCKS = 16
 REFERENCE = {"cpu": "numpy-sgemm", "full": "mlx-fp16"}
 """The reference contender of each shape profile."""
 
-_clock = [0.0]
+RATIO_REPEAT_ENV = "INT8NAX_RATIO_REPEAT"
+DEFAULT_REPEAT = (5, 20, 0.5)
+"""Samples per benchmark process: (least, most, seconds), as asv's repeat attribute."""
+
 _blocks: dict[tuple[str, tuple[int, int, int]], int] = {}
 
 
-def ratio_clock() -> float:
-    """The ratio benchmarks' timer: it advances only by the ratios the benchmarks add."""
-    return _clock[0]
+def repeat_rule() -> tuple[int, int, float]:
+    """(least, most, seconds) from RATIO_REPEAT_ENV ("N" or "(least,most,seconds)"), else
+    DEFAULT_REPEAT. A value that is neither raises ValueError naming the variable."""
+    text = os.environ.get(RATIO_REPEAT_ENV, "").strip()
+    if not text:
+        return DEFAULT_REPEAT
+    try:
+        parts = [float(p) for p in text.strip("()").split(",")]
+        if len(parts) == 1 and parts[0] >= 1:
+            return int(parts[0]), int(parts[0]), 0.0
+        if len(parts) == 3 and 1 <= parts[0] <= parts[1] and parts[2] >= 0:
+            return int(parts[0]), int(parts[1]), parts[2]
+    except ValueError:
+        pass
+    raise ValueError(f"{RATIO_REPEAT_ENV}: expected N or (least,most,seconds), got {text!r}")
 
 
 def _part(contender: str, shape):
@@ -62,6 +84,9 @@ def _part(contender: str, shape):
 
 class RatioBenchmark(ContenderBenchmark):
     """Base class: `contender` over this profile's reference at every declared shape."""
+
+    unit = "ratio"
+    rounds = 2  # as a time_ benchmark: two processes, their samples pooled
 
     def setup(self, shape):
         name, shapes, _ = profile()
@@ -84,9 +109,9 @@ class RatioBenchmark(ContenderBenchmark):
             _blocks[key] = max(1, min(MAX_BLOCKS, round(SAMPLE_TARGET_S / per_block)))
         self.blocks = _blocks[key]
 
-    def measure(self):
-        """One sample: add min(int8nax call times) / min(reference call times) to the clock,
-        over `blocks` blocks of BLOCK_CALLS calls of each (the order swapped per block)."""
+    def measure(self) -> float:
+        """One sample: min(int8nax call times) / min(reference call times) over `blocks`
+        blocks of BLOCK_CALLS calls of each (the order swapped per block)."""
         num, den = self.num.run, self.den.run
         t_num, t_den = [], []
         clock = time.perf_counter
@@ -96,13 +121,17 @@ class RatioBenchmark(ContenderBenchmark):
                     t0 = clock()
                     run()
                     times.append(clock() - t0)
-        _clock[0] += min(t_num) / min(t_den)
+        return min(t_num) / min(t_den)
 
-
-def ratio(func):
-    """Mark a time_ method as a ratio benchmark: timed with ratio_clock."""
-    func.timer = ratio_clock
-    return func
+    def samples(self) -> dict:
+        """Samples by the repeat rule, in the form asv reads from a timing benchmark."""
+        least, most, seconds = repeat_rule()
+        out = []
+        t0 = time.perf_counter()
+        while len(out) < least or (len(out) < most and time.perf_counter() - t0 < seconds):
+            # 4 significant digits, far below the noise: asv's console prints a track_ value in full
+            out.append(float(f"{self.measure():.4g}"))
+        return {"samples": out, "number": 1}
 
 
 class GemmRatio(RatioBenchmark):
@@ -110,9 +139,8 @@ class GemmRatio(RatioBenchmark):
 
     contender = "nax-gemm"
 
-    @ratio
-    def time_nax_gemm_ratio(self, shape):
-        self.measure()
+    def track_nax_gemm_ratio(self, shape):
+        return self.samples()
 
 
 class LinearRatio(RatioBenchmark):
@@ -120,6 +148,59 @@ class LinearRatio(RatioBenchmark):
 
     contender = "nax-full"
 
-    @ratio
-    def time_nax_full_ratio(self, shape):
-        self.measure()
+    def track_nax_full_ratio(self, shape):
+        return self.samples()
+
+
+# --- the model ratio (benchmarks/bench_model.py's forms) ---------------------------------------
+
+from . import bench_model  # noqa: E402
+
+MODEL_BLOCK_CALLS = 2
+MODEL_SAMPLE_TARGET_S = 0.2
+"""ModelRatio's sample: about this long, and at least 2 blocks of MODEL_BLOCK_CALLS forwards."""
+
+
+class ModelRatio:
+    """int8nax W8A8 over bf16 at the model level: seconds per forward of mlx-lm's decoder stack
+    with int8nax.nn.quantize_linears over the same model in bf16 (benchmarks/bench_model.py's
+    forms, eager, built and checked as there), in the same process and sample, at each
+    (configuration, tokens) of the profile. Lower is better: 1.20 reads "the W8A8 model takes
+    1.2 times as long as bf16"; below 1 W8A8 pays off.
+
+    One sample: `blocks` blocks of MODEL_BLOCK_CALLS forwards of each model (the order swapped
+    every block), ratio = min(W8A8 times) / min(bf16 times), as the ratios above. On the cpu
+    profile it measures decode only: a 16-token bf16 prefill there is MLX's CPU bf16 GEMM
+    (0.25 s per layer on the 2-core box), which the W8A8 model does not run at all.
+    """
+
+    params = bench_model.ModelTime.params
+    param_names = bench_model.ModelTime.param_names
+    timeout = 900
+    version = "1"
+
+    def setup(self, config, tokens):
+        name, _ = bench_model.model_profile()
+        if name == "cpu" and tokens != 1:
+            raise NotImplementedError("on the cpu profile the model ratio measures decode (tokens 1) only")
+        self.num = bench_model.prepared("w8a8", "eager", config, tokens)
+        self.den = bench_model.prepared("bf16", "eager", config, tokens)
+        self.tokens = tokens
+        t0 = time.perf_counter()
+        self.den.run(tokens)
+        one = time.perf_counter() - t0
+        self.blocks = max(2, min(MAX_BLOCKS, round(MODEL_SAMPLE_TARGET_S / (2 * MODEL_BLOCK_CALLS * one))))
+
+    def track_w8a8_model_ratio(self, config, tokens):
+        t_num, t_den = [], []
+        clock = time.perf_counter
+        for i in range(self.blocks):
+            for model, times in ((self.den, t_den), (self.num, t_num)) if i % 2 else ((self.num, t_num),
+                                                                                       (self.den, t_den)):
+                for _ in range(MODEL_BLOCK_CALLS):
+                    t0 = clock()
+                    model.run(tokens)
+                    times.append(clock() - t0)
+        return min(t_num) / min(t_den)
+
+    track_w8a8_model_ratio.unit = "ratio"

@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO / "tools"))
 
 # The gate's test: one drift-free ratio benchmark at one CPU-profile shape, two rounds (a few
 # seconds per asv run); the gate's own settings otherwise (benchmarks/gate.json).
-GATED = r"GemmRatio\.time_nax_gemm_ratio\(\(16, 1344, 256\)\)"
-GATED_NAME = "bench_ratio.GemmRatio.time_nax_gemm_ratio"
+GATED = r"GemmRatio\.track_nax_gemm_ratio\(\(16, 1344, 256\)\)"
+GATED_NAME = "bench_ratio.GemmRatio.track_nax_gemm_ratio"
 CPU_PROFILE = r"\(\((16, 512, 512|16, 256, 1344|16, 1344, 256)\)\)"
 PLANTED_FACTOR = 2.0  # far above the noise of two rounds; tools/gate_calibrate.py measures 1.2x
 # A wrong product: the benchmark's first setup must fail its exactness check (exit 2, not 1).

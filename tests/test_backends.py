@@ -68,12 +68,23 @@ def test_the_cuda_probe_is_asked_once_per_process(monkeypatch):
     assert backend.probe() is first and len(asked) == 1
 
 
+def test_the_registry_imports_no_input_checks():
+    # one direction only: int8nax._checks asks the registry (its ENV_VAR, canonical, env_set);
+    # the registry imports nothing of the API's checks (no import cycle, one name for the variable)
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(backends))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not any("_checks" in m for m in imported) and "ENV_VAR" in vars(backends)
+    from int8nax import _checks
+
+    assert _checks.ENV_VAR is backends.ENV_VAR and _checks.backend_env_set is backends.env_set
+
+
 def test_resolve_is_what_choose_names(monkeypatch):
     # resolve() skips composing choose()'s reason on the common call (no argument, no env):
     # the same backend either way, with the environment variable set or not.
-    from int8nax import _checks
-
-    assert _checks.BACKEND_ENV_VAR == backends.ENV_VAR
     monkeypatch.delenv(backends.ENV_VAR, raising=False)
     assert backends.resolve(None) is backends.get(backends.choose(None)[0])
     monkeypatch.setattr(backends, "_GPU_ORDER", ())  # auto with no GPU backend to try

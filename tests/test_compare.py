@@ -85,10 +85,54 @@ def test_wrong_peer_is_a_mismatch_not_a_time(capsys, monkeypatch):
 
 
 def test_progress_bar_on_request(capsys, monkeypatch):
+    # one tick per sample (warm-up + --repeat) of each contender that runs: here MLX's and ours
     monkeypatch.setitem(sys.modules, "cider", None)
-    _, _, err = run_cli(capsys, "--progress", contenders=None)
-    n = len(compare.DEFAULT_CONTENDERS)
-    assert f"] {n}/{n} " in err
+    monkeypatch.setitem(sys.modules, "torch", None)
+    _, _, err = run_cli(capsys, "--progress", "--repeat", "2", contenders=None)
+    ran = 4  # nax-gemm, nax-full, mlx-fp16, mlx-q8; cider, cuBLASLt and torch are n/a here
+    total = ran * (2 + 1)
+    assert f"] {total}/{total} " in err and "\r[" in err
+
+
+def test_progress_lines_when_redirected_and_the_shapes_in_the_header(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cider", None)
+    rc, out, err = run_cli(capsys, "--contenders", "nax-gemm,nax-full", contenders=None)
+    assert rc == 0
+    assert "shapes: 8x64x48 (--shapes)" in out.splitlines()[0]
+    assert "compare: 2 of 2 cells to measure, expected ~" in err
+    assert "compare: [1/2] call nax-gemm 8x64x48: " in err and "compare: [2/2] call nax-full 8x64x48: " in err
+    assert "\r" not in err
+
+
+def test_a_contender_over_the_budget_is_skipped_with_its_estimate(capsys, monkeypatch):
+    from int8nax.bench import estimate
+
+    real = estimate.expected_seconds
+    monkeypatch.setattr(estimate, "expected_seconds",
+                        lambda name, shape: estimate.Estimate(30.0, (8, 64, 48), 0.05, 0.1)
+                        if name == "mlx-fp16" else real(name, shape))
+    rc, out, err = run_cli(capsys, "--contenders", "nax-gemm,mlx-fp16", contenders=None)
+    assert rc == 0
+    row = row_of(out)
+    assert float(row[3]) > 0 and row[4] == "n/a"
+    assert ("mlx-fp16: n/a at 8x64x48 (~30 s a call (probe: 50 ms at 8x64x48)): expected time per call "
+            "here over the budget of 1 s (--budget SECONDS or --all runs it)") in out
+    assert "over the budget, skipped: mlx-fp16 8x64x48" in err
+    # --all measures it (and probes nothing); a larger --budget admits it
+    for extra in (["--all"], ["--budget", "60"]):
+        rc, out, _ = run_cli(capsys, "--contenders", "nax-gemm,mlx-fp16", *extra, contenders=None)
+        assert rc == 0 and float(row_of(out)[4]) > 0, extra
+
+
+def test_the_probe_estimates_from_a_growing_ladder():
+    from int8nax.bench import estimate
+
+    rungs = estimate.ladder((512, 4096, 4096))
+    assert rungs[0] == (16, 256, 256) and rungs[-1] == (512, 4096, 4096)
+    assert all(sum(b) > sum(a) for a, b in zip(rungs, rungs[1:]))
+    assert estimate.ladder((1, 7, 9)) == [(1, 7, 9)]
+    guess = estimate.expected_seconds("nax-gemm", (8, 64, 48))
+    assert guess.probe == (8, 64, 48) and guess.seconds == guess.probe_seconds > 0
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -98,12 +142,14 @@ def test_progress_bar_on_request(capsys, monkeypatch):
     (["--repeat", "0"], "argument --repeat: expected a positive whole number, got 0"),
     (["--contenders", "nax"], "argument --contenders: expected comma-separated names from nax-gemm"),
     (["--mode", "cold"], "argument --mode: expected comma-separated modes from call, chain, host"),
+    (["--budget", "0"], "argument --budget: expected a number of seconds > 0, got '0'"),
 ])
 def test_bad_options_are_usage_errors_naming_the_option(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
         cli.main(["compare", *argv])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and message in err and "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("int8nax compare: error: ") and "--help" in err
 
 
 def test_a_bogus_profile_is_one_line_not_a_traceback(capsys, monkeypatch):
@@ -180,3 +226,13 @@ def test_the_table_and_json_name_the_kernel_each_int8nax_contender_ran(capsys, m
     kernels = {(r["contender"], tuple(r["shape"])): r["kernel"] for r in json.loads(out_file.read_text())["results"]}
     assert kernels[("nax-full", (16, 64, 48))] == "cpu fake-nax-full large"
     assert kernels[("numpy-sgemm", (8, 64, 48))] is None
+
+
+def test_w8a8_faster_than_the_raw_gemm_on_the_cpu_is_explained():
+    cells = {"nax-gemm": compare.timing.Cell(seconds=4.68e-3, detail="int8nax backend cpu (auto)"),
+             "nax-full": compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cpu (auto)")}
+    lines = compare.notes({(16, 4096, 4096): cells}, ["nax-gemm", "nax-full"])
+    assert lines == [f"nax-full/NAX below 1 at 16x4096x4096: {compare.W8A8_ON_CPU}"]
+    assert "prepares its weight once" in compare.W8A8_ON_CPU
+    cells["nax-full"] = compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cuda (auto)")
+    assert compare.notes({(16, 4096, 4096): cells}, ["nax-gemm", "nax-full"]) == []

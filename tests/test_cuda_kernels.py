@@ -8,7 +8,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import backends, quant, tiling
+from int8nax import backends, quant
+from int8nax.backends import cuda_plans
 from int8nax.reference import int8_matmul_ref, to_numpy, ulp, w8a8_linear_ref
 
 from conftest import random_int8, within_one_ulp
@@ -20,15 +21,16 @@ if CUDA.available:
     from int8nax.backends import cuda
 
     FAMILY = cuda.family_for(cuda.compute_capability())
-    PLANS = [tiling.CudaPlan(tiling.CUDA_SIMT_CONFIG, s) for s in (1, 3)]
+    PLANS = [cuda_plans.CudaPlan(cuda_plans.CUDA_SIMT_CONFIG, s) for s in (1, 3)]
     if FAMILY == "sm90":
-        PLANS += [tiling.CudaPlan(c, s) for c in tiling.CUDA_CONFIGS.values() for s in (1, 3)]
+        PLANS += [cuda_plans.CudaPlan(c, s) for c in cuda_plans.CUDA_CONFIGS.values() for s in (1, 3)]
 else:
     PLANS = []
 
 
-def family_of(plan):
-    return "simt" if plan.cfg == tiling.CUDA_SIMT_CONFIG else "sm90"
+def variant_of(plan):
+    """The one-block-per-tile variant a plan's tile belongs to: the SIMT kernel's, else cp.async."""
+    return "simt" if plan.cfg == cuda_plans.CUDA_SIMT_CONFIG else "cpasync"
 
 
 def plan_id(plan):
@@ -49,14 +51,14 @@ SHAPES = [(1, 1, 1), (65, 300, 257), (130, 1040, 100), (200, 4112, 520), (3, 16,
 @pytest.mark.parametrize("m,k,n", SHAPES)
 def test_plan_is_exact(plan, rng, m, k, n):
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
-    assert_exact(cuda.gemm_int32(mx.array(a), mx.array(b), plan, family_of(plan)), a, b)
+    assert_exact(cuda.gemm_int32(mx.array(a), mx.array(b), variant_of(plan), plan), a, b)
 
 
 @pytest.mark.parametrize("plan", PLANS, ids=plan_id)
 def test_minus_128_everywhere(plan):
     a = np.full((70, 4096), -128, np.int8)
     b = np.full((136, 4096), -128, np.int8)
-    assert_exact(cuda.gemm_int32(mx.array(a), mx.array(b), plan, family_of(plan)), a, b)
+    assert_exact(cuda.gemm_int32(mx.array(a), mx.array(b), variant_of(plan), plan), a, b)
 
 
 @pytest.mark.parametrize("plan", PLANS, ids=plan_id)
@@ -67,13 +69,13 @@ def test_unaligned_base_pointer(plan, rng):
     flat = random_int8(rng, (m * k + 3,))
     a = mx.array(flat)[3:].reshape(m, k)
     b = random_int8(rng, (n, k))
-    assert_exact(cuda.gemm_int32(a, mx.array(b), plan, family_of(plan)), flat[3:].reshape(m, k), b)
+    assert_exact(cuda.gemm_int32(a, mx.array(b), variant_of(plan), plan), flat[3:].reshape(m, k), b)
 
 
 def test_tall_problems_are_launched_in_row_chunks(monkeypatch, rng):
     monkeypatch.setattr(cuda, "MAX_GRID_Y", 2)
     a, b = random_int8(rng, (300, 48)), random_int8(rng, (20, 48))
-    plan = cuda.default_plan(300, 20, 48)
+    plan = cuda.choice(300, 20, 48).plan
     assert len(cuda._row_chunks(300, plan.cfg)) > 1
     assert_exact(cuda.gemm_int32(mx.array(a), mx.array(b)), a, b)
 
@@ -83,14 +85,14 @@ def test_tall_problems_are_launched_in_row_chunks(monkeypatch, rng):
 W8A8_CASES = [(p, mx.float16) for p in PLANS] + [(p, d) for p in PLANS[:1] + PLANS[-1:] for d in (mx.bfloat16, mx.float32)]
 
 
-@pytest.mark.parametrize("plan,dtype", W8A8_CASES, ids=lambda v: plan_id(v) if isinstance(v, tiling.CudaPlan) else str(v))
+@pytest.mark.parametrize("plan,dtype", W8A8_CASES, ids=lambda v: plan_id(v) if isinstance(v, cuda_plans.CudaPlan) else str(v))
 def test_w8a8_epilogues(plan, rng, dtype):
     m, k, n = 70, 1040, 136
     x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(dtype)
     w = random_int8(rng, (n, k))
     s_w = (rng.random(n).astype(np.float32) + 0.5) / 2000
     bias = rng.standard_normal(n).astype(np.float32)
-    y = cuda.w8a8(x, mx.array(w), mx.array(s_w), mx.array(bias), plan, family_of(plan))
+    y = cuda.w8a8(x, mx.array(w), mx.array(s_w), mx.array(bias), variant_of(plan), plan)
     assert y.dtype == dtype and y.shape == (m, n)
     ref = w8a8_linear_ref(x, w, s_w, bias)
     got = to_numpy(y, np.float64)
@@ -101,6 +103,37 @@ def test_w8a8_epilogues(plan, rng, dtype):
 
 def test_sm_count_is_plausible():
     assert 1 <= cuda.sm_count() <= cuda.SM_ID_CAPACITY
+
+
+def test_kernel_objects_do_not_grow_with_the_token_count(rng):
+    # Serving meets every token count M: w8a8_linear at M = 1 .. 96 on one layer builds one kernel
+    # object per (variant, tile) its choices meet, whatever M, and a second pass over the same M
+    # builds none (each object is compiled by NVRTC once per template instance).
+    from int8nax.backends import cuda_choice
+
+    n, k = 512, 1024
+    w = mx.array(random_int8(rng, (n, k)))
+    s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
+    x = mx.array(rng.standard_normal((96, k)).astype(np.float16))
+    mx.eval(w, s, x)
+    family, sms = cuda.family_for(cuda.compute_capability()), cuda.sm_count()
+    specs = {cuda.cuda_source.quantize().name}
+    for m in range(1, 97):
+        c = cuda_choice.choose(m, n, k, w8a8=True, sms=sms, family=family, override=cuda.kernel_choice())
+        row = cuda_choice.VARIANTS[c.variant]
+        if row.quantizing is not None and cuda_plans.gemv_x_ok(m, k, 2):  # the GEMV quantizing x itself
+            specs.add(row.quantizing().name)
+            continue
+        raw, fused = row.specs(c.plan.cfg)
+        specs |= {fused.name} if c.plan.splits == 1 else {raw.name, cuda.cuda_source.reduce_w8a8().name}
+    before = cuda.kernels_built()
+    counts = []
+    for _ in range(2):
+        for m in range(1, 97):
+            mx.eval(cuda.w8a8(x[:m], w, s, None))
+        counts.append(cuda.kernels_built())
+    assert counts[0] - before <= len(specs) <= 6, (counts, before, sorted(specs))
+    assert counts[1] == counts[0] and set(cuda._built) >= specs
 
 
 # ---- the float32 W8A8 epilogue at the edges of float32 (the numerics spec) ----------------
@@ -142,8 +175,8 @@ def test_epilogue_edges_are_within_one_ulp(plan, rng, dtype, case, epilogue):
     ld = np.longdouble
     ref = (acc.astype(ld) * s_x.astype(ld)[:, None] * s_w.astype(ld)[None, :] + bias.astype(ld)).astype(np.float64)
     name = str(dtype).split(".")[-1]
-    y = cuda.dequant_gemm(mx.array(q), mx.array(s_x), mx.array(w), mx.array(s_w), mx.array(bias), dtype, plan,
-                          family_of(plan), epilogue=epilogue)
+    y = cuda.dequant_gemm(mx.array(q), mx.array(s_x), mx.array(w), mx.array(s_w), mx.array(bias), dtype, variant_of(plan),
+                          plan, epilogue=epilogue)
     ok = within_one_ulp(y, ref, name)
     bad = np.argwhere(~ok)
     assert bad.size == 0, f"{len(bad)} beyond 1 ulp, first {bad[0].tolist()}: got {to_numpy(y, np.float64)[tuple(bad[0])]!r}, ref {ref[tuple(bad[0])]!r}"
@@ -201,7 +234,7 @@ def test_tiny_and_normal_rows_follow_the_spec(rng, k):
 
 # ---- every launch of the quantization kernel, and its two-pass fallback -------------------
 #
-# Each (threads, held) of tiling.CUDA_QUANT_LAUNCHES (the register path at its full, a partial and
+# Each (threads, held) of cuda_plans.CUDA_QUANT_LAUNCHES (the register path at its full, a partial and
 # a one-group row), and the fallback inside each: a row one group too long for the registers
 # (16-byte loads, read twice), K % 8 != 0 (one value at a time), a base 3 elements into its buffer
 # (MLX passes the row-contiguous view as it is) and a column slice (MLX copies it first).
@@ -268,7 +301,7 @@ def _assert_quantized_per_spec(q, s, x):
 
 @pytest.mark.parametrize("case", QUANT_CASES)
 @pytest.mark.parametrize("dtype", QUANT_DTYPES, ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("launch", tiling.CUDA_QUANT_LAUNCHES, ids=lambda v: f"{v.threads}x{v.held}")
+@pytest.mark.parametrize("launch", cuda_plans.CUDA_QUANT_LAUNCHES, ids=lambda v: f"{v.threads}x{v.held}")
 def test_quantize_launch_is_bit_exact(rng, launch, dtype, case):
     k = _quant_k(launch, case)
     x = _quant_input(_quant_rows(rng, k, dtype), dtype, case)

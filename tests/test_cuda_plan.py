@@ -7,17 +7,17 @@ import re
 import numpy as np
 import pytest
 
-from int8nax import backends, quant, tiling
-from int8nax.backends import cuda_source
-from int8nax.bench.problems import EXTRA_SHAPES, SEED_SHAPES
+from int8nax import backends, quant
+from int8nax.backends import cuda_plans, cuda_source
+from int8nax.bench import problems
 
-SEED = list(SEED_SHAPES + EXTRA_SHAPES)
+SEED = list(problems.SEED_SHAPES + problems.EXTRA_SHAPES)  # (M, K, N)
 ODD = [(1, 1, 1), (1, 7, 4096), (65, 1025, 129), (3, 131071, 2), (100000, 64, 3)]
 
 
-@pytest.mark.parametrize("cfg", list(tiling.CUDA_CONFIGS.values()), ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", list(cuda_plans.CUDA_CONFIGS.values()), ids=lambda c: c.name)
 def test_configs_fit_the_hardware(cfg):
-    assert cfg.shared_bytes <= tiling.CUDA_MAX_SHARED_BYTES
+    assert cfg.shared_bytes <= cuda_plans.CUDA_MAX_SHARED_BYTES
     # No __launch_bounds__ in MLX's generated kernels: 256 threads x up to 255 registers fit in 64K.
     assert cfg.threads <= 256
     assert cfg.bm == 64 * cfg.wm and cfg.bk == 128
@@ -32,37 +32,37 @@ def test_configs_fit_the_hardware(cfg):
 ])
 def test_bad_cuda_config_is_rejected(kwargs, what):
     with pytest.raises(ValueError, match=what):
-        tiling.CudaTileConfig("bad", **kwargs)
+        cuda_plans.CudaTileConfig("bad", **kwargs)
 
 
 @pytest.mark.parametrize("m,k,n", SEED + ODD)
 @pytest.mark.parametrize("sms", [132, 114, 16])
 def test_plan_is_valid(m, k, n, sms):
-    plan = tiling.cuda_plan(m, n, k, sms)
-    assert plan.cfg in tiling.CUDA_CONFIGS.values()
+    plan = cuda_plans.cpasync_plan(m, n, k, sms)
+    assert plan.cfg in cuda_plans.CUDA_CONFIGS.values()
     assert plan.splits >= 1 and plan.splits & (plan.splits - 1) == 0
-    k_blocks = tiling.ceil_div(k, plan.cfg.bk)
-    tiles = tiling.ceil_div(m, plan.cfg.bm) * tiling.ceil_div(n, plan.cfg.bn)
+    k_blocks = cuda_plans.ceil_div(k, plan.cfg.bk)
+    tiles = cuda_plans.ceil_div(m, plan.cfg.bm) * cuda_plans.ceil_div(n, plan.cfg.bn)
     if plan.splits > 1:
         # Splits only while all blocks fit on the SMs at once, and never into slivers of K.
-        assert tiles * plan.splits <= sms * tiling.blocks_per_sm(plan.cfg)
-        assert k_blocks // plan.splits >= tiling.MIN_SPLIT_BLOCKS
-    lau, grid, block = plan.grid(m, n)
+        assert tiles * plan.splits <= sms * cuda_plans.blocks_per_sm(plan.cfg)
+        assert k_blocks // plan.splits >= cuda_plans.MIN_SPLIT_BLOCKS
+    lau, (grid, block) = plan.launch(m, n), plan.grid(m, n)
     assert block == (plan.cfg.threads, 1, 1)
     assert grid == (lau.grid_x * plan.cfg.threads, lau.grid_y, plan.splits)
 
 
 def test_plan_follows_the_shape():
-    assert tiling.cuda_plan(16, 4096, 4096).cfg.bm == 64  # decode-like M: one warpgroup
-    assert tiling.cuda_plan(16, 4096, 4096).splits > 1  # ... and K split to fill the SMs
-    assert tiling.cuda_plan(8192, 8192, 8192) == tiling.CudaPlan(tiling.CUDA_CONFIGS["wg2_128x256"], 1)
+    assert cuda_plans.cpasync_plan(16, 4096, 4096).cfg.bm == 64  # decode-like M: one warpgroup
+    assert cuda_plans.cpasync_plan(16, 4096, 4096).splits > 1  # ... and K split to fill the SMs
+    assert cuda_plans.cpasync_plan(8192, 8192, 8192) == cuda_plans.CudaPlan(cuda_plans.CUDA_CONFIGS["wg2_128x256"], 1)
 
 
 @pytest.mark.parametrize("k,bk,splits", [(1, 128, 1), (4096, 128, 4), (4097, 128, 4), (640, 128, 4), (300, 32, 16), (1, 128, 3)])
 def test_split_ranges_cover_k_once(k, bk, splits):
-    ranges = tiling.split_ranges(k, bk, splits)
+    ranges = cuda_plans.split_ranges(k, bk, splits)
     covered = [kb for lo, hi in ranges for kb in range(lo, hi)]
-    assert covered == list(range(tiling.ceil_div(k, bk)))
+    assert covered == list(range(cuda_plans.ceil_div(k, bk)))
     sizes = [hi - lo for lo, hi in ranges]
     assert max(sizes) - min(sizes) <= 1  # balanced; empty only when splits > K blocks
 
@@ -77,25 +77,26 @@ def test_wgmma_wrapper_names_every_accumulator():
 
 
 def test_sm90_header_has_a_wrapper_for_every_tile_width():
-    text = cuda_source.header_text("sm90")
-    for cfg in tiling.CUDA_CONFIGS.values():
+    text = cuda_source.header_text("cpasync")
+    for cfg in cuda_plans.CUDA_CONFIGS.values():
         assert f"m64n{cfg.bn}k32" in text
     # The wrappers are declared before the GEMM template that calls them.
-    assert text.index("void wgmma_s8(") < text.index("void gemm_sm90(")
+    assert text.index("void wgmma_s8(") < text.index("void gemm_cpasync(")
     assert "wgmma.mma_async" not in cuda_source.header_text("simt")
 
 
 def test_committed_wgmma_header_is_current():
     path = cuda_source.kernels_dir() / cuda_source.WGMMA_HEADER
     assert path.read_text() == cuda_source.wgmma_header_text(), (
-        "kernels/wgmma_s8.cuh is stale: run cuda_source.write_wgmma_header()")
+        "kernels/cuda/wgmma_s8.cuh is stale: run cuda_source.write_wgmma_header()")
 
 
-@pytest.mark.parametrize("part", ["sm90", "simt", "quantize"])
+@pytest.mark.parametrize("part", sorted(cuda_source._HEADERS))
 def test_header_is_a_few_absolute_includes(part):
     text = cuda_source.header(part)
     lines = text.splitlines()
-    assert len(text) < 400 and all(l.startswith('#include "/') and l.endswith('.cuh"') for l in lines)
+    # one line per header (about 100 bytes each), shorter than the text (1.5-60 KB)
+    assert len(text) < min(1600, len(cuda_source.header_text(part))) and all(l.startswith('#include "/') and l.endswith('.cuh"') for l in lines)
     # Every included file exists and together they are the part's text.
     files = [l[len('#include "'):-1] for l in lines]
     from pathlib import Path
@@ -104,17 +105,28 @@ def test_header_is_a_few_absolute_includes(part):
 
 
 def test_kernel_names_change_with_the_header_text(monkeypatch):
-    spec = cuda_source.gemm_int32("sm90", tiling.CUDA_CONFIGS["wg1_64x64"])
-    assert spec.name.endswith("_" + cuda_source.digest("sm90"))
+    spec = cuda_source.gemm_int32("sm90", cuda_plans.CUDA_CONFIGS["wg1_64x64"])
+    assert spec.name.endswith("_" + cuda_source.digest("cpasync"))
     for fn in (cuda_source.header_text, cuda_source.digest, cuda_source.gemm_int32):
         fn.cache_clear()
     real = cuda_source._read
-    monkeypatch.setattr(cuda_source, "_read", lambda f: real(f) + ("// edited\n" if f == "gemm_sm90.cuh" else ""))
+    monkeypatch.setattr(cuda_source, "_read", lambda f: real(f) + ("// edited\n" if f == "gemm_cpasync.cuh" else ""))
     try:
-        assert cuda_source.gemm_int32("sm90", tiling.CUDA_CONFIGS["wg1_64x64"]).name != spec.name
+        assert cuda_source.gemm_int32("sm90", cuda_plans.CUDA_CONFIGS["wg1_64x64"]).name != spec.name
     finally:
         for fn in (cuda_source.header_text, cuda_source.digest, cuda_source.gemm_int32):
             fn.cache_clear()
+
+
+def test_every_cuda_header_is_used_and_comes_after_common():
+    folder = cuda_source.kernels_dir()
+    used = {f for files in cuda_source._HEADERS.values() for f in files}
+    assert used == {p.name for p in folder.glob("*.cuh")}
+    for part, files in cuda_source._HEADERS.items():
+        assert files[0] == "common.cuh" and len(set(files)) == len(files), part
+        # launch_bounds_384.cuh redefines __global__: last, and only after a warp-specialised kernel
+        if "launch_bounds_384.cuh" in files:
+            assert files[-1] == "launch_bounds_384.cuh" and files[-2].startswith("gemm_tma_ws_"), part
 
 
 def test_header_falls_back_to_the_text_without_a_kernels_folder(monkeypatch):
@@ -127,16 +139,16 @@ def test_header_falls_back_to_the_text_without_a_kernels_folder(monkeypatch):
 
 
 def test_kernel_specs_are_distinct_and_use_mlx_shape_arguments():
-    specs = [cuda_source.gemm_int32(f, c) for f in cuda_source.FAMILIES for c in tiling.CUDA_CONFIGS.values()]
-    specs += [cuda_source.gemm_w8a8("sm90", c) for c in tiling.CUDA_CONFIGS.values()]
+    specs = [cuda_source.gemm_int32(f, c) for f in cuda_source.FAMILIES for c in cuda_plans.CUDA_CONFIGS.values()]
+    specs += [cuda_source.gemm_w8a8("sm90", c) for c in cuda_plans.CUDA_CONFIGS.values()]
     specs += [cuda_source.quantize(), cuda_source.reduce_int32(), cuda_source.reduce_w8a8(), cuda_source.count_sms()]
     names = [s.name for s in specs]
     assert len(set(names)) == len(names)  # MLX caches compiled modules by name
-    i32 = cuda_source.gemm_int32("sm90", tiling.CUDA_CONFIGS["wg2_128x256"])
+    i32 = cuda_source.gemm_int32("sm90", cuda_plans.CUDA_CONFIGS["wg2_128x256"])
     # MLX passes a `<input>_shape` argument only when the body mentions it.
     assert "a_shape[0]" in i32.source and "b_shape[0]" in i32.source and "a_shape[1]" in i32.source
-    assert i32.shared_memory == tiling.CUDA_CONFIGS["wg2_128x256"].shared_bytes
-    assert cuda_source.gemm_int32("simt", tiling.CUDA_SIMT_CONFIG).shared_memory == 0
+    assert i32.shared_memory == cuda_plans.CUDA_CONFIGS["wg2_128x256"].shared_bytes
+    assert cuda_source.gemm_int32("simt", cuda_plans.CUDA_SIMT_CONFIG).shared_memory == 0
 
 
 def test_cuda_probe_explains_itself():
@@ -149,7 +161,7 @@ def test_cuda_probe_explains_itself():
 def test_row_chunks_respect_the_grid_limit():
     from int8nax.backends import cuda
 
-    cfg = tiling.CUDA_CONFIGS["wg1_64x64"]
+    cfg = cuda_plans.CUDA_CONFIGS["wg1_64x64"]
     chunks = cuda._row_chunks(10_000_000, cfg)
     assert chunks[0] == (0, cuda.MAX_GRID_Y * cfg.bm) and chunks[-1][1] == 10_000_000
     assert all(hi - lo <= cuda.MAX_GRID_Y * cfg.bm for lo, hi in chunks)
@@ -157,7 +169,7 @@ def test_row_chunks_respect_the_grid_limit():
     assert cuda._row_chunks(5, cfg) == [(0, 5)]
 
 
-# ---- the quantization kernel's launch (tiling.cuda_quant_launch) ----
+# ---- the quantization kernel's launch (cuda_plans.cuda_quant_launch) ----
 
 # Row lengths of common layers (hidden and FFN sizes), K % 8 != 0, and rows past every launch.
 QUANT_K = [1, 7, 8, 64, 896, 1000, 1536, 2048, 3072, 3584, 4095, 4096, 4104, 5120, 8192, 8200, 11008, 13824,
@@ -171,18 +183,18 @@ held 4 = 32 + 20, 80 at held 8 = 64 + 16), with a margin."""
 
 @pytest.mark.parametrize("sms", [132, 114, 16])
 def test_quant_launch_holds_every_row_that_fits(sms):
-    longest = max(launch.capacity for launch in tiling.CUDA_QUANT_LAUNCHES)
+    longest = max(launch.capacity for launch in cuda_plans.CUDA_QUANT_LAUNCHES)
     for m in QUANT_M:
         for k in QUANT_K:
-            launch = tiling.cuda_quant_launch(m, k, sms)
-            assert launch in tiling.CUDA_QUANT_LAUNCHES
+            launch = cuda_plans.cuda_quant_launch(m, k, sms)
+            assert launch in cuda_plans.CUDA_QUANT_LAUNCHES
             if k <= longest:  # else the two-pass loop, at any launch
                 assert launch.capacity >= k, (m, k, launch)
             if m > sms and k <= 8192:  # many rows: more than one row per SM resident
                 assert launch.threads <= 256, (m, k, launch)
 
 
-@pytest.mark.parametrize("launch", tiling.CUDA_QUANT_LAUNCHES, ids=lambda v: f"{v.threads}x{v.held}")
+@pytest.mark.parametrize("launch", cuda_plans.CUDA_QUANT_LAUNCHES, ids=lambda v: f"{v.threads}x{v.held}")
 def test_quant_launches_fit_a_block(launch):
     assert launch.threads % 32 == 0 and 128 <= launch.threads <= 1024  # at least a warp per scheduler
     # No __launch_bounds__ in MLX's kernels: the float32 row slice (8 registers a group) and the
@@ -195,17 +207,17 @@ def test_quant_launches_fit_a_block(launch):
 def test_quant_launches_are_few():
     # Every launch is an NVRTC compile per dtype (~8 s a process): three in all, and a model whose
     # layers have one K up to 8192 and one longer K (decode and prefill M) builds two of them.
-    seen = {tiling.cuda_quant_launch(m, k, sms) for m in QUANT_M for k in QUANT_K for sms in (132, 114, 16)}
-    assert seen == set(tiling.CUDA_QUANT_LAUNCHES) and len(seen) <= 3
+    seen = {cuda_plans.cuda_quant_launch(m, k, sms) for m in QUANT_M for k in QUANT_K for sms in (132, 114, 16)}
+    assert seen == set(cuda_plans.CUDA_QUANT_LAUNCHES) and len(seen) <= 3
     for short in (896, 1536, 2048, 3584, 4096, 5120, 8192):
         for long in (11008, 14336, 18944, 28672):
-            assert len({tiling.cuda_quant_launch(m, k) for m in QUANT_M for k in (short, long)}) <= 2
+            assert len({cuda_plans.cuda_quant_launch(m, k) for m in QUANT_M for k in (short, long)}) <= 2
 
 
 @pytest.mark.parametrize("kwargs", [dict(threads=100, held=4), dict(threads=2048, held=1), dict(threads=256, held=0)])
 def test_bad_quant_launch_is_rejected(kwargs):
     with pytest.raises(ValueError):
-        tiling.CudaQuantLaunch(**kwargs)
+        cuda_plans.CudaQuantLaunch(**kwargs)
 
 
 # (M, K) -> (threads, held) on 132 SMs, by hand: few rows take the 16-warp launch; many rows the
@@ -221,11 +233,11 @@ QUANT_SEED = {
 
 @pytest.mark.parametrize("m,k", list(QUANT_SEED))
 def test_quant_launch_of_the_seed_shapes(m, k):
-    launch = tiling.cuda_quant_launch(m, k, 132)
+    launch = cuda_plans.cuda_quant_launch(m, k, 132)
     assert (launch.threads, launch.held) == QUANT_SEED[(m, k)]
 
 
-# ---- the quantization kernel's arithmetic (kernels/quantize.cuh, code_of), in numpy ----
+# ---- the quantization kernel's arithmetic (kernels/cuda/quantize.cuh, code_of), in numpy ----
 
 def test_normal_scale_codes_need_no_clamp():
     # code_of skips the clamp when the scale is normal: |fl(x * fl(1 / fl(amax / 127)))| < 127.5 for

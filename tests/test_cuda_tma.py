@@ -1,8 +1,8 @@
-"""The TMA GEMMs (kernels/gemm_tma.cuh) on a GPU, every plan of the three variants, exact.
+"""The TMA GEMMs (kernels/cuda/gemm_tma_*.cuh) on a GPU, every plan of the three variants, exact.
 
-tma_simple is the default dispatch's kernel for most shapes (tiling.cuda_gemm_kernel), the
-persistent tma_ws (cooperative) and tma_pp (ping-pong) for problems of many tiles
-(tiling.persistent_kernel). Runs where MLX has a compute capability 9.0 device, unless
+tma-unspecialized (old name tma_simple) is the default dispatch's kernel for most shapes, the
+persistent tma-ws-cooperative (tma_ws) and tma-ws-pingpong (tma_pp) for problems of many tiles
+(cuda_choice.auto_variant). Runs where MLX has a compute capability 9.0 device, unless
 INT8NAX_CUDA_KERNEL=wgmma asks for the cp.async kernel only. A base that is not 16-byte aligned
 sends tma_simple to the cp.async main loop (in the kernel) and the persistent kernels' consumers
 to their own loads.
@@ -16,7 +16,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import backends, tiling
+from int8nax import backends
+from int8nax.backends import cuda_choice, cuda_plans
 from int8nax.reference import int8_matmul_ref, to_numpy
 
 from conftest import random_int8, within_one_ulp
@@ -46,21 +47,21 @@ def assert_exact(got, a, b):
 
 
 def plans():
-    out = [("tma_simple", tiling.CudaPlan(c, s)) for c in tiling.CUDA_CONFIGS.values() for s in (1, 3)]
-    for c in tiling.CUDA_WS_CONFIGS.values():
+    out = [("tma_simple", cuda_plans.CudaPlan(c, s)) for c in cuda_plans.CUDA_CONFIGS.values() for s in (1, 3)]
+    for c in cuda_plans.COOPERATIVE_CONFIGS.values():
         for splits in (1, 3):
             for blocks in (1, 7, SMS):
-                out.append(("tma_ws", tiling.CudaWsPlan(c, splits, 2, blocks)))
+                out.append(("tma_ws", cuda_plans.PersistentPlan(c, splits, 2, blocks)))
     # One block walking every unit (the consumers' turns many times over), an odd count, all SMs.
-    for c in tiling.CUDA_PP_CONFIGS.values():
+    for c in cuda_plans.PINGPONG_CONFIGS.values():
         for splits in (1, 3):
             for blocks in (1, 7, SMS):
-                out.append(("tma_pp", tiling.CudaWsPlan(c, splits, 2, blocks)))
+                out.append(("tma_pp", cuda_plans.PersistentPlan(c, splits, 2, blocks)))
     return out
 
 
 def plan_id(p):
-    if isinstance(p, tiling.CudaWsPlan):
+    if isinstance(p, cuda_plans.PersistentPlan):
         return f"{p.cfg.name}_s{p.splits}_b{p.blocks}"
     return getattr(p, "name", None) or str(p)
 
@@ -70,7 +71,7 @@ def plan_id(p):
 @pytest.mark.parametrize("m,k,n", SHAPES)
 def test_tma_plan_is_exact(variant, plan, rng, m, k, n):
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
-    assert_exact(cuda.tma_gemm_int32(mx.array(a), mx.array(b), variant, plan), a, b)
+    assert_exact(cuda.gemm_int32(mx.array(a), mx.array(b), variant, plan), a, b)
 
 
 def view(x, shift):
@@ -87,7 +88,7 @@ def test_public_int8_matmul_on_the_tma_kernel_with_offset_views(rng, shift_a, sh
     from int8nax.backends import cuda
 
     m, k, n = 77, 4096, 200
-    assert cuda.gemm_kernel(m, n, k) == "tma_simple"
+    assert cuda.choice(m, n, k).variant == cuda_choice.TMA
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
     assert_exact(int8nax.int8_matmul(view(a, shift_a), view(b, shift_b), backend="cuda"), a, b)
 
@@ -98,7 +99,7 @@ def test_public_int8_matmul_on_the_tma_kernel_with_offset_views(rng, shift_a, sh
 def test_tma_simple_misaligned_base_takes_the_cpasync_loop(plan, rng, shift_a, shift_b):
     m, k, n = 130, 1040, 100
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
-    assert_exact(cuda.tma_gemm_int32(view(a, shift_a), view(b, shift_b), "tma_simple", plan), a, b)
+    assert_exact(cuda.gemm_int32(view(a, shift_a), view(b, shift_b), "tma_simple", plan), a, b)
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
@@ -111,9 +112,9 @@ def test_w8a8_on_the_tma_kernel_matches_the_cpasync_kernel(plan, rng):
     sx = mx.array(rng.uniform(1e-3, 1e-1, m).astype(np.float32))
     sw = mx.array(rng.uniform(1e-3, 1e-1, n).astype(np.float32))
     bias = mx.array(rng.standard_normal(n).astype(np.float32))
-    want = np.array(cuda.dequant_gemm(mx.array(q), sx, mx.array(w), sw, bias, mx.float16, plan))
+    want = np.array(cuda.dequant_gemm(mx.array(q), sx, mx.array(w), sw, bias, mx.float16, "cpasync", plan))
     for qv, wv in ((mx.array(q), mx.array(w)), (mx.array(q), view(w, 7))):
-        got = np.array(cuda.dequant_gemm(qv, sx, wv, sw, bias, mx.float16, plan, kernel="tma_simple"))
+        got = np.array(cuda.dequant_gemm(qv, sx, wv, sw, bias, mx.float16, "tma_simple", plan))
         assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
@@ -126,7 +127,7 @@ PERSISTENT_PLANS = [(v, p) for v, p in plans() if v in ("tma_ws", "tma_pp") and 
 def test_persistent_misaligned_base_takes_the_consumers_own_loads(variant, plan, rng, shift_a, shift_b):
     m, k, n = 200, 1040, 130
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
-    assert_exact(cuda.tma_gemm_int32(view(a, shift_a), view(b, shift_b), variant, plan), a, b)
+    assert_exact(cuda.gemm_int32(view(a, shift_a), view(b, shift_b), variant, plan), a, b)
 
 
 def w8a8_problem(rng, m, k, n):
@@ -143,12 +144,13 @@ def bits(y):
     return np.array(y.view({2: mx.uint16, 4: mx.uint32}[y.itemsize]))
 
 
-def cpasync_w8a8(q, sx, w, sw, bias, out_dtype, epilogue="eft"):
+def cpasync_w8a8(q, sx, w, sw, bias, out_dtype, epilogue=None):
     """The bits of the cp.async kernel's W8A8 (one plan for every shape here): the reference the
-    TMA kernels' outputs must equal bit for bit (the same dequantization)."""
-    plan = tiling.CudaPlan(tiling.CUDA_CONFIGS["wg2_128x128_x2"], 1)
+    TMA kernels' outputs must equal bit for bit (the same dequantization; epilogue None: the
+    default one, which the kernels under test take too)."""
+    plan = cuda_plans.CudaPlan(cuda_plans.CUDA_CONFIGS["wg2_128x128_x2"], 1)
     return bits(cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw),
-                                  None if bias is None else mx.array(bias), out_dtype, plan, family="sm90",
+                                  None if bias is None else mx.array(bias), out_dtype, "cpasync", plan,
                                   epilogue=epilogue))
 
 
@@ -186,10 +188,10 @@ def test_w8a8_on_the_persistent_kernels_matches_the_cpasync_kernel(variant, plan
     want = cpasync_w8a8(q, sx, w, sw, bias, mx.float16)
     args = mx.array(sx), mx.array(sw), mx.array(bias)
     for qv, wv in ((mx.array(q), mx.array(w)), (mx.array(q), view(w, 7))):
-        assert_same_bits(cuda.dequant_gemm(qv, args[0], wv, args[1], args[2], mx.float16, plan, kernel=variant), want)
+        assert_same_bits(cuda.dequant_gemm(qv, args[0], wv, args[1], args[2], mx.float16, variant, plan), want)
 
 
-WS_UNSPLIT = tiling.CudaWsPlan(tiling.CUDA_WS_CONFIGS["ws_128x256"], 1, 2, 7)  # the dispatch's tile
+WS_UNSPLIT = cuda_plans.PersistentPlan(cuda_plans.COOPERATIVE_CONFIGS["ws_128x256"], 1, 2, 7)  # the dispatch's tile
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
@@ -202,9 +204,9 @@ def test_w8a8_on_the_ws_kernel_in_every_output_dtype(rng, dtype, with_bias):
     q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
     bias = bias if with_bias else None
     want = cpasync_w8a8(q, sx, w, sw, bias, out)
-    for plan in (WS_UNSPLIT, tiling.CudaWsPlan(WS_UNSPLIT.cfg, 2, 2, 7)):
+    for plan in (WS_UNSPLIT, cuda_plans.PersistentPlan(WS_UNSPLIT.cfg, 2, 2, 7)):
         got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw),
-                                None if bias is None else mx.array(bias), out, plan, kernel="tma_ws")
+                                None if bias is None else mx.array(bias), out, "tma_ws", plan)
         assert_same_bits(got, want)
 
 
@@ -213,7 +215,7 @@ def test_w8a8_on_the_ws_kernel_in_every_output_dtype(rng, dtype, with_bias):
 def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
     # Pairs that need the exact path in the interior of whole tiles, among pairs that do not: a
     # row whose scale product falls below 2^-100, one above 2^90, a zero column scale, and biases
-    # that cancel single products. gemm_tma_ws takes the exact path per chunk of columns, the
+    # that cancel single products. gemm_tma_ws_cooperative takes the exact path per chunk of columns, the
     # others per thread's share: every output still bit-identical to the cp.async kernel's.
     m, k, n = W8A8_SHAPE
     q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
@@ -223,8 +225,8 @@ def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
     for r, c in ((9, 3), (70, 130), (200, 257), (100, 511)):
         bias[c] = -np.float32(np.float64(acc[r, c]) * np.float64(sx[r]) * np.float64(sw[c]))
     want = cpasync_w8a8(q, sx, w, sw, bias, mx.float16)
-    got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), mx.float16, plan,
-                            kernel=variant)
+    got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), mx.float16, variant,
+                            plan)
     assert_same_bits(got, want)
 
 
@@ -233,7 +235,7 @@ def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
                          ids=plan_id)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_narrow_epilogue_on_every_tma_plan(variant, plan, rng, dtype):
-    # INT8NAX_CUDA_EPILOGUE=narrow's path (kernels/cuda_common.cuh, dequantize_narrow), fused or in
+    # INT8NAX_CUDA_EPILOGUE=narrow's path (kernels/cuda/dequantize.cuh, dequantize_narrow), fused or in
     # the dequantizing reduction: within 1 ulp of the float64 model and, since each narrow output
     # is one function of its inputs on every path (DequantStore::value), bit-identical to the
     # cp.async kernel's narrow W8A8 on another plan.
@@ -241,15 +243,15 @@ def test_the_narrow_epilogue_on_every_tma_plan(variant, plan, rng, dtype):
     m, k, n = W8A8_SHAPE
     q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
     want = cpasync_w8a8(q, sx, w, sw, bias, out, epilogue="narrow")
-    got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), out, plan,
-                            kernel=variant, epilogue="narrow")
+    got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), out, variant,
+                            plan, epilogue="narrow")
     bad = beyond_one_ulp(got, q, w, sx, sw, bias)
     assert bad.size == 0, f"{len(bad)} beyond 1 ulp, first at {bad[0].tolist()}"
     assert_same_bits(got, want)
 
 
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
-@pytest.mark.parametrize("variant,plan", [("tma_simple", tiling.CudaPlan(tiling.CUDA_CONFIGS["wg2_128x256"], 1))]
+@pytest.mark.parametrize("variant,plan", [("tma_simple", cuda_plans.CudaPlan(cuda_plans.CUDA_CONFIGS["wg2_128x256"], 1))]
                          + [(v, p) for v, p in PERSISTENT_PLANS if p.splits == 1], ids=plan_id)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_narrow_epilogue_sends_its_rare_pairs_to_the_exact_path(variant, plan, rng, dtype):
@@ -266,8 +268,8 @@ def test_the_narrow_epilogue_sends_its_rare_pairs_to_the_exact_path(variant, pla
     sw[300], sw[3], sw[301], bias[301] = 0.0, 2.0 ** -6, 3e-15, 0.0
     acc = int8_matmul_ref(q, w)
     bias[3] = -np.float32(acc[9, 3] * 2.0 ** -13)
-    got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), out, plan,
-                            kernel=variant, epilogue="narrow")
+    got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), out, variant,
+                            plan, epilogue="narrow")
     bad = beyond_one_ulp(got, q, w, sx, sw, bias)
     assert bad.size == 0, f"{len(bad)} beyond 1 ulp, first at {bad[0].tolist()}"
     assert to_numpy(got, np.float64)[9, 3] == 0.0
@@ -288,11 +290,11 @@ def test_public_calls_on_the_persistent_kernels_with_offset_views(rng, m, k, n):
     # bases 3 and 5 bytes off; W8A8 bit-identical to the cp.async kernel's
     import int8nax
 
-    assert cuda.gemm_kernel(m, n, k) in ("tma_ws", "tma_pp")
+    assert cuda.choice(m, n, k).variant in (cuda_choice.COOPERATIVE, cuda_choice.PINGPONG)
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
     assert_exact(int8nax.int8_matmul(view(a, 3), view(b, 5), backend="cuda"), a, b)
     x = mx.array((a.astype(np.float32) * 0.01).astype(np.float16))
     s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
     got = np.array(cuda.w8a8(x, view(b, 5), s, None))
-    want = np.array(cuda.w8a8(x, mx.array(b), s, None, plan=tiling.tma_plan(m, n, k, SMS, w8a8=True), family="sm90"))
+    want = np.array(cuda.w8a8(x, mx.array(b), s, None, "cpasync", cuda_plans.tma_plan(m, n, k, SMS, w8a8=True)))
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))

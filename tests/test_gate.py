@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 TABLE = """\
 | Change   | Before [aaaaaaaa]   | After [bbbbbbbb]   |   Ratio | Benchmark (Parameter)                                        |
 |----------|---------------------|--------------------|---------|--------------------------------------------------------------|
-| +        | 1.22±0.01s          | 1.47±0.01s         |    1.2  | bench_ratio.GemmRatio.time_nax_gemm_ratio((16, 512, 512))    |
+| +        | 1.22±0.01s          | 1.47±0.01s         |    1.2  | bench_ratio.GemmRatio.track_nax_gemm_ratio((16, 512, 512))    |
 |          | 270±5μs             | 271±5μs            |    1.00 | bench_gemm.NaxGemm.time_nax_gemm((16, 512, 512))             |
 |          | 210±5μs             | 211±5μs            |    1.00 | bench_linear.NumpySgemm.time_numpy_sgemm((16, 512, 512))     |
 """
@@ -35,9 +35,9 @@ COMPARE_TABLE = TABLE + """\
 | !        | 370±5μs             | failed             |     n/a | bench_gemm.NaxGemm.time_nax_gemm((16, 1344, 256))            |
 """
 LOGS = {  # scenario -> (asv continuous's exit status, its output)
-    "quiet": (0, "[100.00%] ··· bench_ratio.GemmRatio.time_nax_gemm_ratio  ok\n\nBENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"),
+    "quiet": (0, "[100.00%] ··· bench_ratio.GemmRatio.track_nax_gemm_ratio  ok\n\nBENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"),
     "regression": (1, TABLE + "\nSOME BENCHMARKS HAVE CHANGED SIGNIFICANTLY.\nPERFORMANCE DECREASED.\n"),
-    "failed": (2, "[ 50.00%] ··· bench_ratio.GemmRatio.time_nax_gemm_ratio   failed\n"
+    "failed": (2, "[ 50.00%] ··· bench_ratio.GemmRatio.track_nax_gemm_ratio   failed\n"
                   "[ 50.00%] ···· Traceback (most recent call last):\n  MismatchError: wrong\n"),
     "hidden-failure": (0, "[ 50.00%] ··· bench_gemm.NaxGemm.time_nax_gemm   failed\n\nBENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"),
     "no-machine": (1, "· No information stored about machine 'x'. I know about nothing.\n"),
@@ -95,17 +95,18 @@ def test_bad_settings_name_the_file_entry_and_key(tmp_path, entry, message):
     assert "machines.box" in str(info.value)
 
 
-def test_the_repository_settings_file_is_valid_and_gates_time_benchmarks_only():
+def test_the_repository_settings_file_is_valid_and_gates_the_ratio_benchmarks_only():
     import re
 
     from int8nax.bench import problems
 
     document = json.loads((ROOT / gate.SETTINGS_FILE).read_text())
     shapes = [f"({m}, {k}, {n})" for m, k, n in problems.ALL_SHAPES]
-    ratio = [f"bench_ratio.GemmRatio.time_nax_gemm_ratio({s})" for s in shapes]
+    ratio = [f"bench_ratio.GemmRatio.track_nax_gemm_ratio({s})" for s in shapes]
     ungated = [f"bench_gemm.NaxGemm.track_nax_gemm_tops({s})" for s in shapes] + \
         [f"bench_linear.MlxQ8.time_mlx_q8_matmul({s})" for s in shapes] + \
-        [f"bench_ratio.GemmRatio.track_x({s})" for s in shapes]
+        [f"bench_ratio.GemmRatio.track_x({s})" for s in shapes] + \
+        [f"bench_ratio.GemmRatio.time_nax_gemm_ratio({s})" for s in shapes]
     assert "default" in document["machines"]
     for machine in document["machines"]:
         settings = gate.load_settings(ROOT / gate.SETTINGS_FILE, machine)
@@ -143,11 +144,11 @@ def test_continuous_command_launch_methods():
 def test_benchmark_env_pins_every_thread_pool():
     env = gate.benchmark_env(gate.Settings(threads=1), {"PATH": "/bin", "OMP_NUM_THREADS": "8"})
     assert all(env[v] == "1" for v in gate.THREAD_VARIABLES) and env["PATH"] == "/bin"
-    assert gate.benchmark_env(gate.Settings(threads=None), {"OMP_NUM_THREADS": "8"}) == {"OMP_NUM_THREADS": "8"}
+    assert gate.benchmark_env(gate.Settings(threads=None), {"OMP_NUM_THREADS": "8"}) == {"OMP_NUM_THREADS": "8", "INT8NAX_RATIO_REPEAT": "(5,50,0.5)"}
 
 
 def test_gated_table_keeps_the_header_and_the_gated_rows():
-    table = gate.gated_table(COMPARE_TABLE, (r"\.time_nax_gemm",))
+    table = gate.gated_table(COMPARE_TABLE, (r"\.time_nax_gemm", r"\.track_nax_gemm_ratio"))
     assert "Benchmark (Parameter)" in table and "|----------" in table
     assert "GemmRatio" in table and "NaxGemm.time_nax_gemm((16, 512" in table and "NumpySgemm" not in table
     assert "(16, 4096, 4096)" not in table, "a shape measured at neither commit is left out"
@@ -184,7 +185,7 @@ def project(tmp_path, monkeypatch):
     (repo / "benchmarks").mkdir(parents=True)
     (repo / "asv.conf.json").write_text("{}\n")
     write_settings(repo / "benchmarks" / "gate.json",
-                   {"default": {"factor": 1.3}, "box": {"factor": 1.08, "bench": [r"\.time_nax_gemm"]}})
+                   {"default": {"factor": 1.3}, "box": {"factor": 1.08, "bench": [r"\.time_nax_gemm", r"\.track_nax_gemm_ratio"]}})
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     subprocess.run([*git, "add", "."], check=True)
@@ -215,7 +216,7 @@ def test_gate_exit_status_and_the_table_either_way(project, monkeypatch, capsys,
                      "main~1", "main") == status
     out = capsys.readouterr().out
     # asv continuous prints no table when a benchmark failed: the gate's asv compare does.
-    assert "GemmRatio.time_nax_gemm_ratio((16, 512, 512))" in out.split("comparison table")[1]
+    assert "GemmRatio.track_nax_gemm_ratio((16, 512, 512))" in out.split("comparison table")[1]
     assert "NumpySgemm" not in out.split("comparison table")[1]  # not gated on machine "box"
     assert f"(exit {status})" in out
     continuous, compare = [c for c in json.loads(record.read_text()) if c["argv"][:2] == ["-m", "asv"]]
@@ -279,7 +280,7 @@ class FakeClock:
         return self.now
 
 
-def test_ratio_sample_is_the_fastest_call_ratio_in_blocks_and_the_clock_reads_it(monkeypatch):
+def test_ratio_sample_is_the_fastest_call_ratio_in_blocks_and_asv_reads_the_samples(monkeypatch):
     from benchmarks import bench_ratio
 
     clock = FakeClock()
@@ -299,13 +300,36 @@ def test_ratio_sample_is_the_fastest_call_ratio_in_blocks_and_the_clock_reads_it
 
     bench = bench_ratio.GemmRatio()
     bench.num, bench.den, bench.blocks = Part("num"), Part("den"), 3
-    before = bench_ratio.ratio_clock()
-    bench.time_nax_gemm_ratio((16, 512, 512))
-    assert bench_ratio.ratio_clock() - before == pytest.approx(1.5)
+    monkeypatch.setenv(bench_ratio.RATIO_REPEAT_ENV, "1")
+    result = bench.track_nax_gemm_ratio((16, 512, 512))
+    # the form asv's runner reads from a timing benchmark: it keeps median, spread and samples
+    assert result["number"] == 1 and result["samples"] == [pytest.approx(1.5)]
     k = bench_ratio.BLOCK_CALLS
     assert order == (["num"] * k + ["den"] * k + ["den"] * k + ["num"] * k) + ["num"] * k + ["den"] * k
-    assert bench_ratio.GemmRatio.time_nax_gemm_ratio.timer is bench_ratio.ratio_clock
-    assert bench_ratio.LinearRatio.time_nax_full_ratio.timer is bench_ratio.ratio_clock
+    assert bench_ratio.GemmRatio.unit == bench_ratio.LinearRatio.unit == "ratio"
+
+
+@pytest.mark.parametrize("text,rule", [("", (5, 20, 0.5)), ("3", (3, 3, 0.0)), ("(5,50,0.5)", (5, 50, 0.5)),
+                                       ("(2, 4, 1)", (2, 4, 1.0))])
+def test_ratio_repeat_rule_reads_the_gates_setting(monkeypatch, text, rule):
+    from benchmarks import bench_ratio
+
+    monkeypatch.setenv(bench_ratio.RATIO_REPEAT_ENV, text)
+    assert bench_ratio.repeat_rule() == rule
+
+
+@pytest.mark.parametrize("text", ["0", "(5,2,1)", "x", "(1,2)"])
+def test_a_bad_ratio_repeat_rule_names_the_variable(monkeypatch, text):
+    from benchmarks import bench_ratio
+
+    monkeypatch.setenv(bench_ratio.RATIO_REPEAT_ENV, text)
+    with pytest.raises(ValueError, match="INT8NAX_RATIO_REPEAT: expected N or"):
+        bench_ratio.repeat_rule()
+
+
+def test_the_gate_hands_its_repeat_to_the_ratio_benchmarks():
+    settings = gate.Settings(repeat="(7,9,0.25)")
+    assert gate.benchmark_env(settings, {})["INT8NAX_RATIO_REPEAT"] == "(7,9,0.25)"
 
 
 def test_ratio_benchmark_uses_this_profiles_reference_and_sizes_its_sample(monkeypatch):
@@ -421,7 +445,7 @@ def test_calibration_report_counts_false_alarms_and_detections_by_asvs_rule():
         return gc.Point(median, {"ci_99_a": min(samples), "ci_99_b": max(samples), "q_25": median,
                                  "q_75": median, "repeat": n, "number": 1}, samples)
 
-    name = "bench_ratio.GemmRatio.time_nax_gemm_ratio((16, 512, 512))"
+    name = "bench_ratio.GemmRatio.track_nax_gemm_ratio((16, 512, 512))"
     runs = []
     for head_center, kind, planted, status in [(1.0, "A/A", 1.0, 0), (1.09, "A/A", 1.0, 1),
                                                (1.2, "A/B 1.2", 1.2, 1), (1.2, "A/B 1.2", 1.2, 1)]:

@@ -29,7 +29,7 @@ import gate_calibrate as gc  # noqa: E402
 
 A, A2, B12, B11 = (gc.Commit("A", 1.0, "a" * 40), gc.Commit("A'", 1.0, "b" * 40),
                    gc.Commit("B 1.2", 1.2, "c" * 40), gc.Commit("B 1.1", 1.1, "d" * 40))
-NAME = "bench_ratio.GemmRatio.time_nax_gemm_ratio((16, 1344, 256))"
+NAME = "bench_ratio.GemmRatio.track_nax_gemm_ratio((16, 1344, 256))"
 
 
 def test_round_orders_rotate_so_every_commit_takes_every_position():
@@ -261,7 +261,7 @@ def test_a_calibration_in_the_existing_environment_from_a_copy_without_git(tmp_p
     proc = subprocess.run(
         [sys.executable, "tools/gate_calibrate.py", "--existing", "--machine", "int8nax-cuda", "--runs", "1",
          "--slowdowns", "2.0", "--budget-min", "5", "--out-dir", str(out), "--",
-         "--rounds", "2", "--bench", r"GemmRatio\.time_nax_gemm_ratio\(\(16, 1344, 256\)\)"],
+         "--rounds", "2", "--bench", r"GemmRatio\.track_nax_gemm_ratio\(\(16, 1344, 256\)\)"],
         cwd=copy, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # Four files, as a device call brings back at most eight: the logs come packed.

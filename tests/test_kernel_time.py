@@ -304,7 +304,7 @@ def test_without_cuda_one_clear_line_and_exit_2(capsys):
     (["--mode", "kernel,call"], "mode kernel runs alone"),
     (["--mode", "kernel", "--w8a8", "fp8"], "got 'fp8'"),
     (["--mode", "kernel", "--launches", "0"], "positive"),
-    (["--mode", "kernel", "--budget", "soon"], "positive"),
+    (["--mode", "kernel", "--time-limit", "soon"], "positive"),
 ])
 def test_bad_options_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -343,3 +343,19 @@ def test_a_failing_describe_is_said_and_keeps_the_figure(monkeypatch):
     monkeypatch.setattr(backends.get("cpu"), "describe", broken)
     rec = kt._measure(kt.Item("int8_matmul", (20, 64, 48)), CTX)
     assert rec["us"] == 5.0 and rec["describe"] == "cpu (describe failed: KeyError: 'plan')"
+
+
+def test_bf16_items_come_last_and_are_set_against_w8a8_bfloat16():
+    shapes = [(1, 3584, 4608), (16, 3584, 4608)]
+    items = kt.plan_items(shapes, ("bfloat16",), bf16=True)
+    assert [i.subject for i in items[-2:]] == ["bf16", "bf16"] and [i.shape for i in items[-2:]] == shapes
+    assert all(i.subject != "bf16" for i in kt.plan_items(shapes, ("bfloat16",)))
+    recs = [{"subject": "int8_matmul", "shape": [1, 3584, 4608], "us": 5.0},
+            {"subject": "w8a8:bfloat16", "shape": [1, 3584, 4608], "us": 4.0},
+            {"subject": "bf16", "shape": [1, 3584, 4608], "us": 8.0},
+            {"subject": "bf16", "shape": [16, 3584, 4608], "error": "RuntimeError: no"}]
+    s = kt.summary(recs)["bf16/w8a8:bfloat16"]
+    assert (s["geomean"], s["shapes"], s["lowest_at"]) == (2.0, 1, [1, 3584, 4608])
+    text = kt.render(recs)
+    assert "against bfloat16 mx.matmul" in text and "4.0 (2.00x)" in text
+    assert not kt.failed(recs)  # a peer's failure is not int8nax's

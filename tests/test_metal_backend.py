@@ -12,7 +12,7 @@ import pytest
 import int8nax
 from int8nax import backends
 from int8nax import nax_emulator as emu
-from int8nax.backends import cpu, metal
+from int8nax.backends import cpu, metal, metal_source
 
 
 @pytest.mark.parametrize(
@@ -71,6 +71,9 @@ class FakeOps:
 
     def self_test(self):
         return metal.VariantOps.self_test(self)
+
+    def compile_report(self):
+        return {}
 
 
 def fake_probe(layout):
@@ -267,7 +270,7 @@ def test_registry_picks_nax_when_it_passes(monkeypatch, registry_on_gpu):
 
 
 def test_compile_report_names_the_kernel_that_fails():
-    """VariantOps.compile_report builds every kernel of a variant in both tiles; a kernel whose
+    """VariantOps.compile_report builds every kernel of a variant in every schedule; a kernel whose
     build raises is reported with the error text, the others as built (None)."""
 
     class Kernel:
@@ -283,6 +286,7 @@ def test_compile_report_names_the_kernel_that_fails():
     report = metal.VariantOps(kernels, metal.KernelVariant()).compile_report()
     assert report["int8nax_w8a8_gemm (large tile)"].startswith("RuntimeError: Unable to build metal library")
     assert {k for k, v in report.items() if v is None} == {
+        "int8nax_int8_gemv (small M)", "int8nax_w8a8_gemv (small M)",
         "int8nax_int8_gemm (small tile)", "int8nax_int8_gemm (large tile)", "int8nax_w8a8_gemm (small tile)",
         "int8nax_quantize_rows"}
 
@@ -297,3 +301,25 @@ def test_forced_variant(monkeypatch):
     backend = fake_m5()
     probe = backend.probe()
     assert not probe.available and "INT8NAX_METAL_VARIANT='fastest'" in probe.reason and "unknown variant" in probe.reason
+
+
+def test_selftest_section_reports_subnormals_and_builds(monkeypatch):
+    """int8nax selftest's Metal section on a pretend M5 whose GPU kernels answer from a
+    recorder: the subnormal verdict comes from the probe's output, and every kernel launch of the
+    process is listed as a build, timed."""
+    from int8nax import selftest
+
+    class Probe:
+        def __call__(self, **call):
+            flushed = np.zeros(len(metal.SUBNORMAL_PROBE_OPS), np.float32)
+            return [mx.array(flushed)]
+
+    backend = fake_m5()
+    backend.kernels = metal.KernelSet(lambda **spec: Probe())
+    monkeypatch.setattr(metal, "BACKEND", backend)
+    section = selftest.metal_section([1, 7])
+    assert section["subnormals"]["summary"] == "flushes float32 subnormals"
+    (build,) = section["builds"]
+    assert build["build"].startswith("int8nax_subnormal_probe") and build["seconds"] >= 0
+    assert section["build_bound"] == len(metal_source.instantiations())
+    assert "float32 subnormals: flushes float32 subnormals" in "\n".join(selftest.render_metal(section))

@@ -10,8 +10,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import tiling
-from int8nax.backends import metal
+from int8nax import quant, tiling
+from int8nax.backends import metal, metal_source
 
 # What mx.fast.metal_kernel 0.32.4 adds to the signature when the name occurs in `source`.
 MLX_ATTRIBUTES = {
@@ -52,8 +52,9 @@ def recorded():
         (1, 1, 1, tiling.METAL_SMALL, (1, 1), 0),
         (64, 4096, 4096, tiling.METAL_SMALL, (32, 2), 0),  # 2 tiles of 32 rows
         (65, 4096, 4096, tiling.METAL_LARGE, (32, 1), 0),
-        (513, 33, 4097, tiling.METAL_LARGE, (2, 3), 1),  # 5 M tiles: swizzle 1, 6 rows of grid
-        (4097, 7, 33, tiling.METAL_LARGE, (4, 9), 2),  # 33 M tiles: swizzle 2
+        (513, 33, 4097, tiling.METAL_LARGE, (1, 5), 0),  # 5 M tiles: swizzle 1 would idle a sixth
+        (1152, 33, 4097, tiling.METAL_LARGE, (2, 5), 1),  # 9 M tiles: swizzle 1, one padding row
+        (4097, 7, 33, tiling.METAL_LARGE, (4, 9), 2),  # 33 M tiles: swizzle 2, 3 of 36 idle
     ],
 )
 def test_gemm_dispatch(m, n, k, config, grid_groups, swizzle):
@@ -74,23 +75,31 @@ def test_gemm_dispatch(m, n, k, config, grid_groups, swizzle):
     "arch,m,n,k,config,swizzle",
     [
         ("applegpu_g17g", 4096, 4096, 4096, tiling.METAL_LARGE, 2),  # base M5: MLX's default tile
-        ("applegpu_g17s", 4096, 4096, 4096, tiling.METAL_WIDE_LARGE, 2),  # M5 Pro class: BM=64, BK=256
-        ("applegpu_g17c", 256, 256, 8192, tiling.METAL_WIDE_LARGE_LONG_K, 2),  # K >= 8192 and K > M + N
-        ("applegpu_g17d", 4096, 4096, 8192, tiling.METAL_WIDE_LARGE, 2),  # K <= M + N: BK=256
-        ("applegpu_g17s", 65, 7, 33, tiling.METAL_WIDE_LARGE, 2),  # swizzle 2 whatever the tile count
-        ("applegpu_g17s", 64, 4096, 4096, tiling.METAL_SMALL, 2),  # small M keeps cider's tile
+        ("applegpu_g17s", 4096, 4096, 4096, tiling.METAL_LARGE, 2),  # M5 Pro: cider's measured tile
+        ("applegpu_g17c", 256, 256, 8192, tiling.METAL_LARGE, 0),  # 2 M tiles: no swizzle
+        ("applegpu_g17s", 65, 7, 33, tiling.METAL_LARGE, 0),  # one M tile: no idle threadgroups
+        ("applegpu_g17s", 64, 4096, 4096, tiling.METAL_SMALL, 0),  # small M: 2 tiles, no swizzle
         (None, 65, 7, 33, tiling.METAL_LARGE, 0),
     ],
 )
 def test_gpu_class_rule(arch, m, n, k, config, swizzle):
-    """MLX's matmul.cpp rule for the 's', 'c', 'd' classes (M5 Pro/Max), as a dispatch rule:
-    64-row tiles with 2 x 4 simdgroups, BK 64 or 256, swizzle_log 2. Unmeasured for int8."""
+    """Every class takes cider's measured 128 x 128 x 512 tile (small M: 32 x 128), and the
+    swizzle never idles more than an eighth of the grid."""
     gpu = tiling.gpu_class(arch)
     d = tiling.metal_gemm_dispatch(m, n, k, gpu)
     assert d.config == config and d.launch.swizzle_log == swizzle
     assert d.threadgroup == (config.threads, 1, 1)
     assert d.launch.grid_x == d.launch.tiles_n << swizzle
     assert d.launch.grid_y == tiling.ceil_div(d.launch.tiles_m, 1 << swizzle)
+
+
+@pytest.mark.parametrize("tiles_m", range(1, 200))
+def test_swizzle_idles_at_most_an_eighth(tiles_m):
+    s = tiling.metal_swizzle_log(tiles_m)
+    t = 1 << s
+    idle = t * tiling.ceil_div(tiles_m, t) - tiles_m
+    assert idle * tiling.METAL_MAX_IDLE_FRACTION <= tiles_m
+    assert s <= tiling.swizzle_log(tiles_m) and (tiles_m > 3 or s == 0)
 
 
 def test_gpu_class_parsing():
@@ -105,7 +114,7 @@ def test_relaxed_precision_is_a_tile_parameter():
 
 
 def test_configs_are_whole_fragments():
-    for cfg in (tiling.METAL_LARGE, tiling.METAL_SMALL, tiling.METAL_WIDE_LARGE, tiling.METAL_WIDE_LARGE_LONG_K):
+    for cfg in tiling.METAL_CONFIGS:
         assert cfg.sm % tiling.NAX_FRAG_M == 0 and cfg.sn % tiling.NAX_FRAG_N == 0
         assert cfg.bk % tiling.NAX_FRAG_K == 0 and cfg.bk % cfg.sk == 0 and cfg.threads <= 1024
     with pytest.raises(ValueError, match="multiples of the fragment"):
@@ -136,8 +145,8 @@ def test_int8_gemm_launch(recorded):
     metal.run_int8_gemm(kernels, mx.zeros((100, 513), dtype=mx.int8), b, variant, gpu="s")
     d = tiling.metal_gemm_dispatch(100, 7, 513, "s", relaxed_precision=False)
     call = kernel.calls[-1]
-    assert call["template"] == d.template + [("MLX_LAYOUT", False)] and dict(call["template"])["BM"] == 64
-    assert call["grid"] == d.grid and call["threadgroup"] == (256, 1, 1)
+    assert call["template"] == d.template + [("MLX_LAYOUT", False)] and dict(call["template"])["BM"] == 128
+    assert call["grid"] == d.grid and call["threadgroup"] == (512, 1, 1)
 
 
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float32])
@@ -156,18 +165,82 @@ def test_w8a8_launches(recorded, dtype, with_bias):
     assert qcall["output_shapes"] == [(70, 300), (70,)]
     assert qcall["output_dtypes"] == [mx.int8, mx.float32]
     assert qcall["grid"] == (256, 70, 1) and qcall["threadgroup"] == (256, 1, 1)
-    assert dict(qcall["template"]) == {"QT": 256, "SIMD": 32, "QMAX": 127}
+    assert dict(qcall["template"]) == {"QT": 256, "SIMD": 32, "QMAX": 127, "TINY": quant.TINY_SHIFT}
 
     (gcall,) = factory.kernels["int8nax_w8a8_gemm"].calls
     q, w_in, s_x, s_w_in, bias_in, params = gcall["inputs"]
     assert q.shape == (70, 300) and q.dtype == mx.int8 and w_in is w and s_w_in is s_w
     assert s_x.shape == (70,) and s_x.dtype == mx.float32
-    assert bias_in.dtype == mx.float32 and bias_in.shape == ((33,) if with_bias else (1,))
+    # the caller's bias as it is (no cast kernel), or the one [1] placeholder of the process
+    assert bias_in is bias if with_bias else (bias_in is metal._no_bias() and bias_in.shape == (1,))
     d = tiling.metal_gemm_dispatch(70, 33, 300)
     assert np.array(params).tolist() == list(d.params)
     assert gcall["output_dtypes"] == [dtype] and gcall["output_shapes"] == [(70, 33)]
     assert gcall["template"] == d.template + [("MLX_LAYOUT", True), ("OutT", dtype), ("HAS_BIAS", with_bias)]
     assert gcall["grid"] == d.grid and gcall["threadgroup"] == d.threadgroup
+
+
+def test_small_m_and_repeated_shapes_rebuild_nothing(recorded):
+    """M < 8 pads the scales to 8 values, so the W8A8 kernels' s_x stays a device input (one
+    library for every M); M <= METAL_MV_MAX_M takes the small-M kernel; repeated shapes reuse
+    their params array; builds() lists each distinct instantiation once."""
+    factory, kernels = recorded
+    w = mx.zeros((33, 300), dtype=mx.int8)
+    s_w = mx.ones((33,), dtype=mx.float32)
+    for m in (1, 3, 7, 8, 40, 3, 7):
+        metal.run_w8a8(kernels, mx.ones((m, 300), dtype=mx.float16), w, s_w, None)
+    gemv = factory.kernels["int8nax_w8a8_gemv"].calls
+    gemm = factory.kernels["int8nax_w8a8_gemm"].calls
+    assert [c["output_shapes"] for c in gemv] == [[(1, 33)], [(3, 33)], [(3, 33)]]
+    assert [c["output_shapes"] for c in gemm] == [[(7, 33)], [(8, 33)], [(40, 33)], [(7, 33)]]
+    assert all(c["inputs"][2].size >= metal_source.MLX_CONSTANT_MAX_ELEMENTS for c in gemv + gemm)
+    assert gemv[1]["inputs"][-1] is gemv[2]["inputs"][-1] and gemm[0]["inputs"][-1] is gemm[-1]["inputs"][-1]
+    d = tiling.metal_gemv_dispatch(3, 33, 300)
+    assert gemv[1]["grid"] == d.grid == (tiling.ceil_div(33, 8) * 64, 1, 1) and gemv[1]["threadgroup"] == (64, 1, 1)
+    assert gemv[1]["template"] == d.template + [("OutT", mx.float16), ("HAS_BIAS", False)]
+    assert np.array(gemv[1]["inputs"][-1]).tolist() == [3, 33, 300, 0, 1]
+    quant_calls = factory.kernels["int8nax_quantize_rows"].calls
+    assert [c["output_shapes"][1] for c in quant_calls] == [(8,), (8,), (8,), (8,), (40,), (8,), (8,)]
+    builds = [inst for inst, _ in kernels.builds()]
+    assert sorted(i.kernel for i in builds) == ["int8nax_quantize_rows", "int8nax_w8a8_gemm", "int8nax_w8a8_gemv"]
+    catalogue = {i.key for i in metal_source.instantiations()}
+    assert all(i.key in catalogue for i in builds)
+    # the public quantization returns M scales
+    q, s = metal.VariantOps(kernels, metal.KernelVariant()).quantize_activations(mx.ones((3, 300), dtype=mx.float16))
+    assert s.shape == (3,)
+
+
+def test_describe_launches_nothing(recorded):
+    factory, kernels = recorded
+    backend = metal.MetalBackend(kernels=kernels, machine=lambda: (True, "applegpu_g17s", "26.4"))
+    text = backend.describe("int8_matmul", 4096, 4096, 4096)
+    assert text.startswith("metal nax mlx_layout/relaxed_precision=true metal_128x128 (128x128x512, swizzle 2)")
+    assert "before first use" in text
+    assert backend.describe("w8a8_linear", 1, 4096, 4096, bias=True, dtype=mx.bfloat16).startswith("metal gemv")
+    assert "bfloat16 out, bias" in backend.describe("w8a8_linear", 1, 4096, 4096, bias=True, dtype=mx.bfloat16)
+    with pytest.raises(ValueError, match="op must be"):
+        backend.describe("conv", 1, 1, 1)
+    assert factory.kernels == {} and kernels.builds() == []
+
+
+def test_every_launch_is_in_the_catalogue(recorded):
+    """The builds a process can make are bounded: every launch of every variant, tile, dtype
+    and bias lands on an instantiation metal_source.instantiations() lists."""
+    factory, kernels = recorded
+    catalogue = {i.key for i in metal_source.instantiations()}
+    for variant in metal.variants():
+        ops = metal.VariantOps(kernels, variant, "s")
+        for m in (1, 33, 65):  # small-M kernel, small tile, large tile
+            a = mx.zeros((m, 64), dtype=mx.int8)
+            b = mx.zeros((40, 64), dtype=mx.int8)
+            ops.int8_matmul(a, b)
+            for dtype in (mx.float16, mx.bfloat16, mx.float32):
+                for bias in (None, mx.zeros((40,), mx.float16), mx.zeros((40,), mx.bfloat16), mx.zeros((40,), mx.float32)):
+                    ops.w8a8_linear(mx.ones((m, 64), dtype=dtype), b, mx.ones((40,), mx.float32), bias)
+        metal.run_layout_probe(kernels, variant.relaxed_precision)
+    metal.run_subnormal_probe(kernels)
+    made = {inst.key for inst, _ in kernels.builds()}
+    assert made <= catalogue and len(made) == len(catalogue)
 
 
 def test_layout_probe_launch(recorded):
@@ -183,7 +256,7 @@ def identifiers(code: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_]\w*", code))
 
 
-@pytest.mark.parametrize("name", list(metal.KERNELS))
+@pytest.mark.parametrize("name", list(metal_source.KERNELS))
 def test_sources_fit_metal_kernel(recorded, name):
     """The body uses only what metal_kernel will declare: its inputs and outputs (plus their
     _shape arrays), the template parameters passed, and the attributes it adds by name."""
@@ -191,15 +264,18 @@ def test_sources_fit_metal_kernel(recorded, name):
     kernels[name]
     spec = factory.kernels[name].spec
     header, body = spec["header"], spec["source"]
-    assert metal.BODY_MARKER not in header + body
+    assert metal_source.BODY_MARKER not in header + body
     assert "#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>" in header or \
-        name == "int8nax_quantize_rows"
+        name in ("int8nax_quantize_rows", "int8nax_subnormal_probe", "int8nax_int8_gemv", "int8nax_w8a8_gemv")
     # Template parameter names passed by the launches for this kernel.
     template_names = {
         "int8nax_int8_gemm": {n for n, _ in tiling.METAL_LARGE.template()} | {"MLX_LAYOUT"},
         "int8nax_w8a8_gemm": {n for n, _ in tiling.METAL_LARGE.template()} | {"MLX_LAYOUT", "OutT", "HAS_BIAS"},
         "int8nax_quantize_rows": {n for n, _ in tiling.metal_quant_dispatch(1).template},
         "int8nax_nax_layout": {"FM", "FN", "FK", "SIMD", "CAP", "RELAXED"},
+        "int8nax_subnormal_probe": set(),
+        "int8nax_int8_gemv": {n for n, _ in tiling.metal_gemv_dispatch(1, 1, 1).template},
+        "int8nax_w8a8_gemv": {n for n, _ in tiling.metal_gemv_dispatch(1, 1, 1).template} | {"OutT", "HAS_BIAS"},
     }[name]
     used = identifiers(body)
     # Every template name is used somewhere in the kernel (else it could drift unnoticed).

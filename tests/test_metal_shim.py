@@ -21,7 +21,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import quant, tiling
-from int8nax.backends import metal
+from int8nax.backends import metal, metal_source
 from int8nax.reference import int8_matmul_ref, to_numpy, ulp, w8a8_linear_ref
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
@@ -32,8 +32,7 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 pytestmark = pytest.mark.skipif(shim.GXX is None and not IN_CI, reason="g++ is not installed: the Metal shim cannot be built")
 
 LAYOUTS = {"mlx-float": emu.mlx_float_layout(), "shuffled": emu.shuffled_layout(np.random.default_rng(11))}
-CONFIGS = {"small": tiling.METAL_SMALL, "large": tiling.METAL_LARGE, "wide": tiling.METAL_WIDE_LARGE,
-           "wide-long-k": tiling.METAL_WIDE_LARGE_LONG_K}
+CONFIGS = {"small": tiling.METAL_SMALL, "large": tiling.METAL_LARGE}
 PATHS = {"generic": metal.KernelVariant(metal.LOAD_GENERIC), "mlx": metal.KernelVariant(metal.LOAD_MLX_LAYOUT)}
 # (M, K, N, output dtype, bias, load path); M = 5 puts s_x in the constant address space.
 W8A8_CASES = [(33, 520, 40, "float16", True, "mlx"), (70, 300, 33, "float32", False, "generic"),
@@ -72,7 +71,7 @@ def gemm_variant(key, cfg, path, header, body, constant=("params",)) -> shim.Var
 
 
 def variants() -> list[shim.Variant]:
-    header, body = metal.kernel_source(metal.KERNELS["int8nax_int8_gemm"])
+    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_int8_gemm"])
     out = []
     for name, cfg in CONFIGS.items():
         for path in PATHS:
@@ -85,7 +84,7 @@ def variants() -> list[shim.Variant]:
     for name, (path, old, new) in MUTANTS.items():
         assert header.count(old) == 1, f"mutant {name} no longer applies"
         out.append(gemm_variant(f"gemm-small-{path}-{name}", tiling.METAL_SMALL, path, header.replace(old, new), body))
-    header, body = metal.kernel_source(metal.KERNELS["int8nax_w8a8_gemm"])
+    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_w8a8_gemm"])
     for m, k, n, dtype, with_bias, path in W8A8_CASES:
         d = tiling.metal_gemm_dispatch(m, n, k)
         template = tuple(d.template) + tuple(PATHS[path].template()) + (("OutT", dtype), ("HAS_BIAS", with_bias))
@@ -102,13 +101,13 @@ def variants() -> list[shim.Variant]:
         assert header.count(old) == 1, "the epilogue mutant no longer applies"
         out.append(shim.Variant(f"w8a8-scales-{with_bias}-usual-only", header.replace(old, new), body,
                                 W8A8_INPUTS, (("y", "float32"),), template, constant))
-    header, body = metal.kernel_source(metal.KERNELS["int8nax_quantize_rows"])
+    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_quantize_rows"])
     for dtype in QUANT_DTYPES:
         for constant in ((), ("x",)):  # x with fewer than 8 elements arrives as `constant`
             out.append(shim.Variant(f"quant-{dtype}", header, body, (("x", dtype),),
                                     (("q", "int8"), ("s", "float32")),
                                     tuple(tiling.metal_quant_dispatch(1).template), frozenset(constant)))
-    header, body = metal.kernel_source(metal.KERNELS["int8nax_nax_layout"])
+    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_nax_layout"])
     out.append(shim.Variant("layout", header, body, (("dummy", "int32"),), (("out", "int32"),),
                             (("FM", 16), ("FN", 32), ("FK", 16), ("SIMD", 32), ("CAP", metal.LAYOUT_CAPACITY),
                              ("RELAXED", True)), frozenset({"dummy"})))
@@ -150,18 +149,9 @@ def test_generic_gemm_source_is_exact(build, rng, m, k, n, layout):
     assert build.barriers() == threadgroups * d.config.threads * tiling.ceil_div(k, d.config.bk)
 
 
-@pytest.mark.parametrize("m,k,n,gpu", [(200, 300, 100, "s"), (130, 8200, 33, "c")])
-def test_generic_gemm_on_wide_gpu_tiles(build, rng, m, k, n, gpu):
-    a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
-    c, d = run_gemm(build, a, b, LAYOUTS["shuffled"], "generic", gpu=gpu)
-    assert d.config in (tiling.METAL_WIDE_LARGE, tiling.METAL_WIDE_LARGE_LONG_K)
-    np.testing.assert_array_equal(c.astype(np.int64), int8_matmul_ref(a, b))
-
-
 MLX_CASES = [(1, 1, 1, None), (3, 7, 5, None), (33, 513, 7, None), (64, 20, 130, None), (65, 530, 130, None),
              (128, 512, 128, None), (128, 1024, 256, None), (97, 45, 161, None), (200, 300, 100, "s"),
-             (130, 8200, 33, "s"), (128, 512, 128, "d")]
+             (128, 512, 128, "d")]
 
 
 @pytest.mark.parametrize("m,k,n,gpu", MLX_CASES)
@@ -196,12 +186,12 @@ def test_relaxed_precision_false_builds(build, rng):
 
 
 def test_gemm_padding_threadgroups_leave_cleanly(build):
-    # 5 M tiles, swizzle 1: a 2 x 3 grid with one padding threadgroup.
-    a = np.full((513, 3), -128, np.int8)
+    # 9 M tiles, swizzle 1: a 2 x 5 grid with one padding threadgroup.
+    a = np.full((9 * tiling.METAL_LARGE.bm, 3), -128, np.int8)
     b = np.full((2, 3), -128, np.int8)
     for path in PATHS:
         c, d = run_gemm(build, a, b, LAYOUTS["mlx-float"], path)
-        assert d.launch.swizzle_log == 1 and d.launch.grid_y * d.launch.grid_x == 6
+        assert d.launch.swizzle_log == 1 and d.launch.grid_y * d.launch.grid_x == 10
         assert (c == 3 * 16384).all()
 
 

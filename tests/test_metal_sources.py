@@ -9,9 +9,9 @@ from importlib import resources
 import pytest
 
 from int8nax import tiling
-from int8nax.backends import metal
+from int8nax.backends import metal, metal_source
 
-KERNEL_DIR = resources.files("int8nax") / "kernels"
+KERNEL_DIR = resources.files("int8nax").joinpath(*metal_source.KERNEL_DIR)
 METAL_FILES = sorted(p.name for p in KERNEL_DIR.iterdir() if p.name.endswith(".metal"))
 
 
@@ -32,7 +32,7 @@ def integer_literals(code: str) -> list[int]:
 
 
 def test_every_kernel_file_is_used():
-    used = {spec.file for spec in metal.KERNELS.values()} | {metal.GEMM_CORE}
+    used = {f for spec in metal_source.KERNELS.values() for f in spec.files}
     assert set(METAL_FILES) == used
 
 
@@ -50,21 +50,21 @@ def test_literal_scan_would_catch_a_tile_number():
 
 
 def test_every_constant_the_tiles_hold_is_a_template_parameter():
-    core = code_of((KERNEL_DIR / metal.GEMM_CORE).read_text())
+    core = code_of((KERNEL_DIR / metal_source.GEMM_CORE).read_text())
     declared = set(re.findall(r"template\s*<([^>]*)>", core, flags=re.S))
     params = {p.split()[-1] for group in declared for p in group.split(",") if p.strip()}
     assert {name for name, _ in tiling.METAL_LARGE.template()} <= params
 
 
 def test_gemm_core_needs_metal4_headers():
-    text = (KERNEL_DIR / metal.GEMM_CORE).read_text()
+    text = (KERNEL_DIR / metal_source.GEMM_CORE).read_text()
     assert "#include <metal_tensor>" in text
     assert "#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>" in text
-    assert metal.BODY_MARKER not in text  # global code only
+    assert metal_source.BODY_MARKER not in text  # global code only
 
 
 def test_params_order_matches_the_dispatch():
-    core = code_of((KERNEL_DIR / metal.GEMM_CORE).read_text())
+    core = code_of((KERNEL_DIR / metal_source.GEMM_CORE).read_text())
     enum = re.search(r"enum\s+GemmParam\s*\{([^}]*)\}", core).group(1)
     assert [e.strip() for e in enum.split(",")] == ["PARAM_" + p for p in tiling.METAL_GEMM_PARAMS]
     d = tiling.metal_gemm_dispatch(70, 33, 300)

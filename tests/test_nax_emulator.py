@@ -64,13 +64,16 @@ def test_mlx_layout_walk_is_exact_and_in_bounds(rng, m, k, n):
     walk_and_check(random_int8(rng, (m, k)), random_int8(rng, (n, k)), LAYOUTS["mlx-float"], "mlx_layout")
 
 
-@pytest.mark.parametrize("gpu", ["s", "c", "d"])
-@pytest.mark.parametrize("m,k,n", [(65, 1030, 130), (513, 33, 7), (200, 8200, 33), (128, 512, 128), (7, 33, 4097)])
-def test_wide_gpu_tiles_walk_exactly(rng, gpu, m, k, n):
-    """MLX's M5 Pro/Max-class tiles (BM = 64, BK 64 or 256, swizzle 2), both load paths."""
+@pytest.mark.parametrize("gpu", ["s", "g"])
+@pytest.mark.parametrize("m,k,n", [(1152, 33, 7), (4097, 40, 130), (513, 33, 7)])
+def test_swizzled_grids_walk_exactly(rng, gpu, m, k, n):
+    """Swizzle 1 and 2 with padding threadgroups (9 and 33 M tiles), and 5 M tiles without
+    swizzle, on the M5 Pro and base classes, both load paths."""
     a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
     for path in emu.PATHS:
-        walk_and_check(a, b, LAYOUTS["mlx-float"], path, gpu)
+        walk = walk_and_check(a, b, LAYOUTS["mlx-float"], path, gpu)
+        d = tiling.metal_gemm_dispatch(m, n, k, gpu)
+        assert walk.padding_threadgroups == (d.launch.grid_x * d.launch.grid_y - d.launch.tiles_m * d.launch.tiles_n)
 
 
 def test_mlx_layout_walk_needs_the_mlx_layout(rng):
@@ -342,3 +345,38 @@ def test_quantize_model_is_int8nax_quant(rng, k):
     np.testing.assert_array_equal(codes, want_q)
     np.testing.assert_array_equal(scales, want_s)
     assert (writes == 1).all()
+
+
+def tiny_and_edge_rows(rng, k=301):
+    rows = [np.array([1e-37, 1e-38, 0, 5e-39] * (k // 4 + 1))[:k], rng.standard_normal(k) * 1e-39,
+            rng.standard_normal(k) * 1e-36, rng.standard_normal(k) * 3e-38, rng.standard_normal(k) * 1e-44,
+            rng.standard_normal(k) * 2.0**-64, rng.standard_normal(k) * 2.0**-100, rng.standard_normal(k) * 1e36,
+            rng.standard_normal(k), np.zeros(k)]
+    x = np.stack(rows).astype(np.float32)
+    x[2, 0] = 127 * 2.0**-126  # a scale of exactly FLT_MIN
+    x[6, 1] = 1e-39  # a subnormal value in a row with a normal scale
+    x[3, 0] = np.float32(2.0**-119)  # the integer-quotient bound
+    return x
+
+
+@pytest.mark.parametrize("flush", [False, True])
+def test_quantize_model_is_int8nax_quant_whatever_the_subnormals(rng, flush):
+    """The kernel's arithmetic (on bits where subnormals could meet a float operation) gives
+    int8nax.quant's codes and scales with subnormals kept and with them flushed."""
+    x = tiny_and_edge_rows(rng)
+    q, s, writes = emu.quantize_model(x, flush_subnormals=flush)
+    want_q, want_s = quant.quantize_activations_np(x)
+    np.testing.assert_array_equal(s.view(np.int32), want_s.view(np.int32))
+    np.testing.assert_array_equal(q, want_q)
+    assert (writes == 1).all()
+
+
+def test_a_float_absmax_would_fail_on_a_flushing_gpu(rng):
+    """Why the bits: the same rows with the absmax and the scaling done in float arithmetic
+    that flushes lose the tiny rows."""
+    x = tiny_and_edge_rows(rng)
+    tiny = np.finfo(np.float32).tiny
+    flushed = np.where(np.abs(x) < tiny, np.float32(0), x)
+    q_naive, _ = quant.quantize_activations_np(flushed)
+    want_q, _ = quant.quantize_activations_np(x)
+    assert (q_naive != want_q).any()

@@ -159,3 +159,269 @@ def test_layer_bad_input_is_named(call, exc, words):
         call()
     for word in words:
         assert word in str(info.value), f"{word!r} not in {str(info.value)!r}"
+
+
+# --- sibling layers: one quantization and one GEMM for layers that share their input --------
+
+
+class Block(nn.Module):
+    """An attention block's and an MLP's projections under mlx-lm's names (Qwen2: q/k/v with
+    biases, o/gate/up/down without), called as mlx-lm calls them."""
+
+    def __init__(self, dims=64, kv=16, hidden=96):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = nn.Linear(dims, dims), nn.Linear(dims, kv), nn.Linear(dims, kv)
+        self.o_proj = nn.Linear(dims, dims, bias=False)
+        self.gate_proj, self.up_proj = nn.Linear(dims, hidden, bias=False), nn.Linear(dims, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dims, bias=False)
+
+    def parts(self, x):
+        """Every projection's output (q, k, v, o, gate, up, down)."""
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        o = self.o_proj(q * mx.tanh(k.sum(axis=-1, keepdims=True) * v.mean(axis=-1, keepdims=True)))
+        g, u = self.gate_proj(o), self.up_proj(o)
+        return q, k, v, o, g, u, self.down_proj(nn.silu(g) * u)
+
+    def __call__(self, x):
+        return self.parts(x)[-1]
+
+
+def two_blocks(seed=3, fuse=True, backend=None):
+    """A fused and an unfused copy of the same quantized Block (same weights)."""
+    mx.random.seed(seed)
+    ref = Block()
+    mx.eval(ref.parameters())
+    copy = Block()
+    copy.update(ref.parameters())
+    quantize_linears(ref, backend=backend, fuse=False)
+    quantize_linears(copy, backend=backend, fuse=fuse)
+    return ref, copy
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float32])
+def test_siblings_give_the_bits_of_separate_layers(backend, dtype):
+    ref, fused = two_blocks(backend=backend)
+    assert fused.q_proj._group is fused.v_proj._group is not None and fused.gate_proj._group is not None
+    assert fused.o_proj._group is None and ref.q_proj._group is None
+    x = (mx.random.normal((2, 5, 64)) * 3).astype(dtype)
+    for _ in range(2):  # the CPU backend's first and prepared products
+        want, got = ref.parts(x), fused.parts(x)
+        for a, b in zip(want, got):
+            assert a.dtype == b.dtype == dtype and a.shape == b.shape
+            np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+    # and each output within 1 ulp of the float64 model of its own layer
+    from conftest import within_one_ulp
+
+    x2 = x.reshape(10, 64)
+    for name, y in (("q_proj", got[0]), ("k_proj", got[1]), ("v_proj", got[2])):
+        layer = getattr(fused, name)
+        model = w8a8_linear_ref(x2, layer.weight, layer.scales, layer.bias)
+        assert within_one_ulp(y.reshape(10, -1), model, {mx.float16: "float16", mx.bfloat16: "bfloat16",
+                                                         mx.float32: "float32"}[dtype]).all()
+
+
+def count_backend_calls(monkeypatch):
+    from int8nax.backends import cpu
+
+    seen = []
+    real = cpu.BACKEND.w8a8_linear
+    monkeypatch.setattr(cpu.BACKEND, "w8a8_linear", lambda x, w, s, b: seen.append(w.shape[0]) or real(x, w, s, b))
+    return seen
+
+
+def test_siblings_quantize_once_and_run_one_gemm(monkeypatch):
+    seen = count_backend_calls(monkeypatch)
+    ref, fused = two_blocks(backend="cpu")
+    x = mx.random.normal((3, 64))
+    mx.eval(ref(x))
+    assert sorted(seen) == [16, 16, 64, 64, 64, 96, 96]  # q k v o gate up down: 7 quantize + 7 GEMMs
+    seen.clear()
+    mx.eval(fused(x))
+    assert sorted(seen) == [64, 64, 96, 192]  # q|k|v, o, gate|up, down: 4 quantize + 4 GEMMs
+
+
+def test_siblings_called_with_different_inputs(backend):
+    ref, fused = two_blocks(backend=backend)
+    x1, x2 = mx.random.normal((3, 64)), mx.random.normal((3, 64))
+    x1_again = x1 + 0  # equal values, another array: never mistaken for x1
+    calls = [("q_proj", x1), ("k_proj", x2), ("v_proj", x1), ("k_proj", x1), ("q_proj", x1), ("q_proj", x1_again),
+             ("v_proj", x2), ("k_proj", x1_again)]
+    for name, x in calls:
+        np.testing.assert_array_equal(np.array(getattr(fused, name)(x)), np.array(getattr(ref, name)(x)))
+
+
+def test_siblings_that_never_share_stop_fusing(monkeypatch):
+    seen = count_backend_calls(monkeypatch)
+    ref, fused = two_blocks(backend="cpu")
+    group = fused.q_proj._group
+    for _ in range(3):  # a cross-attention pattern: q from one input, k and v from another
+        x, enc = mx.random.normal((2, 64)), mx.random.normal((2, 64))
+        got = [fused.q_proj(x), fused.k_proj(enc), fused.v_proj(enc)]
+        want = [ref.q_proj(x), ref.k_proj(enc), ref.v_proj(enc)]
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(np.array(a), np.array(b))
+    assert not group.shared
+    seen.clear()
+    fused.k_proj(mx.random.normal((2, 64)))
+    assert seen == [16]  # each layer alone again
+
+
+def test_siblings_keep_the_module_tree(tmp_path):
+    from mlx.utils import tree_flatten
+
+    ref, fused = two_blocks()
+    shapes = lambda m: {k: (v.shape, v.dtype) for k, v in tree_flatten(m.parameters())}  # noqa: E731
+    assert shapes(fused) == shapes(ref)
+    assert all(isinstance(fused[name], W8A8Linear) for name in ("q_proj", "k_proj", "v_proj", "gate_proj"))
+    path = str(tmp_path / "block.safetensors")
+    fused.save_weights(path)
+    for key, value in tree_flatten(ref.parameters()):
+        np.testing.assert_array_equal(np.array(dict(tree_flatten(fused.parameters()))[key]), np.array(value))
+    # loading into another fused model (other random weights) replaces the siblings' arrays:
+    # the next call concatenates them anew
+    _, other = two_blocks(seed=11)
+    x = mx.random.normal((4, 64))
+    before = np.array(other(x))
+    other.load_weights(path)
+    after = np.array(other(x))
+    assert not np.array_equal(before, after)
+    np.testing.assert_array_equal(after, np.array(ref(x)))
+    group = other.q_proj._group
+    assert group._fused.sources[0] is other.q_proj.weight  # views of the new concatenation again
+
+
+def test_siblings_follow_an_update_of_one_member():
+    ref, fused = two_blocks()
+    x = mx.random.normal((2, 64))
+    new_bias = mx.arange(16, dtype=mx.float32)
+    for m in (ref, fused):
+        m.k_proj.bias = new_bias
+        m.set_dtype(mx.bfloat16)  # the biases become bfloat16, the scales stay float32
+    for a, b in zip(ref.parts(x.astype(mx.bfloat16)), fused.parts(x.astype(mx.bfloat16))):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+    # between two siblings' calls with the same input: the waiting result is not used
+    x = x.astype(mx.bfloat16)
+    fused.q_proj(x)
+    for m in (ref, fused):
+        m.k_proj.bias = m.k_proj.bias + 1
+    np.testing.assert_array_equal(to_numpy(fused.k_proj(x)), to_numpy(ref.k_proj(x)))
+
+
+def test_siblings_differentiate_like_separate_layers():
+    ref, fused = two_blocks()
+    x = mx.random.normal((3, 64))
+    for m in (ref, fused):
+        m.unfreeze(keys=["bias"])
+    loss = lambda m, x: (m(x) ** 2).sum()  # noqa: E731
+    (l_ref, g_ref), (l_fused, g_fused) = (nn.value_and_grad(m, loss)(m, x) for m in (ref, fused))
+    assert l_ref.item() == l_fused.item()
+    from mlx.utils import tree_flatten
+
+    g_ref, g_fused = dict(tree_flatten(g_ref)), dict(tree_flatten(g_fused))
+    assert sorted(g_ref) == sorted(g_fused) and "q_proj.bias" in g_fused
+    for key in g_ref:
+        np.testing.assert_allclose(np.array(g_fused[key]), np.array(g_ref[key]), rtol=1e-5, atol=1e-6)
+    dx = [mx.grad(lambda x: (m(x) ** 2).sum())(x) for m in (ref, fused)]
+    np.testing.assert_allclose(np.array(dx[1]), np.array(dx[0]), rtol=1e-5, atol=1e-6)
+
+
+class _GraphBackend:
+    """A backend that stays in MLX's graph (float math on the dequantized weights), as the CUDA
+    backend does: what mx.compile of a whole model needs (the CPU backend computes in numpy)."""
+
+    name = "graph"
+    weights_by_identity = False
+
+    def __init__(self):
+        self.calls = []
+
+    def w8a8_linear(self, x, w, scale_w, bias):
+        self.calls.append(w.shape[0])
+        y = x.astype(mx.float32) @ (w.astype(mx.float32) * scale_w[:, None]).T
+        return (y if bias is None else y + bias).astype(x.dtype)
+
+
+def test_siblings_under_compile(monkeypatch):
+    from int8nax import backends
+
+    graph = _GraphBackend()
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: graph)
+    ref, fused = two_blocks()
+    x = mx.random.normal((2, 3, 64))
+    eager = np.array(fused(x))
+    graph.calls.clear()
+    step = mx.compile(fused)
+    np.testing.assert_array_equal(np.array(step(x)), eager)
+    assert sorted(graph.calls) == [64, 64, 96, 192]  # traced once: four GEMMs
+    np.testing.assert_array_equal(np.array(step(x * 2)), np.array(fused(x * 2)))
+    np.testing.assert_array_equal(np.array(ref(x)), eager)
+    # with the model's state as inputs of the compiled function (siblings' arrays are tracers)
+    state_step = mx.compile(lambda x: fused(x), inputs=fused.state, outputs=fused.state)
+    np.testing.assert_array_equal(np.array(state_step(x)), eager)
+    np.testing.assert_array_equal(np.array(fused(x)), eager)
+
+
+def test_siblings_can_be_deep_copied():
+    import copy
+
+    ref, fused = two_blocks()
+    twin = copy.deepcopy(fused)
+    x = mx.random.normal((2, 64))
+    np.testing.assert_array_equal(np.array(twin(x)), np.array(ref(x)))
+    assert twin.q_proj._group is twin.k_proj._group is not fused.q_proj._group
+
+
+def test_siblings_are_thread_safe():
+    import threading
+
+    ref, fused = two_blocks(backend="cpu")
+    inputs = [mx.random.normal((2, 64)) for _ in range(4)]
+    want = [np.array(ref(x)) for x in inputs]
+    errors = []
+
+    def worker(i):
+        try:
+            for _ in range(15):
+                got = np.array(fused(inputs[i]))
+                if not np.array_equal(got, want[i]):
+                    errors.append(i)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert fused.q_proj._group.shared
+
+
+def test_quantize_linears_fuse_argument():
+    model = Block()
+    assert quantize_linears(model, fuse=[("gate_proj", "up_proj")]) == 7
+    assert model.q_proj._group is None and model.gate_proj._group is model.up_proj._group is not None
+    with pytest.raises(TypeError, match="quantize_linears: 'fuse' must be True, False or a sequence"):
+        quantize_linears(Block(), fuse="q_proj")
+    with pytest.raises(TypeError, match="'fuse'"):
+        quantize_linears(Block(), fuse=[("q_proj", 3)])
+
+
+def test_siblings_at_qwen_widths_give_the_bits_of_separate_layers(backend):
+    """Qwen2.5-7B's widths (q|k|v: 3584 + 512 + 512, gate|up: 2 x 18944, K = 3584), where the fused
+    GEMMs run other plans than the separate ones; on the GPU backends only (the CPU's numpy path
+    takes minutes here)."""
+    if backend not in ("cuda", "metal"):
+        pytest.skip("GPU backends only: the CPU backend is covered by the small shapes above")
+    mx.random.seed(5)
+    ref = Block(dims=3584, kv=512, hidden=18944)
+    ref.set_dtype(mx.bfloat16)
+    mx.eval(ref.parameters())
+    fused = Block(dims=3584, kv=512, hidden=18944)
+    fused.update(ref.parameters())
+    quantize_linears(ref, backend=backend, fuse=False)
+    quantize_linears(fused, backend=backend)
+    for m in (1, 16, 512):
+        x = mx.random.normal((m, 3584)).astype(mx.bfloat16)
+        for a, b in zip(ref.parts(x), fused.parts(x)):
+            assert np.array_equal(np.array(a.view(mx.uint16)), np.array(b.view(mx.uint16))), f"M={m}"

@@ -190,3 +190,36 @@ class _no_warning:
 
     def __exit__(self, *exc):
         return self._ctx.__exit__(*exc)
+
+
+def test_the_grid_follows_the_backend_and_progress_goes_to_stderr(capsys, monkeypatch):
+    from int8nax import selftest
+
+    assert selftest.choose_grid("auto", "cpu")[0].name == "cpu"
+    assert selftest.choose_grid("auto", "cuda")[0].name == "full"
+    assert selftest.choose_grid("full", "cpu") == (selftest.GRIDS["full"], "--grid full")
+    assert max(selftest.GRIDS["cpu"].sizes) < max(selftest.GRIDS["full"].sizes)
+    # the CPU grid with small sizes: the report names the grid, stderr shows where it is
+    rc = cli.main(["selftest", "--backend", "cpu", "--sizes", "1,7", "--no-timing"])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert "- grid: **cpu** (the CPU backend is under test; --grid full runs the GPU grid): sizes 1, 7 (--sizes)" in out
+    assert err.startswith("selftest: backend cpu, grid cpu") and "selftest: exactness grid ..." in err
+    rc = cli.main(["selftest", "--backend", "cpu", "--sizes", "1,7", "--no-timing", "--quiet"])
+    assert rc == 0 and capsys.readouterr().err == ""
+
+
+def test_a_timed_contender_over_the_budget_is_left_out_with_its_estimate(monkeypatch):
+    from int8nax import selftest
+    from int8nax.bench import estimate
+
+    real = estimate.expected_seconds
+    monkeypatch.setattr(estimate, "expected_seconds",
+                        lambda name, shape, backend=None: estimate.Estimate(9.0, (8, 64, 48), 0.03, 0.1)
+                        if name == "mlx-fp16" else real(name, shape, backend))
+    lines, notes = selftest.timing_table("cpu", [(8, 64, 48)], warmup=0, repeat=1, budget=1.0)
+    row = lines[2].split(" | ")
+    assert "ms (" in row[1] and row[-1].strip(" |") == "n/a"
+    assert any(n.startswith("mx.matmul fp16 skipped: n/a at 8x64x48 (~9 s a call") and "--all" in n for n in notes)
+    lines, _ = selftest.timing_table("cpu", [(8, 64, 48)], warmup=0, repeat=1, budget=None)
+    assert "ms (" in lines[2].split(" | ")[-1]

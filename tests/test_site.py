@@ -211,8 +211,13 @@ def test_page_shows_the_latest_commit_with_exact_times_ratios_and_missing_rows(r
     # nax-gemm at M = 64: skipped one call, failed chained: a missing row saying both
     row = blocks[("h200", S64)]["rows"]["nax-gemm"]
     assert row["kind"] == "missing" and "n/a (skipped)" in row["text"] and "failed" in row["text"]
-    # torch-int8 never ran at that commit; cider-raw neither: missing, not zero
-    assert "no result at this commit" in blocks[("h200", S16)]["rows"]["torch-int8"]["text"]
+    # torch-int8 never ran at that commit; cider-raw neither: no rows at each shape (never a
+    # zero), but listed once above the shapes, with what is known of the reason
+    assert "torch-int8" not in blocks[("h200", S16)]["rows"] and "cider-raw" not in blocks[("h200", S64)]["rows"]
+    absent = re.search(r'<details class="absent".*?</details>', page.split('data-machine="h200"')[1], re.S).group(0)
+    assert "cider-raw, cublaslt-int8" not in absent  # cuBLASLt has results on h200
+    assert re.search(r"<b>[^<]*cider-raw[^<]*torch-int8[^<]*</b>: no result at this commit here", absent)
+    assert "12 of 14 declared shapes</b> have no result here" in absent
     # the shape without any result on h200 gets no block; the machine with only skips no section
     assert ("h200", "(16, 512, 512)") not in blocks
     assert 'data-machine="empty"' not in page
@@ -222,14 +227,19 @@ def test_page_shows_the_latest_commit_with_exact_times_ratios_and_missing_rows(r
 
 def test_every_contender_of_the_suite_is_listed_on_every_machine(results, html_dir):
     site.publish(html_dir, results)
-    blocks = read_page((html_dir / "compare.html").read_text())
-    # the suite's contenders in order, then an unknown benchmark stem under its own name, on
-    # every machine: where it has no result, as missing
+    page = (html_dir / "compare.html").read_text()
+    blocks = read_page(page)
+    # the suite's contenders in order, then an unknown benchmark stem under its own name: at
+    # each shape those with a result somewhere on the machine (missing where they have none);
+    # the rest once, in the machine's "not measured" list
     names = [c.name for c in site.CONTENDERS] + ["other_kernel"]
-    assert list(blocks[("h200", S16)]["rows"]) == names
-    assert blocks[("h200", S16)]["rows"]["other_kernel"]["kind"] == "missing"
+    h200 = ["nax-gemm", "cublaslt-int8", "mlx-fp16"]
+    assert list(blocks[("h200", S16)]["rows"]) == list(blocks[("h200", S64)]["rows"]) == h200
+    assert blocks[("h200", S64)]["rows"]["nax-gemm"]["kind"] == "missing"
+    data = json.loads((html_dir / "compare.json").read_text())["machines"]
+    assert list(data["h200"]["absent"]) == [n for n in names if n not in h200]
     mystery = blocks[("mystery", "(16, 512, 512)")]
-    assert list(mystery["rows"]) == names and mystery["rows"]["other_kernel"]["kind"] == "result"
+    assert list(mystery["rows"]) == ["nax-gemm", "other_kernel"] and mystery["rows"]["other_kernel"]["kind"] == "result"
     assert close(mystery["rows"]["nax-gemm"]["ratios"]["other_kernel"]["call"], 4e-3 / 1e-3)
 
 
@@ -267,8 +277,8 @@ def test_the_page_check_catches_a_damaged_page(results, html_dir, damage):
     elif damage == "dropped series":
         bad = re.sub(r'<rect class="bar chain" data-contender="nax-gemm".*?</rect>', "", page, count=1)
     elif damage == "missing drawn as zero":
-        bad = page.replace('<tr class="missing" data-contender="torch-int8">',
-                           '<tr class="result" data-contender="torch-int8">', 1)
+        bad = page.replace('<tr class="missing" data-contender="nax-gemm">',
+                           '<tr class="result" data-contender="nax-gemm">', 1)
     else:
         bad = page.replace('data-seconds="0.0002"', 'data-seconds="0.0003"', 1)
     assert bad != page
@@ -519,14 +529,109 @@ def test_browser_check_of_the_page_against_asvs_graphs(published):
 
 
 def test_the_gates_ratio_benchmarks_are_not_contenders(tmp_path, html_dir):
-    # bench_ratio's time_ values are ratios (int8nax over a reference), not seconds of anything.
+    # bench_ratio's values are ratios (int8nax over a reference), not seconds of anything: not
+    # contenders (nor is their history's time_ name), shown apart, unitless
     root = tmp_path / "results"
     write_result(root / "h200", "f" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [2e-4, NAN, NAN],
-                                               "bench_ratio.GemmRatio.time_nax_gemm_ratio": [1.3, NAN, NAN]})
+                                               "bench_ratio.GemmRatio.time_nax_gemm_ratio": [1.3, NAN, NAN],
+                                               "bench_ratio.GemmRatio.track_nax_gemm_ratio": [1.25, NAN, NAN]})
     site.publish(html_dir, root)
     data = json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]
     assert not any("ratio" in e["contender"] for e in data["entries"])
     assert any(e["contender"] == "nax-gemm" for e in data["entries"])
+    assert data["ratios"] == {"bench_ratio.GemmRatio.track_nax_gemm_ratio": {S16: 1.25}}
+    page = (html_dir / "compare.html").read_text()
+    assert f'<tr><td class="name">{S16}</td><td data-bench="bench_ratio.GemmRatio.track_nax_gemm_ratio">1.25</td></tr>' in page
+
+
+def test_this_machine_comes_first_with_what_its_run_means_and_its_skip_reasons(results, html_dir, tmp_path,
+                                                                               monkeypatch):
+    import socket
+
+    machine_file = tmp_path / "asv-machine.json"
+    machine_file.write_text(json.dumps({socket.gethostname(): {"machine": "mystery"}, "version": 1}))
+    assert site.this_machine(machine_file) == "mystery"
+    assert site.this_machine(tmp_path / "none.json") is None
+    monkeypatch.setitem(sys.modules, "cider", None)  # not installed: its reason, found again here
+    report = site.publish(html_dir, results, here="mystery")
+    page = (html_dir / "compare.html").read_text()
+    assert report["here"] == "mystery"
+    assert page.index('data-machine="mystery"') < page.index('data-machine="h200"')
+    assert "<b>Your run:</b> this computer is asv machine <code>mystery</code>" in page
+    assert "The other sections (h200) are the results committed with the repository" in page
+    absent = json.loads((html_dir / "compare.json").read_text())["machines"]["mystery"]["absent"]
+    assert absent["cider-raw"].startswith("cider is not installed")
+    assert re.search(r"<b>cider-raw, cider-full</b>: cider is not installed", page)
+    # --machine puts another first; without a machine of this computer, no "your run" paragraph
+    site.publish(html_dir, results, first="h200")
+    page = (html_dir / "compare.html").read_text()
+    assert page.index('data-machine="h200"') < page.index('data-machine="mystery"') and "Your run" not in page
+
+
+def test_w8a8_faster_than_the_raw_gemm_is_explained_where_it_shows(tmp_path, html_dir):
+    root = tmp_path / "results"
+    write_result(root / "cpu-box", "f" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [4.68e-3, 1e-3, NAN],
+                                                  "bench_linear.NaxFull.time_nax_full": [1.39e-3, 2e-3, NAN]})
+    site.publish(html_dir, root)
+    page = (html_dir / "compare.html").read_text()
+    note = re.search(r'<p class="small w8a8-note" data-shapes="([^"]*)">(.*?)</p>', page, re.S)
+    assert note and note.group(1) == S16  # faster at 16x4096x4096 only, not at M = 64
+    assert "prepares a weight once" in note.group(2) and "INT8NAX_CPU_PREPARE=0" in note.group(2)
+
+
+def test_browser_check_of_the_tuned_graph_page_and_the_regressions_page(published):
+    asv_site, html = published
+    if not asv_site.ASSETS.is_dir():  # asv's graph page needs jQuery and Flot, served with the site
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{asv_site.ASSETS} is missing, and CI=true requires it")
+        pytest.skip(f"{asv_site.ASSETS} is missing: npm ci --prefix tools/asv-site")
+    asv_site.vendor(html)
+    index = json.loads((html / "index.json").read_text())
+    server, url = asv_site.serve(html)
+    driver = asv_site.browser()
+    try:
+        problems = []
+        view = asv_site.check_default_graph(driver, url, "bench_gemm.NaxGemm.time_nax_gemm", None, problems)
+        assert problems == [], problems
+        assert view["machines"] == ["h200"] and view["log_scale"] and view["drawn"] == 1 and view["legend_beside"] == 3
+        assert asv_site.check_regressions(html, index, driver, url, None, problems)["rows"] == 0 and not problems
+        # asv's own graph page: linear axis, legend over the plot
+        js = html / "graphdisplay.js"
+        js.write_text(js.read_text().replace("container: $('#int8nax-legend'),", "")
+                      .replace("$('#log-scale').addClass('active');\n            log_scale = true;", ""))
+        asv_site.check_default_graph(driver, url, "bench_gemm.NaxGemm.time_nax_gemm", None, problems)
+        assert any("linear y axis" in p for p in problems) and any("legend over the plot" in p for p in problems)
+    finally:
+        driver.quit()
+        server.shutdown()
+    # int8nax site puts the edits back, once each
+    site.publish(html, html.parent / "results")
+    assert js.read_text().count("container: $('#int8nax-legend')") == 1
+    assert js.read_text().count("int8nax: one machine per graph") == 1
+
+
+def test_the_command_prints_this_machines_skip_reasons_once(results, html_dir, capsys, monkeypatch):
+    monkeypatch.setattr(site, "this_machine", lambda: "mystery")
+    monkeypatch.setitem(sys.modules, "cider", None)
+    assert cli.main(["site", str(html_dir), "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    summary = out.split("what asv showed as n/a on this machine (mystery):\n")[1].splitlines()
+    assert any(line.startswith("  cider-raw, cider-full: cider is not installed") for line in summary)
+    assert sum("cider is not installed" in line for line in summary) == 1
+    assert "  13 of the 14 declared shapes: not in this machine's profile" in out
+
+
+def test_this_machines_skips_by_rule_are_named_once(tmp_path, html_dir, monkeypatch):
+    from int8nax.bench import contenders
+
+    root = tmp_path / "results"
+    write_result(root / "cpu-box", "f" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [4.68e-3, 1e-3, NAN],
+                                                  "bench_linear.MlxQ8.time_mlx_q8_matmul": [NAN, 2e-3, NAN]})
+    monkeypatch.setattr(contenders, "skip_reason",
+                        lambda name, shape: f"{shape}: too slow here" if shape[0] == 16 else None)
+    site.publish(html_dir, root, here="cpu-box")
+    page = (html_dir / "compare.html").read_text()
+    assert f"<li><b>mlx-q8</b> at {S16}: skipped by the suite: too slow here</li>" in page
 
 
 def test_the_kernel_that_ran_is_shown_per_shape_and_a_change_between_commits_is_flagged(tmp_path, html_dir,

@@ -13,7 +13,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import quant, tiling
-from int8nax.backends import metal
+from int8nax.backends import metal, metal_source
 from int8nax.reference import ulp, w8a8_linear_ref
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
@@ -25,7 +25,7 @@ MX = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 
 @pytest.fixture(scope="module")
 def build():
-    header, body = metal.kernel_source(metal.KERNELS["int8nax_w8a8_gemm"])
+    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_w8a8_gemm"])
     out = []
     for dtype, with_bias in (("float32", False), ("float32", True), ("bfloat16", False)):
         template = (tuple(tiling.METAL_SMALL.template()) + tuple(metal.variants()[0].template())

@@ -9,7 +9,10 @@
 #     asv run --config asv.cuda.conf.json -E existing:<python> --set-commit-hash SHA --machine MACHINE
 # over the seed shapes (profile "full") of every contender that can run here; contenders that
 # cannot (cider off an M5, torch without CUDA) are left out with their reason printed, and so
-# are the CPU-profile shapes, so no process is spawned just to say "n/a". Results land in
+# are the CPU-profile shapes, so no process is spawned just to say "n/a". The model benchmarks
+# (benchmarks/bench_model.py's classes and bench_ratio's ModelRatio, which need mlx-lm: its wheel
+# alone, without dependencies, on PYTHONPATH) run at the profile's (configuration, tokens) in the
+# same way; BENCH='Model' selects only them, BENCH='W8A8Model$|ModelRatio' a few. Results land in
 # .asv/results/$MACHINE/ (plus .asv/results/benchmarks.json), ready to commit; the log in
 # .asv/asv-run-$MACHINE.log.
 #
@@ -81,7 +84,7 @@ def cublaslt_load():
 
 
 probes = {"cider-raw": cider.load, "cider-full": cider.load, "torch-int8": torch_int.load,
-          "cublaslt-int8": cublaslt_load}
+          "cublaslt-int8": cublaslt_load, "cider": cider.load}
 classes = []
 for module in modules:
     for name, cls in vars(module).items():
@@ -95,10 +98,41 @@ for module in modules:
             print(f"left out {name} ({cls.contender}): {exc}", file=sys.stderr)
             continue
         classes.append(name)
-if not classes:
+# The model benchmarks (bench_model's classes, bench_ratio.ModelRatio), where this commit has
+# them: their parameters are (configuration, tokens), this profile's (models.PROFILES).
+model_classes, runs = [], ""
+try:
+    bench_model = importlib.import_module("benchmarks.bench_model")
+    from int8nax.bench import models
+except ModuleNotFoundError:
+    bench_model = None
+if bench_model is not None:
+    kinds = (bench_model.ModelTime, bench_model.ModelFigures)
+    found = [n for n, c in vars(bench_model).items() if isinstance(c, type) and issubclass(c, kinds) and c.form]
+    found += [n for m in modules for n in vars(m) if n == "ModelRatio"]
+    found = [n for n in found if re.search(sys.argv[1], n)]
+    try:
+        models.mlx_lm_module("qwen2") if found else None
+    except Unavailable as exc:
+        print(f"left out the model benchmarks: {exc}", file=sys.stderr)
+        found = []
+    for name in found:
+        form = getattr(getattr(bench_model, name, None), "form", "")
+        try:
+            probes.get(form, lambda: None)()
+        except Unavailable as exc:
+            print(f"left out {name} ({form}): {exc}", file=sys.stderr)
+            continue
+        model_classes.append(name)
+    prof = models.PROFILES[problems.choose_profile()[0]]
+    runs = "|".join(re.escape(f"{c!r}, {t}") for c in prof.configs for t in prof.tokens)
+if not classes and not model_classes:
     sys.exit(f"asv_offline_gpu: no runnable benchmark class matches {sys.argv[1]!r}")
 shapes = "|".join(re.escape(", ".join(map(str, s))) for s in problems.profile_shapes())
-print(rf"^bench_\w+\.(?:{'|'.join(classes)})\.(?:{sys.argv[2]})\(\((?:{shapes})\)\)$")
+parts = [rf"^bench_\w+\.(?:{'|'.join(classes)})\.(?:{sys.argv[2]})\(\((?:{shapes})\)\)$"] if classes else []
+if model_classes:
+    parts.append(rf"^bench_\w+\.(?:{'|'.join(model_classes)})\.(?:{sys.argv[2]})\((?:{runs})\)$")
+print("|".join(parts))
 PY
 )
 echo "benchmarks: $regex"

@@ -3,6 +3,15 @@
     python tools/asv_site.py vendor .asv/html
     python tools/asv_site.py check .asv/html [--screenshot docs/asv-site.png] [--bench NAME]
                                              [--compare-screenshot docs/compare-page.png]
+                                             [--graph-screenshot docs/asv-graph.png]
+                                             [--regressions-screenshot docs/asv-regressions.png]
+    python tools/asv_site.py rename-ratios .asv/results
+
+rename-ratios: the ratio benchmarks were time_ benchmarks (bench_ratio.GemmRatio.time_nax_gemm_ratio,
+    a custom clock advanced by the ratio) and are now unitless track_ benchmarks
+    (track_nax_gemm_ratio) recording the same figure. This renames the old entries in every
+    result file under a results folder (the committed one, or a checkout of the results branch),
+    so that their history carries on under the new names. Running it again changes nothing.
 
 vendor: asv 0.6.6's index.html loads jQuery, Flot, Bootstrap, md5 and stupidtable from
     CDNs, so on a machine without internet the site shows only "external dependencies
@@ -17,6 +26,10 @@ check: serves the directory on 127.0.0.1, opens it in headless Chromium (seleniu
     - on every machine, the graph of a parametrized benchmark (default: the first one
       with data), showing the shapes that have results, draws one series per shape,
     - the browser logged no JavaScript error or failed request,
+    - where `int8nax site` has tuned the graph page: opened with no choices in its address, a
+      graph shows one machine, on a log y axis, with its legend beside the plot (not over it),
+    - the Regressions page lists only int8nax's own benchmarks (no peer or baseline, no
+      throughput), and the ratio benchmarks in their unit ("ratio"), never as seconds,
     - where `int8nax site` has run (compare.html exists): the index links it, and the page
       loads no script and nothing from outside the site, logs no error, and shows exactly
       one table row and one bar per mode for every contender and shape that has results
@@ -177,8 +190,85 @@ _DRAWN_SERIES = (
 )
 
 
+# The default graph view, read back: the series drawn (with data), legend rows beside the plot and
+# inside it, whether the log-scale button is on, and the machines selected in the left panel.
+_DEFAULT_VIEW = """
+var p = window.jQuery && jQuery('#main-graph').data('plot');
+if (!p) return null;
+var machines = [];
+jQuery('.asv-navigation .panel').each(function () {
+  if (jQuery(this).find('.panel-heading').text().trim() == 'machine')
+    jQuery(this).find('.btn.active').each(function () { machines.push(jQuery(this).text().trim()); });
+});
+return {drawn: p.getData().filter(s => s.data.some(d => d[1] !== null)).length,
+        legend_beside: document.querySelectorAll('#int8nax-legend tr').length,
+        legend_over_plot: document.querySelectorAll('#main-graph .legend').length,
+        log_scale: jQuery('#log-scale').hasClass('active'), machines: machines};
+"""
+
+_REGRESSION_ROWS = """
+var rows = document.querySelectorAll('#regressions-body table tbody tr');
+if (!rows.length && !document.querySelector('#regressions-body p, #regressions-body table')) return null;
+return Array.from(rows).filter(r => r.offsetParent !== null).map(r => Array.from(r.cells).map(c => c.innerText.trim()));
+"""
+
+OURS = re.compile(r"^bench_(gemm|linear)\.Nax\w+\.time_|^bench_ratio\.\w+\.track_\w+_ratio")
+"""The benchmarks the Regressions page may list: int8nax's own times and ratios (asv.conf.json's
+regressions_first_commits leaves the peers and the throughputs out)."""
+
+
+def check_default_graph(driver, url: str, bench: str, screenshot: Path | None, problems: list[str]) -> dict:
+    """The graph of `bench` opened without choices in its address (see the module docstring)."""
+    driver.get("about:blank")
+    driver.get(url + "index.html#" + bench)
+    view = _wait(driver, "return (function(){" + _DEFAULT_VIEW + "})();")
+    time.sleep(0.5)
+    if view is None:
+        problems.append(f"the default graph of {bench} was not drawn")
+        return {}
+    if len(view["machines"]) != 1:
+        problems.append(f"the default graph of {bench} shows machines {view['machines']}, not one")
+    if not view["log_scale"]:
+        problems.append(f"the default graph of {bench} has a linear y axis")
+    if view["legend_over_plot"] or not view["legend_beside"]:
+        problems.append(f"the default graph of {bench} draws its legend over the plot "
+                        f"({view['legend_over_plot']} legend(s) inside, {view['legend_beside']} rows beside)")
+    if not view["drawn"]:
+        problems.append(f"the default graph of {bench} draws no series")
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(screenshot))
+    # asv's default view also asks for graphs of environment combinations that were never run
+    # (a 404 each): not an error of the site
+    errors = [e for e in _errors(driver.get_log("browser")) if not re.search(r"/graphs/.*\.json.* 404", e)]
+    if errors:
+        problems.append(f"the default graph of {bench}: the browser logged {len(errors)} error(s), first: {errors[0]}")
+    return view
+
+
+def check_regressions(html_dir: Path, index: dict, driver, url: str, screenshot: Path | None,
+                      problems: list[str]) -> dict:
+    """The Regressions page: only int8nax's benchmarks; ratios in their unit, not seconds."""
+    driver.get("about:blank")
+    driver.get(url + "index.html#regressions")
+    rows = _wait(driver, "return (function(){" + _REGRESSION_ROWS + "})();")
+    time.sleep(0.5)
+    names = [r[0] for r in rows if r]
+    foreign = [n for n in names if not OURS.match(n)]
+    if foreign:
+        problems.append(f"the Regressions page lists {len(foreign)} benchmark(s) that are not int8nax's: {foreign[:3]}")
+    for r in rows:
+        if r and "_ratio" in r[0] and not all(c.endswith(" ratio") for c in r[4:6]):
+            problems.append(f"the Regressions page shows the ratio {r[0]} as {r[4:6]}, not as a ratio")
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(screenshot))
+    return {"rows": len(rows), "ratios": sum("_ratio" in n for n in names)}
+
+
 def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = None,
-          compare_screenshot: Path | None = None) -> dict:
+          compare_screenshot: Path | None = None, graph_screenshot: Path | None = None,
+          regressions_screenshot: Path | None = None, graph_bench: str | None = None) -> dict:
     """Run the checks; returns a report dict, raises SiteError on a failed check."""
     index = json.loads((html_dir / "index.json").read_text())
     benchmarks = sorted(index["benchmarks"])
@@ -218,6 +308,11 @@ def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = No
                 problems.append(f"the graph of {bench} on {machine} draws {drawn} series with data, expected "
                                 f"{expected} (one per shape with results)")
             errors += _errors(driver.get_log("browser"))
+        if "int8nax-legend" in (html_dir / "index.html").read_text():  # tuned by int8nax site
+            report["default_graph"] = check_default_graph(driver, url, graph_bench or bench, graph_screenshot, problems)
+        elif graph_screenshot is not None:
+            problems.append("the graph page is asv's own: run `int8nax site` after `asv publish`")
+        report["regressions"] = check_regressions(html_dir, index, driver, url, regressions_screenshot, problems)
         if (html_dir / "compare.html").is_file():
             report["compare"] = check_compare(html_dir, index, driver, url, compare_screenshot, problems)
         elif compare_screenshot is not None:
@@ -482,6 +577,29 @@ def _errors(log: list[dict]) -> list[str]:
     return [entry["message"] for entry in log if entry.get("level") == "SEVERE"]
 
 
+RATIO_RENAME = re.compile(r"^(bench_ratio\.\w+)\.time_(\w+_ratio)$")
+
+
+def rename_ratios(results_dir: Path) -> list[Path]:
+    """Rename bench_ratio's time_*_ratio entries to track_*_ratio in every asv result file
+    under results_dir (asv's compact JSON, as asv writes it); returns the files changed."""
+    changed = []
+    for path in sorted(results_dir.glob("*/*.json")):
+        if path.name == "machine.json":
+            continue
+        data = json.loads(path.read_text())
+        renamed = False
+        for section in ("results", "durations"):
+            entries = data.get(section) or {}
+            for old in [k for k in entries if RATIO_RENAME.match(k)]:
+                entries[RATIO_RENAME.sub(r"\1.track_\2", old)] = entries.pop(old)
+                renamed = True
+        if renamed:
+            path.write_text(json.dumps(data, sort_keys=True))
+            changed.append(path)
+    return changed
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -492,13 +610,22 @@ def main(argv=None) -> int:
     p_check.add_argument("--screenshot", type=Path)
     p_check.add_argument("--bench", help="benchmark whose graph is checked (default: first parametrized with data)")
     p_check.add_argument("--compare-screenshot", type=Path, help="save a screenshot of compare.html here")
+    p_check.add_argument("--graph-screenshot", type=Path, help="save a screenshot of a graph in its default view")
+    p_check.add_argument("--graph-bench", help="the benchmark of that graph (default: --bench's)")
+    p_check.add_argument("--regressions-screenshot", type=Path, help="save a screenshot of the Regressions page")
+    p_rename = sub.add_parser("rename-ratios", help="rename the ratio benchmarks' old time_ entries to track_")
+    p_rename.add_argument("results_dir", type=Path)
     args = parser.parse_args(argv)
     try:
-        if args.command == "vendor":
+        if args.command == "rename-ratios":
+            changed = rename_ratios(args.results_dir)
+            print(f"renamed the ratio entries in {len(changed)} result file(s)")
+        elif args.command == "vendor":
             for url in vendor(args.html_dir):
                 print(f"vendored {url}")
         else:
-            print(json.dumps(check(args.html_dir, args.screenshot, args.bench, args.compare_screenshot), indent=1))
+            print(json.dumps(check(args.html_dir, args.screenshot, args.bench, args.compare_screenshot,
+                                   args.graph_screenshot, args.regressions_screenshot, args.graph_bench), indent=1))
     except SiteError as exc:
         print(f"asv_site: {exc}", file=sys.stderr)
         return 1

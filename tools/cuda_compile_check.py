@@ -21,8 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from int8nax import tiling
-from int8nax.backends import cuda_source
+from int8nax.backends import cuda_choice, cuda_plans, cuda_source
 
 STAND_IN = """#pragma once
 #include <cuda_bf16.h>
@@ -76,6 +75,11 @@ def narrow_tag(narrow: bool, has_bias: bool = True) -> str:
 W8A8_INPUTS = ["int8_t", "int8_t", "float", "float", "float"]
 """q, w, scale_x, scale_w, bias: the inputs of every fused W8A8 GEMM (the persistent ones add `plan`)."""
 
+OLD_LABELS = {"simt": "simt", "cpasync": "sm90", "tma-unspecialized": "tma_simple", "tma-ws-cooperative": "tma_ws",
+              "tma-ws-pingpong": "tma_pp"}
+"""The label prefixes before the variants took their schedule names: --same-as also looks for a
+kernel's PTX under its old label, so a tree from before the rename can be compared."""
+
 
 def w8a8_instances(prefix: str, spec, inputs, maps: bool, tmpl):
     """One instance per W8A8_OUTPUTS entry of a fused W8A8 GEMM labelled `prefix`; maps: the TMA
@@ -87,32 +91,27 @@ def w8a8_instances(prefix: str, spec, inputs, maps: bool, tmpl):
 
 
 def instances(arch: str):
-    """(label, spec, input types, output types, template) for every kernel the backend builds."""
-    families = ["simt"] + (["sm90"] if arch.startswith("sm_90") else [])
-    for family in families:
-        cfgs = tiling.CUDA_CONFIGS.values() if family == "sm90" else [tiling.CUDA_SIMT_CONFIG]
-        for cfg in cfgs:
-            tmpl = cfg.template()
-            yield (f"{family} i32 {cfg.name}", cuda_source.gemm_int32(family, cfg),
-                   ["int8_t", "int8_t"], ["int32_t"], tmpl)
-            yield from w8a8_instances(f"{family} w8a8 {cfg.name}", cuda_source.gemm_w8a8(family, cfg), W8A8_INPUTS,
-                                      False, tmpl)
-    if arch.startswith("sm_90"):
-        for cfg in tiling.CUDA_CONFIGS.values():
-            yield (f"tma_simple i32 {cfg.name}", cuda_source.gemm_tma_simple(cfg),
-                   ["int8_t", "int8_t"], ["int32_t", "uint8_t"], cfg.tma_template())
-            yield from w8a8_instances(f"tma_simple w8a8 {cfg.name}", cuda_source.gemm_w8a8_tma_simple(cfg),
-                                      W8A8_INPUTS, True, cfg.tma_template())
-        persistent = [(cfg, cuda_source.gemm_tma_ws, cuda_source.gemm_w8a8_tma_ws, "tma_ws")
-                      for cfg in tiling.CUDA_WS_CONFIGS.values()]
-        persistent += [(cfg, cuda_source.gemm_tma_pp, cuda_source.gemm_w8a8_tma_pp, "tma_pp")
-                       for cfg in tiling.CUDA_PP_CONFIGS.values()]
-        for cfg, raw, fused, kind in persistent:
-            yield (f"{kind} i32 {cfg.name}", raw(cfg), ["int8_t", "int8_t", "int8_t"], ["int32_t", "uint8_t"],
-                   cfg.template())
-            yield from w8a8_instances(f"{kind} w8a8 {cfg.name}", fused(cfg), W8A8_INPUTS + ["int8_t"], True,
-                                      cfg.template())
-    for launch in tiling.CUDA_QUANT_LAUNCHES:
+    """(label, spec, input types, output types, template) for every kernel the backend builds:
+    every tile of every cuda_choice.VARIANTS row (the sm90 ones on sm_90*, the sm80 ones from
+    sm_80), with its quantizing W8A8 kernel where it has one, then the quantization, reduction and
+    SM-count kernels."""
+    number = int(re.sub(r"\D", "", arch) or 0)
+    for row in cuda_choice.VARIANTS.values():
+        if (row.family == "sm90" and not arch.startswith("sm_90")) or (row.family == "sm80" and number < 80):
+            continue
+        plan_input = ["int8_t"] if row.persistent else []  # the persistent kernels' `plan`
+        maps = ["uint8_t"] if row.maps else []
+        for cfg in row.configs:
+            raw, fused = row.specs(cfg)
+            tmpl = row.template(cfg)
+            yield (f"{row.name} i32 {cfg.name}", raw, ["int8_t", "int8_t"] + plan_input, ["int32_t"] + maps, tmpl)
+            yield from w8a8_instances(f"{row.name} w8a8 {cfg.name}", fused, W8A8_INPUTS + plan_input, bool(maps), tmpl)
+            if row.quantizing is not None:  # x, w, scale_w, bias; T is x's and y's type
+                for out, narrow, has_bias in W8A8_OUTPUTS:
+                    yield (f"{row.name} w8a8_x {cfg.name} {out}{narrow_tag(narrow, has_bias)}", row.quantizing(),
+                           [CUDA_TYPES[out], "int8_t", "float", "float"], [CUDA_TYPES[out]],
+                           [("T", out)] + tmpl + [("HAS_BIAS", has_bias), ("NARROW", narrow)])
+    for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
         for t in ("float16", "bfloat16", "float32"):
             yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],
                    ["int8_t", "float"], [("T", t)] + launch.template())
@@ -124,11 +123,12 @@ def instances(arch: str):
 
 
 def normalized_ptx(path: str) -> list[str]:
-    """A PTX file's lines without comments, the kernel's name (it carries the header digest),
+    """A PTX file's lines without comments, the kernel's name (it carries the header digest; with
+    its length in the mangled name),
     nvcc's per-file prefixes of internal symbols and the mangled scope of function-local statics
     (the template arguments of the function that declares them: an epilogue type's, say)."""
     text = open(path).read()
-    text = re.sub(r"custom_kernel_int8nax_\w+?_[0-9a-f]{8}(?=\w)", "KERNEL", text)
+    text = re.sub(r"\d*custom_kernel_int8nax_\w+?_[0-9a-f]{8}(?=\w)", "KERNEL", text)
     text = re.sub(r"_ZN\d+_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+", "_INTERNAL", text)
     text = re.sub(r"_ZZN\w*E\d+([A-Za-z_]\w*)", r"LOCAL_\1", text)
     return [line for line in text.splitlines() if not line.lstrip().startswith("//")]
@@ -212,6 +212,11 @@ def main(argv=None) -> int:
             report = " ".join(re.findall(r"(Used \d+ registers.*|\d+ bytes stack frame.*|\(C\d{4}\).*)", stderr))
             if args.same_as and returncode == 0:
                 other = os.path.join(args.same_as, os.path.basename(cu)[:-3] + ".ptx")
+                first, space, rest = label.partition(" ")
+                old = os.path.join(args.same_as,
+                                   re.sub(r"[^A-Za-z0-9]+", "_", OLD_LABELS.get(first, first) + space + rest) + ".ptx")
+                if not os.path.exists(other) and os.path.exists(old):
+                    other = old
                 same = os.path.exists(other) and normalized_ptx(cu[:-3] + ".ptx") == normalized_ptx(other)
                 report = "same PTX as " + args.same_as if same else "PTX DIFFERS from " + args.same_as
                 returncode = 0 if same else 1

@@ -11,6 +11,9 @@ import os
 import mlx.core as mx
 import numpy as np
 
+from .backends import ENV_VAR, canonical
+from .backends import env_set as backend_env_set
+
 MAX_K = 131071
 """Largest K whose int32 accumulation cannot overflow: |sum| <= K * 128 * 128 < 2**31."""
 
@@ -33,9 +36,6 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 BACKEND_NAMES = "'auto', 'cpu', 'cuda' or 'metal' (alias 'nax')"
 BACKEND_CHOICES = BACKEND_NAMES + ", or None"
-BACKEND_ENV_VAR = "INT8NAX_BACKEND"
-"""= int8nax.backends.ENV_VAR (tests check they agree): named here so that the common call's
-check needs no import of the registry."""
 
 
 def dtype_name(dtype) -> str:
@@ -105,38 +105,19 @@ def check_float32_range(value: np.ndarray, name: str, func: str) -> None:
         )
 
 
-try:
-    _ENV_KEY = os.environ.encodekey(BACKEND_ENV_VAR)
-except AttributeError:  # not CPython's os._Environ
-    _ENV_KEY = None
-
-
-def backend_env_set() -> bool:
-    """bool(os.environ.get(INT8NAX_BACKEND)), asked on every call: os.environ.get raises and
-    catches a KeyError inside for an unset name (~1.3 µs on the CPU box), the mapping under it
-    answers in ~0.1 µs."""
-    env = os.environ
-    try:
-        return bool(env._data.get(_ENV_KEY))
-    except AttributeError:  # os.environ replaced by a plain mapping
-        return bool(env.get(BACKEND_ENV_VAR))
-
-
 def check_backend(backend, func: str) -> None:
     """The `backend=` argument: None or a backend name; a bad name is a ValueError naming func."""
     if backend is None and not backend_env_set():
         return  # the common call: nothing to check
-    from . import backends  # the registry is in the same (library) layer
-
     if backend is None:
-        env = os.environ.get(backends.ENV_VAR)
+        env = os.environ.get(ENV_VAR)
         if env:
             try:
-                backends.canonical(env)
+                canonical(env)
             except ValueError:
                 raise ValueError(
                     f"{func}: unknown backend {env!r} in the environment variable "
-                    f"{backends.ENV_VAR} (used when 'backend' is None); expected one of {BACKEND_NAMES}"
+                    f"{ENV_VAR} (used when 'backend' is None); expected one of {BACKEND_NAMES}"
                 ) from None
         return
     if not isinstance(backend, str):
@@ -148,7 +129,7 @@ def check_backend(backend, func: str) -> None:
             f"{backend!r}{hint}"
         )
     try:
-        backends.canonical(backend)
+        canonical(backend)
     except ValueError:
         raise ValueError(
             f"{func}: unknown backend {backend!r} for 'backend'; expected one of {BACKEND_CHOICES}"

@@ -17,6 +17,17 @@ arguments _untraced finds free of tracers goes straight to the backend; the othe
 custom functions. The common call (mx.arrays of a valid non-empty problem, the backend left to
 int8nax) is also checked inline; every other call takes the checked path, which raises the
 documented errors.
+
+Threads: every public function may be called from any number of threads at once (the
+concurrency test, tests/test_threads.py, runs 8). MLX (0.32) gives each thread its own streams,
+so an unevaluated array made on one thread must be evaluated there before another uses it (the
+CPU backend names such an argument in its error).
+
+State kept across calls, none of it per shape: the refusing custom functions, one per backend
+(at most 3); the W8A8 gradient's, one with and one without a bias; the tracer check's compiled
+identity, one per live thread (int8nax.per_thread), holding MLX's traces of it per input
+signature (dtypes and ndims: a handful). The CPU backend keeps one prepared weight per live
+weight array (backends.cpu.PreparedWeights) and nothing per shape.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import backends, quant
+from .per_thread import compile_per_thread
 from ._checks import (
     FLOAT_DTYPES,
     MAX_K,
@@ -55,6 +67,8 @@ _FLOATS = frozenset(FLOAT_DTYPES)
 
 class _Ran(threading.local):
     ran = False
+    mark = ()
+    """This thread's compiled _mark, as _mark_if_traced.slot() (empty until the first call)."""
 
 
 _RAN = _Ran()
@@ -70,7 +84,11 @@ def _mark(*arrays):
 # mx.grad, mx.vjp, mx.jvp, mx.vmap or mx.compile trace; MLX 0.32 compile.cpp); every other
 # call replays the recorded graph (here: no op, the output is the first input), 1-2 µs on the
 # CPU box. Checked once per process (_may_skip_custom) and by tests/test_host_path.py.
-_mark_if_traced = mx.compile(_mark, shapeless=True)
+# Compiled once per thread (per_thread): MLX keeps compiled traces per OS thread and a trace
+# made from Python holds a Python object, which one shared mx.compile object would leave to
+# the C++ thread-exit destructors of every calling thread; freeing it there takes the GIL,
+# which aborts the process (exit 134) when the interpreter is finalizing by then.
+_mark_if_traced = compile_per_thread(_mark, shapeless=True)
 
 
 def _untraced(*arrays) -> bool:
@@ -78,7 +96,12 @@ def _untraced(*arrays) -> bool:
     when one may be (or at the first call of a signature, or with compilation disabled)."""
     ran = _RAN
     ran.ran = False
-    _mark_if_traced(*arrays)
+    try:
+        mark = ran.mark[0]
+    except IndexError:
+        ran.mark = _mark_if_traced.slot()
+        mark = ran.mark[0]
+    mark(*arrays)
     return not ran.ran
 
 
@@ -111,11 +134,16 @@ _DETECTS: list[bool] = []
 runs MLX transformations, which would start the GPU when the package is only imported)."""
 
 
+_DETECTS_LOCK = threading.Lock()
+
+
 def _may_skip_custom(*arrays) -> bool:
     """Whether a valid call may go straight to the backend: this MLX lets _untraced tell traced
     calls apart, and no argument is a tracer."""
     if not _DETECTS:
-        _DETECTS.append(_detects_tracers())
+        with _DETECTS_LOCK:  # threads arriving together: one asks, the others wait for it
+            if not _DETECTS:
+                _DETECTS.append(_detects_tracers())
     return _DETECTS[0] and _untraced(*arrays)
 
 
@@ -139,6 +167,35 @@ def _reraise_untraceable(func: str, impl: backends.Backend, exc: ValueError):
         f"{func}: the {impl.name} backend computes outside MLX's graph (numpy) and cannot run "
         "inside mx.compile or mx.vmap; call it outside the compiled/vmapped function, or use "
         "a backend that stays in the graph (CUDA)"
+    ) from exc
+
+
+# MLX (0.32) gives every thread its own streams and evaluates an array only on a thread that
+# holds the stream its graph was built on: an unevaluated array made on one thread and passed
+# to int8nax on another fails wherever it is evaluated, with MLX's "There is no Stream(cpu, 0)
+# in current thread". The CPU backend evaluates its inputs during the call; the message then
+# names the argument and the way out.
+_FOREIGN_STREAM = "in current thread"
+
+
+def _reraise_foreign(func: str, exc: RuntimeError, named) -> None:
+    """Raise `exc`, or for MLX's refusal to evaluate another thread's graph a RuntimeError
+    naming the argument (called in an except; `named`: (name, array or None) pairs)."""
+    if _FOREIGN_STREAM not in str(exc):
+        raise exc
+    culprit = None
+    for name, arr in named:
+        try:
+            if arr is not None:
+                mx.eval(arr)
+        except RuntimeError:
+            culprit = name
+            break
+    what = f"'{culprit}' is" if culprit else "an input is"
+    raise RuntimeError(
+        f"{func}: {what} an unevaluated mx.array made on another thread, and MLX evaluates a graph "
+        f"only on the thread that built it ({exc}); call mx.eval on it in that thread before "
+        "passing it to another"
     ) from exc
 
 
@@ -255,12 +312,15 @@ def int8_matmul(a, b, *, b_layout: str = "nk", backend: str | None = None) -> mx
 
 def _int8_matmul_call(impl: backends.Backend, a: mx.array, b: mx.array) -> mx.array:
     """int32 [M, N] of a valid, non-empty problem; refusing gradients."""
-    if _may_skip_custom(a, b):
-        try:
-            return impl.int8_matmul(a, b)
-        except ValueError as exc:
-            _reraise_untraceable("int8_matmul", impl, exc)
-    return _int8_matmul_fn(impl)(a, b)
+    try:
+        if _may_skip_custom(a, b):
+            try:
+                return impl.int8_matmul(a, b)
+            except ValueError as exc:
+                _reraise_untraceable("int8_matmul", impl, exc)
+        return _int8_matmul_fn(impl)(a, b)
+    except RuntimeError as exc:
+        _reraise_foreign("int8_matmul", exc, (("a", a), ("b", b)))
 
 
 def _int8_matmul_checked(a, b, b_layout, backend) -> mx.array:
@@ -365,13 +425,17 @@ def quantize_activations(x, *, backend: str | None = None) -> tuple[mx.array, mx
     if rows.shape[0] == 0 or rows.shape[1] == 0:
         q = mx.zeros(rows.shape, dtype=mx.int8)
         s = mx.ones((rows.shape[0],), dtype=mx.float32)
-    elif _may_skip_custom(rows):
-        try:
-            q, s = impl.quantize_activations(rows)
-        except ValueError as exc:
-            _reraise_untraceable("quantize_activations", impl, exc)
     else:
-        q, s = _quantize_fn(impl)(rows)
+        try:
+            if _may_skip_custom(rows):
+                try:
+                    q, s = impl.quantize_activations(rows)
+                except ValueError as exc:
+                    _reraise_untraceable("quantize_activations", impl, exc)
+            else:
+                q, s = _quantize_fn(impl)(rows)
+        except RuntimeError as exc:
+            _reraise_foreign("quantize_activations", exc, (("x", rows),))
     if lead is None:
         return q, s
     return q.reshape(*lead, x.shape[-1]), s.reshape(lead)
@@ -419,12 +483,16 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
 
 def _w8a8_rows(impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:
     """y [M, N] of a valid, non-empty problem on 2-D rows; with the straight-through gradient."""
-    if _may_skip_custom(rows, w, scale_w) if bias is None else _may_skip_custom(rows, w, scale_w, bias):
-        try:
-            return impl.w8a8_linear(rows, w, scale_w, bias)
-        except ValueError as exc:
-            _reraise_untraceable("w8a8_linear", impl, exc)
-    y = _untraceable("w8a8_linear", impl, lambda: impl.w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
+    try:
+        if _may_skip_custom(rows, w, scale_w) if bias is None else _may_skip_custom(rows, w, scale_w, bias):
+            try:
+                return impl.w8a8_linear(rows, w, scale_w, bias)
+            except ValueError as exc:
+                _reraise_untraceable("w8a8_linear", impl, exc)
+        y = _untraceable("w8a8_linear", impl,
+                         lambda: impl.w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
+    except RuntimeError as exc:
+        _reraise_foreign("w8a8_linear", exc, (("x", rows), ("w_int8", w), ("scale_w", scale_w), ("bias", bias)))
     primals = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
     return _w8a8_grad(bias is not None)(*primals, mx.stop_gradient(y))
 

@@ -23,18 +23,28 @@ def _cmd_info(args) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what was wrong, and where the help is) instead
+    of the usage block first; exit status 2 as before. Subcommands inherit it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="int8nax", description=__doc__)
+    parser = Parser(prog="int8nax", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="backend detection report")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
     p_info.set_defaults(func=_cmd_info)
     _add_selftest(sub)
-    from . import compare, gate, site
+    from . import compare, compare_model, gate, site, soak
 
     compare.add_parser(sub)
+    compare_model.extend(sub.choices["compare"])
     site.add_parser(sub)
     gate.add_parser(sub)
+    soak.add_parser(sub)
     return parser
 
 
@@ -68,6 +78,16 @@ def _count_arg(least: int):
     return parse
 
 
+def _budget_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
 def _add_selftest(sub) -> None:
     p = sub.add_parser(
         "selftest",
@@ -79,15 +99,23 @@ def _add_selftest(sub) -> None:
     )
     p.add_argument("--backend", default="metal", type=_backend_arg,
                    help="backend under test: metal (alias nax; the default), cuda, cpu or auto")
+    p.add_argument("--grid", choices=("auto", "full", "cpu", "quick"), default="auto",
+                   help="shape grid: full (sizes 1,7,33,513,4097 and six seed timing shapes), cpu (sizes to "
+                        "2049, three timing shapes: minutes on a small CPU), quick; auto (the default) takes "
+                        "cpu for the CPU backend, full otherwise")
     p.add_argument("--sizes", type=_sizes_arg,
-                   help="comma-separated sizes for M, K and N (default 1,7,33,513,4097)")
-    p.add_argument("--quick", action="store_true", help="sizes 1,7,33 and one small timing shape")
+                   help="comma-separated sizes for M, K and N (overrides the grid's)")
+    p.add_argument("--quick", action="store_true", help="the quick grid: sizes 1,7,33 and one small timing shape")
     p.add_argument("--no-timing", action="store_true", help="exactness only")
     p.add_argument("--warmup", type=_count_arg(0), default=5, help="untimed calls per contender (5)")
     p.add_argument("--repeat", type=_count_arg(1), default=20, help="timed calls per contender (20)")
     p.add_argument("--layout-out", metavar="FILE.npy", help="save the int8 layout dump (metal)")
+    p.add_argument("--budget", type=_budget_arg, default=1.0, metavar="SECONDS",
+                   help="leave out a timed contender whose call is expected to take longer than this here (1)")
+    p.add_argument("--all", action="store_true", help="time every contender whatever its expected time")
     p.add_argument("--json", action="store_true", help="the report as JSON instead of markdown")
-    p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr for every shape")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_cmd_selftest)
 
 

@@ -14,6 +14,14 @@ figure (int8nax.bench.timing): one call + eval, per call in a dependent chain, o
 time; `--mode kernel` is a run of its own on CUDA (int8nax.bench.kernel_time). Times are medians in ms per call. A contender that cannot run shows n/a with its reason
 below the table; one whose output is wrong shows MISMATCH, is not timed, and makes the
 command exit 1, as does an int8nax contender that fails.
+
+It finishes in minutes on any machine: a short probe first estimates each contender's time
+per call at each shape here (int8nax.bench.estimate), and a contender expected to take more
+than `--budget` seconds a call (1 by default) is n/a at that shape, with the estimate
+(MLX's quantized_matmul on a 2-core CPU: ~7 s a call at 16x4096x4096, minutes at M = 512).
+`--all` measures everything. The estimated total is printed before anything is timed, and
+progress goes to stderr: a bar that moves with every timed sample on a terminal, a line per
+measured cell otherwise.
 """
 
 from __future__ import annotations
@@ -21,10 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+import time
+from dataclasses import asdict, dataclass
 
 from . import backends
-from .bench import contenders, host, kernel_time, problems, timing
+from .bench import contenders, estimate, host, kernel_time, problems, timing
 
 TITLES = {"nax-gemm": "NAX"}
 """Column titles that differ from the contender's name (the seed's table calls it NAX)."""
@@ -44,42 +53,174 @@ RATIOS = (
 """(title, numerator, denominator) of time ratios, shown when both contenders are columns."""
 
 
+DEFAULT_BUDGET_S = 1.0
+"""Seconds a call may be expected to take here before its contender is skipped (--budget)."""
+
+PREPARE_S = 1.0
+"""About what building a cell's data, its exact reference and the contender takes at a seed
+shape on a 2-core CPU (1-3 s at the largest): the estimate's allowance per measured cell."""
+
+OVER_BUDGET = "skipped: expected time per call here over the budget"
+
+
+@dataclass
+class Task:
+    """One cell to measure: `skip` says why it is not measured (None: it is); `estimate` is the
+    probe's expected seconds per call (None: not probed or cannot run)."""
+
+    mode: str
+    shape: tuple
+    name: str
+    skip: timing.Cell | None = None
+    estimate: float | None = None
+
+    def samples(self, repeat: int, warmup: int) -> int:
+        return 0 if self.skip else repeat + warmup
+
+    def expected_seconds(self, repeat: int, warmup: int, chain_calls: int) -> float:
+        """Wall seconds this cell should take: preparing the data and the exact reference
+        (about PREPARE_S), the checked first call, then the samples."""
+        if self.skip:
+            return 0.0
+        if self.estimate is None:
+            return PREPARE_S
+        per_sample = {"call": 1, "chain": chain_calls, "host": 0}[self.mode]
+        return PREPARE_S + self.estimate * (1 + per_sample * (repeat + warmup))
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode} {self.name} {estimate.shape_text(self.shape)}"
+
+
+def plan(shapes, names=DEFAULT_CONTENDERS, modes=("call",), budget: float | None = DEFAULT_BUDGET_S,
+         profile: str | None = None, on_probe=None) -> list[Task]:
+    """The cells to measure, in order. Unless `budget` is None (--all), each contender is
+    probed once per shape (int8nax.bench.estimate) and skipped where one call is expected to
+    take longer than `budget` seconds; on a profile's shapes (`profile` set) the contenders too
+    slow for MLX's CPU device are skipped as in the asv suite (contenders.skip_reason).
+    `on_probe(label)` is called before each probe."""
+    guesses = {}
+    tasks = []
+    for mode in modes:
+        for shape in shapes:
+            for name in names:
+                task = Task(mode, shape, name)
+                why = contenders.skip_reason(name, shape) if profile and budget is not None else None
+                if why:
+                    task.skip = timing.Cell(unavailable=why)
+                elif budget is not None:
+                    if (name, shape) not in guesses:
+                        if on_probe:
+                            on_probe(f"probe {name} {estimate.shape_text(shape)}")
+                        try:
+                            guesses[name, shape] = estimate.expected_seconds(name, shape)
+                        except contenders.Unavailable as exc:
+                            guesses[name, shape] = timing.Cell(unavailable=str(exc))
+                    guess = guesses[name, shape]
+                    if isinstance(guess, timing.Cell):
+                        task.skip = guess
+                        tasks.append(task)
+                        continue
+                    task.estimate = guess.seconds if guess else None
+                    if guess and guess.seconds > budget:
+                        task.skip = timing.Cell(
+                            unavailable=f"{OVER_BUDGET} of {estimate.seconds_text(budget)} "
+                                        "(--budget SECONDS or --all runs it)",
+                            detail=guess.text())
+                tasks.append(task)
+    return tasks
+
+
 class Progress:
-    """A one-line progress bar on a stream (stderr), redrawn in place."""
+    """Where a run is, on a stream (stderr): `style` "bar" redraws one line per timed sample
+    (for a terminal), "lines" writes a line per measured cell (for a log or a redirect),
+    "none" writes nothing."""
 
-    def __init__(self, total: int, stream, enabled: bool):
-        self.total, self.done, self.stream, self.enabled = total, 0, stream, enabled
+    def __init__(self, stream, style: str):
+        self.stream, self.style = stream, style
+        self.total = self.done = 0
+        self.remaining = 0.0
 
-    def step(self, label: str) -> None:
+    def say(self, text: str) -> None:
+        if self.style != "none":
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def probe(self, label: str) -> None:
+        if self.style == "bar":
+            self.stream.write(f"\r{label:60.60s}")
+            self.stream.flush()
+
+    def start(self, tasks, repeat: int, warmup: int, chain_calls: int) -> None:
+        if self.style == "bar":
+            self.stream.write("\r" + " " * 60 + "\r")
+        self.total = sum(t.samples(repeat, warmup) for t in tasks)
+        self.remaining = sum(t.expected_seconds(repeat, warmup, chain_calls) for t in tasks)
+        self.cells = sum(1 for t in tasks if not t.skip)
+        self.cell = 0
+        self.args = (repeat, warmup, chain_calls)
+
+    def begin(self, task: Task) -> None:
+        self.task, self.cell, self.t0 = task, self.cell + 1, time.perf_counter()
+        self.expected = task.expected_seconds(*self.args)
+        if self.style == "lines" and self.expected > 10:
+            self.say(f"compare: [{self.cell}/{self.cells}] {task.label}: running, "
+                     f"expected {estimate.seconds_text(self.expected)}")
+        self._draw()
+
+    def tick(self) -> None:
         self.done += 1
-        if not self.enabled:
+        self._draw()
+
+    def end(self, cell: timing.Cell) -> None:
+        took = time.perf_counter() - self.t0
+        self.remaining = max(0.0, self.remaining - self.expected)
+        if self.style == "lines":
+            what = (f"{cell.seconds * 1e3:.3f} ms per call" if cell.seconds is not None
+                    else cell.text() + (f" ({cell.unavailable or cell.error or cell.mismatch})"[:120]))
+            left = f", ~{estimate.seconds_text(self.remaining)} left" if self.remaining >= 1 else ""
+            self.say(f"compare: [{self.cell}/{self.cells}] {self.task.label}: {what} "
+                     f"(took {estimate.seconds_text(took)}{left})")
+        elif self.style == "bar" and self.cell == self.cells:
+            self._draw()
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _draw(self) -> None:
+        if self.style != "bar":
             return
         width = 30
-        filled = width * self.done // self.total
-        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label:40.40s}")
-        if self.done == self.total:
-            self.stream.write("\n")
+        filled = width * self.done // max(self.total, 1)
+        in_cell = max(0.0, self.expected - (time.perf_counter() - self.t0))
+        left = self.remaining - self.expected + in_cell
+        eta = f" ~{estimate.seconds_text(left)} left" if left >= 1 else ""
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                          f"{self.task.label:36.36s}{eta:16s}")
         self.stream.flush()
 
 
 def run(shapes, names=DEFAULT_CONTENDERS, modes=("call",), repeat: int = 5, chain_calls: int = 100,
-        progress: Progress | None = None, profile: str | None = None) -> dict:
+        progress: Progress | None = None, profile: str | None = None,
+        budget: float | None = DEFAULT_BUDGET_S, tasks: list[Task] | None = None, warmup: int = 1) -> dict:
     """{mode: {shape: {contender: Cell}}}; each contender is prepared and checked per mode.
-    Contenders too slow for a shape here (contenders.skip_reason) are n/a with the reason,
-    except where the shapes were asked for by name (`profile` None)."""
-    results = {}
-    for mode in modes:
-        per_shape = {}
-        for shape in shapes:
-            row = {}
-            for name in names:
-                why = contenders.skip_reason(name, shape) if profile else None
-                row[name] = (timing.Cell(unavailable=why) if why
-                             else timing.measure(shape, name, mode, repeat, chain_calls))
-                if progress:
-                    progress.step(f"{mode} {name} {'x'.join(map(str, shape))}")
-            per_shape[shape] = row
-        results[mode] = per_shape
+    The cells are `tasks` (default: plan(...) with these arguments): a skipped one is n/a
+    with its reason."""
+    if tasks is None:
+        tasks = plan(shapes, names, modes, budget, profile, progress.probe if progress else None)
+    if progress:
+        progress.start(tasks, repeat, warmup, chain_calls)
+    results: dict = {}
+    for task in tasks:
+        if task.skip:
+            cell = task.skip
+        else:
+            if progress:
+                progress.begin(task)
+            cell = timing.measure(task.shape, task.name, task.mode, repeat, chain_calls, warmup=warmup,
+                                  tick=progress.tick if progress else None)
+            if progress:
+                progress.end(cell)
+        results.setdefault(task.mode, {}).setdefault(task.shape, {})[task.name] = cell
     return results
 
 
@@ -113,9 +254,16 @@ def table_rows(per_shape, names) -> list[list[str]]:
 
 
 def notes(per_shape, names) -> list[str]:
-    """One line per contender that did not run everywhere: its reason (first seen)."""
+    """One line per contender that did not run everywhere: its reason (first seen); the
+    shapes skipped over the time budget are listed together, each with its estimate."""
     lines = []
     for name in names:
+        over = [f"{estimate.shape_text(shape)} ({row[name].detail})" for shape, row in per_shape.items()
+                if (row[name].unavailable or "").startswith(OVER_BUDGET)]
+        if over:
+            why = next(row[name].unavailable for row in per_shape.values()
+                       if (row[name].unavailable or "").startswith(OVER_BUDGET))
+            lines.append(f"{name}: n/a at {', '.join(over)}: {why.removeprefix('skipped: ')}")
         for shape, row in per_shape.items():
             cell = row[name]
             if cell.mismatch:
@@ -124,9 +272,13 @@ def notes(per_shape, names) -> list[str]:
             if cell.error:
                 lines.append(f"{name}: n/a: failed at {shape}: {cell.error}")
                 break
-            if cell.unavailable:
+            if cell.unavailable and not cell.unavailable.startswith(OVER_BUDGET):
                 lines.append(f"{name}: n/a: {cell.unavailable}")
                 break
+    faster = [estimate.shape_text(shape) for shape, row in per_shape.items()
+              if _w8a8_beats_raw_on_cpu(row)]
+    if faster:
+        lines.append(f"nax-full/NAX below 1 at {', '.join(faster)}: {W8A8_ON_CPU}")
     return lines
 
 
@@ -142,6 +294,17 @@ def kernels(per_shape, names) -> list[str]:
             where = "every shape" if len(shapes) == len(per_shape) else ", ".join(shapes)
             lines.append(f"{name} ran: {text} ({where})")
     return lines
+
+
+W8A8_ON_CPU = ("on the CPU backend w8a8_linear prepares its weight once (packed at its second use as the "
+               "same array) and every later call reuses it, while int8_matmul keeps no state and packs its b "
+               "on every call (and writes int32, not float16); INT8NAX_CPU_PREPARE=0 times W8A8 without it")
+
+
+def _w8a8_beats_raw_on_cpu(row) -> bool:
+    full, raw = row.get("nax-full"), row.get("nax-gemm")
+    return bool(full and raw and full.seconds and raw.seconds and full.seconds < raw.seconds
+                and "backend cpu" in (full.detail or ""))
 
 
 def render(per_shape, names, markdown: bool) -> str:
@@ -235,22 +398,36 @@ def main(args) -> int:
         return kernel_time.main(args)
     profile = None
     if args.shapes:
-        shapes, chosen = args.shapes, "--shapes"
+        shapes = args.shapes
+        chosen = f"{', '.join(map(estimate.shape_text, shapes))} (--shapes)"
     else:
         try:
             profile, why = (args.profile, "--profile") if args.profile else problems.choose_profile()
         except problems.ProfileError as exc:
             print(f"int8nax compare: error: {exc}", file=sys.stderr)
             return 2
-        shapes, chosen = list(problems.profile_shapes(profile)), f"profile {profile} ({why})"
+        shapes = list(problems.profile_shapes(profile))
+        chosen = f"profile {profile}: {', '.join(map(estimate.shape_text, shapes))} ({why})"
     names = args.contenders or DEFAULT_CONTENDERS
     meta = environment()
+    budget = None if args.all else args.budget
     print(f"int8nax compare: backend {meta['backend']} ({meta['backend_reason']}); shapes: {chosen}; "
           f"median of {args.repeat}, ms per call")
-    show = args.progress or (args.progress is None and sys.stderr.isatty())
-    total = len(shapes) * len(names) * len(args.mode)
-    results = run(shapes, names, args.mode, args.repeat, args.chain_calls, Progress(total, sys.stderr, show),
-                  profile)
+    sys.stdout.flush()
+    style = args.progress or ("bar" if sys.stderr.isatty() else "lines")
+    progress = Progress(sys.stderr, style)
+    if budget is not None:
+        progress.say(f"compare: probing {len(names)} contenders at {len(shapes)} shapes for their time per call "
+                     f"here (budget {estimate.seconds_text(budget)} a call; --all skips the probe)")
+    t0 = time.perf_counter()
+    tasks = plan(shapes, names, args.mode, budget, profile, progress.probe)
+    measured = [t for t in tasks if not t.skip]
+    total = sum(t.expected_seconds(args.repeat, 1, args.chain_calls) for t in tasks)
+    skipped = sorted({t.label.split(' ', 1)[1] for t in tasks if t.skip and t.skip.unavailable.startswith(OVER_BUDGET)})
+    progress.say(f"compare: {len(measured)} of {len(tasks)} cells to measure, expected "
+                 f"~{estimate.seconds_text(total)} (probe took {estimate.seconds_text(time.perf_counter() - t0)})"
+                 + (f"; over the budget, skipped: {', '.join(skipped)}" if skipped else ""))
+    results = run(shapes, names, args.mode, args.repeat, args.chain_calls, progress, profile, budget, tasks)
     text = []
     for mode, per_shape in results.items():
         what = {"call": "one call + eval", "chain": f"per call in a chain of {args.chain_calls}, one eval",
@@ -258,11 +435,23 @@ def main(args) -> int:
         text.append(f"\n{'### ' if args.markdown else ''}mode {mode}: {what}\n")
         text.append(render(per_shape, names, args.markdown))
     print("\n".join(text))
+    progress.say(f"compare: done in {estimate.seconds_text(time.perf_counter() - t0)}")
     if args.json:
         meta["command"] = "int8nax compare " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "int8nax compare"
+        meta["budget_s"] = budget
         with open(args.json, "w") as f:
             json.dump(to_json(results, meta), f, indent=1)
     return 1 if failed(results) else 0
+
+
+def _seconds_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
 
 def add_parser(sub) -> None:
@@ -277,12 +466,18 @@ def add_parser(sub) -> None:
     p.add_argument("--mode", type=_modes_arg, default=("call",),
                    help="comma-separated figures: call (one call + eval, the default), chain, host; or kernel "
                         "alone (CUDA kernel time against cuBLASLt, int8nax.bench.kernel_time; it reads --shapes, "
-                        "--w8a8, --budget, --launches, --markdown and --json)")
+                        "--w8a8, --bf16, --time-limit, --launches, --markdown and --json)")
     p.add_argument("--chain-calls", type=_positive_int, default=100, help="calls per chain (modes chain, host; 100)")
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed samples per contender and shape (default 5)")
     p.add_argument("--markdown", action="store_true", help="print markdown tables (paste into an issue)")
     p.add_argument("--json", metavar="FILE", help="also write every cell, with the environment, as JSON")
-    p.add_argument("--progress", action="store_true", default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
+    p.add_argument("--budget", type=_seconds_arg, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help="skip a contender at a shape where one call is expected to take longer than this "
+                        f"here (a short probe first estimates it; default {DEFAULT_BUDGET_S:g})")
+    p.add_argument("--all", action="store_true",
+                   help="no probe and no budget: measure every contender at every shape, however long it takes")
+    p.add_argument("--progress", nargs="?", const="bar", choices=("bar", "lines", "none"),
+                   help="progress on stderr: a bar per timed sample (default on a terminal), a line per "
+                        "cell (default otherwise), or none")
     kernel_time.add_arguments(p)
     p.set_defaults(func=main)

@@ -14,9 +14,11 @@ Settings (benchmarks/gate.json, one entry per asv machine name plus "default"; w
 tools/gate_calibrate.py, which measures false alarms and detection on the machine):
     factor        asv's --factor: the slowdown that counts, derived from the measured noise
     rounds        asv rounds, interleaved between the two commits (each round a new process)
-    repeat        asv's repeat per round: N, or "(min,max,seconds)"
-    bench         the gated benchmarks (asv -b regular expressions, time_ ones only: asv
-                  counts a higher track_ throughput as worse)
+    repeat        asv's repeat per round: N, or "(min,max,seconds)"; the ratio benchmarks
+                  (track_*_ratio, which sample themselves) get it as INT8NAX_RATIO_REPEAT
+    bench         the gated benchmarks (asv -b regular expressions): the ratio benchmarks
+                  (unitless, lower is better) or time_ ones, never the track_*_tops
+                  throughputs (asv counts a higher value as worse)
     threads       BLAS/OpenMP threads in the benchmark processes (OMP/OPENBLAS/MKL/...), and
                   int8nax's CPU engine threads (INT8NAX_CPU_THREADS)
     cpu_affinity  asv's --cpu-affinity for the benchmark processes ("0", "0-1"), or null
@@ -55,6 +57,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 # failed", "Failed to build the project"); --show-stderr prints the benchmark's traceback.
 FAILURE_LINE = re.compile(r"\bfailed\b|Traceback \(most recent call last\)", re.IGNORECASE)
 REGRESSION_MARK = "PERFORMANCE DECREASED"
+RATIO_REPEAT_ENV = "INT8NAX_RATIO_REPEAT"  # read by benchmarks/bench_ratio.py
 MAX_QUOTED_LINES = 20
 
 
@@ -70,7 +73,7 @@ class Settings:
     factor: float = 1.08
     rounds: int = 4
     repeat: str = "(5,50,0.5)"
-    bench: tuple[str, ...] = (r"^bench_ratio\.\w+\.time_",)
+    bench: tuple[str, ...] = (r"^bench_ratio\.\w+\.track_\w+_ratio",)
     threads: int | None = 1
     cpu_affinity: str | None = "1"
     launch: str = "spawn"
@@ -169,8 +172,11 @@ def asv_machine_name(machine: str | None) -> str:
 
 
 def benchmark_env(settings: Settings, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for asv and its benchmark processes: the thread pins laid over it."""
+    """The environment for asv and its benchmark processes: the thread pins laid over it, and
+    the repeat rule of the ratio benchmarks (benchmarks/bench_ratio.py: they take their own
+    samples, so asv's -a repeat does not reach them)."""
     env = dict(os.environ if environ is None else environ)
+    env[RATIO_REPEAT_ENV] = settings.repeat
     if settings.threads is not None:
         env.update({name: str(settings.threads) for name in THREAD_VARIABLES})
     return env

@@ -1,4 +1,4 @@
-"""Numpy emulator of the Metal NAX kernels (kernels/*.metal), for checking them without Apple
+"""Numpy emulator of the Metal NAX kernels (kernels/metal/*.metal), for checking them without Apple
 hardware.
 
 It walks what the kernels walk, with the same constants (imported from tiling, which also
@@ -23,8 +23,10 @@ Two load paths, as in nax_gemm.metal (path="generic" | "mlx_layout"):
   (where the MMA takes each lane's element from): with MLX's layout the result is exact, with
   any other it is wrong, which is why the kernels build this path only after the probe.
 
-Beyond the walk, dequantize_model mirrors the W8A8 epilogue's float32 arithmetic line by line
-(w8a8_gemm.metal) and quantize_model the quantization kernel (quantize_rows.metal).
+emulate_gemv walks the small-M kernel (gemv.metal) the same way. Beyond the walks,
+dequantize_model mirrors the W8A8 epilogue's float32 arithmetic line by line (w8a8_gemm.metal)
+and quantize_model the quantization kernel (quantize_rows.metal), also as a GPU that flushes
+float32 subnormals would run it.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def shuffled_layout(rng: np.random.Generator) -> FragmentLayout:
 
 
 def layout_from_probe(dump: np.ndarray) -> FragmentLayout:
-    """Read the int32 [3, SIMD, 1 + 3 * CAP] dump of kernels/nax_layout.metal (left, right,
+    """Read the int32 [3, SIMD, 1 + 3 * CAP] dump of kernels/metal/nax_layout.metal (left, right,
     destination; per lane: capacity, then (valid, index[0], index[1]) per element)."""
     dump = np.asarray(dump)
     parts = []
@@ -546,25 +548,127 @@ def dequantize_model(acc, sx, sw, bias=None) -> np.ndarray:
         return np.asarray(y, dtype=f32)
 
 
-def quantize_model(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _flushed(x: np.ndarray, flush: bool) -> np.ndarray:
+    """x as an operand or result of a float operation on a GPU that flushes float32 subnormals."""
+    x = np.asarray(x, np.float32)
+    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0) * x, x).astype(np.float32) if flush else x
+
+
+def _bit_width(n: int) -> int:
+    return int(n).bit_length()
+
+
+def quantize_model(x32: np.ndarray, flush_subnormals: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """quantize_rows.metal on float32 [R, K]: (int8 codes, float32 scales, int [R, K] how many
     times each code was written), with the kernel's thread partition (thread t of QT takes
-    k = t, t + QT, ...)."""
+    k = t, t + QT, ...) and its arithmetic: absmax on the magnitude bits, small scales as an
+    integer quotient, rows below 2^-TINY scaled from their bits. flush_subnormals: every float
+    operation reads and writes subnormals as zero, as a flushing GPU would (moves and bit casts
+    do not)."""
     f32 = np.float32
+    x32 = np.ascontiguousarray(x32, dtype=f32)
     rows, k_len = x32.shape
-    qt = tiling.metal_quant_dispatch(rows).threadgroup[0]
+    d = tiling.metal_quant_dispatch(rows)
+    qt, tiny_shift = d.threadgroup[0], dict(d.template)["TINY"]
     writes = np.zeros((rows, k_len), dtype=np.int64)
     for t in range(min(qt, k_len)):
         writes[:, t::qt] += 1
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(x32).all(axis=1)
-        amax = np.fmax.reduce(np.abs(x32), axis=1, initial=f32(0)).astype(f32)  # max() skips NaN
-        scale = (amax / f32(QMAX)).astype(f32)
-        scale[scale == 0] = 1
-        # A subnormal scale: x and s scaled up by 1/FLT_MIN first (exact), as the kernel does.
-        up = np.where(scale < np.finfo(f32).tiny, f32(1) / np.finfo(f32).tiny, f32(1)).astype(f32)
-        inv = (f32(1) / (scale * up)).astype(f32)
-        codes = np.clip(round_half_away((x32 * up[:, None] * inv[:, None]).astype(f32)), -QMAX, QMAX)
+    inf_bits = np.uint32(_EXP_MASK << _FRACTION_BITS)
+    mag_mask = inf_bits | np.uint32((1 << _FRACTION_BITS) - 1)
+    bits = x32.view(np.uint32)
+    mag = bits & mag_mask
+    bad = (mag >= inf_bits).any(axis=1)
+    amax = mag.max(axis=1, initial=np.uint32(0))
+
+    def pow2_bits(k):
+        return np.uint32((k + _BIAS) << _FRACTION_BITS)
+
+    def decode_bits(b):
+        biased = (b >> np.uint32(_FRACTION_BITS)) & np.uint32(_EXP_MASK)
+        sig = (b & np.uint32((1 << _FRACTION_BITS) - 1)) | np.where(biased != 0, np.uint32(1 << _FRACTION_BITS), 0)
+        e = np.where(biased != 0, biased.astype(np.int64), 1) - _BIAS - _FRACTION_BITS
+        sign = np.where(b & ~mag_mask != 0, -1, 1)
+        return (sign * sig.astype(np.int64)), e
+
+    subnormal_exp = _MIN_EXP - _FRACTION_BITS
+    small = amax < pow2_bits(_MIN_EXP + _bit_width(QMAX))
+    m, e = decode_bits(amax)
+    numer = np.where(small, m << np.clip(e - subnormal_exp, 0, 62), 0)
+    q, rest = numer // QMAX, numer % QMAX
+    up = (2 * rest > QMAX) | ((2 * rest == QMAX) & (q % 2 == 1))
+    small_bits = (q + up).astype(np.uint32)
+    with np.errstate(all="ignore"):
+        big = (amax.view(f32) / f32(QMAX)).astype(f32)  # normal operands and result
+    scale_bits = np.where(small, small_bits, big.view(np.uint32))
+    scale_bits = np.where(scale_bits == 0, f32(1).view(np.uint32), scale_bits).astype(np.uint32)
+    tiny = amax < pow2_bits(-tiny_shift)
+
+    def scaled_up(b, k):
+        mm, ee = decode_bits(b)
+        with np.errstate(all="ignore"):  # rows that are not tiny: computed, then not taken
+            return (mm.astype(f32) * _pow2(ee + k)).astype(f32)  # exact for tiny rows
+
+    scale_up = np.where(tiny, scaled_up(scale_bits, tiny_shift), scale_bits.view(f32)).astype(f32)
+    with np.errstate(all="ignore"):
+        inv = (f32(1) / scale_up).astype(f32)
+        v = np.where(tiny[:, None], scaled_up(bits, tiny_shift), _flushed(x32, flush_subnormals))
+        prod = _flushed((v * inv[:, None]).astype(f32), flush_subnormals)
+        codes = np.clip(round_half_away(prod), -QMAX, QMAX)
     codes[bad] = 0
+    scale = scale_bits.view(f32).copy()
     scale[bad] = np.nan
     return codes.astype(np.int8), scale, writes
+
+
+# ---------------------------------------------------------------------------------------------
+# The small-M kernel (gemv.metal)
+# ---------------------------------------------------------------------------------------------
+
+
+def emulate_gemv(a, b, epilogue=None) -> GemmWalk:
+    """Emulate gemv.metal's launch (tiling.metal_gemv_dispatch) for a int8 [M, K], b int8 [N, K]:
+    per simdgroup, each lane's ROW_PIECE-byte pieces at k = lane * ROW_PIECE + step * SIMD *
+    ROW_PIECE, masked to m < M, n < N and k < K, exact int sums per lane, then the simdgroup's
+    sum handed to the epilogue by lane r * MV_MAX_M + m. Counts every element load (A once per
+    simdgroup, B once) and every store."""
+    a = np.ascontiguousarray(a, dtype=np.int8)
+    b = np.ascontiguousarray(b, dtype=np.int8)
+    m_rows, k_len = a.shape
+    n_cols = b.shape[0]
+    d = tiling.metal_gemv_dispatch(m_rows, n_cols, k_len)
+    t = dict(d.template)
+    rows, sgs, max_m, piece = t["MV_ROWS"], t["MV_SG"], t["MV_MAX_M"], t["ROW_PIECE"]
+    if rows * max_m > SIMD:
+        raise AssertionError("one lane per output element of a simdgroup")
+    walk = GemmWalk(out=np.zeros((m_rows, n_cols), dtype=np.float64 if epilogue else np.int64),
+                    writes=np.zeros((m_rows, n_cols), dtype=np.int32))
+    a_flat, b_flat = a.reshape(-1).astype(np.int64), b.reshape(-1).astype(np.int64)
+    lane = np.arange(SIMD)
+    k0 = lane[None, :] * piece + np.arange(0, max(k_len, 1), SIMD * piece)[:, None]  # [steps, SIMD]
+    cols = k0[..., None] + np.arange(piece)  # [steps, SIMD, piece]
+    k_ok = cols < k_len
+    for tg in range(d.grid[0] // d.threadgroup[0]):
+        for sg in range(sgs):
+            n0 = (tg * sgs + sg) * rows
+            if n0 >= n_cols:
+                continue  # the whole simdgroup leaves; no barrier to meet
+            m = np.arange(max_m)
+            a_ok = (m < m_rows)[:, None, None, None] & k_ok[None]
+            a_addr = np.minimum(m, m_rows - 1)[:, None, None, None] * k_len + cols[None]
+            n = n0 + np.arange(rows)
+            b_ok = (n < n_cols)[:, None, None, None] & k_ok[None]
+            b_addr = np.minimum(n, n_cols - 1)[:, None, None, None] * k_len + cols[None]
+            for which, ok, addr, flat in (("a", a_ok, a_addr, a_flat), ("b", b_ok, b_addr, b_flat)):
+                walk.loads[which] += int(ok.sum())
+                walk.out_of_bounds[which] += int((ok & ((addr < 0) | (addr >= flat.size))).sum())
+            av = np.where(a_ok, a_flat[np.where(a_ok, a_addr, 0)], 0)  # [max_m, steps, SIMD, piece]
+            bv = np.where(b_ok, b_flat[np.where(b_ok, b_addr, 0)], 0)  # [rows, steps, SIMD, piece]
+            per_lane = np.einsum("mslp,rslp->mrl", av, bv)  # exact int64 lane sums
+            walk.max_abs_acc = max(walk.max_abs_acc, int(np.abs(per_lane).max(initial=0)))
+            total = per_lane.sum(axis=-1)  # simd_sum
+            mm, rr = np.meshgrid(np.arange(max_m), np.arange(rows), indexing="ij")
+            keep = (mm < m_rows) & (n0 + rr < n_cols)
+            mm, nn, vals = mm[keep], (n0 + rr)[keep], total[keep]
+            np.add.at(walk.writes, (mm, nn), 1)
+            walk.out[mm, nn] = epilogue(mm, nn, vals) if epilogue else vals
+    return walk

@@ -13,16 +13,28 @@ differ, it says so:
   unfreeze(), on the layer or on any module above it, leaves them frozen. `bias` is frozen at
   construction, like nn.QuantizedLinear's, and can be unfrozen for bias fine-tuning.
 - Gradients with respect to the layer's input are straight-through (int8nax.w8a8_linear).
+
+Sibling layers. Where several layers take the same input (an attention block's q/k/v
+projections, an MLP's gate/up), quantize_linears joins them in a SiblingGroup: the first
+sibling called with an input computes one W8A8 GEMM over the siblings' concatenated weights
+(the input quantized once, one larger N), and each sibling returns its columns of it. Every
+output element has the same bits as the sibling's own call would give (the dequantization is
+a function of each element's int32 sum, its row's and its column's scales and its bias). The
+model's code and its module tree are unchanged: each sibling keeps its own weight, scales and
+bias (same keys and shapes for parameters(), save_weights and load_weights), as views of the
+group's concatenated arrays.
 """
 
 from __future__ import annotations
+
+import threading
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_map_with_path
 
 from ._checks import check_backend, dtype_name
-from .api import quantize_weight_int8, w8a8_linear
+from .api import _may_skip_custom, quantize_weight_int8, w8a8_linear
 
 _ALWAYS_FROZEN = frozenset({"weight", "scales"})
 
@@ -85,6 +97,8 @@ class W8A8Linear(nn.Module):
         if bias:
             self.bias = mx.zeros((output_dims,), dtype=mx.float32)
         self._backend = backend
+        self._group = None  # the SiblingGroup this layer belongs to (quantize_linears), if any
+        self._index = 0  # its place in the group
         self.freeze()  # like nn.QuantizedLinear: nothing trainable until unfrozen
 
     def __setitem__(self, key, value):
@@ -105,6 +119,9 @@ class W8A8Linear(nn.Module):
                 return  # a cast of the float32 scales (Module.set_dtype): keep them exact
             value = value.astype(mx.float32)  # any other float scales: widened, exactly
         super().__setitem__(key, value)
+        group = getattr(self, "_group", None)
+        if group is not None:
+            group.replaced()
 
     @property
     def input_dims(self) -> int:
@@ -139,15 +156,223 @@ class W8A8Linear(nn.Module):
                 f"W8A8Linear: input must have last dimension input_dims = {self.input_dims}, "
                 f"got shape {tuple(shape)}"
             )
+        if self._group is not None:
+            return self._group.output(self._index, x)
         return w8a8_linear(x, self.weight, self.scales, self.get("bias"), backend=self._backend)
 
 
-def quantize_linears(model: nn.Module, backend: str | None = None, predicate=None) -> int:
+SIBLINGS = (
+    ("q_proj", "k_proj", "v_proj"),
+    ("gate_proj", "up_proj"),
+    ("wq", "wk", "wv"),
+    ("w1", "w3"),
+    ("query", "key", "value"),
+    ("to_q", "to_k", "to_v"),
+)
+"""Names of child layers that take one input in the usual model code (mlx-lm's Llama, Qwen2,
+Qwen3, Mistral...: q/k/v and gate/up; the original Llama's wq/wk/wv and w1/w3; BERT-style
+query/key/value; diffusers' to_q/to_k/to_v): quantize_linears' default `fuse`."""
+
+MISSES_TO_SPLIT = 2
+"""A group stops fusing once its fused result was left unused by a sibling this many times,
+more often than it was used (its layers then do not share their input in this model)."""
+
+
+class _Fused:
+    """A group's concatenated arrays and the member arrays they were made of."""
+
+    __slots__ = ("sources", "weight", "scales", "bias")
+
+    def __init__(self, sources, weight, scales, bias):
+        self.sources, self.weight, self.scales, self.bias = sources, weight, scales, bias
+
+
+class _Pending:
+    """One thread's fused result of input x, waiting for the siblings in `waiting`; version: the
+    group's when it was computed."""
+
+    __slots__ = ("x", "version", "outputs", "waiting")
+
+    def __init__(self, x, version, outputs, waiting):
+        self.x, self.version, self.outputs, self.waiting = x, version, outputs, waiting
+
+
+class SiblingGroup:
+    """W8A8Linear layers of one input width, bias or not alike, and one backend, that a model
+    calls with the same input: one W8A8 GEMM over their concatenated weights serves them all.
+
+    A sibling called with an input x (the same Python object, an mx.array or a tracer of
+    mx.compile/mx.grad) that the group's last fused call in this thread had, and whose columns
+    it has not yet taken, gets them; any other call runs the fused GEMM on its x and leaves the
+    other siblings' columns waiting (per thread: concurrent callers never share a result).
+    So a sibling called with its own input is still right, only slower; a group whose fused
+    results keep going unused (MISSES_TO_SPLIT) runs each layer alone from then on.
+
+    The concatenated arrays follow the members' parameters: when a member's weight, scales or
+    bias is replaced (load_weights, update, set_dtype, an optimizer step), the next call
+    concatenates them anew; outside any transformation it also makes the members' weight and
+    scales views of the new arrays again (one copy of the weights in memory).
+    """
+
+    version = 0  # bumped whenever a member's parameter is replaced (also while a copy is assembled)
+
+    def __init__(self, members, backend=None):
+        self.members = tuple(members)
+        self.backend = backend
+        widths = [m.output_dims for m in self.members]
+        self.bounds = [sum(widths[: i + 1]) for i in range(len(widths) - 1)]
+        self.has_bias = "bias" in self.members[0]
+        self.shared = True
+        self.version = 0
+        self._hits = 0
+        self._misses = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._fused = self._build(self._sources(), share=True)
+        for i, m in enumerate(self.members):
+            m._group, m._index = self, i
+
+    def __getstate__(self):  # copy.deepcopy, pickle: a fresh lock and no waiting results
+        state = self.__dict__.copy()
+        del state["_lock"], state["_local"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _sources(self) -> tuple:
+        return tuple(a for m in self.members for a in (m.weight, m.scales, m.get("bias")))
+
+    def _build(self, sources, share: bool) -> _Fused:
+        """The concatenated arrays of `sources`; share: evaluate them and make the members'
+        weight and scales views of them (only where nothing is traced)."""
+        weights, scales, biases = sources[0::3], sources[1::3], sources[2::3]
+        w = mx.concatenate(weights, axis=0)
+        s = mx.concatenate(scales, axis=0)
+        # float32 holds every float16/bfloat16/float32 bias value exactly
+        b = mx.concatenate([v.astype(mx.float32) for v in biases], axis=0) if self.has_bias else None
+        if not share:
+            return _Fused(sources, w, s, b)
+        mx.eval(w, s) if b is None else mx.eval(w, s, b)
+        lo = 0
+        for m, n in zip(self.members, [m.output_dims for m in self.members]):
+            m.weight, m.scales = w[lo:lo + n], s[lo:lo + n]
+            lo += n
+        views = [a for m in self.members for a in (m.weight, m.scales)]
+        mx.eval(*views)  # a slice of an evaluated array shares its memory
+        return _Fused(self._sources(), w, s, b)
+
+    def _current(self) -> _Fused:
+        """The fused arrays of the members' present parameters (rebuilt if one was replaced: by
+        identity, which also sees the replacements that bypass __setitem__, such as mx.compile's
+        of its captured state)."""
+        fused = self._fused
+        src = fused.sources
+        get = dict.get
+        i = 0
+        for m in self.members:
+            if get(m, "weight") is not src[i] or get(m, "scales") is not src[i + 1] or get(m, "bias") is not src[i + 2]:
+                break
+            i += 3
+        else:
+            return fused
+        with self._lock:
+            sources = self._sources()
+            fused = self._fused
+            if any(a is not b for a, b in zip(sources, fused.sources)):
+                fused = self._build(sources, share=_may_skip_custom(*(a for a in sources if a is not None)))
+                self._fused = fused
+                self.version += 1
+            return fused
+
+    def replaced(self) -> None:
+        """A member's parameter was replaced (W8A8Linear.__setitem__): waiting results are stale."""
+        self.version += 1
+
+    def output(self, index: int, x):
+        """Member `index`'s y for input x (W8A8Linear.__call__ checked x's width). A sibling takes
+        a waiting result without re-checking the parameters (the call that computed it did, and
+        replacing one since then changed `version`)."""
+        if not self.shared:
+            m = self.members[index]
+            return w8a8_linear(x, m.weight, m.scales, m.get("bias"), backend=self.backend)
+        local = self._local
+        pending = getattr(local, "pending", None)
+        if pending is not None:
+            waiting = pending.waiting
+            if pending.x is x and index in waiting and pending.version == self.version:
+                waiting.discard(index)
+                if not waiting:
+                    local.pending = None
+                self._hits += 1
+                return pending.outputs[index]
+            if waiting:
+                self._misses += 1  # a fused result some siblings never took
+                if self._misses >= MISSES_TO_SPLIT and self._misses > self._hits:
+                    self.shared = False
+                    local.pending = None
+                    return self.output(index, x)
+        fused = self._current()
+        y = w8a8_linear(x, fused.weight, fused.scales, fused.bias, backend=self.backend)
+        outputs = mx.split(y, self.bounds, axis=-1)
+        waiting = set(range(len(self.members)))
+        waiting.discard(index)
+        local.pending = _Pending(x, self.version, outputs, waiting)
+        return outputs[index]
+
+
+def _sibling_sets(fuse, func: str):
+    if fuse is True:
+        return SIBLINGS
+    if fuse is False or fuse is None:
+        return ()
+    sets = None
+    if not isinstance(fuse, (str, bytes)):
+        try:
+            sets = tuple(fuse)
+        except TypeError:
+            pass
+    if sets is None or not all(
+            isinstance(names, (tuple, list)) and names and all(isinstance(n, str) for n in names) for names in sets):
+        raise TypeError(
+            f"{func}: 'fuse' must be True, False or a sequence of tuples of child names such as "
+            f"[('q_proj', 'k_proj', 'v_proj')], got {fuse!r}")
+    return sets
+
+
+def group_siblings(model: nn.Module, fuse=True, layers=None) -> list[SiblingGroup]:
+    """Join the W8A8Linear children of each module of `model` named in one of `fuse`'s name
+    tuples (SIBLINGS by default) into SiblingGroups, where they agree in input width, bias and
+    backend; layers: only these (by identity). Returns the new groups."""
+    sets = _sibling_sets(fuse, "group_siblings")
+    groups = []
+    for _, module in model.named_modules():
+        for names in sets:
+            found = [module[name] for name in names if name in module]
+            found = [m for m in found if isinstance(m, W8A8Linear) and m._group is None
+                     and (layers is None or id(m) in layers)]
+            kinds: dict = {}
+            for m in found:
+                kinds.setdefault((m.input_dims, "bias" in m, m._backend), []).append(m)
+            for (_, _, backend), members in kinds.items():
+                if len(members) > 1:
+                    groups.append(SiblingGroup(members, backend))
+    return groups
+
+
+def quantize_linears(model: nn.Module, backend: str | None = None, predicate=None, fuse=True) -> int:
     """Replace every nn.Linear in `model` (in place) by a W8A8Linear; returns how many.
 
     predicate(path, module) -> bool narrows the choice (e.g. skip an lm_head). A layer that
     cannot be quantized (NaN/inf or out-of-range weights) raises a ValueError naming its
     path in the model; the model is then left unchanged.
+
+    fuse: True (default: the child names of SIBLINGS), a sequence of tuples of child names, or
+    False. Layers so named under one module that agree in input width, bias and backend become
+    a SiblingGroup: called with one input, they quantize it once and run one GEMM (see the
+    module docstring); the module tree, its parameter keys and shapes are unchanged.
     """
     func = "quantize_linears"
     if not isinstance(model, nn.Module):
@@ -155,7 +380,9 @@ def quantize_linears(model: nn.Module, backend: str | None = None, predicate=Non
     if predicate is not None and not callable(predicate):
         raise TypeError(f"{func}: 'predicate' must be callable (path, module) -> bool, got {type(predicate).__name__}")
     check_backend(backend, func)
+    sibling_sets = _sibling_sets(fuse, func)
     count = 0
+    made = set()
 
     def swap(path, module):
         nonlocal count
@@ -165,6 +392,7 @@ def quantize_linears(model: nn.Module, backend: str | None = None, predicate=Non
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"{func}: layer '{path}': {exc}") from exc
             count += 1
+            made.add(id(layer))
             return layer
         return module
 
@@ -173,4 +401,6 @@ def quantize_linears(model: nn.Module, backend: str | None = None, predicate=Non
         lambda path, m: swap(path, m), leaves, is_leaf=lambda m: isinstance(m, nn.Module)
     )
     model.update_modules(replaced)
+    if sibling_sets:
+        group_siblings(model, sibling_sets, made)
     return count

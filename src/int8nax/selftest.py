@@ -1,6 +1,7 @@
 """`int8nax selftest`: the report an M5 owner runs first and pastes into an issue.
 
-Exactness over a shape grid (M, K, N each in 1, 7, 33, 513, 4097 by default) through the
+Exactness over a shape grid (M, K, N each in 1, 7, 33, 513, 4097 on a GPU backend; to 2049
+and three timing shapes on the CPU backend, so that it takes a minute or two there) through the
 checks of int8nax.exactness, the int8 cooperative-tensor layout (Metal), and timings of
 int8nax next to cider through the measuring layer (int8nax.bench: every output checked before
 it is timed), printed as markdown.
@@ -17,7 +18,8 @@ import mlx.core as mx
 import numpy as np
 
 from . import quant
-from .bench import host, timing
+from .bench import estimate, host, timing
+from .bench.peers import Unavailable
 from .exactness import DTYPES, check_int8_matmul, check_quantize, check_w8a8, special_rows
 
 # ---------------------------------------------------------------------------------------------
@@ -29,6 +31,36 @@ QUICK_SIZES = (1, 7, 33)
 TIMING_SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096), (512, 4096, 4096),
                  (2048, 4096, 4096), (512, 3584, 18944)]
 QUICK_TIMING_SHAPES = [(33, 513, 257)]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The shapes a selftest checks (every (M, K, N) from `sizes`) and times."""
+
+    name: str
+    sizes: tuple[int, ...]
+    timing_shapes: tuple
+    about: str
+
+
+GRIDS = {
+    "full": Grid("full", DEFAULT_SIZES, tuple(TIMING_SHAPES),
+                 "every size to 4097 and the seed's timing shapes (a GPU's grid: an hour or more on a small CPU)"),
+    "cpu": Grid("cpu", (1, 7, 33, 513, 2049), ((16, 4096, 4096), (512, 4096, 4096), (128, 3584, 18944)),
+                "sizes to 2049 and three timing shapes: a minute or two on a 2-core CPU"),
+    "quick": Grid("quick", QUICK_SIZES, tuple(QUICK_TIMING_SHAPES), "sizes 1, 7, 33 and one small timing shape"),
+}
+
+
+def choose_grid(requested: str, backend: str) -> tuple[Grid, str]:
+    """(grid, why): `requested` unless it is "auto"; auto takes "cpu" for the CPU backend (its
+    exact GEMM runs at ~0.1-0.5 TOPS on 2 cores, and MLX's float baselines far slower) and
+    "full" for a GPU backend."""
+    if requested != "auto":
+        return GRIDS[requested], f"--grid {requested}"
+    if backend == "cpu":
+        return GRIDS["cpu"], "the CPU backend is under test; --grid full runs the GPU grid"
+    return GRIDS["full"], f"the backend under test is {backend}"
 
 
 @dataclass
@@ -95,15 +127,33 @@ TIMED = (("int8nax int8_matmul", "nax-gemm"), ("cider int8_matmul_int32", "cider
 """(column, contender): each output is checked (int8nax.bench.checks) before it is timed."""
 
 
-def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[str], list[str]]:
+def timing_table(backend: str, shapes, warmup: int, repeat: int, budget: float | None = 1.0,
+                 log=None) -> tuple[list[str], list[str]]:
     """Markdown rows of median ms (and TOPS) per call + mx.eval, and the notes: why a cell is
-    n/a, or MISMATCH with the reason (a wrong output is never timed)."""
+    n/a, or MISMATCH with the reason (a wrong output is never timed). A contender whose call
+    is expected to take more than `budget` seconds here (int8nax.bench.estimate; None: no
+    limit) is n/a with its estimate, so that the report takes minutes, not hours."""
     columns = [title for title, _ in TIMED]
     lines = ["| M, K, N | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     notes: dict[str, str] = {}
+    over: dict[str, list[str]] = {}
     for shape in shapes:
         cells = []
         for title, name in TIMED:
+            if log:
+                log(f"timing {name} at {estimate.shape_text(shape)}")
+            guess = None
+            if budget is not None:
+                try:
+                    guess = estimate.expected_seconds(name, shape, backend)
+                except Unavailable as exc:
+                    cells.append("n/a")
+                    notes.setdefault(title, f"n/a at {shape}: {exc}")
+                    continue
+            if guess and guess.seconds > budget:
+                cells.append("n/a")
+                over.setdefault(title, []).append(f"{estimate.shape_text(shape)} ({guess.text()})")
+                continue
             cell = timing.measure(shape, name, "call", repeat, backend=backend, warmup=warmup)
             if cell.seconds is not None:
                 cells.append(f"{cell.seconds * 1e3:.3f} ms ({timing.tops(shape, cell.seconds):.3g} TOPS)")
@@ -113,11 +163,45 @@ def timing_table(backend: str, shapes, warmup: int, repeat: int) -> tuple[list[s
                 why = cell.mismatch or cell.error or cell.unavailable
                 notes.setdefault(title, f"{cell.text()} at {shape}: {why}")
         lines.append(f"| {', '.join(map(str, shape))} | " + " | ".join(cells) + " |")
+    for title, where in over.items():
+        notes[f"{title} skipped"] = (f"n/a at {', '.join(where)}: expected time per call here over the budget of "
+                                     f"{estimate.seconds_text(budget)} (--budget SECONDS or --all times it)")
     return lines, [f"{k}: {v}" for k, v in notes.items()]
 
 
+class Progress:
+    """Where the selftest is, on stderr: one line per stage and every `every` shapes of the
+    exactness grid (each shape with --verbose); on a terminal the shape counter is redrawn."""
+
+    def __init__(self, stream, verbose: bool = False, every: int = 25):
+        self.stream, self.verbose, self.every = stream, verbose, every
+        self.tty = stream.isatty() and not verbose
+        self.count, self.stage_name = 0, ""
+
+    def __call__(self, message: str) -> None:
+        stage = message.split(" ", 1)[0]
+        if stage != self.stage_name:
+            self.stage_name, self.count = stage, 0
+            self._line(f"selftest: {'exactness grid' if stage != 'timing' else 'timings'} ...")
+        self.count += 1
+        if self.verbose:
+            self._line(f"selftest: {message}")
+        elif self.tty:
+            self.stream.write(f"\rselftest: {self.count} done, now {message:50.50s}")
+            self.stream.flush()
+        elif self.count % self.every == 0 or stage == "timing":
+            self._line(f"selftest: {self.count} done, now {message}")
+
+    def _line(self, text: str) -> None:
+        if self.tty:
+            self.stream.write("\r" + " " * 90 + "\r")
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
 def collect(backend: str, sizes, timing_shapes, warmup: int, repeat: int,
-            layout_out: str | None = None, progress=None) -> dict:
+            layout_out: str | None = None, progress=None, grid: dict | None = None,
+            budget: float | None = 1.0) -> dict:
     """Everything the report says, as plain data (the --json output); `exit` is the status:
     0 all exact, 1 a check failed, 2 backend unavailable."""
     from . import backends
@@ -129,6 +213,8 @@ def collect(backend: str, sizes, timing_shapes, warmup: int, repeat: int,
     if name == "auto":
         name, _ = backends.choose(None)
     report["under_test"] = name
+    if grid:
+        report["grid"] = grid
     if name == "metal":  # even when NAX was refused: the variants' reports say why
         report["metal"] = metal_section(sizes, layout_out, progress)
     probe = backends.probe(name)
@@ -140,7 +226,7 @@ def collect(backend: str, sizes, timing_shapes, warmup: int, repeat: int,
         tallies = exactness_grid(api_callables(name), sizes, log=progress)
     report["exactness"] = {"sizes": list(sizes), "checks": [vars(t) for t in tallies]}
     if timing_shapes:
-        lines, timing_notes = timing_table(name, timing_shapes, warmup, repeat)
+        lines, timing_notes = timing_table(name, timing_shapes, warmup, repeat, budget, progress)
         report["timings"] = {"method": f"median of {repeat} after {warmup} warm-up calls, call + mx.eval, "
                                        "each output checked first, TOPS = 2MNK / time",
                              "table": lines, "notes": timing_notes}
@@ -155,7 +241,7 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
     the hardware verdict, the layout probe, the variant chosen and why (with each self-test's
     failures), then per variant (both load paths x both relaxed_precision values) whether each
     kernel built (the compiler's message if not) and exactness over the shape grid."""
-    from .backends import metal
+    from .backends import metal, metal_source
 
     backend = metal.BACKEND
     hardware = backend.hardware()
@@ -177,6 +263,8 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
             section["layout"]["dump_file"] = layout_out
     section["selection"] = {"variant": selection.variant.name if selection.variant else None,
                             "reason": selection.reason, "self_tests": dict(selection.self_tests)}
+    backend.kernels.time_builds = True  # the builds below are timed too (first launch + eval)
+    section["subnormals"] = metal.probe_subnormals(backend.kernels)
     section["variants"] = []
     for variant in metal.variants():
         ops = backend.variant_ops(variant)
@@ -188,6 +276,8 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
                                          sizes, log=progress)
             entry["exactness"] = [vars(t) for t in tallies]
         section["variants"].append(entry)
+    section["builds"] = [{"build": inst.label(), "seconds": seconds} for inst, seconds in backend.kernels.builds()]
+    section["build_bound"] = len(metal_source.instantiations())
     return section
 
 
@@ -203,6 +293,9 @@ def render_metal(section: dict) -> list[str]:
                                                                     else " (full dump: --layout-out FILE.npy)"))
     sel = section["selection"]
     lines.append(f"- variant serving this process: **{sel['variant'] or 'none (NAX refused)'}**: {sel['reason']}")
+    sub = section.get("subnormals", {})
+    lines.append(f"- float32 subnormals: {sub.get('summary', 'not probed')}"
+                 + "".join(f"; {op}: {v}" for op, v in sub.items() if op != "summary" and v != "kept"))
     lines += ["", "| variant | kernels built | int8_matmul failed | quantize failed | w8a8 failed | first failure |",
               "|---|---|---|---|---|---|"]
     for v in section["variants"]:
@@ -214,6 +307,14 @@ def render_metal(section: dict) -> list[str]:
         else:
             fails, first = ["not run"] * 3, "; ".join(f"{k}: {e}" for k, e in errors.items())
         lines.append(f"| {v['name']} | {built} | {' | '.join(fails)} | {first} |")
+    builds = section.get("builds", [])
+    if builds:
+        lines += ["", f"Metal library builds in this process: {len(builds)} (the runtime can build at most "
+                  f"{section['build_bound']} for shapes of 8+ elements per input; first launch + eval, seconds):", "",
+                  "| build | seconds |", "|---|---|"]
+        for b in builds:
+            seconds = "-" if b["seconds"] is None else f"{b['seconds']:.3f}"
+            lines.append(f"| `{b['build']}` | {seconds} |")
     return lines + [""]
 
 
@@ -232,7 +333,11 @@ def render_markdown(report: dict) -> str:
         lines.append(f"\n**{label} unavailable here: {report['unavailable']}.** Nothing was run. "
                      "(`int8nax selftest --backend cpu` exercises the command on any machine.)")
         return "\n".join(lines)
-    lines.append(f"- under test: **{name}** (exactness and timings below go through the public API)\n")
+    lines.append(f"- under test: **{name}** (exactness and timings below go through the public API)")
+    if "grid" in report:
+        g = report["grid"]
+        lines.append(f"- grid: **{g['name']}** ({g['why']}): {g['about']}")
+    lines.append("")
     ex = report["exactness"]
     lines += [f"### Exactness (sizes {', '.join(map(str, ex['sizes']))} in M, K, N)\n",
               "| check | shapes | failed | first failure |", "|---|---|---|---|"]
@@ -247,22 +352,32 @@ def render_markdown(report: dict) -> str:
 
 
 def run_selftest(backend: str, sizes, timing_shapes, warmup: int, repeat: int, out=print,
-                 layout_out: str | None = None, progress=None, as_json: bool = False) -> int:
+                 layout_out: str | None = None, progress=None, as_json: bool = False,
+                 grid: dict | None = None, budget: float | None = 1.0) -> int:
     """Print the report (markdown, or JSON); returns the exit status (see collect)."""
-    report = collect(backend, sizes, timing_shapes, warmup, repeat, layout_out, progress)
+    report = collect(backend, sizes, timing_shapes, warmup, repeat, layout_out, progress, grid, budget)
     out(json.dumps(report, indent=1) if as_json else render_markdown(report))
     return report["exit"]
 
 
 def main(args) -> int:
-    if args.sizes:
-        sizes = args.sizes
-    else:
-        sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
-    if args.no_timing:
-        shapes = []
-    else:
-        shapes = QUICK_TIMING_SHAPES if args.quick else TIMING_SHAPES
-    progress = (lambda msg: print(msg, file=sys.stderr)) if args.verbose else None
+    from . import backends
+
+    name = args.backend
+    if name == "auto":
+        try:
+            name, _ = backends.choose(None)
+        except (RuntimeError, ValueError):
+            name = "auto"  # collect() reports why
+    grid, why = choose_grid("quick" if args.quick else args.grid, name)
+    sizes = args.sizes or grid.sizes
+    shapes = [] if args.no_timing else list(grid.timing_shapes)
+    about = grid.about if not args.sizes else f"sizes {', '.join(map(str, sizes))} (--sizes)"
+    chosen = {"name": grid.name, "why": why, "about": about, "sizes": list(sizes),
+              "timing_shapes": [list(s) for s in shapes]}
+    progress = Progress(sys.stderr, verbose=args.verbose) if not args.quiet else None
+    if progress:
+        progress._line(f"selftest: backend {name}, grid {grid.name} ({why}): {about}")
     return run_selftest(args.backend, sizes, shapes, args.warmup, args.repeat,
-                        layout_out=args.layout_out, progress=progress, as_json=args.json)
+                        layout_out=args.layout_out, progress=progress, as_json=args.json, grid=chosen,
+                        budget=None if args.all else args.budget)

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import site_models
 from .bench import contenders as bench_contenders
 from .bench import machines as machine_ceilings
 from .bench import problems, timing
@@ -89,12 +90,17 @@ A benchmark of an unknown stem still shows, under its stem, without a roofline."
 
 _BENCH = re.compile(r"^(?P<prefix>.+)\.time_(?P<stem>\w+?)(?P<chain>_chain)?$")
 
+RATIO_BENCH = re.compile(r"^bench_ratio\.\w+\.track_(?P<stem>\w+)_ratio$")
+"""The regression gate's ratio benchmarks: int8nax's time over a reference's at the same shape,
+unitless (benchmarks/bench_ratio.py). The page shows them apart from the contenders' times."""
+
 _KERNEL = re.compile(r"^(?P<prefix>.+)\.track_(?P<stem>\w+)_kernel$")
 """The kernel records (benchmarks/bench_kernel.py): per shape, contenders.kernel_id of what ran."""
 
-NOT_CONTENDERS = ("bench_ratio.",)
+NOT_CONTENDERS = ("bench_ratio.", "bench_model.")
 """Benchmark modules whose time_ values are not times of a contender: the regression gate's
-ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py)."""
+ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py); the
+model benchmarks (benchmarks/bench_model.py) have their own section (int8nax.site_models)."""
 
 
 class SiteError(Exception):
@@ -123,6 +129,7 @@ class ResultFile:
     env: str
     started: int
     values: dict[str, dict[str, Value]]  # benchmark -> parameter repr -> Value
+    ratios: dict[str, dict[str, Value]] = field(default_factory=dict)  # ratio benchmark -> parameter -> Value
     kernels: dict[str, dict[str, int]] = field(default_factory=dict)  # stem -> parameter repr -> kernel id
 
 
@@ -145,8 +152,9 @@ def read_result_file(path: Path) -> ResultFile:
         raise SiteError(f"{path}: not an asv result file ({type(exc).__name__}: {exc})") from None
     i_started = columns.index("started_at") if "started_at" in columns else None
     values: dict[str, dict[str, Value]] = {}
-    kernels: dict[str, dict[str, int]] = {}
     started = 0
+    ratios: dict[str, dict[str, Value]] = {}
+    kernels: dict[str, dict[str, int]] = {}
     for bench, entry in data.get("results", {}).items():
         kernel = _KERNEL.match(bench)
         if kernel and entry[i_params]:
@@ -155,7 +163,8 @@ def read_result_file(path: Path) -> ResultFile:
             kernels[kernel.group("stem")] = {c: int(r) for c, r in zip(combos, result)
                                              if isinstance(r, (int, float)) and math.isfinite(r)}
             continue
-        if not _BENCH.match(bench) or bench.startswith(NOT_CONTENDERS):
+        is_ratio = bool(RATIO_BENCH.match(bench))
+        if not is_ratio and (not _BENCH.match(bench) or bench.startswith(NOT_CONTENDERS)):
             continue
         result, params = entry[i_result], entry[i_params]
         if i_started is not None and len(entry) > i_started and entry[i_started]:
@@ -165,8 +174,8 @@ def read_result_file(path: Path) -> ResultFile:
         combos = [", ".join(c) if len(c) > 1 else c[0] for c in itertools.product(*params)]
         if not isinstance(result, list):
             result = [result] * len(combos)
-        values[bench] = {c: _parse_value(r) for c, r in zip(combos, result)}
-    return ResultFile(path, commit, date, data.get("env_name", ""), started, values, kernels)
+        (ratios if is_ratio else values)[bench] = {c: _parse_value(r) for c, r in zip(combos, result)}
+    return ResultFile(path, commit, date, data.get("env_name", ""), started, values, ratios, kernels)
 
 
 @dataclass
@@ -177,6 +186,7 @@ class MachineResults:
     date: int
     envs: list[str]
     values: dict[str, dict[str, Value]]  # benchmark -> parameter repr -> Value (merged envs)
+    ratios: dict[str, dict[str, Value]] = field(default_factory=dict)  # the gate's ratios, merged alike
     kernels: dict[str, dict[str, int]] = field(default_factory=dict)  # stem -> parameter -> kernel id
     previous_commit: str = ""  # the latest earlier commit with kernel records ("" if none)
     previous_kernels: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -209,16 +219,18 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineResult
     previous = max(earlier, key=lambda f: (f.date, f.started)).commit if earlier else ""
     same = sorted((f for f in files if f.commit == latest.commit), key=lambda f: f.started)
     merged: dict[str, dict[str, Value]] = {}
+    ratios: dict[str, dict[str, Value]] = {}
     for f in same:
-        for bench, per in f.values.items():
-            slot = merged.setdefault(bench, {})
-            for param, value in per.items():
-                old = slot.get(param)
-                if old is None or value.status == "ok" or old.status != "ok":
-                    slot[param] = value
+        for into, source in ((merged, f.values), (ratios, f.ratios)):
+            for bench, per in source.items():
+                slot = into.setdefault(bench, {})
+                for param, value in per.items():
+                    old = slot.get(param)
+                    if old is None or value.status == "ok" or old.status != "ok":
+                        slot[param] = value
     info_path = folder / "machine.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    return MachineResults(folder.name, info, latest.commit, latest.date, [f.env for f in same], merged,
+    return MachineResults(folder.name, info, latest.commit, latest.date, [f.env for f in same], merged, ratios,
                           _merged_kernels(same), previous,
                           _merged_kernels([f for f in every if f.commit == previous]))
 
@@ -280,6 +292,11 @@ class MachineBlock:
     declared: machine_ceilings.Machine | None
     shapes: list[ShapeBlock]
     why_not: str = ""  # why no ceilings apply, when declared is None
+    absent: list[str] = field(default_factory=list)  # contenders with no result at any shape here
+    unmeasured: list[str] = field(default_factory=list)  # declared shapes with no result here
+    here: bool = False  # the machine this command runs on (its latest run is the user's own)
+    reasons: dict[str, str] = field(default_factory=dict)  # absent contender -> why (here only)
+    skipped: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # why -> contender -> shapes (here)
 
 
 def _roster(all_results: list[MachineResults]) -> list[tuple[str, str]]:
@@ -309,6 +326,11 @@ def _ceilings_for(declared: machine_ceilings.Machine | None, info: ContenderInfo
     if ceilings is None:
         return None, "the host CPU's ceilings are not declared"
     return ceilings, ""
+
+
+def _has_any(results: MachineResults, stem: str) -> bool:
+    return any(v.status == "ok" for b, per in results.values.items()
+               if (m := _BENCH.match(b)) and m.group("stem") == stem for v in per.values())
 
 
 def kernel_names(shapes) -> dict[int, str]:
@@ -341,8 +363,12 @@ def name_kernels(blocks: list[MachineBlock]) -> None:
 
 
 def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> MachineBlock:
+    """The machine's contenders side by side at each shape with results. A contender with no
+    result at any shape here is not repeated at every shape: it is listed once (`absent`)."""
     declared, why_not = machine_ceilings.match(results.name, results.info)
     infos = {c.name: c for c in CONTENDERS}
+    absent = [label for label, stem in roster if not _has_any(results, stem)]
+    roster = [(label, stem) for label, stem in roster if label not in absent]
     shapes: list[str] = []
     for per in results.values.values():
         for param, value in per.items():
@@ -393,7 +419,9 @@ def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> M
                     mine, theirs = entry.seconds(mode), by_name[peer].seconds(mode)
                     entry.ratios[peer][mode] = theirs / mine if (mine and theirs and peer != entry.contender) else None
         blocks.append(ShapeBlock(shape, entries, peers))
-    return MachineBlock(results, declared, blocks, why_not)
+    declared_shapes = [", ".join(map(str, s)) for s in problems.ALL_SHAPES]
+    unmeasured = [f"({d})" for d in declared_shapes if f"({d})" not in shapes]
+    return MachineBlock(results, declared, blocks, why_not, absent, unmeasured)
 
 
 def published_commits(html_dir: Path) -> set[str] | None:
@@ -405,12 +433,70 @@ def published_commits(html_dir: Path) -> set[str] | None:
         return None
 
 
-def compare(results_dir: Path, commits: set[str] | None = None) -> list[MachineBlock]:
+def this_machine(machine_file: Path | None = None) -> str | None:
+    """The asv machine name of this computer (asv keys ~/.asv-machine.json by host name, as
+    `asv machine --yes` wrote it), or None when it has none."""
+    import socket
+
+    path = machine_file or Path.home() / ".asv-machine.json"
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    entry = entries.get(socket.gethostname()) if isinstance(entries, dict) else None
+    return entry.get("machine") if isinstance(entry, dict) else None
+
+
+def skip_reasons(names: list[str]) -> dict[str, str]:
+    """Why each contender of `names` cannot run on this computer, as the benchmark suite's setup
+    finds it (int8nax.bench.contenders: prepared at a tiny shape); a contender that can run is
+    left out. asv records a skip as n/a without its reason, so the reasons are found again here."""
+    from .bench import contenders
+
+    reasons = {}
+    for name in names:
+        if name not in contenders.CONTENDERS:
+            continue
+        try:
+            contenders.get(name).prepare(4, 64, 64)
+        except contenders.Unavailable as exc:
+            reasons[name] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a peer failing oddly: its reason, as the suite would show
+            reasons[name] = f"{type(exc).__name__}: {exc}"
+    return reasons
+
+
+def skipped_shapes(block: MachineBlock) -> dict[str, dict[str, list[str]]]:
+    """{why: {contender: [shape, ...]}} for the skipped (n/a) entries of this computer's block
+    that the suite skips by rule (int8nax.bench.contenders.skip_reason: too slow here)."""
+    from .bench import contenders
+
+    out: dict[str, dict[str, list[str]]] = {}
+    for sb in block.shapes:
+        dims = parse_shape(sb.shape)
+        for e in sb.entries:
+            if dims is None or e.values["call"].status != "skipped" or e.contender not in contenders.CONTENDERS:
+                continue
+            why = contenders.skip_reason(e.contender, dims)
+            if why:
+                out.setdefault(why.split(": ", 1)[-1], {}).setdefault(e.contender, []).append(sb.shape)
+    return out
+
+
+def compare(results_dir: Path, commits: set[str] | None = None, first: str | None = None,
+            here: str | None = None) -> list[MachineBlock]:
+    """Every machine's block, `first` (a machine name) at the top, then the others in name order.
+    `here`: the machine this command runs on; its absent contenders get their reasons."""
     all_results = read_results(results_dir, commits)
     roster = _roster(all_results)
     blocks = [compare_machine(r, roster) for r in all_results]
     name_kernels(blocks)
-    return blocks
+    for b in blocks:
+        if here and b.results.name == here:
+            b.here = True
+            b.reasons = skip_reasons(b.absent)
+            b.skipped = skipped_shapes(b)
+    return sorted(blocks, key=lambda b: b.results.name != first)
 
 
 # --- output --------------------------------------------------------------------------------
@@ -463,6 +549,10 @@ def to_json(blocks: list[MachineBlock]) -> dict:
         machines[r.name] = {"commit": r.commit, "date": r.date, "envs": r.envs,
                             "previous_commit": r.previous_commit or None,
                             "declared": block.declared.name if block.declared else None,
+                            "here": block.here,
+                            "ratios": {b: {p: v.seconds for p, v in per.items() if v.status == "ok"}
+                                       for b, per in r.ratios.items()}, "absent": {c: block.reasons.get(c) for c in block.absent},
+                            "unmeasured_shapes": block.unmeasured,
                             "shapes": [sb.shape for sb in block.shapes], "entries": entries}
     return {"generated_by": "int8nax site", "modes": list(MODES), "machines": machines}
 
@@ -481,6 +571,7 @@ tr.missing td{color:#999;font-style:italic} td.self{color:#bbb}
 svg text{font-size:11px;fill:#333} svg .axis{stroke:#999} svg .grid{stroke:#eee}
 td.kernel{text-align:left;font-size:11.5px} .changed{color:#b3261e;font-weight:bold}
 .call{fill:#4e79a7} .chain{fill:#f28e2b} details{margin:6px 0}
+p.here{background:#eef5ff;border:1px solid #9cc0ef;padding:8px 12px} details.absent ul{margin:4px 0}
 """
 
 
@@ -617,6 +708,91 @@ def _ceiling_text(declared: machine_ceilings.Machine | None, why_not: str) -> st
     return f'<p class="small">{html.escape(declared.description)}</p>' + "".join(parts)
 
 
+W8A8_NOTE = (
+    "Why <b>nax-full</b> (W8A8: quantize, int8 GEMM, dequantize) can take less time than "
+    "<b>nax-gemm</b> (the raw int8 GEMM alone) on the CPU backend: <code>w8a8_linear</code> prepares "
+    "a weight once (at its second use as the same array it is transposed and packed into an "
+    "onnxruntime session, ~0.1 s for 4096&times;4096) and every later call reuses it, as a model's "
+    "layers do; <code>int8_matmul</code> keeps no state, so every call shifts and packs its int8 "
+    "<i>b</i> (N&middot;K bytes) again, and it writes int32 (4 bytes per output) where W8A8 writes "
+    "float16 (2). Both are timed as a user calls them. <code>INT8NAX_CPU_PREPARE=0</code> times W8A8 "
+    "without the prepared weight.")
+
+
+def _w8a8_faster(b: MachineBlock) -> list[str]:
+    """Shapes where nax-full's one call took less time than nax-gemm's."""
+    out = []
+    for sb in b.shapes:
+        by = {e.contender: e for e in sb.entries}
+        full, raw = by.get("nax-full"), by.get("nax-gemm")
+        if full and raw and full.seconds("call") and raw.seconds("call") and full.seconds("call") < raw.seconds("call"):
+            out.append(sb.shape)
+    return out
+
+
+def _absent_text(b: MachineBlock) -> str:
+    """The contenders and shapes with no result on this machine, each reason once."""
+    items = []
+    if b.absent:
+        groups: dict[str, list[str]] = {}
+        for name in b.absent:
+            why = b.reasons.get(name) or (
+                "no result at this commit here (asv records a skip without its reason; on this machine, "
+                "`int8nax compare` says why)" if not b.here else "it ran but recorded no time")
+            groups.setdefault(why, []).append(name)
+        items += [f'<li data-absent="{html.escape(" ".join(names))}"><b>{html.escape(", ".join(names))}</b>: '
+                  f'{html.escape(why)}</li>' for why, names in groups.items()]
+    for why, where in b.skipped.items():
+        which = "; ".join(f"<b>{html.escape(name)}</b> at {html.escape(', '.join(shapes))}" for name, shapes in where.items())
+        items.append(f"<li>{which}: skipped by the suite: {html.escape(why)}</li>")
+    if b.unmeasured:
+        items.append(f"<li><b>{len(b.unmeasured)} of {len(b.unmeasured) + len(b.shapes)} declared shapes</b> "
+                     f"have no result here ({html.escape(', '.join(b.unmeasured))}): each machine measures "
+                     "its profile's shapes (a CPU box the small ones and four seed shapes, a GPU every seed "
+                     "shape; INT8NAX_BENCH_PROFILE=full runs all)</li>")
+    if not items:
+        return ""
+    return (f'<details class="absent" open><summary>Not measured on {html.escape(b.results.name)} '
+            f'(n/a in asv\'s output)</summary><ul class="small">{"".join(items)}</ul></details>')
+
+
+def _here_text(blocks: list[MachineBlock]) -> str:
+    here = next((b for b in blocks if b.here), None)
+    if here is None:
+        return ""
+    others = [b.results.name for b in blocks if not b.here]
+    name = html.escape(here.results.name)
+    return (f'<p class="here"><b>Your run:</b> this computer is asv machine <code>{name}</code>; its section '
+            f'comes first, at its latest commit <code>{html.escape(here.results.commit[:8])}</code>. '
+            + (f'The other sections ({html.escape(", ".join(others))}) are the results committed with the '
+               'repository, measured on the project\'s own machines and often at other commits. Compare '
+               'your speed-vs-peer ratios and roofline fractions with theirs, not your times: a time '
+               'says first which hardware it ran on. A ratio far from theirs on similar hardware is '
+               'worth an issue (with <code>int8nax compare --markdown</code>).' if others else "")
+            + "</p>")
+
+
+def _ratios_table(r: MachineResults) -> str:
+    """The gate's ratios at this commit: one row per shape with a value, one column per ratio."""
+    benches = sorted(b for b, per in r.ratios.items() if any(v.status == "ok" for v in per.values()))
+    if not benches:
+        return ""
+    shapes = [p for p in next(iter(r.ratios.values())) if any(r.ratios[b].get(p, Value()).status == "ok" for b in benches)]
+    head = "".join(f"<th>{html.escape(RATIO_BENCH.match(b).group('stem').replace('_', '-'))} / reference</th>"
+                   for b in benches)
+    rows = []
+    for shape in shapes:
+        cells = "".join(f'<td data-bench="{html.escape(b)}">{fmt_number(r.ratios[b].get(shape, Value()).seconds)}</td>'
+                        for b in benches)
+        rows.append(f'<tr><td class="name">{html.escape(shape)}</td>{cells}</tr>')
+    return ('<details class="ratios"><summary>The regression gate\'s ratios at this commit (unitless, lower '
+            'is better)</summary><p class="small">int8nax\'s time over a reference\'s at the same shape, both '
+            'measured in one process (<code>bench_ratio</code>, asv unit <code>ratio</code>): numpy\'s float32 '
+            'matmul on a CPU box, MLX\'s float16 matmul on a GPU. They move only when int8nax does; '
+            'asv\'s graphs show their history.</p>'
+            f'<table class="ratios"><tr><th class="name">(M, K, N)</th>{head}</tr>{"".join(rows)}</table></details>')
+
+
 def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     toc = " ".join(f'<a href="#machine-{html.escape(b.results.name)}">{html.escape(b.results.name)}</a>'
@@ -645,7 +821,7 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
            'an id of the backend\'s description; in words where int8nax here describes the same kernel), '
            'marked <span class="changed">changed</span> where the machine\'s previous commit with records '
            'ran another.</p>',
-           f'<nav class="toc">Machines: {toc}</nav>']
+           f'<nav class="toc">Machines: {toc}</nav>', _here_text(blocks)]
     if not blocks:
         out.append("<p><b>No results.</b> Run <code>asv run</code> first.</p>")
     for b in blocks:
@@ -657,7 +833,12 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
                    f'data-commit="{html.escape(r.commit)}"><h2>{name}</h2>'
                    f'<p class="small">{html.escape(hw)}. Commit <code>{html.escape(r.commit[:8])}</code> '
                    f'(committed {date}); environment(s): {html.escape(", ".join(r.envs))}.</p>'
-                   + _kernel_summary(b) + _ceiling_text(b.declared, b.why_not))
+                   + _kernel_summary(b) + _ceiling_text(b.declared, b.why_not) + _absent_text(b))
+        faster = _w8a8_faster(b)
+        if faster:
+            out.append(f'<p class="small w8a8-note" data-shapes="{html.escape(";".join(faster))}">'
+                       f'At {html.escape(", ".join(faster))}, W8A8 took less time than the raw GEMM. {W8A8_NOTE}</p>')
+        out.append(_ratios_table(r))
         out.append('<nav class="toc small">Shapes: ' + " ".join(
             f'<a href="#{name}-{_anchor(sb.shape)}">{html.escape(sb.shape)}</a>' for sb in b.shapes) + "</nav>")
         for sb in b.shapes:
@@ -715,18 +896,99 @@ def link_index(index: Path) -> list[str]:
     return changed
 
 
-def publish(html_dir: Path, results_dir: Path) -> dict:
-    """Write compare.html and compare.json into html_dir and link them from index.html."""
+# asv 0.6.6's graph page draws every machine's results on one linear axis, with a legend of one
+# entry per series (machine x shape) drawn over the top left of the plot. These edits of the
+# published graphdisplay.js and index.html make the default readable: one machine per graph
+# (the others a click away in the left panel, or in the URL), every declared shape (asv shows the
+# first 8 parameter values, which leaves out the CPU box's small shapes), a log y axis (the
+# shapes' times span three decades), and the legend in a column beside the plot. Each edit is found by its exact
+# text in asv 0.6.6's files: with a different asv, `int8nax site` says what it could not change
+# and carries on (the page it writes does not depend on them).
+_GRAPH_EDITS = (
+    ("graphdisplay.js", "one machine per graph",
+     "            state = {};\n            state.machine = index.params.machine;\n\n"
+     "            $.each(index.params, function(param, values) {\n                state[param] = values;\n"
+     "                if (values.length > 1 && param !== 'machine') {\n                    if (param == 'branch') {\n"
+     "                        state[param] = [values[0]];\n                    }\n                }\n            });\n",
+     None),
+    ("graphdisplay.js", "every shape",
+     "            var max_curves = 8;\n",
+     "            var max_curves = 16; /* int8nax: all 14 declared shapes, not the first 8 */\n"),
+    ("graphdisplay.js", "log y axis by default",
+     "            delete params['y-axis-scale'];\n        }\n",
+     "            delete params['y-axis-scale'];\n        }\n"
+     "        else { /* int8nax: log y axis by default */\n"
+     "            $('#log-scale').addClass('active');\n            log_scale = true;\n        }\n"),
+    ("graphdisplay.js", "legend beside the plot",
+     "                show: show_legend,\n                position: \"nw\",\n",
+     "                show: show_legend,\n                position: \"nw\",\n"
+     "                container: $('#int8nax-legend'), /* int8nax: beside the plot, not over it */\n"),
+    ("index.html", "room for the legend",
+     '<div style="position: absolute; top: 48px; left: 0; right: 0; bottom: 100px;">',
+     '<div id="int8nax-legend" style="position: absolute; top: 48px; right: 0; width: 230px; bottom: 100px; '
+     'overflow-y: auto; font-size: 11px"></div>\n'
+     '          <div style="position: absolute; top: 48px; left: 0; right: 240px; bottom: 100px;">'),
+)
+_FIRST_MACHINE = re.compile(r"/\* int8nax: one machine per graph \*/ state\.machine = .*\n")
+
+
+def tune_graphs(html_dir: Path, first: str | None) -> tuple[list[str], list[str]]:
+    """Apply _GRAPH_EDITS to the published site (idempotent); `first` is the machine a graph
+    shows by default (None: the first in asv's list). Returns (what was changed, what could not
+    be: an edit whose text is not found, another asv version). A site without asv's graph
+    page (no graphdisplay.js) is left alone."""
+    changed, failed = [], []
+    if not (html_dir / "graphdisplay.js").is_file():
+        return changed, failed
+    pick = (f"[{json.dumps(first)}]" if first else "[]")
+    line = (f"/* int8nax: one machine per graph */ state.machine = {pick}.filter(function (m) "
+            "{ return index.params.machine.indexOf(m) >= 0; }).concat(index.params.machine).slice(0, 1);\n")
+    for name, what, old, new in _GRAPH_EDITS:
+        path = html_dir / name
+        text = path.read_text()
+        if what == "one machine per graph":
+            if _FIRST_MACHINE.search(text):
+                updated = _FIRST_MACHINE.sub(lambda m: line, text)
+            elif old in text:
+                updated = text.replace(old, old + line, 1)
+            else:
+                failed.append(f"{what} (asv 0.6.6's text not found in {name})")
+                continue
+        elif new in text:
+            continue
+        elif old in text:
+            updated = text.replace(old, new, 1)
+        else:
+            failed.append(f"{what} (asv 0.6.6's text not found in {name})")
+            continue
+        if updated != text:
+            path.write_text(updated)
+            changed.append(what)
+    return changed, failed
+
+
+def publish(html_dir: Path, results_dir: Path, first: str | None = None, here: str | None = None) -> dict:
+    """Write compare.html and compare.json into html_dir and link them from index.html.
+    `here`: this computer's asv machine (its section first unless `first` names another)."""
     index = html_dir / "index.html"
     if not index.is_file():
         raise SiteError(f"{index} does not exist: run `asv publish` first")
-    blocks = compare(results_dir, published_commits(html_dir))
-    (html_dir / "compare.html").write_text(render(blocks, str(results_dir)))
+    commits = published_commits(html_dir)
+    blocks = compare(results_dir, commits, first or here, here)
+    page = render(blocks, str(results_dir))
+    # The model section (int8nax.site_models) goes at the end of the page.
+    page = page.replace("</body></html>", site_models.section(results_dir, commits) + "\n</body></html>")
+    (html_dir / "compare.html").write_text(page)
     data = to_json(blocks)
+    data["models"] = site_models.to_json(site_models.read(results_dir, commits))
     (html_dir / "compare.json").write_text(json.dumps(data, indent=1, allow_nan=False))
-    changed = link_index(index)
-    return {"page": str(html_dir / "compare.html"), "index": changed,
-            "machines": {m: sum(e["has_result"] for e in v["entries"]) for m, v in data["machines"].items()}}
+    tuned, untuned = tune_graphs(html_dir, first or (here if here in data["machines"] else None))
+    changed = link_index(index) + tuned
+    return {"page": str(html_dir / "compare.html"), "index": changed, "untuned": untuned,
+            "machines": {m: sum(e["has_result"] for e in v["entries"]) for m, v in data["machines"].items()},
+            "absent": {m: v["absent"] for m, v in data["machines"].items()},
+            "unmeasured": {m: len(v["unmeasured_shapes"]) for m, v in data["machines"].items()},
+            "here": here if here in data["machines"] else None}
 
 
 def add_parser(sub) -> None:
@@ -736,17 +998,35 @@ def add_parser(sub) -> None:
     p.add_argument("html_dir", type=Path, help="asv's html_dir (.asv/html)")
     p.add_argument("--results", type=Path,
                    help="asv's results_dir (default: 'results' beside html_dir, i.e. .asv/results)")
+    p.add_argument("--machine", help="the machine whose section comes first (default: this computer's asv "
+                                     "machine, from ~/.asv-machine.json)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     results = args.results or args.html_dir.parent / "results"
     try:
-        report = publish(args.html_dir, results)
+        report = publish(args.html_dir, results, args.machine, this_machine())
     except SiteError as exc:
         print(f"int8nax site: {exc}", file=sys.stderr)
         return 1
     counts = ", ".join(f"{m}: {n}" for m, n in report["machines"].items()) or "no machine has results"
     print(f"wrote {report['page']} (entries with results per machine: {counts}); "
           f"index.html: {', '.join(report['index']) or 'already linked'}")
+    if report["untuned"]:
+        print(f"int8nax site: asv's graph page left as it is: {'; '.join(report['untuned'])}", file=sys.stderr)
+    here = report["here"]
+    if here:
+        # asv's own output shows a skip as n/a, without its reason: the reasons, once each
+        print(f"what asv showed as n/a on this machine ({here}):")
+        groups: dict[str, list[str]] = {}
+        for name, why in report["absent"][here].items():
+            groups.setdefault(why or "ran, but recorded no time", []).append(name)
+        for why, names in groups.items():
+            print(f"  {', '.join(names)}: {why}")
+        if report["unmeasured"][here]:
+            print(f"  {report['unmeasured'][here]} of the {len(problems.ALL_SHAPES)} declared shapes: not in this "
+                  "machine's profile (INT8NAX_BENCH_PROFILE=full measures them)")
+        print("  other n/a cells: a contender too slow for a shape on this device, skipped by the suite "
+              "(see compare.html)")
     return 0

@@ -39,6 +39,7 @@ GXX_FLAGS = ("-std=c++20", "-O1", "-g0", "-U_FORTIFY_SOURCE", "-fsanitize=addres
 # mx.fast.metal_kernel (0.32.4): attributes it declares when their name occurs in the body, in
 # its order (only those the int8nax kernels use), and the Metal names of the dtypes.
 ATTRIBUTES = [
+    ("thread_position_in_grid", "uint3", "uint3{tgpos.x * L.threads + th.tid, tgpos.y, tgpos.z, uint2{tgpos.x * L.threads + th.tid, tgpos.y}}"),
     ("simdgroup_index_in_threadgroup", "uint", "th.sg"),
     ("thread_index_in_simdgroup", "uint", "th.lane"),
     ("thread_index_in_threadgroup", "uint", "th.tid"),
@@ -49,6 +50,8 @@ TYPE_NAMES = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "float16
 NUMPY_TYPES = {"int8": np.int8, "int32": np.int32, "float32": np.float32, "float16": np.float16,
                "bfloat16": np.uint16}
 POISON = 0xA5
+FLUSH_ENV = "INT8NAX_SHIM_FLUSH_SUBNORMALS"
+"""Set for a run: the driver flushes float32 subnormals (FTZ + DAZ), as some GPUs do."""
 MLX_CONSTANT_MAX_ELEMENTS = 8
 """mx.fast.metal_kernel puts an input with fewer elements than this in `constant` space."""
 
@@ -105,10 +108,12 @@ def _kernel_code(index: int, v: Variant) -> str:
     # the threadgroup's green threads (threadgroups run one after another).
     body = re.sub(r"(?m)^(\s*)threadgroup\s+", r"\1static ", v.body)
     writes = "\n".join(f"  write_blob(out{j});" for j in range(len(v.outputs)))
+    template_line = f"template <{', '.join(tparams)}>" if tparams else ""
+    call = f"custom_kernel<{', '.join(targs)}>" if tparams else "custom_kernel"
     return f"""
 namespace k{index} {{  // {v.key}, constant inputs {sorted(v.constant_inputs)}
 {v.header}
-template <{", ".join(tparams)}>
+{template_line}
 void custom_kernel({", ".join(params)}) {{
 {body}
 }}
@@ -121,7 +126,7 @@ void run() {{
       for (uint x = 0; x < L.groups[0]; ++x) {{
         const uint3 tgpos{{x, y, z, uint2{{x, y}}}};
         shim::run_threadgroup(L.threads, [&](const shim::GreenThread& th) {{
-          custom_kernel<{", ".join(targs)}>({", ".join(args)});
+          {call}({", ".join(args)});
         }});
       }}
 {writes}
@@ -175,6 +180,7 @@ def build_source(variants: list[Variant]) -> str:
     kernels = "".join(_kernel_code(i, v) for i, v in enumerate(variants))
     return DRIVER_HEAD + kernels + f"""
 int main() {{
+  shim::flush_subnormals_if_asked();
   int32_t which = -1;
   if (std::fread(&which, 4, 1, stdin) != 1) shim::fail("no kernel index");
   switch (which) {{
@@ -210,9 +216,12 @@ class ShimBuild:
             tmp.rename(self.binary)
         self.stderr = ""
 
-    def run(self, key: str, arrays, output_shapes, grid, threadgroup, layout) -> list[np.ndarray]:
+    def run(self, key: str, arrays, output_shapes, grid, threadgroup, layout,
+            flush_subnormals: bool = False) -> list[np.ndarray]:
         """arrays: numpy inputs in order; output_shapes: one per output; layout: a
-        nax_emulator.FragmentLayout. Returns the outputs (POISON bytes where never written)."""
+        nax_emulator.FragmentLayout; flush_subnormals: run as a GPU that flushes float32
+        subnormals to zero (metal_shim.h). Returns the outputs (POISON bytes where never
+        written)."""
         small = frozenset(name for (name, _), arr in zip(self._inputs_of(key), arrays)
                           if np.asarray(arr).size < MLX_CONSTANT_MAX_ELEMENTS)
         if (key, small) not in self.variants:
@@ -234,6 +243,9 @@ class ShimBuild:
         for coords in (layout.left, layout.right, layout.dest):
             blob(np.ascontiguousarray(coords, dtype=np.int32).tobytes())
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:detect_stack_use_after_return=0")
+        env.pop(FLUSH_ENV, None)
+        if flush_subnormals:
+            env[FLUSH_ENV] = "1"
         done = subprocess.run([str(self.binary)], input=b"".join(parts), capture_output=True, env=env)
         self.stderr = done.stderr.decode(errors="replace")
         if done.returncode:

@@ -17,6 +17,10 @@ W8A8 quantizes with cpu_quant (bit-identical to int8nax.quant, fewer passes) and
 dequantizes in float32 where that stays within 1 ulp, in float64 otherwise. Weights of
 w8a8_linear are prepared once per engine and weight array (see PreparedWeights);
 int8_matmul prepares nothing and keeps no state.
+
+State, bounded: one prepared weight per live weight array (an entry goes with its array), the
+engine choice and check results (one per engine), one worker pool for the quantization passes
+(as many threads as INT8NAX_CPU_THREADS or the cores); nothing is kept per shape.
 """
 
 from __future__ import annotations

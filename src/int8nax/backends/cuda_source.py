@@ -1,75 +1,83 @@
-"""CUDA kernel sources for mx.fast.cuda_kernel: the headers (kernels/*.cuh), the kernel bodies,
-and the generated wgmma wrappers (kernels/wgmma_s8.cuh, written by write_wgmma_header()).
+"""CUDA kernel sources for mx.fast.cuda_kernel: which headers (kernels/cuda/*.cuh) each kernel
+includes, the kernel bodies, and the generated wgmma wrappers (kernels/cuda/wgmma_s8.cuh, written
+by write_wgmma_header()).
 
 No MLX or GPU here, so the CPU tests can check what is sent to NVRTC. MLX builds each kernel as
     <MLX's default header> + header + namespace mlx::core::cu { __global__ void name(inputs...,
     outputs...) { constexpr int <template args>; ... body } }
 so every helper lives in the headers (namespace int8nax) and the bodies are one call each.
 
-The `header` is a few `#include "<absolute path>/x.cuh"` lines, not the files' text: MLX hashes
-the whole source of a custom kernel on every evaluation and copies it on every call (~22 KB
-cost ~5 µs a call on the H200's host), and NVRTC resolves absolute includes itself. MLX caches
+The `header` is one `#include "<absolute path>/x.cuh"` line per header, not the files' text: MLX
+hashes the whole source of a custom kernel on every evaluation and copies it on every call (~22
+KB cost ~5 µs a call on the H200's host), and NVRTC resolves absolute includes itself. MLX caches
 compiled modules by kernel name + hash(source) within a process, and the source no longer
-changes when a header does, so every kernel name carries a digest of the header files' text.
-Where the package's kernels are not plain files (a zip import), the text is inlined instead.
+changes when a header does, so every kernel name carries a digest of its headers' text. Where
+the package's kernels are not plain files (a zip import), the text is inlined instead. The
+headers include nothing themselves: each part below lists them in dependency order.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from .. import tiling
+from ..tiling import TileConfig
+from . import cuda_plans
+from .kernel_spec import KernelSpec
 
 FAMILIES = ("sm90", "simt")
-"""sm90: wgmma tensor cores (compute capability 9.0, NVRTC's sm_90a); simt: __dp4a anywhere."""
+"""The tiled GEMMs' families: sm90, wgmma tensor cores (compute capability 9.0, NVRTC's sm_90a);
+simt: __dp4a anywhere. (The GEMV's mma.sync needs 8.0: cuda_choice.RUNS.)"""
 
 WGMMA_HEADER = "wgmma_s8.cuh"
-"""The generated wgmma wrappers (one per tile width in tiling.CUDA_CONFIGS), kept as a file."""
+"""The generated wgmma wrappers (one per tile width in cuda_plans.CUDA_CONFIGS), kept as a file."""
+
+_EPILOGUES = ("common.cuh", "tile_scheduler.cuh", "dequantize.cuh", "epilogue.cuh")
+_WGMMA = ("common.cuh", "ptx_cpasync.cuh", "smem_tile.cuh", "tile_scheduler.cuh", "dequantize.cuh", "epilogue.cuh",
+          WGMMA_HEADER, "ptx_wgmma.cuh", "store_accumulators.cuh")
+_TMA_WS = _WGMMA + ("ptx_mbarrier.cuh", "ptx_tma.cuh", "tma_ws_common.cuh")
 
 _HEADERS = {
-    "sm90": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh"),
-    "simt": ("cuda_common.cuh", "gemm_simt.cuh"),
-    "quantize": ("cuda_common.cuh", "quantize.cuh"),
-    # TMA GEMMs (gemm_tma.cuh reuses gemm_sm90.cuh's descriptor and wgmma helpers); the
-    # warp-specialised ones (gemm_tma_ws, gemm_tma_pp) end with tma_bounds.cuh, which gives the
-    # kernel its launch bound.
-    "tma": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh"),
-    "tma_ws": ("cuda_common.cuh", WGMMA_HEADER, "gemm_sm90.cuh", "gemm_tma.cuh", "tma_bounds.cuh"),
+    "simt": _EPILOGUES + ("gemm_simt.cuh",),
+    "cpasync": _WGMMA + ("gemm_cpasync.cuh",),
+    "tma": _WGMMA + ("gemm_cpasync.cuh", "ptx_mbarrier.cuh", "ptx_tma.cuh", "gemm_tma_unspecialized.cuh"),
+    # The warp-specialised kernels end with launch_bounds_384.cuh, which gives the kernel its
+    # launch bound by redefining __global__: nothing may follow it.
+    "cooperative": _TMA_WS + ("gemm_tma_ws_cooperative.cuh", "launch_bounds_384.cuh"),
+    "pingpong": _TMA_WS + ("gemm_tma_ws_pingpong.cuh", "launch_bounds_384.cuh"),
+    "quantize": ("common.cuh", "quantize.cuh"),
+    "reduce": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "reduce_splits.cuh"),
+    "count_sms": ("common.cuh", "sm_count.cuh"),
+    "gemv": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "quantize.cuh", "gemv_w8a8.cuh"),
 }
-
-TMA_VARIANTS = ("tma_simple", "tma_ws", "tma_pp")
-"""The TMA GEMMs (kernels/gemm_tma.cuh): TMA + mbarrier pipeline on a CudaPlan's grid (tiling.tma_plan), and the
-warp-specialised persistent kernels: cooperative consumers on tiling.ws_plan, ping-pong consumers on
-tiling.pp_plan."""
+"""The headers of each kind of kernel, in the order they must be included."""
 
 
 @lru_cache(maxsize=None)
 def _read(filename: str) -> str:
-    return resources.files("int8nax").joinpath("kernels", filename).read_text()
+    return resources.files("int8nax").joinpath("kernels", "cuda", filename).read_text()
 
 
 def kernels_dir() -> Path | None:
-    """The package's kernels folder as a real directory, or None (e.g. imported from a zip)."""
-    where = resources.files("int8nax").joinpath("kernels")
+    """The package's CUDA kernels folder as a real directory, or None (e.g. imported from a zip)."""
+    where = resources.files("int8nax").joinpath("kernels", "cuda")
     try:
         path = Path(str(where))
     except TypeError:
         return None
-    return path if path.is_dir() and (path / "cuda_common.cuh").is_file() else None
+    return path if path.is_dir() and (path / "common.cuh").is_file() else None
 
 
 def wgmma_widths() -> list[int]:
-    return sorted({cfg.bn for cfg in tiling.CUDA_CONFIGS.values()})
+    return sorted({cfg.bn for cfg in cuda_plans.CUDA_CONFIGS.values()})
 
 
 def write_wgmma_header(path: Path | None = None) -> Path:
-    """(Re)write kernels/wgmma_s8.cuh from wgmma_wrappers(); run after changing a tile width:
+    """(Re)write kernels/cuda/wgmma_s8.cuh from wgmma_wrappers(); run after changing a tile width:
     python -c "from int8nax.backends import cuda_source as c; c.write_wgmma_header()" """
-    path = path or Path(__file__).resolve().parent.parent / "kernels" / WGMMA_HEADER
+    path = path or Path(__file__).resolve().parent.parent / "kernels" / "cuda" / WGMMA_HEADER
     path.write_text(wgmma_header_text())
     return path
 
@@ -112,8 +120,7 @@ def wgmma_wrappers(widths) -> str:
 
 @lru_cache(maxsize=None)
 def header_text(part: str) -> str:
-    """The concatenated text of the header files of one part: "sm90", "simt", "quantize",
-    "tma" or "tma_ws"."""
+    """The concatenated text of the header files of one part (a key of _HEADERS)."""
     return "\n".join(_read(f) for f in _HEADERS[part])
 
 
@@ -132,24 +139,17 @@ def header(part: str) -> str:
     return "".join(f'#include "{(where / f).as_posix()}"\n' for f in _HEADERS[part])
 
 
+def _part(family: str) -> str:
+    """The header part of a family's one-block-per-tile kernel: the cp.async GEMM on sm90."""
+    return "cpasync" if family == "sm90" else "simt"
+
+
 def _name(base: str, part: str) -> str:
     return f"{base}_{digest(part)}"
 
 
-@dataclass(frozen=True)
-class KernelSpec:
-    """Everything mx.fast.cuda_kernel needs to build one kernel object."""
-
-    name: str
-    input_names: tuple[str, ...]
-    output_names: tuple[str, ...]
-    source: str
-    header: str
-    shared_memory: int
-
-
 def _dequant_store(m: str, n: str) -> str:
-    """The W8A8 epilogue of a [m, n] output y (kernels/cuda_common.cuh, DequantStore); template TOut
+    """The W8A8 epilogue of a [m, n] output y (kernels/cuda/epilogue.cuh, DequantStore); template TOut
     (the output type), HAS_BIAS and NARROW (dequantize_narrow for float16/bfloat16 outputs;
     backends/cuda.py, epilogue_template)."""
     return f"int8nax::DequantStore<TOut, HAS_BIAS, NARROW>{{y, scale_x, scale_w, bias, {m}, {n}}}"
@@ -158,57 +158,58 @@ def _dequant_store(m: str, n: str) -> str:
 def _gemm_call(family: str, a: str, b: str, epilogue: str) -> str:
     """Body calling the family's GEMM template with the tile constants MLX declares."""
     if family == "sm90":
-        fn = "int8nax::gemm_sm90<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>"
+        fn = "int8nax::gemm_cpasync<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>"
     else:
         fn = "int8nax::gemm_simt<BM, BN, BK, WM, WN>"
     return f"{fn}({a}, {b}, {a}_shape[0], {b}_shape[0], {a}_shape[1], {epilogue});"
 
 
 @lru_cache(maxsize=None)
-def gemm_int32(family: str, cfg: tiling.TileConfig) -> KernelSpec:
+def gemm_int32(family: str, cfg: TileConfig) -> KernelSpec:
     """int32 out [M, N] = a [M, K] . b [N, K]^T; with split-K, out is the [splits, M, N] workspace."""
     body = _gemm_call(family, "a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(
-        _name(f"int8nax_{family}_i32_{cfg.name}", family), ("a", "b"), ("out",), body, header(family), _smem(family, cfg)
+        _name(f"int8nax_{_part(family)}_i32_{cfg.name}", _part(family)), ("a", "b"), ("out",), body, header(_part(family)),
+        _smem(family, cfg)
     )
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8(family: str, cfg: tiling.TileConfig) -> KernelSpec:
+def gemm_w8a8(family: str, cfg: TileConfig) -> KernelSpec:
     """y [M, N] (TOut) = dequant(q [M, K] . w [N, K]^T); template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
     body = _gemm_call(family, "q", "w", epilogue)
     return KernelSpec(
-        _name(f"int8nax_{family}_w8a8_{cfg.name}", family),
+        _name(f"int8nax_{_part(family)}_w8a8_{cfg.name}", _part(family)),
         ("q", "w", "scale_x", "scale_w", "bias"),
         ("y",),
         body,
-        header(family),
+        header(_part(family)),
         _smem(family, cfg),
     )
 
 
-def _tma_simple_call(a: str, b: str, epilogue: str) -> str:
-    return (f"int8nax::gemm_tma_simple<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>({a}, {b}, {a}_shape[0], {b}_shape[0], "
+def _tma_unspecialized_call(a: str, b: str, epilogue: str) -> str:
+    return (f"int8nax::gemm_tma_unspecialized<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>({a}, {b}, {a}_shape[0], {b}_shape[0], "
             f"{a}_shape[1], maps, {epilogue});")
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
+def gemm_tma_unspecialized(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
     """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
-    mbarrier kernel on a CudaPlan's grid (tiling.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps."""
-    body = _tma_simple_call("a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
-    return KernelSpec(_name(f"int8nax_tma_simple_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
+    mbarrier kernel on a CudaPlan's grid (cuda_plans.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps."""
+    body = _tma_unspecialized_call("a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
+    return KernelSpec(_name(f"int8nax_tma_unspecialized_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
                       header("tma"), cfg.tma_shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8_tma_simple(cfg: tiling.CudaTileConfig) -> KernelSpec:
+def gemm_w8a8_tma_unspecialized(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the TMA + mbarrier kernel: y [M, N] (TOut); maps as in
-    gemm_tma_simple; template TOut, HAS_BIAS, NARROW."""
+    gemm_tma_unspecialized; template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
-    return KernelSpec(_name(f"int8nax_tma_simple_w8a8_{cfg.name}", "tma"), ("q", "w", "scale_x", "scale_w", "bias"),
-                      ("y", "maps"), _tma_simple_call("q", "w", epilogue), header("tma"), cfg.tma_shared_bytes)
+    return KernelSpec(_name(f"int8nax_tma_unspecialized_w8a8_{cfg.name}", "tma"), ("q", "w", "scale_x", "scale_w", "bias"),
+                      ("y", "maps"), _tma_unspecialized_call("q", "w", epilogue), header("tma"), cfg.tma_shared_bytes)
 
 
 def _persistent_call(fn: str, a: str, b: str, epilogue: str) -> str:
@@ -218,45 +219,45 @@ def _persistent_call(fn: str, a: str, b: str, epilogue: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
+def gemm_tma_ws_cooperative(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the warp-specialised persistent kernel;
-    plan: an array whose shape is (splits, group), tiling.CudaWsPlan.plan_shape() (its data is never
+    plan: an array whose shape is (splits, group), cuda_plans.PersistentPlan.plan_shape() (its data is never
     read); maps: uint8 [blocks * 256]."""
-    body = _persistent_call("gemm_tma_ws<BM, BN, STAGES, CHUNK, false>", "a", "b",
+    body = _persistent_call("gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, false>", "a", "b",
                             "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
-    return KernelSpec(_name(f"int8nax_tma_ws_i32_{cfg.name}", "tma_ws"), ("a", "b", "plan"), ("out", "maps"), body,
-                      header("tma_ws"), cfg.shared_bytes)
+    return KernelSpec(_name(f"int8nax_tma_ws_cooperative_i32_{cfg.name}", "cooperative"), ("a", "b", "plan"), ("out", "maps"), body,
+                      header("cooperative"), cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8_tma_ws(cfg: tiling.CudaWsConfig) -> KernelSpec:
+def gemm_w8a8_tma_ws_cooperative(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the cooperative persistent kernel (unsplit plans only),
-    its exact path taken per chunk of columns (CHUNK_EXACT, kernels/gemm_tma.cuh): y [M, N] (TOut);
-    plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS, NARROW."""
+    its exact path taken per chunk of columns (CHUNK_EXACT, kernels/cuda/store_accumulators.cuh): y [M, N] (TOut);
+    plan and maps as in gemm_tma_ws_cooperative; template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
-    body = _persistent_call("gemm_tma_ws<BM, BN, STAGES, CHUNK, true>", "q", "w", f"int8nax::same_epilogue({epilogue})")
-    return KernelSpec(_name(f"int8nax_tma_ws_w8a8_{cfg.name}", "tma_ws"),
-                      ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("tma_ws"),
+    body = _persistent_call("gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, true>", "q", "w", f"int8nax::same_epilogue({epilogue})")
+    return KernelSpec(_name(f"int8nax_tma_ws_cooperative_w8a8_{cfg.name}", "cooperative"),
+                      ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("cooperative"),
                       cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
+def gemm_tma_ws_pingpong(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the ping-pong persistent kernel;
-    plan and maps as in gemm_tma_ws."""
-    body = _persistent_call("gemm_tma_pp<BN, STAGES, CHUNK>", "a", "b", "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
-    return KernelSpec(_name(f"int8nax_tma_pp_i32_{cfg.name}", "tma_ws"), ("a", "b", "plan"), ("out", "maps"), body,
-                      header("tma_ws"), cfg.shared_bytes)
+    plan and maps as in gemm_tma_ws_cooperative."""
+    body = _persistent_call("gemm_tma_ws_pingpong<BN, STAGES, CHUNK>", "a", "b", "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
+    return KernelSpec(_name(f"int8nax_tma_ws_pingpong_i32_{cfg.name}", "pingpong"), ("a", "b", "plan"), ("out", "maps"), body,
+                      header("pingpong"), cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
-def gemm_w8a8_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
+def gemm_w8a8_tma_ws_pingpong(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the ping-pong persistent kernel (unsplit plans only):
-    y [M, N] (TOut); plan and maps as in gemm_tma_ws; template TOut, HAS_BIAS, NARROW."""
+    y [M, N] (TOut); plan and maps as in gemm_tma_ws_cooperative; template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
-    body = _persistent_call("gemm_tma_pp<BN, STAGES, CHUNK>", "q", "w", f"int8nax::same_epilogue({epilogue})")
-    return KernelSpec(_name(f"int8nax_tma_pp_w8a8_{cfg.name}", "tma_ws"),
-                      ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("tma_ws"),
+    body = _persistent_call("gemm_tma_ws_pingpong<BN, STAGES, CHUNK>", "q", "w", f"int8nax::same_epilogue({epilogue})")
+    return KernelSpec(_name(f"int8nax_tma_ws_pingpong_w8a8_{cfg.name}", "pingpong"),
+                      ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("pingpong"),
                       cfg.shared_bytes)
 
 
@@ -264,7 +265,7 @@ def gemm_w8a8_tma_pp(cfg: tiling.CudaPingPongConfig) -> KernelSpec:
 def reduce_int32() -> KernelSpec:
     """out int32 [M, N] = the sum over splits of a split-K workspace ws int32 [splits, M, N]."""
     body = "int8nax::reduce_splits(ws, ws_shape[0], ws_shape[1], ws_shape[2], int8nax::StoreInt32{out, ws_shape[1], ws_shape[2]});"
-    return KernelSpec(_name("int8nax_reduce_i32", "quantize"), ("ws",), ("out",), body, header("quantize"), 0)
+    return KernelSpec(_name("int8nax_reduce_i32", "reduce"), ("ws",), ("out",), body, header("reduce"), 0)
 
 
 @lru_cache(maxsize=None)
@@ -272,13 +273,13 @@ def reduce_w8a8() -> KernelSpec:
     """y [M, N] (TOut) = dequant(sum over splits of ws int32 [splits, M, N]); template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("ws_shape[1]", "ws_shape[2]")
     body = f"int8nax::reduce_splits(ws, ws_shape[0], ws_shape[1], ws_shape[2], {epilogue});"
-    return KernelSpec(_name("int8nax_reduce_w8a8", "quantize"), ("ws", "scale_x", "scale_w", "bias"), ("y",), body, header("quantize"), 0)
+    return KernelSpec(_name("int8nax_reduce_w8a8", "reduce"), ("ws", "scale_x", "scale_w", "bias"), ("y",), body, header("reduce"), 0)
 
 
 @lru_cache(maxsize=None)
 def quantize() -> KernelSpec:
     """(q int8 [M, K], scale float32 [M]) from x [M, K]; template T, THREADS, HELD (a
-    tiling.CudaQuantLaunch); one block per row."""
+    cuda_plans.CudaQuantLaunch); one block per row."""
     body = "int8nax::quantize_rows<T, THREADS, HELD>(x, x_shape[1], q, scale);"
     return KernelSpec(_name("int8nax_quantize", "quantize"), ("x",), ("q", "scale"), body, header("quantize"), 0)
 
@@ -287,9 +288,41 @@ def quantize() -> KernelSpec:
 def count_sms() -> KernelSpec:
     """flags [CAPACITY] int32: 1 at the id of every SM that ran a block of the launch."""
     body = "int8nax::mark_sm(flags, CAPACITY);"
-    return KernelSpec(_name("int8nax_count_sms", "quantize"), ("dummy",), ("flags",), body, header("quantize"), 0)
+    return KernelSpec(_name("int8nax_count_sms", "count_sms"), ("dummy",), ("flags",), body, header("count_sms"), 0)
 
 
-def _smem(family: str, cfg: tiling.TileConfig) -> int:
+_GEMV_CALL = "int8nax::gemv_w8a8<NT, WARPS, UNROLL>({a}, w, {a}_shape[0], w_shape[0], {a}_shape[1], {epilogue});"
+
+
+@lru_cache(maxsize=None)
+def gemv_int32() -> KernelSpec:
+    """int32 out [M, N] = a [M, K] . w [N, K]^T, M <= 16, by the GEMV (kernels/cuda/gemv_w8a8.cuh);
+    template NT, WARPS, UNROLL (cuda_plans.GemvConfig)."""
+    body = _GEMV_CALL.format(a="a", epilogue="int8nax::StoreInt32{out, a_shape[0], w_shape[0]}")
+    return KernelSpec(_name("int8nax_gemv_i32", "gemv"), ("a", "w"), ("out",), body, header("gemv"), 0)
+
+
+@lru_cache(maxsize=None)
+def gemv_w8a8() -> KernelSpec:
+    """gemm_w8a8's y [M, N] (TOut) by the GEMV, M <= 16, on given codes; template NT, WARPS, UNROLL,
+    TOut, HAS_BIAS, NARROW."""
+    body = _GEMV_CALL.format(a="q", epilogue=_dequant_store("q_shape[0]", "w_shape[0]"))
+    return KernelSpec(_name("int8nax_gemv_w8a8", "gemv"), ("q", "w", "scale_x", "scale_w", "bias"), ("y",), body,
+                      header("gemv"), 0)
+
+
+@lru_cache(maxsize=None)
+def gemv_w8a8_x() -> KernelSpec:
+    """y [M, N] in x's type = dequant(quant(x [M, K]) . w [N, K]^T) (+ bias), M <= 16, in one
+    kernel: every block quantizes x itself (the quantization kernel's codes and scales, bit for bit)
+    on the way into gemv_w8a8's product and epilogue; template T (x's and y's type), NT, WARPS,
+    UNROLL, HAS_BIAS, NARROW."""
+    body = ("int8nax::gemv_w8a8_x<T, NT, WARPS, UNROLL, HAS_BIAS, NARROW>(x, w, x_shape[0], w_shape[0], x_shape[1], "
+            "scale_w, bias, y);")
+    return KernelSpec(_name("int8nax_gemv_w8a8_x", "gemv"), ("x", "w", "scale_w", "bias"), ("y",), body,
+                      header("gemv"), 0)
+
+
+def _smem(family: str, cfg: TileConfig) -> int:
     # The SIMT kernel's tiles are static __shared__ arrays.
     return cfg.shared_bytes if family == "sm90" else 0

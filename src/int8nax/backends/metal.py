@@ -1,12 +1,10 @@
-"""Metal NAX backend (Apple M5): int8 GEMM, activation quantization and the W8A8 GEMM with
-fused dequantization, compiled at run time with mx.fast.metal_kernel from the .metal files in
-int8nax/kernels, plus NAX detection and a first-use self-test.
+"""Metal NAX backend (Apple M5), the runtime: detection, the layout probe, the first-use
+self-test and the selection of a kernel variant, and the launches (int8 GEMM, activation
+quantization, the W8A8 GEMM with fused dequantization; M <= tiling.METAL_MV_MAX_M takes the
+small-M kernel). The sources and the catalogue of builds are metal_source.py's.
 
-NOT YET RUN ON M5 HARDWARE. What is verified without it: the tile walk of both load paths
-(nax_emulator), the kernel sources compiled by g++ against a stand-in (tests/metal_shim), a
-Metal-rule lint (tests/metal_lint.py), the launch arguments built here
-(tests/test_metal_dispatch.py), the detection and selection logic and the self-test's refusal
-path (tests/test_metal_backend.py). See docs/metal.md.
+NOT YET RUN ON M5 HARDWARE. docs/metal.md says what is verified without it and how (emulator,
+g++ stand-in with a flushing-GPU mode, clang address-space check, lint, launch recorder).
 
 Detection (nax_support): Metal present, an Apple GPU of generation >= 17 (M5; phones 'p' need
 18), macOS >= 26.4 (int8 tensor ops). Then, the first time anything asks whether this backend
@@ -30,18 +28,22 @@ choose_variant(), layout_result(), probe_layout().
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
+import time
 import warnings
 from dataclasses import dataclass
-from importlib import resources
 
 import mlx.core as mx
 import numpy as np
 
-from .. import exactness, nax_emulator, tiling
+from .. import exactness, nax_emulator, quant, tiling
+from . import metal_source
 from .base import Backend, Probe
+from .metal_source import LOAD_GENERIC, LOAD_MLX_LAYOUT, KernelVariant, variant_named, variants
+
 
 # ---------------------------------------------------------------------------------------------
 # Detection
@@ -106,85 +108,36 @@ def machine_report() -> tuple[bool, str | None, str | None]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Kernel sources and objects
+# Kernel objects (the sources: metal_source.py)
 # ---------------------------------------------------------------------------------------------
-
-BODY_MARKER = "// ==== kernel body ===="
-"""Splits a .metal file into global-scope code (metal_kernel's `header`) and the kernel body."""
-
-GEMM_CORE = "nax_gemm.metal"
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    """One mx.fast.metal_kernel: its .metal file, argument names and whether it needs the core."""
-
-    name: str
-    file: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    uses_gemm_core: bool
-
-
-KERNELS = {
-    spec.name: spec
-    for spec in (
-        KernelSpec("int8nax_int8_gemm", "int8_gemm.metal", ("a", "b", "params"), ("c",), True),
-        KernelSpec(
-            "int8nax_w8a8_gemm",
-            "w8a8_gemm.metal",
-            ("q", "w", "s_x", "s_w", "bias", "params"),
-            ("y",),
-            True,
-        ),
-        KernelSpec("int8nax_quantize_rows", "quantize_rows.metal", ("x",), ("q", "s"), False),
-        KernelSpec("int8nax_nax_layout", "nax_layout.metal", ("dummy",), ("out",), True),
-    )
-}
-
-
-def read_kernel_file(file: str) -> str:
-    return (resources.files("int8nax") / "kernels" / file).read_text()
-
-
-def split_source(text: str) -> tuple[str, str]:
-    """(global part, body) of a kernel file; a file without the marker is all global."""
-    if BODY_MARKER not in text:
-        return text, ""
-    head, body = text.split(BODY_MARKER, 1)
-    return head, body.strip("\n") + "\n"
-
-
-def kernel_source(spec: KernelSpec) -> tuple[str, str]:
-    """(header, source) for mx.fast.metal_kernel."""
-    head, body = split_source(read_kernel_file(spec.file))
-    if not body.strip():
-        raise RuntimeError(f"{spec.file}: no '{BODY_MARKER}' section")
-    if spec.uses_gemm_core:
-        core, _ = split_source(read_kernel_file(GEMM_CORE))
-        head = core + "\n" + head
-    return head, body
 
 
 class KernelSet:
     """The backend's compiled-on-demand kernels. `factory` is mx.fast.metal_kernel; tests pass
-    a recorder to check the launch arguments without Metal."""
+    a recorder (or the g++ stand-in) to check the launches without Metal.
+
+    Every launch goes through launch(), which records each distinct instantiation it asks for:
+    MLX builds one Metal library per (kernel, template arguments, input dtypes, inputs in the
+    `constant` address space), so builds() is this process's list of library builds. With
+    time_builds set (int8nax selftest), the first launch of each is evaluated at once and
+    timed: the build (and one run) in seconds."""
 
     def __init__(self, factory=None):
         self._factory = factory
         self._built = {}
+        self._builds: dict = {}
+        self.time_builds = False
 
     def __getitem__(self, name: str):
         if name not in self._built:
-            spec = KERNELS[name]
-            header, source = kernel_source(spec)
+            spec = metal_source.kernel_spec(name)
             factory = self._factory or mx.fast.metal_kernel
             self._built[name] = factory(
                 name=spec.name,
-                input_names=list(spec.inputs),
-                output_names=list(spec.outputs),
-                source=source,
-                header=header,
+                input_names=list(spec.input_names),
+                output_names=list(spec.output_names),
+                source=spec.source,
+                header=spec.header,
                 ensure_row_contiguous=True,
                 # safe: the dequantization's error-free transformations and the quantization's
                 # isfinite() must not be reassociated or assumed away.
@@ -192,52 +145,28 @@ class KernelSet:
             )
         return self._built[name]
 
+    def launch(self, name: str, **call) -> list:
+        """kernels[name](**call), recording (and, with time_builds, timing) a new build."""
+        spec = metal_source.KERNELS[name]
+        inst = metal_source.Instantiation(
+            name, metal_source.template_key(call.get("template", ())),
+            tuple((n, metal_source.dtype_name(a.dtype)) for n, a in zip(spec.inputs, call["inputs"])),
+            tuple((n, metal_source.dtype_name(d)) for n, d in zip(spec.outputs, call["output_dtypes"])),
+            metal_source.constant_inputs((n, a.size) for n, a in zip(spec.inputs, call["inputs"])))
+        new = inst.key not in self._builds
+        if new:
+            self._builds[inst.key] = [inst, None]
+        if not (new and self.time_builds):
+            return self[name](**call)
+        start = time.perf_counter()
+        outs = self[name](**call)
+        mx.eval(outs)
+        self._builds[inst.key][1] = time.perf_counter() - start
+        return outs
 
-# ---------------------------------------------------------------------------------------------
-# Kernel variants: the load path and relaxed_precision
-# ---------------------------------------------------------------------------------------------
-
-LOAD_MLX_LAYOUT = "mlx_layout"
-"""The fast load path: MLX's BaseNAXFrag lane layout from the lane id, 4-byte row pieces,
-unmasked interior tiles. Right only if the int8 cooperative tensors use that layout."""
-LOAD_GENERIC = "generic"
-"""The fallback: element-wise loads at the coordinates each cooperative tensor reports;
-right under any layout, slower."""
-LOAD_PATHS = (LOAD_MLX_LAYOUT, LOAD_GENERIC)
-
-
-@dataclass(frozen=True)
-class KernelVariant:
-    """One buildable form of the two GEMM kernels (and of the layout probe's descriptor)."""
-
-    load: str = LOAD_MLX_LAYOUT
-    relaxed_precision: bool = True
-    """matmul2d_descriptor's relaxed_precision; True is the proven form (tiling.NaxTileConfig)."""
-
-    def __post_init__(self):
-        if self.load not in LOAD_PATHS:
-            raise ValueError(f"KernelVariant: load must be one of {LOAD_PATHS}, got {self.load!r}")
-
-    @property
-    def name(self) -> str:
-        return f"{self.load}/relaxed_precision={'true' if self.relaxed_precision else 'false'}"
-
-    def template(self) -> list[tuple[str, bool]]:
-        """Template arguments the variant adds to the tile's."""
-        return [("MLX_LAYOUT", self.load == LOAD_MLX_LAYOUT)]
-
-
-def variants() -> list[KernelVariant]:
-    """Every variant this backend can build, the proven relaxed_precision=True forms first."""
-    return [KernelVariant(load, relaxed) for relaxed in (True, False) for load in LOAD_PATHS]
-
-
-def variant_named(name: str) -> KernelVariant:
-    """The variant whose .name is `name` (e.g. "generic/relaxed_precision=true")."""
-    for v in variants():
-        if v.name == name:
-            return v
-    raise ValueError(f"variant_named: unknown variant {name!r}; expected one of {[v.name for v in variants()]}")
+    def builds(self) -> list[tuple]:
+        """[(Instantiation, seconds of its first launch or None when untimed)], in build order."""
+        return [tuple(entry) for entry in self._builds.values()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,23 +174,45 @@ def variant_named(name: str) -> KernelVariant:
 # ---------------------------------------------------------------------------------------------
 
 
-def _params(dispatch: tiling.MetalGemmDispatch) -> mx.array:
-    return mx.array(dispatch.params, dtype=mx.int32)
+@functools.lru_cache(maxsize=1024)
+def _params_array(params: tuple) -> mx.array:
+    return mx.array(params, dtype=mx.int32)
+
+
+def _params(dispatch) -> mx.array:
+    """The `params` input, made once per shape (an inference loop repeats its shapes)."""
+    return _params_array(dispatch.params)
+
+
+_NO_BIAS: dict = {}
+
+
+def _no_bias() -> mx.array:
+    """The [1] placeholder passed for `bias` when there is none (never read), made once."""
+    if "array" not in _NO_BIAS:
+        _NO_BIAS["array"] = mx.zeros((1,), dtype=mx.float32)
+    return _NO_BIAS["array"]
 
 
 def gemm_dispatch(m: int, n: int, k: int, variant: KernelVariant, gpu: str | None = None):
-    """(tiling dispatch, template arguments) of one GEMM launch of `variant` on GPU class `gpu`."""
+    """(kernel suffix, dispatch, template arguments) of one GEMM launch of `variant` on GPU class
+    `gpu`: "gemv" (the small-M kernel, the same for every variant) for M <= METAL_MV_MAX_M, else
+    "gemm" (the NAX tile walk of tiling.metal_gemm_dispatch)."""
+    if tiling.metal_uses_gemv(m):
+        d = tiling.metal_gemv_dispatch(m, n, k)
+        return "gemv", d, list(d.template)
     d = tiling.metal_gemm_dispatch(m, n, k, gpu, variant.relaxed_precision)
-    return d, d.template + variant.template()
+    return "gemm", d, d.template + variant.template()
 
 
 def run_int8_gemm(kernels: KernelSet, a: mx.array, b: mx.array, variant: KernelVariant = KernelVariant(),
                   gpu: str | None = None) -> mx.array:
-    """int32 [M, N] = a [M, K] @ b [N, K]^T on NAX."""
+    """int32 [M, N] = a [M, K] @ b [N, K]^T on NAX (or the small-M kernel)."""
     m, k = a.shape
     n = b.shape[0]
-    d, template = gemm_dispatch(m, n, k, variant, gpu)
-    (c,) = kernels["int8nax_int8_gemm"](
+    schedule, d, template = gemm_dispatch(m, n, k, variant, gpu)
+    (c,) = kernels.launch(
+        f"int8nax_int8_{schedule}",
         inputs=[a, b, _params(d)],
         output_shapes=[(m, n)],
         output_dtypes=[mx.int32],
@@ -274,12 +225,15 @@ def run_int8_gemm(kernels: KernelSet, a: mx.array, b: mx.array, variant: KernelV
 
 
 def run_quantize_rows(kernels: KernelSet, x: mx.array) -> tuple[mx.array, mx.array]:
-    """(int8 [M, K], float32 [M]) per-token quantization of float x [M, K]."""
+    """(int8 [M, K], float32 [max(M, 8)]) per-token quantization of float x [M, K]: scales
+    past row M are not written. Padded so that the W8A8 GEMM always receives s_x in the device
+    address space: an M < 8 would otherwise make MLX build another GEMM library."""
     rows, k = x.shape
     d = tiling.metal_quant_dispatch(rows)
-    q, s = kernels["int8nax_quantize_rows"](
+    q, s = kernels.launch(
+        "int8nax_quantize_rows",
         inputs=[x],
-        output_shapes=[(rows, k), (rows,)],
+        output_shapes=[(rows, k), (max(rows, metal_source.MLX_CONSTANT_MAX_ELEMENTS),)],
         output_dtypes=[mx.int8, mx.float32],
         grid=d.grid,
         threadgroup=d.threadgroup,
@@ -295,12 +249,12 @@ def run_w8a8(kernels: KernelSet, x: mx.array, w: mx.array, scale_w: mx.array, bi
     q, s_x = run_quantize_rows(kernels, x)
     m, k = x.shape
     n = w.shape[0]
-    d, template = gemm_dispatch(m, n, k, variant, gpu)
+    schedule, d, template = gemm_dispatch(m, n, k, variant, gpu)
     has_bias = bias is not None
-    # float32 bias: widening is exact and one kernel variant serves every bias dtype.
-    bias_arg = bias.astype(mx.float32) if has_bias else mx.zeros((1,), dtype=mx.float32)
-    (y,) = kernels["int8nax_w8a8_gemm"](
-        inputs=[q, w, s_x, scale_w, bias_arg, _params(d)],
+    # The bias in its own dtype (the kernel widens it to float32, exactly): no extra cast kernel.
+    (y,) = kernels.launch(
+        f"int8nax_w8a8_{schedule}",
+        inputs=[q, w, s_x, scale_w, bias if has_bias else _no_bias(), _params(d)],
         output_shapes=[(m, n)],
         output_dtypes=[x.dtype],
         grid=d.grid,
@@ -311,34 +265,64 @@ def run_w8a8(kernels: KernelSet, x: mx.array, w: mx.array, scale_w: mx.array, bi
     return y
 
 
-LAYOUT_CAPACITY = max(
-    tiling.NAX_FRAG_M * tiling.NAX_FRAG_K,
-    tiling.NAX_FRAG_N * tiling.NAX_FRAG_K,
-    tiling.NAX_FRAG_M * tiling.NAX_FRAG_N,
-) // tiling.SIMD_WIDTH
-"""Elements per lane the layout probe records: the largest fragment's share of a simdgroup."""
+LAYOUT_CAPACITY = metal_source.LAYOUT_CAPACITY
 
 
 def run_layout_probe(kernels: KernelSet, relaxed_precision: bool = True) -> mx.array:
     """int32 [3, SIMD, 1 + 3 * CAP]: the cooperative tensors' layout (see nax_layout.metal)."""
     simd = tiling.SIMD_WIDTH
-    (out,) = kernels["int8nax_nax_layout"](
+    (out,) = kernels.launch(
+        "int8nax_nax_layout",
         inputs=[mx.zeros((1,), dtype=mx.int32)],
         output_shapes=[(3, simd, 1 + 3 * LAYOUT_CAPACITY)],
         output_dtypes=[mx.int32],
         grid=(simd, 1, 1),
         threadgroup=(simd, 1, 1),
-        template=[
-            ("FM", tiling.NAX_FRAG_M),
-            ("FN", tiling.NAX_FRAG_N),
-            ("FK", tiling.NAX_FRAG_K),
-            ("SIMD", simd),
-            ("CAP", LAYOUT_CAPACITY),
-            ("RELAXED", relaxed_precision),
-        ],
+        template=list(metal_source.layout_template(relaxed_precision)),
         stream=mx.gpu,
     )
     return out
+
+
+SUBNORMAL_PROBE_OPS = ("s * 1", "s + 0", "fma(s, 1, 0)", "FLT_MIN * 0.5", "max(s, 0)", "precise::divide(s, 1)")
+"""What subnormal_probe.metal computes, in its output order (s a float32 subnormal)."""
+SUBNORMAL = np.float32(1e-39)
+
+
+def run_subnormal_probe(kernels: KernelSet) -> mx.array:
+    """float32 [6]: the subnormal probe's results (see subnormal_probe.metal)."""
+    tiny = np.finfo(np.float32).tiny
+    x = mx.array(np.array([SUBNORMAL, tiny, 0.5, 1, 0, 0, 0, 0], np.float32))
+    (out,) = kernels.launch("int8nax_subnormal_probe", inputs=[x], output_shapes=[(len(SUBNORMAL_PROBE_OPS),)],
+                            output_dtypes=[mx.float32], grid=(tiling.SIMD_WIDTH, 1, 1),
+                            threadgroup=(tiling.SIMD_WIDTH, 1, 1), stream=mx.gpu)
+    return out
+
+
+def subnormal_verdict(out) -> dict:
+    """{op: "kept" | "flushed" | "other: <value>"} from the probe's output, and a "summary"."""
+    want = np.array([SUBNORMAL] * 3 + [np.finfo(np.float32).tiny / 2] + [SUBNORMAL] * 2, np.float32)
+    got = np.asarray(out, np.float32)
+    verdict = {}
+    for op, g, w in zip(SUBNORMAL_PROBE_OPS, got, want):
+        verdict[op] = "kept" if g.view(np.int32) == w.view(np.int32) else "flushed" if g == 0 else f"other: {g!r}"
+    kinds = set(verdict.values())
+    verdict["summary"] = ("keeps float32 subnormals" if kinds == {"kept"} else
+                          "flushes float32 subnormals" if kinds == {"flushed"} else
+                          "mixed: " + ", ".join(f"{op} {v}" for op, v in verdict.items()))
+    return verdict
+
+
+def probe_subnormals(kernels: KernelSet) -> dict:
+    """Run the subnormal probe on the GPU: subnormal_verdict, or {"summary": why it failed}."""
+    try:
+        return subnormal_verdict(np.array(run_subnormal_probe(kernels)))
+    except Exception as exc:
+        return {"summary": f"the subnormal probe failed ({type(exc).__name__}: {exc})"}
+
+
+SMALL_M_W8A8 = [(1, 300, 37, "float16"), (tiling.METAL_MV_MAX_M, 129, 9, "bfloat16")]
+"""(M, K, N, dtype) of the first-use check's extra W8A8 cases, on the small-M kernel."""
 
 
 class VariantOps:
@@ -352,12 +336,13 @@ class VariantOps:
         return run_int8_gemm(self.kernels, a, b, self.variant, self.gpu)
 
     def quantize_activations(self, x):
-        return run_quantize_rows(self.kernels, x)
+        q, s = run_quantize_rows(self.kernels, x)
+        return q, s[: x.shape[0]]
 
     def w8a8_linear(self, x, w, scale_w, bias):
         return run_w8a8(self.kernels, x, w, scale_w, bias, self.variant, self.gpu)
 
-    COMPILE_SHAPES = {"small tile": (33, 64, 40), "large tile": (65, 64, 40)}
+    COMPILE_SHAPES = {"small M": (2, 64, 40), "small tile": (33, 64, 40), "large tile": (65, 64, 40)}
     """(M, K, N) that build each GEMM kernel in each default tile configuration."""
 
     def compile_report(self) -> dict[str, str | None]:
@@ -374,11 +359,12 @@ class VariantOps:
                 report[label] = f"{type(exc).__name__}: {exc}"
 
         for tile, (m, k, n) in self.COMPILE_SHAPES.items():
+            schedule = gemm_dispatch(m, n, k, self.variant, self.gpu)[0]
             a = mx.zeros((m, k), dtype=mx.int8)
             b = mx.zeros((n, k), dtype=mx.int8)
-            attempt(f"int8nax_int8_gemm ({tile})", lambda: self.int8_matmul(a, b))
+            attempt(f"int8nax_int8_{schedule} ({tile})", lambda: self.int8_matmul(a, b))
             x = mx.ones((m, k), dtype=mx.float16)
-            attempt(f"int8nax_w8a8_gemm ({tile})",
+            attempt(f"int8nax_w8a8_{schedule} ({tile})",
                     lambda: self.w8a8_linear(x, b, mx.ones((n,), dtype=mx.float32), mx.zeros((n,), dtype=mx.float16)))
         attempt("int8nax_quantize_rows", lambda: self.quantize_activations(mx.ones((3, 64), dtype=mx.float16)))
         return report
@@ -387,7 +373,17 @@ class VariantOps:
         """exactness.first_use_check on this variant: [] when exact, else the failures (a
         kernel that fails to build or run is one failure carrying the compiler's message)."""
         try:
-            return exactness.first_use_check(self.int8_matmul, self.quantize_activations, self.w8a8_linear)
+            failures = exactness.first_use_check(self.int8_matmul, self.quantize_activations, self.w8a8_linear)
+            # The small-M W8A8 kernel, which first_use_check's W8A8 shapes (M >= 5) do not reach.
+            rng = np.random.default_rng(17)
+            for m, k, n, dtype in SMALL_M_W8A8:
+                x = mx.array(exactness.special_rows(rng, m, k)).astype(exactness.DTYPES[dtype])
+                w, s_w = quant.quantize_weight_np(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
+                bias = rng.standard_normal(n).astype(np.float32)
+                problem = exactness.check_w8a8(self.w8a8_linear, x, w, s_w, bias)
+                if problem:
+                    failures.append(f"w8a8_linear {dtype} (M, K, N) = {(m, k, n)}: {problem}")
+            return failures
         except Exception as exc:  # e.g. "Unable to build metal library from source"
             return [f"the kernels failed to build or run: {type(exc).__name__}: {exc}"]
 
@@ -555,7 +551,12 @@ class MetalBackend(Backend):
             forced_variant = variant_named(forced) if forced else None
         except ValueError as exc:
             return Probe(False, f"{VARIANT_ENV}={forced!r}: {exc}")
-        sel = choose_variant(self.layout(), self_test, self.relaxed_precision, forced_variant)
+        # The first-use check evaluates its results anyway: its builds are timed for the report.
+        timing, self.kernels.time_builds = self.kernels.time_builds, True
+        try:
+            sel = choose_variant(self.layout(), self_test, self.relaxed_precision, forced_variant)
+        finally:
+            self.kernels.time_builds = timing
         self._selection = sel
         if sel.variant is None:
             reason = f"NAX refused for this process ({hardware.reason}): {sel.reason}"
@@ -580,6 +581,29 @@ class MetalBackend(Backend):
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         return self._ready().w8a8_linear(x, w, scale_w, bias)
+
+
+    def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
+        """e.g. "metal nax mlx_layout/relaxed_precision=true metal_128x128 (128x128x512, swizzle 2)",
+        or "metal gemv ..." for small M: the variant serving this process (the rule's first choice
+        before first use) and the schedule, tile and grid gemm_dispatch gives; launches nothing."""
+        if op not in ("int8_matmul", "w8a8_linear"):
+            raise ValueError(f"describe: op must be 'int8_matmul' or 'w8a8_linear', got {op!r}")
+        variant = self._selection.variant if self._selection and self._selection.variant else None
+        when = "" if variant else " (before first use)"
+        variant = variant or KernelVariant(LOAD_MLX_LAYOUT, self.relaxed_precision)
+        schedule, d, _ = gemm_dispatch(m, n, k, variant, self.gpu)
+        if schedule == "gemv":
+            text = (f"metal gemv (M <= {tiling.METAL_MV_MAX_M}, {tiling.METAL_MV_SIMDGROUPS}x{tiling.METAL_MV_ROWS} "
+                    "columns per threadgroup)")
+        else:
+            c = d.config
+            text = (f"metal nax {variant.name} {c.name} ({c.bm}x{c.bn}x{c.bk}, swizzle {d.launch.swizzle_log})"
+                    + when)
+        if op == "w8a8_linear":
+            out = str(dtype).replace("mlx.core.", "") if dtype is not None else "x's dtype"
+            text += f" + quantize_rows, {out} out, {'bias' if bias else 'no bias'}"
+        return text
 
 
 BACKEND = MetalBackend()

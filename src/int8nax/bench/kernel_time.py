@@ -12,6 +12,8 @@ headline alone problems.EXTRA_SHAPES, 8192^3, shown but outside the geometric me
                       int8nax.w8a8_linear(x, w, scale_w, bias, backend="cuda") on x of that dtype
                       (problems.linear_problem's x, w8a8_weights' w and scales): every kernel of the
                       call, quantization, GEMM and any split-K reduction, against int8_matmul's time
+    bf16              (--bf16) mx.matmul(x, W.T) with x and W bfloat16: the layer a bfloat16 model
+                      runs, against w8a8:bfloat16[+bias] (decode's target: W8A8 no slower)
 
 Method. Each launch is one call and one mx.eval (cuBLASLt: one enqueue and one synchronize), so
 no two launches overlap. The CUPTI activity records of the launches' kernels (memsets and copies
@@ -88,7 +90,7 @@ METHOD = ("CUPTI durations (torch.profiler) of every GPU activity of one call + 
 
 @dataclass(frozen=True)
 class Item:
-    """One timed thing: subject (int8_matmul, cublaslt, w8a8:<dtype>[+bias]) at one shape."""
+    """One timed thing: subject (int8_matmul, cublaslt, w8a8:<dtype>[+bias], bf16) at one shape."""
 
     subject: str
     shape: Shape
@@ -113,10 +115,10 @@ def parse_w8a8(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def plan_items(shapes, w8a8=W8A8_VARIANTS, cublaslt: bool = True, extra=()) -> list[Item]:
+def plan_items(shapes, w8a8=W8A8_VARIANTS, cublaslt: bool = True, extra=(), bf16: bool = False) -> list[Item]:
     """The run's items in order: the headline first (int8_matmul and cuBLASLt, shape by shape,
-    the `extra` shapes last), then each W8A8 variant over `shapes`, so that a budget cut keeps
-    the headline whole."""
+    the `extra` shapes last), then each W8A8 variant over `shapes`, then (bf16) bfloat16
+    mx.matmul over `shapes`, so that a budget cut keeps the headline whole."""
     items = []
     for shape in [*shapes, *extra]:
         items.append(Item("int8_matmul", tuple(shape)))
@@ -124,6 +126,8 @@ def plan_items(shapes, w8a8=W8A8_VARIANTS, cublaslt: bool = True, extra=()) -> l
             items.append(Item("cublaslt", tuple(shape)))
     for variant in w8a8:
         items += [Item(f"w8a8:{variant}", tuple(shape)) for shape in shapes]
+    if bf16:
+        items += [Item("bf16", tuple(shape)) for shape in shapes]
     return items
 
 
@@ -315,6 +319,26 @@ def _measure(item: Item, ctx: dict) -> dict:
         bad = int((got != exact_int_product(a_np[rows], b_np)).sum())
         rec["check"] = "bit-exact against the int64 product"
         return _finish(rec, None if bad == 0 else f"{bad} of {got.size} checked outputs differ", copies, launches)
+    elif item.subject == "bf16":
+        x_np, _ = problems.linear_problem(m, k, n)
+        w_np, s_np = problems.w8a8_weights(m, k, n)
+        x = mx.array(x_np).astype(mx.bfloat16)
+        w = (mx.array(w_np).astype(mx.float32) * mx.array(s_np)[:, None]).astype(mx.bfloat16)
+        copies = copies_for(x.nbytes + w.nbytes, l2)
+        sets = _device_copies(mx, (x, w), copies)
+        rec["describe"] = "mlx bfloat16 matmul"
+
+        def call(st):
+            return mx.matmul(st[0], st[1].T)
+
+        def check(out):
+            idx = mx.array(rows)
+            got = np.array(out[idx].astype(mx.float32))
+            want = np.array(x[idx].astype(mx.float32)) @ np.array(w.astype(mx.float32)).T
+            worst = float(np.max(np.abs(got - want) / (np.abs(want) + np.abs(want).max() * 1e-3 + 1e-30)))
+            return None if worst <= 0.05 else f"off by {worst:.3g} (relative) from the float32 product"
+
+        rec["check"] = "within 5 % of the float32 product (a peer: bfloat16 rounding)"
     else:
         variant = item.subject.split(":", 1)[1]
         dtype_name, has_bias = variant.split("+")[0], variant.endswith("+bias")
@@ -549,6 +573,15 @@ def summary(records: list[dict]) -> dict:
             out[subject] = {"geomean": geomean([p[1] for p in pairs]), "shapes": len(pairs), "of": len(mine),
                             "highest": worst[1], "highest_at": list(worst[0]),
                             "meaning": "W8A8 µs / int8_matmul µs"}
+    bf16 = _by(records, "bf16")
+    for subject in ("w8a8:bfloat16", "w8a8:bfloat16+bias"):
+        mine = _by(records, subject)
+        pairs = [(s, bf16[s]["us"] / mine[s]["us"]) for s in mine if "us" in mine[s] and "us" in bf16.get(s, {})]
+        if pairs:
+            worst = min(pairs, key=lambda p: p[1])
+            out[f"bf16/{subject}"] = {"geomean": geomean([p[1] for p in pairs]), "shapes": len(pairs),
+                                      "lowest": worst[1], "lowest_at": list(worst[0]),
+                                      "meaning": "bfloat16 matmul µs / W8A8 µs (above 1: W8A8 faster)"}
     return out
 
 
@@ -606,6 +639,21 @@ def render(records: list[dict], markdown: bool = False) -> str:
         ran = [f"  {v.removeprefix('w8a8:')} {'x'.join(map(str, s))}: {w.get('describe', '')}{kernels_text(w)}"
                for v in variants for s, w in by[v].items() if "parts" in w]
         out += ["", "W8A8 kernels:", *ran] if ran else []
+    bf16 = _by(records, "bf16")
+    if bf16:
+        mine = {v: _by(records, v) for v in ("w8a8:bfloat16", "w8a8:bfloat16+bias")}
+        rows = []
+        for shape, b in bf16.items():
+            cells = [*map(str, shape), _cell(b)]
+            for v in mine.values():
+                w = v.get(shape)
+                cells.append(_cell(w) + (f" ({b['us'] / w['us']:.2f}x)" if w and "us" in w and "us" in b else ""))
+            rows.append(cells)
+        out += ["", "", "W8A8 bfloat16 against bfloat16 mx.matmul (µs; ratio = bf16 µs / W8A8 µs, above 1: W8A8 "
+                        "faster)", ""]
+        out += _table(["M", "K", "N", "bf16", "w8a8 bfloat16", "w8a8 bfloat16+bias"], rows, markdown)
+        out += [f"{k}: geometric mean {v['geomean']:.2f}x over {v['shapes']} shapes; lowest {v['lowest']:.2f}x at "
+                f"{'x'.join(map(str, v['lowest_at']))}" for k, v in sums.items() if k.startswith("bf16/")]
     problems = [r for r in records if any(k in r for k in ("error", "mismatch", "not_run"))]
     if problems:
         out += ["", "Not measured:"]
@@ -622,7 +670,7 @@ def kernels_text(rec: dict) -> str:
 
 def failed(records: list[dict]) -> bool:
     """A wrong output anywhere, or an int8nax item that raised or died."""
-    return any("mismatch" in r or (r["subject"] != "cublaslt" and "error" in r) for r in records)
+    return any("mismatch" in r or (r["subject"] not in ("cublaslt", "bf16") and "error" in r) for r in records)
 
 
 def to_json(records: list[dict], meta: dict) -> dict:
@@ -677,8 +725,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--w8a8", type=_w8a8_arg, default=W8A8_VARIANTS, metavar="VARIANTS",
                         help=f"mode kernel: W8A8 variants to time against the raw GEMM, comma-separated from "
                              f"{', '.join(W8A8_VARIANTS)}, or none (default: all)")
-    parser.add_argument("--budget", type=_positive(float), default=BUDGET_S, metavar="SECONDS",
-                        help=f"mode kernel: seconds for the whole run, compilation included ({BUDGET_S:.0f})")
+    parser.add_argument("--bf16", action="store_true",
+                        help="mode kernel: also time bfloat16 mx.matmul(x, W.T) at each shape, against W8A8's "
+                             "bfloat16 variants")
+    parser.add_argument("--time-limit", type=_positive(float), default=BUDGET_S, metavar="SECONDS",
+                        help=f"mode kernel: seconds for the whole run, compilation included ({BUDGET_S:.0f}); "
+                             "items not reached are listed as not run")
     parser.add_argument("--launches", type=_positive(int), default=LAUNCHES,
                         help=f"mode kernel: timed launches per item, the median is kept ({LAUNCHES})")
 
@@ -700,9 +752,9 @@ def main(args) -> int:
     if why:
         print(f"{prog}: {why}; nothing was measured.", file=sys.stderr)
         return NO_CUDA_EXIT
-    budget, launches = getattr(args, "budget", BUDGET_S), getattr(args, "launches", LAUNCHES)
+    budget, launches = getattr(args, "time_limit", BUDGET_S), getattr(args, "launches", LAUNCHES)
     shapes, extra = select_shapes(getattr(args, "shapes", None))
-    items = plan_items(shapes, getattr(args, "w8a8", W8A8_VARIANTS), extra=extra)
+    items = plan_items(shapes, getattr(args, "w8a8", W8A8_VARIANTS), extra=extra, bf16=getattr(args, "bf16", False))
     meta = environment()
     meta.update({"launches": launches, "budget_s": budget, "command": "int8nax " + " ".join(sys.argv[1:])})
     print(f"{prog}: {len(items)} items over {len(shapes) + len(extra)} shapes; {meta.get('gpu', '?')}, "

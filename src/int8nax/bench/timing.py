@@ -31,27 +31,34 @@ from .problems import Shape, ops
 MODES = ("call", "chain", "host")
 
 
-def median_seconds(run: Callable[[], object], repeat: int = 5, warmup: int = 1) -> float:
-    """Median wall time of `repeat` calls of a blocking callable, after `warmup` untimed calls."""
+def median_seconds(run: Callable[[], object], repeat: int = 5, warmup: int = 1,
+                   tick: Callable[[], None] | None = None) -> float:
+    """Median wall time of `repeat` calls of a blocking callable, after `warmup` untimed calls.
+    `tick`, if given, is called after each call, warm-up included (a progress display)."""
     for _ in range(warmup):
         run()
+        if tick:
+            tick()
     samples = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         out = run()
         samples.append(time.perf_counter() - t0)
         del out  # freeing the outputs (host mode: a graph of many calls) is not part of a call
+        if tick:
+            tick()
     return statistics.median(samples)
 
 
-def seconds_per_call(prepared, mode: str, repeat: int = 5, warmup: int = 1, calls: int = 100) -> float:
+def seconds_per_call(prepared, mode: str, repeat: int = 5, warmup: int = 1, calls: int = 100,
+                     tick: Callable[[], None] | None = None) -> float:
     """Median seconds per call of `prepared` (a bench.contenders.Prepared) in `mode`."""
     if mode == "call":
-        return median_seconds(prepared.run, repeat, warmup)
+        return median_seconds(prepared.run, repeat, warmup, tick)
     if mode == "chain":
-        return median_seconds(lambda: prepared.chain(calls), repeat, warmup) / calls
+        return median_seconds(lambda: prepared.chain(calls), repeat, warmup, tick) / calls
     if mode == "host":
-        return median_seconds(lambda: prepared.build(calls), repeat, warmup) / calls
+        return median_seconds(lambda: prepared.build(calls), repeat, warmup, tick) / calls
     raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
 
 
@@ -78,12 +85,13 @@ class Cell:
 
 
 def measure(shape: Shape, name: str, mode: str = "call", repeat: int = 5, chain_calls: int = 100,
-            backend: str | None = None, warmup: int = 1) -> Cell:
-    """Prepare contender `name` at `shape`, check its output, then time it in `mode`.
-    Never raises for the contender's sake: the Cell says what happened."""
+            backend: str | None = None, warmup: int = 1, tick: Callable[[], None] | None = None) -> Cell:
+    """Prepare contender `name` at `shape`, check its output, then time it in `mode` (`tick`:
+    called after each timed or warm-up sample). Never raises for the contender's sake: the
+    Cell says what happened."""
     try:
         prepared = contenders.get(name).ready(*shape, backend=backend)
-        seconds = seconds_per_call(prepared, mode, repeat, warmup, calls=chain_calls)
+        seconds = seconds_per_call(prepared, mode, repeat, warmup, calls=chain_calls, tick=tick)
     except Unavailable as exc:
         return Cell(unavailable=str(exc))
     except MismatchError as exc:

@@ -13,7 +13,11 @@
 // - matmul2d::run gathers the 32 lanes' elements into whole fragments and multiplies them
 //   exactly (int64, checked to fit int32), as the hardware is specified to;
 // - float arithmetic is x86 SSE IEEE single precision with subnormals, fma is a true fused
-//   multiply-add, half is _Float16, bfloat16 rounds to nearest even;
+//   multiply-add, half is _Float16, bfloat16 rounds to nearest even; or, when the driver is run
+//   with INT8NAX_SHIM_FLUSH_SUBNORMALS set, a GPU that flushes float32 subnormals: the SSE
+//   control register's flush-to-zero and denormals-are-zero bits are set for every thread, so
+//   each float operation reads subnormal operands as zero and writes zero for a subnormal
+//   result (moves, stores and bit casts leave them alone, as on a GPU);
 // - address spaces: `device`, `constant`, `thread`, `threadgroup` expand to nothing (g++ has no
 //   address spaces; tests/metal_lint.py checks the rules Metal enforces on them). What MLX's
 //   generator does with small inputs IS modelled: shim.py declares an input of fewer than 8
@@ -21,14 +25,16 @@
 //   on Metal, does not convert to `const device T*` or bind to a plain `const T&`, so code
 //   that assumes every input is a device pointer fails to build here too;
 // - NOT modelled: timing, memory ordering, the real int8 lane layout, relaxed_precision (the
-//   product is exact either way), float32 denormal flushing, the Metal compiler.
+//   product is exact either way), the Metal compiler.
 #pragma once
 
 #include <setjmp.h>
 #include <ucontext.h>
+#include <xmmintrin.h>
 
 #include <array>
 #include <cfloat>  // FLT_MIN, FLT_MAX: MSL defines them in metal_stdlib
+#include <climits>  // CHAR_BIT, likewise
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -45,12 +51,16 @@
 
 typedef unsigned int uint;
 typedef unsigned long ulong;
+typedef unsigned short ushort;
 typedef _Float16 float16_t;
 typedef _Float16 half;
 
 struct bfloat16_t {
   uint16_t bits;
   bfloat16_t() = default;
+  bfloat16_t(const bfloat16_t&) = default;
+  bfloat16_t(const volatile bfloat16_t& o) : bits(o.bits) {}  // a copy read through `constant`
+  bfloat16_t& operator=(const bfloat16_t&) = default;
   bfloat16_t(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
@@ -85,6 +95,9 @@ struct uint3 {
 #ifndef NAN
 #define NAN __builtin_nanf("")
 #endif
+// MSL's half constants (metal_stdlib), as IEEE binary16 defines them.
+#define HALF_MANT_DIG 11
+#define HALF_MAX_EXP 16
 
 namespace shim {
 
@@ -122,6 +135,12 @@ inline Barrier g_tg_barrier;
 inline std::vector<Barrier> g_simd_barriers;
 inline std::function<void(const GreenThread&)> g_body;
 inline uint64_t g_barriers_met = 0;
+
+// The flushing GPU: MXCSR FTZ (bit 15) and DAZ (bit 6). Set before any green thread's context
+// is made, so every thread inherits it.
+inline void flush_subnormals_if_asked() {
+  if (std::getenv("INT8NAX_SHIM_FLUSH_SUBNORMALS")) _mm_setcsr(_mm_getcsr() | (1u << 15) | (1u << 6));
+}
 
 inline void fail(const char* what) {
   std::fprintf(stderr, "metal_shim: %s\n", what);
@@ -248,6 +267,21 @@ inline float simd_max(float v) {
   return m;
 }
 
+inline int simd_sum(int v) {  // exact: int64 here, checked to fit int32 as the GPU's would wrap
+  auto all = shim::simd_gather(v);
+  int64_t sum = 0;
+  for (int x : all) sum += x;
+  if (sum != int64_t(int32_t(sum))) shim::fail("int32 overflow in simd_sum");
+  return int(sum);
+}
+
+inline uint simd_max(uint v) {
+  auto all = shim::simd_gather(v);
+  uint m = all[0];
+  for (uint x : all) m = x > m ? x : m;
+  return m;
+}
+
 inline bool simd_any(bool v) {
   auto all = shim::simd_gather(v);
   for (bool x : all)
@@ -274,6 +308,9 @@ inline To as_type(const From& v) {
 }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
+inline uint max(uint a, uint b) { return a > b ? a : b; }
+template <class A, class B>
+inline constexpr bool is_same_v = std::is_same_v<A, B>;
 inline float round(float x) { return std::round(x); }  // half away from zero, like Metal's
 inline float clamp(float x, float lo, float hi) { return std::fmin(std::fmax(x, lo), hi); }
 inline float max(float a, float b) { return std::fmax(a, b); }

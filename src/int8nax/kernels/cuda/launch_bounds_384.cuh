@@ -1,4 +1,4 @@
-// int8nax CUDA kernels: the launch bound of the warp-specialised TMA GEMM (gemm_tma.cuh).
+// The launch bound of the warp-specialised TMA GEMMs (gemm_tma_ws_*.cuh): 384 threads, 1 block.
 //
 // MLX's cuda_kernel writes the kernel as `__global__ void custom_kernel_<name>(...)` right after
 // the user header, with no __launch_bounds__. setmaxnreg needs ptxas to know the register

@@ -2,11 +2,14 @@
 //   y[m, n] = acc[m, n] * s_x[m] * s_w[n] (+ bias[n]),  acc = sum_k q[m, k] * w[n, k] (int32)
 //
 // Built by int8nax/backends/metal.py with mx.fast.metal_kernel: the part above the
-// "kernel body" line goes into `header` (after nax_gemm.metal), the part below is `source`.
+// "kernel body" line goes into `header` (after the schedule, nax_gemm.metal or gemv.metal for
+// M <= tiling.METAL_MV_MAX_M, and float_bits.metal), the part below is `source`.
 //   inputs   q int8 [M, K] (activations quantized by quantize_rows.metal), w int8 [N, K],
-//            s_x float32 [M], s_w float32 [N], bias float32 [N] (a [1] placeholder when
-//            HAS_BIAS is false), params int32 [5] = (M, N, K, swizzle_log, tiles_m)
-//            (inputs of fewer than 8 elements, e.g. s_x for M < 8, the placeholder and params,
+//            s_x float32 [>= max(M, 8)] (padded, so always a device input), s_w float32 [N],
+//            bias float16 | bfloat16 | float32 [N] in the caller's dtype (widened to float32
+//            here, exactly; a float32 [1] placeholder when HAS_BIAS is false),
+//            params int32 [5] = (M, N, K, swizzle_log, tiles_m)
+//            (inputs of fewer than 8 elements, e.g. params, the placeholder and s_w for N < 8,
 //            arrive as `const constant T*`; the epilogue's pointer types are template parameters)
 //   output   y OutT [M, N] (float16, bfloat16 or float32)
 //   template the GEMM's (int8_gemm.metal), OutT, HAS_BIAS
@@ -23,12 +26,6 @@
 // intermediate overflows or underflows. docs/metal.md has the argument; nax_emulator models it.
 
 namespace int8nax {
-
-// IEEE binary32 fields, from the FLT_* macros (FLT_MANT_DIG = 24, FLT_MAX_EXP = 128).
-constant constexpr const int F32_FRACTION_BITS = FLT_MANT_DIG - 1;     // stored fraction bits
-constant constexpr const int F32_BIAS = FLT_MAX_EXP - 1;               // exponent bias, max exponent
-constant constexpr const int F32_MIN_EXP = FLT_MIN_EXP - 1;            // exponent of FLT_MIN
-constant constexpr const uint F32_EXP_MASK = uint(2 * FLT_MAX_EXP - 1);
 
 struct FloatPair {
   float hi;
@@ -47,32 +44,6 @@ inline FloatPair two_sum(const float a, const float b) {
   const float b_virtual = s - a;
   const float a_virtual = s - b_virtual;
   return {s, (a - a_virtual) + (b - b_virtual)};
-}
-
-// 2^k, exact, for F32_MIN_EXP <= k <= F32_BIAS (built from its bits).
-inline float pow2(const int k) {
-  return as_type<float>(uint(k + F32_BIAS) << F32_FRACTION_BITS);
-}
-
-// x = m * 2^e exactly, m an integer-valued float with |m| < 2^FLT_MANT_DIG and x's sign; from
-// the bits (integer work only), so a subnormal x is split exactly. x finite.
-struct Decoded {
-  float m;
-  int e;
-};
-
-inline Decoded decode(const float x) {
-  const uint bits = as_type<uint>(x);
-  const uint biased = (bits >> F32_FRACTION_BITS) & F32_EXP_MASK;
-  const uint hidden = 1u << F32_FRACTION_BITS;
-  const uint significand = (bits & (hidden - 1u)) | (biased != 0u ? hidden : 0u);
-  const int e = (biased != 0u ? int(biased) : 1) - F32_BIAS - F32_FRACTION_BITS;
-  return {copysign(float(significand), x), e};
-}
-
-// floor(log2 |x|) of a normal x.
-inline int exponent_of(const float x) {
-  return int((as_type<uint>(x) >> F32_FRACTION_BITS) & F32_EXP_MASK) - F32_BIAS;
 }
 
 // x * 2^k for any finite x and int k, rounded once: the significand is brought to [1, 2)
@@ -164,7 +135,7 @@ struct DequantStore {
   void operator()(const int m, const int n, const int acc) const thread {
     float b = 0.0f;
     if constexpr (HAS_BIAS) {
-      b = bias[n];  // without a bias, `bias` is a one-element placeholder and is never read
+      b = float(bias[n]);  // without a bias, `bias` is a one-element placeholder and is never read
     }
     y[ulong(m) * ulong(N) + ulong(n)] = OutT(dequantize<HAS_BIAS>(acc, s_x[m], s_w[n], b));
   }
@@ -177,6 +148,6 @@ const int8nax::DequantStore<OutT, HAS_BIAS, metal::remove_addrspace_t<decltype(s
                             metal::remove_addrspace_t<decltype(s_w)>,
                             metal::remove_addrspace_t<decltype(bias)>>
     epilogue{s_x, s_w, bias, y, params[int8nax::PARAM_N]};
-int8nax::nax_gemm<BM, BN, BK, SK, WM, WN, FM, FN, FK, SIMD, ROW_PIECE, RELAXED, MLX_LAYOUT>(
+INT8NAX_GEMM_SCHEDULE(
     q, w, params, threadgroup_position_in_grid.xy, simdgroup_index_in_threadgroup,
     thread_index_in_simdgroup, epilogue);

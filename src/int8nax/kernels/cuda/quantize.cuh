@@ -1,4 +1,4 @@
-// int8nax CUDA kernels, part 4: per-token activation quantization (int8nax/quant.py, bit for bit).
+// Per-token activation quantization (int8nax/quant.py, bit for bit).
 //
 //   s[m] = max_k |x[m, k]| / 127 in float32 (1 for an all-zero row, NaN for a row with NaN/inf)
 //   q[m, k] = clamp(roundf((x[m, k] * 2^k) * (1.0f / (s[m] * 2^k))), -127, 127)   (0 in a NaN/inf row)
@@ -15,7 +15,7 @@
 // flight, then the block reduces the absolute maximum and quantizes from the registers, and the
 // row is read once. Longer rows and rows off the vector path are read twice (for the scale, then
 // for the codes), 16 bytes at a time where the vector path allows, else one value at a time.
-// The launch (THREADS, HELD) is int8nax.tiling.cuda_quant_launch's.
+// The launch (THREADS, HELD) is backends/cuda_plans.py's cuda_quant_launch. Needs common.cuh.
 #pragma once
 
 namespace int8nax {

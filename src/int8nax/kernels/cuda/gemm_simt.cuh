@@ -1,8 +1,9 @@
-// int8nax CUDA kernels, part 3: the portable int8 GEMM (any GPU from sm_61 on) with __dp4a.
+// The portable int8 GEMM (any GPU from sm_61 on) with __dp4a.
 //
 // The fallback where wgmma does not exist (everything but sm_90a), and a second, independent
 // implementation the tests hold against the wgmma kernel. No tensor cores, so it is slow; it
-// shares the tile decode, split-K and epilogues with gemm_sm90.
+// shares the tile decode, split-K and epilogues with gemm_cpasync.
+// Needs common.cuh, tile_scheduler.cuh, dequantize.cuh, epilogue.cuh.
 // A block of WM x WN warps owns a BM x BN tile; each lane computes a 4 x 4 block of outputs.
 #pragma once
 

@@ -493,3 +493,7 @@ inline void nax_gemm(PtrA a, PtrB b, PtrParams params, const uint2 tg, const uin
 }
 
 }  // namespace int8nax
+
+// The schedule the kernel bodies (int8_gemm.metal, w8a8_gemm.metal) call: this file's walk.
+#define INT8NAX_GEMM_SCHEDULE \
+  int8nax::nax_gemm<BM, BN, BK, SK, WM, WN, FM, FN, FK, SIMD, ROW_PIECE, RELAXED, MLX_LAYOUT>

@@ -1,0 +1,305 @@
+"""`int8nax compare --model CONFIG[,CONFIG] --tokens T[,T]`: whole models, form by form, here.
+
+For each configuration (int8nax.bench.models.CONFIGS), mode (eager, and with --model-modes
+also under mx.compile) and form (bf16, fp16, mlx-q8, w8a8, cider), the model is built from
+the same seeded bf16 weights, converted as a user converts it, and at each token count run
+once (its first call, timed and checked: every projection against float64 on its own inputs;
+a wrong output is reported as MISMATCH and not timed), then timed. Tokens 1 is one decode
+step after a prompt of --context tokens; more is a prefill of that many tokens. Columns:
+
+    ms/layer     median time of one forward / layers
+    tokens/s     tokens / median time of one forward
+    peak GiB     the form's weights + the most extra memory MLX held during one forward
+    vs bf16      bf16's time / this form's (above 1: faster than bf16), same mode and tokens
+    rel err      ||y - y_bf16|| / ||y_bf16|| of the decoder stack's output on a 16-token
+                 prefill (reported, not gated: what the speed costs in accuracy)
+    first s      the first forward at this token count (kernel builds, compile tracing)
+
+Forms run one after another and each is freed before the next, so that peak memory is its own.
+Exit status 1 when an output is wrong or int8nax's W8A8 fails, as `int8nax compare`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from .bench import models
+from .bench.checks import MismatchError
+from .bench.peers import Unavailable
+
+GIB = 2.0**30
+
+
+@dataclass
+class Row:
+    """One (configuration, mode, form, tokens): its figures, or why there are none."""
+
+    config: str
+    mode: str
+    form: str
+    tokens: int
+    layers: int
+    context: int
+    seconds: float | None = None
+    ms_per_layer: float | None = None
+    tokens_per_s: float | None = None
+    peak_bytes: int | None = None
+    first_call_s: float | None = None
+    speed_vs_bf16: float | None = None
+    rel_error_vs_bf16: float | None = None
+    check: str | None = None
+    detail: str | None = None
+    unavailable: str | None = None
+    mismatch: str | None = None
+    error: str | None = None
+
+    def status(self) -> str:
+        return "MISMATCH" if self.mismatch else "n/a" if self.seconds is None else ""
+
+
+def measure(configs, tokens, forms=models.FORMS, modes=("eager",), layers: int = 4, context: int = 512,
+            repeat: int = 5, progress=None) -> list[Row]:
+    """Every (configuration, mode, form, tokens) as a Row, in that order (see the module doc)."""
+    rows: list[Row] = []
+    for config in configs:
+        for form in forms:
+            base = None
+            try:
+                base = models.prepare(config, form, "eager", layers=layers, context=context, error_vs_bf16=True)
+            except Unavailable as exc:
+                why = str(exc)
+            except Exception as exc:  # a form that fails to build: n/a with the reason
+                why = f"failed to build: {type(exc).__name__}: {exc}"
+            for mode in modes:
+                prepared, mode_why = None, None
+                if base is not None:
+                    try:
+                        prepared = base if mode == "eager" else base.with_mode(mode)
+                    except Unavailable as exc:
+                        mode_why = str(exc)
+                for t in tokens:
+                    row = Row(config, mode, form, t, layers, context)
+                    if prepared is None:
+                        row.unavailable = mode_why or why
+                    else:
+                        _fill(row, prepared, repeat)
+                    rows.append(row)
+                    if progress:
+                        progress(f"{config} {form} {mode} {t}")
+            del base, prepared
+            gc.collect()
+    _speedups(rows)
+    return rows
+
+
+def _fill(row: Row, prepared: models.Prepared, repeat: int) -> None:
+    row.detail = prepared.detail
+    row.rel_error_vs_bf16 = prepared.rel_error_vs_bf16
+    try:
+        prepared.prepare(row.tokens)
+        row.check = prepared.check[row.tokens]
+        row.first_call_s = prepared.first_call_s[row.tokens]
+        row.seconds = prepared.seconds(row.tokens, repeat=repeat)
+        row.peak_bytes = prepared.peak_bytes(row.tokens)
+    except Unavailable as exc:
+        row.unavailable = str(exc)
+        return
+    except MismatchError as exc:
+        row.mismatch = str(exc)
+        row.seconds = None
+        return
+    except Exception as exc:  # e.g. out of memory at a long prefill: n/a with the reason
+        row.error = f"{type(exc).__name__}: {exc}"
+        row.seconds = None
+        return
+    row.ms_per_layer = row.seconds / row.layers * 1e3
+    row.tokens_per_s = row.tokens / row.seconds
+
+
+def _speedups(rows: list[Row]) -> None:
+    bf16 = {(r.config, r.mode, r.tokens): r.seconds for r in rows if r.form == "bf16"}
+    for r in rows:
+        ref = bf16.get((r.config, r.mode, r.tokens))
+        if ref and r.seconds:
+            r.speed_vs_bf16 = ref / r.seconds
+
+
+def failed(rows: list[Row]) -> bool:
+    return any(r.mismatch or (r.form == "w8a8" and r.error) for r in rows)
+
+
+# --- output --------------------------------------------------------------------------------
+
+HEADER = ["tokens", "form", "ms/layer", "tokens/s", "peak GiB", "vs bf16", "rel err", "first s"]
+
+
+def _cells(r: Row) -> list[str]:
+    def num(v, fmt):
+        return format(v, fmt) if v is not None else (r.status() or "n/a")
+
+    return [("1 (decode)" if r.tokens == 1 else str(r.tokens)), r.form, num(r.ms_per_layer, ".3f"),
+            num(r.tokens_per_s, ".1f"), num(None if r.peak_bytes is None else r.peak_bytes / GIB, ".2f"),
+            num(r.speed_vs_bf16, ".2f"), "" if r.rel_error_vs_bf16 is None else f"{r.rel_error_vs_bf16:.2g}",
+            num(r.first_call_s, ".2f")]
+
+
+def notes(rows: list[Row]) -> list[str]:
+    """One line per form (and mode) that did not run everywhere: its first reason."""
+    lines, seen = [], set()
+    for r in rows:
+        why = r.mismatch and f"MISMATCH at {r.tokens} tokens: {r.mismatch}" or r.error and \
+            f"failed at {r.tokens} tokens: {r.error}" or r.unavailable and f"n/a: {r.unavailable}"
+        key = (r.form, r.mode, why)
+        if why and key not in seen:
+            seen.add(key)
+            lines.append(f"{r.form} ({r.mode}): {why}")
+    return lines
+
+
+def render(rows: list[Row], markdown: bool) -> str:
+    out = []
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.config, r.mode), []).append(r)
+    for (config, mode), group in groups.items():
+        group = sorted(group, key=lambda r: (r.tokens, models.FORMS.index(r.form)))
+        first = group[0]
+        title = (f"{config}, {first.layers} layers, {mode}" + (", decode after a prompt of "
+                 f"{first.context}" if any(r.tokens == 1 for r in group) else ""))
+        table = [_cells(r) for r in group]
+        out.append(f"\n{'### ' if markdown else ''}{title}\n")
+        if markdown:
+            out.append("| " + " | ".join(HEADER) + " |")
+            out.append("|" + "|".join("---" for _ in HEADER) + "|")
+            out += ["| " + " | ".join(c) + " |" for c in table]
+        else:
+            widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(HEADER)]
+            out.append("  ".join(h.rjust(w) for h, w in zip(HEADER, widths)))
+            out += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in table]
+        out.append("")
+        out += [f"- {line}" if markdown else line for line in checked(group) + notes(group)]
+    return "\n".join(out)
+
+
+def checked(rows: list[Row]) -> list[str]:
+    """One line: each form's check at each token count that passed (the worst projection)."""
+    seen: dict[str, list[str]] = {}
+    for r in rows:
+        if r.check:
+            seen.setdefault(r.form, []).append(f"{r.tokens}: {r.check}")
+    if not seen:
+        return []
+    return ["checked before timing (worst projection per token count; eager: against float64, compiled: "
+            "against eager): " + "; ".join(f"{form} {', '.join(v)}" for form, v in seen.items())]
+
+
+def to_json(rows: list[Row], meta: dict) -> dict:
+    return {"meta": meta, "models": [asdict(r) for r in rows]}
+
+
+# --- command line --------------------------------------------------------------------------
+
+def _list_arg(choices, what: str):
+    def parse(text: str):
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [n for n in names if n not in choices]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what} from {', '.join(choices)}, got {text!r}")
+        return tuple(dict.fromkeys(names))
+    return parse
+
+
+def _tokens_arg(text: str):
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and 1 <= int(p) <= models.MAX_TOKENS for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated token counts from 1 (decode) to {models.MAX_TOKENS}, got {text!r}")
+    return tuple(dict.fromkeys(int(p) for p in parts))
+
+
+def _count_arg(least: int, most: int):
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or not least <= int(text) <= most:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {least} to {most}, got {text!r}")
+        return int(text)
+    return parse
+
+
+def extend(parser: argparse.ArgumentParser) -> None:
+    """Add the --model options to `int8nax compare`'s parser: with --model the command measures
+    models (main below); without, it is the GEMM comparison it was."""
+    gemm = parser.get_default("func")
+    group = parser.add_argument_group(
+        "models", "with --model: whole models (mlx-lm's Qwen decoder layers) form by form instead of GEMMs")
+    group.add_argument("--model", type=_list_arg(tuple(models.CONFIGS), "configurations"),
+                       help=f"comma-separated configurations: {', '.join(models.CONFIGS)}")
+    group.add_argument("--tokens", type=_tokens_arg,
+                       help="comma-separated token counts: 1 is one decode step, more a prefill (default: "
+                            "the benchmark profile's)")
+    group.add_argument("--forms", type=_list_arg(models.FORMS, "forms"),
+                       help=f"comma-separated, in order (default: {','.join(models.FORMS)})")
+    group.add_argument("--model-modes", type=_list_arg(models.MODES, "modes"), default=("eager",),
+                       help="eager (the default), compiled (under mx.compile), or eager,compiled")
+    group.add_argument("--layers", type=_count_arg(1, 64),
+                       help="decoder layers (default: the benchmark profile's, 4 on a GPU)")
+    group.add_argument("--context", type=_count_arg(1, models.MAX_TOKENS - 1),
+                       help="prompt tokens before a decode step (default: the profile's, 512 on a GPU)")
+
+    def dispatch(args) -> int:
+        if args.model:
+            return main(args)
+        for option in ("tokens", "forms", "layers", "context"):
+            if getattr(args, option) is not None:
+                print(f"int8nax compare: error: --{option} needs --model", file=sys.stderr)
+                return 2
+        return gemm(args)
+
+    parser.set_defaults(func=dispatch)
+
+
+def main(args) -> int:
+    from . import compare
+    from .bench import problems
+
+    if args.shapes or args.contenders or args.profile:
+        print("int8nax compare: error: --model does not take --shapes, --contenders or --profile", file=sys.stderr)
+        return 2
+    try:
+        profile_name, _ = problems.choose_profile()
+    except problems.ProfileError as exc:
+        print(f"int8nax compare: error: {exc}", file=sys.stderr)
+        return 2
+    profile = models.PROFILES[profile_name]
+    tokens = args.tokens or profile.tokens
+    layers = args.layers or profile.layers
+    context = args.context or profile.context
+    forms = args.forms or models.FORMS
+    meta = compare.environment()
+    print(f"int8nax compare --model: backend {meta['backend']} ({meta['backend_reason']}); {layers} layers, "
+          f"mlx-lm's classes with random seeded weights; median of {args.repeat}")
+    # One line per measured cell on stderr (a model cell takes seconds: no bar needed), unless
+    # --progress none.
+    total = len(args.model) * len(forms) * len(args.model_modes) * len(tokens)
+    lines = compare.Progress(sys.stderr, "none" if args.progress == "none" else "lines")
+    done = [0]
+
+    def step(label: str) -> None:
+        done[0] += 1
+        lines.say(f"[{done[0]}/{total}] {label}")
+    meta["command"] = "int8nax " + " ".join(sys.argv[1:])
+    t0 = time.perf_counter()
+    rows: list[Row] = []
+    for config in args.model:  # printed and saved per configuration: a run cut short keeps what it had
+        done = measure([config], tokens, forms, args.model_modes, layers, context, args.repeat, step)
+        rows += done
+        print(render(done, args.markdown), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(to_json(rows, meta), f, indent=1)
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+    return 1 if failed(rows) else 0

@@ -1,0 +1,211 @@
+"""The model section of the comparison page (`int8nax site`): tokens per second against tokens,
+per form and machine, from the asv results of benchmarks/bench_model.py, with the speed-up table.
+
+Read from asv's result files (format version 2, see int8nax.site): for each machine, the latest
+commit (by commit date) with any model result, its environments merged. Figures:
+    track_<form>[_compiled]_tokens_per_s   the plotted value
+    time_<form>[_compiled]                 seconds per decoder layer (the table's ms/layer)
+Speed-up = this form's tokens/s / bf16's, same machine, configuration, mode and tokens.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FORMS = ("bf16", "fp16", "mlx-q8", "w8a8", "cider")
+STEMS = {f.replace("-", "_"): f for f in FORMS}
+COLORS = {"bf16": "#444444", "fp16": "#888888", "mlx-q8": "#1f77b4", "w8a8": "#d62728", "cider": "#2ca02c"}
+_TRACK = re.compile(r"^bench_model\.\w+\.track_(\w+?)(_compiled)?_tokens_per_s$")
+_TIME = re.compile(r"^bench_model\.\w+\.time_(\w+?)(_compiled)?$")
+
+
+@dataclass
+class MachineModels:
+    """One machine's model results at one commit: (config, mode, form, tokens) -> value."""
+
+    name: str
+    info: dict
+    commit: str
+    date: int
+    tokens_per_s: dict = field(default_factory=dict)
+    s_per_layer: dict = field(default_factory=dict)
+
+
+def _values(entry, columns) -> dict[tuple[str, int], float]:
+    """{(configuration, tokens): number} of one benchmark's result entry (numbers only)."""
+    result, params = entry[columns.index("result")], entry[columns.index("params")]
+    if len(params) != 2:
+        return {}
+    if not isinstance(result, list):
+        result = [result]
+    out = {}
+    for (config, tokens), value in zip(itertools.product(*params), result):
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            out[(config.strip("'\""), int(tokens))] = float(value)
+    return out
+
+
+def _read_file(path: Path):
+    try:
+        data = json.loads(path.read_text())
+        columns = data["result_columns"]
+        return data["commit_hash"], int(data.get("date") or 0), data.get("results", {}), columns
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # int8nax.site reports unreadable files; this section only leaves them out
+
+
+def read_machine(folder: Path, commits: set[str] | None = None) -> MachineModels | None:
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        if path.name == "machine.json":
+            continue
+        parsed = _read_file(path)
+        if parsed is None or (commits is not None and parsed[0] not in commits):
+            continue
+        commit, date, results, columns = parsed
+        tps, spl = {}, {}
+        for bench, entry in results.items():
+            for pattern, into in ((_TRACK, tps), (_TIME, spl)):
+                m = pattern.match(bench)
+                if m and m.group(1) in STEMS:
+                    mode = "compiled" if m.group(2) else "eager"
+                    for (config, tokens), v in _values(entry, columns).items():
+                        into[(config, mode, STEMS[m.group(1)], tokens)] = v
+        if tps:
+            found.append((date, commit, tps, spl))
+    if not found:
+        return None
+    date, commit = max((d, c) for d, c, _, _ in found)
+    info_path = folder / "machine.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    block = MachineModels(folder.name, info, commit, date)
+    for d, c, tps, spl in found:
+        if c == commit:
+            block.tokens_per_s.update(tps)
+            block.s_per_layer.update(spl)
+    return block
+
+
+def read(results_dir: Path, commits: set[str] | None = None) -> list[MachineModels]:
+    if not results_dir.is_dir():
+        return []
+    found = [read_machine(d, commits) for d in sorted(results_dir.iterdir()) if d.is_dir()]
+    return [m for m in found if m is not None]
+
+
+def speedup(block: MachineModels, config: str, mode: str, form: str, tokens: int) -> float | None:
+    mine = block.tokens_per_s.get((config, mode, form, tokens))
+    ref = block.tokens_per_s.get((config, mode, "bf16", tokens))
+    return mine / ref if mine and ref else None
+
+
+def to_json(blocks: list[MachineModels]) -> dict:
+    out = {}
+    for b in blocks:
+        rows = []
+        for (config, mode, form, tokens), v in sorted(b.tokens_per_s.items()):
+            spl = b.s_per_layer.get((config, mode, form, tokens))
+            rows.append({"configuration": config, "mode": mode, "form": form, "tokens": tokens,
+                         "tokens_per_s": v, "ms_per_layer": None if spl is None else spl * 1e3,
+                         "speed_vs_bf16": speedup(b, config, mode, form, tokens)})
+        out[b.name] = {"commit": b.commit, "date": b.date, "rows": rows}
+    return out
+
+
+# --- HTML ----------------------------------------------------------------------------------
+
+def _svg(block: MachineModels, config: str) -> str:
+    """tokens/s against tokens, both log scales; a line per form, dashed when compiled."""
+    points = {k: v for k, v in block.tokens_per_s.items() if k[0] == config}
+    tokens = sorted({k[3] for k in points})
+    values = list(points.values())
+    w, h, left, bottom, top, right = 560, 280, 60, 30, 10, 110
+    lo, hi = math.log10(min(values)), math.log10(max(values))
+    lo, hi = math.floor(lo), math.ceil(hi) if hi > math.floor(lo) else math.floor(lo) + 1
+    tx = {t: left + (w - left - right) * (i / max(1, len(tokens) - 1)) for i, t in enumerate(tokens)}
+
+    def y(v):
+        return top + (h - top - bottom) * (1 - (math.log10(v) - lo) / (hi - lo))
+
+    out = [f'<svg class="models" width="{w}" height="{h}" role="img" '
+           f'aria-label="tokens per second against tokens, {html.escape(config)}">']
+    for e in range(lo, hi + 1):
+        out.append(f'<line x1="{left}" x2="{w - right}" y1="{y(10**e):.1f}" y2="{y(10**e):.1f}" stroke="#ddd"/>'
+                   f'<text x="{left - 4}" y="{y(10**e) + 4:.1f}" text-anchor="end" font-size="10">1e{e}</text>')
+    for t, x in tx.items():
+        out.append(f'<text x="{x:.1f}" y="{h - 12}" text-anchor="middle" font-size="10">'
+                   f'{"decode" if t == 1 else t}</text>')
+    out.append(f'<text x="{left}" y="{h - 1}" font-size="10">tokens (prefill; decode = 1 step)</text>')
+    legend = 0
+    for form in FORMS:
+        for mode in ("eager", "compiled"):
+            line = [(tx[t], y(points[(config, mode, form, t)])) for t in tokens if (config, mode, form, t) in points]
+            if not line:
+                continue
+            dash = ' stroke-dasharray="5,3"' if mode == "compiled" else ""
+            path = " ".join(f"{x:.1f},{yy:.1f}" for x, yy in line)
+            out.append(f'<polyline fill="none" stroke="{COLORS[form]}" stroke-width="2"{dash} points="{path}">'
+                       f'<title>{html.escape(form)} {mode}</title></polyline>')
+            out += [f'<circle cx="{x:.1f}" cy="{yy:.1f}" r="2.5" fill="{COLORS[form]}"/>' for x, yy in line]
+            ly = top + 14 * legend
+            out.append(f'<line x1="{w - right + 8}" x2="{w - right + 28}" y1="{ly + 5}" y2="{ly + 5}" '
+                       f'stroke="{COLORS[form]}" stroke-width="2"{dash}/><text x="{w - right + 32}" y="{ly + 9}" '
+                       f'font-size="10">{html.escape(form)}{" (c)" if mode == "compiled" else ""}</text>')
+            legend += 1
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _table(block: MachineModels, config: str) -> str:
+    keys = [k for k in block.tokens_per_s if k[0] == config]
+    cols = [(form, mode) for mode in ("eager", "compiled") for form in FORMS
+            if any(k[1] == mode and k[2] == form for k in keys)]
+    tokens = sorted({k[3] for k in keys})
+    head = "".join(f"<th>{html.escape(f)}{' compiled' if m == 'compiled' else ''}</th>" for f, m in cols)
+    rows = []
+    for t in tokens:
+        cells = []
+        for form, mode in cols:
+            v = block.tokens_per_s.get((config, mode, form, t))
+            s = speedup(block, config, mode, form, t)
+            spl = block.s_per_layer.get((config, mode, form, t))
+            if v is None:
+                cells.append('<td class="na">-</td>')
+                continue
+            extra = f"<br><span class='small'>{spl * 1e3:.3g} ms/layer</span>" if spl else ""
+            cells.append(f"<td>{v:,.1f} tok/s<br><b>{'%.2fx' % s if s else '-'}</b>{extra}</td>")
+        rows.append(f"<tr><th>{'decode' if t == 1 else t}</th>{''.join(cells)}</tr>")
+    return (f'<table class="models"><thead><tr><th>tokens</th>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def section(results_dir: Path, commits: set[str] | None = None) -> str:
+    """The page's model section (an empty-results note when no machine has model results)."""
+    blocks = read(results_dir, commits)
+    out = ['<section id="models"><style>table.models{border-collapse:collapse;margin:.5em 0 1.5em}'
+           'table.models td,table.models th{border:1px solid #ddd;padding:2px 8px;text-align:right}'
+           'svg.models{display:block}</style><h2>Models: tokens per second</h2>',
+           '<p class="small">benchmarks/bench_model.py: a few decoder layers of mlx-lm\'s Qwen classes '
+           '(random seeded weights, the public configurations\' dimensions), prefill of T tokens or one '
+           'decode step after a prompt, in each form: bf16, fp16, MLX 8-bit weight-only (mlx-q8), int8nax '
+           'W8A8, cider (M5 only); dashed lines and "compiled" columns run under mx.compile. Each cell: '
+           'tokens/s, the speed-up over bf16 in the same mode (bold; above 1 is faster) and the time per '
+           'layer. Missing means no number (n/a, failed or not run).</p>']
+    if not blocks:
+        out.append("<p>No model results yet: run the suite with benchmarks/bench_model.py.</p>")
+    for b in blocks:
+        name = html.escape(b.name)
+        hw = ", ".join(f"{k} {b.info[k]}" for k in ("cpu", "num_cpu", "gpu") if b.info.get(k))
+        out.append(f'<h3 id="models-{name}">{name}</h3><p class="small">{html.escape(hw)}. '
+                   f'Commit <code>{html.escape(b.commit[:8])}</code>.</p>')
+        for config in sorted({k[0] for k in b.tokens_per_s}):
+            out.append(f'<h4>{html.escape(config)}</h4><div class="model" data-machine="{name}" '
+                       f'data-config="{html.escape(config)}">{_svg(b, config)}{_table(b, config)}</div>')
+    out.append("</section>")
+    return "\n".join(out)

@@ -1,0 +1,111 @@
+"""The CUDA kernel choice (backends/cuda_choice.py): pure Python, so it runs on every machine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from int8nax.backends import cuda_choice, cuda_plans
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _old_choices():
+    doc = json.loads((DATA / "cuda_choices_c3d7ce5.json").read_text())
+    return [dict(zip(doc["columns"], row)) for row in doc["rows"]]
+
+
+def test_every_recorded_choice_is_unchanged():
+    # The choice before the refactor (commit c3d7ce5, recorded by running its cuda.gemm_plan) for
+    # 936 shapes x W8A8 on 132 SMs, a subset on 114 SMs, every INT8NAX_CUDA_KERNEL value (by its
+    # old name) and the SIMT family: the same variant and the same plan, field by field.
+    rows = _old_choices()
+    assert len(rows) == 3882
+    assert sum(1 for r in rows if r["override"] == "" and r["sms"] == 132 and r["family"] == "sm90") == 936
+    # One change since: W8A8 at M <= 16 takes the GEMV by default on sm90 (auto only: every
+    # override keeps its recorded kernel there), with 16-row slices where N / 16 >= 1.5 x SMs.
+    differ, gemv = [], 0
+    for r in rows:
+        got = cuda_choice.choose(r["m"], r["n"], r["k"], w8a8=r["w8a8"], sms=r["sms"], family=r["family"],
+                                 override=r["override"])
+        plan = got.plan
+        have = [got.variant, plan.cfg.name, plan.splits, getattr(plan, "group", None), getattr(plan, "blocks", None)]
+        want = [r["variant"], r["tile"], r["splits"], r["group"], r["blocks"]]
+        if r["w8a8"] and r["m"] <= 16 and r["override"] == "" and r["family"] == "sm90":
+            gemv += 1
+            slices = "gemv_16x16" if -(-r["n"] // 16) >= 3 * r["sms"] // 2 else "gemv_16x8"
+            want = [cuda_choice.GEMV, slices, 1, None, None]
+        if have != want:
+            differ.append((r, have))
+    assert not differ, differ[:5]
+    assert gemv >= 100, gemv
+
+
+@pytest.mark.parametrize("value,want", [
+    ("", "auto"), ("auto", "auto"), ("wgmma", "cpasync"), ("cpasync", "cpasync"), ("CPASYNC", "cpasync"),
+    ("tma_simple", "tma-unspecialized"), ("tma-unspecialized", "tma-unspecialized"),
+    ("tma", "tma-ws-cooperative"), ("tma_ws", "tma-ws-cooperative"), ("tma-ws-cooperative", "tma-ws-cooperative"),
+    ("tma_pp", "tma-ws-pingpong"), ("tma-ws-pingpong", "tma-ws-pingpong"),
+])
+def test_override_names_and_aliases(value, want):
+    assert cuda_choice.override_name(value) == want
+
+
+@pytest.mark.parametrize("value", ["fast", "simt", "tma-ws"])
+def test_a_bad_override_is_refused(value):
+    with pytest.raises(ValueError, match="INT8NAX_CUDA_KERNEL="):
+        cuda_choice.override_name(value)
+
+
+def test_every_variant_has_one_row_with_its_plan_kind():
+    for name, v in cuda_choice.VARIANTS.items():
+        assert v.name == name
+        plan = v.plan(cuda_choice.Problem(512, 4096, 4096))
+        assert isinstance(plan, cuda_plans.PersistentPlan) == v.persistent
+    aliases = [a for v in cuda_choice.VARIANTS.values() for a in v.aliases]
+    assert len(aliases) == len(set(aliases)) and not set(aliases) & set(cuda_choice.VARIANTS)
+
+
+def test_an_override_the_problem_cannot_take_falls_back_to_cpasync():
+    for override in ("tma_simple", "tma-ws-cooperative", "tma-ws-pingpong"):
+        got = cuda_choice.choose(512, 4096, 4104, override=override)  # K % 16 != 0: no TMA
+        assert got.variant == cuda_choice.CPASYNC
+        assert got.plan == cuda_plans.cpasync_plan(512, 4096, 4104)
+
+
+def test_the_choice_depends_on_the_sm_count():
+    # 8192^2 on 132 SMs: 2048 tiles of 128 x 256 fill 16 rounds 97 %; the plan's block count is the SMs
+    big = cuda_choice.choose(8192, 8192, 8192, sms=132)
+    assert (big.variant, big.plan.blocks) == (cuda_choice.COOPERATIVE, 132)
+    assert cuda_choice.choose(8192, 8192, 8192, sms=114).plan.blocks == 114
+
+
+def test_describe_names_variant_tile_and_splits():
+    assert cuda_choice.choose(8192, 8192, 8192).describe() == "tma-ws-cooperative 128x256 splits=1"
+    assert cuda_choice.choose(16, 4096, 4104).describe() == "cpasync 64x64 splits=4"
+    assert cuda_choice.choose(16, 4096, 4096, family="simt").describe() == "simt 64x64 splits=1"
+
+
+def test_backend_describe_launches_nothing(monkeypatch):
+    pytest.importorskip("mlx.core")
+    from int8nax.backends import cuda
+
+    launched = []
+    monkeypatch.setattr(cuda, "_kernel", lambda spec: launched.append(spec))
+    got = cuda.BACKEND.describe("w8a8_linear", 8192, 8192, 8192, bias=True, dtype="float16")
+    assert got.startswith("cuda tma-ws-cooperative 128x256 splits=1") and not launched
+    if cuda.known_sm_count() is None:
+        assert got.endswith("(132 SMs assumed)")
+    assert cuda.BACKEND.describe("int8_matmul", 16, 4096, 4104).startswith("cuda cpasync 64x64 splits=")
+    with pytest.raises(ValueError, match="op: expected"):
+        cuda.BACKEND.describe("matmul", 1, 1, 1)
+
+
+def test_a_call_may_name_any_variant_but_the_environment_only_sm90_ones():
+    assert cuda_choice.variant_name("simt") == cuda_choice.SIMT
+    assert cuda_choice.variant_name("TMA_PP") == cuda_choice.PINGPONG
+    for bad in ("auto", "", "fast"):
+        with pytest.raises(ValueError, match="variant: expected one of"):
+            cuda_choice.variant_name(bad)
