@@ -17,15 +17,18 @@ def _old_choices():
     return [dict(zip(doc["columns"], row)) for row in doc["rows"]]
 
 
-def test_every_recorded_choice_is_unchanged():
+@pytest.mark.parametrize("gemv_on", [False, True], ids=["shipped", "gemv-default"])
+def test_every_recorded_choice_is_unchanged(monkeypatch, gemv_on):
+    monkeypatch.setattr(cuda_choice, "GEMV_DEFAULT", gemv_on)
     # The choice before the refactor (commit c3d7ce5, recorded by running its cuda.gemm_plan) for
     # 936 shapes x W8A8 on 132 SMs, a subset on 114 SMs, every INT8NAX_CUDA_KERNEL value (by its
     # old name) and the SIMT family: the same variant and the same plan, field by field.
     rows = _old_choices()
     assert len(rows) == 3882
     assert sum(1 for r in rows if r["override"] == "" and r["sms"] == 132 and r["family"] == "sm90") == 936
-    # One change since: W8A8 at M <= 16 takes the GEMV by default on sm90 (auto only: every
-    # override keeps its recorded kernel there), with 16-row slices where N / 16 >= 1.5 x SMs.
+    # One change since, where cuda_choice.GEMV_DEFAULT is on: W8A8 at M <= 16 takes the GEMV by
+    # default on sm90 (auto only: every override keeps its recorded kernel there), with 16-row
+    # slices where N / 16 >= 1.5 x SMs. Off, every recorded choice stands.
     differ, gemv = [], 0
     for r in rows:
         got = cuda_choice.choose(r["m"], r["n"], r["k"], w8a8=r["w8a8"], sms=r["sms"], family=r["family"],
@@ -33,14 +36,14 @@ def test_every_recorded_choice_is_unchanged():
         plan = got.plan
         have = [got.variant, plan.cfg.name, plan.splits, getattr(plan, "group", None), getattr(plan, "blocks", None)]
         want = [r["variant"], r["tile"], r["splits"], r["group"], r["blocks"]]
-        if r["w8a8"] and r["m"] <= 16 and r["override"] == "" and r["family"] == "sm90":
+        if gemv_on and r["w8a8"] and r["m"] <= 16 and r["override"] == "" and r["family"] == "sm90":
             gemv += 1
             slices = "gemv_16x16" if -(-r["n"] // 16) >= 3 * r["sms"] // 2 else "gemv_16x8"
             want = [cuda_choice.GEMV, slices, 1, None, None]
         if have != want:
             differ.append((r, have))
     assert not differ, differ[:5]
-    assert gemv >= 100, gemv
+    assert gemv >= 100 if gemv_on else gemv == 0, gemv
 
 
 @pytest.mark.parametrize("value,want", [

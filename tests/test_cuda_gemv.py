@@ -154,8 +154,13 @@ def test_fused_quantization_bits_equal_the_tiled_pipeline(rng, dtype, has_bias, 
 QWEN = [(4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944)]
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "H200 at 028ca39: with every call queued on unevaluated inputs and one mx.eval, the second "
+    "layer with the same K (N=3584, K=3584) came out wrong at every M; one eval per call, or "
+    "evaluated inputs, gave the tiled kernels' bits. Why is not found: cuda_choice.GEMV_DEFAULT "
+    "stays off until it is."))
 @pytest.mark.parametrize("has_bias", [False, True])
-def test_w8a8_linear_takes_the_gemv_with_the_tiled_kernels_bits(rng, monkeypatch, has_bias):
+def test_w8a8_linear_takes_the_gemv_with_the_tiled_kernels_bits(rng, monkeypatch, has_bias, gemv_default):
     """The public call at M = 1..16 (the GEMV, fused where x is small) against the same call with
     INT8NAX_CUDA_KERNEL=cpasync (the previous kernels), default epilogue, bfloat16."""
     import int8nax

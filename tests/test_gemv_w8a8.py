@@ -199,7 +199,7 @@ def test_kernel_specs_plans_and_the_choice():
     (1, "bfloat16", "gemv 16x16 splits=1 quantize=fused"), (8, "float16", "gemv 16x16 splits=1 quantize=fused"),
     (16, "bfloat16", "gemv 16x16 splits=1"), (8, "float32", "gemv 16x16 splits=1"), (16, None, "gemv 16x16 splits=1"),
 ])
-def test_w8a8_at_small_m_takes_the_gemv(m, dtype, want):
+def test_w8a8_at_small_m_takes_the_gemv(m, dtype, want, gemv_default):
     got = cuda_choice.choose(m, 4608, 3584, w8a8=True, out_dtype=dtype)
     assert got.describe() == want
     # on GPUs without wgmma too (mma.sync: sm80 and newer), not on those before
@@ -227,7 +227,7 @@ def test_the_environment_still_forces_the_tiled_kernels_at_small_m(override, wan
         assert cuda_choice.choose(m, 4608, 3584, w8a8=True, out_dtype="bfloat16", override=override).variant == want
 
 
-def test_reachable_counts_the_fused_and_two_kernel_forms_apart():
+def test_reachable_counts_the_fused_and_two_kernel_forms_apart(gemv_default):
     got = [(m, c.describe()) for m, c in cuda_choice.reachable(3584, 3584, 20, w8a8=True, out_dtype="bfloat16")]
     assert got[:2] == [(1, "gemv 16x16 splits=1 quantize=fused"), (10, "gemv 16x16 splits=1")]
     assert got[2][0] == 17 and not got[2][1].startswith("gemv")
@@ -244,7 +244,7 @@ def test_a_call_naming_the_gemv_beyond_16_rows_is_refused(monkeypatch):
     assert cuda._explicit("small-m", None, 3, 8, 64, True)[0] == cuda_choice.GEMV
 
 
-def test_backend_describe_names_the_gemv(monkeypatch):
+def test_backend_describe_names_the_gemv(monkeypatch, gemv_default):
     pytest.importorskip("mlx.core")
     from int8nax.backends import cuda
 
@@ -306,7 +306,7 @@ class _Recorder:
 
 
 @pytest.mark.parametrize("family", ["sm90", "sm80"])
-def test_w8a8_linear_launches_one_gemv_kernel_at_decode(monkeypatch, family):
+def test_w8a8_linear_launches_one_gemv_kernel_at_decode(monkeypatch, family, gemv_default):
     """What the W8A8 entry point launches (kernels stood in): at M = 1 the GEMV that quantizes x
     itself, alone; at M = 16, K = 3584 (112 KB of bfloat16 x) the quantization kernel and the GEMV;
     at M = 17 the tiled kernels (dp4a where there is no wgmma)."""

@@ -212,7 +212,7 @@ def test_kernel_choice_reads_the_environment(monkeypatch):
     cuda.kernel_choice.cache_clear()
 
 
-def test_variant_per_override():
+def test_variant_per_override(gemv_default):
     seed, small, odd_k = (512, 4096, 4096), (16, 4096, 4096), (512, 4096, 4104)
     cp, tma, coop, pp = cuda_choice.CPASYNC, cuda_choice.TMA, cuda_choice.COOPERATIVE, cuda_choice.PINGPONG
     want = {  # override -> variant at (seed, small, odd K), for int8_matmul and for w8a8_linear
@@ -233,7 +233,7 @@ def auto(m, n, k, w8a8=False):
     return cuda_choice.choose(m, n, k, w8a8=w8a8).variant
 
 
-def test_auto_kernel_rule():
+def test_auto_kernel_rule(gemv_default):
     # The default (auto): a TMA kernel wherever its K rule holds, decode-sized M included
     # (TMA_MIN_M); the cp.async kernel otherwise. Arguments (M, N, K).
     cp, tma, coop, pp = cuda_choice.CPASYNC, cuda_choice.TMA, cuda_choice.COOPERATIVE, cuda_choice.PINGPONG
@@ -317,7 +317,7 @@ def recorded(monkeypatch):
 
 @pytest.mark.parametrize("m,k,n", [(1, 4096, 4096), (16, 4096, 4096), (512, 4096, 4096), (1024, 4096, 4096),
                                    (128, 18944, 3584), (512, 18944, 3584)])
-def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n):
+def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n, gemv_default):
     import mlx.core as mx
 
     cuda, launches = recorded
