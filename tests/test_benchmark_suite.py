@@ -163,3 +163,31 @@ def test_ratio_benchmarks_keep_to_the_gated_small_shapes_on_the_cpu_profile(monk
     full = bench_ratio.GemmRatio()
     full.setup(problems.SEED_SHAPES[0])
     assert full.blocks == 3
+
+
+def test_the_kernel_records_name_what_int8nax_runs_at_each_profile_shape(monkeypatch):
+    from benchmarks import bench_kernel
+
+    monkeypatch.setattr(contenders, "describe", lambda name, shape, backend=None: f"cpu {name} at {shape}")
+    bench = bench_kernel.Kernel()
+    bench.setup(TINY)
+    assert bench.track_nax_gemm_kernel(TINY) == contenders.kernel_id(f"cpu nax-gemm at {TINY}")
+    assert bench.track_nax_full_kernel(TINY) == contenders.kernel_id(f"cpu nax-full at {TINY}")
+    assert bench_kernel.Kernel.track_nax_gemm_kernel.unit == "kernel id"
+    assert bench_kernel.Kernel.params == [list(problems.ALL_SHAPES)]
+
+
+def test_kernel_records_skip_outside_the_profile_and_where_int8nax_cannot_run(monkeypatch):
+    from benchmarks import bench_kernel
+
+    monkeypatch.setenv(problems.PROFILE_ENV, "cpu")
+    common.profile.cache_clear()
+    try:
+        outside = next(s for s in problems.ALL_SHAPES if s not in problems.profile_shapes("cpu"))
+        with pytest.raises(NotImplementedError, match="profile"):
+            bench_kernel.Kernel().setup(outside)
+        monkeypatch.setenv("INT8NAX_BACKEND", "nonsense")
+        with pytest.raises(NotImplementedError, match="nonsense"):
+            bench_kernel.Kernel().track_nax_gemm_kernel(TINY)
+    finally:
+        common.profile.cache_clear()

@@ -207,6 +207,27 @@ def test_a_bad_backend_variable_leaves_a_table_with_the_reason(capsys, monkeypat
     assert rc == 0 and "nax-gemm: n/a: backend: unknown backend 'bogus'" in out
 
 
+def test_the_table_and_json_name_the_kernel_each_int8nax_contender_ran(capsys, monkeypatch, tmp_path):
+    import json
+
+    from int8nax.bench import contenders
+
+    monkeypatch.setattr(contenders, "describe", lambda name, shape, backend=None:
+                        f"cpu fake-{name} {'small' if shape[0] < 9 else 'large'}")
+    out_file = tmp_path / "r.json"
+    rc = cli.main(["compare", "--shapes", f"{SHAPE},16x64x48", "--repeat", "1",
+                   "--contenders", "nax-gemm,nax-full,numpy-sgemm", "--json", str(out_file)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "nax-gemm ran: cpu fake-nax-gemm small (8x64x48)" in out
+    assert "nax-gemm ran: cpu fake-nax-gemm large (16x64x48)" in out
+    assert "nax-full ran: cpu fake-nax-full small (8x64x48)" in out
+    assert "numpy-sgemm ran" not in out
+    kernels = {(r["contender"], tuple(r["shape"])): r["kernel"] for r in json.loads(out_file.read_text())["results"]}
+    assert kernels[("nax-full", (16, 64, 48))] == "cpu fake-nax-full large"
+    assert kernels[("numpy-sgemm", (8, 64, 48))] is None
+
+
 def test_w8a8_faster_than_the_raw_gemm_on_the_cpu_is_explained():
     cells = {"nax-gemm": compare.timing.Cell(seconds=4.68e-3, detail="int8nax backend cpu (auto)"),
              "nax-full": compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cpu (auto)")}

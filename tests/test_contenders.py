@@ -253,3 +253,54 @@ def test_the_floor_checks_what_its_kernel_wrote(monkeypatch):
     monkeypatch.setattr(contenders, "_floor_kernel", lambda api_name: _FakeFloorKernel(a00 + 1))
     with pytest.raises(MismatchError, match="mlx-floor"):
         contenders.get("mlx-floor").ready(*TINY)
+
+
+# --- what ran: every int8nax record names its kernel --------------------------------------
+
+@pytest.mark.parametrize("name, op", [("nax-gemm", "int8_matmul"), ("nax-full", "w8a8_linear")])
+def test_int8nax_contenders_carry_the_backends_description_of_their_shape(name, op, monkeypatch):
+    from int8nax.backends import cpu
+
+    asked = []
+
+    def describe(self, op_, m, n, k, *, bias=False, dtype=None):
+        asked.append((op_, m, n, k, bias, dtype))
+        return f"cpu plan-for-{m}x{n}x{k}"
+
+    monkeypatch.setenv("INT8NAX_BACKEND", "cpu")
+    monkeypatch.setattr(cpu.CPUBackend, "describe", describe)
+    prepared = contenders.get(name).prepare(*TINY)
+    m, k, n = TINY
+    assert prepared.kernel == f"cpu plan-for-{m}x{n}x{k}" and prepared.kernel in prepared.detail
+    assert asked == [(op, m, n, k, False, mx.float16)]
+    cell = timing.measure(TINY, name, repeat=1)
+    assert cell.kernel == prepared.kernel
+
+
+def test_the_cpu_backend_names_its_engine_and_prepared_weights(monkeypatch):
+    from int8nax.backends import cpu, cpu_engines
+
+    with cpu_engines.using("numpy"):
+        assert cpu.BACKEND.describe("int8_matmul", 3, 5, 7) == "cpu numpy float32 BLAS, K blocks of 1024"
+        assert cpu.BACKEND.describe("w8a8_linear", 3, 5, 7) == "cpu numpy float32 BLAS, K blocks of 1024"
+    if cpu_engines.engine_status("onnx").engine is not None:
+        with cpu_engines.using("onnx"):
+            assert cpu.BACKEND.describe("int8_matmul", 3, 5, 7) == "cpu onnxruntime MatMulInteger"
+            assert cpu.BACKEND.describe("w8a8_linear", 3, 5, 7).endswith("weights prepared from their second use")
+            monkeypatch.setenv(cpu.PREPARE_ENV_VAR, "0")
+            assert cpu.BACKEND.describe("w8a8_linear", 3, 5, 7) == "cpu onnxruntime MatMulInteger"
+
+
+def test_peers_name_no_int8nax_kernel_and_describe_refuses_them():
+    assert contenders.get("numpy-sgemm").ready(*TINY).kernel == ""
+    with pytest.raises(ValueError, match="numpy-sgemm"):
+        contenders.describe("numpy-sgemm", TINY)
+
+
+def test_kernel_ids_are_stable_numbers_that_tell_descriptions_apart():
+    a = contenders.kernel_id("cuda tma-ws-cooperative 128x256 splits=1")
+    assert a == contenders.kernel_id("cuda tma-ws-cooperative 128x256 splits=1")
+    assert a != contenders.kernel_id("cuda tma-ws-cooperative 128x256 splits=2")
+    assert isinstance(a, int) and 0 <= a < 2 ** 32 and float(a) == a  # exact in asv's JSON
+    # the ids of committed records keep their meaning: the same function in every process and release
+    assert contenders.kernel_id("cpu onnxruntime MatMulInteger") == 0xb75da481

@@ -51,7 +51,7 @@ def test_every_rounding_case_near_ties():
 
 
 def test_sampled_float32_range():
-    # Every 4099th float32 in [0, 127] (the exhaustive pass is in docs/results/cpu-2026-12-01.md).
+    # Every 4099th float32 in [0, 127] (the exhaustive pass is in docs/results/cpu.md).
     bits = np.arange(0, int(np.float32(127).view(np.uint32)) + 1, 4099, dtype=np.uint32)
     v = bits.view(np.float32)
     rows = np.concatenate([v, -v])

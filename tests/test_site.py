@@ -632,3 +632,46 @@ def test_this_machines_skips_by_rule_are_named_once(tmp_path, html_dir, monkeypa
     site.publish(html_dir, root, here="cpu-box")
     page = (html_dir / "compare.html").read_text()
     assert f"<li><b>mlx-q8</b> at {S16}: skipped by the suite: too slow here</li>" in page
+
+
+def test_the_kernel_that_ran_is_shown_per_shape_and_a_change_between_commits_is_flagged(tmp_path, html_dir,
+                                                                                          monkeypatch):
+    # bench_kernel records contenders.kernel_id of Backend.describe per shape; the page names it
+    # and flags a shape whose kernel differs at the machine's previous commit with records.
+    old, new, same = "cuda tma 128x64 splits=1", "cuda tma-ws-cooperative 128x256 splits=1", "cuda tma 64x32 splits=4"
+    kid = contenders.kernel_id
+    monkeypatch.setattr(contenders, "describe", lambda name, shape, backend=None: new if shape[0] == 16 else same)
+    root = tmp_path / "results"
+    write_result(root / "h200", "1" * 40, 1_000, {"bench_gemm.NaxGemm.time_nax_gemm": [3e-4, 3e-4, NAN],
+                                                   "bench_kernel.Kernel.track_nax_gemm_kernel": [kid(old), kid(same), NAN]})
+    write_result(root / "h200", "2" * 40, 2_000, {"bench_gemm.NaxGemm.time_nax_gemm": [2e-4, 3e-4, NAN],
+                                                   "bench_kernel.Kernel.track_nax_gemm_kernel": [kid(new), kid(same), NAN]})
+    site.publish(html_dir, root)
+    data = json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]
+    assert data["commit"] == "2" * 40 and data["previous_commit"] == "1" * 40
+    got = {e["shape"]: e for e in data["entries"] if e["contender"] == "nax-gemm"}
+    assert got[S16]["kernel"] == kid(new) and got[S16]["kernel_text"] == new and got[S16]["kernel_changed"]
+    assert got[S16]["kernel_before"] == kid(old)
+    assert got[S64]["kernel_text"] == same and not got[S64]["kernel_changed"]
+    assert all(e["kernel"] is None for e in data["entries"] if e["contender"] != "nax-gemm")
+    page = (html_dir / "compare.html").read_text()
+    cells = re.findall(r'<td class="kernel" data-kernel="(\d+)" data-changed="(\w+)">(.*?)</td>', page)
+    assert sorted((int(k), c) for k, c, _ in cells) == sorted([(kid(new), "true"), (kid(same), "false")])
+    changed_cell = next(text for k, c, text in cells if c == "true")
+    assert new in changed_cell and "changed since 11111111" in changed_cell
+    assert f"kernel #{kid(old):08x}" in changed_cell  # not described here: shown as its id
+    assert 'data-changed="1"' in page and "nax-gemm at (16, 4096, 4096)" in page  # the machine's summary line
+    # the records are not contenders and take no row of their own
+    assert not any("kernel" in e["contender"] for e in data["entries"])
+
+
+def test_kernel_records_without_an_earlier_commit_show_without_a_change(tmp_path, html_dir):
+    root = tmp_path / "results"
+    write_result(root / "cpu-box", "3" * 40, 1_000, {"bench_linear.NaxFull.time_nax_full": [NAN, NAN, 1e-3],
+                                                      "bench_kernel.Kernel.track_nax_full_kernel": [NAN, NAN, 7]})
+    site.publish(html_dir, root)
+    data = json.loads((html_dir / "compare.json").read_text())["machines"]["cpu-box"]
+    (entry,) = [e for e in data["entries"] if e["contender"] == "nax-full"]
+    assert entry["kernel"] == 7 and entry["kernel_before"] is None and not entry["kernel_changed"]
+    assert data["previous_commit"] is None
+    assert "kernel #00000007" in (html_dir / "compare.html").read_text()

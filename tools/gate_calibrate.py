@@ -13,7 +13,7 @@ ratio (head median / base median) and asv's significance test, so that the false
 detection rates can be given per benchmark and for other factors than the one run.
 
     python tools/gate_calibrate.py --machine cpu-2core --runs 10 --slowdowns 1.2,1.1 \
-        --out docs/results/gate-cpu-2core-YYYY-MM-DD.md [--write-settings]
+        --out docs/results/gate-cpu-2core.md [--write-settings]
 
 Runs anywhere asv runs (a CPU box, an H200 with asv.cuda.conf.json, an M5 with
 asv.m5.conf.json); it needs asv and virtualenv in this Python and network for the first

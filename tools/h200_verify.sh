@@ -1,7 +1,7 @@
 #!/bin/bash
 # The H200 verification runs, one part per device call (each under the 600 s limit),
 # logs under $OUT. Run from the repository root after the mlx-cuda wheel is installed into
-# /tmp/site (the device steps in docs/cuda-notes.md, "Running on the H200"):
+# /tmp/site (docs/cuda.md, "Checking it on a GPU"):
 #
 #   bash tools/h200_verify.sh kernel   # ~360 s: kernel time (int8nax compare --mode kernel): int8_matmul
 #                                      #   against cuBLASLt, W8A8 (float16/bfloat16, +-bias) against it

@@ -282,6 +282,20 @@ def notes(per_shape, names) -> list[str]:
     return lines
 
 
+def kernels(per_shape, names) -> list[str]:
+    """One line per int8nax contender and kernel: what ran (Backend.describe), at which shapes."""
+    lines = []
+    for name in names:
+        ran: dict[str, list[str]] = {}
+        for shape, row in per_shape.items():
+            if row[name].kernel:
+                ran.setdefault(row[name].kernel, []).append("x".join(map(str, shape)))
+        for text, shapes in ran.items():
+            where = "every shape" if len(shapes) == len(per_shape) else ", ".join(shapes)
+            lines.append(f"{name} ran: {text} ({where})")
+    return lines
+
+
 W8A8_ON_CPU = ("on the CPU backend w8a8_linear prepares its weight once (packed at its second use as the "
                "same array) and every later call reuses it, while int8_matmul keeps no state and packs its b "
                "on every call (and writes int32, not float16); INT8NAX_CPU_PREPARE=0 times W8A8 without it")
@@ -302,13 +316,13 @@ def render(per_shape, names, markdown: bool) -> str:
         out.append("|" + "|".join("---" for _ in header) + "|")
         out += ["| " + " | ".join(r) + " |" for r in rows]
         out.append("")
-        out += [f"- {line}" for line in notes(per_shape, names)]
+        out += [f"- {line}" for line in notes(per_shape, names) + kernels(per_shape, names)]
     else:
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
         out.append("  ".join(h.rjust(w) for h, w in zip(header, widths)))
         out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
         out.append("")
-        out += notes(per_shape, names)
+        out += notes(per_shape, names) + kernels(per_shape, names)
     return "\n".join(out)
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import site_models
+from .bench import contenders as bench_contenders
 from .bench import machines as machine_ceilings
 from .bench import problems, timing
 
@@ -93,6 +94,9 @@ RATIO_BENCH = re.compile(r"^bench_ratio\.\w+\.track_(?P<stem>\w+)_ratio$")
 """The regression gate's ratio benchmarks: int8nax's time over a reference's at the same shape,
 unitless (benchmarks/bench_ratio.py). The page shows them apart from the contenders' times."""
 
+_KERNEL = re.compile(r"^(?P<prefix>.+)\.track_(?P<stem>\w+)_kernel$")
+"""The kernel records (benchmarks/bench_kernel.py): per shape, contenders.kernel_id of what ran."""
+
 NOT_CONTENDERS = ("bench_ratio.", "bench_model.")
 """Benchmark modules whose time_ values are not times of a contender: the regression gate's
 ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py); the
@@ -126,6 +130,7 @@ class ResultFile:
     started: int
     values: dict[str, dict[str, Value]]  # benchmark -> parameter repr -> Value
     ratios: dict[str, dict[str, Value]] = field(default_factory=dict)  # ratio benchmark -> parameter -> Value
+    kernels: dict[str, dict[str, int]] = field(default_factory=dict)  # stem -> parameter repr -> kernel id
 
 
 def _parse_value(raw) -> Value:
@@ -149,7 +154,15 @@ def read_result_file(path: Path) -> ResultFile:
     values: dict[str, dict[str, Value]] = {}
     started = 0
     ratios: dict[str, dict[str, Value]] = {}
+    kernels: dict[str, dict[str, int]] = {}
     for bench, entry in data.get("results", {}).items():
+        kernel = _KERNEL.match(bench)
+        if kernel and entry[i_params]:
+            combos = [", ".join(c) if len(c) > 1 else c[0] for c in itertools.product(*entry[i_params])]
+            result = entry[i_result] if isinstance(entry[i_result], list) else [entry[i_result]] * len(combos)
+            kernels[kernel.group("stem")] = {c: int(r) for c, r in zip(combos, result)
+                                             if isinstance(r, (int, float)) and math.isfinite(r)}
+            continue
         is_ratio = bool(RATIO_BENCH.match(bench))
         if not is_ratio and (not _BENCH.match(bench) or bench.startswith(NOT_CONTENDERS)):
             continue
@@ -162,7 +175,7 @@ def read_result_file(path: Path) -> ResultFile:
         if not isinstance(result, list):
             result = [result] * len(combos)
         (ratios if is_ratio else values)[bench] = {c: _parse_value(r) for c, r in zip(combos, result)}
-    return ResultFile(path, commit, date, data.get("env_name", ""), started, values, ratios)
+    return ResultFile(path, commit, date, data.get("env_name", ""), started, values, ratios, kernels)
 
 
 @dataclass
@@ -174,6 +187,17 @@ class MachineResults:
     envs: list[str]
     values: dict[str, dict[str, Value]]  # benchmark -> parameter repr -> Value (merged envs)
     ratios: dict[str, dict[str, Value]] = field(default_factory=dict)  # the gate's ratios, merged alike
+    kernels: dict[str, dict[str, int]] = field(default_factory=dict)  # stem -> parameter -> kernel id
+    previous_commit: str = ""  # the latest earlier commit with kernel records ("" if none)
+    previous_kernels: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def _merged_kernels(files: list[ResultFile]) -> dict[str, dict[str, int]]:
+    merged: dict[str, dict[str, int]] = {}
+    for f in sorted(files, key=lambda f: f.started):
+        for stem, per in f.kernels.items():
+            merged.setdefault(stem, {}).update(per)
+    return merged
 
 
 def _has_time(rf: ResultFile) -> bool:
@@ -184,11 +208,15 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineResult
     """The latest commit (by commit date) of `folder` that has any time result, its files merged
     (several environments at one commit: a number beats n/a, the newer run beats the older).
     `commits`: only these are considered (the ones `asv publish` put on the site), if given."""
-    files = [read_result_file(p) for p in sorted(folder.glob("*.json")) if p.name != "machine.json"]
-    files = [f for f in files if _has_time(f) and (commits is None or f.commit in commits)]
+    every = [read_result_file(p) for p in sorted(folder.glob("*.json")) if p.name != "machine.json"]
+    every = [f for f in every if commits is None or f.commit in commits]
+    files = [f for f in every if _has_time(f)]
     if not files:
         return None
     latest = max(files, key=lambda f: (f.date, f.started))
+    earlier = [f for f in every if f.kernels and f.commit != latest.commit
+               and (f.date, f.started) < (latest.date, latest.started)]
+    previous = max(earlier, key=lambda f: (f.date, f.started)).commit if earlier else ""
     same = sorted((f for f in files if f.commit == latest.commit), key=lambda f: f.started)
     merged: dict[str, dict[str, Value]] = {}
     ratios: dict[str, dict[str, Value]] = {}
@@ -202,7 +230,9 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineResult
                         slot[param] = value
     info_path = folder / "machine.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    return MachineResults(folder.name, info, latest.commit, latest.date, [f.env for f in same], merged, ratios)
+    return MachineResults(folder.name, info, latest.commit, latest.date, [f.env for f in same], merged, ratios,
+                          _merged_kernels(same), previous,
+                          _merged_kernels([f for f in every if f.commit == previous]))
 
 
 def read_results(results_dir: Path, commits: set[str] | None = None) -> list[MachineResults]:
@@ -232,6 +262,14 @@ class Entry:
     ceiling: tuple[float, str] | None = None  # (attainable TOPS, "compute" | "memory")
     ceiling_note: str = ""
     ratios: dict[str, dict[str, float | None]] = field(default_factory=dict)  # peer -> mode -> t_peer/t_self
+    kernel: int | None = None  # what ran at this commit (bench_kernel's id), int8nax's contenders only
+    kernel_before: int | None = None  # the same at the machine's previous commit with records
+    kernel_text: str = ""  # the id in words, where int8nax here describes the same kernel
+    kernel_text_before: str = ""
+
+    @property
+    def kernel_changed(self) -> bool:
+        return self.kernel is not None and self.kernel_before is not None and self.kernel != self.kernel_before
 
     @property
     def has_result(self) -> bool:
@@ -295,6 +333,35 @@ def _has_any(results: MachineResults, stem: str) -> bool:
                if (m := _BENCH.match(b)) and m.group("stem") == stem for v in per.values())
 
 
+def kernel_names(shapes) -> dict[int, str]:
+    """{kernel id: description} of what int8nax's contenders run here at these shapes
+    (bench.contenders.describe). An id stands for one description whichever machine recorded
+    it, so a recorded id found here is shown in words; others stay numbers."""
+    names: dict[int, str] = {}
+    for text in shapes:
+        dims = parse_shape(text)
+        if dims is None:
+            continue
+        for name in bench_contenders.OPS:
+            try:
+                described = bench_contenders.describe(name, dims)
+            except Exception:  # no int8nax backend here, or one that cannot say: ids stay numbers
+                continue
+            names[bench_contenders.kernel_id(described)] = described
+    return names
+
+
+def name_kernels(blocks: list[MachineBlock]) -> None:
+    """Put the recorded kernel ids of every entry into words, where kernel_names knows them."""
+    shapes = {sb.shape for b in blocks for sb in b.shapes if any(e.kernel is not None for e in sb.entries)}
+    names = kernel_names(shapes) if shapes else {}
+    for b in blocks:
+        for sb in b.shapes:
+            for e in sb.entries:
+                e.kernel_text = names.get(e.kernel, "")
+                e.kernel_text_before = names.get(e.kernel_before, "")
+
+
 def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> MachineBlock:
     """The machine's contenders side by side at each shape with results. A contender with no
     result at any shape here is not repeated at every shape: it is listed once (`absent`)."""
@@ -321,6 +388,8 @@ def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> M
             benches = {"call": _find(results.values, stem, False), "chain": _find(results.values, stem, True)}
             values = {mode: (results.values[b].get(shape, Value()) if b else Value()) for mode, b in benches.items()}
             entry = Entry(label, benches, values)
+            entry.kernel = results.kernels.get(stem, {}).get(shape)
+            entry.kernel_before = results.previous_kernels.get(stem, {}).get(shape)
             info = infos.get(label)
             ceilings, note = _ceilings_for(declared, info, why_not)
             if dims is not None:
@@ -421,6 +490,7 @@ def compare(results_dir: Path, commits: set[str] | None = None, first: str | Non
     all_results = read_results(results_dir, commits)
     roster = _roster(all_results)
     blocks = [compare_machine(r, roster) for r in all_results]
+    name_kernels(blocks)
     for b in blocks:
         if here and b.results.name == here:
             b.here = True
@@ -473,8 +543,11 @@ def to_json(blocks: list[MachineBlock]) -> dict:
                     "ceiling_tops": e.ceiling[0] if e.ceiling else None,
                     "bound": e.ceiling[1] if e.ceiling else None,
                     "ratios": e.ratios,
+                    "kernel": e.kernel, "kernel_text": e.kernel_text or None,
+                    "kernel_before": e.kernel_before, "kernel_changed": e.kernel_changed,
                 })
         machines[r.name] = {"commit": r.commit, "date": r.date, "envs": r.envs,
+                            "previous_commit": r.previous_commit or None,
                             "declared": block.declared.name if block.declared else None,
                             "here": block.here,
                             "ratios": {b: {p: v.seconds for p, v in per.items() if v.status == "ok"}
@@ -496,6 +569,7 @@ th{background:#f3f3f3} td.name,th.name{text-align:left;white-space:nowrap}
 tr.missing td{color:#999;font-style:italic} td.self{color:#bbb}
 .better{color:#1a7f37} .worse{color:#b3261e}
 svg text{font-size:11px;fill:#333} svg .axis{stroke:#999} svg .grid{stroke:#eee}
+td.kernel{text-align:left;font-size:11.5px} .changed{color:#b3261e;font-weight:bold}
 .call{fill:#4e79a7} .chain{fill:#f28e2b} details{margin:6px 0}
 p.here{background:#eef5ff;border:1px solid #9cc0ef;padding:8px 12px} details.absent ul{margin:4px 0}
 """
@@ -550,8 +624,28 @@ def _nice_max(x: float) -> float:
     return next(power * f for f in (1, 2, 2.5, 5, 10) if power * f >= x)
 
 
-def _table(sb: ShapeBlock) -> str:
-    head = ('<tr><th class="name" rowspan="2">contender</th><th colspan="2">time per call</th>'
+def _kernel_words(kernel: int, text: str) -> str:
+    return text or f"kernel #{kernel:08x}"
+
+
+def _kernel_cell(e: Entry, previous: str) -> str:
+    """What ran (bench_kernel's record), and whether it differs at the machine's previous commit."""
+    if e.kernel is None:
+        return '<td class="kernel"></td>'
+    text = html.escape(_kernel_words(e.kernel, e.kernel_text))
+    if e.kernel_changed:
+        before = html.escape(_kernel_words(e.kernel_before, e.kernel_text_before))
+        text += (f'<br><span class="changed" title="at {html.escape(previous[:8])}: {before}">changed since '
+                 f'{html.escape(previous[:8])}</span> (was {before})')
+    title = "" if e.kernel_text else (' title="the id of what ran there (bench_kernel); `int8nax compare` on that '
+                                      'machine prints it in words"')
+    return (f'<td class="kernel" data-kernel="{e.kernel}" data-changed="{str(e.kernel_changed).lower()}"{title}>'
+            f'{text}</td>')
+
+
+def _table(sb: ShapeBlock, previous: str = "") -> str:
+    head = ('<tr><th class="name" rowspan="2">contender</th><th class="kernel" rowspan="2">kernel</th>'
+            '<th colspan="2">time per call</th>'
             '<th colspan="2">TOPS</th><th colspan="2">of roofline</th>'
             + (f'<th colspan="{len(sb.peers)}">speed vs peer: peer time / this time (one call · chained)</th>'
                if sb.peers else "")
@@ -559,7 +653,7 @@ def _table(sb: ShapeBlock) -> str:
               '<th>one call</th><th>chained</th>'
             + "".join(f'<th>{html.escape(p)}</th>' for p in sb.peers) + "</tr>")
     body = []
-    span = 6 + len(sb.peers)
+    span = 7 + len(sb.peers)
     for e in sb.entries:
         name = html.escape(e.contender)
         if not e.has_result:
@@ -569,7 +663,7 @@ def _table(sb: ShapeBlock) -> str:
             body.append(f'<tr class="missing" data-contender="{name}"><td class="name">{name}</td>'
                         f'<td colspan="{span}" style="text-align:left">missing: {html.escape(why)}</td></tr>')
             continue
-        cells = [f'<td class="name">{name}</td>']
+        cells = [f'<td class="name">{name}</td>', _kernel_cell(e, previous)]
         for mode in MODES:
             v = e.values[mode]
             text = fmt_seconds(v.seconds) if v.status == "ok" else f"missing: {v.text()}"
@@ -723,7 +817,10 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
            'arithmetic, memory bandwidth × 2·M·K·N / bytes moved), bytes moved = A + B + output, each '
            'once. Speed vs a peer = the peer\'s time / this contender\'s time (above 1: faster than '
            'the peer). Missing means no number: skipped (n/a), failed, or not run at that commit; '
-           'never zero.</p>',
+           'never zero. <b>Kernel</b>: what int8nax ran at that shape (<code>track_&lt;name&gt;_kernel</code>, '
+           'an id of the backend\'s description; in words where int8nax here describes the same kernel), '
+           'marked <span class="changed">changed</span> where the machine\'s previous commit with records '
+           'ran another.</p>',
            f'<nav class="toc">Machines: {toc}</nav>', _here_text(blocks)]
     if not blocks:
         out.append("<p><b>No results.</b> Run <code>asv run</code> first.</p>")
@@ -736,7 +833,7 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
                    f'data-commit="{html.escape(r.commit)}"><h2>{name}</h2>'
                    f'<p class="small">{html.escape(hw)}. Commit <code>{html.escape(r.commit[:8])}</code> '
                    f'(committed {date}); environment(s): {html.escape(", ".join(r.envs))}.</p>'
-                   + _ceiling_text(b.declared, b.why_not) + _absent_text(b))
+                   + _kernel_summary(b) + _ceiling_text(b.declared, b.why_not) + _absent_text(b))
         faster = _w8a8_faster(b)
         if faster:
             out.append(f'<p class="small w8a8-note" data-shapes="{html.escape(";".join(faster))}">'
@@ -749,10 +846,25 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
             out.append(f'<h3 id="{name}-{_anchor(sb.shape)}">(M, K, N) = {html.escape(sb.shape)} '
                        f'<span class="small">{n} of {len(sb.entries)} contenders have results</span></h3>'
                        f'<div class="shape" data-machine="{name}" data-shape="{html.escape(sb.shape)}">'
-                       f'{_svg(sb)}{_table(sb)}</div>')
+                       f'{_svg(sb)}{_table(sb, r.previous_commit)}</div>')
         out.append("</section>")
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _kernel_summary(b: MachineBlock) -> str:
+    """One line: how many of the machine's kernel records changed since its previous commit."""
+    records = [e for sb in b.shapes for e in sb.entries if e.kernel is not None]
+    if not records:
+        return ""
+    previous = b.results.previous_commit
+    if not previous:
+        return f'<p class="small kernels">Kernels recorded at {len(records)} (contender, shape) pairs; no earlier commit to compare.</p>'
+    changed = [f"{e.contender} at {sb.shape}" for sb in b.shapes for e in sb.entries if e.kernel_changed]
+    text = (f'<span class="changed">{len(changed)} of {len(records)} changed</span>: {html.escape("; ".join(changed))}'
+            if changed else f"none of {len(records)} changed")
+    return (f'<p class="small kernels" data-changed="{len(changed)}">Kernels since '
+            f'<code>{html.escape(previous[:8])}</code>: {text}.</p>')
 
 
 def _anchor(shape: str) -> str:

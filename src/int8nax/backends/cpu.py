@@ -35,6 +35,9 @@ import numpy as np
 from . import cpu_engines, cpu_quant
 from .base import Backend, Probe
 
+ENGINE_WORDS = {"onnx": "onnxruntime MatMulInteger", "numpy": f"numpy float32 BLAS, K blocks of {cpu_engines.K_BLOCK}"}
+"""How describe() names each engine of cpu_engines in the benchmark record."""
+
 PREPARE_ENV_VAR = "INT8NAX_CPU_PREPARE"
 """Set to 0 to prepare no weights: every w8a8_linear call then runs the stateless product."""
 
@@ -160,6 +163,19 @@ class CPUBackend(Backend):
     def quantize_activations(self, x: mx.array) -> tuple[mx.array, mx.array]:
         q, scale = cpu_quant.quantize_rows(cpu_quant.to_float32(x, serving_engine().float32))
         return mx.array(q), mx.array(scale)
+
+    def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
+        """Which engine serves the product, e.g. "cpu onnxruntime MatMulInteger" or "cpu numpy
+        float32 BLAS, K blocks of 1024"; for W8A8, whether a weight used again runs prepared.
+        The shape does not change the engine. "cpu unavailable: ..." when no engine can serve."""
+        selection = cpu_engines.select()
+        engine = selection.engine
+        if engine is None:
+            return f"cpu unavailable: {selection.reason}"
+        text = f"cpu {ENGINE_WORDS.get(engine.name, engine.name)}"
+        if op == "w8a8_linear" and engine.prepares and os.environ.get(PREPARE_ENV_VAR, "1") != "0":
+            text += ", weights prepared from their second use"
+        return text
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         engine = serving_engine()

@@ -11,7 +11,7 @@ Rounding half away from zero in one add and one truncation: for float32 v with
 exactly 0.5 is wrong for v = 0.5 - 2**-25 (the sum rounds up to 1.0); adding the float32
 just below 0.5 sends true ties n + 0.5 to n + 1 (the sum n + 1 - 2**-25 rounds up, for
 n = 0 by ties-to-even) and leaves every value below a tie below the next integer. Checked
-on every float32 in [0, 128] (tests/test_cpu_quant.py samples it; docs/results/cpu-2026-12-01.md
+on every float32 in [0, 128] (tests/test_cpu_quant.py samples it; docs/results/cpu.md
 says how the exhaustive pass ran). A regular row's codes need no clip: |x| <= absmax
 makes |x * fl(1/fl(absmax/127))| <= 127 * (1 + 2**-24)**3 < 127.5.
 

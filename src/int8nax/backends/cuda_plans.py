@@ -183,7 +183,7 @@ CUDA_SM_SHARED_BYTES = 233472
 def cpasync_plan(m: int, n: int, k: int, sms: int = 132) -> CudaPlan:
     """The cp.async kernel's tile and split-K for an [M, K] x [N, K] product on `sms` SMs.
 
-    Measured on the H200 (docs/cuda-notes.md): the 128x256 tile is fastest once it alone fills
+    Measured on the H200 (docs/cuda.md): the 128x256 tile is fastest once it alone fills
     the GPU; below that two 128x128 blocks per SM win; small M takes the one-warpgroup 64x64
     tile (the m64 instruction cannot shrink further). Then K is split (in powers of two) while
     the blocks still fit on the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks,

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
+import zlib
+
 import mlx.core as mx
 import numpy as np
 
@@ -40,7 +42,7 @@ from .peers import cider as cider_peer
 from .peers import torch_int
 from .problems import CPU_SHAPES, Shape, linear_problem, raw_expected, raw_problem, w8a8_expected, w8a8_weights
 
-__all__ = ["Unavailable", "Prepared", "Contender", "CONTENDERS", "SUITE", "get"]
+__all__ = ["Unavailable", "Prepared", "Contender", "CONTENDERS", "SUITE", "get", "describe", "kernel_id"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,9 @@ class Prepared:
     check(out)   raise MismatchError unless `out` answers the problem
     lazy         whether call() only builds a graph (MLX) rather than computing
     detail       what exactly runs (backend, library version)
+    kernel       for int8nax's own contenders, the backend's describe() of this shape: the
+                 kernel and plan that run (e.g. "cuda tma-ws-cooperative 128x256 splits=1");
+                 "" for peers, whose detail says what they run
     """
 
     call: Callable[[object], object]
@@ -60,6 +65,7 @@ class Prepared:
     check: Callable[[object], None]
     detail: str
     lazy: bool = True
+    kernel: str = ""
 
     def run(self):
         """One call, blocking: the output."""
@@ -131,10 +137,11 @@ def _after(x: mx.array, prev) -> mx.array:
     return x if prev is None else _link(x, prev)
 
 
-def _mlx(op: Callable[[mx.array], mx.array], first: mx.array, check, detail: str, lazy: bool = True) -> Prepared:
+def _mlx(op: Callable[[mx.array], mx.array], first: mx.array, check, detail: str, lazy: bool = True,
+         kernel: str = "") -> Prepared:
     """A Prepared for an MLX op whose first input `first` carries the chain dependency.
     `lazy` is False for an op that computes when called (int8nax's CPU backend, in numpy)."""
-    return Prepared(lambda prev: op(_after(first, prev)), mx.eval, check, detail, lazy)
+    return Prepared(lambda prev: op(_after(first, prev)), mx.eval, check, detail, lazy, kernel)
 
 
 def _int8nax_backend(backend: str | None) -> tuple[str, str]:
@@ -146,21 +153,47 @@ def _int8nax_backend(backend: str | None) -> tuple[str, str]:
     return name, f"int8nax backend {name} ({why})"
 
 
+OPS = {"nax-gemm": "int8_matmul", "nax-full": "w8a8_linear"}
+"""The int8nax operation each of int8nax's contenders calls (the op of Backend.describe)."""
+
+
+def describe(name: str, shape: Shape, backend: str | None = None) -> str:
+    """What int8nax's contender `name` runs at `shape` on `backend` (default: int8nax's own
+    choice), in the backend's words (Backend.describe): e.g. "cpu onnxruntime MatMulInteger".
+    nax-full's problem is float16 x without a bias (problems.linear_problem). Raises
+    Unavailable when that backend cannot run here, ValueError for a peer's name."""
+    if name not in OPS:
+        raise ValueError(f"describe: {name!r} is not one of int8nax's contenders ({', '.join(OPS)})")
+    chosen, _ = _int8nax_backend(backend)
+    m, k, n = shape
+    return backends.get(chosen).describe(OPS[name], m, n, k, bias=False, dtype=mx.float16)
+
+
+def kernel_id(description: str) -> int:
+    """A number that stands for a kernel description in the asv record (benchmarks/bench_kernel.py),
+    where results must be numbers: CRC-32 of its UTF-8 bytes, the same in every process and on every
+    machine. Equal descriptions give equal ids; a change of id between two commits is a change of
+    kernel (two different descriptions share an id with probability 2**-32)."""
+    return zlib.crc32(description.encode("utf-8"))
+
+
 def _nax_gemm(shape: Shape, backend: str | None) -> Prepared:
     name, detail = _int8nax_backend(backend)
+    ran = describe("nax-gemm", shape, backend)
     a, b = _evaluated(*(mx.array(v) for v in raw_problem(*shape)))
     return _mlx(lambda a_: api.int8_matmul(a_, b, backend=backend), a,
-                lambda out: checks.check_exact("nax-gemm", shape, out, raw_expected(*shape)), detail,
-                lazy=name != "cpu")
+                lambda out: checks.check_exact("nax-gemm", shape, out, raw_expected(*shape)),
+                f"{ran}; {detail}", lazy=name != "cpu", kernel=ran)
 
 
 def _nax_full(shape: Shape, backend: str | None) -> Prepared:
     name, detail = _int8nax_backend(backend)
+    ran = describe("nax-full", shape, backend)
     x, = _evaluated(mx.array(linear_problem(*shape)[0]))
     w, s_w = _evaluated(*(mx.array(v) for v in w8a8_weights(*shape)))
     return _mlx(lambda x_: api.w8a8_linear(x_, w, s_w, backend=backend), x,
-                lambda out: checks.check_ulp("nax-full", shape, out, w8a8_expected(*shape)), detail,
-                lazy=name != "cpu")
+                lambda out: checks.check_ulp("nax-full", shape, out, w8a8_expected(*shape)),
+                f"{ran}; {detail}", lazy=name != "cpu", kernel=ran)
 
 
 def _cider_raw(shape: Shape, backend: str | None = None) -> Prepared:

@@ -65,9 +65,9 @@ H200 = Machine(
         memory_tbps=4.56,
         sources={
             "int8": "NVIDIA's dense int8 tensor-core peak, 1979 TOPS at 1980 MHz on 132 SMs "
-                    "(shared/notes/cuda-facts.md section 1)",
+                    "(docs/cuda.md, ceilings)",
             "fp16": "half the int8 rate: dense fp16/bf16 tensor-core peak ~990 TFLOPS (NVIDIA's figure)",
-            "memory": "measured on this H200: a 2 GB HBM read runs at 4.56 TB/s (cuda-facts.md section 1); "
+            "memory": "measured on this H200: a 2 GB HBM read runs at 4.56 TB/s (docs/cuda.md, ceilings); "
                       "the 4.8 TB/s of the datasheet is not reached",
         },
     ),
@@ -119,8 +119,8 @@ M5_MAX = Machine(
         memory_tbps=None,
         sources={
             "int8": "estimate, third party: ~130 TOPS int8 -> int32 for an M5 Max, scaled from "
-                    "A19 tensor-op microbenchmarks (shared/notes/mlx-facts.md)",
-            "fp16": "estimate, third party: ~70 TFLOPS fp16 for an M5 Max (mlx-facts.md)",
+                    "A19 tensor-op microbenchmarks (docs/results/m5.md)",
+            "fp16": "estimate, third party: ~70 TFLOPS fp16 for an M5 Max (docs/results/m5.md)",
             "memory": "not declared: no measured or cited figure in the project's notes",
         },
         estimate=True,

@@ -76,6 +76,7 @@ class Cell:
     mismatch: str | None = None
     error: str | None = None
     detail: str | None = None
+    kernel: str | None = None  # int8nax's contenders: what ran (contenders.Prepared.kernel)
 
     def text(self) -> str:
         if self.seconds is not None:
@@ -97,4 +98,4 @@ def measure(shape: Shape, name: str, mode: str = "call", repeat: int = 5, chain_
         return Cell(mismatch=str(exc))
     except Exception as exc:  # e.g. a peer that rejects a shape at run time: n/a with the reason
         return Cell(error=f"{type(exc).__name__}: {exc}")
-    return Cell(seconds=seconds, detail=prepared.detail)
+    return Cell(seconds=seconds, detail=prepared.detail, kernel=prepared.kernel or None)
