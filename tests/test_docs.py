@@ -20,7 +20,9 @@ def cited_files() -> list[Path]:
     for entry in CITING:
         path = REPO / entry
         candidates = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        files += [p for p in candidates if p.suffix in TEXT and "node_modules" not in p.parts]
+        # node_modules: npm's; *.egg-info: what `pip install -e` writes (PKG-INFO is an old README)
+        files += [p for p in candidates if p.suffix in TEXT and "node_modules" not in p.parts
+                  and not any(part.endswith(".egg-info") for part in p.parts)]
     return files
 
 
