@@ -605,10 +605,9 @@ class CountingFactory:
         return RecordingKernel(type("Spec", (), {"name": name, "shared_memory": 0}), self.launches)
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_kernel_objects_do_not_grow_with_m(monkeypatch, compiled):
-    # Serving meets every token count: kernel objects are keyed by kernel source (one tile
-    # configuration of one variant), never by M, and the per-shape caches are bounded.
+def counting_cuda(monkeypatch, compiled: bool):
+    """(mx, cuda, factory): the CUDA backend on a stand-in sm90 with 132 SMs, its kernel objects
+    counted by `factory` instead of built (no GPU needed), caches cleared."""
     mx = pytest.importorskip("mlx.core")
     from int8nax.backends import cuda
 
@@ -619,6 +618,14 @@ def test_kernel_objects_do_not_grow_with_m(monkeypatch, compiled):
     monkeypatch.setattr(cuda, "COMPILE", compiled)
     monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
     cuda.clear_caches()
+    return mx, cuda, factory
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_kernel_objects_do_not_grow_with_m(monkeypatch, compiled):
+    # Serving meets every token count: kernel objects are keyed by kernel source (one tile
+    # configuration of one variant), never by M, and the per-shape caches are bounded.
+    mx, cuda, factory = counting_cuda(monkeypatch, compiled)
     try:
         n, k = 512, 1024
         w, s = mx.zeros((n, k), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
@@ -656,16 +663,7 @@ def test_per_shape_caches_are_bounded():
 def test_warm_up_builds_what_every_token_count_needs(monkeypatch):
     # after warm_up(n, k, m_max) no call at M <= m_max builds a kernel object (nor, on a GPU,
     # compiles a kernel instance: warm_up launched each with the same dtype and bias)
-    mx = pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
-
-    factory = CountingFactory()
-    monkeypatch.setattr(cuda.mx.fast, "cuda_kernel", factory)
-    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
-    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
-    monkeypatch.setattr(cuda, "COMPILE", False)
-    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
-    cuda.clear_caches()
+    mx, cuda, factory = counting_cuda(monkeypatch, False)
     try:
         n, k = 256, 4096
         built = cuda.warm_up(n, k, 400, dtype=mx.bfloat16, bias=True)

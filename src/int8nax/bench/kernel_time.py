@@ -708,7 +708,9 @@ def _w8a8_arg(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--w8a8: ")) from None
 
 
-def _positive(kind):
+def positive_arg(kind):
+    """An argparse type: `kind` (int or float) of a value above 0, else a one-line error."""
+
     def parse(text: str):
         try:
             value = kind(text)
@@ -728,10 +730,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bf16", action="store_true",
                         help="mode kernel: also time bfloat16 mx.matmul(x, W.T) at each shape, against W8A8's "
                              "bfloat16 variants")
-    parser.add_argument("--time-limit", type=_positive(float), default=BUDGET_S, metavar="SECONDS",
+    parser.add_argument("--time-limit", type=positive_arg(float), default=BUDGET_S, metavar="SECONDS",
                         help=f"mode kernel: seconds for the whole run, compilation included ({BUDGET_S:.0f}); "
                              "items not reached are listed as not run")
-    parser.add_argument("--launches", type=_positive(int), default=LAUNCHES,
+    parser.add_argument("--launches", type=positive_arg(int), default=LAUNCHES,
                         help=f"mode kernel: timed launches per item, the median is kept ({LAUNCHES})")
 
 
