@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "tools"))
 GATED = r"GemmRatio\.track_nax_gemm_ratio\(\(16, 1344, 256\)\)"
 GATED_NAME = "bench_ratio.GemmRatio.track_nax_gemm_ratio"
 CPU_PROFILE = r"\(\((16, 512, 512|16, 256, 1344|16, 1344, 256)\)\)"
-PLANTED_FACTOR = 2.0  # far above the noise of two rounds; tools/gate_calibrate.py measures 1.2x
+PLANTED_FACTOR = 2.0  # far above the noise of two rounds; int8nax.gate_calibrate measures 1.2x
 # A wrong product: the benchmark's first setup must fail its exactness check (exit 2, not 1).
 PLANTED_MISMATCH = """
 
@@ -77,7 +77,7 @@ class Project:
         self.clone = root / "int8nax"
         home = root / "home"
         home.mkdir()
-        from gate_calibrate import sandbox_env
+        from int8nax.gate_calibrate import sandbox_env
 
         self.env = {
             **sandbox_env(home, "asv test"),
@@ -120,9 +120,9 @@ class Project:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """main: HEAD, then a harmless commit; branch `slow`: a planted slowdown of int8nax's GEMM
-    (tools/gate_calibrate.py's, whichever backend and CPU path run); branch `wrong`: a GEMM
+    (int8nax.gate_calibrate's, whichever backend and CPU path run); branch `wrong`: a GEMM
     that is off by one."""
-    import gate_calibrate
+    from int8nax import gate_calibrate
 
     require_asv()
     project = Project(tmp_path_factory.mktemp("asv"))

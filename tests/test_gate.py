@@ -359,7 +359,7 @@ def test_ratio_benchmark_uses_this_profiles_reference_and_sizes_its_sample(monke
 def test_planted_slowdown_multiplies_each_call_by_the_factor():
     import functools
 
-    import gate_calibrate
+    from int8nax import gate_calibrate
 
     clock = FakeClock()
 
@@ -395,7 +395,7 @@ def test_planted_slowdown_multiplies_each_call_by_the_factor():
 
 
 def test_plant_target_still_has_the_hook():
-    import gate_calibrate
+    from int8nax import gate_calibrate
 
     text = (ROOT / gate_calibrate.PLANT_TARGET).read_text()
     assert "def get(name" in text and "lru_cache" in text and "import mlx.core as mx" in text
@@ -435,7 +435,7 @@ def test_workflow_verdict_is_the_gates_own(status):
 def test_calibration_report_counts_false_alarms_and_detections_by_asvs_rule():
     import random
 
-    import gate_calibrate as gc
+    from int8nax import gate_calibrate as gc
 
     rng = random.Random(14)
 

@@ -21,7 +21,7 @@ PACKAGE = ROOT / "src" / "int8nax"
 LAYERS = {"numerics": 0, "library": 1, "measuring": 2, "commands": 3}
 NUMERICS = {"int8nax.quant", "int8nax.reference", "int8nax.exactness"}
 COMMANDS = {"int8nax.cli", "int8nax.compare", "int8nax.compare_model", "int8nax.selftest", "int8nax.site",
-            "int8nax.site_models", "int8nax.gate", "int8nax.soak", "int8nax.asv_persistent"}
+            "int8nax.site_models", "int8nax.gate", "int8nax.gate_calibrate", "int8nax.soak", "int8nax.asv_persistent"}
 
 
 def layer_of(module: str) -> str:

@@ -11,7 +11,7 @@ whatever the outcome, because asv continuous prints none when a benchmark failed
 changed rows otherwise.
 
 Settings (benchmarks/gate.json, one entry per asv machine name plus "default"; written by
-tools/gate_calibrate.py, which measures false alarms and detection on the machine):
+int8nax.gate_calibrate, which measures false alarms and detection on the machine):
     factor        asv's --factor: the slowdown that counts, derived from the measured noise
     rounds        asv rounds, interleaved between the two commits (each round a new process)
     repeat        asv's repeat per round: N, or "(min,max,seconds)"; the ratio benchmarks

@@ -12,7 +12,7 @@ the gate's exit status and wall time, and from asv's result files every gated be
 ratio (head median / base median) and asv's significance test, so that the false-alarm and
 detection rates can be given per benchmark and for other factors than the one run.
 
-    python tools/gate_calibrate.py --machine cpu-2core --runs 10 --slowdowns 1.2,1.1 \
+    python -m int8nax.gate_calibrate --machine cpu-2core --runs 10 --slowdowns 1.2,1.1 \
         --out docs/results/gate-cpu-2core.md [--write-settings]
 
 Runs anywhere asv runs (a CPU box, an H200 with asv.cuda.conf.json, an M5 with
@@ -34,7 +34,7 @@ not finish in time (the report covers the complete ones); --out-dir collects, in
 (a device call brings back eight at most), the report, the console log (calibrate.log), every
 asv log (logs.tar.gz) and the raw points (runs.json):
 
-    PYTHONPATH=/tmp/site:$PWD/src python3 tools/gate_calibrate.py --existing \
+    PYTHONPATH=/tmp/site:$PWD/src python3 -m int8nax.gate_calibrate --existing \
         --config asv.cuda.conf.json --machine int8nax-cuda --runs 5 --slowdowns 1.1 \
         --budget-min 9 --out-dir "$OUT/gate"
 
@@ -64,14 +64,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-from int8nax import gate  # noqa: E402
+from . import gate
+
+REPO = Path(__file__).resolve().parents[2]
+"""The checkout this module runs from (src/int8nax/ two levels down): the calibration clones it."""
 
 PLANT_TARGET = "src/int8nax/backends/__init__.py"
 PLANT = '''
 
-# --- Planted by tools/gate_calibrate.py: a slowdown of {factor}x of int8nax's GEMM and W8A8 ---
+# --- Planted by int8nax.gate_calibrate: a slowdown of {factor}x of int8nax's GEMM and W8A8 ---
 # Every backend's int8_matmul and w8a8_linear waits, after computing, for ({factor} - 1) times
 # the time the call took, whichever backend and whichever CPU path runs.
 import time as _planted_time
@@ -515,7 +516,7 @@ def load_runs(path: Path) -> tuple[list[Run], dict]:
     """runs.json (runs_json) back: the runs, and the rest of the document."""
     document = json.loads(path.read_text())
     if not isinstance(document, dict) or "runs" not in document:
-        raise SystemExit(f"--merge: {path} is not a runs.json of tools/gate_calibrate.py --out-dir")
+        raise SystemExit(f"--merge: {path} is not a runs.json of int8nax.gate_calibrate --out-dir")
     runs = []
     for r in document.pop("runs"):
         run = Run(r["kind"], r["planted"], r["status"], r["seconds"], tuple(r["load"]),
@@ -632,14 +633,14 @@ def report(runs: list[Run], args, settings: gate.Settings, command: str, started
     existing = getattr(args, "existing", None)
     if not runs:
         return (f"# Gate calibration on `{args.machine}`, {started}\n\n"
-                f"`python tools/gate_calibrate.py {' '.join(args.argv)}`\n\n"
+                f"`python -m int8nax.gate_calibrate {' '.join(args.argv)}`\n\n"
                 "No repetition completed (see the logs).\n", settings.factor)
     aa = [r for r in runs if r.kind == "A/A"]
     names = sorted({n for r in runs for n in r.points})
     factor = settings.factor
     suggested, sigma, worst = suggest_factor(aa, names)
     lines = [f"# Gate calibration on `{args.machine}`, {started}", "",
-             f"`python tools/gate_calibrate.py {' '.join(args.argv)}`", ""]
+             f"`python -m int8nax.gate_calibrate {' '.join(args.argv)}`", ""]
     lines += getattr(args, "machine_info", None) or machine_lines(args)
     load_end = getattr(args, "load_end", None) or os.getloadavg()
     lines += [f"- load average (1, 5, 15 min) at the start: {', '.join(f'{x:.2f}' for x in load0)}; "
@@ -649,7 +650,7 @@ def report(runs: list[Run], args, settings: gate.Settings, command: str, started
               (f"- asv command of each round (the last one run): `{command}`" if existing
                else f"- gate command of each run: `{command}`"),
               "- planted slowdown: every backend's int8_matmul and w8a8_linear wait (f - 1) times their own "
-              "time after computing (tools/gate_calibrate.py PLANT)", ""]
+              "time after computing (int8nax.gate_calibrate PLANT)", ""]
     lines += ["## Gate verdicts", "",
               "| pair | runs | exit 0 (quiet) | exit 1 (regression) | exit 2 (could not measure) | minutes per run (median, max) |",
               "|---|---|---|---|---|---|"]
@@ -812,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.merge:
         text, suggested = report(runs, args, settings, command, started, load0)
-        text += "\nMerged from " + ", ".join(f"`{m}`" for m in args.merge) + " (tools/gate_calibrate.py --merge).\n"
+        text += "\nMerged from " + ", ".join(f"`{m}`" for m in args.merge) + " (int8nax.gate_calibrate --merge).\n"
         publish(runs, text, suggested)
         return 0
     load0 = os.getloadavg()
