@@ -263,10 +263,6 @@ class MetalGemvDispatch:
     params: tuple[int, int, int, int, int]
     """The same run-time scalars as the NAX GEMM's (METAL_GEMM_PARAMS; no swizzle)."""
 
-    @property
-    def columns_per_threadgroup(self) -> int:
-        return METAL_MV_ROWS * METAL_MV_SIMDGROUPS
-
 
 def metal_uses_gemv(m: int) -> bool:
     """Whether an M-row GEMM takes the small-M kernel (else metal_gemm_dispatch's NAX tile)."""

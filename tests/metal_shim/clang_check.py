@@ -26,12 +26,13 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from shim import TYPE_NAMES
+
 CLANG = shutil.which("clang-16")
 STUB_DIR = Path(__file__).resolve().parent / "clang"
 CLANG_FLAGS = ("-x", "clcpp", "-cl-std=clc++2021", "--target=spir64",
                "-Xclang", "-cl-ext=-__opencl_c_program_scope_global_variables,-__opencl_c_device_enqueue,+cl_khr_fp16",
                "-fsyntax-only", "-ferror-limit=5")
-MLX_CONSTANT_MAX_ELEMENTS = 8
 
 # mx.fast.metal_kernel's attributes, in its order: (name, type).
 ATTRIBUTES = [(n, "uint3") for n in ("thread_position_in_grid", "thread_position_in_threadgroup",
@@ -41,8 +42,6 @@ ATTRIBUTES = [(n, "uint3") for n in ("thread_position_in_grid", "thread_position
                            "thread_index_in_threadgroup", "simdgroups_per_threadgroup", "threads_per_simdgroup",
                            "thread_execution_width", "quadgroup_index_in_threadgroup", "thread_index_in_quadgroup",
                            "quadgroups_per_threadgroup")]
-TYPE_NAMES = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "float16": "float16_t",
-              "bfloat16": "bfloat16_t"}
 
 
 def _template_value(value) -> tuple[str, str]:

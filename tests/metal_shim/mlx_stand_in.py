@@ -14,12 +14,7 @@ import numpy as np
 
 import shim
 
-DTYPE_NAMES = {mx.int8: "int8", mx.int32: "int32", mx.float32: "float32", mx.float16: "float16",
-               mx.bfloat16: "bfloat16"}
-
-
-def _template(template) -> tuple:
-    return tuple((n, DTYPE_NAMES[v] if isinstance(v, mx.Dtype) else v) for n, v in template or ())
+from int8nax.backends.metal_source import DTYPE_NAMES, template_key
 
 
 def _to_numpy(a: mx.array) -> np.ndarray:
@@ -52,7 +47,7 @@ class StandInFactory:
             arrays = [_to_numpy(mx.array(a)) for a in inputs]
             in_types = tuple((n, DTYPE_NAMES[mx.array(a).dtype]) for n, a in zip(input_names, inputs))
             out_types = tuple((n, DTYPE_NAMES[d]) for n, d in zip(output_names, output_dtypes))
-            tmpl = _template(template)
+            tmpl = template_key(template or ())
             constant = frozenset(n for n, a in zip(input_names, arrays) if a.size < shim.MLX_CONSTANT_MAX_ELEMENTS)
             key = f"{name}|{tmpl}|{in_types}|{out_types}"
             if factory.binary is None:

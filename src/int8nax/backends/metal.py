@@ -184,14 +184,10 @@ def _params(dispatch) -> mx.array:
     return _params_array(dispatch.params)
 
 
-_NO_BIAS: dict = {}
-
-
+@functools.lru_cache(maxsize=1)
 def _no_bias() -> mx.array:
     """The [1] placeholder passed for `bias` when there is none (never read), made once."""
-    if "array" not in _NO_BIAS:
-        _NO_BIAS["array"] = mx.zeros((1,), dtype=mx.float32)
-    return _NO_BIAS["array"]
+    return mx.zeros((1,), dtype=mx.float32)
 
 
 def gemm_dispatch(m: int, n: int, k: int, variant: KernelVariant, gpu: str | None = None):
@@ -581,7 +577,6 @@ class MetalBackend(Backend):
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         return self._ready().w8a8_linear(x, w, scale_w, bias)
-
 
     def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
         """e.g. "metal nax mlx_layout/relaxed_precision=true metal_128x128 (128x128x512, swizzle 2)",

@@ -228,6 +228,19 @@ def _gemm_templates():
             yield f"{cfg.name}, {variant.name}", tuple(cfg.template()) + tuple(variant.template())
 
 
+def _w8a8_instantiations(kernel: str, tmpl: tuple, why: str) -> list[Instantiation]:
+    """A W8A8 kernel at one tile template, for every output dtype and bias (none: a float32
+    placeholder, which MLX passes in `constant`)."""
+    out = []
+    for dtype in FLOAT_DTYPES:
+        for bias in (None,) + FLOAT_DTYPES:
+            inputs = W8A8_INPUTS + (("bias", bias or "float32"), ("params", "int32"))
+            out.append(Instantiation(kernel, tmpl + (("OutT", dtype), ("HAS_BIAS", bias is not None)), inputs,
+                                     (("y", dtype),), ALWAYS_CONSTANT | ({"bias"} if bias is None else set()),
+                                     f"w8a8_linear {dtype}, bias {bias or 'none'}, {why}"))
+    return out
+
+
 def instantiations() -> list[Instantiation]:
     """Every instantiation the runtime can launch for shapes of at least 8 elements per input
     (and M >= 1: the scales input is padded to 8): the bounded set of Metal library builds a
@@ -236,22 +249,11 @@ def instantiations() -> list[Instantiation]:
     for why, tmpl in _gemm_templates():
         out.append(Instantiation("int8nax_int8_gemm", tmpl, GEMM_INPUTS, (("c", "int32"),), ALWAYS_CONSTANT,
                                  f"int8_matmul, {why}"))
-        for dtype in FLOAT_DTYPES:
-            for bias in (None,) + FLOAT_DTYPES:
-                inputs = W8A8_INPUTS + (("bias", bias or "float32"), ("params", "int32"))
-                out.append(Instantiation(
-                    "int8nax_w8a8_gemm", tmpl + (("OutT", dtype), ("HAS_BIAS", bias is not None)), inputs,
-                    (("y", dtype),), ALWAYS_CONSTANT | ({"bias"} if bias is None else set()),
-                    f"w8a8_linear {dtype}, bias {bias or 'none'}, {why}"))
+        out += _w8a8_instantiations("int8nax_w8a8_gemm", tmpl, why)
     mv = tuple(tiling.metal_gemv_dispatch(1, 1, 1).template)
     out.append(Instantiation("int8nax_int8_gemv", mv, GEMV_INPUTS, (("c", "int32"),), ALWAYS_CONSTANT,
                              f"int8_matmul, M <= {tiling.METAL_MV_MAX_M} (every variant)"))
-    for dtype in FLOAT_DTYPES:
-        for bias in (None,) + FLOAT_DTYPES:
-            inputs = W8A8_INPUTS + (("bias", bias or "float32"), ("params", "int32"))
-            out.append(Instantiation("int8nax_w8a8_gemv", mv + (("OutT", dtype), ("HAS_BIAS", bias is not None)),
-                                     inputs, (("y", dtype),), ALWAYS_CONSTANT | ({"bias"} if bias is None else set()),
-                                     f"w8a8_linear {dtype}, bias {bias or 'none'}, M <= {tiling.METAL_MV_MAX_M} (every variant)"))
+    out += _w8a8_instantiations("int8nax_w8a8_gemv", mv, f"M <= {tiling.METAL_MV_MAX_M} (every variant)")
     quant = tiling.metal_quant_dispatch(1)
     for dtype in FLOAT_DTYPES:
         out.append(Instantiation("int8nax_quantize_rows", template_key(quant.template), (("x", dtype),),
