@@ -272,17 +272,10 @@ def distinct_m(count: int, n: int = 32, k: int = 64, samples: int = 10, backend:
 
 # --- the command ---------------------------------------------------------------------------------
 
-
-
-def _backend(text: str) -> str:
-    try:
-        return backends.canonical(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("backend: ")) from None
-
-
 def add_parser(sub) -> None:
     """Register `int8nax soak` on the CLI's subparsers."""
+    from .cli import _backend_arg
+
     p = sub.add_parser("soak", help="threads of mixed, checked calls; memory, failures, first-call cost",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group()
@@ -294,7 +287,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=positive_arg(int), default=8, help="threads (8)")
     p.add_argument("--max-dim", type=positive_arg(int), default=96, help="largest random M, K and N (96)")
     p.add_argument("--seed", type=int, default=0, help="random seed (0)")
-    p.add_argument("--backend", default=None, type=_backend, help="backend (default: int8nax's choice)")
+    p.add_argument("--backend", default=None, type=_backend_arg, help="backend (default: int8nax's choice)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.set_defaults(func=main)
 
