@@ -37,6 +37,7 @@ from .bench.kernel_time import positive_arg
 from .exactness import check_int8_matmul, check_quantize, check_w8a8, special_rows
 from .nn import W8A8Linear
 from .quant import quantize_weight_np
+from .reference import to_numpy
 
 KINDS = ("int8_matmul", "w8a8_linear", "w8a8_linear_bias", "quantize_activations", "layer_forward",
          "layer_grad")
@@ -78,7 +79,7 @@ def _grad_problem(layer: W8A8Linear, x: mx.array, dy: np.ndarray) -> str | None:
     g = mx.grad(lambda v: (layer(v).astype(mx.float32) * mx.array(dy)).sum())(x)
     want = dy.astype(np.float64) @ (np.array(layer.weight).astype(np.float64)
                                     * np.array(layer.scales).astype(np.float64)[:, None])
-    got = np.array(g.astype(mx.float32)).astype(np.float64)
+    got = to_numpy(g, np.float64)
     if got.shape != want.shape:
         return f"gradient shape {got.shape}, expected {want.shape}"
     # x's dtype bounds the agreement: float16/bfloat16 rounding to 2**-8; float32 to ~1e-6 where
