@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import int8nax
+from int8nax._checks import dtype_name
 from int8nax.nn import W8A8Linear, quantize_linears
 from int8nax.reference import to_numpy, w8a8_linear_ref
 
@@ -216,8 +217,7 @@ def test_siblings_give_the_bits_of_separate_layers(backend, dtype):
     for name, y in (("q_proj", got[0]), ("k_proj", got[1]), ("v_proj", got[2])):
         layer = getattr(fused, name)
         model = w8a8_linear_ref(x2, layer.weight, layer.scales, layer.bias)
-        assert within_one_ulp(y.reshape(10, -1), model, {mx.float16: "float16", mx.bfloat16: "bfloat16",
-                                                         mx.float32: "float32"}[dtype]).all()
+        assert within_one_ulp(y.reshape(10, -1), model, dtype_name(dtype)).all()
 
 
 def count_backend_calls(monkeypatch):

@@ -256,10 +256,8 @@ class SiblingGroup:
         if not share:
             return _Fused(sources, w, s, b)
         mx.eval(w, s) if b is None else mx.eval(w, s, b)
-        lo = 0
-        for m, n in zip(self.members, [m.output_dims for m in self.members]):
-            m.weight, m.scales = w[lo:lo + n], s[lo:lo + n]
-            lo += n
+        for m, lo, hi in zip(self.members, [0, *self.bounds], [*self.bounds, w.shape[0]]):
+            m.weight, m.scales = w[lo:hi], s[lo:hi]
         views = [a for m in self.members for a in (m.weight, m.scales)]
         mx.eval(*views)  # a slice of an evaluated array shares its memory
         return _Fused(self._sources(), w, s, b)

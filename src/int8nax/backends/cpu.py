@@ -54,6 +54,12 @@ def _int32_mx(c: np.ndarray) -> mx.array:
     return mx.array(c)
 
 
+def _prepares(engine) -> bool:
+    """Whether w8a8_linear prepares the weights it sees again (the engine can, and
+    INT8NAX_CPU_PREPARE is not 0)."""
+    return engine.prepares and os.environ.get(PREPARE_ENV_VAR, "1") != "0"
+
+
 def serving_engine():
     """The GEMM engine serving this process; RuntimeError with the reason if none can."""
     selection = cpu_engines.select()
@@ -173,7 +179,7 @@ class CPUBackend(Backend):
         if engine is None:
             return f"cpu unavailable: {selection.reason}"
         text = f"cpu {ENGINE_WORDS.get(engine.name, engine.name)}"
-        if op == "w8a8_linear" and engine.prepares and os.environ.get(PREPARE_ENV_VAR, "1") != "0":
+        if op == "w8a8_linear" and _prepares(engine):
             text += ", weights prepared from their second use"
         return text
 
@@ -184,7 +190,7 @@ class CPUBackend(Backend):
         q, scale_x = cpu_quant.quantize_rows(cpu_quant.to_float32(x, engine.float32),
                                              overwrite=x.dtype != mx.float32, threads=threads)
         prepared = None
-        if engine.prepares and os.environ.get(PREPARE_ENV_VAR, "1") != "0":
+        if _prepares(engine):
             prepared = PREPARED.get(engine, w)
         if prepared is None:
             acc = gemm_exact(q, _int8_numpy(w))
