@@ -568,9 +568,16 @@ def cooperative_plan(m: int, n: int, k: int, sms: int = 132) -> PersistentPlan:
         cfg = large
     else:
         cfg = COOPERATIVE_CONFIGS["ws_128x128"]
+    return persistent_plan(m, n, k, cfg, sms)
+
+
+def persistent_plan(m: int, n: int, k: int, cfg: TileConfig, sms: int = 132, split: bool = True) -> PersistentPlan:
+    """A persistent GEMM's plan on cfg's tiles: K split (where `split`) in powers of two while the
+    units still fit on the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks; ws_group's
+    raster; min(SMs, units) blocks."""
     k_blocks = ceil_div(k, cfg.bk)
     splits = 1
-    while ws_units(m, n, cfg, splits * 2) <= sms and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
+    while split and ws_units(m, n, cfg, splits * 2) <= sms and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
         splits *= 2
     units = ws_units(m, n, cfg, splits)
     return PersistentPlan(cfg, splits, ws_group(ceil_div(m, cfg.bm), cfg, sms), max(1, min(sms, units)))
@@ -584,8 +591,7 @@ def ws_unit(u: int, m: int, n: int, k: int, cfg: TileConfig, splits: int, group:
     first_m = band * group
     rows = min(group, tiles_m - first_m)
     tile_m, tile_n = first_m + r % rows, r // rows
-    k_blocks = ceil_div(k, cfg.bk)
-    kb0, kb1 = k_blocks * z // splits, k_blocks * (z + 1) // splits
+    kb0, kb1 = split_ranges(k, cfg.bk, splits)[z]
     return tile_m * cfg.bm, tile_n * cfg.bn, z, kb0, kb1 - kb0
 
 
@@ -598,13 +604,7 @@ def pingpong_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) ->
     cfg = PINGPONG_CONFIGS["pp_128x128"]
     if ws_units(m, n, cfg, 1) < sms:
         cfg = PINGPONG_CONFIGS["pp_128x64"]
-    k_blocks = ceil_div(k, cfg.bk)
-    splits = 1
-    while (not w8a8 and ws_units(m, n, cfg, splits * 2) <= sms
-           and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS):
-        splits *= 2
-    units = ws_units(m, n, cfg, splits)
-    return PersistentPlan(cfg, splits, ws_group(ceil_div(m, cfg.bm), cfg, sms), max(1, min(sms, units)))
+    return persistent_plan(m, n, k, cfg, sms, split=not w8a8)
 
 
 # ---- the small-M GEMV (kernels/cuda/gemv_w8a8.cuh) ----
