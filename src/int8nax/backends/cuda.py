@@ -4,8 +4,9 @@ Which kernel runs a shape is backends/cuda_choice.py's choose() (a pure function
 GPU's family and SM count and INT8NAX_CUDA_KERNEL); this module asks it once per shape and launches
 what it returns as the variant's row says (cuda_choice.VARIANTS). On compute capability 9.0 (H100/H200;
 MLX compiles for sm_90a) the tiled variants multiply on the tensor cores with wgmma; on any other GPU
-the portable __dp4a kernel gives the same exact results, slowly. W8A8 at M <= 16 takes the GEMV
-(mma.sync, compute capability 8.0 and newer) by default.
+the portable __dp4a kernel gives the same exact results, slowly. W8A8 at M <= 16 can take the GEMV
+(mma.sync, compute capability 8.0 and newer): where INT8NAX_CUDA_KERNEL=gemv names it, or by default
+once cuda_choice.GEMV_DEFAULT is set again.
 
 W8A8: one kernel quantizes the activations per token (kernels/cuda/quantize.cuh), then the GEMM with
 the dequantization fused into its epilogue writes y in x's dtype; the GEMV quantizes a small x
@@ -512,8 +513,9 @@ class CUDABackend(Backend):
         name = info.get("device_name", "unknown NVIDIA GPU")
         if cc < (6, 1):
             return Probe(False, f"{name} has compute capability {cc[0]}.{cc[1]}; int8nax needs 6.1 (dp4a) or newer")
-        how = {"sm90": "wgmma tensor-core GEMM (sm_90a), mma.sync GEMV for W8A8 at M <= 16",
-               "sm80": "portable dp4a GEMM (no wgmma on this GPU; exact but slow), mma.sync GEMV for W8A8 at M <= 16",
+        gemv = ", mma.sync GEMV for W8A8 at M <= 16" if cuda_choice.GEMV_DEFAULT else ""
+        how = {"sm90": "wgmma tensor-core GEMM (sm_90a)" + gemv,
+               "sm80": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)" + gemv,
                "simt": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)"}[family_for(cc)]
         return Probe(True, f"{name}, compute capability {cc[0]}.{cc[1]}: {how}")
 

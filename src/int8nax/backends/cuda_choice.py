@@ -16,8 +16,9 @@ The variants, named by their schedule as CUTLASS names its sm90 kernels:
                       persistent blocks walking the tiles
   tma-ws-pingpong     the same producer, each consumer on whole tiles, the two taking turns
   gemv                M <= 16: the weight streamed once, mma.sync on 8- or 16-row slices of w
-                      (sm_80 and newer; gemv_w8a8.cuh); W8A8's default there, quantizing x
-                      inside the kernel where x is small (cuda_plans.gemv_x_ok)
+                      (sm_80 and newer; gemv_w8a8.cuh); W8A8's default there where GEMV_DEFAULT
+                      (off for now), quantizing x inside the kernel where x is small
+                      (cuda_plans.gemv_x_ok)
 
 Adding a variant: its kernel header (and its header list and spec functions in cuda_source),
 one VARIANTS row here, and its tests.
