@@ -71,7 +71,7 @@ class CudaTileConfig(TileConfig):
         """Dynamic shared memory of this tile in the TMA kernel (kernels/cuda/gemm_tma_unspecialized.cuh):
         the stages, STAGES full mbarriers rounded up to 128 bytes, 256 bytes of tensor-map scratch,
         plus 1 KB so the kernel can align to 1024 bytes."""
-        return self.stages * (self.bm + self.bn) * self.bk + 1024 + ceil_div(8 * self.stages, 128) * 128 + 256
+        return tma_shared_bytes(self, self.stages)
 
     @property
     def epilogue_chunk(self) -> int:
@@ -86,6 +86,13 @@ class CudaTileConfig(TileConfig):
         cp.async)."""
         return [("BM", self.bm), ("BN", self.bn), ("BK", self.bk), ("WM", self.wm), ("STAGES", self.stages),
                 ("AHEAD", self.loads_ahead), ("CHUNK", self.epilogue_chunk)]
+
+
+def tma_shared_bytes(cfg, barriers: int) -> int:
+    """Dynamic shared memory of a TMA kernel's tile: cfg.stages stages of (BM + BN) x BK bytes,
+    `barriers` mbarriers (8 bytes each) rounded up to 128 bytes, 256 bytes of tensor-map scratch,
+    1 KB so the kernel can align to 1024 bytes."""
+    return cfg.stages * (cfg.bm + cfg.bn) * cfg.bk + 1024 + ceil_div(8 * barriers, 128) * 128 + 256
 
 
 EPILOGUE_CHUNK = 8
@@ -447,10 +454,8 @@ class PersistentConfig(TileConfig):
 
     @property
     def shared_bytes(self) -> int:
-        """Stages, 2 x STAGES + EXTRA_BARRIERS mbarriers (8 bytes each) rounded up to 128 bytes, 256
-        bytes of map scratch, 1 KB for the 1024-byte alignment."""
-        barriers = ceil_div(8 * (2 * self.stages + self.EXTRA_BARRIERS), 128) * 128
-        return self.stages * (self.bm + self.bn) * self.bk + 1024 + barriers + 256
+        """tma_shared_bytes with 2 x STAGES (full and empty) + EXTRA_BARRIERS mbarriers."""
+        return tma_shared_bytes(self, 2 * self.stages + self.EXTRA_BARRIERS)
 
 
 @dataclass(frozen=True)
