@@ -122,6 +122,11 @@ def instances(arch: str):
     yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])
 
 
+def stem(label: str) -> str:
+    """The file name (without extension) of an instance's .cu, .cubin and .ptx files."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", label)
+
+
 def normalized_ptx(path: str) -> list[str]:
     """A PTX file's lines without comments, the kernel's name (it carries the header digest; with
     its length in the mangled name),
@@ -191,7 +196,7 @@ def main(argv=None) -> int:
         for label, spec, ins, outs, tmpl in instances(args.arch):
             if args.only and not re.search(args.only, label):
                 continue
-            cu = os.path.join(out_dir, re.sub(r"[^A-Za-z0-9]+", "_", label) + ".cu")
+            cu = os.path.join(out_dir, stem(label) + ".cu")
             with open(cu, "w") as f:
                 f.write(translation_unit(spec, ins, outs, tmpl))
             arch_num = args.arch[3:]
@@ -213,8 +218,7 @@ def main(argv=None) -> int:
             if args.same_as and returncode == 0:
                 other = os.path.join(args.same_as, os.path.basename(cu)[:-3] + ".ptx")
                 first, space, rest = label.partition(" ")
-                old = os.path.join(args.same_as,
-                                   re.sub(r"[^A-Za-z0-9]+", "_", OLD_LABELS.get(first, first) + space + rest) + ".ptx")
+                old = os.path.join(args.same_as, stem(OLD_LABELS.get(first, first) + space + rest) + ".ptx")
                 if not os.path.exists(other) and os.path.exists(old):
                     other = old
                 same = os.path.exists(other) and normalized_ptx(cu[:-3] + ".ptx") == normalized_ptx(other)

@@ -4,8 +4,9 @@ Which kernel runs a shape is backends/cuda_choice.py's choose() (a pure function
 GPU's family and SM count and INT8NAX_CUDA_KERNEL); this module asks it once per shape and launches
 what it returns as the variant's row says (cuda_choice.VARIANTS). On compute capability 9.0 (H100/H200;
 MLX compiles for sm_90a) the tiled variants multiply on the tensor cores with wgmma; on any other GPU
-the portable __dp4a kernel gives the same exact results, slowly. W8A8 at M <= 16 takes the GEMV
-(mma.sync, compute capability 8.0 and newer) by default.
+the portable __dp4a kernel gives the same exact results, slowly. W8A8 at M <= 16 can take the GEMV
+(mma.sync, compute capability 8.0 and newer): where INT8NAX_CUDA_KERNEL=gemv names it, or by default
+once cuda_choice.GEMV_DEFAULT is set again.
 
 W8A8: one kernel quantizes the activations per token (kernels/cuda/quantize.cuh), then the GEMM with
 the dequantization fused into its epilogue writes y in x's dtype; the GEMV quantizes a small x
@@ -132,12 +133,16 @@ def kernel_choice() -> str:
     return cuda_choice.override_name(os.environ.get(KERNEL_ENV, ""))
 
 
+def _sms() -> int:
+    """The SM count the choice weighs on this GPU: sm_count(), or DEFAULT_SMS on a SIMT-only GPU
+    (whose single variant does not depend on it)."""
+    return sm_count() if _family() != SIMT else cuda_choice.DEFAULT_SMS
+
+
 def choice(m: int, n: int, k: int, w8a8: bool = False, bias: bool = False, out_dtype=None) -> Choice:
     """The variant and plan int8_matmul (w8a8: w8a8_linear) runs for (M, N, K) on this GPU."""
-    family = _family()
-    sms = sm_count() if family != SIMT else cuda_choice.DEFAULT_SMS
-    return cuda_choice.choose(m, n, k, w8a8=w8a8, bias=bias, out_dtype=_dtype_name(out_dtype), sms=sms,
-                              family=family, override=kernel_choice())
+    return cuda_choice.choose(m, n, k, w8a8=w8a8, bias=bias, out_dtype=_dtype_name(out_dtype), sms=_sms(),
+                              family=_family(), override=kernel_choice())
 
 
 def _dtype_name(dtype) -> str | None:
@@ -407,7 +412,7 @@ def _explicit(variant: str | None, plan, m: int, n: int, k: int, w8a8: bool) -> 
         variant = CPASYNC if _family() == "sm90" else SIMT
     name = cuda_choice.variant_name(variant)
     row = cuda_choice.VARIANTS[name]
-    problem = cuda_choice.Problem(m, n, k, w8a8, sms=sm_count() if _family() != SIMT else cuda_choice.DEFAULT_SMS)
+    problem = cuda_choice.Problem(m, n, k, w8a8, sms=_sms())
     if not row.supports(problem):
         raise ValueError(f"variant {name!r} cannot run M={m}, K={k} (the TMA kernels need K % "
                          f"{cuda_plans.TMA_K_MULTIPLE} == 0; the GEMV, 1 <= M <= {cuda_plans.GEMV_MAX_M})")
@@ -469,10 +474,8 @@ def warm_up(n: int, k: int, m_max: int, *, op: str = "w8a8_linear", dtype=mx.flo
         raise ValueError(f"op: expected 'int8_matmul' or 'w8a8_linear', got {op!r}")
     linear = op == "w8a8_linear"
     before = kernels_built()
-    family = _family()
-    sms = sm_count() if family != SIMT else cuda_choice.DEFAULT_SMS
     ms = {m for m, _ in cuda_choice.reachable(n, k, m_max, w8a8=linear, bias=bias, out_dtype=_dtype_name(dtype),
-                                              sms=sms, family=family, override=kernel_choice())}
+                                              sms=_sms(), family=_family(), override=kernel_choice())}
     if linear:
         launches: dict = {}
         for m in range(1, m_max + 1):
@@ -510,8 +513,9 @@ class CUDABackend(Backend):
         name = info.get("device_name", "unknown NVIDIA GPU")
         if cc < (6, 1):
             return Probe(False, f"{name} has compute capability {cc[0]}.{cc[1]}; int8nax needs 6.1 (dp4a) or newer")
-        how = {"sm90": "wgmma tensor-core GEMM (sm_90a), mma.sync GEMV for W8A8 at M <= 16",
-               "sm80": "portable dp4a GEMM (no wgmma on this GPU; exact but slow), mma.sync GEMV for W8A8 at M <= 16",
+        gemv = ", mma.sync GEMV for W8A8 at M <= 16" if cuda_choice.GEMV_DEFAULT else ""
+        how = {"sm90": "wgmma tensor-core GEMM (sm_90a)" + gemv,
+               "sm80": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)" + gemv,
                "simt": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)"}[family_for(cc)]
         return Probe(True, f"{name}, compute capability {cc[0]}.{cc[1]}: {how}")
 

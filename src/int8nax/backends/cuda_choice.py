@@ -16,8 +16,9 @@ The variants, named by their schedule as CUTLASS names its sm90 kernels:
                       persistent blocks walking the tiles
   tma-ws-pingpong     the same producer, each consumer on whole tiles, the two taking turns
   gemv                M <= 16: the weight streamed once, mma.sync on 8- or 16-row slices of w
-                      (sm_80 and newer; gemv_w8a8.cuh); W8A8's default there, quantizing x
-                      inside the kernel where x is small (cuda_plans.gemv_x_ok)
+                      (sm_80 and newer; gemv_w8a8.cuh); W8A8's default there where GEMV_DEFAULT
+                      (off for now), quantizing x inside the kernel where x is small
+                      (cuda_plans.gemv_x_ok)
 
 Adding a variant: its kernel header (and its header list and spec functions in cuda_source),
 one VARIANTS row here, and its tests.
@@ -125,17 +126,16 @@ VARIANTS = {
 
 KERNEL_ENV = "INT8NAX_CUDA_KERNEL"
 
-OVERRIDES = {"": "auto", "auto": "auto", **{v.name: v.name for v in VARIANTS.values() if v.family != "simt"},
-             **{a: v.name for v in VARIANTS.values() for a in v.aliases}}
+NAMES = {**{v.name: v.name for v in VARIANTS.values()}, **{a: v.name for v in VARIANTS.values() for a in v.aliases}}
+"""Every variant name and alias -> the variant name (what a call that names its kernel takes)."""
+
+OVERRIDES = {"": "auto", "auto": "auto",
+             **{key: name for key, name in NAMES.items() if VARIANTS[name].family != "simt"}}
 """INT8NAX_CUDA_KERNEL's values (case-insensitive) -> a variant name, or "auto" (the rule below). The
 names before the schedule names (wgmma, tma_simple, tma_ws, tma, tma_pp) stay accepted. An override
 holds wherever the variant supports the problem and the GPU runs it; elsewhere the cp.async kernel
 runs (the SIMT one where there is no wgmma). So INT8NAX_CUDA_KERNEL=cpasync (or any tiled variant)
 keeps W8A8 at M <= 16 off the GEMV."""
-
-
-NAMES = {**{v.name: v.name for v in VARIANTS.values()}, **{a: v.name for v in VARIANTS.values() for a in v.aliases}}
-"""Every variant name and alias -> the variant name (what a call that names its kernel takes)."""
 
 
 def variant_name(value: str) -> str:

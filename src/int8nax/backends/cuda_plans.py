@@ -71,7 +71,7 @@ class CudaTileConfig(TileConfig):
         """Dynamic shared memory of this tile in the TMA kernel (kernels/cuda/gemm_tma_unspecialized.cuh):
         the stages, STAGES full mbarriers rounded up to 128 bytes, 256 bytes of tensor-map scratch,
         plus 1 KB so the kernel can align to 1024 bytes."""
-        return self.stages * (self.bm + self.bn) * self.bk + 1024 + ceil_div(8 * self.stages, 128) * 128 + 256
+        return tma_shared_bytes(self, self.stages)
 
     @property
     def epilogue_chunk(self) -> int:
@@ -86,6 +86,13 @@ class CudaTileConfig(TileConfig):
         cp.async)."""
         return [("BM", self.bm), ("BN", self.bn), ("BK", self.bk), ("WM", self.wm), ("STAGES", self.stages),
                 ("AHEAD", self.loads_ahead), ("CHUNK", self.epilogue_chunk)]
+
+
+def tma_shared_bytes(cfg, barriers: int) -> int:
+    """Dynamic shared memory of a TMA kernel's tile: cfg.stages stages of (BM + BN) x BK bytes,
+    `barriers` mbarriers (8 bytes each) rounded up to 128 bytes, 256 bytes of tensor-map scratch,
+    1 KB so the kernel can align to 1024 bytes."""
+    return cfg.stages * (cfg.bm + cfg.bn) * cfg.bk + 1024 + ceil_div(8 * barriers, 128) * 128 + 256
 
 
 EPILOGUE_CHUNK = 8
@@ -447,10 +454,8 @@ class PersistentConfig(TileConfig):
 
     @property
     def shared_bytes(self) -> int:
-        """Stages, 2 x STAGES + EXTRA_BARRIERS mbarriers (8 bytes each) rounded up to 128 bytes, 256
-        bytes of map scratch, 1 KB for the 1024-byte alignment."""
-        barriers = ceil_div(8 * (2 * self.stages + self.EXTRA_BARRIERS), 128) * 128
-        return self.stages * (self.bm + self.bn) * self.bk + 1024 + barriers + 256
+        """tma_shared_bytes with 2 x STAGES (full and empty) + EXTRA_BARRIERS mbarriers."""
+        return tma_shared_bytes(self, 2 * self.stages + self.EXTRA_BARRIERS)
 
 
 @dataclass(frozen=True)
@@ -568,9 +573,16 @@ def cooperative_plan(m: int, n: int, k: int, sms: int = 132) -> PersistentPlan:
         cfg = large
     else:
         cfg = COOPERATIVE_CONFIGS["ws_128x128"]
+    return persistent_plan(m, n, k, cfg, sms)
+
+
+def persistent_plan(m: int, n: int, k: int, cfg: TileConfig, sms: int = 132, split: bool = True) -> PersistentPlan:
+    """A persistent GEMM's plan on cfg's tiles: K split (where `split`) in powers of two while the
+    units still fit on the SMs at once and every split keeps MIN_SPLIT_BLOCKS K blocks; ws_group's
+    raster; min(SMs, units) blocks."""
     k_blocks = ceil_div(k, cfg.bk)
     splits = 1
-    while ws_units(m, n, cfg, splits * 2) <= sms and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
+    while split and ws_units(m, n, cfg, splits * 2) <= sms and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS:
         splits *= 2
     units = ws_units(m, n, cfg, splits)
     return PersistentPlan(cfg, splits, ws_group(ceil_div(m, cfg.bm), cfg, sms), max(1, min(sms, units)))
@@ -584,8 +596,7 @@ def ws_unit(u: int, m: int, n: int, k: int, cfg: TileConfig, splits: int, group:
     first_m = band * group
     rows = min(group, tiles_m - first_m)
     tile_m, tile_n = first_m + r % rows, r // rows
-    k_blocks = ceil_div(k, cfg.bk)
-    kb0, kb1 = k_blocks * z // splits, k_blocks * (z + 1) // splits
+    kb0, kb1 = split_ranges(k, cfg.bk, splits)[z]
     return tile_m * cfg.bm, tile_n * cfg.bn, z, kb0, kb1 - kb0
 
 
@@ -598,13 +609,7 @@ def pingpong_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) ->
     cfg = PINGPONG_CONFIGS["pp_128x128"]
     if ws_units(m, n, cfg, 1) < sms:
         cfg = PINGPONG_CONFIGS["pp_128x64"]
-    k_blocks = ceil_div(k, cfg.bk)
-    splits = 1
-    while (not w8a8 and ws_units(m, n, cfg, splits * 2) <= sms
-           and k_blocks // (splits * 2) >= MIN_SPLIT_BLOCKS):
-        splits *= 2
-    units = ws_units(m, n, cfg, splits)
-    return PersistentPlan(cfg, splits, ws_group(ceil_div(m, cfg.bm), cfg, sms), max(1, min(sms, units)))
+    return persistent_plan(m, n, k, cfg, sms, split=not w8a8)
 
 
 # ---- the small-M GEMV (kernels/cuda/gemv_w8a8.cuh) ----
