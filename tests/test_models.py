@@ -294,6 +294,27 @@ def test_compare_model_prints_the_table_and_writes_json(tmp_path, capsys):
     assert by[("cider", 1)]["unavailable"] and by[("cider", 1)]["seconds"] is None
 
 
+def test_compare_model_counts_progress_across_configurations(monkeypatch, capsys):
+    # each configuration is measured, printed and saved on its own; the [n/total] count runs on
+    from int8nax import compare_model
+
+    def fake(configs, tokens, forms, modes, layers, context, repeat, progress):
+        rows = []
+        for t in tokens:
+            progress(f"{configs[0]} bf16 eager {t}")
+            rows.append(compare_model.Row(configs[0], "eager", "bf16", t, layers, context, unavailable="stub"))
+        return rows
+
+    monkeypatch.setattr(compare_model, "measure", fake)
+    rc = _cli("compare", "--model", "qwen2.5-0.5b,qwen3-8b", "--tokens", "1,16", "--forms", "bf16",
+              "--layers", "1", "--context", "8", "--repeat", "1")
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert [line.split(" ", 1)[0] for line in err.splitlines() if line.startswith("[")] == \
+        ["[1/4]", "[2/4]", "[3/4]", "[4/4]"]
+    assert "[3/4] qwen3-8b bf16 eager 1" in err
+
+
 @pytest.mark.parametrize("argv, match", [
     (("--tokens", "16"), "--tokens needs --model"),
     (("--model", "qwen2.5-0.5b", "--shapes", "16x512x512"), "does not take"),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import sys
 import time
@@ -286,18 +287,17 @@ def main(args) -> int:
     # --progress none.
     total = len(args.model) * len(forms) * len(args.model_modes) * len(tokens)
     lines = compare.Progress(sys.stderr, "none" if args.progress == "none" else "lines")
-    done = [0]
+    counter = itertools.count(1)
 
     def step(label: str) -> None:
-        done[0] += 1
-        lines.say(f"[{done[0]}/{total}] {label}")
+        lines.say(f"[{next(counter)}/{total}] {label}")
     meta["command"] = "int8nax " + " ".join(sys.argv[1:])
     t0 = time.perf_counter()
     rows: list[Row] = []
     for config in args.model:  # printed and saved per configuration: a run cut short keeps what it had
-        done = measure([config], tokens, forms, args.model_modes, layers, context, args.repeat, step)
-        rows += done
-        print(render(done, args.markdown), flush=True)
+        got = measure([config], tokens, forms, args.model_modes, layers, context, args.repeat, step)
+        rows += got
+        print(render(got, args.markdown), flush=True)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(to_json(rows, meta), f, indent=1)
