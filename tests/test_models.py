@@ -253,6 +253,30 @@ def test_figures_are_measured_once_per_class_and_read_per_run(monkeypatch):
         cider.setup(cider.setup_cache(), "qwen2.5-0.5b", 1)
 
 
+def test_the_model_ratio_is_the_fastest_forward_ratio_in_swapped_blocks(monkeypatch):
+    from benchmarks import bench_ratio
+
+    now = [0.0]
+    monkeypatch.setattr(bench_ratio.time, "perf_counter", lambda: now[0])
+    order = []
+
+    class Fake:
+        def __init__(self, name, seconds):
+            self.name, self.seconds = name, iter(seconds)
+
+        def run(self, tokens):
+            order.append((self.name, tokens))
+            now[0] += next(self.seconds)
+
+    k = bench_ratio.MODEL_BLOCK_CALLS
+    bench = bench_ratio.ModelRatio()
+    bench.num = Fake("w8a8", [9.0] + [3.0] * (3 * k - 1))
+    bench.den = Fake("bf16", [2.0] * (3 * k))
+    bench.blocks = 3
+    assert bench.track_w8a8_model_ratio("qwen2.5-0.5b", 16) == pytest.approx(1.5)
+    assert order == [(n, 16) for n in ["w8a8"] * k + ["bf16"] * 2 * k + ["w8a8"] * 2 * k + ["bf16"] * k]
+
+
 def test_a_bogus_profile_makes_every_figure_na_instead_of_failing(monkeypatch):
     monkeypatch.setenv("INT8NAX_BENCH_PROFILE", "bogus")
     bench_model.model_profile.cache_clear()
