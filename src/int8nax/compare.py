@@ -444,7 +444,8 @@ def main(args) -> int:
     return 1 if failed(results) else 0
 
 
-def _seconds_arg(text: str) -> float:
+def seconds_arg(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0 (compare's and selftest's --budget)."""
     try:
         value = float(text)
     except ValueError:
@@ -471,7 +472,7 @@ def add_parser(sub) -> None:
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed samples per contender and shape (default 5)")
     p.add_argument("--markdown", action="store_true", help="print markdown tables (paste into an issue)")
     p.add_argument("--json", metavar="FILE", help="also write every cell, with the environment, as JSON")
-    p.add_argument("--budget", type=_seconds_arg, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+    p.add_argument("--budget", type=seconds_arg, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help="skip a contender at a shape where one call is expected to take longer than this "
                         f"here (a short probe first estimates it; default {DEFAULT_BUDGET_S:g})")
     p.add_argument("--all", action="store_true",
