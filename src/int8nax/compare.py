@@ -289,7 +289,7 @@ def kernels(per_shape, names) -> list[str]:
         ran: dict[str, list[str]] = {}
         for shape, row in per_shape.items():
             if row[name].kernel:
-                ran.setdefault(row[name].kernel, []).append("x".join(map(str, shape)))
+                ran.setdefault(row[name].kernel, []).append(estimate.shape_text(shape))
         for text, shapes in ran.items():
             where = "every shape" if len(shapes) == len(per_shape) else ", ".join(shapes)
             lines.append(f"{name} ran: {text} ({where})")
