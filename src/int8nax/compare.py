@@ -307,22 +307,20 @@ def _w8a8_beats_raw_on_cpu(row) -> bool:
                 and "backend cpu" in (full.detail or ""))
 
 
+def table_lines(header, rows, markdown: bool) -> list[str]:
+    """A table as lines: markdown, or plain columns right-aligned to their widest cell."""
+    if markdown:
+        return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
+                *("| " + " | ".join(r) + " |" for r in rows)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    return ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [header, *rows]]
+
+
 def render(per_shape, names, markdown: bool) -> str:
     header = ["M", "K", "N", *columns(names)]
-    rows = table_rows(per_shape, names)
-    out = []
-    if markdown:
-        out.append("| " + " | ".join(header) + " |")
-        out.append("|" + "|".join("---" for _ in header) + "|")
-        out += ["| " + " | ".join(r) + " |" for r in rows]
-        out.append("")
-        out += [f"- {line}" for line in notes(per_shape, names) + kernels(per_shape, names)]
-    else:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-        out.append("  ".join(h.rjust(w) for h, w in zip(header, widths)))
-        out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
-        out.append("")
-        out += notes(per_shape, names) + kernels(per_shape, names)
+    lines = notes(per_shape, names) + kernels(per_shape, names)
+    out = table_lines(header, table_rows(per_shape, names), markdown) + [""]
+    out += [f"- {line}" for line in lines] if markdown else lines
     return "\n".join(out)
 
 

@@ -29,6 +29,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+from . import compare
 from .bench import models
 from .bench.checks import MismatchError
 from .bench.peers import Unavailable
@@ -172,16 +173,8 @@ def render(rows: list[Row], markdown: bool) -> str:
         first = group[0]
         title = (f"{config}, {first.layers} layers, {mode}" + (", decode after a prompt of "
                  f"{first.context}" if any(r.tokens == 1 for r in group) else ""))
-        table = [_cells(r) for r in group]
         out.append(f"\n{'### ' if markdown else ''}{title}\n")
-        if markdown:
-            out.append("| " + " | ".join(HEADER) + " |")
-            out.append("|" + "|".join("---" for _ in HEADER) + "|")
-            out += ["| " + " | ".join(c) + " |" for c in table]
-        else:
-            widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(HEADER)]
-            out.append("  ".join(h.rjust(w) for h, w in zip(HEADER, widths)))
-            out += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in table]
+        out += compare.table_lines(HEADER, [_cells(r) for r in group], markdown)
         out.append("")
         out += [f"- {line}" if markdown else line for line in checked(group) + notes(group)]
     return "\n".join(out)
@@ -264,7 +257,6 @@ def extend(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    from . import compare
     from .bench import problems
 
     if args.shapes or args.contenders or args.profile:
