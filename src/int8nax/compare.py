@@ -360,13 +360,19 @@ def _shapes_arg(text: str):
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--shapes: ")) from None
 
 
-def _contenders_arg(text: str):
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in contenders.CONTENDERS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated names from {', '.join(contenders.CONTENDERS)}, got {text!r}")
-    return tuple(dict.fromkeys(names))
+def names_arg(choices, what: str):
+    """An argparse type: comma-separated names from `choices` (read at each parse), in order,
+    repeats dropped."""
+    def parse(text: str):
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [n for n in names if n not in choices]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what} from {', '.join(choices)}, got {text!r}")
+        return tuple(dict.fromkeys(names))
+    return parse
+
+
+_contenders_arg = names_arg(contenders.CONTENDERS, "names")
 
 
 def _modes_arg(text: str):

@@ -198,16 +198,6 @@ def to_json(rows: list[Row], meta: dict) -> dict:
 
 # --- command line --------------------------------------------------------------------------
 
-def _list_arg(choices, what: str):
-    def parse(text: str):
-        names = [t.strip() for t in text.split(",") if t.strip()]
-        bad = [n for n in names if n not in choices]
-        if bad or not names:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what} from {', '.join(choices)}, got {text!r}")
-        return tuple(dict.fromkeys(names))
-    return parse
-
-
 def _tokens_arg(text: str):
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts or not all(p.isdigit() and 1 <= int(p) <= models.MAX_TOKENS for p in parts):
@@ -230,14 +220,14 @@ def extend(parser: argparse.ArgumentParser) -> None:
     gemm = parser.get_default("func")
     group = parser.add_argument_group(
         "models", "with --model: whole models (mlx-lm's Qwen decoder layers) form by form instead of GEMMs")
-    group.add_argument("--model", type=_list_arg(tuple(models.CONFIGS), "configurations"),
+    group.add_argument("--model", type=compare.names_arg(tuple(models.CONFIGS), "configurations"),
                        help=f"comma-separated configurations: {', '.join(models.CONFIGS)}")
     group.add_argument("--tokens", type=_tokens_arg,
                        help="comma-separated token counts: 1 is one decode step, more a prefill (default: "
                             "the benchmark profile's)")
-    group.add_argument("--forms", type=_list_arg(models.FORMS, "forms"),
+    group.add_argument("--forms", type=compare.names_arg(models.FORMS, "forms"),
                        help=f"comma-separated, in order (default: {','.join(models.FORMS)})")
-    group.add_argument("--model-modes", type=_list_arg(models.MODES, "modes"), default=("eager",),
+    group.add_argument("--model-modes", type=compare.names_arg(models.MODES, "modes"), default=("eager",),
                        help="eager (the default), compiled (under mx.compile), or eager,compiled")
     group.add_argument("--layers", type=_count_arg(1, 64),
                        help="decoder layers (default: the benchmark profile's, 4 on a GPU)")
