@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 
 from int8nax.bench.problems import CPU_SHAPES
 
@@ -71,6 +72,20 @@ def repeat_rule() -> tuple[int, int, float]:
     except ValueError:
         pass
     raise ValueError(f"{RATIO_REPEAT_ENV}: expected N or (least,most,seconds), got {text!r}")
+
+
+def block_ratio(num, den, blocks: int, calls: int) -> float:
+    """min(num() call times) / min(den() call times) over `blocks` blocks of `calls` calls of
+    each, num's first in even blocks and den's first in odd ones (neither always runs first)."""
+    t_num, t_den = [], []
+    clock = time.perf_counter
+    for i in range(blocks):
+        for run, times in ((den, t_den), (num, t_num)) if i % 2 else ((num, t_num), (den, t_den)):
+            for _ in range(calls):
+                t0 = clock()
+                run()
+                times.append(clock() - t0)
+    return min(t_num) / min(t_den)
 
 
 def _part(contender: str, shape):
@@ -112,16 +127,7 @@ class RatioBenchmark(ContenderBenchmark):
     def measure(self) -> float:
         """One sample: min(int8nax call times) / min(reference call times) over `blocks`
         blocks of BLOCK_CALLS calls of each (the order swapped per block)."""
-        num, den = self.num.run, self.den.run
-        t_num, t_den = [], []
-        clock = time.perf_counter
-        for i in range(self.blocks):
-            for run, times in ((den, t_den), (num, t_num)) if i % 2 else ((num, t_num), (den, t_den)):
-                for _ in range(BLOCK_CALLS):
-                    t0 = clock()
-                    run()
-                    times.append(clock() - t0)
-        return min(t_num) / min(t_den)
+        return block_ratio(self.num.run, self.den.run, self.blocks, BLOCK_CALLS)
 
     def samples(self) -> dict:
         """Samples by the repeat rule, in the form asv reads from a timing benchmark."""
@@ -192,15 +198,7 @@ class ModelRatio:
         self.blocks = max(2, min(MAX_BLOCKS, round(MODEL_SAMPLE_TARGET_S / (2 * MODEL_BLOCK_CALLS * one))))
 
     def track_w8a8_model_ratio(self, config, tokens):
-        t_num, t_den = [], []
-        clock = time.perf_counter
-        for i in range(self.blocks):
-            for model, times in ((self.den, t_den), (self.num, t_num)) if i % 2 else ((self.num, t_num),
-                                                                                       (self.den, t_den)):
-                for _ in range(MODEL_BLOCK_CALLS):
-                    t0 = clock()
-                    model.run(tokens)
-                    times.append(clock() - t0)
-        return min(t_num) / min(t_den)
+        return block_ratio(partial(self.num.run, tokens), partial(self.den.run, tokens), self.blocks,
+                           MODEL_BLOCK_CALLS)
 
     track_w8a8_model_ratio.unit = "ratio"

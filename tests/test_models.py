@@ -253,6 +253,30 @@ def test_figures_are_measured_once_per_class_and_read_per_run(monkeypatch):
         cider.setup(cider.setup_cache(), "qwen2.5-0.5b", 1)
 
 
+def test_the_model_ratio_is_the_fastest_forward_ratio_in_swapped_blocks(monkeypatch):
+    from benchmarks import bench_ratio
+
+    now = [0.0]
+    monkeypatch.setattr(bench_ratio.time, "perf_counter", lambda: now[0])
+    order = []
+
+    class Fake:
+        def __init__(self, name, seconds):
+            self.name, self.seconds = name, iter(seconds)
+
+        def run(self, tokens):
+            order.append((self.name, tokens))
+            now[0] += next(self.seconds)
+
+    k = bench_ratio.MODEL_BLOCK_CALLS
+    bench = bench_ratio.ModelRatio()
+    bench.num = Fake("w8a8", [9.0] + [3.0] * (3 * k - 1))
+    bench.den = Fake("bf16", [2.0] * (3 * k))
+    bench.blocks = 3
+    assert bench.track_w8a8_model_ratio("qwen2.5-0.5b", 16) == pytest.approx(1.5)
+    assert order == [(n, 16) for n in ["w8a8"] * k + ["bf16"] * 2 * k + ["w8a8"] * 2 * k + ["bf16"] * k]
+
+
 def test_a_bogus_profile_makes_every_figure_na_instead_of_failing(monkeypatch):
     monkeypatch.setenv("INT8NAX_BENCH_PROFILE", "bogus")
     bench_model.model_profile.cache_clear()
@@ -292,6 +316,27 @@ def test_compare_model_prints_the_table_and_writes_json(tmp_path, capsys):
     assert w["speed_vs_bf16"] == pytest.approx(by[("bf16", 8)]["seconds"] / w["seconds"])
     assert 0 < w["rel_error_vs_bf16"] < 0.2 and "ulp" in w["check"]
     assert by[("cider", 1)]["unavailable"] and by[("cider", 1)]["seconds"] is None
+
+
+def test_compare_model_counts_progress_across_configurations(monkeypatch, capsys):
+    # each configuration is measured, printed and saved on its own; the [n/total] count runs on
+    from int8nax import compare_model
+
+    def fake(configs, tokens, forms, modes, layers, context, repeat, progress):
+        rows = []
+        for t in tokens:
+            progress(f"{configs[0]} bf16 eager {t}")
+            rows.append(compare_model.Row(configs[0], "eager", "bf16", t, layers, context, unavailable="stub"))
+        return rows
+
+    monkeypatch.setattr(compare_model, "measure", fake)
+    rc = _cli("compare", "--model", "qwen2.5-0.5b,qwen3-8b", "--tokens", "1,16", "--forms", "bf16",
+              "--layers", "1", "--context", "8", "--repeat", "1")
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert [line.split(" ", 1)[0] for line in err.splitlines() if line.startswith("[")] == \
+        ["[1/4]", "[2/4]", "[3/4]", "[4/4]"]
+    assert "[3/4] qwen3-8b bf16 eager 1" in err
 
 
 @pytest.mark.parametrize("argv, match", [

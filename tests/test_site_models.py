@@ -84,3 +84,10 @@ def test_the_page_gets_the_model_section_and_keeps_models_out_of_the_contenders(
 
 def test_no_model_results_says_so(tmp_path):
     assert "No model results yet" in site_models.section(tmp_path / "absent")
+
+
+def test_every_form_of_the_benchmarks_has_a_colour_and_a_name_stem():
+    from int8nax.bench import models
+
+    assert site_models.FORMS == models.FORMS and set(site_models.COLORS) == set(models.FORMS)
+    assert set(site_models.STEMS.values()) == set(models.FORMS)

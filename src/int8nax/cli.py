@@ -78,17 +78,9 @@ def _count_arg(least: int):
     return parse
 
 
-def _budget_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
-
-
 def _add_selftest(sub) -> None:
+    from .compare import seconds_arg
+
     p = sub.add_parser(
         "selftest",
         help="exactness over a shape grid + timings next to cider, as markdown (for M5 owners)",
@@ -110,7 +102,7 @@ def _add_selftest(sub) -> None:
     p.add_argument("--warmup", type=_count_arg(0), default=5, help="untimed calls per contender (5)")
     p.add_argument("--repeat", type=_count_arg(1), default=20, help="timed calls per contender (20)")
     p.add_argument("--layout-out", metavar="FILE.npy", help="save the int8 layout dump (metal)")
-    p.add_argument("--budget", type=_budget_arg, default=1.0, metavar="SECONDS",
+    p.add_argument("--budget", type=seconds_arg, default=1.0, metavar="SECONDS",
                    help="leave out a timed contender whose call is expected to take longer than this here (1)")
     p.add_argument("--all", action="store_true", help="time every contender whatever its expected time")
     p.add_argument("--json", action="store_true", help="the report as JSON instead of markdown")

@@ -289,7 +289,7 @@ def kernels(per_shape, names) -> list[str]:
         ran: dict[str, list[str]] = {}
         for shape, row in per_shape.items():
             if row[name].kernel:
-                ran.setdefault(row[name].kernel, []).append("x".join(map(str, shape)))
+                ran.setdefault(row[name].kernel, []).append(estimate.shape_text(shape))
         for text, shapes in ran.items():
             where = "every shape" if len(shapes) == len(per_shape) else ", ".join(shapes)
             lines.append(f"{name} ran: {text} ({where})")
@@ -307,22 +307,20 @@ def _w8a8_beats_raw_on_cpu(row) -> bool:
                 and "backend cpu" in (full.detail or ""))
 
 
+def table_lines(header, rows, markdown: bool) -> list[str]:
+    """A table as lines: markdown, or plain columns right-aligned to their widest cell."""
+    if markdown:
+        return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
+                *("| " + " | ".join(r) + " |" for r in rows)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    return ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [header, *rows]]
+
+
 def render(per_shape, names, markdown: bool) -> str:
     header = ["M", "K", "N", *columns(names)]
-    rows = table_rows(per_shape, names)
-    out = []
-    if markdown:
-        out.append("| " + " | ".join(header) + " |")
-        out.append("|" + "|".join("---" for _ in header) + "|")
-        out += ["| " + " | ".join(r) + " |" for r in rows]
-        out.append("")
-        out += [f"- {line}" for line in notes(per_shape, names) + kernels(per_shape, names)]
-    else:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-        out.append("  ".join(h.rjust(w) for h, w in zip(header, widths)))
-        out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
-        out.append("")
-        out += notes(per_shape, names) + kernels(per_shape, names)
+    lines = notes(per_shape, names) + kernels(per_shape, names)
+    out = table_lines(header, table_rows(per_shape, names), markdown) + [""]
+    out += [f"- {line}" for line in lines] if markdown else lines
     return "\n".join(out)
 
 
@@ -362,13 +360,19 @@ def _shapes_arg(text: str):
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--shapes: ")) from None
 
 
-def _contenders_arg(text: str):
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in contenders.CONTENDERS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated names from {', '.join(contenders.CONTENDERS)}, got {text!r}")
-    return tuple(dict.fromkeys(names))
+def names_arg(choices, what: str):
+    """An argparse type: comma-separated names from `choices` (read at each parse), in order,
+    repeats dropped."""
+    def parse(text: str):
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [n for n in names if n not in choices]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what} from {', '.join(choices)}, got {text!r}")
+        return tuple(dict.fromkeys(names))
+    return parse
+
+
+_contenders_arg = names_arg(contenders.CONTENDERS, "names")
 
 
 def _modes_arg(text: str):
@@ -444,7 +448,8 @@ def main(args) -> int:
     return 1 if failed(results) else 0
 
 
-def _seconds_arg(text: str) -> float:
+def seconds_arg(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0 (compare's and selftest's --budget)."""
     try:
         value = float(text)
     except ValueError:
@@ -471,7 +476,7 @@ def add_parser(sub) -> None:
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed samples per contender and shape (default 5)")
     p.add_argument("--markdown", action="store_true", help="print markdown tables (paste into an issue)")
     p.add_argument("--json", metavar="FILE", help="also write every cell, with the environment, as JSON")
-    p.add_argument("--budget", type=_seconds_arg, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+    p.add_argument("--budget", type=seconds_arg, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help="skip a contender at a shape where one call is expected to take longer than this "
                         f"here (a short probe first estimates it; default {DEFAULT_BUDGET_S:g})")
     p.add_argument("--all", action="store_true",

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import sys
 import time
 from dataclasses import asdict, dataclass
 
+from . import compare
 from .bench import models
 from .bench.checks import MismatchError
 from .bench.peers import Unavailable
@@ -171,16 +173,8 @@ def render(rows: list[Row], markdown: bool) -> str:
         first = group[0]
         title = (f"{config}, {first.layers} layers, {mode}" + (", decode after a prompt of "
                  f"{first.context}" if any(r.tokens == 1 for r in group) else ""))
-        table = [_cells(r) for r in group]
         out.append(f"\n{'### ' if markdown else ''}{title}\n")
-        if markdown:
-            out.append("| " + " | ".join(HEADER) + " |")
-            out.append("|" + "|".join("---" for _ in HEADER) + "|")
-            out += ["| " + " | ".join(c) + " |" for c in table]
-        else:
-            widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(HEADER)]
-            out.append("  ".join(h.rjust(w) for h, w in zip(HEADER, widths)))
-            out += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in table]
+        out += compare.table_lines(HEADER, [_cells(r) for r in group], markdown)
         out.append("")
         out += [f"- {line}" if markdown else line for line in checked(group) + notes(group)]
     return "\n".join(out)
@@ -204,16 +198,6 @@ def to_json(rows: list[Row], meta: dict) -> dict:
 
 # --- command line --------------------------------------------------------------------------
 
-def _list_arg(choices, what: str):
-    def parse(text: str):
-        names = [t.strip() for t in text.split(",") if t.strip()]
-        bad = [n for n in names if n not in choices]
-        if bad or not names:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what} from {', '.join(choices)}, got {text!r}")
-        return tuple(dict.fromkeys(names))
-    return parse
-
-
 def _tokens_arg(text: str):
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts or not all(p.isdigit() and 1 <= int(p) <= models.MAX_TOKENS for p in parts):
@@ -236,14 +220,14 @@ def extend(parser: argparse.ArgumentParser) -> None:
     gemm = parser.get_default("func")
     group = parser.add_argument_group(
         "models", "with --model: whole models (mlx-lm's Qwen decoder layers) form by form instead of GEMMs")
-    group.add_argument("--model", type=_list_arg(tuple(models.CONFIGS), "configurations"),
+    group.add_argument("--model", type=compare.names_arg(tuple(models.CONFIGS), "configurations"),
                        help=f"comma-separated configurations: {', '.join(models.CONFIGS)}")
     group.add_argument("--tokens", type=_tokens_arg,
                        help="comma-separated token counts: 1 is one decode step, more a prefill (default: "
                             "the benchmark profile's)")
-    group.add_argument("--forms", type=_list_arg(models.FORMS, "forms"),
+    group.add_argument("--forms", type=compare.names_arg(models.FORMS, "forms"),
                        help=f"comma-separated, in order (default: {','.join(models.FORMS)})")
-    group.add_argument("--model-modes", type=_list_arg(models.MODES, "modes"), default=("eager",),
+    group.add_argument("--model-modes", type=compare.names_arg(models.MODES, "modes"), default=("eager",),
                        help="eager (the default), compiled (under mx.compile), or eager,compiled")
     group.add_argument("--layers", type=_count_arg(1, 64),
                        help="decoder layers (default: the benchmark profile's, 4 on a GPU)")
@@ -263,7 +247,6 @@ def extend(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    from . import compare
     from .bench import problems
 
     if args.shapes or args.contenders or args.profile:
@@ -286,18 +269,17 @@ def main(args) -> int:
     # --progress none.
     total = len(args.model) * len(forms) * len(args.model_modes) * len(tokens)
     lines = compare.Progress(sys.stderr, "none" if args.progress == "none" else "lines")
-    done = [0]
+    counter = itertools.count(1)
 
     def step(label: str) -> None:
-        done[0] += 1
-        lines.say(f"[{done[0]}/{total}] {label}")
+        lines.say(f"[{next(counter)}/{total}] {label}")
     meta["command"] = "int8nax " + " ".join(sys.argv[1:])
     t0 = time.perf_counter()
     rows: list[Row] = []
     for config in args.model:  # printed and saved per configuration: a run cut short keeps what it had
-        done = measure([config], tokens, forms, args.model_modes, layers, context, args.repeat, step)
-        rows += done
-        print(render(done, args.markdown), flush=True)
+        got = measure([config], tokens, forms, args.model_modes, layers, context, args.repeat, step)
+        rows += got
+        print(render(got, args.markdown), flush=True)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(to_json(rows, meta), f, indent=1)

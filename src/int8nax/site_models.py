@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMS = ("bf16", "fp16", "mlx-q8", "w8a8", "cider")
+from .bench.models import FORMS, MODES
+
 STEMS = {f.replace("-", "_"): f for f in FORMS}
 COLORS = {"bf16": "#444444", "fp16": "#888888", "mlx-q8": "#1f77b4", "w8a8": "#d62728", "cider": "#2ca02c"}
 _TRACK = re.compile(r"^bench_model\.\w+\.track_(\w+?)(_compiled)?_tokens_per_s$")
@@ -144,7 +145,7 @@ def _svg(block: MachineModels, config: str) -> str:
     out.append(f'<text x="{left}" y="{h - 1}" font-size="10">tokens (prefill; decode = 1 step)</text>')
     legend = 0
     for form in FORMS:
-        for mode in ("eager", "compiled"):
+        for mode in MODES:
             line = [(tx[t], y(points[(config, mode, form, t)])) for t in tokens if (config, mode, form, t) in points]
             if not line:
                 continue
@@ -164,7 +165,7 @@ def _svg(block: MachineModels, config: str) -> str:
 
 def _table(block: MachineModels, config: str) -> str:
     keys = [k for k in block.tokens_per_s if k[0] == config]
-    cols = [(form, mode) for mode in ("eager", "compiled") for form in FORMS
+    cols = [(form, mode) for mode in MODES for form in FORMS
             if any(k[1] == mode and k[2] == form for k in keys)]
     tokens = sorted({k[3] for k in keys})
     head = "".join(f"<th>{html.escape(f)}{' compiled' if m == 'compiled' else ''}</th>" for f, m in cols)
