@@ -59,14 +59,17 @@ class Row:
     unavailable: str | None = None
     mismatch: str | None = None
     error: str | None = None
+    breakdown: dict | None = None
+    """--breakdown: model_profile.Breakdown's fields (ms per layer), or {"n/a": why}."""
 
     def status(self) -> str:
         return "MISMATCH" if self.mismatch else "n/a" if self.seconds is None else ""
 
 
 def measure(configs, tokens, forms=models.FORMS, modes=("eager",), layers: int = 4, context: int = 512,
-            repeat: int = 5, progress=None) -> list[Row]:
-    """Every (configuration, mode, form, tokens) as a Row, in that order (see the module doc)."""
+            repeat: int = 5, progress=None, breakdown: bool = False) -> list[Row]:
+    """Every (configuration, mode, form, tokens) as a Row, in that order (see the module doc);
+    breakdown: also where each forward's time goes on the GPU (bench.model_profile)."""
     rows: list[Row] = []
     for config in configs:
         for form in forms:
@@ -90,6 +93,8 @@ def measure(configs, tokens, forms=models.FORMS, modes=("eager",), layers: int =
                         row.unavailable = mode_why or why
                     else:
                         _fill(row, prepared, repeat)
+                        if breakdown and row.seconds is not None:
+                            row.breakdown = _breakdown(prepared, t)
                     rows.append(row)
                     if progress:
                         progress(f"{config} {form} {mode} {t}")
@@ -121,6 +126,20 @@ def _fill(row: Row, prepared: models.Prepared, repeat: int) -> None:
         return
     row.ms_per_layer = row.seconds / row.layers * 1e3
     row.tokens_per_s = row.tokens / row.seconds
+
+
+def _breakdown(prepared: models.Prepared, tokens: int) -> dict:
+    from dataclasses import asdict as fields
+
+    from .bench import kernel_time, model_profile
+
+    why = kernel_time.skip_reason()
+    if why:
+        return {"n/a": why}
+    try:
+        return fields(model_profile.breakdown(prepared, tokens))
+    except Exception as exc:  # noqa: BLE001 - the timing stands; say why there is no breakdown
+        return {"n/a": f"{type(exc).__name__}: {exc}"}
 
 
 def _speedups(rows: list[Row]) -> None:
@@ -177,7 +196,34 @@ def render(rows: list[Row], markdown: bool) -> str:
         out += compare.table_lines(HEADER, [_cells(r) for r in group], markdown)
         out.append("")
         out += [f"- {line}" if markdown else line for line in checked(group) + notes(group)]
+        out += breakdown_lines(group, markdown)
     return "\n".join(out)
+
+
+def breakdown_lines(rows: list[Row], markdown: bool) -> list[str]:
+    """The --breakdown table of a group (ms per layer; bench.model_profile) and each row's
+    largest kernels; nothing where no row has one."""
+    from .bench import model_profile
+
+    have = [r for r in rows if r.breakdown and "wall_ms" in r.breakdown]
+    if not have:
+        why = next((r.breakdown["n/a"] for r in rows if r.breakdown), None)
+        return [f"breakdown n/a: {why}"] if why else []
+    cats = [c for c in model_profile.NAMES if any(r.breakdown["categories"][c] >= 0.0005 for r in have)]
+    header = ["tokens", "form", "wall", "gpu busy", "idle %", *cats]
+    cells = []
+    for r in have:
+        b = r.breakdown
+        idle = max(0.0, 1.0 - b["busy_ms"] / b["wall_ms"]) * 100 if b["wall_ms"] else 0.0
+        cells.append([("1 (decode)" if r.tokens == 1 else str(r.tokens)), r.form, f"{b['wall_ms']:.3f}",
+                      f"{b['busy_ms']:.3f}", f"{idle:.0f}", *(f"{b['categories'][c]:.3f}" for c in cats)])
+    out = ["", "where a forward's time goes, ms per layer (CUPTI; wall is the host's, under the profiler):", ""]
+    out += compare.table_lines(header, cells, markdown)
+    out.append("")
+    for r in have:
+        top = ", ".join(f"{n} {ms:.3f} ms x{count}" for n, ms, count in r.breakdown["top"])
+        out.append(f"{'- ' if markdown else ''}{r.tokens} {r.form}: {r.breakdown['kernels']} GPU activities; {top}")
+    return out
 
 
 def checked(rows: list[Row]) -> list[str]:
@@ -233,12 +279,15 @@ def extend(parser: argparse.ArgumentParser) -> None:
                        help="decoder layers (default: the benchmark profile's, 4 on a GPU)")
     group.add_argument("--context", type=_count_arg(1, models.MAX_TOKENS - 1),
                        help="prompt tokens before a decode step (default: the profile's, 512 on a GPU)")
+    group.add_argument("--breakdown", action="store_true",
+                       help="also profile each timed cell on a CUDA GPU: host wall against GPU busy time and the "
+                            "kernels' time by category (int8nax GEMM, quantization, float GEMM, attention...)")
 
     def dispatch(args) -> int:
         if args.model:
             return main(args)
-        for option in ("tokens", "forms", "layers", "context"):
-            if getattr(args, option) is not None:
+        for option in ("tokens", "forms", "layers", "context", "breakdown"):
+            if getattr(args, option) not in (None, False):
                 print(f"int8nax compare: error: --{option} needs --model", file=sys.stderr)
                 return 2
         return gemm(args)
@@ -262,6 +311,10 @@ def main(args) -> int:
     layers = args.layers or profile.layers
     context = args.context or profile.context
     forms = args.forms or models.FORMS
+    if args.breakdown:
+        from .bench import model_profile
+
+        model_profile.start()
     meta = compare.environment()
     print(f"int8nax compare --model: backend {meta['backend']} ({meta['backend_reason']}); {layers} layers, "
           f"mlx-lm's classes with random seeded weights; median of {args.repeat}")
@@ -277,7 +330,7 @@ def main(args) -> int:
     t0 = time.perf_counter()
     rows: list[Row] = []
     for config in args.model:  # printed and saved per configuration: a run cut short keeps what it had
-        got = measure([config], tokens, forms, args.model_modes, layers, context, args.repeat, step)
+        got = measure([config], tokens, forms, args.model_modes, layers, context, args.repeat, step, args.breakdown)
         rows += got
         print(render(got, args.markdown), flush=True)
         if args.json:
