@@ -322,7 +322,7 @@ def test_compare_model_counts_progress_across_configurations(monkeypatch, capsys
     # each configuration is measured, printed and saved on its own; the [n/total] count runs on
     from int8nax import compare_model
 
-    def fake(configs, tokens, forms, modes, layers, context, repeat, progress):
+    def fake(configs, tokens, forms, modes, layers, context, repeat, progress, breakdown=False):
         rows = []
         for t in tokens:
             progress(f"{configs[0]} bf16 eager {t}")
@@ -403,3 +403,28 @@ def test_ciders_projections_are_checked_against_the_source_weights(off, ok):
     else:
         with pytest.raises(MismatchError, match="ulp"):
             p.prepare(16)
+
+
+def test_fast_cells_are_sampled_for_a_minimum_time(monkeypatch):
+    # A 1 ms forward: 5 samples would span 5 ms; the median comes from enough samples to cover
+    # MIN_SAMPLE_SECONDS (at most MAX_REPEAT), after MIN_WARMUP_SECONDS of untimed runs.
+    now = [0.0]
+    monkeypatch.setattr(models.time, "perf_counter", lambda: now[0])
+
+    class Fake:
+        runs = 0
+
+        def run(self, tokens):
+            Fake.runs += 1
+            now[0] += 0.001 if Fake.runs % 2 else 0.003
+
+    got = models.Prepared.seconds(Fake(), 1, repeat=5, warmup=1, min_seconds=0.1, max_repeat=1000)
+    warm = int(models.MIN_WARMUP_SECONDS / 0.002)
+    assert Fake.runs >= warm + 50
+    assert 0.001 <= got <= 0.003
+    Fake.runs = 0
+    models.Prepared.seconds(Fake(), 1, repeat=5, warmup=1, min_seconds=10.0, max_repeat=30)
+    assert Fake.runs <= 60
+    Fake.runs = 0
+    slow = models.Prepared.seconds(Fake(), 1, repeat=3, warmup=1, min_seconds=0.0)
+    assert Fake.runs >= 4 and 0.001 <= slow <= 0.003

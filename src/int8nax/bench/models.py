@@ -342,6 +342,16 @@ the quantization noise itself (5% W8A8 against bf16 over 6 layers on the CPU box
 the 50% to 100% of a wrong computation."""
 
 
+MIN_SAMPLE_SECONDS = 0.25
+"""Timed runs of a cell continue past `repeat` until they add up to this: a decode step of 4
+layers takes 2-4 ms on the H200, where 5 samples span a few scheduler slices and the GPU's clock
+ramp (host-bound cells moved by up to 40 % between runs with 5 samples)."""
+MIN_WARMUP_SECONDS = 0.05
+"""Untimed runs before the samples cover at least this, so the GPU leaves its idle clocks first."""
+MAX_REPEAT = 200
+"""Most samples (and warm-up runs) of one cell."""
+
+
 @dataclass
 class Prepared:
     """One (configuration, form, mode) model, ready to run at any checked `tokens`.
@@ -440,12 +450,17 @@ class Prepared:
         return f"{self.config.name} x{self.layers} {self.form} {self.mode}, {what}"
 
     # -- figures --
-    def seconds(self, tokens: int, repeat: int = 5, warmup: int = 1) -> float:
-        """Median seconds of one run(tokens)."""
-        for _ in range(warmup):
+    def seconds(self, tokens: int, repeat: int = 5, warmup: int = 1, min_seconds: float = MIN_SAMPLE_SECONDS,
+                max_repeat: int = MAX_REPEAT) -> float:
+        """Median seconds of one run(tokens): after `warmup` runs and at least MIN_WARMUP_SECONDS of
+        them, `repeat` samples or more, until they cover min_seconds (at most max_repeat)."""
+        t0 = time.perf_counter()
+        done = 0
+        while done < warmup or (time.perf_counter() - t0 < MIN_WARMUP_SECONDS and done < max_repeat):
             self.run(tokens)
+            done += 1
         samples = []
-        for _ in range(repeat):
+        while len(samples) < repeat or (sum(samples) < min_seconds and len(samples) < max_repeat):
             t0 = time.perf_counter()
             self.run(tokens)
             samples.append(time.perf_counter() - t0)
