@@ -355,7 +355,7 @@ plan runs unsplit (cuda_choice.w8a8_cooperative). Below, the GEMM streams the we
 W8A8 pipeline, bf16 x) 35.1 us against 43.2 on the one-wave 128 x 144 and 40.7 on the cooperative
 kernel; at M = 512 the wave tile won (512 x 3584 x 4608: 128 x 144 22.2 against 28.0; 512 x 4096 x
 6144: 128 x 192 29.8 against 33.6), and so did the cooperative kernel (w8a8_cooperative).
-M from 129 to 511 is unmeasured and keeps the rules without them."""
+M from 129 to 511 is unmeasured where these plans would apply, and keeps the rules without them."""
 
 _TMA_TILES = ("wg2_128x256", "wg2_128x128_x2", "wg1_64x64")
 
