@@ -17,8 +17,40 @@ def _old_choices():
     return [dict(zip(doc["columns"], row)) for row in doc["rows"]]
 
 
+def _w8a8_rule_since(r, have) -> str | None:
+    """Which W8A8 rule set by the H200 measurements of 2026-12-04 (tests/data/cuda_dispatch_evidence.json)
+    explains the choice `have` ([variant, tile, splits, group, blocks]) where row r recorded another,
+    worked out here from the problem alone; None where none does. The rules, all at M >= 512
+    (cuda_plans.W8A8_COMPUTE_MIN_M) but the rounds one:
+      "long K": K >= 8192 and cooperative_plan unsplit -> the cooperative kernel on that plan;
+      "one round": cooperative_plan unsplit with its units fitting the SMs once -> the same;
+      "rounds": 128 x 256 tiles in 3 to 7 rounds at least 90 % full (many tiles) -> the same
+                (W8A8_WS_MIN_ROUNDS was 8);
+      "wave": short K on the TMA kernel -> the wave tile where its blocks fit one wave."""
+    m, n, k, sms = r["m"], r["n"], r["k"], r["sms"]
+    if not r["w8a8"] or r["family"] != "sm90" or m < 17 or k % 16:
+        return None
+    coop = cuda_plans.cooperative_plan(m, n, k, sms)
+    as_coop = [cuda_choice.COOPERATIVE, coop.cfg.name, coop.splits, coop.group, coop.blocks]
+    if r["override"] == "" and have == as_coop:
+        units = cuda_plans.ws_units(m, n, coop.cfg, coop.splits)
+        if m >= 512 and coop.splits == 1 and k >= 8192:
+            return "long K"
+        if m >= 512 and coop.splits == 1 and units <= sms:
+            return "one round"
+        tiles = cuda_plans.tile_count(m, n, cuda_plans.COOPERATIVE_CONFIGS["ws_128x256"])
+        rounds = -(-tiles // sms)
+        if m > 64 and tiles >= 1.5 * sms and tiles >= 0.9 * rounds * sms and 3 <= rounds < 8:
+            return "rounds"
+    if r["variant"] == have[0] == cuda_choice.TMA and m >= 512 and k < 8192 and have[2] == 1:
+        wave = cuda_plans.wave_tile(m, n, sms)
+        if have[1] == wave.name and cuda_plans.tile_count(m, n, wave) <= sms * cuda_plans.blocks_per_sm(wave):
+            return "wave"
+    return None
+
+
 @pytest.mark.parametrize("gemv_on", [False, True], ids=["shipped", "gemv-default"])
-def test_every_recorded_choice_is_unchanged(monkeypatch, gemv_on):
+def test_every_recorded_choice_is_unchanged_but_for_the_w8a8_rules_since(monkeypatch, gemv_on):
     monkeypatch.setattr(cuda_choice, "GEMV_DEFAULT", gemv_on)
     # The choice before the refactor (commit c3d7ce5, recorded by running its cuda.gemm_plan) for
     # 936 shapes x W8A8 on 132 SMs, a subset on 114 SMs, every INT8NAX_CUDA_KERNEL value (by its
@@ -26,10 +58,13 @@ def test_every_recorded_choice_is_unchanged(monkeypatch, gemv_on):
     rows = _old_choices()
     assert len(rows) == 3882
     assert sum(1 for r in rows if r["override"] == "" and r["sms"] == 132 and r["family"] == "sm90") == 936
-    # One change since, where cuda_choice.GEMV_DEFAULT is on: W8A8 at M <= 16 takes the GEMV by
-    # default on sm90 (auto only: every override keeps its recorded kernel there), with 16-row
-    # slices where N / 16 >= 1.5 x SMs. Off, every recorded choice stands.
-    differ, gemv = [], 0
+    # Changes since, each on purpose:
+    # - where cuda_choice.GEMV_DEFAULT is on: W8A8 at M <= 16 takes the GEMV by default on sm90
+    #   (auto only: every override keeps its recorded kernel there), with 16-row slices where
+    #   N / 16 >= 1.5 x SMs;
+    # - W8A8's rules from the H200 measurements of 2026-12-04 (_w8a8_rule_since): every other
+    #   change is one of them, and each of them changes some recorded choice.
+    differ, gemv, since = [], 0, {}
     for r in rows:
         got = cuda_choice.choose(r["m"], r["n"], r["k"], w8a8=r["w8a8"], sms=r["sms"], family=r["family"],
                                  override=r["override"])
@@ -41,9 +76,14 @@ def test_every_recorded_choice_is_unchanged(monkeypatch, gemv_on):
             slices = "gemv_16x16" if -(-r["n"] // 16) >= 3 * r["sms"] // 2 else "gemv_16x8"
             want = [cuda_choice.GEMV, slices, 1, None, None]
         if have != want:
-            differ.append((r, have))
+            why = _w8a8_rule_since(r, have)
+            if why is None:
+                differ.append((r, have))
+            since[why] = since.get(why, 0) + 1
     assert not differ, differ[:5]
     assert gemv >= 100 if gemv_on else gemv == 0, gemv
+    # the counts pin the change: a rule that fires more or less widely than these must say so here
+    assert since == {"long K": 59, "one round": 19, "rounds": 19, "wave": 5}, since
 
 
 @pytest.mark.parametrize("value,want", [
@@ -112,3 +152,79 @@ def test_a_call_may_name_any_variant_but_the_environment_only_sm90_ones():
     for bad in ("auto", "", "fast"):
         with pytest.raises(ValueError, match="variant: expected one of"):
             cuda_choice.variant_name(bad)
+
+
+# ---- W8A8's own rules (the measurements: tests/data/cuda_dispatch_evidence.json) ----
+
+@pytest.mark.parametrize("m,k,n,sms,want", [
+    # long K: cooperative_plan unsplit, on 128 x 128 (128 x 256 tiles fewer than the SMs) or 128 x 256
+    (512, 18944, 3584, 132, True), (512, 12288, 4096, 132, True), (2048, 18944, 3584, 132, True),
+    (4096, 18944, 3584, 132, True), (4096, 12288, 4096, 132, True),
+    (512, 18944, 1024, 132, False),  # 32 units of 128 x 128: cooperative_plan splits K 4 ways
+    (128, 18944, 3584, 132, False),  # below W8A8_COMPUTE_MIN_M (and split 4 ways)
+    # short K: 128 x 128 units that fit the SMs once
+    (512, 3584, 3584, 132, True),  # 112 units
+    (512, 4096, 4096, 132, True),  # 128 units
+    (512, 4096, 4096, 114, False),  # the same 128 units on 114 SMs: two rounds
+    (512, 3584, 4608, 132, False),  # 144 units: two rounds
+    (1024, 4096, 4096, 132, False),  # 256 units
+    (511, 4096, 4096, 132, False),  # 128 units, but below W8A8_COMPUTE_MIN_M
+    (256, 4096, 4096, 132, False), (128, 4096, 4096, 132, False), (128, 3584, 18944, 132, False),
+    (2048, 4096, 4096, 132, False),  # 256 units of 128 x 256 in 2 rounds: persistent_variant's rounds rule decides
+])
+def test_w8a8_cooperative_where_its_plan_runs_unsplit_at_long_k_or_in_one_round(m, k, n, sms, want):
+    assert cuda_choice.w8a8_cooperative(m, n, k, sms) is want
+    got = cuda_choice.choose(m, n, k, w8a8=True, sms=sms)
+    if want:
+        assert got == cuda_choice.Choice(cuda_choice.COOPERATIVE, cuda_plans.cooperative_plan(m, n, k, sms))
+        assert got.plan.splits == 1
+        # int8_matmul keeps its own rule
+        assert cuda_choice.choose(m, n, k, sms=sms).variant == (
+            cuda_choice.persistent_variant(m, n, k, sms) or cuda_choice.TMA)
+    else:
+        assert got.variant == (cuda_choice.persistent_variant(m, n, k, sms, w8a8=True) or cuda_choice.TMA)
+
+
+@pytest.mark.parametrize("m,k,n,want", [
+    (2048, 4096, 4096, None),  # 256 tiles of 128 x 256: 2 rounds, 97 % full
+    (512, 4096, 24576, cuda_choice.COOPERATIVE),  # 384: 3 rounds, 97 %
+    (4096, 4096, 4096, cuda_choice.COOPERATIVE),  # 512: 4 rounds
+    (4096, 4096, 6144, cuda_choice.COOPERATIVE),  # 768: 6 rounds
+    (512, 3584, 18944, cuda_choice.PINGPONG),  # 296: 3 rounds 75 % full: the ping-pong kernel, as int8_matmul
+    (2048, 3584, 3584, cuda_choice.PINGPONG),  # 224: 2 rounds 85 % full
+])
+def test_w8a8_takes_the_cooperative_kernel_from_w8a8_ws_min_rounds(m, k, n, want):
+    assert cuda_choice.persistent_variant(m, n, k, 132, w8a8=True) == want
+    tiles = cuda_plans.tile_count(m, n, cuda_plans.COOPERATIVE_CONFIGS["ws_128x256"])
+    if want == cuda_choice.COOPERATIVE:
+        assert -(-tiles // 132) >= cuda_choice.W8A8_WS_MIN_ROUNDS
+    elif cuda_choice.persistent_variant(m, n, k, 132) == cuda_choice.COOPERATIVE:
+        assert -(-tiles // 132) < cuda_choice.W8A8_WS_MIN_ROUNDS  # declined: too few rounds
+
+
+@pytest.mark.parametrize("m,n,sms,want", [
+    (512, 4608, 132, "wg2_128x144"),  # 128 tiles in one wave, where 128 x 128 gives 144
+    (512, 6144, 132, "wg2_128x192"),  # 128 tiles in one wave, where 128 x 128 gives 192
+    (512, 4096, 132, "wg2_128x144"),  # 116 tiles
+    (512, 18944, 132, None),  # the wave rule's 128 x 192 takes 3 waves
+    (128, 18944, 132, None),  # below W8A8_COMPUTE_MIN_M (132 tiles of 128 x 144: one wave)
+    (511, 4608, 132, None),
+    (512, 4608, 114, "wg2_128x192"),  # on 114 SMs: 96 tiles of 128 x 192, one wave
+    (512, 8192, 132, "wg2_128x256"),  # 128 tiles of 128 x 256 in one wave: the default tile
+    (512, 8192, 114, None),  # on 114 SMs the wave rule's 128 x 144 takes 2 waves (228 tiles)
+])
+def test_w8a8_wave_tile_at_large_m_in_one_wave(m, n, sms, want):
+    got = cuda_plans.w8a8_wave_tile(m, n, sms)
+    assert (got.name if got else None) == want
+    if want:
+        assert got == cuda_plans.wave_tile(m, n, sms)
+    # tma_plan at short K: the wave tile where there is one, else the rule without it, which never
+    # takes the one-block-per-SM 128 x 192 / 128 x 144 tiles
+    plan = cuda_plans.tma_plan(m, n, 4096, sms, w8a8=True)
+    if want and cuda_plans.tile_count(m, n, got) >= cuda_plans.TMA_FILL * sms:
+        assert plan == cuda_plans.CudaPlan(got, 1)
+    else:
+        assert plan.cfg.name in cuda_plans._TMA_TILES and plan.splits == 1
+    # int8_matmul's plan is untouched by W8A8's rule
+    assert cuda_plans.tma_plan(m, n, 4096, sms).cfg in (cuda_plans.wave_tile(m, n, sms),
+                                                        *(cuda_plans.CUDA_CONFIGS[t] for t in cuda_plans._TMA_TILES))

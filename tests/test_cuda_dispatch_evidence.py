@@ -52,3 +52,32 @@ def test_every_threshold_has_evidence():
     declined = [e for e in ENTRIES if e["rule"] == "choose" and e["op"] == "w8a8_linear"
                 and min(e["us"], key=e["us"].get) != "tma-ws-cooperative"]
     assert {(e["m"], e["n"], e["k"]) for e in declined} >= {(16, 4096, 4096), (2048, 4096, 4096)}
+
+
+def test_the_w8a8_rules_rest_on_measurements_either_side():
+    # each W8A8 rule has a measured problem where it fires and one where it declines
+    choose = [e for e in ENTRIES if e["rule"] == "choose" and e["op"] == "w8a8_linear"]
+
+    def coop(e):
+        return cuda_choice.w8a8_cooperative(e["m"], e["n"], e["k"], e["sms"])
+
+    for long_k in (True, False):  # w8a8_cooperative's two cases
+        side = [e for e in choose if cuda_plans.long_k(e["k"]) is long_k and e["m"] > 64]
+        assert any(coop(e) for e in side) and any(not coop(e) for e in side), long_k
+    at_large_m = [e for e in choose if e["m"] >= cuda_plans.W8A8_COMPUTE_MIN_M and not coop(e)]
+    assert any(not cuda_plans.long_k(e["k"]) for e in at_large_m)  # short K, more than one round
+    assert any(e["m"] < cuda_plans.W8A8_COMPUTE_MIN_M and "tma-ws-cooperative" in e["us"] for e in choose)
+
+    def rounds(e):
+        tiles = cuda_plans.tile_count(e["m"], e["n"], cuda_plans.COOPERATIVE_CONFIGS["ws_128x256"])
+        full = cuda_choice.persistent_variant(e["m"], e["n"], e["k"], e["sms"]) == cuda_choice.COOPERATIVE
+        return -(-tiles // e["sms"]) if full and not coop(e) else None
+
+    measured = {rounds(e) for e in choose} - {None}
+    assert cuda_choice.W8A8_WS_MIN_ROUNDS in measured and cuda_choice.W8A8_WS_MIN_ROUNDS - 1 in measured
+
+    wave = [e for e in ENTRIES if e["rule"] == "tma_plan" and e["op"] == "w8a8_linear"]
+    takes = {cuda_plans.w8a8_wave_tile(e["m"], e["n"], e["sms"]) is not None for e in wave}
+    assert takes == {True, False}
+    below = [e for e in wave if e["m"] < cuda_plans.W8A8_COMPUTE_MIN_M]
+    assert any(cuda_plans.wave_tile(e["m"], e["n"], e["sms"]).name + "/1" in e["us"] for e in below)

@@ -298,3 +298,26 @@ def test_public_calls_on_the_persistent_kernels_with_offset_views(rng, m, k, n):
     got = np.array(cuda.w8a8(x, view(b, 5), s, None))
     want = np.array(cuda.w8a8(x, mx.array(b), s, None, "cpasync", cuda_plans.tma_plan(m, n, k, SMS, w8a8=True)))
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("m,k,n,variant", [
+    (512, 4096, 4096, cuda_choice.COOPERATIVE),  # w8a8_cooperative: 128 units of 128 x 128 in one round
+    (512, 18944, 3584, cuda_choice.COOPERATIVE),  # w8a8_cooperative: long K, unsplit
+    (512, 4096, 24576, cuda_choice.COOPERATIVE),  # W8A8_WS_MIN_ROUNDS: 3 rounds of 128 x 256
+    (512, 3584, 4608, cuda_choice.TMA),  # w8a8_wave_tile: 128 x 144 in one wave
+])
+def test_w8a8_rules_choices_through_the_public_call(rng, m, k, n, variant):
+    # the plans W8A8's own rules choose on the H200 (132 SMs), with a bias: bit-identical to the
+    # cp.async kernel's W8A8 on the plan the TMA kernel's rule gives W8A8
+    import int8nax
+
+    if SMS == 132:
+        assert cuda.choice(m, n, k, w8a8=True).variant == variant
+    a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
+    x = mx.array((a.astype(np.float32) * 0.01).astype(np.float16))
+    s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
+    bias = mx.array(rng.uniform(-1, 1, n).astype(np.float32))
+    got = np.array(int8nax.w8a8_linear(x, mx.array(b), s, bias, backend="cuda"))
+    want = np.array(cuda.w8a8(x, mx.array(b), s, bias, "cpasync", cuda_plans.tma_plan(m, n, k, SMS, w8a8=True)))
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))

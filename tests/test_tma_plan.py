@@ -216,7 +216,8 @@ def test_variant_per_override(gemv_default):
     seed, small, odd_k = (512, 4096, 4096), (16, 4096, 4096), (512, 4096, 4104)
     cp, tma, coop, pp = cuda_choice.CPASYNC, cuda_choice.TMA, cuda_choice.COOPERATIVE, cuda_choice.PINGPONG
     want = {  # override -> variant at (seed, small, odd K), for int8_matmul and for w8a8_linear
-        "": ((tma, tma, cp), (tma, cuda_choice.GEMV, cp)),
+        # W8A8 at 512 x 4096 x 4096: 128 units of 128 x 128 in one round (cuda_choice.w8a8_cooperative)
+        "": ((tma, tma, cp), (coop, cuda_choice.GEMV, cp)),
         "wgmma": ((cp,) * 3,) * 2,
         "tma_simple": ((tma, tma, cp),) * 2,
         "tma": ((coop, coop, cp),) * 2,
@@ -348,7 +349,13 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n, gemv_defaul
         assert (launches[-1]["grid"], launches[-1]["block"], launches[-1]["outputs"]) == (*gemv.grid(m, n), [(m, n)])
         return
     assert names[0] == cuda_source.quantize().name
+    chosen = cuda_choice.choose(m, n, k, w8a8=True)
+    if chosen.variant == cuda_choice.COOPERATIVE:  # cuda_choice.w8a8_cooperative: unsplit, the epilogue fused
+        assert cuda_choice.w8a8_cooperative(m, n, k, 132) and chosen.plan.splits == 1
+        assert names[1:] == [cuda_source.gemm_w8a8_tma_ws_cooperative(chosen.plan.cfg).name]
+        return
     plan = cuda_plans.tma_plan(m, n, k, 132, w8a8=True)
+    assert chosen == cuda_choice.Choice(cuda_choice.TMA, plan)
     lau = plan.launch(m, n)
     blocks = lau.grid_x * lau.grid_y * plan.splits
     if plan.splits == 1:
@@ -511,9 +518,13 @@ def test_wave_cost_counts_partial_waves_whole():
 
 
 def test_w8a8_plan_differs_from_the_int32_plan_where_the_epilogue_tail_matters():
-    # the measured shapes of tests/data/cuda_dispatch_evidence.json where W8A8 keeps its own plan
-    for m, k, n in ((512, 4096, 4096), (128, 3584, 18944), (512, 18944, 3584)):
+    # the measured shapes of tests/data/cuda_dispatch_evidence.json where W8A8 keeps its own plan:
+    # below W8A8_COMPUTE_MIN_M, where the wave tile needs several waves, and at long K
+    for m, k, n in ((128, 3584, 18944), (512, 3584, 18944), (512, 18944, 3584)):
         assert cuda_plans.tma_plan(m, n, k, 132, w8a8=True) != cuda_plans.tma_plan(m, n, k, 132)
+    # and where it takes the int32 plan's one-wave wave tile
+    for m, k, n in ((512, 3584, 4608), (512, 4096, 6144), (512, 4096, 4096)):
+        assert cuda_plans.tma_plan(m, n, k, 132, w8a8=True) == cuda_plans.tma_plan(m, n, k, 132)
 
 
 def test_split_plan_takes_the_tile_whose_splits_fill_the_most_sms():

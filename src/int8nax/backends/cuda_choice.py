@@ -175,16 +175,50 @@ PERSISTENT_WAVE_FILL = 0.9
 """The cooperative kernel (128 x 256 tiles) is taken when its rounds of SMs tiles are filled this
 much (tiles / (rounds x SMs)); below, the ping-pong kernel's half-size tiles even out the rounds."""
 
-W8A8_WS_MIN_ROUNDS = 8
-"""Rounds of 128 x 256 tiles from which W8A8 takes the cooperative kernel: its fused epilogue is
-each unit's unhidden tail, which only a long walk of units amortises against the persistent
-grid's gain. Measured slower at 2 rounds and faster at 15.5; 8 lies between, unmeasured."""
+W8A8_WS_MIN_ROUNDS = 3
+"""Rounds of 128 x 256 tiles (filled PERSISTENT_WAVE_FILL) from which W8A8 takes the cooperative
+kernel where int8_matmul does: its fused epilogue is each unit's unhidden tail, which a walk of
+several units amortises against the persistent grid's gain. Measured on the H200 (W8A8 pipeline,
+bf16 x), cooperative against the one-block-per-tile TMA kernel on 128 x 256: 2 rounds
+(2048 x 4096 x 4096) 73.8 us against 73.2, and 84.8 against 81.5 with a bias; 3 rounds
+(512 x 4096 x 24576) 96.9 against 108.4; 4 (4096 x 4096 x 4096) 134.6 against 138.1; 6
+(4096 x 4096 x 6144) 189.7 against 197.6; 15.5 (8192^3) 815.5 against 860.0."""
+
+
+def w8a8_cooperative(m: int, n: int, k: int, sms: int = DEFAULT_SMS) -> bool:
+    """Whether W8A8 takes the cooperative kernel whatever its tile count (persistent_variant asks
+    this first): at M >= cuda_plans.W8A8_COMPUTE_MIN_M, where cooperative_plan runs unsplit (no
+    workspace, the epilogue fused) and either
+
+    - K is long (cuda_plans.long_k, K >= 8192): each unit's main loop of 64 or more K blocks dwarfs
+      its epilogue tail, and the TMA kernel's plans there split K or leave SMs idle. Measured
+      (H200, W8A8 pipeline, bf16 x): 512 x 18944 x 3584 67.8 us against 71.5 (TMA 128 x 128, 2
+      splits); 512 x 12288 x 4096 48.8 against 55.0; 2048 x 18944 x 3584 235.7 against ping-pong's
+      280.6; 4096 x 18944 x 3584 461.9 against 493.5; 4096 x 12288 x 4096 324.2 against 327.9. A
+      split plan gains nothing (128 x 18944 x 3584, 4 splits: 34.5 against the TMA kernel's 33.8).
+    - or its units fit one round (units <= SMs, which at short K means 128 x 128 tiles: 128 x 256's
+      number fewer than the SMs): every block runs one tile, so the epilogue tail costs both kernels
+      alike, and the cooperative tile's 6 producer-fed stages beat the TMA kernel's 128 x 128
+      (3 stages, its second block per SM unused) or 64 x 64. Measured: 512 x 3584 x 3584 (112
+      units) 21.5 against 27.7; 512 x 4096 x 4096 (128 units) 24.1 against 27.5. Over more than one
+      round it lost: 1024 x 4096 x 4096 (256 units) 40.3 against 38.5, 512 x 3584 x 4608 (144) 34.0
+      against 28.0, 128 x 3584 x 18944 (148) 40.7 against 35.1.
+    """
+    if m < plans.W8A8_COMPUTE_MIN_M:
+        return False
+    plan = plans.cooperative_plan(m, n, k, sms)
+    if plan.splits > 1:
+        return False
+    return plans.long_k(k) or plans.ws_units(m, n, plan.cfg, 1) <= sms
 
 
 def persistent_variant(m: int, n: int, k: int, sms: int = DEFAULT_SMS, w8a8: bool = False) -> str | None:
     """COOPERATIVE, PINGPONG or None (the one-block-per-tile TMA kernel) for a problem the TMA can
     load: the persistent kernels for problems of many tiles, the cooperative one where its 128 x 256
-    tiles fill their rounds of SMs, the ping-pong one where they leave a partial round."""
+    tiles fill their rounds of SMs, the ping-pong one where they leave a partial round. W8A8 takes
+    the cooperative one first where w8a8_cooperative says so, and from W8A8_WS_MIN_ROUNDS rounds."""
+    if w8a8 and w8a8_cooperative(m, n, k, sms):
+        return COOPERATIVE
     tiles = plans.tile_count(m, n, plans.COOPERATIVE_CONFIGS["ws_128x256"])
     if m <= 64 or tiles < PERSISTENT_MIN_TILES * sms:
         return None

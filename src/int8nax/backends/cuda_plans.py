@@ -339,6 +339,24 @@ TMA_LONG_K_FILL = 0.75
 """At long K the wave tile runs unsplit when its tiles alone give this many blocks per SM
 (512 x 18944 x 3584: 100 tiles of 128 x 144 on 132 SMs, faster than cpasync_plan's split)."""
 
+
+def long_k(k: int) -> bool:
+    """Whether K is long: TMA_LONG_K_BLOCKS K blocks or more (K >= 8192), where a tile's main loop
+    is long against its pipeline fill and epilogue (tma_plan splits K there; W8A8 takes the
+    cooperative kernel where its plan is unsplit, cuda_choice.w8a8_cooperative)."""
+    return ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS
+
+
+W8A8_COMPUTE_MIN_M = 512
+"""Smallest M at which W8A8 takes the plans that pay off only where each weight tile feeds several
+128-row tiles: the wave tile at short K (w8a8_wave_tile) and the cooperative kernel wherever its
+plan runs unsplit (cuda_choice.w8a8_cooperative). Below, the GEMM streams the weight, and two
+128 x 128 blocks per SM (more loads in flight) measured faster: at 128 x 3584 x 18944 (H200,
+W8A8 pipeline, bf16 x) 35.1 us against 43.2 on the one-wave 128 x 144 and 40.7 on the cooperative
+kernel; at M = 512 the wave tile won (512 x 3584 x 4608: 128 x 144 22.2 against 28.0; 512 x 4096 x
+6144: 128 x 192 29.8 against 33.6), and so did the cooperative kernel (w8a8_cooperative).
+M from 129 to 511 is unmeasured where these plans would apply, and keeps the rules without them."""
+
 _TMA_TILES = ("wg2_128x256", "wg2_128x128_x2", "wg1_64x64")
 
 _WAVE_TILES = ("wg2_128x256", "wg2_128x192", "wg2_128x144", "wg2_128x128_x2")
@@ -364,6 +382,19 @@ def wave_tile(m: int, n: int, sms: int = 132):
     default = tiles[0]
     best = min(tiles, key=lambda c: (wave_cost(m, n, c, sms), -c.bn))
     return best if wave_cost(m, n, best, sms) <= WAVE_MARGIN * wave_cost(m, n, default, sms) else default
+
+
+def w8a8_wave_tile(m: int, n: int, sms: int = 132):
+    """W8A8's wave tile at short K: wave_tile where M >= W8A8_COMPUTE_MIN_M and its blocks fit one
+    wave (tiles <= SMs x blocks per SM), else None (tma_plan's tiles without it). Over several
+    waves each block's fused epilogue is an unhidden tail that a narrower tile pays more often: at
+    512 x 3584 x 18944 the wave rule's 128 x 192 (3 waves) took 105.9 us against 128 x 256's 94.7
+    (though at 2048 x 3584 x 4608 its 128 x 192 in 3 waves took 76.8 against 90.6: the dispatch runs
+    the ping-pong kernel at both, so the TMA plan there is what INT8NAX_CUDA_KERNEL asks for)."""
+    if m < W8A8_COMPUTE_MIN_M:
+        return None
+    wave = wave_tile(m, n, sms)
+    return wave if tile_count(m, n, wave) <= sms * blocks_per_sm(wave) else None
 
 
 _SPLIT_TILES = ("wg2_128x112",)
@@ -399,17 +430,24 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     unsplit where it alone fills most SMs (TMA_LONG_K_FILL), else its K is split until its blocks
     fill the SMs once, on the tile whose splits fill the most SMs (split_plan).
 
-    W8A8 keeps the rule without the wave tile (128 x 256, 128 x 128, 64 x 64; cpasync_plan at long
-    K): its dequantizing epilogue runs after each block's main loop, an unhidden tail that grows
-    with the outputs per block, so the one-block-per-SM wave tiles lose there. Where the int32
-    plan splits K, W8A8 takes it: its GEMM is then the int32 kernel and the dequantization runs in
-    the reduction, so that tail does not arise (the int32 split plan also beat cpasync_plan's,
-    whose reduction reads twice the partial sums; W8A8 on the current split plan, 128 x 112, has
-    not been timed).
+    W8A8 at short K takes the wave tile only where w8a8_wave_tile does (M >= W8A8_COMPUTE_MIN_M, one
+    wave), else the rule without it (128 x 256, 128 x 128, 64 x 64): its dequantizing epilogue runs
+    after each block's main loop, an unhidden tail that grows with the outputs per block. At long K
+    it takes cpasync_plan where the wave tile would run unsplit, and the int32 plan where that
+    splits K: its GEMM is then the int32 kernel and the dequantization runs in the reduction, so
+    that tail does not arise (the int32 split plan also beat cpasync_plan's, whose reduction reads
+    twice the partial sums; 128 x 18944 x 3584 on 128 x 112 x 4 splits: 33.8 us, the cooperative
+    kernel's 4 splits 34.5). The dispatch sends much of W8A8's long K to the cooperative kernel
+    instead (cuda_choice.w8a8_cooperative).
     """
-    long_k = ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS
-    wave = wave_tile(m, n, sms) if m > 64 and (long_k or not w8a8) else None
-    if long_k:
+    is_long = long_k(k)
+    if m <= 64:
+        wave = None
+    elif is_long or not w8a8:
+        wave = wave_tile(m, n, sms)
+    else:
+        wave = w8a8_wave_tile(m, n, sms)
+    if is_long:
         if wave is None:
             return cpasync_plan(m, n, k, sms)
         if tile_count(m, n, wave) >= TMA_LONG_K_FILL * sms:
