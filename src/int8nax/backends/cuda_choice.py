@@ -17,7 +17,7 @@ The variants, named by their schedule as CUTLASS names its sm90 kernels:
   tma-ws-pingpong     the same producer, each consumer on whole tiles, the two taking turns
   gemv                M <= 16: the weight streamed once, mma.sync on 8- or 16-row slices of w
                       (sm_80 and newer; gemv_w8a8.cuh); W8A8's default there where GEMV_DEFAULT
-                      (off for now), quantizing x inside the kernel where x is small
+                      (off until timed), quantizing x inside the kernel where x is small
                       (cuda_plans.gemv_x_ok)
 
 Adding a variant: its kernel header (and its header list and spec functions in cuda_source),
@@ -229,11 +229,11 @@ def persistent_variant(m: int, n: int, k: int, sms: int = DEFAULT_SMS, w8a8: boo
 
 
 GEMV_DEFAULT = False
-"""Whether W8A8 at M <= GEMV_MAX_M takes the GEMV by default. Off: on the H200 the GEMV's own
-tests pass (bit-identical to the tiled kernels when named explicitly), but the public
-w8a8_linear through it gave wrong outputs at M = 1 (tests/test_cuda_gemv.py,
-test_w8a8_linear_takes_the_gemv_with_the_tiled_kernels_bits); until that is found, the GEMV runs
-only where INT8NAX_CUDA_KERNEL=gemv names it."""
+"""Whether W8A8 at M <= GEMV_MAX_M takes the GEMV by default. Off until its speed is measured: on
+the H200 its own tests pass and the public w8a8_linear through it gives the tiled kernels' bits
+(tests/test_cuda_gemv.py, test_w8a8_linear_takes_the_gemv_with_the_tiled_kernels_bits, checked
+in 8 variants of lazy or evaluated inputs, compiled or not), but no decode step has been timed on
+it; until then it runs where INT8NAX_CUDA_KERNEL=gemv names it."""
 
 
 def auto_variant(p: Problem, family: str = "sm90") -> str:
