@@ -5,6 +5,9 @@
 #
 #   bash tools/h200_verify.sh kernel   # ~360 s: kernel time (int8nax compare --mode kernel): int8_matmul
 #                                      #   against cuBLASLt, W8A8 (float16/bfloat16, +-bias) against it
+#   bash tools/h200_verify.sh plans    # ~300 s: W8A8 (bfloat16) on every plan the dispatch could give each
+#                                      #   shape, against the raw GEMM (compare --mode kernel --plans):
+#                                      #   the dispatch evidence, at the seed shapes and the models' layers
 #   bash tools/h200_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
 #   bash tools/h200_verify.sh tma      # ~300 s: tests/test_cuda_tma.py whole
@@ -14,7 +17,7 @@
 # so pass COMMIT=<hash>), steps.txt (each step's exit status and seconds) and its logs; at most 8
 # files come back.
 set -u
-part=${1:?usage: h200_verify.sh kernel|kernels|tma|suite}
+part=${1:?usage: h200_verify.sh kernel|plans|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=$(date +%s)
@@ -35,6 +38,12 @@ case "$part" in
       > "$OUT/kernel.txt" 2> "$OUT/kernel.log"
     echo "compare --mode kernel rc=$? $(el) s" >> "$S"
     cat "$OUT/kernel.txt"
+    ;;
+  plans)
+    timeout 580 python3 -m int8nax.cli compare --mode kernel --plans --time-limit 540 --json "$OUT/plans.json" \
+      > "$OUT/plans.txt" 2> "$OUT/plans.log"
+    echo "compare --mode kernel --plans rc=$? $(el) s" >> "$S"
+    sed -n '/^Default plan against the fastest/,$p' "$OUT/plans.txt"
     ;;
   kernels)
     timeout $(left 330) $PYTEST tests/test_cuda_kernels.py > "$OUT/tests_kernels.txt" 2>&1

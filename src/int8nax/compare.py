@@ -11,7 +11,8 @@ NAX is int8nax's raw GEMM (int8_matmul) on whatever backend runs here; full/raw 
 cider-full / cider-raw and X/NAX is X's time over NAX's (above 1: int8nax is faster).
 `--contenders` chooses other columns (numpy-sgemm, say, on a CPU box); `--mode` chooses the
 figure (int8nax.bench.timing): one call + eval, per call in a dependent chain, or host build
-time; `--mode kernel` is a run of its own on CUDA (int8nax.bench.kernel_time). Times are medians in ms per call. A contender that cannot run shows n/a with its reason
+time; `--mode kernel` is a run of its own on CUDA (int8nax.bench.kernel_time), and with
+`--plans` it times W8A8 on every plan the dispatch could give (int8nax.bench.kernel_plans). Times are medians in ms per call. A contender that cannot run shows n/a with its reason
 below the table; one whose output is wrong shows MISMATCH, is not timed, and makes the
 command exit 1, as does an int8nax contender that fails.
 
@@ -33,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from . import backends
-from .bench import contenders, estimate, host, kernel_time, problems, timing
+from .bench import contenders, estimate, host, kernel_plans, kernel_time, problems, timing
 
 TITLES = {"nax-gemm": "NAX"}
 """Column titles that differ from the contender's name (the seed's table calls it NAX)."""
@@ -398,6 +399,8 @@ def _positive_int(text: str) -> int:
 
 
 def main(args) -> int:
+    if getattr(args, "plans", False):
+        return kernel_plans.main(args)
     if args.mode == ("kernel",):
         return kernel_time.main(args)
     profile = None
@@ -485,4 +488,5 @@ def add_parser(sub) -> None:
                    help="progress on stderr: a bar per timed sample (default on a terminal), a line per "
                         "cell (default otherwise), or none")
     kernel_time.add_arguments(p)
+    kernel_plans.add_arguments(p)
     p.set_defaults(func=main)

@@ -262,7 +262,7 @@ def _measure(item: Item, ctx: dict) -> dict:
     import int8nax  # the public API, as a user calls it
 
     from .. import backends
-    from ..reference import exact_int_product, max_ulp_error, w8a8_linear_ref
+    from ..reference import exact_int_product
     from . import problems
 
     m, k, n = item.shape
@@ -340,28 +340,18 @@ def _measure(item: Item, ctx: dict) -> dict:
 
         rec["check"] = "within 5 % of the float32 product (a peer: bfloat16 rounding)"
     else:
-        variant = item.subject.split(":", 1)[1]
-        dtype_name, has_bias = variant.split("+")[0], variant.endswith("+bias")
-        dtype = getattr(mx, dtype_name)
-        x_np, _ = problems.linear_problem(m, k, n)
-        w_np, s_np = problems.w8a8_weights(m, k, n)
-        x = mx.array(x_np).astype(dtype)
-        bias = mx.array(_bias(n)).astype(dtype) if has_bias else None
-        w, s = mx.array(w_np), mx.array(s_np)
-        copies = copies_for(x.nbytes + w.nbytes + s.nbytes + (bias.nbytes if has_bias else 0), l2)
-        sets = _device_copies(mx, (x, w, s, bias), copies)
-        rec["describe"] = _describe(backends.get(backend), "w8a8_linear", m, n, k, bias=has_bias, dtype=dtype)
+        case = w8a8_case(item.subject.split(":", 1)[1], item.shape, l2)
+        sets, copies = case.sets, case.copies
+        rec["describe"] = _describe(backends.get(backend), "w8a8_linear", m, n, k, bias=case.bias is not None,
+                                    dtype=case.dtype)
 
         def call(st):
             return int8nax.w8a8_linear(st[0], st[1], st[2], st[3], backend=backend)
 
         def check(out):
-            idx = mx.array(rows)
-            want = w8a8_linear_ref(x[idx], w_np, s_np, None if bias is None else bias)
-            err = max_ulp_error(out[idx], want, dtype_name)
-            return None if err <= 1.0 else f"off by {err:.3g} ulp ({dtype_name}) from the float64 model; 1 allowed"
+            return case.check(out, rows)
 
-        rec["check"] = f"within 1 ulp ({dtype_name}) of the float64 model"
+        rec["check"] = case.what
 
     def launch(i):
         mx.eval(call(sets[i % len(sets)]))
@@ -370,6 +360,60 @@ def _measure(item: Item, ctx: dict) -> dict:
     out = call(sets[0])
     mx.eval(out)
     return _finish(rec, check(out), copies, launches)
+
+
+@dataclass
+class W8A8Case:
+    """A W8A8 problem on the device: x [M, K] of `dtype` (problems.linear_problem), w int8 [N, K]
+    and scale_w float32 [N] (problems.w8a8_weights), bias of `dtype` [N] or None; `sets`: `copies`
+    bit-identical (x, w, scale_w, bias) covering ROTATE_L2 x the L2; w_np, s_np the host copies
+    the float64 model reads."""
+
+    dtype_name: str
+    dtype: object
+    x: object
+    w: object
+    s: object
+    bias: object
+    w_np: object
+    s_np: object
+    sets: list
+    copies: int
+
+    @property
+    def what(self) -> str:
+        return f"within 1 ulp ({self.dtype_name}) of the float64 model"
+
+    def check(self, out, rows: list[int]) -> str | None:
+        """None where `out` rows `rows` are within 1 ulp of the float64 model, else what is wrong."""
+        import mlx.core as mx
+
+        from ..reference import max_ulp_error, w8a8_linear_ref
+
+        idx = mx.array(rows)
+        want = w8a8_linear_ref(self.x[idx], self.w_np, self.s_np, self.bias)
+        err = max_ulp_error(out[idx], want, self.dtype_name)
+        return None if err <= 1.0 else f"off by {err:.3g} ulp ({self.dtype_name}) from the float64 model; 1 allowed"
+
+
+def w8a8_case(variant: str, shape: Shape, l2: int) -> W8A8Case:
+    """The operands of a w8a8:<variant> item ("bfloat16", "float16+bias", ...) at (M, K, N),
+    evaluated on the device, with copies for an L2 of `l2` bytes."""
+    import mlx.core as mx
+
+    from . import problems
+
+    m, k, n = shape
+    dtype_name, has_bias = variant.split("+")[0], variant.endswith("+bias")
+    dtype = getattr(mx, dtype_name)
+    x_np, _ = problems.linear_problem(m, k, n)
+    w_np, s_np = problems.w8a8_weights(m, k, n)
+    x = mx.array(x_np).astype(dtype)
+    bias = mx.array(_bias(n)).astype(dtype) if has_bias else None
+    w, s = mx.array(w_np), mx.array(s_np)
+    copies = copies_for(x.nbytes + w.nbytes + s.nbytes + (bias.nbytes if has_bias else 0), l2)
+    sets = _device_copies(mx, (x, w, s, bias), copies)
+    return W8A8Case(dtype_name, dtype, x, w, s, bias, w_np, s_np, sets, copies)
 
 
 def _describe(backend, op: str, m: int, n: int, k: int, **kw) -> str:
@@ -404,8 +448,11 @@ def l2_bytes(torch) -> int:
         return DEFAULT_L2_BYTES
 
 
-def worker(items: list[Item], out: Path, launches: int) -> int:
-    """Measure `items` in order, appending one JSON line each to `out` (the parent reads it)."""
+def worker(items: list[Item], out: Path, launches: int, measure=None, progress=None) -> int:
+    """Measure `items` in order with measure(item, ctx) (default: _measure), appending one JSON
+    line each to `out` (the parent reads it); progress(record) is its line in the log
+    (default: progress_text)."""
+    measure, progress = measure or _measure, progress or progress_text
     import mlx.core as mx
     import torch
 
@@ -417,14 +464,14 @@ def worker(items: list[Item], out: Path, launches: int) -> int:
         for done, item in enumerate(items, 1):
             t0 = time.time()
             try:
-                rec = _measure(item, ctx)
+                rec = measure(item, ctx)
             except Exception as exc:  # noqa: BLE001  (NVRTC errors and cuBLASLt refusals come as exceptions)
                 rec = {"subject": item.subject, "shape": list(item.shape), "error": f"{type(exc).__name__}: {exc}"[:2000]}
             rec["seconds"] = round(time.time() - t0, 2)
             rec["l2_bytes"] = ctx["l2_bytes"]
             fh.write(json.dumps(rec) + "\n")
             fh.flush()
-            print(f"[kernel {done}/{len(items)}] {item.key}: {progress_text(rec)} ({rec['seconds']} s)",
+            print(f"[kernel {done}/{len(items)}] {item.key}: {progress(rec)} ({rec['seconds']} s)",
                   file=sys.stderr, flush=True)
             if "error" in rec and not _healthy(mx, torch):
                 print("[kernel] the CUDA context is lost: a fresh worker takes the rest", file=sys.stderr, flush=True)
@@ -477,11 +524,15 @@ def skip_reason() -> str | None:
     return None
 
 
-def _spawn(items: list[Item], out: Path, launches: int, timeout: float) -> str:
-    """Run one worker on `items`; its status in words ('ok', 'exit N', 'timed out')."""
+WORKER_MODULE = "int8nax.bench.kernel_time"
+
+
+def _spawn(items: list[Item], out: Path, launches: int, timeout: float, module: str = WORKER_MODULE) -> str:
+    """Run one worker (python -m `module` --worker ...) on `items`; its status in words ('ok',
+    'exit N', 'timed out')."""
     spec = out.with_suffix(".items.json")
     spec.write_text(json.dumps([[i.subject, list(i.shape)] for i in items]))
-    cmd = [sys.executable, "-m", "int8nax.bench.kernel_time", "--worker", str(spec), "--out", str(out),
+    cmd = [sys.executable, "-m", module, "--worker", str(spec), "--out", str(out),
            "--launches", str(launches)]
     try:
         proc = subprocess.run(cmd, timeout=max(timeout, 1.0), stdout=sys.stderr)
@@ -724,9 +775,9 @@ def positive_arg(kind):
 
 def add_arguments(parser) -> None:
     """The options only `compare --mode kernel` reads."""
-    parser.add_argument("--w8a8", type=_w8a8_arg, default=W8A8_VARIANTS, metavar="VARIANTS",
+    parser.add_argument("--w8a8", type=_w8a8_arg, default=None, metavar="VARIANTS",
                         help=f"mode kernel: W8A8 variants to time against the raw GEMM, comma-separated from "
-                             f"{', '.join(W8A8_VARIANTS)}, or none (default: all)")
+                             f"{', '.join(W8A8_VARIANTS)}, or none (default: all; with --plans: bfloat16)")
     parser.add_argument("--bf16", action="store_true",
                         help="mode kernel: also time bfloat16 mx.matmul(x, W.T) at each shape, against W8A8's "
                              "bfloat16 variants")
@@ -756,7 +807,8 @@ def main(args) -> int:
         return NO_CUDA_EXIT
     budget, launches = getattr(args, "time_limit", BUDGET_S), getattr(args, "launches", LAUNCHES)
     shapes, extra = select_shapes(getattr(args, "shapes", None))
-    items = plan_items(shapes, getattr(args, "w8a8", W8A8_VARIANTS), extra=extra, bf16=getattr(args, "bf16", False))
+    w8a8 = getattr(args, "w8a8", None)
+    items = plan_items(shapes, W8A8_VARIANTS if w8a8 is None else w8a8, extra=extra, bf16=getattr(args, "bf16", False))
     meta = environment()
     meta.update({"launches": launches, "budget_s": budget, "command": "int8nax " + " ".join(sys.argv[1:])})
     print(f"{prog}: {len(items)} items over {len(shapes) + len(extra)} shapes; {meta.get('gpu', '?')}, "
@@ -777,14 +829,15 @@ def main(args) -> int:
     return 1 if failed(records) else 0
 
 
-def _worker_main(argv=None) -> int:
+def _worker_main(argv=None, measure=None, progress=None) -> int:
+    """A worker's command line (measure, progress: as worker takes them)."""
     parser = argparse.ArgumentParser(description="kernel-time worker (started by `int8nax compare --mode kernel`)")
     parser.add_argument("--worker", required=True, help="JSON file of [subject, [M, K, N]] items")
     parser.add_argument("--out", required=True)
     parser.add_argument("--launches", type=int, default=LAUNCHES)
     args = parser.parse_args(argv)
     items = [Item(s, tuple(shape)) for s, shape in json.loads(Path(args.worker).read_text())]
-    return worker(items, Path(args.out), args.launches)
+    return worker(items, Path(args.out), args.launches, measure, progress)
 
 
 if __name__ == "__main__":
