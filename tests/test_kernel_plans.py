@@ -159,6 +159,8 @@ def test_items_go_shape_by_shape_raw_first():
     items = kp.plan_items([(16, 64, 48), (32, 64, 48)], ("bfloat16", "bfloat16+bias"))
     assert [i.key for i in items] == ["int8_matmul 16x64x48", "plans:bfloat16 16x64x48", "plans:bfloat16+bias 16x64x48",
                                       "int8_matmul 32x64x48", "plans:bfloat16 32x64x48", "plans:bfloat16+bias 32x64x48"]
+    items = kp.plan_items([(16, 64, 48)], (), raw=True)
+    assert [i.key for i in items] == ["int8_matmul 16x64x48", "plans:int8_matmul 16x64x48"]
 
 
 # ---- the worker's measurement and checks (the CPU backend stands in; the profiler is a stub) ----
@@ -177,8 +179,9 @@ class CpuDispatch:
     def __init__(self, wrong=(), broken=()):
         self.wrong, self.broken = wrong, broken
 
-    def candidates(self, m, n, k, bias, dtype):
-        cands = kp.plan_candidates(m, n, k, 132, True, bias=bias, out_dtype=str(dtype).split(".")[-1])
+    def candidates(self, m, n, k, w8a8, bias=False, dtype=None):
+        name = None if dtype is None else str(dtype).split(".")[-1]
+        cands = kp.plan_candidates(m, n, k, 132, w8a8, bias=bias, out_dtype=name)
         return cands[0].choice, cands
 
     def call(self, ops, choice):
@@ -186,9 +189,12 @@ class CpuDispatch:
 
         if choice.describe() in self.broken:
             raise RuntimeError("NVRTC: no")
-        y = int8nax.w8a8_linear(*ops, backend="cpu")
+        if len(ops) == 2:
+            y = int8nax.int8_matmul(*ops, backend="cpu")
+        else:
+            y = int8nax.w8a8_linear(*ops, backend="cpu")
         if choice.describe() in self.wrong:
-            y = (y.view(mx.uint16) + 1).view(y.dtype)
+            y = (y.view(mx.uint16) + 1).view(y.dtype) if y.dtype == mx.bfloat16 else y + 1
         return y
 
 
@@ -230,8 +236,20 @@ def test_a_default_off_the_model_leaves_nothing_measured():
     rec = kp.measure(kt.Item("plans:bfloat16", SHAPE), ctx(CpuDispatch(wrong=(default,))))
     assert all("us" not in c for c in rec["candidates"])
     assert "ulp" in rec["candidates"][0]["mismatch"]
-    assert all(c["mismatch"].startswith("not comparable: the default plan is off the model")
+    assert all(c["mismatch"].startswith("not comparable: the default plan's output is wrong (off by")
                for c in rec["candidates"][1:])
+
+
+def test_the_raw_gemms_plans_are_checked_against_the_int64_product_and_the_default():
+    cands = kp.plan_candidates(80, 48, 64, 132, False)
+    assert "raw GEMM's" not in by_name(cands) and cands[0].choice == C.choose(80, 48, 64, sms=132)
+    rec = kp.measure(kt.Item("plans:int8_matmul", SHAPE), ctx(CpuDispatch(wrong=(cands[1].describe(),))))
+    assert [c["plan"] for c in rec["candidates"]] == describes(cands)
+    assert rec["check"].startswith("the default plan bit-exact against the int64 product")
+    assert "us" in rec["candidates"][0] and "mismatch" in rec["candidates"][1]
+    assert all("us" in c for c in rec["candidates"][2:])
+    rec = kp.measure(kt.Item("plans:int8_matmul", SHAPE), ctx(CpuDispatch(wrong=(cands[0].describe(),))))
+    assert rec["candidates"][0]["mismatch"] == f"{80 * 48} of {80 * 48} checked outputs differ from the int64 product"
 
 
 def test_the_raw_gemm_is_kernel_times_item():
@@ -308,7 +326,8 @@ def test_without_cuda_one_clear_line_and_exit_2(capsys):
     (["--plans"], "--plans needs --mode kernel"),
     (["--plans", "--mode", "call"], "--plans needs --mode kernel"),
     (["--plans", "--mode", "kernel", "--bf16"], "--plans does not take --bf16"),
-    (["--plans", "--mode", "kernel", "--w8a8", "none"], "--plans needs at least one W8A8 variant"),
+    (["--plans", "--mode", "kernel", "--w8a8", "none"], "--plans needs a W8A8 variant (--w8a8) or --raw-plans"),
+    (["--mode", "kernel", "--raw-plans"], "--raw-plans needs --plans"),
 ])
 def test_options_that_do_not_go_with_plans_are_one_line_usage_errors(argv, message, capsys):
     assert cli.main(["compare", *argv]) == 2
@@ -342,11 +361,30 @@ def test_the_command_runs_its_items_in_its_own_worker_and_prints_and_writes_the_
         "int8_matmul 16x4096x4096", "plans:bfloat16 16x4096x4096", "plans:bfloat16+bias 16x4096x4096"]
     assert (seen["budget"], seen["launches"]) == (99.0, 7)
     assert seen["spawn"].keywords == {"module": "int8nax.bench.kernel_plans"}
-    assert "2 of 6 items" not in text and "6 items over 2 shapes, W8A8 bfloat16, bfloat16+bias" in text
+    assert "6 items over 2 shapes, plans of bfloat16, bfloat16+bias; " in text
     assert "geometric mean gain" in text
     doc = json.loads(out.read_text())
     assert doc["results"] == records() and len(doc["summary"]) == 6
     assert doc["meta"]["labels"] == {"512x3584x4608": ["qwen2.5-7b q|k|v"]} and doc["meta"]["launches"] == 7
+
+
+def test_the_worker_entry_point_runs_as_a_module():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", kp.WORKER_MODULE, "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "--worker" in proc.stdout, proc.stderr
+
+
+def test_raw_plans_alone(monkeypatch, capsys):
+    seen = {}
+    monkeypatch.setattr(kt, "skip_reason", lambda: None)
+    monkeypatch.setattr(kt, "environment", lambda: {"mlx": "0", "settings": {}})
+    monkeypatch.setattr(kt, "run_items", lambda items, *a, **k: seen.setdefault("items", items) and [])
+    assert cli.main(["compare", "--mode", "kernel", "--plans", "--raw-plans", "--w8a8", "none",
+                     "--shapes", "16x64x48"]) == 0
+    assert [i.key for i in seen["items"]] == ["int8_matmul 16x64x48", "plans:int8_matmul 16x64x48"]
 
 
 def test_the_default_is_bfloat16_over_the_default_shapes(monkeypatch, capsys):

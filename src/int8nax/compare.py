@@ -399,7 +399,7 @@ def _positive_int(text: str) -> int:
 
 
 def main(args) -> int:
-    if getattr(args, "plans", False):
+    if getattr(args, "plans", False) or getattr(args, "raw_plans", False):
         return kernel_plans.main(args)
     if args.mode == ("kernel",):
         return kernel_time.main(args)

@@ -11,6 +11,9 @@ the GPU model configurations, model_shapes()):
                       default bfloat16): backends.cuda.w8a8(x, w, scale_w, bias, variant, plan) on
                       every distinct candidate of plan_candidates(), each against int8_matmul's
                       time; the dispatch's own choice is the default
+    plans:int8_matmul (--raw-plans) the raw GEMM, backends.cuda.gemm_int32(a, b, variant, plan), on
+                      every candidate of plan_candidates(w8a8=False), its default checked
+                      bit-exactly against the int64 product
 
 Method and operands are kernel_time's (CUPTI kernel time, median of --launches launches rotating
 over input copies covering ROTATE_L2 x the L2, the same x, w, scales and bias as its W8A8 items,
@@ -34,7 +37,11 @@ from . import kernel_time as kt
 from .problems import SEED_SHAPES, Shape
 
 PLANS = "plans:"
-"""Subject prefix of an item that times every plan of one W8A8 variant at one shape."""
+"""Subject prefix of an item that times every plan of one W8A8 variant (or the raw GEMM) at one
+shape."""
+
+RAW = "int8_matmul"
+"""The variant of plans:<variant> that is the raw GEMM (int8_matmul's plans)."""
 
 DEFAULT_W8A8 = ("bfloat16",)
 """The W8A8 variants swept by default (the models' dtype; --w8a8 picks others)."""
@@ -152,13 +159,13 @@ def default_shapes() -> tuple[list[Shape], dict[Shape, list[str]]]:
     return list(dict.fromkeys([*SEED_SHAPES, *labels])), labels
 
 
-def plan_items(shapes, w8a8=DEFAULT_W8A8) -> list[kt.Item]:
-    """Shape by shape: the raw GEMM, then each W8A8 variant's plans (a budget cut keeps whole
-    shapes)."""
+def plan_items(shapes, w8a8=DEFAULT_W8A8, raw: bool = False) -> list[kt.Item]:
+    """Shape by shape: the raw GEMM, its plans (raw), then each W8A8 variant's plans (a budget
+    cut keeps whole shapes)."""
     items = []
     for shape in shapes:
         items.append(kt.Item("int8_matmul", tuple(shape)))
-        items += [kt.Item(f"{PLANS}{v}", tuple(shape)) for v in w8a8]
+        items += [kt.Item(f"{PLANS}{v}", tuple(shape)) for v in ((RAW,) if raw else ()) + tuple(w8a8)]
     return items
 
 
@@ -173,15 +180,21 @@ class CudaDispatch:
 
         self.cuda = cuda
 
-    def candidates(self, m: int, n: int, k: int, bias: bool, dtype) -> tuple[cuda_choice.Choice, list[Candidate]]:
+    def candidates(self, m: int, n: int, k: int, w8a8: bool, bias: bool = False,
+                   dtype=None) -> tuple[cuda_choice.Choice, list[Candidate]]:
+        """(the dispatch's choice here, plan_candidates on this GPU) for int8_matmul or (w8a8)
+        w8a8_linear with x of `dtype`."""
         cuda = self.cuda
-        name = str(dtype).split(".")[-1]
-        default = cuda.choice(m, n, k, w8a8=True, bias=bias, out_dtype=dtype)
-        cands = plan_candidates(m, n, k, cuda.sm_count(), True, bias=bias, out_dtype=name,
+        name = None if dtype is None else str(dtype).split(".")[-1]
+        default = cuda.choice(m, n, k, w8a8=w8a8, bias=bias, out_dtype=dtype)
+        cands = plan_candidates(m, n, k, cuda.sm_count(), w8a8, bias=bias, out_dtype=name,
                                 family=cuda.family_for(cuda.compute_capability()), override=cuda.kernel_choice())
         return default, cands
 
     def call(self, operands, choice: cuda_choice.Choice):
+        """The call on one set of operands: (a, b) int8_matmul's, (x, w, scale_w, bias) w8a8_linear's."""
+        if len(operands) == 2:
+            return self.cuda.gemm_int32(*operands, variant=choice.variant, plan=choice.plan)
         x, w, s, bias = operands
         return self.cuda.w8a8(x, w, s, bias, variant=choice.variant, plan=choice.plan)
 
@@ -204,8 +217,12 @@ def measure_plans(item: kt.Item, ctx: dict) -> dict:
     m, k, n = item.shape
     variant = item.subject.removeprefix(PLANS)
     dispatch = ctx.get("dispatch") or CudaDispatch()
-    case = kt.w8a8_case(variant, item.shape, ctx["l2_bytes"])
-    default, cands = dispatch.candidates(m, n, k, case.bias is not None, case.dtype)
+    if variant == RAW:
+        case = kt.raw_case(item.shape, ctx["l2_bytes"])
+        default, cands = dispatch.candidates(m, n, k, False)
+    else:
+        case = kt.w8a8_case(variant, item.shape, ctx["l2_bytes"])
+        default, cands = dispatch.candidates(m, n, k, True, case.bias is not None, case.dtype)
     if default.describe() not in [c.describe() for c in cands]:  # the dispatch's own choice is always timed
         cands.insert(0, Candidate(("default",), default))
     cands.sort(key=lambda c: c.describe() != default.describe())  # the default first: the others compare with it
@@ -231,7 +248,7 @@ def measure_plans(item: kt.Item, ctx: dict) -> dict:
             elif want is None:
                 problem = "the default plan did not run: nothing to compare with"
             elif wrong:
-                problem = f"not comparable: the default plan is off the model ({wrong})"
+                problem = f"not comparable: the default plan's output is wrong ({wrong})"
             else:
                 problem = same_bits(mx, got, want)
             if problem:
@@ -324,7 +341,8 @@ def render(records: list[dict], labels: dict | None = None, markdown: bool = Fal
     raw = _raw_by_shape(records)
     plans = [r for r in records if r["subject"].startswith(PLANS)]
     out = ["W8A8 on every plan the CUDA dispatch could give (kernel µs; /raw = µs / the raw int8_matmul's µs; "
-           "every output checked: the default within 1 ulp of the float64 model, the others bit-identical to it)"]
+           "every output checked: the default plan's against the float64 model (W8A8, 1 ulp) or the int64 product, "
+           "the others bit-identical to it)"]
     for shape in dict.fromkeys(tuple(r["shape"]) for r in records):
         r0 = raw.get(shape)
         label = f" ({'; '.join(labels[shape])})" if labels.get(shape) else ""
@@ -397,17 +415,21 @@ def add_arguments(parser) -> None:
                         help="mode kernel: time W8A8 on every plan the CUDA dispatch could give each shape, "
                              "against the raw GEMM (default shapes: the seed shapes and the sibling-fused layers "
                              f"of {', '.join(MODEL_CONFIGS)} at M = {', '.join(map(str, MODEL_TOKENS))}; "
-                             "reads --shapes, --w8a8, --time-limit, --launches, --markdown, --json)")
+                             "reads --shapes, --w8a8, --raw-plans, --time-limit, --launches, --markdown, --json)")
+    parser.add_argument("--raw-plans", action="store_true",
+                        help="with --plans: also time the raw int8_matmul on every plan the dispatch could give it")
 
 
 def usage_error(args) -> str | None:
     """Why these options do not go with --plans (None: they do)."""
+    if getattr(args, "raw_plans", False) and not getattr(args, "plans", False):
+        return "--raw-plans needs --plans"
     if getattr(args, "mode", ("kernel",)) != ("kernel",):
         return "--plans needs --mode kernel"
     if getattr(args, "bf16", False):
         return "--plans does not take --bf16 (that is --mode kernel without --plans)"
-    if getattr(args, "w8a8", None) == ():
-        return "--plans needs at least one W8A8 variant (--w8a8)"
+    if getattr(args, "w8a8", None) == () and not getattr(args, "raw_plans", False):
+        return "--plans needs a W8A8 variant (--w8a8) or --raw-plans"
     return None
 
 
@@ -424,15 +446,18 @@ def main(args) -> int:
         print(f"{PROG}: {why}; nothing was measured.", file=sys.stderr)
         return kt.NO_CUDA_EXIT
     budget, launches = getattr(args, "time_limit", kt.BUDGET_S), getattr(args, "launches", kt.LAUNCHES)
-    w8a8 = getattr(args, "w8a8", None) or DEFAULT_W8A8
+    w8a8 = getattr(args, "w8a8", None)
+    w8a8 = DEFAULT_W8A8 if w8a8 is None else w8a8
+    raw = getattr(args, "raw_plans", False)
     shapes, labels = default_shapes()
     if getattr(args, "shapes", None):
         shapes = [tuple(s) for s in args.shapes]
-    items = plan_items(shapes, w8a8)
+    items = plan_items(shapes, w8a8, raw)
     meta = kt.environment()
     meta.update({"launches": launches, "budget_s": budget, "command": "int8nax " + " ".join(sys.argv[1:]),
                  "labels": {_shape_text(s): labels[s] for s in shapes if s in labels}})
-    print(f"{PROG}: {len(items)} items over {len(shapes)} shapes, W8A8 {', '.join(w8a8)}; {meta.get('gpu', '?')}, "
+    print(f"{PROG}: {len(items)} items over {len(shapes)} shapes, plans of {', '.join(((RAW,) if raw else ()) + w8a8)}; "
+          f"{meta.get('gpu', '?')}, "
           f"driver {meta.get('driver', '?')}, mlx {meta['mlx']}, torch {meta.get('torch', '?')}; "
           f"settings {meta['settings'] or 'default'}; budget {budget:.0f} s", flush=True)
     t0 = time.time()

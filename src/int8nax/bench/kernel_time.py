@@ -271,22 +271,17 @@ def _measure(item: Item, ctx: dict) -> dict:
     prof, launches, l2 = ctx["profiler"], ctx["launches"], ctx["l2_bytes"]
     backend = ctx.get("backend", "cuda")  # tests run the checks on the CPU backend
     if item.subject == "int8_matmul":
-        a_np, b_np = problems.raw_problem(m, k, n)
-        a, b = mx.array(a_np), mx.array(b_np)
-        copies = copies_for(a.nbytes + b.nbytes, l2)
-        sets = _device_copies(mx, (a, b), copies)
+        case = raw_case(item.shape, l2)
+        sets, copies = case.sets, case.copies
         rec["describe"] = _describe(backends.get(backend), "int8_matmul", m, n, k)
 
         def call(s):
             return int8nax.int8_matmul(s[0], s[1], backend=backend)
 
         def check(out):
-            got = np.array(out[mx.array(rows)]).astype(np.int64)
-            want = exact_int_product(a_np[rows], b_np)
-            bad = int((got != want).sum())
-            return None if bad == 0 else f"{bad} of {got.size} checked outputs differ from the int64 product"
+            return case.check(out, rows)
 
-        rec["check"] = "bit-exact against the int64 product"
+        rec["check"] = case.what
     elif item.subject == "cublaslt":
         from .peers import cublaslt
 
@@ -360,6 +355,44 @@ def _measure(item: Item, ctx: dict) -> dict:
     out = call(sets[0])
     mx.eval(out)
     return _finish(rec, check(out), copies, launches)
+
+
+@dataclass
+class RawCase:
+    """An int8_matmul problem on the device (problems.raw_problem): `sets`, `copies`
+    bit-identical (a, b) covering ROTATE_L2 x the L2; a_np, b_np the host copies the int64
+    product reads."""
+
+    a_np: object
+    b_np: object
+    sets: list
+    copies: int
+    what: str = "bit-exact against the int64 product"
+
+    def check(self, out, rows: list[int]) -> str | None:
+        """None where `out` rows `rows` equal the int64 product, else how many differ."""
+        import mlx.core as mx
+        import numpy as np
+
+        from ..reference import exact_int_product
+
+        got = np.array(out[mx.array(rows)]).astype(np.int64)
+        bad = int((got != exact_int_product(self.a_np[rows], self.b_np)).sum())
+        return None if bad == 0 else f"{bad} of {got.size} checked outputs differ from the int64 product"
+
+
+def raw_case(shape: Shape, l2: int) -> RawCase:
+    """The operands of an int8_matmul item at (M, K, N), evaluated on the device, with copies for
+    an L2 of `l2` bytes."""
+    import mlx.core as mx
+
+    from . import problems
+
+    m, k, n = shape
+    a_np, b_np = problems.raw_problem(m, k, n)
+    a, b = mx.array(a_np), mx.array(b_np)
+    copies = copies_for(a.nbytes + b.nbytes, l2)
+    return RawCase(a_np, b_np, _device_copies(mx, (a, b), copies), copies)
 
 
 @dataclass
