@@ -409,3 +409,28 @@ def test_kernel_mode_without_plans_keeps_its_w8a8_default(monkeypatch, capsys, a
     monkeypatch.setattr(kt, "run_items", lambda items, *a, **k: seen.setdefault("items", items) and [])
     assert cli.main(["compare", "--mode", "kernel", "--shapes", "16x64x48", *argv]) == 0
     assert {i.subject for i in seen["items"]} == subjects
+
+
+def test_on_cuda_a_small_run_times_and_checks_every_plan(tmp_path):
+    # The whole pipeline on the device (worker, CUPTI, every candidate built and bit-compared); GPU only.
+    if not has_cuda():
+        pytest.skip("needs MLX's CUDA backend: unverified here")
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "plans.json"
+    proc = subprocess.run([sys.executable, "-m", "int8nax.cli", "compare", "--mode", "kernel", "--plans", "--raw-plans",
+                           "--shapes", "16x512x256,130x1040x200", "--w8a8", "bfloat16+bias", "--launches", "5",
+                           "--json", str(out)], capture_output=True, text=True, timeout=500, env=os.environ)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    plans = [r for r in doc["results"] if r["subject"].startswith(kp.PLANS)]
+    assert len(plans) == 4 and len(doc["summary"]) == 4
+    for r in plans:
+        assert r["candidates"][0]["default"] and all("us" in c and c["parts"] for c in r["candidates"]), r
+    variants = {(r["subject"], tuple(r["shape"])): {c["variant"] for c in r["candidates"]} for r in plans}
+    for subject in ("plans:int8_matmul", "plans:bfloat16+bias"):
+        assert {C.TMA, C.COOPERATIVE, C.PINGPONG} <= variants[(subject, (130, 1040, 200))]
+        assert {C.TMA, C.CPASYNC, C.GEMV} <= variants[(subject, (16, 512, 256))]
+    assert "geometric mean gain" in proc.stdout
