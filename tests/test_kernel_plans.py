@@ -179,6 +179,8 @@ class CpuDispatch:
     def __init__(self, wrong=(), broken=()):
         self.wrong, self.broken = wrong, broken
 
+    sms = 132
+
     def candidates(self, m, n, k, w8a8, bias=False, dtype=None):
         name = None if dtype is None else str(dtype).split(".")[-1]
         cands = kp.plan_candidates(m, n, k, 132, w8a8, bias=bias, out_dtype=name)
@@ -211,7 +213,7 @@ def test_every_plan_is_timed_and_checked_against_the_default():
     want = kp.plan_candidates(80, 48, 64, 132, True, bias=True, out_dtype="bfloat16")
     assert [c["plan"] for c in cands] == describes(want)
     assert cands[0]["default"] and not any(c["default"] for c in cands[1:])
-    assert rec["default"] == cands[0]["plan"]
+    assert rec["default"] == cands[0]["plan"] and rec["sms"] == 132
     assert all(c["us"] == 5.0 and c["parts"] for c in cands)
     assert "within 1 ulp (bfloat16)" in rec["check"] and rec["copies"] >= 2
     assert not kp.failed([rec])
@@ -236,8 +238,13 @@ def test_a_default_off_the_model_leaves_nothing_measured():
     rec = kp.measure(kt.Item("plans:bfloat16", SHAPE), ctx(CpuDispatch(wrong=(default,))))
     assert all("us" not in c for c in rec["candidates"])
     assert "ulp" in rec["candidates"][0]["mismatch"]
-    assert all(c["mismatch"].startswith("not comparable: the default plan's output is wrong (off by")
+    assert all(c["unchecked"].startswith("the default plan's output is wrong (off by") and "us" not in c
                for c in rec["candidates"][1:])
+    assert kp.failed([rec]) and "unchecked: the default plan's output is wrong" in kp.render([rec])
+    # The default raising leaves the others unchecked, their time dropped.
+    rec = kp.measure(kt.Item("plans:bfloat16", SHAPE), ctx(CpuDispatch(broken=(default,))))
+    assert rec["candidates"][0]["error"] == "RuntimeError: NVRTC: no"
+    assert all(c["unchecked"] == "the default plan did not run: nothing to compare with" for c in rec["candidates"][1:])
 
 
 def test_the_raw_gemms_plans_are_checked_against_the_int64_product_and_the_default():

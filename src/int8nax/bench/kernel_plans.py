@@ -180,6 +180,10 @@ class CudaDispatch:
 
         self.cuda = cuda
 
+    @property
+    def sms(self) -> int:
+        return self.cuda.sm_count()
+
     def candidates(self, m: int, n: int, k: int, w8a8: bool, bias: bool = False,
                    dtype=None) -> tuple[cuda_choice.Choice, list[Candidate]]:
         """(the dispatch's choice here, plan_candidates on this GPU) for int8_matmul or (w8a8)
@@ -187,7 +191,7 @@ class CudaDispatch:
         cuda = self.cuda
         name = None if dtype is None else str(dtype).split(".")[-1]
         default = cuda.choice(m, n, k, w8a8=w8a8, bias=bias, out_dtype=dtype)
-        cands = plan_candidates(m, n, k, cuda.sm_count(), w8a8, bias=bias, out_dtype=name,
+        cands = plan_candidates(m, n, k, self.sms, w8a8, bias=bias, out_dtype=name,
                                 family=cuda.family_for(cuda.compute_capability()), override=cuda.kernel_choice())
         return default, cands
 
@@ -210,8 +214,9 @@ def same_bits(mx, got, want) -> str | None:
 
 def measure_plans(item: kt.Item, ctx: dict) -> dict:
     """A plans:<variant> item's record: the default plan and every candidate (candidates: a list
-    of {plan, variant, names, default, us, parts} or {..., mismatch, timed_us} or {..., error}),
-    each timed, then checked."""
+    of {plan, variant, names, default, us, parts}, or {..., mismatch, timed_us} for a wrong output,
+    {..., unchecked, timed_us} where the default's output is wrong or missing, {..., error} where
+    the plan raised), each timed, then checked."""
     import mlx.core as mx
 
     m, k, n = item.shape
@@ -226,7 +231,7 @@ def measure_plans(item: kt.Item, ctx: dict) -> dict:
     if default.describe() not in [c.describe() for c in cands]:  # the dispatch's own choice is always timed
         cands.insert(0, Candidate(("default",), default))
     cands.sort(key=lambda c: c.describe() != default.describe())  # the default first: the others compare with it
-    rec = {"subject": item.subject, "shape": list(item.shape), "default": default.describe(),
+    rec = {"subject": item.subject, "shape": list(item.shape), "default": default.describe(), "sms": dispatch.sms,
            "check": f"the default plan {case.what}; every other plan bit-identical to the default's output"}
     rows = kt.checked_rows(m)
     launches, prof = ctx["launches"], ctx["profiler"]
@@ -244,14 +249,11 @@ def measure_plans(item: kt.Item, ctx: dict) -> dict:
             mx.eval(got)
             if entry["default"]:
                 want, wrong = got, case.check(got, rows)
-                problem = wrong
-            elif want is None:
-                problem = "the default plan did not run: nothing to compare with"
-            elif wrong:
-                problem = f"not comparable: the default plan's output is wrong ({wrong})"
-            else:
-                problem = same_bits(mx, got, want)
-            if problem:
+            if want is None or (wrong and not entry["default"]):
+                entry["unchecked"] = (f"the default plan's output is wrong ({wrong}): nothing to compare with"
+                                      if wrong else "the default plan did not run: nothing to compare with")
+                entry["timed_us"] = entry.pop("us")
+            elif problem := (wrong if entry["default"] else same_bits(mx, got, want)):
                 entry["mismatch"] = problem
                 entry["timed_us"] = entry.pop("us")
         except Exception as exc:  # noqa: BLE001  (a plan that does not build or launch is recorded)
@@ -326,8 +328,9 @@ def _plan_rows(rec: dict, raw_us: float | None) -> list[list[str]]:
         if "us" in c:
             us, ratio = f"{c['us']:.1f}", f"{c['us'] / raw_us:.2f}x" if raw_us else "n/a"
         else:
-            us, ratio = ("MISMATCH", "") if "mismatch" in c else ("error", "")
-            marks.append((c.get("mismatch") or c.get("error", ""))[:160])
+            us = "MISMATCH" if "mismatch" in c else "unchecked" if "unchecked" in c else "error"
+            ratio = ""
+            marks.append((c.get("mismatch") or c.get("unchecked") or c.get("error", ""))[:160])
         rows.append([us, ratio, c["plan"], ", ".join(marks), ", ".join(c.get("names", []))])
     return rows
 
@@ -375,13 +378,14 @@ def render(records: list[dict], labels: dict | None = None, markdown: bool = Fal
             out += ["", f"the default is the fastest at {best} of {len(gains)}; geometric mean gain "
                         f"{kt.geomean(gains):.3f}x, largest {max(gains):.2f}x"]
     problems = [(r, None) for r in records if any(k in r for k in ("error", "mismatch", "not_run"))]
-    problems += [(r, c) for r in plans for c in r.get("candidates", []) if "mismatch" in c or "error" in c]
+    problems += [(r, c) for r in plans for c in r.get("candidates", []) if set(c) & set(NOT_MEASURED)]
     if problems:
         out += ["", "Not measured:"]
         for r, c in problems:
             where = kt.Item(r["subject"], tuple(r["shape"])).key + (f" {c['plan']}" if c else "")
             src = c or r
-            why = (src.get("mismatch") and f"MISMATCH: {src['mismatch']}" or src.get("error")
+            why = (src.get("mismatch") and f"MISMATCH: {src['mismatch']}"
+                   or src.get("unchecked") and f"unchecked: {src['unchecked']}" or src.get("error")
                    or f"not run: {src.get('not_run')}")
             out.append(f"  {where}: {why[:300]}")
     return "\n".join(out)
@@ -398,10 +402,13 @@ def summary_line(s: dict) -> str:
             f"({s['fastest']}): {s['gain']:.2f}x")
 
 
+NOT_MEASURED = ("mismatch", "unchecked", "error")
+"""The keys of a plan's entry that has no figure."""
+
+
 def failed(records: list[dict]) -> bool:
     """A wrong output anywhere, or an item or plan that raised or died."""
-    return kt.failed(records) or any("mismatch" in c or "error" in c
-                                     for r in records for c in r.get("candidates", []))
+    return kt.failed(records) or any(set(c) & set(NOT_MEASURED) for r in records for c in r.get("candidates", []))
 
 
 def to_json(records: list[dict], meta: dict) -> dict:
