@@ -463,7 +463,8 @@ def main(args) -> int:
     meta = kt.environment()
     meta.update({"launches": launches, "budget_s": budget, "command": "int8nax " + " ".join(sys.argv[1:]),
                  "labels": {_shape_text(s): labels[s] for s in shapes if s in labels}})
-    print(f"{PROG}: {len(items)} items over {len(shapes)} shapes, plans of {', '.join(((RAW,) if raw else ()) + w8a8)}; "
+    swept = ", ".join(((RAW,) if raw else ()) + tuple(w8a8))
+    print(f"{PROG}: {len(items)} items over {len(shapes)} shapes, plans of {swept}; "
           f"{meta.get('gpu', '?')}, "
           f"driver {meta.get('driver', '?')}, mlx {meta['mlx']}, torch {meta.get('torch', '?')}; "
           f"settings {meta['settings'] or 'default'}; budget {budget:.0f} s", flush=True)
