@@ -259,6 +259,29 @@ def test_the_raw_gemms_plans_are_checked_against_the_int64_product_and_the_defau
     assert rec["candidates"][0]["mismatch"] == f"{80 * 48} of {80 * 48} checked outputs differ from the int64 product"
 
 
+def test_the_cuda_dispatch_glue_asks_the_backend_for_its_choice_and_calls_each_plan(monkeypatch):
+    # backends.cuda on an H200 as this process would see it (SM count, family, override), no GPU.
+    from int8nax.backends import cuda
+
+    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda, "compute_capability", lambda: (9, 0))
+    monkeypatch.setattr(cuda, "kernel_choice", lambda: "auto")
+    calls = []
+    monkeypatch.setattr(cuda, "w8a8", lambda x, w, s, b, variant, plan: calls.append(("w8a8", b, variant, plan)))
+    monkeypatch.setattr(cuda, "gemm_int32", lambda a, b, variant, plan: calls.append(("int32", variant, plan)))
+    glue = kp.CudaDispatch()
+    default, cands = glue.candidates(512, 4608, 3584, True, True, mx.bfloat16)
+    assert default == C.choose(512, 4608, 3584, w8a8=True, bias=True, out_dtype="bfloat16", sms=132)
+    assert cands == kp.plan_candidates(512, 4608, 3584, 132, True, bias=True, out_dtype="bfloat16")
+    default, cands = glue.candidates(512, 4608, 3584, False)
+    assert default == C.choose(512, 4608, 3584, sms=132) == cands[0].choice and glue.sms == 132
+    glue.call(("x", "w", "s", "bias"), cands[1].choice)
+    glue.call(("a", "b"), cands[2].choice)
+    assert calls == [("w8a8", "bias", cands[1].choice.variant, cands[1].choice.plan),
+                     ("int32", cands[2].choice.variant, cands[2].choice.plan)]
+
+
 def test_the_raw_gemm_is_kernel_times_item():
     rec = kp.measure(kt.Item("int8_matmul", (20, 64, 48)),
                      {"profiler": WallClock(), "launches": 2, "l2_bytes": 1 << 16, "backend": "cpu"})
