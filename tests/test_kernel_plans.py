@@ -81,6 +81,16 @@ def test_every_tma_tile_is_a_candidate_unsplit_at_large_m():
     assert tma == {f"tma-unspecialized {cfg.bm}x{cfg.bn} splits=1" for cfg in P.CUDA_CONFIGS.values()}
 
 
+def test_long_k_adds_the_tma_kernels_split_and_cpasync_plans():
+    for m, k, n in [(128, 18944, 3584), (512, 18944, 3584), (512, 12288, 4096)]:
+        names = by_name(kp.plan_candidates(m, n, k, 132, True, out_dtype="bfloat16"))
+        split = P.split_plan(m, n, k, P.wave_tile(m, n, 132), 132)
+        assert names["tma split"].choice == C.Choice(C.TMA, split)
+        assert names["tma on cp.async's plan"].choice == C.Choice(C.TMA, P.cpasync_plan(m, n, k, 132))
+    names = by_name(kp.plan_candidates(512, 4096, 4096, 132, True))
+    assert "tma split" not in names and "tma on cp.async's plan" not in names
+
+
 def test_what_the_problem_or_the_gpu_cannot_run_is_left_out():
     # K % 16 != 0: no TMA kernel, so neither tile nor persistent candidates, only cp.async.
     assert {c.choice.variant for c in kp.plan_candidates(512, 4096, 4100, 132, True)} == {C.CPASYNC}

@@ -82,9 +82,11 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
     - the dispatch's choice ("default"); for W8A8 also the raw GEMM's choice ("raw GEMM's");
     - tma-unspecialized, unsplit, on each tile it is built for ("tma <tile>"), except the
       128-row tiles at M <= 64 (half of every stage would be padding: tma_plan's rule);
-    - from M = 65: the cooperative kernel's plan ("cooperative"), its 128 x 256 tile unsplit
-      ("cooperative 128x256 unsplit") and the ping-pong kernel's plan ("ping-pong") (the
-      dispatch takes no persistent kernel at M <= 64);
+    - from M = 65: at long K (cuda_plans.long_k) the TMA kernel's split plan ("tma split") and
+      cp.async's plan on it ("tma on cp.async's plan"), as tma_plan gives them there; the
+      cooperative kernel's plan ("cooperative"), its 128 x 256 tile unsplit ("cooperative
+      128x256 unsplit") and the ping-pong kernel's plan ("ping-pong") (the dispatch takes no
+      persistent kernel at M <= 64);
     - at M <= 64: the cp.async kernel's split plan ("cp.async") and, where it takes the shape, the
       GEMV's plan ("gemv").
 
@@ -115,6 +117,10 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
         add("cp.async", C.CPASYNC)
         add("gemv", C.GEMV)
     else:
+        if cuda_plans.long_k(k):  # the plans tma_plan gives at long K besides the unsplit tiles
+            wave = cuda_plans.wave_tile(m, n, sms)
+            add("tma split", C.TMA, cuda_plans.split_plan(m, n, k, wave, sms))
+            add("tma on cp.async's plan", C.TMA, cuda_plans.cpasync_plan(m, n, k, sms))
         add("cooperative", C.COOPERATIVE)
         if C.VARIANTS[C.COOPERATIVE].supports(problem):
             large = cuda_plans.COOPERATIVE_CONFIGS["ws_128x256"]
