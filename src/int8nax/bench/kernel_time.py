@@ -33,6 +33,8 @@ Each row names what ran: the backend's describe() and the kernels CUPTI saw.
 Other kernels. The environment chooses what int8nax runs, as for any call (the workers inherit
 it, and the JSON records it): INT8NAX_CUDA_KERNEL=<variant> times another GEMM kernel variant
 (`--w8a8 none` for the raw GEMM alone), INT8NAX_CUDA_EPILOGUE=narrow W8A8's other epilogue.
+`--plans` times every plan the dispatch could give instead (int8nax.bench.kernel_plans, on this
+module's worker, operands and checks).
 
 Robustness. The items run in a worker process (python -m int8nax.bench.kernel_time --worker),
 which writes one JSON line per item as it goes; if it dies (a kernel fault kills the CUDA
