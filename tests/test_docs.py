@@ -78,3 +78,10 @@ def test_results_hold_one_current_page_per_platform():
         for field in ("date", "hardware", "versions", "commit", "raw data"):
             assert re.search(rf"^\| [^|]*{field}", text, re.M), f"{page}: no row of {field!r}"
         assert "```bash" in text, f"{page}: no command that reproduces it"
+
+
+def test_the_cuda_design_stays_short():
+    # docs/cuda.md is the design as it is now (issue 24: at most 250 lines); figures go to the
+    # results page, history to git.
+    lines = (REPO / "docs" / "cuda.md").read_text().splitlines()
+    assert len(lines) <= 250, f"docs/cuda.md has {len(lines)} lines, more than 250"
