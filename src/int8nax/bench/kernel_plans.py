@@ -471,18 +471,12 @@ def main(args) -> int:
                  "labels": {_shape_text(s): labels[s] for s in shapes if s in labels}})
     swept = ", ".join(((RAW,) if raw else ()) + tuple(w8a8))
     print(f"{PROG}: {len(items)} items over {len(shapes)} shapes, plans of {swept}; "
-          f"{meta.get('gpu', '?')}, "
-          f"driver {meta.get('driver', '?')}, mlx {meta['mlx']}, torch {meta.get('torch', '?')}; "
-          f"settings {meta['settings'] or 'default'}; budget {budget:.0f} s", flush=True)
+          f"{kt.run_line(meta, budget)}", flush=True)
     t0 = time.time()
     records = kt.run_items(items, budget, launches, spawn=partial(kt._spawn, module=WORKER_MODULE))
     meta["seconds"] = round(time.time() - t0, 1)
-    print(render(records, labels, getattr(args, "markdown", False)))
-    print(f"\n({meta['seconds']} s; CUPTI kernel time, median of {launches} launches, inputs rotated over "
-          f"{kt.ROTATE_L2}x the L2)")
-    if getattr(args, "json", None):
-        with open(args.json, "w") as f:
-            json.dump(to_json(records, meta), f, indent=1)
+    kt.report(render(records, labels, getattr(args, "markdown", False)), to_json(records, meta), meta, launches,
+              getattr(args, "json", None))
     return 1 if failed(records) else 0
 
 

@@ -846,22 +846,33 @@ def main(args) -> int:
     items = plan_items(shapes, W8A8_VARIANTS if w8a8 is None else w8a8, extra=extra, bf16=getattr(args, "bf16", False))
     meta = environment()
     meta.update({"launches": launches, "budget_s": budget, "command": "int8nax " + " ".join(sys.argv[1:])})
-    print(f"{prog}: {len(items)} items over {len(shapes) + len(extra)} shapes; {meta.get('gpu', '?')}, "
-          f"driver {meta.get('driver', '?')}, mlx {meta['mlx']}, torch {meta.get('torch', '?')}; "
-          f"settings {meta['settings'] or 'default'}; budget {budget:.0f} s", flush=True)
+    print(f"{prog}: {len(items)} items over {len(shapes) + len(extra)} shapes; {run_line(meta, budget)}",
+          flush=True)
     t0 = time.time()
     records = run_items(items, budget, launches)
     for r in records:
         if tuple(r["shape"]) not in shapes:
             r["extra"] = True  # shown, outside the geometric mean
     meta["seconds"] = round(time.time() - t0, 1)
-    print(render(records, getattr(args, "markdown", False)))
+    report(render(records, getattr(args, "markdown", False)), to_json(records, meta), meta, launches,
+           getattr(args, "json", None))
+    return 1 if failed(records) else 0
+
+
+def run_line(meta: dict, budget: float) -> str:
+    """The GPU, driver, versions, settings and budget of a run, in one line (environment()'s meta)."""
+    return (f"{meta.get('gpu', '?')}, driver {meta.get('driver', '?')}, mlx {meta['mlx']}, "
+            f"torch {meta.get('torch', '?')}; settings {meta['settings'] or 'default'}; budget {budget:.0f} s")
+
+
+def report(text: str, payload: dict, meta: dict, launches: int, json_path: str | None) -> None:
+    """Print a run's rendered table and how it was measured; write `payload` to json_path if given."""
+    print(text)
     print(f"\n({meta['seconds']} s; CUPTI kernel time, median of {launches} launches, inputs rotated over "
           f"{ROTATE_L2}x the L2)")
-    if getattr(args, "json", None):
-        with open(args.json, "w") as f:
-            json.dump(to_json(records, meta), f, indent=1)
-    return 1 if failed(records) else 0
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(payload, f, indent=1)
 
 
 def _worker_main(argv=None, measure=None, progress=None) -> int:
