@@ -26,7 +26,6 @@ time is dropped (all of them where the default itself is off the model).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
