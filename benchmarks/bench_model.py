@@ -13,10 +13,12 @@ Two classes per form and mode (eager, or under mx.compile):
                                      benchmarks' once per call)
     <Form>Model[Compiled]Figures     track_<form>[_compiled]_tokens_per_s (decode: 1 / step time),
                                      _peak_bytes (the model's weights plus the most extra memory
-                                     MLX holds during one forward) and _first_call_s (the first
+                                     MLX holds during one forward), _first_call_s (the first
                                      forward at a token count the process had not run: what a
                                      server with varying prompt lengths pays in kernel builds and
-                                     compiled-graph tracing)
+                                     compiled-graph tracing) and _gpu_s_per_layer (CUDA with torch:
+                                     the GPU's busy time of a forward per layer, CUPTI; where a
+                                     forward is host-bound, the kernels' share that tokens/s hides)
 The figures are measured once per class, for every run of the profile, in setup_cache (one
 model build per configuration), and each track_ reads its number: each asv benchmark process
 would otherwise build and check its own model, which on the 2-core CPU box (one layer of the
@@ -135,6 +137,12 @@ class ModelFigures:
             raise RuntimeError(entry["error"])
         self.entry = entry
 
+    def gpu_seconds_per_layer(self) -> float:
+        """The GPU's busy time per layer of one forward (models.gpu_time); n/a where not measured."""
+        if "gpu_ms_per_layer" not in self.entry:
+            raise NotImplementedError(self.entry.get("gpu_na", "GPU time: not measured"))
+        return self.entry["gpu_ms_per_layer"] / 1e3
+
 
 def per_layer(func):
     """Mark a time_ method as seconds per decoder layer."""
@@ -153,6 +161,11 @@ def peak_bytes(func):
 
 
 def first_call(func):
+    func.unit = "seconds"
+    return func
+
+
+def gpu_seconds(func):
     func.unit = "seconds"
     return func
 
@@ -187,6 +200,10 @@ class Bf16ModelFigures(ModelFigures):
     def track_bf16_first_call_s(self, figures, config, tokens):
         return self.entry["first_call_s"]
 
+    @gpu_seconds
+    def track_bf16_gpu_s_per_layer(self, figures, config, tokens):
+        return self.gpu_seconds_per_layer()
+
 
 class Bf16ModelCompiled(ModelTime):
     """bfloat16 weights and activations, under mx.compile."""
@@ -217,6 +234,10 @@ class Bf16ModelCompiledFigures(ModelFigures):
     @first_call
     def track_bf16_compiled_first_call_s(self, figures, config, tokens):
         return self.entry["first_call_s"]
+
+    @gpu_seconds
+    def track_bf16_compiled_gpu_s_per_layer(self, figures, config, tokens):
+        return self.gpu_seconds_per_layer()
 
 
 class Fp16Model(ModelTime):
@@ -249,6 +270,10 @@ class Fp16ModelFigures(ModelFigures):
     def track_fp16_first_call_s(self, figures, config, tokens):
         return self.entry["first_call_s"]
 
+    @gpu_seconds
+    def track_fp16_gpu_s_per_layer(self, figures, config, tokens):
+        return self.gpu_seconds_per_layer()
+
 
 class Fp16ModelCompiled(ModelTime):
     """float16 weights and activations, under mx.compile."""
@@ -279,6 +304,10 @@ class Fp16ModelCompiledFigures(ModelFigures):
     @first_call
     def track_fp16_compiled_first_call_s(self, figures, config, tokens):
         return self.entry["first_call_s"]
+
+    @gpu_seconds
+    def track_fp16_compiled_gpu_s_per_layer(self, figures, config, tokens):
+        return self.gpu_seconds_per_layer()
 
 
 class MlxQ8Model(ModelTime):
@@ -311,6 +340,10 @@ class MlxQ8ModelFigures(ModelFigures):
     def track_mlx_q8_first_call_s(self, figures, config, tokens):
         return self.entry["first_call_s"]
 
+    @gpu_seconds
+    def track_mlx_q8_gpu_s_per_layer(self, figures, config, tokens):
+        return self.gpu_seconds_per_layer()
+
 
 class MlxQ8ModelCompiled(ModelTime):
     """MLX's weight-only 8-bit, under mx.compile."""
@@ -341,6 +374,10 @@ class MlxQ8ModelCompiledFigures(ModelFigures):
     @first_call
     def track_mlx_q8_compiled_first_call_s(self, figures, config, tokens):
         return self.entry["first_call_s"]
+
+    @gpu_seconds
+    def track_mlx_q8_compiled_gpu_s_per_layer(self, figures, config, tokens):
+        return self.gpu_seconds_per_layer()
 
 
 class W8A8Model(ModelTime):
@@ -373,6 +410,10 @@ class W8A8ModelFigures(ModelFigures):
     def track_w8a8_first_call_s(self, figures, config, tokens):
         return self.entry["first_call_s"]
 
+    @gpu_seconds
+    def track_w8a8_gpu_s_per_layer(self, figures, config, tokens):
+        return self.gpu_seconds_per_layer()
+
 
 class W8A8ModelCompiled(ModelTime):
     """int8nax W8A8, under mx.compile."""
@@ -403,6 +444,10 @@ class W8A8ModelCompiledFigures(ModelFigures):
     @first_call
     def track_w8a8_compiled_first_call_s(self, figures, config, tokens):
         return self.entry["first_call_s"]
+
+    @gpu_seconds
+    def track_w8a8_compiled_gpu_s_per_layer(self, figures, config, tokens):
+        return self.gpu_seconds_per_layer()
 
 
 class CiderModel(ModelTime):
@@ -435,6 +480,10 @@ class CiderModelFigures(ModelFigures):
     def track_cider_first_call_s(self, figures, config, tokens):
         return self.entry["first_call_s"]
 
+    @gpu_seconds
+    def track_cider_gpu_s_per_layer(self, figures, config, tokens):
+        return self.gpu_seconds_per_layer()
+
 
 class CiderModelCompiled(ModelTime):
     """cider's W8A8, under mx.compile."""
@@ -465,3 +514,7 @@ class CiderModelCompiledFigures(ModelFigures):
     @first_call
     def track_cider_compiled_first_call_s(self, figures, config, tokens):
         return self.entry["first_call_s"]
+
+    @gpu_seconds
+    def track_cider_compiled_gpu_s_per_layer(self, figures, config, tokens):
+        return self.gpu_seconds_per_layer()

@@ -203,7 +203,7 @@ def test_two_classes_per_form_and_mode_with_the_four_figures():
     keys = set()
     for cls in FIGURES:
         units = sorted(getattr(cls, n).unit for n in vars(cls) if n.startswith("track_"))
-        assert units == ["bytes", "seconds", "tokens/s"]
+        assert units == ["bytes", "seconds", "seconds", "tokens/s"]
         assert "setup_cache" in vars(cls)  # its own: asv keys a cache by its source line
         keys.add(cls.setup_cache.__code__.co_firstlineno)
     assert len(keys) == len(FIGURES)
@@ -428,3 +428,24 @@ def test_fast_cells_are_sampled_for_a_minimum_time(monkeypatch):
     Fake.runs = 0
     slow = models.Prepared.seconds(Fake(), 1, repeat=3, warmup=1, min_seconds=0.0)
     assert Fake.runs >= 4 and 0.001 <= slow <= 0.003
+
+
+def test_gpu_time_is_na_with_the_reason_off_cuda_and_the_busy_time_on_it(monkeypatch):
+    from int8nax.bench import kernel_time, model_profile
+
+    class Entry(bench_model.Bf16ModelFigures):
+        pass
+
+    fig = Entry()
+    fig.entry = models.gpu_time(object(), 16)  # this box: no CUDA
+    assert "gpu_ms_per_layer" not in fig.entry
+    with pytest.raises(NotImplementedError, match="GPU time: needs"):
+        fig.gpu_seconds_per_layer()
+    monkeypatch.setattr(kernel_time, "skip_reason", lambda: None)
+    monkeypatch.setattr(model_profile, "breakdown",
+                        lambda model, tokens, forwards: model_profile.Breakdown(2.0, 1.5, {}))
+    fig.entry = models.gpu_time(object(), 16)
+    assert fig.gpu_seconds_per_layer() == pytest.approx(1.5e-3)
+    monkeypatch.setattr(model_profile, "breakdown",
+                        lambda model, tokens, forwards: model_profile.Breakdown(2.0, 0.0, {}))
+    assert models.gpu_time(object(), 16) == {"gpu_na": "GPU time: CUPTI saw no kernel"}

@@ -8,9 +8,13 @@
 #   bash tools/h200_verify.sh plans    # ~300 s: W8A8 (bfloat16) on every plan the dispatch could give each
 #                                      #   shape, against the raw GEMM (compare --mode kernel --plans):
 #                                      #   the dispatch evidence, at the seed shapes and the models' layers
-#   bash tools/h200_verify.sh models   # ~500 s: the model suite into .asv/results/h200 (copied to $OUT;
-#                                      #   COMMIT_DATE=<ct> too), then compare --model --breakdown at decode
-#                                      #   and 16 tokens, W8A8 on its default kernels and on the GEMV
+#   bash tools/h200_verify.sh models   # the model suite into .asv/results/h200 (COMMIT_DATE=<ct> too), as
+#                                      #   $OUT/asv_results_h200.tgz. Unmeasured length: split it with
+#                                      #   BENCH='^(Bf16|Fp16)Model' then BENCH='^(MlxQ8|W8A8)Model|^ModelRatio$',
+#                                      #   unpacking the first tarball into the tree before the second call
+#                                      #   (asv adds to a commit's results file)
+#   bash tools/h200_verify.sh decode   # ~200 s: compare --model --breakdown at decode and 16 tokens, W8A8 on
+#                                      #   its default kernels and on the GEMV (what GEMV_DEFAULT waits for)
 #   bash tools/h200_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
 #   bash tools/h200_verify.sh tma      # ~300 s: tests/test_cuda_tma.py whole
@@ -20,7 +24,7 @@
 # so pass COMMIT=<hash>), steps.txt (each step's exit status and seconds) and its logs; at most 8
 # files come back.
 set -u
-part=${1:?usage: h200_verify.sh kernel|plans|models|kernels|tma|suite}
+part=${1:?usage: h200_verify.sh kernel|plans|models|decode|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=$(date +%s)
@@ -49,10 +53,13 @@ case "$part" in
     sed -n '/^Default plan against the fastest/,$p' "$OUT/plans.txt"
     ;;
   models)
-    SHA=${COMMIT:?set COMMIT} MACHINE=h200 BENCH='^(Bf16|Fp16|MlxQ8|W8A8)Model(Figures)?$|^ModelRatio$' \
-      bash tools/asv_offline_gpu.sh > "$OUT/asv_models.txt" 2>&1
+    SHA=${COMMIT:?set COMMIT} MACHINE=h200 BENCH=${BENCH:-'^(Bf16|Fp16|MlxQ8|W8A8)Model(Compiled)?(Figures)?$|^ModelRatio$'} \
+      timeout 580 bash tools/asv_offline_gpu.sh > "$OUT/asv_models.txt" 2>&1
     echo "asv model suite rc=$? $(el) s" >> "$S"
     tar -czf "$OUT/asv_results_h200.tgz" .asv/results/h200 .asv/results/benchmarks.json 2>/dev/null
+    tail -n 30 "$OUT/asv_models.txt"
+    ;;
+  decode)
     for kernel in auto gemv; do
       INT8NAX_CUDA_KERNEL=$kernel timeout $(left 560) python3 -m int8nax.cli compare --model qwen2.5-7b,qwen3-8b \
         --tokens 1,16 --forms bf16,w8a8 --breakdown \

@@ -623,6 +623,21 @@ def skip_reason(profile: str, form: str, mode: str, tokens: int) -> str | None:
     return None
 
 
+def gpu_time(model: Prepared, tokens: int) -> dict:
+    """{"gpu_ms_per_layer": the GPU's busy time of one forward per layer (bench.model_profile:
+    CUPTI, the figure that host-bound token counts do not blur)}, or {"gpu_na": why not}."""
+    from . import kernel_time, model_profile
+
+    why = kernel_time.skip_reason()
+    if why:
+        return {"gpu_na": f"GPU time: {why}"}
+    try:
+        busy = model_profile.breakdown(model, tokens, forwards=2).busy_ms
+    except Exception as exc:  # noqa: BLE001 - the other figures stand
+        return {"gpu_na": f"GPU time: {type(exc).__name__}: {exc}"}
+    return {"gpu_ms_per_layer": busy} if busy > 0 else {"gpu_na": "GPU time: CUPTI saw no kernel"}
+
+
 def profile_figures(profile: str, form: str, mode: str, repeat: int = 3) -> dict:
     """{(configuration, tokens): figures} of every run of `profile` in `form` and `mode`, one
     model per configuration: {"tokens_per_s", "peak_bytes", "first_call_s", "check"} where it
@@ -631,6 +646,10 @@ def profile_figures(profile: str, form: str, mode: str, repeat: int = 3) -> dict
     asv calls it from setup_cache, where an exception fails the whole class."""
     prof = PROFILES[profile]
     out: dict = {}
+    from . import kernel_time, model_profile
+
+    if kernel_time.skip_reason() is None:
+        model_profile.start()  # torch's CUDA context (and CUPTI's) first, as compare --breakdown
     for config in prof.configs:
         skips = {t: skip_reason(profile, form, mode, t) for t in prof.tokens}
         if all(skips.values()):
@@ -654,7 +673,7 @@ def profile_figures(profile: str, form: str, mode: str, repeat: int = 3) -> dict
                 model.prepare(t)
                 out[(config, t)] = {"tokens_per_s": t / model.seconds(t, repeat=repeat, warmup=1),
                                     "peak_bytes": model.peak_bytes(t), "first_call_s": model.first_call_s[t],
-                                    "check": model.check[t]}
+                                    "check": model.check[t], **gpu_time(model, t)}
             except Unavailable as exc:
                 out[(config, t)] = {"skip": str(exc)}
             except MismatchError as exc:
