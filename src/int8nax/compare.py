@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 
 from . import backends
 from .bench import contenders, estimate, host, kernel_plans, kernel_time, problems, timing
+from .bench.text import table_lines
 
 TITLES = {"nax-gemm": "NAX"}
 """Column titles that differ from the contender's name (the seed's table calls it NAX)."""
@@ -306,15 +307,6 @@ def _w8a8_beats_raw_on_cpu(row) -> bool:
     full, raw = row.get("nax-full"), row.get("nax-gemm")
     return bool(full and raw and full.seconds and raw.seconds and full.seconds < raw.seconds
                 and "backend cpu" in (full.detail or ""))
-
-
-def table_lines(header, rows, markdown: bool) -> list[str]:
-    """A table as lines: markdown, or plain columns right-aligned to their widest cell."""
-    if markdown:
-        return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
-                *("| " + " | ".join(r) + " |" for r in rows)]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    return ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [header, *rows]]
 
 
 def render(per_shape, names, markdown: bool) -> str:

@@ -33,6 +33,7 @@ from . import compare
 from .bench import models
 from .bench.checks import MismatchError
 from .bench.peers import Unavailable
+from .bench.text import table_lines
 
 GIB = 2.0**30
 
@@ -193,7 +194,7 @@ def render(rows: list[Row], markdown: bool) -> str:
         title = (f"{config}, {first.layers} layers, {mode}" + (", decode after a prompt of "
                  f"{first.context}" if any(r.tokens == 1 for r in group) else ""))
         out.append(f"\n{'### ' if markdown else ''}{title}\n")
-        out += compare.table_lines(HEADER, [_cells(r) for r in group], markdown)
+        out += table_lines(HEADER, [_cells(r) for r in group], markdown)
         out.append("")
         out += [f"- {line}" if markdown else line for line in checked(group) + notes(group)]
         out += breakdown_lines(group, markdown)
@@ -218,7 +219,7 @@ def breakdown_lines(rows: list[Row], markdown: bool) -> list[str]:
         cells.append([("1 (decode)" if r.tokens == 1 else str(r.tokens)), r.form, f"{b['wall_ms']:.3f}",
                       f"{b['busy_ms']:.3f}", f"{idle:.0f}", *(f"{b['categories'][c]:.3f}" for c in cats)])
     out = ["", "where a forward's time goes, ms per layer (CUPTI; wall is the host's, under the profiler):", ""]
-    out += compare.table_lines(header, cells, markdown)
+    out += table_lines(header, cells, markdown)
     out.append("")
     for r in have:
         top = ", ".join(f"{n} {ms:.3f} ms x{count}" for n, ms, count in r.breakdown["top"])

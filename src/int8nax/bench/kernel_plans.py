@@ -33,6 +33,8 @@ from functools import partial
 
 from ..backends import cuda_choice, cuda_plans
 from . import kernel_time as kt
+from .estimate import shape_text
+from .text import table_lines
 from .problems import SEED_SHAPES, Shape
 
 PLANS = "plans:"
@@ -195,10 +197,9 @@ class CudaDispatch:
         w8a8_linear with x of `dtype`."""
         cuda = self.cuda
         name = None if dtype is None else str(dtype).split(".")[-1]
-        default = cuda.choice(m, n, k, w8a8=w8a8, bias=bias, out_dtype=dtype)
         cands = plan_candidates(m, n, k, self.sms, w8a8, bias=bias, out_dtype=name,
                                 family=cuda.family_for(cuda.compute_capability()), override=cuda.kernel_choice())
-        return default, cands
+        return cands[0].choice, cands  # plan_candidates lists the dispatch's choice first
 
     def call(self, operands, choice: cuda_choice.Choice):
         """The call on one set of operands: (a, b) int8_matmul's, (x, w, scale_w, bias) w8a8_linear's."""
@@ -233,9 +234,6 @@ def measure_plans(item: kt.Item, ctx: dict) -> dict:
     else:
         case = kt.w8a8_case(variant, item.shape, ctx["l2_bytes"])
         default, cands = dispatch.candidates(m, n, k, True, case.bias is not None, case.dtype)
-    if default.describe() not in [c.describe() for c in cands]:  # the dispatch's own choice is always timed
-        cands.insert(0, Candidate(("default",), default))
-    cands.sort(key=lambda c: c.describe() != default.describe())  # the default first: the others compare with it
     rec = {"subject": item.subject, "shape": list(item.shape), "default": default.describe(), "sms": dispatch.sms,
            "check": f"the default plan {case.what}; every other plan bit-identical to the default's output"}
     rows = kt.checked_rows(m)
@@ -317,10 +315,6 @@ def summary(records: list[dict]) -> list[dict]:
             for s in [shape_summary(r, raw.get(tuple(r["shape"])))] if s]
 
 
-def _shape_text(shape) -> str:
-    return "x".join(map(str, shape))
-
-
 def _plan_rows(rec: dict, raw_us: float | None) -> list[list[str]]:
     """One row per candidate: µs, ratio to the raw GEMM, the plan, marks, why it is a candidate;
     measured ones by time, then the mismatches and errors."""
@@ -354,7 +348,7 @@ def render(records: list[dict], labels: dict | None = None, markdown: bool = Fal
     for shape in dict.fromkeys(tuple(r["shape"]) for r in records):
         r0 = raw.get(shape)
         label = f" ({'; '.join(labels[shape])})" if labels.get(shape) else ""
-        head = f"{_shape_text(shape)} (M x K x N){label}: int8_matmul "
+        head = f"{shape_text(shape)} (M x K x N){label}: int8_matmul "
         if r0 and "us" in r0:
             head += f"{r0['us']:.1f} µs on {r0.get('describe', '?')}"
         else:
@@ -365,8 +359,8 @@ def render(records: list[dict], labels: dict | None = None, markdown: bool = Fal
             if "candidates" not in rec:
                 continue  # not measured: listed at the end
             out += [""] if markdown else []
-            out += kt._table([variant, "/raw", "plan", "", "candidate as"],
-                             _plan_rows(rec, r0.get("us") if r0 else None), markdown)
+            out += table_lines([variant, "/raw", "plan", "", "candidate as"],
+                               _plan_rows(rec, r0.get("us") if r0 else None), markdown, align_last=False)
             s = shape_summary(rec, r0)
             out.append(f"  {summary_line(s) if s else variant + ': no plan measured'}")
     sums = summary(records)
@@ -375,8 +369,8 @@ def render(records: list[dict], labels: dict | None = None, markdown: bool = Fal
                  s.get("default") or "?", f"{s['fastest_us']:.1f}", s["fastest"],
                  f"{s['gain']:.2f}x" if "gain" in s else "n/a"] for s in sums]
         out += ["", "", "Default plan against the fastest (gain = default µs / fastest µs)", ""]
-        out += kt._table(["M", "K", "N", "variant", "default µs", "default plan", "fastest µs", "fastest plan",
-                          "gain"], rows, markdown)
+        out += table_lines(["M", "K", "N", "variant", "default µs", "default plan", "fastest µs", "fastest plan",
+                            "gain"], rows, markdown, align_last=False)
         gains = [s["gain"] for s in sums if "gain" in s]
         if gains:
             best = sum(1 for g in gains if g <= 1.0)
@@ -467,7 +461,7 @@ def main(args) -> int:
     items = plan_items(shapes, w8a8, raw)
     meta = kt.environment()
     meta.update({"launches": launches, "budget_s": budget, "command": "int8nax " + " ".join(sys.argv[1:]),
-                 "labels": {_shape_text(s): labels[s] for s in shapes if s in labels}})
+                 "labels": {shape_text(s): labels[s] for s in shapes if s in labels}})
     swept = ", ".join(((RAW,) if raw else ()) + tuple(w8a8))
     print(f"{PROG}: {len(items)} items over {len(shapes)} shapes, plans of {swept}; "
           f"{kt.run_line(meta, budget)}", flush=True)

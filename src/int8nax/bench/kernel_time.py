@@ -56,6 +56,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .estimate import shape_text
+from .text import table_lines
 from .problems import EXTRA_SHAPES, SEED_SHAPES, Shape, ops
 
 ROTATE_L2 = 4
@@ -99,7 +101,7 @@ class Item:
 
     @property
     def key(self) -> str:
-        return f"{self.subject} {'x'.join(map(str, self.shape))}"
+        return f"{self.subject} {shape_text(self.shape)}"
 
 
 def parse_w8a8(text: str) -> tuple[str, ...]:
@@ -671,15 +673,6 @@ def summary(records: list[dict]) -> dict:
     return out
 
 
-def _table(header, rows, markdown: bool) -> list[str]:
-    if markdown:
-        return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
-                *("| " + " | ".join(r) + " |" for r in rows)]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    return ["  ".join(c.rjust(w) if i < len(header) - 1 else c for i, (c, w) in enumerate(zip(r, widths)))
-            for r in [header, *rows]]
-
-
 def render(records: list[dict], markdown: bool = False) -> str:
     """The headline table (int8_matmul, cuBLASLt, ratio, TOPS, kernel) with its geometric mean,
     then the W8A8 table (each variant's µs and its ratio to int8_matmul's), then what failed."""
@@ -692,11 +685,12 @@ def render(records: list[dict], markdown: bool = False) -> str:
         rows.append([*map(str, shape), _cell(r), _cell(peer), ratio + ("*" if r.get("extra") else ""),
                      f"{r['tops']:.0f}" if "tops" in r else "n/a", r.get("describe", "") + kernels_text(r)])
     out = ["int8_matmul against cuBLASLt (kernel µs; ratio = cuBLASLt µs / int8nax µs, above 1: int8nax faster)", ""]
-    out += _table(["M", "K", "N", "int8nax", "cuBLASLt", "ratio", "TOPS", "kernel"], rows, markdown)
+    out += table_lines(["M", "K", "N", "int8nax", "cuBLASLt", "ratio", "TOPS", "kernel"], rows, markdown,
+                       align_last=False)
     if "vs_cublaslt" in sums:
         s = sums["vs_cublaslt"]
         out += ["", f"geometric mean over {s['shapes']} of {s['of']} shapes: {s['geomean']:.2f}x cuBLASLt; "
-                    f"lowest {s['lowest']:.2f}x at {'x'.join(map(str, s['lowest_at']))}"
+                    f"lowest {s['lowest']:.2f}x at {shape_text(s['lowest_at'])}"
                     + (" (* not in the mean)" if any(r.get("extra") for r in ours.values()) else "")]
     variants = list(dict.fromkeys(r["subject"] for r in records if r["subject"].startswith("w8a8:")))
     if variants:
@@ -715,14 +709,15 @@ def render(records: list[dict], markdown: bool = False) -> str:
             rows.append(cells)
         out += ["", "", "W8A8 (every kernel of w8a8_linear) against the raw int32 GEMM (µs; ratio = W8A8 µs / "
                         "int8_matmul µs, above 1: W8A8 costs more)", ""]
-        out += _table(["M", "K", "N", "int8_matmul", *(v.removeprefix("w8a8:") for v in variants)], rows, markdown)
+        out += table_lines(["M", "K", "N", "int8_matmul", *(v.removeprefix("w8a8:") for v in variants)], rows,
+                           markdown, align_last=False)
         out.append("")
         for v in variants:
             if v in sums:
                 s = sums[v]
                 out.append(f"{v}: geometric mean {s['geomean']:.2f}x over {s['shapes']} of {s['of']} shapes; "
-                           f"highest {s['highest']:.2f}x at {'x'.join(map(str, s['highest_at']))}")
-        ran = [f"  {v.removeprefix('w8a8:')} {'x'.join(map(str, s))}: {w.get('describe', '')}{kernels_text(w)}"
+                           f"highest {s['highest']:.2f}x at {shape_text(s['highest_at'])}")
+        ran = [f"  {v.removeprefix('w8a8:')} {shape_text(s)}: {w.get('describe', '')}{kernels_text(w)}"
                for v in variants for s, w in by[v].items() if "parts" in w]
         out += ["", "W8A8 kernels:", *ran] if ran else []
     bf16 = _by(records, "bf16")
@@ -737,9 +732,10 @@ def render(records: list[dict], markdown: bool = False) -> str:
             rows.append(cells)
         out += ["", "", "W8A8 bfloat16 against bfloat16 mx.matmul (µs; ratio = bf16 µs / W8A8 µs, above 1: W8A8 "
                         "faster)", ""]
-        out += _table(["M", "K", "N", "bf16", "w8a8 bfloat16", "w8a8 bfloat16+bias"], rows, markdown)
+        out += table_lines(["M", "K", "N", "bf16", "w8a8 bfloat16", "w8a8 bfloat16+bias"], rows, markdown,
+                           align_last=False)
         out += [f"{k}: geometric mean {v['geomean']:.2f}x over {v['shapes']} shapes; lowest {v['lowest']:.2f}x at "
-                f"{'x'.join(map(str, v['lowest_at']))}" for k, v in sums.items() if k.startswith("bf16/")]
+                f"{shape_text(v['lowest_at'])}" for k, v in sums.items() if k.startswith("bf16/")]
     problems = [r for r in records if any(k in r for k in ("error", "mismatch", "not_run"))]
     if problems:
         out += ["", "Not measured:"]
