@@ -130,17 +130,10 @@ def _fill(row: Row, prepared: models.Prepared, repeat: int) -> None:
 
 
 def _breakdown(prepared: models.Prepared, tokens: int) -> dict:
-    from dataclasses import asdict as fields
+    from .bench import model_profile
 
-    from .bench import kernel_time, model_profile
-
-    why = kernel_time.skip_reason()
-    if why:
-        return {"n/a": why}
-    try:
-        return fields(model_profile.breakdown(prepared, tokens))
-    except Exception as exc:  # noqa: BLE001 - the timing stands; say why there is no breakdown
-        return {"n/a": f"{type(exc).__name__}: {exc}"}
+    got, why = model_profile.measured(prepared, tokens)
+    return {"n/a": why} if got is None else asdict(got)
 
 
 def _speedups(rows: list[Row]) -> None:

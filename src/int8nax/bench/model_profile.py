@@ -108,6 +108,20 @@ def forward_figures(gpu: list[dict], ranges: list[dict], layers: int) -> Breakdo
                      [(n, us * scale, count) for n, us, count in top], len(events))
 
 
+def measured(prepared, tokens: int, forwards: int = 3) -> tuple[Breakdown | None, str | None]:
+    """(breakdown(...), None), or (None, why there is none: no CUDA or torch here, or the
+    profile failed); never raises, so the figures measured without it stand."""
+    from .kernel_time import skip_reason
+
+    why = skip_reason()
+    if why:
+        return None, why
+    try:
+        return breakdown(prepared, tokens, forwards), None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"{type(exc).__name__}: {exc}"
+
+
 def start() -> None:
     """Create torch's CUDA context (and CUPTI's) before MLX launches its first kernel, as
     kernel_time's worker does; nothing where torch has no CUDA."""

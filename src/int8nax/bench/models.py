@@ -626,16 +626,12 @@ def skip_reason(profile: str, form: str, mode: str, tokens: int) -> str | None:
 def gpu_time(model: Prepared, tokens: int) -> dict:
     """{"gpu_ms_per_layer": the GPU's busy time of one forward per layer (bench.model_profile:
     CUPTI, the figure that host-bound token counts do not blur)}, or {"gpu_na": why not}."""
-    from . import kernel_time, model_profile
+    from . import model_profile
 
-    why = kernel_time.skip_reason()
-    if why:
+    got, why = model_profile.measured(model, tokens, forwards=2)
+    if got is None:
         return {"gpu_na": f"GPU time: {why}"}
-    try:
-        busy = model_profile.breakdown(model, tokens, forwards=2).busy_ms
-    except Exception as exc:  # noqa: BLE001 - the other figures stand
-        return {"gpu_na": f"GPU time: {type(exc).__name__}: {exc}"}
-    return {"gpu_ms_per_layer": busy} if busy > 0 else {"gpu_na": "GPU time: CUPTI saw no kernel"}
+    return {"gpu_ms_per_layer": got.busy_ms} if got.busy_ms > 0 else {"gpu_na": "GPU time: CUPTI saw no kernel"}
 
 
 def profile_figures(profile: str, form: str, mode: str, repeat: int = 3) -> dict:
