@@ -546,7 +546,7 @@ def test_w8a8_takes_the_int32_plan_where_it_splits_k(m, k, n):
     if raw.splits > 1:
         assert w8a8 == raw
     else:
-        long_k = cuda_plans.ceil_div(k, cuda_plans.CUDA_SWIZZLE_BYTES) >= cuda_plans.TMA_LONG_K_BLOCKS
+        long_k = cuda_plans.long_k(k)
         assert w8a8 == cuda_plans.cpasync_plan(m, n, k, 132) if long_k else w8a8.cfg.name in cuda_plans._TMA_TILES
 
 
