@@ -4,7 +4,7 @@ Backends: Metal NAX (Apple M5), CUDA tensor cores, and an exact CPU path; the
 one used follows MLX's device (see int8nax.info()).
 """
 
-from .api import int8_matmul, quantize_activations, quantize_weight_int8, w8a8_linear
+from .api import int8_matmul, quantize_activations, quantize_weight_int8, swiglu_w8a8_linear, w8a8_linear
 from .backends import info
 
 __version__ = "0.1.0"
@@ -14,6 +14,7 @@ __all__ = [
     "quantize_weight_int8",
     "quantize_activations",
     "w8a8_linear",
+    "swiglu_w8a8_linear",
     "info",
     "__version__",
 ]

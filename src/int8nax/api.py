@@ -241,6 +241,17 @@ def _dequantized_weight(w: mx.array, scale_w: mx.array) -> mx.array:
     return w.astype(mx.float32) * scale_w[:, None]
 
 
+def _ste_dx(dy: mx.array, w: mx.array, scale_w: mx.array, dtype) -> mx.array:
+    """The straight-through vjp of W8A8's input: dy [M, N] @ W_deq [N, K] in float32, in `dtype`."""
+    return (dy.astype(mx.float32) @ _dequantized_weight(w, scale_w)).astype(dtype)
+
+
+def _ste_dy(dx: mx.array, w: mx.array, scale_w: mx.array, db, dtype) -> mx.array:
+    """The straight-through jvp: dx [M, K] @ W_deq.T (+ db) in float32, in `dtype`."""
+    dy = dx.astype(mx.float32) @ _dequantized_weight(w, scale_w).T
+    return (dy if db is None else dy + db.astype(mx.float32)).astype(dtype)
+
+
 @lru_cache(maxsize=None)
 def _w8a8_grad(has_bias: bool):
     """mx.custom_function(x, w, s, [b,] y) -> y with the straight-through gradient (module
@@ -254,19 +265,42 @@ def _w8a8_grad(has_bias: bool):
     @f.vjp
     def vjp(primals, cotangent, _output):
         x, w, s = primals[:3]
-        dy = cotangent.astype(mx.float32)
-        grads = [(dy @ _dequantized_weight(w, s)).astype(x.dtype), mx.zeros_like(w), mx.zeros_like(s)]
+        grads = [_ste_dx(cotangent, w, s, x.dtype), mx.zeros_like(w), mx.zeros_like(s)]
         if has_bias:
-            grads.append(dy.sum(axis=0).astype(primals[3].dtype))
+            grads.append(cotangent.astype(mx.float32).sum(axis=0).astype(primals[3].dtype))
         return (*grads, mx.zeros_like(primals[-1]))
 
     @f.jvp
     def jvp(primals, tangents):
         x, w, s = primals[:3]
-        dy = tangents[0].astype(mx.float32) @ _dequantized_weight(w, s).T
+        return (_ste_dy(tangents[0], w, s, tangents[3] if has_bias else None, x.dtype),)
+
+    return f
+
+
+@lru_cache(maxsize=None)
+def _swiglu_grad(has_bias: bool):
+    """As _w8a8_grad for swiglu_w8a8_linear(gate_up, w, s, [b,] y) -> y: the derivative of the
+    composition w8a8_linear(swiglu(gate, up)), with h's by MLX's own vjp/jvp of swiglu."""
+    f = mx.custom_function(lambda *args: args[-1])
+
+    @f.vjp
+    def vjp(primals, cotangent, _output):
+        gate_up, w, s = primals[:3]
+        k = gate_up.shape[-1] // 2
+        gate, up = gate_up[:, :k], gate_up[:, k:]
+        _, (d_gate, d_up) = mx.vjp(backends.swiglu, [gate, up], [_ste_dx(cotangent, w, s, gate_up.dtype)])
+        grads = [mx.concatenate([d_gate, d_up], axis=-1), mx.zeros_like(w), mx.zeros_like(s)]
         if has_bias:
-            dy = dy + tangents[3].astype(mx.float32)
-        return (dy.astype(x.dtype),)
+            grads.append(cotangent.astype(mx.float32).sum(axis=0).astype(primals[3].dtype))
+        return (*grads, mx.zeros_like(primals[-1]))
+
+    @f.jvp
+    def jvp(primals, tangents):
+        gate_up, w, s = primals[:3]
+        k = gate_up.shape[-1] // 2
+        _, (dh,) = mx.jvp(backends.swiglu, [gate_up[:, :k], gate_up[:, k:]], [tangents[0][:, :k], tangents[0][:, k:]])
+        return (_ste_dy(dh, w, s, tangents[3] if has_bias else None, gate_up.dtype),)
 
     return f
 
@@ -479,6 +513,67 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
             y = _w8a8_rows(backends.resolve(None), x.reshape(-1, xs[-1]), w_int8, scale_w, bias)
             return y.reshape(xs[:-1] + (ws[0],))
     return _w8a8_linear_checked(x, w_int8, scale_w, bias, backend)
+
+
+def swiglu_w8a8_linear(gate_up, w_int8, scale_w, bias=None, *, backend: str | None = None) -> mx.array:
+    """The down projection of a SwiGLU MLP on W8A8: w8a8_linear(silu(gate) * up, w_int8, scale_w, bias).
+
+    Args:
+        gate_up: float16 | bfloat16 | float32 [..., 2K]: gate = gate_up[..., :K] and
+            up = gate_up[..., K:] side by side (what one W8A8 GEMM over the gate and up
+            projections' concatenated weights gives: int8nax.nn's sibling groups).
+        w_int8: int8 [N, K], scale_w: float32 [N], bias: optional float [N], as in w8a8_linear.
+
+    Returns:
+        [..., N] in gate_up's dtype, with the bits of w8a8_linear(h, w_int8, scale_w, bias) where
+        h = nn.silu(gate) * up is computed as mlx-lm's `swiglu` computes it (mx.compile of
+        nn.silu(gate) * up: sigmoid and both products rounded to gate_up's dtype). On CUDA with
+        INT8NAX_CUDA_SWIGLU=fused one kernel computes h and quantizes it without writing h out;
+        elsewhere h is computed, then quantized.
+
+    Gradient: that of the composition (MLX's for swiglu, w8a8_linear's straight-through).
+    """
+    func = "swiglu_w8a8_linear"
+    check_backend(backend, func)
+    x = as_mx(gate_up, "gate_up", func, FLOAT_DTYPES)
+    w = as_mx(w_int8, "w_int8", func, (mx.int8,))
+    scale_w = as_mx(scale_w, "scale_w", func, (mx.float32,))
+    if x.ndim < 1:
+        raise ValueError(f"{func}: 'gate_up' must be at least 1-D [..., 2K], got a scalar")
+    check_ndim(w, "w_int8", func, 2, "[N, K]")
+    n, k = w.shape
+    if x.shape[-1] != 2 * k:
+        raise ValueError(
+            f"{func}: 'gate_up' must have last dimension 2K = {2 * k} (gate and up side by side, "
+            f"K = {k} from 'w_int8' [N, K]), got shape {tuple(x.shape)}")
+    check_k(k, func)
+    check_vector(scale_w, "scale_w", func, n, "one scale per output channel")
+    if bias is not None:
+        bias = as_mx(bias, "bias", func, FLOAT_DTYPES, float64_to_float32=True)
+        check_vector(bias, "bias", func, n, "one value per output channel")
+    impl = backends.resolve(backend)
+    rows, lead = (x, None) if x.ndim == 2 else _rows(x)
+    m = rows.shape[0]
+    if m == 0 or n == 0 or k == 0:
+        # as w8a8_linear: quant(h) of an empty row is 0, so y is the bias (or 0)
+        y = mx.zeros((m, n), dtype=x.dtype)
+        if bias is not None and m > 0:
+            y = y + bias.astype(x.dtype)
+        return y if lead is None else y.reshape(*lead, n)
+    named = (("gate_up", rows), ("w_int8", w), ("scale_w", scale_w), ("bias", bias))
+    arrays = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
+    try:
+        if _may_skip_custom(*arrays):
+            try:
+                y = impl.swiglu_w8a8_linear(rows, w, scale_w, bias)
+            except ValueError as exc:
+                _reraise_untraceable(func, impl, exc)
+        else:
+            y = _untraceable(func, impl, lambda: impl.swiglu_w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
+            y = _swiglu_grad(bias is not None)(*arrays, mx.stop_gradient(y))
+    except RuntimeError as exc:
+        _reraise_foreign(func, exc, named)
+    return y if lead is None else y.reshape(*lead, n)
 
 
 def _w8a8_rows(impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:

@@ -23,18 +23,31 @@ a function of each element's int32 sum, its row's and its column's scales and it
 model's code and its module tree are unchanged: each sibling keeps its own weight, scales and
 bias (same keys and shapes for parameters(), save_weights and load_weights), as views of the
 group's concatenated arrays.
+
+SwiGLU MLPs. An MLP whose call is mlx-lm's `down_proj(swiglu(gate_proj(x), up_proj(x)))` (Llama,
+Qwen2, Qwen3, Mistral and most of mlx-lm's dense models), with gate and up in one sibling group,
+is given a call that hands the group's joint output to int8nax.swiglu_w8a8_linear: on CUDA one
+kernel computes h = silu(gate) * up and quantizes it for the down projection (h never written
+out), with the bits of the model's own call. The module's class is swapped for a subclass of
+its own (same name, isinstance and tree); a module whose children no longer fit takes its own
+call.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 import threading
+from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_map_with_path
 
 from ._checks import check_backend, dtype_name
-from .api import _may_skip_custom, quantize_weight_int8, w8a8_linear
+from .api import _may_skip_custom, quantize_weight_int8, swiglu_w8a8_linear, w8a8_linear
+from .backends import swiglu as _swiglu
 
 _ALWAYS_FROZEN = frozenset({"weight", "scales"})
 
@@ -149,13 +162,16 @@ class W8A8Linear(nn.Module):
             layer.bias = linear.bias.astype(mx.float32)
         return layer
 
-    def __call__(self, x) -> mx.array:
+    def _check_input(self, x) -> None:
         shape = getattr(x, "shape", None)
         if shape is not None and len(shape) >= 1 and shape[-1] != self.input_dims:
             raise ValueError(
                 f"W8A8Linear: input must have last dimension input_dims = {self.input_dims}, "
                 f"got shape {tuple(shape)}"
             )
+
+    def __call__(self, x) -> mx.array:
+        self._check_input(x)
         if self._group is not None:
             return self._group.output(self._index, x)
         return w8a8_linear(x, self.weight, self.scales, self.get("bias"), backend=self._backend)
@@ -289,6 +305,12 @@ class SiblingGroup:
         """A member's parameter was replaced (W8A8Linear.__setitem__): waiting results are stale."""
         self.version += 1
 
+    def joint_output(self, x):
+        """Every member's output side by side, [..., sum of output dims], for input x: the fused
+        GEMM alone, leaving no result waiting (a caller that wants all columns at once)."""
+        fused = self._current()
+        return w8a8_linear(x, fused.weight, fused.scales, fused.bias, backend=self.backend)
+
     def output(self, index: int, x):
         """Member `index`'s y for input x (W8A8Linear.__call__ checked x's width). A sibling takes
         a waiting result without re-checking the parameters (the call that computed it did, and
@@ -360,6 +382,140 @@ def group_siblings(model: nn.Module, fuse=True, layers=None) -> list[SiblingGrou
     return groups
 
 
+# ---- SwiGLU MLPs (module docstring) ----
+
+def _mlx_lm_swiglu_call(cls) -> bool:
+    """Whether cls.__call__(self, x) is exactly `return self.down_proj(swiglu(self.gate_proj(x),
+    self.up_proj(x)))` (a docstring aside), with `swiglu` a function that computes what
+    backends.swiglu does (_computes_swiglu)."""
+    fn = getattr(cls, "__call__", None)
+    if not inspect.isfunction(fn) or fn is nn.Module.__call__:
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, ast.FunctionDef) or len(node.args.args) != 2 or node.args.vararg or node.args.kwarg:
+        return False
+    self_name, x_name = (a.arg for a in node.args.args)
+    body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr)
+                             and isinstance(node.body[0].value, ast.Constant)) else node.body
+    if len(body) != 1 or not isinstance(body[0], ast.Return):
+        return False
+
+    def call_of(expr, name):  # `self.<name>(arg)` or `<name>(arg, ...)`; returns the args
+        if not isinstance(expr, ast.Call) or expr.keywords:
+            return None
+        f = expr.func
+        if name.startswith("self."):
+            ok = (isinstance(f, ast.Attribute) and f.attr == name[5:] and isinstance(f.value, ast.Name)
+                  and f.value.id == self_name)
+        else:
+            ok = isinstance(f, ast.Name) and f.id == name
+        return expr.args if ok else None
+
+    def is_x(expr):
+        return isinstance(expr, ast.Name) and expr.id == x_name
+
+    down = call_of(body[0].value, "self.down_proj")
+    if not down or len(down) != 1 or not isinstance(down[0], ast.Call) or not isinstance(down[0].func, ast.Name):
+        return False
+    act = down[0].func.id
+    pair = call_of(down[0], act)
+    if not pair or len(pair) != 2:
+        return False
+    gate, up = call_of(pair[0], "self.gate_proj"), call_of(pair[1], "self.up_proj")
+    if not gate or not up or len(gate) != 1 or len(up) != 1 or not is_x(gate[0]) or not is_x(up[0]):
+        return False
+    return _computes_swiglu(fn.__globals__.get(act))
+
+
+@lru_cache(maxsize=8)
+def _computes_swiglu(fn) -> bool:
+    """Whether fn(gate, up) gives backends.swiglu's bits (on the CPU, in every float dtype, over
+    values where sigmoid saturates, underflows and rounds): mlx-lm's `swiglu` does."""
+    if fn is None or not callable(fn):
+        return False
+    values = mx.array([-1e4, -90.0, -30.0, -17.3, -5.5, -1.0, -0.3, -1e-3, 0.0, 1e-3, 0.37, 1.0, 2.5, 9.75, 31.0, 1e4])
+    gate = mx.concatenate([values, mx.sin(mx.arange(48, dtype=mx.float32)) * 7])
+    up = mx.concatenate([values[::-1], mx.cos(mx.arange(48, dtype=mx.float32)) * 3])
+    try:
+        with mx.stream(mx.cpu):
+            return all(mx.array_equal(fn(gate.astype(t), up.astype(t)), _swiglu(gate.astype(t), up.astype(t)),
+                                      equal_nan=True).item()
+                       for t in (mx.float32, mx.float16, mx.bfloat16))
+    except Exception:  # noqa: BLE001 - anything else is not the function we know
+        return False
+
+
+class SwiGLUMLPCall:
+    """Mixed into the class of a SwiGLU MLP that quantize_linears recognised (module docstring):
+    its call hands the gate/up group's joint output to swiglu_w8a8_linear; own_call(x) is the
+    model's own call (the same bits, in two steps)."""
+
+    _swiglu_base: type = nn.Module  # the model's own class (set on each subclass)
+
+    def own_call(self, x):
+        return self._swiglu_base.__call__(self, x)
+
+    def __call__(self, x):
+        gate, up, down = self.get("gate_proj"), self.get("up_proj"), self.get("down_proj")
+        group = getattr(gate, "_group", None)
+        if (group is None or not group.shared or group.members != (gate, up) or type(down) is not W8A8Linear
+                or down._group is not None or down._backend != group.backend or down.input_dims != gate.output_dims):
+            return super().__call__(x)
+        gate._check_input(x)
+        return swiglu_w8a8_linear(group.joint_output(x), down.weight, down.scales, down.get("bias"),
+                                  backend=down._backend)
+
+    def __reduce_ex__(self, protocol):
+        # pickle names a class by its module and qualified name, which lead to the model's own
+        # class: rebuild through _taken_over_instance instead (copy.deepcopy comes here too)
+        reduced = super().__reduce_ex__(protocol)
+        fn, args = reduced[0], reduced[1]
+        if getattr(fn, "__name__", "") == "__newobj__" and args and args[0] is type(self):
+            return (_taken_over_instance, (self._swiglu_base, *args[1:]), *reduced[2:])
+        return reduced
+
+
+_TAKEN_OVER: dict[type, type] = {}
+_TAKEN_OVER_LOCK = threading.Lock()
+
+
+def _taken_over_class(cls: type) -> type:
+    with _TAKEN_OVER_LOCK:
+        sub = _TAKEN_OVER.get(cls)
+        if sub is None:
+            sub = type(cls.__name__, (SwiGLUMLPCall, cls), {"_swiglu_base": cls, "__doc__": cls.__doc__,
+                                                           "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+            _TAKEN_OVER[cls] = sub
+        return sub
+
+
+def _taken_over_instance(cls: type, *args):
+    sub = _taken_over_class(cls)
+    return sub.__new__(sub, *args)
+
+
+def take_over_swiglu_mlps(model: nn.Module) -> int:
+    """Give every module of `model` whose call is mlx-lm's SwiGLU MLP call and whose gate_proj
+    and up_proj form one SiblingGroup the call through int8nax.swiglu_w8a8_linear (module
+    docstring); returns how many."""
+    count = 0
+    for _, module in model.named_modules():
+        if isinstance(module, SwiGLUMLPCall):
+            continue
+        gate, up = module.get("gate_proj"), module.get("up_proj")
+        group = getattr(gate, "_group", None)
+        if (group is None or group.members != (gate, up) or type(module.get("down_proj")) is not W8A8Linear
+                or not _mlx_lm_swiglu_call(type(module))):
+            continue
+        module.__class__ = _taken_over_class(type(module))
+        count += 1
+    return count
+
+
 def quantize_linears(model: nn.Module, backend: str | None = None, predicate=None, fuse=True) -> int:
     """Replace every nn.Linear in `model` (in place) by a W8A8Linear; returns how many.
 
@@ -370,7 +526,9 @@ def quantize_linears(model: nn.Module, backend: str | None = None, predicate=Non
     fuse: True (default: the child names of SIBLINGS), a sequence of tuples of child names, or
     False. Layers so named under one module that agree in input width, bias and backend become
     a SiblingGroup: called with one input, they quantize it once and run one GEMM (see the
-    module docstring); the module tree, its parameter keys and shapes are unchanged.
+    module docstring); the module tree, its parameter keys and shapes are unchanged. A SwiGLU
+    MLP so grouped (mlx-lm's call) then computes its down projection's input and quantization
+    in one step (take_over_swiglu_mlps), with the same bits.
     """
     func = "quantize_linears"
     if not isinstance(model, nn.Module):
@@ -401,4 +559,5 @@ def quantize_linears(model: nn.Module, backend: str | None = None, predicate=Non
     model.update_modules(replaced)
     if sibling_sets:
         group_siblings(model, sibling_sets, made)
+        take_over_swiglu_mlps(model)
     return count

@@ -6,6 +6,7 @@ reshapes; a backend receives only well-formed, non-empty 2-D mx.arrays:
     a  int8 [M, K], b int8 [N, K]                      (K <= 131071)
     x  float16 | bfloat16 | float32 [M, K]
     w  int8 [N, K], scale_w float32 [N], bias None or float [N]
+    gate_up  float16 | bfloat16 | float32 [M, 2K] (gate = columns [0, K), up = [K, 2K))
 """
 
 from __future__ import annotations
@@ -13,6 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
+import mlx.nn as nn
+
+from ..per_thread import compile_per_thread
+
+
+def _swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    return nn.silu(gate) * up
+
+
+swiglu = compile_per_thread(_swiglu, shapeless=True)
+"""h = silu(gate) * up in the inputs' dtype, the graph of mlx-lm's `swiglu` (mx.compile(shapeless=True)
+of nn.silu(gate) * up): MLX fuses it into one kernel whose every intermediate (sigmoid, the two
+products) is rounded to that dtype, so this h has the bits of the one an mlx-lm MLP computes."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,12 @@ class Backend:
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         """dequant(quant(x) @ w.T) (+ bias) in x's dtype, [M, N]."""
         raise NotImplementedError
+
+    def swiglu_w8a8_linear(self, gate_up: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
+        """w8a8_linear(swiglu(gate, up), w, scale_w, bias) in gate_up's dtype, [M, N]: the two steps;
+        a backend with one kernel for h's quantization overrides this with the same bits."""
+        k = gate_up.shape[1] // 2
+        return self.w8a8_linear(swiglu(gate_up[:, :k], gate_up[:, k:]), w, scale_w, bias)
 
     def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
         """What one call runs, in words recorded with each benchmark result.

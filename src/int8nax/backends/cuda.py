@@ -32,7 +32,7 @@ import mlx.core as mx
 from ..per_thread import compile_per_thread
 from ..tiling import ceil_div
 from . import cuda_choice, cuda_plans, cuda_source
-from .base import Backend, Probe
+from .base import Backend, Probe, swiglu
 from .cuda_choice import CPASYNC, SIMT, Choice
 from .kernel_spec import KernelSpec
 
@@ -185,6 +185,30 @@ def _narrow(epilogue: str | None = None) -> bool:
     return (epilogue_choice() if epilogue is None else _check_epilogue(epilogue, "epilogue")) == "narrow"
 
 
+# ---- SwiGLU's quantization: one kernel, or swiglu then the quantization kernel ----
+#
+#   fused  kernels/cuda/swiglu_quantize.cuh: h = silu(gate) * up with MLX's own device functors,
+#          quantized from the registers; h never reaches memory (at 4096 tokens of Qwen2.5-7B,
+#          0.39 GB a layer read and written instead of 0.70). Same bits as split.
+#   split  MLX's fused swiglu kernel writes h, the quantization kernel reads it.
+# Read once per process (clear_caches()).
+
+SWIGLU_ENV = "INT8NAX_CUDA_SWIGLU"
+SWIGLU_CHOICES = ("fused", "split")
+SWIGLU_DEFAULT = "split"
+"""split until the fused kernel has run on a GPU: its tests and the model comparison are in
+tools/h200_verify.sh (part swiglu)."""
+
+
+@lru_cache(maxsize=1)
+def swiglu_choice() -> str:
+    """"fused" or "split", from INT8NAX_CUDA_SWIGLU (SWIGLU_DEFAULT where unset)."""
+    value = os.environ.get(SWIGLU_ENV, "").strip().lower() or SWIGLU_DEFAULT
+    if value not in SWIGLU_CHOICES:
+        raise ValueError(f"{SWIGLU_ENV}: expected one of {list(SWIGLU_CHOICES)}, got {value!r}")
+    return value
+
+
 def epilogue_template(out_dtype, has_bias: bool, narrow: bool) -> list:
     """The W8A8 kernels' epilogue template arguments (cuda_source._dequant_store): TOut, HAS_BIAS,
     NARROW, which is set only where it changes the code (a float16 or bfloat16 output)."""
@@ -317,13 +341,12 @@ def quant_launch(m: int, k: int) -> cuda_plans.CudaQuantLaunch:
     return cuda_plans.cuda_quant_launch(m, k, sm_count())
 
 
-def _quantize_graph(x, launch: cuda_plans.CudaQuantLaunch | None = None):
-    """(q int8 [M, K], scale float32 [M]) of x float16/bfloat16/float32 [M, K]; launch: the
-    kernel's (threads, held), quant_launch's by default (tests force the others)."""
-    m, k = x.shape
+def _rows_graph(spec: KernelSpec, x, k: int, launch: cuda_plans.CudaQuantLaunch | None):
+    """(q int8 [M, k], scale float32 [M]) by a one-block-per-row quantizing kernel of x [M, ...]."""
+    m = x.shape[0]
     launch = launch or quant_launch(m, k)
     grid, block = launch.grid(m)
-    q, s = _kernel(cuda_source.quantize())(
+    q, s = _kernel(spec)(
         inputs=[x],
         output_shapes=[(m, k), (m,)],
         output_dtypes=[mx.int8, mx.float32],
@@ -334,13 +357,25 @@ def _quantize_graph(x, launch: cuda_plans.CudaQuantLaunch | None = None):
     return q, s
 
 
-def _quantizes_inside(row: cuda_choice.Variant, plan, x) -> bool:
-    """Whether the variant's own quantizing kernel takes x: the plan's `fused` where it says,
-    else (a GEMV plan made without the dtype) cuda_plans.gemv_x_ok for x."""
+def _quantize_graph(x, launch: cuda_plans.CudaQuantLaunch | None = None):
+    """(q int8 [M, K], scale float32 [M]) of x float16/bfloat16/float32 [M, K]; launch: the
+    kernel's (threads, held), quant_launch's by default (tests force the others)."""
+    return _rows_graph(cuda_source.quantize(), x, x.shape[1], launch)
+
+
+def _swiglu_quantize_graph(y, launch: cuda_plans.CudaQuantLaunch | None = None):
+    """(q int8 [M, K], scale float32 [M]) of h = swiglu(y[:, :K], y[:, K:]) for y float16/bfloat16/
+    float32 [M, 2K], with the bits of _quantize_graph(backends.base.swiglu(...)); launch as there."""
+    return _rows_graph(cuda_source.swiglu_quantize(), y, y.shape[1] // 2, launch)
+
+
+def _quantizes_inside(row: cuda_choice.Variant, plan, m: int, k: int, dtype) -> bool:
+    """Whether the variant's own quantizing kernel takes x [m, k] of `dtype`: the plan's `fused`
+    where it says, else (a GEMV plan made without the dtype) cuda_plans.gemv_x_ok."""
     if row.quantizing is None:
         return False
     fused = getattr(plan, "fused", None)
-    return cuda_plans.gemv_x_ok(x.shape[0], x.shape[1], x.dtype.size) if fused is None else fused
+    return cuda_plans.gemv_x_ok(m, k, dtype.size) if fused is None else fused
 
 
 def w8a8_graph(x, w, scale_w, bias32, variant: str, plan, has_bias: bool,
@@ -349,11 +384,25 @@ def w8a8_graph(x, w, scale_w, bias32, variant: str, plan, has_bias: bool,
     `variant` with `plan`: y [M, N] in x's dtype; or, where the variant quantizes x itself
     (_quantizes_inside), its one kernel."""
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
-    if _quantizes_inside(row, plan, x):
+    if _quantizes_inside(row, plan, *x.shape, x.dtype):
         template = [("T", x.dtype)] + row.template(plan.cfg) + epilogue_template(x.dtype, has_bias, narrow)[1:]
         return _launch(row)(row.quantizing(), [x, w, scale_w, bias32], x.dtype, plan, template, row.maps)
     q, scale_x = _quantize_graph(x, quant)
     return dequant_graph(q, scale_x, w, scale_w, bias32, x.dtype, variant, plan, has_bias, narrow)
+
+
+def swiglu_w8a8_graph(gate_up, w, scale_w, bias32, variant: str, plan, has_bias: bool,
+                      quant: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
+    """w8a8_graph of h = swiglu(gate_up[:, :K], gate_up[:, K:]), y [M, N] in gate_up's dtype: the
+    SwiGLU quantization kernel, then dequant_graph; where the variant quantizes its input itself
+    (the GEMV), swiglu then w8a8_graph."""
+    m, k = gate_up.shape[0], gate_up.shape[1] // 2
+    row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
+    if _quantizes_inside(row, plan, m, k, gate_up.dtype):
+        h = swiglu(gate_up[:, :k], gate_up[:, k:])
+        return w8a8_graph(h, w, scale_w, bias32, variant, plan, has_bias, quant, narrow)
+    q, scale_x = _swiglu_quantize_graph(gate_up, quant)
+    return dequant_graph(q, scale_x, w, scale_w, bias32, gate_up.dtype, variant, plan, has_bias, narrow)
 
 
 # ---- entry points: one per operation ----
@@ -389,6 +438,14 @@ def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
 
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
+def _swiglu_w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
+    c = choice(m, n, k, w8a8=True, bias=has_bias)
+    quant, narrow = quant_launch(m, k), _narrow()
+    return _maybe_compile(
+        lambda gu, w, s, bias: swiglu_w8a8_graph(gu, w, s, bias, c.variant, c.plan, has_bias, quant, narrow))
+
+
+@lru_cache(maxsize=SHAPE_CACHE_SIZE)
 def _quantize_for_shape(m: int, k: int):
     launch = quant_launch(m, k)
     return _maybe_compile(lambda x: _quantize_graph(x, launch))
@@ -397,7 +454,8 @@ def _quantize_for_shape(m: int, k: int):
 def clear_caches() -> None:
     """Forget every built kernel object and compiled entry point (after changing COMPILE,
     INT8NAX_CUDA_KERNEL or INT8NAX_CUDA_EPILOGUE)."""
-    for fn in (_gemm_for_shape, _w8a8_for_shape, _quantize_for_shape, kernel_choice, epilogue_choice):
+    for fn in (_gemm_for_shape, _w8a8_for_shape, _swiglu_w8a8_for_shape, _quantize_for_shape, kernel_choice,
+               epilogue_choice, swiglu_choice):
         fn.cache_clear()
     if hasattr(_kernel, "cache_clear"):  # tests put a recorder in its place
         _kernel.cache_clear()
@@ -452,6 +510,13 @@ def w8a8(x, w, scale_w, bias, variant: str | None = None, plan=None, epilogue: s
         return _w8a8_for_shape(m, w.shape[0], k, has_bias)(x, w, scale_w, _bias32(bias))
     name, plan = _explicit(variant, plan, m, w.shape[0], k, True)
     return w8a8_graph(x, w, scale_w, _bias32(bias), name, plan, has_bias, quant_launch(m, k), _narrow(epilogue))
+
+
+def swiglu_w8a8(gate_up, w, scale_w, bias):
+    """w8a8(swiglu(gate_up[:, :K], gate_up[:, K:]), w, scale_w, bias) through the SwiGLU
+    quantization kernel, y [M, N] in gate_up's dtype: gate_up float [M, 2K], w int8 [N, K]."""
+    m, k = gate_up.shape[0], gate_up.shape[1] // 2
+    return _swiglu_w8a8_for_shape(m, w.shape[0], k, bias is not None)(gate_up, w, scale_w, _bias32(bias))
 
 
 def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, variant: str | None = None, plan=None,
@@ -527,6 +592,11 @@ class CUDABackend(Backend):
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         return w8a8(x, w, scale_w, bias)
+
+    def swiglu_w8a8_linear(self, gate_up: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
+        if swiglu_choice() == "fused":
+            return swiglu_w8a8(gate_up, w, scale_w, bias)
+        return super().swiglu_w8a8_linear(gate_up, w, scale_w, bias)
 
     def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
         """"cuda <variant> <BM>x<BN> splits=<s>", from cuda_choice.choose without launching: on this

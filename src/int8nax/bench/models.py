@@ -424,6 +424,7 @@ class Prepared:
                 out = self.run(tokens)
             first = time.perf_counter() - t0
             self.check[tokens] = _check_recorded(recorders, self.describe(tokens), self.sources)
+            self.check[tokens] += _check_swiglu_calls(self.model, recorders, self.describe(tokens))
         else:
             out = self.run(tokens)
             first = time.perf_counter() - t0
@@ -520,6 +521,27 @@ def _check_recorded(recorders, what: str, sources: dict | None = None) -> str:
             raise MismatchError(f"{what}: projection {rec.path}: {exc}") from None
         worst[unit] = max(worst.get(unit, 0.0), err)
     return ", ".join(f"{v:.2g} {'ulp' if u == 'ulp' else 'rel'}" for u, v in worst.items())
+
+
+def _check_swiglu_calls(model: nn.Module, recorders, what: str) -> str:
+    """The MLPs whose call quantize_linears replaced (int8nax.nn.SwiGLUMLPCall: one step for the
+    down projection's input and its quantization) ran their model's own call while recorded,
+    which the projections' check covers: each must give that call's bits on the recorded input
+    rows of its gate projection. Returns a note for the check's text ("" where there are none)."""
+    from ..nn import SwiGLUMLPCall
+
+    inputs = {rec.path: rec.seen[0] for rec in recorders if rec.seen is not None}
+    count = 0
+    for path, module in model.named_modules():
+        if not isinstance(module, SwiGLUMLPCall):
+            continue
+        x = inputs.get(f"{path}.gate_proj")
+        if x is None:
+            raise MismatchError(f"{what}: the MLP {path} has no recorded input")
+        if not mx.array_equal(module(x), module.own_call(x)).item():
+            raise MismatchError(f"{what}: the MLP {path}'s one-step SwiGLU call differs from the model's own call")
+        count += 1
+    return f" ({count} SwiGLU MLP call{'s' if count > 1 else ''} bit-identical)" if count else ""
 
 
 _built: dict[tuple, Prepared] = {}

@@ -1,0 +1,312 @@
+"""swiglu_w8a8_linear and the SwiGLU MLP call quantize_linears gives mlx-lm's MLPs: the bits of
+the model's own two steps (mlx-lm's swiglu, then w8a8_linear), on every backend here."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+import int8nax
+from int8nax import backends
+from int8nax import nn as inn
+
+mlx_lm_models = pytest.importorskip("mlx_lm.models", reason="mlx-lm (the test extra) gives the MLP classes")
+from mlx_lm.models import llama, qwen2, qwen3  # noqa: E402
+from mlx_lm.models.activations import swiglu as mlx_lm_swiglu  # noqa: E402
+
+DTYPES = (mx.float32, mx.float16, mx.bfloat16)
+
+
+def problem(m=7, k=96, n=40, dtype=mx.bfloat16, bias=False, seed=0):
+    rng = np.random.default_rng(seed)
+    gate_up = mx.array((rng.standard_normal((m, 2 * k)) * 3).astype(np.float32)).astype(dtype)
+    w, s = int8nax.quantize_weight_int8(mx.array(rng.standard_normal((n, k)).astype(np.float32)))
+    b = mx.array(rng.standard_normal(n).astype(np.float32)) if bias else None
+    return gate_up, w, s, b
+
+
+def two_steps(gate_up, w, s, b, backend=None):
+    k = gate_up.shape[-1] // 2
+    return int8nax.w8a8_linear(mlx_lm_swiglu(gate_up[..., :k], gate_up[..., k:]), w, s, b, backend=backend)
+
+
+# ---- the function ----
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("bias", [False, True])
+def test_bits_of_swiglu_then_w8a8(dtype, bias):
+    gate_up, w, s, b = problem(dtype=dtype, bias=bias)
+    got = int8nax.swiglu_w8a8_linear(gate_up, w, s, b)
+    assert got.dtype == dtype and got.shape == (7, 40)
+    assert mx.array_equal(got, two_steps(gate_up, w, s, b)).item()
+
+
+def test_leading_axes_and_numpy_inputs():
+    gate_up, w, s, b = problem(m=6, bias=True)
+    want = two_steps(gate_up, w, s, b)
+    got = int8nax.swiglu_w8a8_linear(gate_up.reshape(2, 3, -1), w, s, b)
+    assert got.shape == (2, 3, 40) and mx.array_equal(got.reshape(6, 40), want).item()
+    f32 = gate_up.astype(mx.float32)
+    got = int8nax.swiglu_w8a8_linear(np.array(f32), np.array(w), np.array(s), np.array(b))
+    assert mx.array_equal(got, two_steps(f32, w, s, b)).item()
+
+
+def test_no_rows_give_the_bias_shape():
+    _, w, s, b = problem(bias=True)
+    y = int8nax.swiglu_w8a8_linear(mx.zeros((0, 192), dtype=mx.float16), w, s, b)
+    assert y.shape == (0, 40) and y.dtype == mx.float16
+
+
+@pytest.mark.parametrize("args,exc,words", [
+    (lambda g, w, s: (g[:, :95], w, s), ValueError, "'gate_up' must have last dimension 2K = 192"),
+    (lambda g, w, s: (g.astype(mx.int32), w, s), TypeError, "gate_up"),
+    (lambda g, w, s: (g, w.astype(mx.int32), s), TypeError, "w_int8"),
+    (lambda g, w, s: (g, w, s[:3]), ValueError, "scale_w"),
+    (lambda g, w, s: (mx.array(1.0), w, s), ValueError, "gate_up"),
+])
+def test_bad_input_is_named(args, exc, words):
+    gate_up, w, s, _ = problem()
+    with pytest.raises(exc, match=words):
+        int8nax.swiglu_w8a8_linear(*args(gate_up, w, s))
+    with pytest.raises(ValueError, match="backend"):
+        int8nax.swiglu_w8a8_linear(gate_up, w, s, backend="tpu")
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_gradients_are_those_of_the_two_steps(bias):
+    gate_up, w, s, b = problem(dtype=mx.float32, bias=bias, seed=4)
+
+    def loss(f):
+        return lambda g, bb: (f(g, w, s, bb) * mx.arange(40, dtype=mx.float32)).sum()
+
+    argnums = (0, 1) if bias else 0
+    got = mx.grad(loss(int8nax.swiglu_w8a8_linear), argnums=argnums)(gate_up, b)
+    want = mx.grad(loss(two_steps), argnums=argnums)(gate_up, b)
+    for g_, w_ in zip(got if bias else [got], want if bias else [want]):
+        assert mx.array_equal(g_, w_).item()
+    tangent = mx.sin(mx.arange(gate_up.size, dtype=mx.float32)).reshape(gate_up.shape)
+    jg = mx.jvp(lambda g: int8nax.swiglu_w8a8_linear(g, w, s, b), [gate_up], [tangent])[1][0]
+    jw = mx.jvp(lambda g: two_steps(g, w, s, b), [gate_up], [tangent])[1][0]
+    assert mx.array_equal(jg, jw).item()
+
+
+# ---- the MLP call quantize_linears gives ----
+
+class GeluMLP(nn.Module):
+    def __init__(self, dims=64, hidden=96):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(dims, hidden, bias=False), nn.Linear(dims, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dims, bias=False)
+
+    def __call__(self, x):
+        return self.down_proj(nn.gelu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def swiglu(gate, x):  # the name mlx-lm uses, computing something else
+    return nn.gelu(gate) * x
+
+
+class LookalikeMLP(GeluMLP):
+    def __call__(self, x):
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+class SwappedMLP(GeluMLP):
+    def __call__(self, x):
+        return self.down_proj(mlx_lm_swiglu(self.up_proj(x), self.gate_proj(x)))
+
+
+def test_recognises_exactly_mlx_lms_swiglu_call():
+    for cls in (qwen2.MLP, qwen3.MLP, llama.MLP):
+        assert inn._mlx_lm_swiglu_call(cls), cls.__module__
+    for cls in (GeluMLP, LookalikeMLP, SwappedMLP, nn.Linear):
+        assert not inn._mlx_lm_swiglu_call(cls), cls.__name__
+
+
+def pair(make, seed=1, backend=None):
+    """(taken over, reference with fuse=False) copies of one quantized MLP."""
+    mx.random.seed(seed)
+    ref = make()
+    mx.eval(ref.parameters())
+    mlp = copy.deepcopy(ref)
+    inn.quantize_linears(ref, backend=backend, fuse=False)
+    inn.quantize_linears(mlp, backend=backend)
+    return mlp, ref
+
+
+@pytest.mark.parametrize("make", [lambda: qwen2.MLP(64, 160), lambda: qwen3.MLP(64, 160)], ids=["qwen2", "qwen3"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_taken_over_mlp_gives_the_models_bits(make, dtype):
+    mlp, ref = pair(make)
+    assert isinstance(mlp, inn.SwiGLUMLPCall) and isinstance(mlp, type(ref)) and type(mlp).__name__ == "MLP"
+    assert not isinstance(ref, inn.SwiGLUMLPCall)
+    x = mx.random.normal((2, 5, 64)).astype(dtype)
+    assert mx.array_equal(mlp(x), ref(x)).item()
+    assert mx.array_equal(mlp(x), mlp.own_call(x)).item()
+
+
+def test_taken_over_mlp_calls_the_one_step_function(monkeypatch):
+    mlp, _ = pair(lambda: qwen2.MLP(64, 160), backend="cpu")
+    impl = backends.get("cpu")
+    seen = []
+    real = impl.swiglu_w8a8_linear
+    monkeypatch.setattr(impl, "swiglu_w8a8_linear", lambda g, w, s, b: seen.append(g.shape) or real(g, w, s, b))
+    mx.eval(mlp(mx.random.normal((3, 64))))
+    assert seen == [(3, 320)]
+    seen.clear()
+    mx.eval(mlp.own_call(mx.random.normal((3, 64))))
+    assert seen == []
+
+
+def test_other_mlps_keep_their_call():
+    for make in (GeluMLP, LookalikeMLP, SwappedMLP):
+        mlp, ref = pair(make)
+        assert type(mlp) is make
+        x = mx.random.normal((3, 64))
+        assert mx.array_equal(mlp(x), ref(x)).item()
+    mlp, _ = pair(lambda: qwen2.MLP(64, 160))
+    unfused = qwen2.MLP(64, 160)
+    inn.quantize_linears(unfused, fuse=False)  # no group: nothing to take over
+    assert type(unfused) is qwen2.MLP
+
+
+def test_a_changed_module_takes_its_own_call():
+    mlp, ref = pair(lambda: qwen2.MLP(64, 160))
+    x = mx.random.normal((3, 64))
+    mlp.down_proj = nn.Linear(160, 64, bias=False)  # a float layer again
+    want = mlx_lm_swiglu(mlp.gate_proj(x), mlp.up_proj(x))
+    assert mx.array_equal(mlp(x), mlp.down_proj(want)).item()
+
+
+class GraphBackend(backends.Backend):
+    """Stays in MLX's graph (float math on the dequantized weights), as the CUDA backend does:
+    what mx.compile of a whole model needs (the CPU backend computes in numpy)."""
+
+    name = "graph"
+
+    def __init__(self):
+        self.calls = []
+
+    def w8a8_linear(self, x, w, scale_w, bias):
+        y = x.astype(mx.float32) @ (w.astype(mx.float32) * scale_w[:, None]).T
+        return (y if bias is None else y + bias).astype(x.dtype)
+
+    def swiglu_w8a8_linear(self, gate_up, w, scale_w, bias):
+        self.calls.append(gate_up.shape)
+        return super().swiglu_w8a8_linear(gate_up, w, scale_w, bias)
+
+
+def test_taken_over_mlp_under_compile_and_grad(monkeypatch):
+    graph = GraphBackend()
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: graph)
+    mlp, ref = pair(lambda: qwen2.MLP(64, 160))
+    x = mx.random.normal((2, 3, 64))
+    eager = mlp(x)
+    assert graph.calls == [(6, 320)] and mx.array_equal(eager, ref(x)).item()
+    graph.calls.clear()
+    step = mx.compile(mlp)
+    assert mx.array_equal(step(x), eager).item() and graph.calls == [(6, 320)]  # traced once
+    assert mx.array_equal(step(x * 2), mlp(x * 2)).item()
+    # the gradient of the group's own two steps; the separate layers' sums two products instead of one
+    gx = mx.grad(lambda v: mlp(v).sum())(x)
+    assert mx.array_equal(gx, mx.grad(lambda v: mlp.own_call(v).sum())(x)).item()
+    assert mx.allclose(gx, mx.grad(lambda v: ref(v).sum())(x), rtol=1e-5, atol=1e-6).item()
+
+
+def test_a_split_group_takes_the_models_call(monkeypatch):
+    mlp, ref = pair(lambda: qwen2.MLP(64, 160))
+    mlp.gate_proj._group.shared = False
+    x = mx.random.normal((3, 64))
+    assert mx.array_equal(mlp(x), ref(x)).item()
+
+
+def test_wrong_input_width_is_named():
+    mlp, _ = pair(lambda: qwen2.MLP(64, 160))
+    with pytest.raises(ValueError, match="input_dims = 64"):
+        mlp(mx.zeros((2, 63)))
+
+
+def test_copy_pickle_and_weights_round_trip(tmp_path):
+    mlp, ref = pair(lambda: qwen3.MLP(64, 160))
+    x = mx.random.normal((4, 64)).astype(mx.bfloat16)
+    want = ref(x)
+    for twin in (copy.deepcopy(mlp), pickle.loads(pickle.dumps(mlp))):
+        assert type(twin) is type(mlp) and twin.gate_proj._group is not mlp.gate_proj._group
+        assert mx.array_equal(twin(x), want).item()
+    mlp.save_weights(str(tmp_path / "w.safetensors"))
+    fresh, _ = pair(lambda: qwen3.MLP(64, 160), seed=9)
+    assert not mx.array_equal(fresh(x), want).item()
+    fresh.load_weights(str(tmp_path / "w.safetensors"))
+    assert mx.array_equal(fresh(x), want).item()
+
+
+def test_a_whole_mlx_lm_model():
+    args = qwen2.ModelArgs(model_type="qwen2", hidden_size=64, num_hidden_layers=2, intermediate_size=160,
+                           num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, vocab_size=97)
+    mx.random.seed(5)
+    ref = qwen2.Model(args)
+    mx.eval(ref.parameters())
+    model = copy.deepcopy(ref)
+    inn.quantize_linears(ref, fuse=False)
+    assert inn.quantize_linears(model) == 14
+    assert sum(isinstance(m, inn.SwiGLUMLPCall) for _, m in model.named_modules()) == 2
+    assert inn.take_over_swiglu_mlps(model) == 0  # once is enough
+    ids = mx.array([[3, 14, 15, 92, 65, 35, 89, 79]])
+    assert mx.array_equal(model(ids), ref(ids)).item()
+
+
+def test_computes_swiglu_refuses_other_functions():
+    assert inn._computes_swiglu(mlx_lm_swiglu)
+    assert not inn._computes_swiglu(swiglu)
+    assert not inn._computes_swiglu(lambda g, u: nn.silu(g) * u.astype(mx.float32))
+    assert not inn._computes_swiglu(None)
+
+
+# ---- CUDA: the switch, and the one-kernel path on a GPU ----
+
+def test_cuda_switch_is_read_and_checked(monkeypatch):
+    from int8nax.backends import cuda
+
+    seen = []
+    monkeypatch.setattr(cuda, "swiglu_w8a8", lambda *a: seen.append("fused") or "fused")
+    monkeypatch.setattr(backends.Backend, "swiglu_w8a8_linear", lambda self, *a: seen.append("split") or "split")
+    try:
+        for value, want in (("", cuda.SWIGLU_DEFAULT), ("fused", "fused"), (" Split ", "split")):
+            monkeypatch.setenv(cuda.SWIGLU_ENV, value)
+            cuda.clear_caches()
+            assert cuda.BACKEND.swiglu_w8a8_linear(None, None, None, None) == want
+        monkeypatch.setenv(cuda.SWIGLU_ENV, "fast")
+        cuda.clear_caches()
+        with pytest.raises(ValueError, match=r"INT8NAX_CUDA_SWIGLU: expected one of \['fused', 'split'\], got 'fast'"):
+            cuda.BACKEND.swiglu_w8a8_linear(None, None, None, None)
+    finally:
+        monkeypatch.delenv(cuda.SWIGLU_ENV)
+        cuda.clear_caches()
+
+
+def _on_cuda() -> bool:
+    return getattr(mx, "cuda", None) is not None and mx.cuda.is_available()
+
+
+@pytest.mark.skipif(not _on_cuda(), reason="needs MLX's CUDA backend and an NVIDIA GPU")
+@pytest.mark.parametrize("make", [lambda: qwen2.MLP(3584, 18944), lambda: qwen3.MLP(4096, 12288)], ids=["qwen2.5-7b", "qwen3-8b"])
+def test_model_sized_mlp_fused_on_the_gpu(monkeypatch, make):
+    """INT8NAX_CUDA_SWIGLU=fused (kernels/cuda/swiglu_quantize.cuh) against the model's own call,
+    bit for bit, at decode (the GEMV where it is the default) and prefill row counts."""
+    from int8nax.backends import cuda
+
+    monkeypatch.setenv(cuda.SWIGLU_ENV, "fused")
+    cuda.clear_caches()
+    try:
+        mlp, _ = pair(make)
+        mlp.set_dtype(mx.bfloat16)
+        for m in (1, 16, 300, 512):
+            x = (mx.random.normal((m, mlp.gate_proj.input_dims)) * 2).astype(mx.bfloat16)
+            assert mx.array_equal(mlp(x), mlp.own_call(x)).item(), m
+    finally:
+        cuda.clear_caches()
