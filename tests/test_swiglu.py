@@ -128,6 +128,14 @@ def test_recognises_exactly_mlx_lms_swiglu_call():
         assert not inn._mlx_lm_swiglu_call(cls), cls.__name__
 
 
+@pytest.fixture
+def one_step(monkeypatch):
+    """Every backend here as if it ran swiglu_w8a8_linear in one step (as CUDA does with
+    INT8NAX_CUDA_SWIGLU=fused), so that taken-over MLPs use it: their two-step fallback gives
+    the same bits, which these tests check."""
+    monkeypatch.setattr(backends.Backend, "swiglu_one_step", lambda self: True)
+
+
 def pair(make, seed=1, backend=None):
     """(taken over, reference with fuse=False) copies of one quantized MLP."""
     mx.random.seed(seed)
@@ -141,7 +149,7 @@ def pair(make, seed=1, backend=None):
 
 @pytest.mark.parametrize("make", [lambda: qwen2.MLP(64, 160), lambda: qwen3.MLP(64, 160)], ids=["qwen2", "qwen3"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
-def test_taken_over_mlp_gives_the_models_bits(make, dtype):
+def test_taken_over_mlp_gives_the_models_bits(one_step, make, dtype):
     mlp, ref = pair(make)
     assert isinstance(mlp, inn.SwiGLUMLPCall) and isinstance(mlp, type(ref)) and type(mlp).__name__ == "MLP"
     assert not isinstance(ref, inn.SwiGLUMLPCall)
@@ -150,16 +158,18 @@ def test_taken_over_mlp_gives_the_models_bits(make, dtype):
     assert mx.array_equal(mlp(x), mlp.own_call(x)).item()
 
 
-def test_taken_over_mlp_calls_the_one_step_function(monkeypatch):
-    mlp, _ = pair(lambda: qwen2.MLP(64, 160), backend="cpu")
+def test_taken_over_mlp_calls_the_one_step_function_where_there_is_one(monkeypatch):
+    mlp, ref = pair(lambda: qwen2.MLP(64, 160), backend="cpu")
     impl = backends.get("cpu")
     seen = []
     real = impl.swiglu_w8a8_linear
     monkeypatch.setattr(impl, "swiglu_w8a8_linear", lambda g, w, s, b: seen.append(g.shape) or real(g, w, s, b))
-    mx.eval(mlp(mx.random.normal((3, 64))))
-    assert seen == [(3, 320)]
+    x = mx.random.normal((3, 64))
+    assert mx.array_equal(mlp(x), ref(x)).item() and seen == []  # no one-step kernel: the model's call
+    monkeypatch.setattr(impl, "swiglu_one_step", lambda: True)
+    assert mx.array_equal(mlp(x), ref(x)).item() and seen == [(3, 320)]
     seen.clear()
-    mx.eval(mlp.own_call(mx.random.normal((3, 64))))
+    mx.eval(mlp.own_call(x))
     assert seen == []
 
 
@@ -175,7 +185,7 @@ def test_other_mlps_keep_their_call():
     assert type(unfused) is qwen2.MLP
 
 
-def test_a_changed_module_takes_its_own_call():
+def test_a_changed_module_takes_its_own_call(one_step):
     mlp, ref = pair(lambda: qwen2.MLP(64, 160))
     x = mx.random.normal((3, 64))
     mlp.down_proj = nn.Linear(160, 64, bias=False)  # a float layer again
@@ -195,6 +205,9 @@ class GraphBackend(backends.Backend):
     def w8a8_linear(self, x, w, scale_w, bias):
         y = x.astype(mx.float32) @ (w.astype(mx.float32) * scale_w[:, None]).T
         return (y if bias is None else y + bias).astype(x.dtype)
+
+    def swiglu_one_step(self):
+        return True
 
     def swiglu_w8a8_linear(self, gate_up, w, scale_w, bias):
         self.calls.append(gate_up.shape)
@@ -218,20 +231,20 @@ def test_taken_over_mlp_under_compile_and_grad(monkeypatch):
     assert mx.allclose(gx, mx.grad(lambda v: ref(v).sum())(x), rtol=1e-5, atol=1e-6).item()
 
 
-def test_a_split_group_takes_the_models_call(monkeypatch):
+def test_a_split_group_takes_the_models_call(one_step):
     mlp, ref = pair(lambda: qwen2.MLP(64, 160))
     mlp.gate_proj._group.shared = False
     x = mx.random.normal((3, 64))
     assert mx.array_equal(mlp(x), ref(x)).item()
 
 
-def test_wrong_input_width_is_named():
+def test_wrong_input_width_is_named(one_step):
     mlp, _ = pair(lambda: qwen2.MLP(64, 160))
     with pytest.raises(ValueError, match="input_dims = 64"):
         mlp(mx.zeros((2, 63)))
 
 
-def test_copy_pickle_and_weights_round_trip(tmp_path):
+def test_copy_pickle_and_weights_round_trip(one_step, tmp_path):
     mlp, ref = pair(lambda: qwen3.MLP(64, 160))
     x = mx.random.normal((4, 64)).astype(mx.bfloat16)
     want = ref(x)
@@ -245,7 +258,7 @@ def test_copy_pickle_and_weights_round_trip(tmp_path):
     assert mx.array_equal(fresh(x), want).item()
 
 
-def test_a_whole_mlx_lm_model():
+def test_a_whole_mlx_lm_model(one_step):
     args = qwen2.ModelArgs(model_type="qwen2", hidden_size=64, num_hidden_layers=2, intermediate_size=160,
                            num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, vocab_size=97)
     mx.random.seed(5)
@@ -310,3 +323,24 @@ def test_model_sized_mlp_fused_on_the_gpu(monkeypatch, make):
             assert mx.array_equal(mlp(x), mlp.own_call(x)).item(), m
     finally:
         cuda.clear_caches()
+
+
+def test_the_model_check_compares_one_step_calls_with_the_models_own(one_step, monkeypatch):
+    from int8nax.bench import models
+
+    args = qwen2.ModelArgs(model_type="qwen2", hidden_size=64, num_hidden_layers=2, intermediate_size=160,
+                           num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, vocab_size=97)
+    mx.random.seed(6)
+    model = qwen2.Model(args)
+    inn.quantize_linears(model)
+    ids = mx.array([[1, 2, 3, 4, 5]])
+    with models._recording(model) as recorders:
+        mx.eval(model(ids))
+    assert models._check_swiglu_calls(model, recorders, "m") == " (2 SwiGLU MLP calls bit-identical)"
+    impl = backends.get("cpu")
+    real = impl.swiglu_w8a8_linear
+    monkeypatch.setattr(impl, "swiglu_w8a8_linear", lambda g, w, s, b: real(g, w, s * 1.001, b))
+    with pytest.raises(models.MismatchError, match=r"the MLP model\.layers\.[01]\.mlp's one-step SwiGLU call differs"):
+        models._check_swiglu_calls(model, recorders, "m")
+    monkeypatch.setattr(backends.Backend, "swiglu_one_step", lambda self: False)
+    assert models._check_swiglu_calls(model, recorders, "m") == ""  # the model's own call ran: nothing to compare

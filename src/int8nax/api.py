@@ -533,6 +533,39 @@ def swiglu_w8a8_linear(gate_up, w_int8, scale_w, bias=None, *, backend: str | No
 
     Gradient: that of the composition (MLX's for swiglu, w8a8_linear's straight-through).
     """
+    if (backend is None and type(gate_up) is _ARRAY and type(w_int8) is _ARRAY and type(scale_w) is _ARRAY
+            and (bias is None or type(bias) is _ARRAY)):
+        xs, ws, ss = gate_up.shape, w_int8.shape, scale_w.shape
+        if (len(ws) == 2 and len(ss) == 1 and xs and xs[-1] == 2 * ws[1] and ss[0] == ws[0] and ws[0]
+                and 0 < ws[1] <= MAX_K and gate_up.dtype in _FLOATS and w_int8.dtype == _INT8
+                and scale_w.dtype == _FLOAT32
+                and (bias is None or (bias.shape == ss and bias.dtype in _FLOATS))
+                and 0 not in xs and not backend_env_set()):
+            if len(xs) == 2:
+                return _swiglu_rows(backends.resolve(None), gate_up, w_int8, scale_w, bias)
+            y = _swiglu_rows(backends.resolve(None), gate_up.reshape(-1, xs[-1]), w_int8, scale_w, bias)
+            return y.reshape(xs[:-1] + (ws[0],))
+    return _swiglu_w8a8_linear_checked(gate_up, w_int8, scale_w, bias, backend)
+
+
+def _swiglu_rows(impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:
+    """y [M, N] of a valid, non-empty swiglu_w8a8_linear on 2-D rows [M, 2K]; with the gradient
+    of the two steps."""
+    func = "swiglu_w8a8_linear"
+    arrays = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
+    try:
+        if _may_skip_custom(*arrays):
+            try:
+                return impl.swiglu_w8a8_linear(rows, w, scale_w, bias)
+            except ValueError as exc:
+                _reraise_untraceable(func, impl, exc)
+        y = _untraceable(func, impl, lambda: impl.swiglu_w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
+    except RuntimeError as exc:
+        _reraise_foreign(func, exc, (("gate_up", rows), ("w_int8", w), ("scale_w", scale_w), ("bias", bias)))
+    return _swiglu_grad(bias is not None)(*arrays, mx.stop_gradient(y))
+
+
+def _swiglu_w8a8_linear_checked(gate_up, w_int8, scale_w, bias, backend) -> mx.array:
     func = "swiglu_w8a8_linear"
     check_backend(backend, func)
     x = as_mx(gate_up, "gate_up", func, FLOAT_DTYPES)
@@ -552,28 +585,15 @@ def swiglu_w8a8_linear(gate_up, w_int8, scale_w, bias=None, *, backend: str | No
         bias = as_mx(bias, "bias", func, FLOAT_DTYPES, float64_to_float32=True)
         check_vector(bias, "bias", func, n, "one value per output channel")
     impl = backends.resolve(backend)
-    rows, lead = (x, None) if x.ndim == 2 else _rows(x)
-    m = rows.shape[0]
-    if m == 0 or n == 0 or k == 0:
+    rows, lead = _rows(x)
+    if rows.shape[0] == 0 or n == 0 or k == 0:
         # as w8a8_linear: quant(h) of an empty row is 0, so y is the bias (or 0)
-        y = mx.zeros((m, n), dtype=x.dtype)
-        if bias is not None and m > 0:
+        y = mx.zeros((rows.shape[0], n), dtype=x.dtype)
+        if bias is not None and rows.shape[0] > 0:
             y = y + bias.astype(x.dtype)
-        return y if lead is None else y.reshape(*lead, n)
-    named = (("gate_up", rows), ("w_int8", w), ("scale_w", scale_w), ("bias", bias))
-    arrays = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
-    try:
-        if _may_skip_custom(*arrays):
-            try:
-                y = impl.swiglu_w8a8_linear(rows, w, scale_w, bias)
-            except ValueError as exc:
-                _reraise_untraceable(func, impl, exc)
-        else:
-            y = _untraceable(func, impl, lambda: impl.swiglu_w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
-            y = _swiglu_grad(bias is not None)(*arrays, mx.stop_gradient(y))
-    except RuntimeError as exc:
-        _reraise_foreign(func, exc, named)
-    return y if lead is None else y.reshape(*lead, n)
+    else:
+        y = _swiglu_rows(impl, rows, w, scale_w, bias)
+    return y.reshape(*lead, n)
 
 
 def _w8a8_rows(impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:

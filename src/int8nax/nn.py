@@ -26,9 +26,10 @@ group's concatenated arrays.
 
 SwiGLU MLPs. An MLP whose call is mlx-lm's `down_proj(swiglu(gate_proj(x), up_proj(x)))` (Llama,
 Qwen2, Qwen3, Mistral and most of mlx-lm's dense models), with gate and up in one sibling group,
-is given a call that hands the group's joint output to int8nax.swiglu_w8a8_linear: on CUDA one
+is given a call that hands the group's joint output to int8nax.swiglu_w8a8_linear where the
+backend does that in one step (Backend.swiglu_one_step: CUDA with INT8NAX_CUDA_SWIGLU=fused): one
 kernel computes h = silu(gate) * up and quantizes it for the down projection (h never written
-out), with the bits of the model's own call. The module's class is swapped for a subclass of
+out), with the bits of the model's own call, which every other backend keeps. The module's class is swapped for a subclass of
 its own (same name, isinstance and tree); a module whose children no longer fit takes its own
 call.
 """
@@ -47,6 +48,7 @@ from mlx.utils import tree_map_with_path
 
 from ._checks import check_backend, dtype_name
 from .api import _may_skip_custom, quantize_weight_int8, swiglu_w8a8_linear, w8a8_linear
+from . import backends
 from .backends import swiglu as _swiglu
 
 _ALWAYS_FROZEN = frozenset({"weight", "scales"})
@@ -459,13 +461,25 @@ class SwiGLUMLPCall:
     def own_call(self, x):
         return self._swiglu_base.__call__(self, x)
 
-    def __call__(self, x):
-        gate, up, down = self.get("gate_proj"), self.get("up_proj"), self.get("down_proj")
+    def one_step(self):
+        """(gate group, down projection) where a call now takes swiglu_w8a8_linear (the children
+        still fit and the backend runs it in one step), else None."""
+        down = self.get("down_proj")
+        if type(down) is not W8A8Linear or not backends.resolve(down._backend).swiglu_one_step():
+            return None
+        gate, up = self.get("gate_proj"), self.get("up_proj")
         group = getattr(gate, "_group", None)
-        if (group is None or not group.shared or group.members != (gate, up) or type(down) is not W8A8Linear
-                or down._group is not None or down._backend != group.backend or down.input_dims != gate.output_dims):
+        if (group is None or not group.shared or down._group is not None or down._backend != group.backend
+                or len(group.members) != 2 or group.members[0] is not gate or group.members[1] is not up):
+            return None
+        return group, down
+
+    def __call__(self, x):
+        fits = self.one_step()
+        if fits is None:
             return super().__call__(x)
-        gate._check_input(x)
+        group, down = fits
+        group.members[0]._check_input(x)
         return swiglu_w8a8_linear(group.joint_output(x), down.weight, down.scales, down.get("bias"),
                                   backend=down._backend)
 

@@ -60,6 +60,11 @@ class Backend:
         """dequant(quant(x) @ w.T) (+ bias) in x's dtype, [M, N]."""
         raise NotImplementedError
 
+    def swiglu_one_step(self) -> bool:
+        """Whether swiglu_w8a8_linear is one kernel for h and its quantization here; where it is
+        not, int8nax.nn's SwiGLU MLPs keep the model's own call (no gain, more host work)."""
+        return False
+
     def swiglu_w8a8_linear(self, gate_up: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         """w8a8_linear(swiglu(gate, up), w, scale_w, bias) in gate_up's dtype, [M, N]: the two steps;
         a backend with one kernel for h's quantization overrides this with the same bits."""

@@ -593,6 +593,9 @@ class CUDABackend(Backend):
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         return w8a8(x, w, scale_w, bias)
 
+    def swiglu_one_step(self) -> bool:
+        return swiglu_choice() == "fused"
+
     def swiglu_w8a8_linear(self, gate_up: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         if swiglu_choice() == "fused":
             return swiglu_w8a8(gate_up, w, scale_w, bias)

@@ -524,8 +524,8 @@ def _check_recorded(recorders, what: str, sources: dict | None = None) -> str:
 
 
 def _check_swiglu_calls(model: nn.Module, recorders, what: str) -> str:
-    """The MLPs whose call quantize_linears replaced (int8nax.nn.SwiGLUMLPCall: one step for the
-    down projection's input and its quantization) ran their model's own call while recorded,
+    """The MLPs whose call quantize_linears replaced (int8nax.nn.SwiGLUMLPCall), where it takes one
+    step for the down projection's input and its quantization, ran their model's own call while recorded,
     which the projections' check covers: each must give that call's bits on the recorded input
     rows of its gate projection. Returns a note for the check's text ("" where there are none)."""
     from ..nn import SwiGLUMLPCall
@@ -533,7 +533,7 @@ def _check_swiglu_calls(model: nn.Module, recorders, what: str) -> str:
     inputs = {rec.path: rec.seen[0] for rec in recorders if rec.seen is not None}
     count = 0
     for path, module in model.named_modules():
-        if not isinstance(module, SwiGLUMLPCall):
+        if not isinstance(module, SwiGLUMLPCall) or module.one_step() is None:
             continue
         x = inputs.get(f"{path}.gate_proj")
         if x is None:
