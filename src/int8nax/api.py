@@ -509,10 +509,10 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
                 and (bias is None or (bias.shape == ss and bias.dtype in _FLOATS))
                 and 0 not in xs and not backend_env_set()):
             if len(xs) == 2:  # no reshapes (~0.5 µs each)
-                return _w8a8_rows(backends.resolve(None), x, w_int8, scale_w, bias)
-            y = _w8a8_rows(backends.resolve(None), x.reshape(-1, xs[-1]), w_int8, scale_w, bias)
+                return _linear_rows(_W8A8, backends.resolve(None), x, w_int8, scale_w, bias)
+            y = _linear_rows(_W8A8, backends.resolve(None), x.reshape(-1, xs[-1]), w_int8, scale_w, bias)
             return y.reshape(xs[:-1] + (ws[0],))
-    return _w8a8_linear_checked(x, w_int8, scale_w, bias, backend)
+    return _linear_checked(_W8A8, x, w_int8, scale_w, bias, backend)
 
 
 def swiglu_w8a8_linear(gate_up, w_int8, scale_w, bias=None, *, backend: str | None = None) -> mx.array:
@@ -542,87 +542,59 @@ def swiglu_w8a8_linear(gate_up, w_int8, scale_w, bias=None, *, backend: str | No
                 and (bias is None or (bias.shape == ss and bias.dtype in _FLOATS))
                 and 0 not in xs and not backend_env_set()):
             if len(xs) == 2:
-                return _swiglu_rows(backends.resolve(None), gate_up, w_int8, scale_w, bias)
-            y = _swiglu_rows(backends.resolve(None), gate_up.reshape(-1, xs[-1]), w_int8, scale_w, bias)
+                return _linear_rows(_SWIGLU_W8A8, backends.resolve(None), gate_up, w_int8, scale_w, bias)
+            y = _linear_rows(_SWIGLU_W8A8, backends.resolve(None), gate_up.reshape(-1, xs[-1]), w_int8, scale_w, bias)
             return y.reshape(xs[:-1] + (ws[0],))
-    return _swiglu_w8a8_linear_checked(gate_up, w_int8, scale_w, bias, backend)
+    return _linear_checked(_SWIGLU_W8A8, gate_up, w_int8, scale_w, bias, backend)
 
 
-def _swiglu_rows(impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:
-    """y [M, N] of a valid, non-empty swiglu_w8a8_linear on 2-D rows [M, 2K]; with the gradient
-    of the two steps."""
-    func = "swiglu_w8a8_linear"
+class _Linear:
+    """What differs between w8a8_linear and swiglu_w8a8_linear around their backend calls: the
+    name in messages, the input's name and width (K, or 2K for gate|up side by side), the backend
+    method and the custom function that gives the gradient."""
+
+    def __init__(self, func: str, x_name: str, x_shape: str, halves: int, method: str, grad):
+        self.func, self.x_name, self.x_shape, self.halves = func, x_name, x_shape, halves
+        self.method, self.grad = method, grad
+
+    def check_width(self, width: int, k: int) -> None:
+        if self.halves == 1:
+            check_same_k(width, self.x_name, k, "w_int8", self.func)
+        elif width != self.halves * k:
+            raise ValueError(
+                f"{self.func}: '{self.x_name}' must have last dimension 2K = {2 * k} (gate and up side by "
+                f"side, K = {k} from 'w_int8' [N, K]), got last dimension {width}")
+
+
+def _linear_rows(op: _Linear, impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:
+    """y [M, N] of a valid, non-empty problem on 2-D rows: straight to the backend where no
+    transformation can see the call, else with op's gradient."""
+    call = getattr(impl, op.method)  # looked up per call: tests patch backends
     arrays = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
     try:
         if _may_skip_custom(*arrays):
             try:
-                return impl.swiglu_w8a8_linear(rows, w, scale_w, bias)
+                return call(rows, w, scale_w, bias)
             except ValueError as exc:
-                _reraise_untraceable(func, impl, exc)
-        y = _untraceable(func, impl, lambda: impl.swiglu_w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
+                _reraise_untraceable(op.func, impl, exc)
+        y = _untraceable(op.func, impl, lambda: call(*_forward_inputs(impl, rows, w, scale_w, bias)))
     except RuntimeError as exc:
-        _reraise_foreign(func, exc, (("gate_up", rows), ("w_int8", w), ("scale_w", scale_w), ("bias", bias)))
-    return _swiglu_grad(bias is not None)(*arrays, mx.stop_gradient(y))
+        _reraise_foreign(op.func, exc, ((op.x_name, rows), ("w_int8", w), ("scale_w", scale_w), ("bias", bias)))
+    return op.grad(bias is not None)(*arrays, mx.stop_gradient(y))
 
 
-def _swiglu_w8a8_linear_checked(gate_up, w_int8, scale_w, bias, backend) -> mx.array:
-    func = "swiglu_w8a8_linear"
+def _linear_checked(op: _Linear, x, w_int8, scale_w, bias, backend) -> mx.array:
+    """Every argument checked (errors name it), empty problems answered, then _linear_rows."""
+    func = op.func
     check_backend(backend, func)
-    x = as_mx(gate_up, "gate_up", func, FLOAT_DTYPES)
+    x = as_mx(x, op.x_name, func, FLOAT_DTYPES)
     w = as_mx(w_int8, "w_int8", func, (mx.int8,))
     scale_w = as_mx(scale_w, "scale_w", func, (mx.float32,))
     if x.ndim < 1:
-        raise ValueError(f"{func}: 'gate_up' must be at least 1-D [..., 2K], got a scalar")
+        raise ValueError(f"{func}: '{op.x_name}' must be at least 1-D {op.x_shape}, got a scalar")
     check_ndim(w, "w_int8", func, 2, "[N, K]")
     n, k = w.shape
-    if x.shape[-1] != 2 * k:
-        raise ValueError(
-            f"{func}: 'gate_up' must have last dimension 2K = {2 * k} (gate and up side by side, "
-            f"K = {k} from 'w_int8' [N, K]), got shape {tuple(x.shape)}")
-    check_k(k, func)
-    check_vector(scale_w, "scale_w", func, n, "one scale per output channel")
-    if bias is not None:
-        bias = as_mx(bias, "bias", func, FLOAT_DTYPES, float64_to_float32=True)
-        check_vector(bias, "bias", func, n, "one value per output channel")
-    impl = backends.resolve(backend)
-    rows, lead = _rows(x)
-    if rows.shape[0] == 0 or n == 0 or k == 0:
-        # as w8a8_linear: quant(h) of an empty row is 0, so y is the bias (or 0)
-        y = mx.zeros((rows.shape[0], n), dtype=x.dtype)
-        if bias is not None and rows.shape[0] > 0:
-            y = y + bias.astype(x.dtype)
-    else:
-        y = _swiglu_rows(impl, rows, w, scale_w, bias)
-    return y.reshape(*lead, n)
-
-
-def _w8a8_rows(impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:
-    """y [M, N] of a valid, non-empty problem on 2-D rows; with the straight-through gradient."""
-    try:
-        if _may_skip_custom(rows, w, scale_w) if bias is None else _may_skip_custom(rows, w, scale_w, bias):
-            try:
-                return impl.w8a8_linear(rows, w, scale_w, bias)
-            except ValueError as exc:
-                _reraise_untraceable("w8a8_linear", impl, exc)
-        y = _untraceable("w8a8_linear", impl,
-                         lambda: impl.w8a8_linear(*_forward_inputs(impl, rows, w, scale_w, bias)))
-    except RuntimeError as exc:
-        _reraise_foreign("w8a8_linear", exc, (("x", rows), ("w_int8", w), ("scale_w", scale_w), ("bias", bias)))
-    primals = (rows, w, scale_w) if bias is None else (rows, w, scale_w, bias)
-    return _w8a8_grad(bias is not None)(*primals, mx.stop_gradient(y))
-
-
-def _w8a8_linear_checked(x, w_int8, scale_w, bias, backend) -> mx.array:
-    func = "w8a8_linear"
-    check_backend(backend, func)
-    x = as_mx(x, "x", func, FLOAT_DTYPES)
-    w = as_mx(w_int8, "w_int8", func, (mx.int8,))
-    scale_w = as_mx(scale_w, "scale_w", func, (mx.float32,))
-    if x.ndim < 1:
-        raise ValueError(f"{func}: 'x' must be at least 1-D [..., K], got a scalar")
-    check_ndim(w, "w_int8", func, 2, "[N, K]")
-    n, k = w.shape
-    check_same_k(x.shape[-1], "x", k, "w_int8", func)
+    op.check_width(x.shape[-1], k)
     check_k(k, func)
     check_vector(scale_w, "scale_w", func, n, "one scale per output channel")
     if bias is not None:
@@ -637,5 +609,9 @@ def _w8a8_linear_checked(x, w_int8, scale_w, bias, backend) -> mx.array:
         if bias is not None and m > 0:
             y = y + bias.astype(x.dtype)
     else:
-        y = _w8a8_rows(impl, rows, w, scale_w, bias)
+        y = _linear_rows(op, impl, rows, w, scale_w, bias)
     return y.reshape(*lead, n)
+
+
+_W8A8 = _Linear("w8a8_linear", "x", "[..., K]", 1, "w8a8_linear", _w8a8_grad)
+_SWIGLU_W8A8 = _Linear("swiglu_w8a8_linear", "gate_up", "[..., 2K]", 2, "swiglu_w8a8_linear", _swiglu_grad)
