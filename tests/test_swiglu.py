@@ -344,3 +344,50 @@ def test_the_model_check_compares_one_step_calls_with_the_models_own(one_step, m
         models._check_swiglu_calls(model, recorders, "m")
     monkeypatch.setattr(backends.Backend, "swiglu_one_step", lambda self: False)
     assert models._check_swiglu_calls(model, recorders, "m") == ""  # the model's own call ran: nothing to compare
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_cuda_first_use_check_compares_the_kernel_with_the_two_steps(monkeypatch, dtype):
+    """cuda.swiglu_kernel_ok's decision and probe, with the two GPU kernels stood in by the CPU
+    quantization (the real comparison runs in tests/test_cuda_swiglu.py's GPU cases)."""
+    from int8nax.backends import cuda, cuda_plans
+
+    launch = cuda_plans.CUDA_QUANT_LAUNCHES[0]
+    seen = []
+
+    def quantize(h, _launch):
+        seen.append(h)
+        return int8nax.quantize_activations(h, backend="cpu")
+
+    def one_step(y, _launch, wrong=False):
+        k = y.shape[1] // 2
+        q, s = int8nax.quantize_activations(backends.swiglu(y[:, :k], y[:, k:]), backend="cpu")
+        return (q, s * 2) if wrong else (q, s)
+
+    monkeypatch.setattr(cuda, "_quantize_graph", quantize)
+    monkeypatch.setattr(cuda, "_swiglu_quantize_graph", one_step)
+    cuda.swiglu_kernel_ok.cache_clear()
+    assert cuda.swiglu_kernel_ok(dtype, launch)
+    widths = [h.shape[1] for h in seen]
+    assert widths == [8 * launch.threads + 8, launch.capacity + 8, 13]
+    probe = np.array(seen[0].astype(mx.float32))
+    assert np.isnan(probe).any() and (probe == 0).all(axis=1).any()  # the inf and NaN rows, the zero row
+    monkeypatch.setattr(cuda, "_swiglu_quantize_graph", lambda y, l: one_step(y, l, wrong=True))
+    cuda.swiglu_kernel_ok.cache_clear()
+    with pytest.warns(RuntimeWarning, match="SwiGLU MLPs take the two steps in this process"):
+        assert not cuda.swiglu_kernel_ok(dtype, launch)
+    cuda.swiglu_kernel_ok.cache_clear()
+
+
+def test_cuda_one_step_falls_back_to_two_steps_where_the_check_failed(monkeypatch):
+    from int8nax.backends import cuda, cuda_plans
+
+    launch = cuda_plans.CUDA_QUANT_LAUNCHES[1]
+    calls = []
+    monkeypatch.setattr(cuda, "_swiglu_w8a8_for_shape", lambda m, n, k, b: (launch, lambda *a: calls.append(("one", m, n, k, b))))
+    monkeypatch.setattr(cuda, "w8a8", lambda x, w, s, b: calls.append(("two", x.shape)))
+    gate_up, w, s, _ = problem(m=3, k=16, n=8)
+    for ok in (True, False):
+        monkeypatch.setattr(cuda, "swiglu_kernel_ok", lambda dtype, l, ok=ok: ok and l is launch)
+        cuda.swiglu_w8a8(gate_up, w, s, None)
+    assert calls == [("one", 3, 8, 16, False), ("two", (3, 16))]

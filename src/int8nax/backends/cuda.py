@@ -25,6 +25,7 @@ configurations its shapes meet, not on how many shapes it sees.
 from __future__ import annotations
 
 import os
+import warnings
 from functools import lru_cache
 
 import mlx.core as mx
@@ -363,10 +364,52 @@ def _quantize_graph(x, launch: cuda_plans.CudaQuantLaunch | None = None):
     return _rows_graph(cuda_source.quantize(), x, x.shape[1], launch)
 
 
+def swiglu_quant_launch(m: int, k: int) -> cuda_plans.CudaQuantLaunch:
+    """The SwiGLU quantization kernel's launch for h [M, K] (from y [M, 2K]): the quantization
+    kernel's for a row of K values."""
+    return quant_launch(m, k)
+
+
 def _swiglu_quantize_graph(y, launch: cuda_plans.CudaQuantLaunch | None = None):
     """(q int8 [M, K], scale float32 [M]) of h = swiglu(y[:, :K], y[:, K:]) for y float16/bfloat16/
-    float32 [M, 2K], with the bits of _quantize_graph(backends.base.swiglu(...)); launch as there."""
-    return _rows_graph(cuda_source.swiglu_quantize(), y, y.shape[1] // 2, launch)
+    float32 [M, 2K], with the bits of _quantize_graph(backends.base.swiglu(...)); launch:
+    swiglu_quant_launch's by default (tests force the others)."""
+    k = y.shape[1] // 2
+    return _rows_graph(cuda_source.swiglu_quantize(), y, k, launch or swiglu_quant_launch(y.shape[0], k))
+
+
+def _swiglu_probe(dtype, k: int) -> mx.array:
+    """y [8, 2K] of `dtype` for the first-use check: typical rows, a row each with an inf gate, a
+    NaN up, zeros, tiny values (a subnormal scale in float32) and the dtype's largest values
+    (silu overflowing), and values where sigmoid saturates."""
+    finfo = mx.finfo(dtype)
+    j = mx.arange(2 * k, dtype=mx.float32)
+    rows = [mx.sin(j * 0.37 + r) * (3.0 + 5 * r) for r in range(3)]
+    rows.append(mx.where(j == 1, mx.array(float("inf")), mx.sin(j)))
+    rows.append(mx.where(j == 2 * k - 1, mx.array(float("nan")), mx.cos(j)))
+    rows.append(mx.zeros_like(j))
+    rows.append(mx.sin(j) * (1e-40 if dtype == mx.float32 else 1e-7))
+    rows.append(mx.where(j % 3 == 0, -float(finfo.max), float(finfo.max)) * mx.sign(mx.sin(j) + 0.5))
+    return mx.stack(rows).astype(dtype)
+
+
+@lru_cache(maxsize=16)
+def swiglu_kernel_ok(dtype, launch: cuda_plans.CudaQuantLaunch) -> bool:
+    """Whether the SwiGLU quantization kernel gives the two steps' bits (MLX's swiglu, then the
+    quantization kernel) on this GPU and MLX for `dtype` with `launch`: checked once per process
+    on a probe of three row widths (below), before its first use. Where it does not, SwiGLU MLPs
+    take the two steps in this process, with a warning saying so."""
+    # several groups a thread in registers, a row too long for them (read twice), single values
+    for k in (8 * launch.threads + 8, launch.capacity + 8, 13):
+        y = _swiglu_probe(dtype, k)
+        q, s = _swiglu_quantize_graph(y, launch)
+        q2, s2 = _quantize_graph(swiglu(y[:, :k], y[:, k:]), launch)
+        if not (mx.array_equal(q, q2).item() and mx.array_equal(s, s2, equal_nan=True).item()):
+            warnings.warn(f"int8nax: the CUDA SwiGLU quantization kernel ({_dtype_name(dtype)}, {launch}) did not give "
+                          "the bits of swiglu then quantization on this GPU; SwiGLU MLPs take the two steps in this "
+                          "process", RuntimeWarning, stacklevel=2)
+            return False
+    return True
 
 
 def _quantizes_inside(row: cuda_choice.Variant, plan, m: int, k: int, dtype) -> bool:
@@ -439,10 +482,11 @@ def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
 def _swiglu_w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
+    """(the SwiGLU kernel's launch, the compiled entry point) for this shape."""
     c = choice(m, n, k, w8a8=True, bias=has_bias)
-    quant, narrow = quant_launch(m, k), _narrow()
-    return _maybe_compile(
-        lambda gu, w, s, bias: swiglu_w8a8_graph(gu, w, s, bias, c.variant, c.plan, has_bias, quant, narrow))
+    launch, narrow = swiglu_quant_launch(m, k), _narrow()
+    return launch, _maybe_compile(
+        lambda gu, w, s, bias: swiglu_w8a8_graph(gu, w, s, bias, c.variant, c.plan, has_bias, launch, narrow))
 
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
@@ -455,7 +499,7 @@ def clear_caches() -> None:
     """Forget every built kernel object and compiled entry point (after changing COMPILE,
     INT8NAX_CUDA_KERNEL or INT8NAX_CUDA_EPILOGUE)."""
     for fn in (_gemm_for_shape, _w8a8_for_shape, _swiglu_w8a8_for_shape, _quantize_for_shape, kernel_choice,
-               epilogue_choice, swiglu_choice):
+               epilogue_choice, swiglu_choice, swiglu_kernel_ok):
         fn.cache_clear()
     if hasattr(_kernel, "cache_clear"):  # tests put a recorder in its place
         _kernel.cache_clear()
@@ -516,7 +560,10 @@ def swiglu_w8a8(gate_up, w, scale_w, bias):
     """w8a8(swiglu(gate_up[:, :K], gate_up[:, K:]), w, scale_w, bias) through the SwiGLU
     quantization kernel, y [M, N] in gate_up's dtype: gate_up float [M, 2K], w int8 [N, K]."""
     m, k = gate_up.shape[0], gate_up.shape[1] // 2
-    return _swiglu_w8a8_for_shape(m, w.shape[0], k, bias is not None)(gate_up, w, scale_w, _bias32(bias))
+    launch, entry = _swiglu_w8a8_for_shape(m, w.shape[0], k, bias is not None)
+    if not swiglu_kernel_ok(gate_up.dtype, launch):
+        return w8a8(swiglu(gate_up[:, :k], gate_up[:, k:]), w, scale_w, bias)
+    return entry(gate_up, w, scale_w, _bias32(bias))
 
 
 def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, variant: str | None = None, plan=None,
