@@ -29,9 +29,9 @@ Qwen2, Qwen3, Mistral and most of mlx-lm's dense models), with gate and up in on
 is given a call that hands the group's joint output to int8nax.swiglu_w8a8_linear where the
 backend does that in one step (Backend.swiglu_one_step: CUDA with INT8NAX_CUDA_SWIGLU=fused): one
 kernel computes h = silu(gate) * up and quantizes it for the down projection (h never written
-out), with the bits of the model's own call, which every other backend keeps. The module's class is swapped for a subclass of
-its own (same name, isinstance and tree); a module whose children no longer fit takes its own
-call.
+out), with the bits of the model's own call, which every other backend keeps. The module's class
+is swapped for a subclass of its own (same name, isinstance and tree); a module whose children
+no longer fit takes its own call.
 """
 
 from __future__ import annotations
@@ -386,6 +386,7 @@ def group_siblings(model: nn.Module, fuse=True, layers=None) -> list[SiblingGrou
 
 # ---- SwiGLU MLPs (module docstring) ----
 
+@lru_cache(maxsize=64)
 def _mlx_lm_swiglu_call(cls) -> bool:
     """Whether cls.__call__(self, x) is exactly `return self.down_proj(swiglu(self.gate_proj(x),
     self.up_proj(x)))` (a docstring aside), with `swiglu` a function that computes what
@@ -522,8 +523,8 @@ def take_over_swiglu_mlps(model: nn.Module) -> int:
             continue
         gate, up = module.get("gate_proj"), module.get("up_proj")
         group = getattr(gate, "_group", None)
-        if (group is None or group.members != (gate, up) or type(module.get("down_proj")) is not W8A8Linear
-                or not _mlx_lm_swiglu_call(type(module))):
+        if (group is None or len(group.members) != 2 or group.members[0] is not gate or group.members[1] is not up
+                or type(module.get("down_proj")) is not W8A8Linear or not _mlx_lm_swiglu_call(type(module))):
             continue
         module.__class__ = _taken_over_class(type(module))
         count += 1
