@@ -14,8 +14,10 @@ import pytest
 from int8nax import cli
 from int8nax.backends import cuda_choice as C
 from int8nax.backends import cuda_plans as P
+from int8nax.bench import cupti
 from int8nax.bench import kernel_plans as kp
 from int8nax.bench import kernel_time as kt
+from int8nax.bench import kernel_worker as kw
 from int8nax.bench import problems
 
 FIXTURE = Path(__file__).parent / "data" / "kernel_plans_h200.json"
@@ -218,7 +220,7 @@ SHAPE = (80, 64, 48)  # M > 64: tiles, persistent kernels
 
 
 def test_every_plan_is_timed_and_checked_against_the_default():
-    rec = kp.measure(kt.Item("plans:bfloat16+bias", SHAPE), ctx(CpuDispatch()))
+    rec = kp.measure(kw.Item("plans:bfloat16+bias", SHAPE), ctx(CpuDispatch()))
     cands = rec["candidates"]
     want = kp.plan_candidates(80, 48, 64, 132, True, bias=True, out_dtype="bfloat16")
     assert [c["plan"] for c in cands] == describes(want)
@@ -232,7 +234,7 @@ def test_every_plan_is_timed_and_checked_against_the_default():
 def test_a_plan_with_other_bits_is_a_mismatch_and_one_that_raises_an_error():
     cands = kp.plan_candidates(80, 48, 64, 132, True, out_dtype="bfloat16")
     wrong, broken = cands[2].describe(), cands[3].describe()
-    rec = kp.measure(kt.Item("plans:bfloat16", SHAPE), ctx(CpuDispatch(wrong=(wrong,), broken=(broken,))))
+    rec = kp.measure(kw.Item("plans:bfloat16", SHAPE), ctx(CpuDispatch(wrong=(wrong,), broken=(broken,))))
     got = {c["plan"]: c for c in rec["candidates"]}
     assert "us" not in got[wrong] and got[wrong]["timed_us"] == 5.0
     assert got[wrong]["mismatch"] == f"{80 * 48} of {80 * 48} outputs differ in bits from the default plan's"
@@ -245,14 +247,14 @@ def test_a_plan_with_other_bits_is_a_mismatch_and_one_that_raises_an_error():
 
 def test_a_default_off_the_model_leaves_nothing_measured():
     default = kp.plan_candidates(80, 48, 64, 132, True, out_dtype="bfloat16")[0].describe()
-    rec = kp.measure(kt.Item("plans:bfloat16", SHAPE), ctx(CpuDispatch(wrong=(default,))))
+    rec = kp.measure(kw.Item("plans:bfloat16", SHAPE), ctx(CpuDispatch(wrong=(default,))))
     assert all("us" not in c for c in rec["candidates"])
     assert "ulp" in rec["candidates"][0]["mismatch"]
     assert all(c["unchecked"].startswith("the default plan's output is wrong (off by") and "us" not in c
                for c in rec["candidates"][1:])
     assert kp.failed([rec]) and "unchecked: the default plan's output is wrong" in kp.render([rec])
     # The default raising leaves the others unchecked, their time dropped.
-    rec = kp.measure(kt.Item("plans:bfloat16", SHAPE), ctx(CpuDispatch(broken=(default,))))
+    rec = kp.measure(kw.Item("plans:bfloat16", SHAPE), ctx(CpuDispatch(broken=(default,))))
     assert rec["candidates"][0]["error"] == "RuntimeError: NVRTC: no"
     assert all(c["unchecked"] == "the default plan did not run: nothing to compare with" for c in rec["candidates"][1:])
 
@@ -260,12 +262,12 @@ def test_a_default_off_the_model_leaves_nothing_measured():
 def test_the_raw_gemms_plans_are_checked_against_the_int64_product_and_the_default():
     cands = kp.plan_candidates(80, 48, 64, 132, False)
     assert "raw GEMM's" not in by_name(cands) and cands[0].choice == C.choose(80, 48, 64, sms=132)
-    rec = kp.measure(kt.Item("plans:int8_matmul", SHAPE), ctx(CpuDispatch(wrong=(cands[1].describe(),))))
+    rec = kp.measure(kw.Item("plans:int8_matmul", SHAPE), ctx(CpuDispatch(wrong=(cands[1].describe(),))))
     assert [c["plan"] for c in rec["candidates"]] == describes(cands)
     assert rec["check"].startswith("the default plan bit-exact against the int64 product")
     assert "us" in rec["candidates"][0] and "mismatch" in rec["candidates"][1]
     assert all("us" in c for c in rec["candidates"][2:])
-    rec = kp.measure(kt.Item("plans:int8_matmul", SHAPE), ctx(CpuDispatch(wrong=(cands[0].describe(),))))
+    rec = kp.measure(kw.Item("plans:int8_matmul", SHAPE), ctx(CpuDispatch(wrong=(cands[0].describe(),))))
     assert rec["candidates"][0]["mismatch"] == f"{80 * 48} of {80 * 48} checked outputs differ from the int64 product"
 
 
@@ -293,7 +295,7 @@ def test_the_cuda_dispatch_glue_asks_the_backend_for_its_choice_and_calls_each_p
 
 
 def test_the_raw_gemm_is_kernel_times_item():
-    rec = kp.measure(kt.Item("int8_matmul", (20, 64, 48)),
+    rec = kp.measure(kw.Item("int8_matmul", (20, 64, 48)),
                      {"profiler": WallClock(), "launches": 2, "l2_bytes": 1 << 16, "backend": "cpu"})
     assert rec["exact"] and rec["us"] == 5.0 and rec["check"] == "bit-exact against the int64 product"
 
@@ -388,9 +390,9 @@ def test_the_command_runs_its_items_in_its_own_worker_and_prints_and_writes_the_
         seen.update(items=items, budget=budget, launches=launches, spawn=spawn)
         return records()
 
-    monkeypatch.setattr(kt, "skip_reason", lambda: None)
+    monkeypatch.setattr(cupti, "skip_reason", lambda: None)
     monkeypatch.setattr(kt, "environment", lambda: {"mlx": "0", "settings": {}})
-    monkeypatch.setattr(kt, "run_items", run_items)
+    monkeypatch.setattr(kw, "run_items", run_items)
     out = tmp_path / "plans.json"
     rc = cli.main(["compare", "--mode", "kernel", "--plans", "--shapes", "512x3584x4608,16x4096x4096",
                    "--w8a8", "bfloat16,bfloat16+bias", "--launches", "7", "--time-limit", "99", "--json", str(out)])
@@ -419,9 +421,9 @@ def test_the_worker_entry_point_runs_as_a_module():
 
 def test_raw_plans_alone(monkeypatch, capsys):
     seen = {}
-    monkeypatch.setattr(kt, "skip_reason", lambda: None)
+    monkeypatch.setattr(cupti, "skip_reason", lambda: None)
     monkeypatch.setattr(kt, "environment", lambda: {"mlx": "0", "settings": {}})
-    monkeypatch.setattr(kt, "run_items", lambda items, *a, **k: seen.setdefault("items", items) and [])
+    monkeypatch.setattr(kw, "run_items", lambda items, *a, **k: seen.setdefault("items", items) and [])
     assert cli.main(["compare", "--mode", "kernel", "--plans", "--raw-plans", "--w8a8", "none",
                      "--shapes", "16x64x48"]) == 0
     assert [i.key for i in seen["items"]] == ["int8_matmul 16x64x48", "plans:int8_matmul 16x64x48"]
@@ -429,9 +431,9 @@ def test_raw_plans_alone(monkeypatch, capsys):
 
 def test_the_default_is_bfloat16_over_the_default_shapes(monkeypatch, capsys):
     seen = {}
-    monkeypatch.setattr(kt, "skip_reason", lambda: None)
+    monkeypatch.setattr(cupti, "skip_reason", lambda: None)
     monkeypatch.setattr(kt, "environment", lambda: {"mlx": "0", "settings": {}})
-    monkeypatch.setattr(kt, "run_items", lambda items, *a, **k: seen.setdefault("items", items) and [])
+    monkeypatch.setattr(kw, "run_items", lambda items, *a, **k: seen.setdefault("items", items) and [])
     assert cli.main(["compare", "--mode", "kernel", "--plans"]) == 0
     shapes = kp.default_shapes()[0]
     assert seen["items"] == kp.plan_items(shapes, ("bfloat16",))

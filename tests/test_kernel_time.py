@@ -1,6 +1,7 @@
 """int8nax.bench.kernel_time (`int8nax compare --mode kernel`): what runs on a CPU box: the items
-and shapes, rotation sizing, the CUPTI record arithmetic, the worker supervision, the tables, the
-JSON, the checks of a timed output, and the refusal without CUDA."""
+and shapes, rotation sizing, the CUPTI record arithmetic (bench.cupti), the worker supervision
+(bench.kernel_worker), the tables, the JSON, the checks of a timed output, and the refusal without
+CUDA."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import mlx.core as mx
 import pytest
 
 from int8nax import cli
+from int8nax.bench import cupti
 from int8nax.bench import kernel_time as kt
+from int8nax.bench import kernel_worker as kw
 from int8nax.bench import problems
 
 
@@ -87,9 +90,9 @@ def trace(kernels, ranges=()):
 def test_launches_split_evenly_and_parts_are_medians():
     k = [("kernel", "void mlx::core::cu::quantize<float>(int*)", 1000 * i, q) for i, q in enumerate((4, 9, 5))]
     k += [("kernel", "int8nax_gemm_w8a8", 1000 * i + 100, g) for i, g in enumerate((20, 22, 21))]
-    gpu, ranges = kt.gpu_events(trace(k))
+    gpu, ranges = cupti.gpu_events(trace(k))
     assert [e["name"][:8] for e in gpu] == ["void mlx", "int8nax_"] * 3 and ranges == []
-    us, parts = kt.launch_figures(kt.split_launches(gpu, ranges, 3))
+    us, parts = cupti.launch_figures(cupti.split_launches(gpu, ranges, 3))
     assert us == 26.0  # the launches sum to 24, 31, 26
     assert parts == [["quantize", 5.0], ["int8nax_gemm_w8a8", 21.0]]
 
@@ -97,19 +100,19 @@ def test_launches_split_evenly_and_parts_are_medians():
 def test_an_extra_kernel_in_one_launch_goes_by_the_launch_ranges():
     k = [("kernel", "gemm", 1000.0 * i, 10.0 + i) for i in range(3)] + [("gpu_memset", "Memset", 1500.0, 2.0)]
     r = [(f"launch{i}", 1000.0 * i - 50, 900.0) for i in range(3)]
-    gpu, ranges = kt.gpu_events(trace(k, r))
-    groups = kt.split_launches(gpu, ranges, 3)
+    gpu, ranges = cupti.gpu_events(trace(k, r))
+    groups = cupti.split_launches(gpu, ranges, 3)
     assert [len(g) for g in groups] == [1, 2, 1]
-    us, parts = kt.launch_figures(groups)
+    us, parts = cupti.launch_figures(groups)
     assert us == 12.0  # the launches sum to 10, 11 + 2, 12
     assert parts == [["gemm", 11.0]]  # from the launches that ran the common sequence
     with pytest.raises(ValueError, match="4 GPU activities for 3 launches"):
-        kt.split_launches(gpu, [], 3)
+        cupti.split_launches(gpu, [], 3)
 
 
 def test_short_kernel_names():
-    assert kt.short_name("void mlx::core::cu::int8nax_tma_ws<128, 256>(signed char const*, int)") == "int8nax_tma_ws"
-    assert kt.short_name("sm90_xmma_gemm_i8i32_i8i32_i32_tn_n_tilesize128x128x128") == \
+    assert cupti.short_name("void mlx::core::cu::int8nax_tma_ws<128, 256>(signed char const*, int)") == "int8nax_tma_ws"
+    assert cupti.short_name("sm90_xmma_gemm_i8i32_i8i32_i32_tn_n_tilesize128x128x128") == \
         "sm90_xmma_gemm_i8i32_i8i32_i32_tn_n_tilesize128x128x128"
 
 
@@ -129,7 +132,7 @@ def test_a_dying_worker_loses_only_its_item_and_the_budget_stops_the_rest():
                 fh.write(json.dumps({"subject": i.subject, "shape": list(i.shape), "us": 1.0}) + "\n")
         return "ok"
 
-    recs = kt.run_items(items, 100.0, spawn=spawn)
+    recs = kw.run_items(items, 100.0, spawn=spawn)
     assert len(calls) == 2 and calls[1][0] == "int8_matmul 32x64x64"
     assert [("us" in r, "error" in r) for r in recs] == [(True, False), (False, True)] + [(True, False)] * 4
     assert "died on it (exit -11" in recs[1]["error"]
@@ -142,7 +145,7 @@ def test_a_dying_worker_loses_only_its_item_and_the_budget_stops_the_rest():
         now[0] += timeout
         return "timed out"
 
-    recs = kt.run_items(items, 60.0, spawn=slow, clock=lambda: now[0])
+    recs = kw.run_items(items, 60.0, spawn=slow, clock=lambda: now[0])
     assert "us" in recs[0] and "budget ran out during it" in recs[1]["error"]
     assert all("not_run" in r and "60 s" in r["not_run"] for r in recs[2:])
 
@@ -158,12 +161,12 @@ def test_a_lost_context_restarts_after_the_recorded_fault_and_a_broken_worker_st
             fh.write(json.dumps({"subject": todo[0].subject, "shape": list(todo[0].shape),
                                  **({"error": "RuntimeError: illegal address"} if fault else {"us": 2.0})}) + "\n")
             if fault:
-                return f"exit {kt.CONTEXT_LOST}"
+                return f"exit {kw.CONTEXT_LOST}"
             for i in todo[1:]:
                 fh.write(json.dumps({"subject": i.subject, "shape": list(i.shape), "us": 1.0}) + "\n")
         return "ok"
 
-    recs = kt.run_items(items, 100.0, spawn=spawn)
+    recs = kw.run_items(items, 100.0, spawn=spawn)
     assert calls == [2, 1] and recs[0]["error"] == "RuntimeError: illegal address" and recs[1]["us"] == 2.0
 
     calls.clear()
@@ -172,7 +175,7 @@ def test_a_lost_context_restarts_after_the_recorded_fault_and_a_broken_worker_st
         calls.append(len(todo))
         return "exit 1"
 
-    recs = kt.run_items(items, 100.0, spawn=broken)
+    recs = kw.run_items(items, 100.0, spawn=broken)
     assert calls == [2] and all("failed before its first item" in r["error"] for r in recs)
 
 
@@ -268,7 +271,7 @@ CTX = {"profiler": WallClock(), "launches": 2, "l2_bytes": 1 << 16, "backend": "
     ("w8a8:bfloat16", 20 * 64 * 2 + 48 * 64 + 48 * 4),
 ])
 def test_a_timed_output_is_checked(subject, input_bytes):
-    rec = kt._measure(kt.Item(subject, (20, 64, 48)), CTX)
+    rec = kt._measure(kw.Item(subject, (20, 64, 48)), CTX)
     assert rec["exact"] and rec["us"] == 5.0 and "mismatch" not in rec
     assert rec["copies"] == kt.copies_for(input_bytes, CTX["l2_bytes"]) == -(-4 * (1 << 16) // input_bytes)
     assert rec["describe"] == "cpu" or rec["describe"].startswith("cpu ")
@@ -279,16 +282,40 @@ def test_a_wrong_output_is_a_mismatch_and_loses_its_time(monkeypatch):
 
     real = int8nax.int8_matmul
     monkeypatch.setattr(int8nax, "int8_matmul", lambda a, b, backend=None: real(a, b, backend=backend) + 1)
-    rec = kt._measure(kt.Item("int8_matmul", (20, 64, 48)), CTX)
+    rec = kt._measure(kw.Item("int8_matmul", (20, 64, 48)), CTX)
     assert "us" not in rec and "differ from the int64 product" in rec["mismatch"]
     real_w8a8 = int8nax.w8a8_linear
     monkeypatch.setattr(int8nax, "w8a8_linear",
                         lambda x, w, s, b=None, backend=None: real_w8a8(x, w, s, b, backend=backend) * 1.01)
-    rec = kt._measure(kt.Item("w8a8:float16", (20, 64, 48)), CTX)
+    rec = kt._measure(kw.Item("w8a8:float16", (20, 64, 48)), CTX)
     assert "us" not in rec and "ulp" in rec["mismatch"]
 
 
 # ---- the command ---------------------------------------------------------------------------------
+
+def test_the_command_runs_its_items_in_workers_of_this_module(monkeypatch, capsys):
+    seen = {}
+
+    def run_items(items, budget, launches, spawn):
+        seen.update(items=items, spawn=spawn)
+        return []
+
+    monkeypatch.setattr(kt, "skip_reason", lambda: None)
+    monkeypatch.setattr(kt, "environment", lambda: {"mlx": "0", "settings": {}})
+    monkeypatch.setattr(kt, "run_items", run_items)
+    assert cli.main(["compare", "--mode", "kernel", "--shapes", "16x64x48", "--w8a8", "none"]) == 0
+    assert [i.key for i in seen["items"]] == ["int8_matmul 16x64x48", "cublaslt 16x64x48"]
+    assert seen["spawn"].func is kw.spawn_worker and seen["spawn"].keywords == {"module": kt.WORKER_MODULE}
+
+
+def test_the_worker_entry_point_runs_as_a_module():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", kt.WORKER_MODULE, "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "--worker" in proc.stdout, proc.stderr
+
 
 def test_without_cuda_one_clear_line_and_exit_2(capsys):
     if has_cuda():
@@ -341,7 +368,7 @@ def test_a_failing_describe_is_said_and_keeps_the_figure(monkeypatch):
         raise KeyError("plan")
 
     monkeypatch.setattr(backends.get("cpu"), "describe", broken)
-    rec = kt._measure(kt.Item("int8_matmul", (20, 64, 48)), CTX)
+    rec = kt._measure(kw.Item("int8_matmul", (20, 64, 48)), CTX)
     assert rec["us"] == 5.0 and rec["describe"] == "cpu (describe failed: KeyError: 'plan')"
 
 

@@ -431,7 +431,7 @@ def test_fast_cells_are_sampled_for_a_minimum_time(monkeypatch):
 
 
 def test_gpu_time_is_na_with_the_reason_off_cuda_and_the_busy_time_on_it(monkeypatch):
-    from int8nax.bench import kernel_time, model_profile
+    from int8nax.bench import cupti, model_profile
 
     class Entry(bench_model.Bf16ModelFigures):
         pass
@@ -441,7 +441,7 @@ def test_gpu_time_is_na_with_the_reason_off_cuda_and_the_busy_time_on_it(monkeyp
     assert "gpu_ms_per_layer" not in fig.entry
     with pytest.raises(NotImplementedError, match="GPU time: needs"):
         fig.gpu_seconds_per_layer()
-    monkeypatch.setattr(kernel_time, "skip_reason", lambda: None)
+    monkeypatch.setattr(cupti, "skip_reason", lambda: None)
     monkeypatch.setattr(model_profile, "breakdown",
                         lambda model, tokens, forwards: model_profile.Breakdown(2.0, 1.5, {}))
     fig.entry = models.gpu_time(object(), 16)

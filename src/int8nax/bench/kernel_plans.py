@@ -17,7 +17,7 @@ the GPU model configurations, model_shapes()):
 
 Method and operands are kernel_time's (CUPTI kernel time, median of --launches launches rotating
 over input copies covering ROTATE_L2 x the L2, the same x, w, scales and bias as its W8A8 items,
-a worker process writing one JSON line per item, --time-limit). Checks: the default plan's output
+a worker process writing one JSON line per item (kernel_worker), --time-limit). Checks: the default plan's output
 within 1 ulp of the float64 model on kernel_time's checked rows, and every other plan's output
 bit-identical to the default's over the whole output; a plan that differs is MISMATCH and its
 time is dropped (all of them where the default itself is off the model).
@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..backends import cuda_choice, cuda_plans
+from . import cupti
 from . import kernel_time as kt
+from . import kernel_worker as kw
 from .estimate import shape_text
 from .text import table_lines
 from .problems import SEED_SHAPES, Shape
@@ -166,13 +168,13 @@ def default_shapes() -> tuple[list[Shape], dict[Shape, list[str]]]:
     return list(dict.fromkeys([*SEED_SHAPES, *labels])), labels
 
 
-def plan_items(shapes, w8a8=DEFAULT_W8A8, raw: bool = False) -> list[kt.Item]:
+def plan_items(shapes, w8a8=DEFAULT_W8A8, raw: bool = False) -> list[kw.Item]:
     """Shape by shape: the raw GEMM, its plans (raw), then each W8A8 variant's plans (a budget
     cut keeps whole shapes)."""
     items = []
     for shape in shapes:
-        items.append(kt.Item("int8_matmul", tuple(shape)))
-        items += [kt.Item(f"{PLANS}{v}", tuple(shape)) for v in ((RAW,) if raw else ()) + tuple(w8a8)]
+        items.append(kw.Item("int8_matmul", tuple(shape)))
+        items += [kw.Item(f"{PLANS}{v}", tuple(shape)) for v in ((RAW,) if raw else ()) + tuple(w8a8)]
     return items
 
 
@@ -218,7 +220,7 @@ def same_bits(mx, got, want) -> str | None:
     return None if bad == 0 else f"{bad} of {got.size} outputs differ in bits from the default plan's"
 
 
-def measure_plans(item: kt.Item, ctx: dict) -> dict:
+def measure_plans(item: kw.Item, ctx: dict) -> dict:
     """A plans:<variant> item's record: the default plan and every candidate (candidates: a list
     of {plan, variant, names, default, us, parts}, or {..., mismatch, timed_us} for a wrong output,
     {..., unchecked, timed_us} where the default's output is wrong or missing, {..., error} where
@@ -266,14 +268,14 @@ def measure_plans(item: kt.Item, ctx: dict) -> dict:
     return rec
 
 
-def measure(item: kt.Item, ctx: dict) -> dict:
+def measure(item: kw.Item, ctx: dict) -> dict:
     """The worker's measure: plans items here, the raw GEMM by kernel_time."""
     return measure_plans(item, ctx) if item.subject.startswith(PLANS) else kt._measure(item, ctx)
 
 
 def progress_text(rec: dict) -> str:
     if "candidates" not in rec:
-        return kt.progress_text(rec)
+        return kw.progress_text(rec)
     s = shape_summary(rec)
     if not s:
         return "no plan measured"
@@ -381,7 +383,7 @@ def render(records: list[dict], labels: dict | None = None, markdown: bool = Fal
     if problems:
         out += ["", "Not measured:"]
         for r, c in problems:
-            where = kt.Item(r["subject"], tuple(r["shape"])).key + (f" {c['plan']}" if c else "")
+            where = kw.Item(r["subject"], tuple(r["shape"])).key + (f" {c['plan']}" if c else "")
             src = c or r
             why = (src.get("mismatch") and f"MISMATCH: {src['mismatch']}"
                    or src.get("unchecked") and f"unchecked: {src['unchecked']}" or src.get("error")
@@ -447,11 +449,11 @@ def main(args) -> int:
     if why:
         print(f"int8nax compare: error: {why}", file=sys.stderr)
         return 2
-    why = kt.skip_reason()
+    why = cupti.skip_reason()
     if why:
         print(f"{PROG}: {why}; nothing was measured.", file=sys.stderr)
         return kt.NO_CUDA_EXIT
-    budget, launches = getattr(args, "time_limit", kt.BUDGET_S), getattr(args, "launches", kt.LAUNCHES)
+    budget, launches = getattr(args, "time_limit", kt.BUDGET_S), getattr(args, "launches", kw.LAUNCHES)
     w8a8 = getattr(args, "w8a8", None)
     w8a8 = DEFAULT_W8A8 if w8a8 is None else w8a8
     raw = getattr(args, "raw_plans", False)
@@ -466,7 +468,7 @@ def main(args) -> int:
     print(f"{PROG}: {len(items)} items over {len(shapes)} shapes, plans of {swept}; "
           f"{kt.run_line(meta, budget)}", flush=True)
     t0 = time.time()
-    records = kt.run_items(items, budget, launches, spawn=partial(kt._spawn, module=WORKER_MODULE))
+    records = kw.run_items(items, budget, launches, spawn=partial(kw.spawn_worker, module=WORKER_MODULE))
     meta["seconds"] = round(time.time() - t0, 1)
     kt.report(render(records, labels, getattr(args, "markdown", False)), to_json(records, meta), meta, launches,
               getattr(args, "json", None))
@@ -474,4 +476,4 @@ def main(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(kt._worker_main(measure=measure, progress=progress_text))
+    sys.exit(kw.worker_main(measure, progress=progress_text))

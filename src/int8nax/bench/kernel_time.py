@@ -17,9 +17,9 @@ headline alone problems.EXTRA_SHAPES, 8192^3, shown but outside the geometric me
 
 Method. Each launch is one call and one mx.eval (cuBLASLt: one enqueue and one synchronize), so
 no two launches overlap. The CUPTI activity records of the launches' kernels (memsets and copies
-included) are read through torch.profiler: MLX launches on its own stream from CUDA graphs, so
-CUDA events cannot bracket its kernels; cuBLASLt is timed the same way for a like-for-like
-figure. A launch's time is the sum of its kernels' durations; the figure is the median over
+included) are read through torch.profiler (int8nax.bench.cupti): MLX launches on its own stream
+from CUDA graphs, so CUDA events cannot bracket its kernels; cuBLASLt is timed the same way for a
+like-for-like figure. A launch's time is the sum of its kernels' durations; the figure is the median over
 `launches` launches (after 3 untimed ones), which rotate through copies of the inputs covering
 ROTATE_L2 times the L2 (read from the device), so that the operands come from HBM.
 
@@ -36,8 +36,8 @@ it, and the JSON records it): INT8NAX_CUDA_KERNEL=<variant> times another GEMM k
 `--plans` times every plan the dispatch could give instead (int8nax.bench.kernel_plans, on this
 module's worker, operands and checks).
 
-Robustness. The items run in a worker process (python -m int8nax.bench.kernel_time --worker),
-which writes one JSON line per item as it goes; if it dies (a kernel fault kills the CUDA
+Robustness. The items run in a worker process (python -m int8nax.bench.kernel_time --worker,
+int8nax.bench.kernel_worker), which writes one JSON line per item as it goes; if it dies (a kernel fault kills the CUDA
 context), the item it was on is recorded as failed and a fresh worker takes the rest. A budget
 in seconds (compile time included) stops the run; items not reached are listed as not run.
 """
@@ -48,26 +48,20 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 
+from .cupti import skip_reason
 from .estimate import shape_text
+from .kernel_worker import LAUNCHES, Item, run_items, spawn_worker, worker_main
 from .text import table_lines
 from .problems import EXTRA_SHAPES, SEED_SHAPES, Shape, ops
 
 ROTATE_L2 = 4
 """Input copies cover this many times the L2 (more than 3x: no operand stays cached)."""
-
-DEFAULT_L2_BYTES = 50 << 20
-"""The H200's L2, used when the device does not report its own."""
-
-LAUNCHES = 30
-"""Timed launches per item (the median is the figure)."""
 
 WARMUP = 3
 """Untimed launches per item first (compilation, clocks, MLX's graph caches)."""
@@ -91,18 +85,6 @@ METHOD = ("CUPTI durations (torch.profiler) of every GPU activity of one call + 
 
 
 # ---- what to run -------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Item:
-    """One timed thing: subject (int8_matmul, cublaslt, w8a8:<dtype>[+bias], bf16) at one shape."""
-
-    subject: str
-    shape: Shape
-
-    @property
-    def key(self) -> str:
-        return f"{self.subject} {shape_text(self.shape)}"
-
 
 def parse_w8a8(text: str) -> tuple[str, ...]:
     """'float16,bfloat16+bias' -> the W8A8 variants; '' or 'none' -> none. ValueError naming
@@ -162,85 +144,7 @@ def tops(shape: Shape, us: float) -> float:
     return ops(shape) / (us * 1e-6) / 1e12
 
 
-# ---- CUPTI records -> per-launch times (pure) ---------------------------------------------------
-
-GPU_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
-
-
-def gpu_events(trace: dict) -> tuple[list[dict], list[dict]]:
-    """(GPU activities sorted by start, user ranges named 'launch<i>') of a chrome trace
-    written by torch.profiler: each {name, ts, dur} in µs."""
-    gpu, ranges = [], []
-    for e in trace.get("traceEvents", []):
-        if e.get("ph") != "X" or "ts" not in e:
-            continue
-        rec = {"name": e.get("name", "?"), "ts": float(e["ts"]), "dur": float(e.get("dur", 0.0))}
-        if e.get("cat") in GPU_CATEGORIES:
-            gpu.append(rec)
-        elif e.get("cat") == "user_annotation" and rec["name"].startswith("launch"):
-            ranges.append(rec)
-    gpu.sort(key=lambda e: e["ts"])
-    ranges.sort(key=lambda e: e["ts"])
-    return gpu, ranges
-
-
-def split_launches(gpu: list[dict], ranges: list[dict], launches: int) -> list[list[dict]]:
-    """The GPU activities of each launch. Every launch runs the same kernels, so the records
-    split evenly in start order; where they do not (an extra kernel in one launch), each goes
-    to the launch whose host range holds its start. ValueError when neither works."""
-    if gpu and len(gpu) % launches == 0:
-        per = len(gpu) // launches
-        groups = [gpu[i * per:(i + 1) * per] for i in range(launches)]
-        if all([e["name"] for e in g] == [e["name"] for e in groups[0]] for g in groups):
-            return groups
-    if len(ranges) == launches:
-        groups = [[e for e in gpu if r["ts"] <= e["ts"] <= r["ts"] + r["dur"]] for r in ranges]
-        if all(groups) and sum(map(len, groups)) == len(gpu):
-            return groups
-    raise ValueError(f"CUPTI saw {len(gpu)} GPU activities for {launches} launches "
-                     f"({len(ranges)} launch ranges), which do not split into launches")
-
-
-def launch_figures(groups: list[list[dict]]) -> tuple[float, list[list]]:
-    """(median µs of a launch's activities summed, parts): parts are [short name, median µs]
-    of each activity of a launch in order, over the launches that ran the most common sequence."""
-    totals = [sum(e["dur"] for e in g) for g in groups]
-    seqs = [tuple(e["name"] for e in g) for g in groups]
-    common = max(set(seqs), key=seqs.count)
-    same = [g for g, s in zip(groups, seqs) if s == common]
-    parts = [[short_name(name), statistics.median(g[j]["dur"] for g in same)] for j, name in enumerate(common)]
-    return statistics.median(totals), parts
-
-
-def short_name(name: str) -> str:
-    """A kernel's name without 'void', namespaces, template arguments and parameters."""
-    name = name.removeprefix("void ").split("(")[0].split("<")[0]
-    return name.rsplit("::", 1)[-1][:80]
-
-
-# ---- the worker (runs on the GPU) ---------------------------------------------------------------
-
-class Profiler:
-    """CUPTI through torch.profiler: time launch(i) for i in range(launches)."""
-
-    def __init__(self, torch, tmp: Path):
-        self.torch, self.tmp = torch, tmp
-
-    def time(self, launch, launches: int) -> tuple[float, list[list]]:
-        from torch.profiler import ProfilerActivity, profile, record_function
-
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for i in range(launches):
-                with record_function(f"launch{i}"):
-                    launch(i)
-            self.torch.cuda.synchronize()
-        path = self.tmp / f"trace_{os.getpid()}.json"
-        prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text())
-        path.unlink(missing_ok=True)
-        gpu, ranges = gpu_events(trace)
-        return launch_figures(split_launches(gpu, ranges, launches))
-
+# ---- the items: operands, timing, checks (in the worker, on the GPU) ---------------------------
 
 def _device_copies(mx, arrays, count: int) -> list[tuple]:
     """`count` sets of bit-identical copies of `arrays` computed on the device (an array made from
@@ -478,156 +382,6 @@ def _finish(rec: dict, problem: str | None, copies: int, launches: int) -> dict:
     return rec
 
 
-def l2_bytes(torch) -> int:
-    try:
-        return int(torch.cuda.get_device_properties(0).L2_cache_size) or DEFAULT_L2_BYTES
-    except Exception:  # noqa: BLE001  (an older torch without the field)
-        return DEFAULT_L2_BYTES
-
-
-def worker(items: list[Item], out: Path, launches: int, measure=None, progress=None) -> int:
-    """Measure `items` in order with measure(item, ctx) (default: _measure), appending one JSON
-    line each to `out` (the parent reads it); progress(record) is its line in the log
-    (default: progress_text)."""
-    measure, progress = measure or _measure, progress or progress_text
-    import mlx.core as mx
-    import torch
-
-    torch.zeros(1, device="cuda")  # torch's context and CUPTI before MLX's first kernel
-    mx.eval(mx.zeros(1))
-    with tempfile.TemporaryDirectory() as tmp, open(out, "a") as fh:
-        ctx = {"torch": torch, "profiler": Profiler(torch, Path(tmp)), "launches": launches,
-               "l2_bytes": l2_bytes(torch)}
-        for done, item in enumerate(items, 1):
-            t0 = time.time()
-            try:
-                rec = measure(item, ctx)
-            except Exception as exc:  # noqa: BLE001  (NVRTC errors and cuBLASLt refusals come as exceptions)
-                rec = {"subject": item.subject, "shape": list(item.shape), "error": f"{type(exc).__name__}: {exc}"[:2000]}
-            rec["seconds"] = round(time.time() - t0, 2)
-            rec["l2_bytes"] = ctx["l2_bytes"]
-            fh.write(json.dumps(rec) + "\n")
-            fh.flush()
-            print(f"[kernel {done}/{len(items)}] {item.key}: {progress(rec)} ({rec['seconds']} s)",
-                  file=sys.stderr, flush=True)
-            if "error" in rec and not _healthy(mx, torch):
-                print("[kernel] the CUDA context is lost: a fresh worker takes the rest", file=sys.stderr, flush=True)
-                return CONTEXT_LOST
-            torch.cuda.empty_cache()
-            mx.clear_cache()
-    return 0
-
-
-CONTEXT_LOST = 3
-"""A worker's exit status after an item's fault left the device unusable (the item is recorded)."""
-
-
-def _healthy(mx, torch) -> bool:
-    """Whether MLX and torch still run work on the device (a kernel fault poisons the context)."""
-    try:
-        mx.eval(mx.ones(4) + 1)
-        torch.cuda.synchronize()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def progress_text(rec: dict) -> str:
-    """One record in a line, for the progress log."""
-    if "us" in rec:
-        return f"{rec['us']:.1f} us, {rec['tops']:.0f} TOPS, checked; {rec.get('describe', '')[:100]}"
-    if "mismatch" in rec:
-        return f"MISMATCH: {rec['mismatch']}"
-    return f"ERROR: {rec.get('error', '?')[:300]}"
-
-
-# ---- the parent: workers, budget, results ------------------------------------------------------
-
-def skip_reason() -> str | None:
-    """Why kernel time cannot be measured here (None: it can)."""
-    try:
-        import mlx.core as mx
-    except Exception as exc:  # noqa: BLE001
-        return f"mlx does not import ({exc})"
-    cuda = getattr(mx, "cuda", None)
-    if cuda is None or not cuda.is_available():
-        return "needs an NVIDIA GPU with MLX's CUDA backend (mx.cuda.is_available() is False here)"
-    try:
-        import torch
-    except ImportError:
-        return "needs torch with CUDA (its profiler reads the CUPTI kernel records)"
-    if not torch.cuda.is_available():
-        return f"needs torch with CUDA (torch {torch.__version__} sees no GPU)"
-    return None
-
-
-WORKER_MODULE = "int8nax.bench.kernel_time"
-
-
-def _spawn(items: list[Item], out: Path, launches: int, timeout: float, module: str = WORKER_MODULE) -> str:
-    """Run one worker (python -m `module` --worker ...) on `items`; its status in words ('ok',
-    'exit N', 'timed out')."""
-    spec = out.with_suffix(".items.json")
-    spec.write_text(json.dumps([[i.subject, list(i.shape)] for i in items]))
-    cmd = [sys.executable, "-m", module, "--worker", str(spec), "--out", str(out),
-           "--launches", str(launches)]
-    try:
-        proc = subprocess.run(cmd, timeout=max(timeout, 1.0), stdout=sys.stderr)
-    except subprocess.TimeoutExpired:
-        return "timed out"
-    return "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
-
-
-def read_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a line cut short by a dying worker
-    return out
-
-
-def run_items(items: list[Item], budget: float, launches: int = LAUNCHES, spawn=_spawn, clock=time.time) -> list[dict]:
-    """Every item's record, in order: measured by workers (a fresh one after each that dies),
-    the item a worker died on marked failed, those past the budget marked not run."""
-    start = clock()
-    records: dict[Item, dict] = {}
-    remaining = list(items)
-    with tempfile.TemporaryDirectory() as tmp:
-        while remaining:
-            left = budget - (clock() - start)
-            if left < 5:
-                break
-            out = Path(tmp) / f"records_{len(records)}.jsonl"  # a fresh file: a dead worker's last line may be cut
-            status = spawn(remaining, out, launches, left)
-            for rec in read_records(out):
-                records.setdefault(Item(rec["subject"], tuple(rec["shape"])), rec)
-            todo = [i for i in remaining if i not in records]
-            if not todo:
-                break
-            if status == f"exit {CONTEXT_LOST}" and len(todo) < len(remaining):
-                remaining = todo  # the faulting item is recorded; a fresh context takes the rest
-                continue
-            if status == "exit 1" and len(todo) == len(remaining):
-                for i in todo:  # a Python error before the first item: every worker would fail alike
-                    records[i] = {"subject": i.subject, "shape": list(i.shape),
-                                  "error": "the worker failed before its first item (exit 1; its log is above)"}
-                break
-            # The worker stopped before the end: the first item it left undone is the culprit.
-            why = {"timed out": "the run's budget ran out during it",
-                   "ok": "the worker ended without measuring it"}.get(
-                status, f"the worker died on it ({status}; its log is above, on stderr)")
-            records[todo[0]] = {"subject": todo[0].subject, "shape": list(todo[0].shape), "error": why}
-            remaining = todo[1:]
-    for i in items:
-        records.setdefault(i, {"subject": i.subject, "shape": list(i.shape),
-                               "not_run": f"the run's budget ({budget:.0f} s) was spent first"})
-    return [records[i] for i in items]
-
-
 # ---- tables and JSON (pure) --------------------------------------------------------------------
 
 def _by(records, subject):
@@ -845,7 +599,7 @@ def main(args) -> int:
     print(f"{prog}: {len(items)} items over {len(shapes) + len(extra)} shapes; {run_line(meta, budget)}",
           flush=True)
     t0 = time.time()
-    records = run_items(items, budget, launches)
+    records = run_items(items, budget, launches, spawn=partial(spawn_worker, module=WORKER_MODULE))
     for r in records:
         if tuple(r["shape"]) not in shapes:
             r["extra"] = True  # shown, outside the geometric mean
@@ -871,16 +625,10 @@ def report(text: str, payload: dict, meta: dict, launches: int, json_path: str |
             json.dump(payload, f, indent=1)
 
 
-def _worker_main(argv=None, measure=None, progress=None) -> int:
-    """A worker's command line (measure, progress: as worker takes them)."""
-    parser = argparse.ArgumentParser(description="kernel-time worker (started by `int8nax compare --mode kernel`)")
-    parser.add_argument("--worker", required=True, help="JSON file of [subject, [M, K, N]] items")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--launches", type=int, default=LAUNCHES)
-    args = parser.parse_args(argv)
-    items = [Item(s, tuple(shape)) for s, shape in json.loads(Path(args.worker).read_text())]
-    return worker(items, Path(args.out), args.launches, measure, progress)
+WORKER_MODULE = "int8nax.bench.kernel_time"
+"""The module a kernel-mode worker runs (python -m): this one, whose entry point below hands
+the worker this module's _measure."""
 
 
 if __name__ == "__main__":
-    sys.exit(_worker_main())
+    sys.exit(worker_main(_measure))

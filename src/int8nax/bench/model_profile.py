@@ -85,9 +85,9 @@ class Breakdown:
 
 def forward_figures(gpu: list[dict], ranges: list[dict], layers: int) -> Breakdown:
     """The median forward's Breakdown from GPU activities and the forwards' host ranges (both
-    {name, ts, dur}, µs, as kernel_time.gpu_events reads them): an activity belongs to the range
+    {name, ts, dur}, µs, as cupti.gpu_events reads them): an activity belongs to the range
     its start falls in (each forward ends in mx.eval, so its kernels end inside it)."""
-    from .kernel_time import short_name
+    from .cupti import short_name
 
     if not ranges:
         raise ValueError("no forward ranges in the profile")
@@ -111,7 +111,7 @@ def forward_figures(gpu: list[dict], ranges: list[dict], layers: int) -> Breakdo
 def measured(prepared, tokens: int, forwards: int = 3) -> tuple[Breakdown | None, str | None]:
     """(breakdown(...), None), or (None, why there is none: no CUDA or torch here, or the
     profile failed); never raises, so the figures measured without it stand."""
-    from .kernel_time import skip_reason
+    from .cupti import skip_reason
 
     why = skip_reason()
     if why:
@@ -124,7 +124,7 @@ def measured(prepared, tokens: int, forwards: int = 3) -> tuple[Breakdown | None
 
 def start() -> None:
     """Create torch's CUDA context (and CUPTI's) before MLX launches its first kernel, as
-    kernel_time's worker does; nothing where torch has no CUDA."""
+    kernel_worker's worker does; nothing where torch has no CUDA."""
     try:
         import torch
 
@@ -136,11 +136,11 @@ def start() -> None:
 
 def breakdown(prepared, tokens: int, forwards: int = 3) -> Breakdown:
     """Profile `forwards` runs of prepared.run(tokens) (after prepared.prepare(tokens) and one
-    untimed run) on the GPU: their median Breakdown. Needs torch with CUDA (kernel_time.skip_reason)."""
+    untimed run) on the GPU: their median Breakdown. Needs torch with CUDA (cupti.skip_reason)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from .kernel_time import gpu_events
+    from .cupti import gpu_events
 
     prepared.prepare(tokens)
     prepared.run(tokens)

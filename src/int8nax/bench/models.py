@@ -664,9 +664,9 @@ def profile_figures(profile: str, form: str, mode: str, repeat: int = 3) -> dict
     asv calls it from setup_cache, where an exception fails the whole class."""
     prof = PROFILES[profile]
     out: dict = {}
-    from . import kernel_time, model_profile
+    from . import cupti, model_profile
 
-    if kernel_time.skip_reason() is None:
+    if cupti.skip_reason() is None:
         model_profile.start()  # torch's CUDA context (and CUPTI's) first, as compare --breakdown
     for config in prof.configs:
         skips = {t: skip_reason(profile, form, mode, t) for t in prof.tokens}
