@@ -1,7 +1,7 @@
 """int8nax.bench.kernel_time (`int8nax compare --mode kernel`): what runs on a CPU box: the items
-and shapes, rotation sizing, the CUPTI record arithmetic (bench.cupti), the worker supervision
-(bench.kernel_worker), the tables, the JSON, the checks of a timed output, and the refusal without
-CUDA."""
+and shapes, rotation sizing and the checks of a timed output (bench.kernel_cases), the CUPTI
+record arithmetic (bench.cupti), the worker supervision (bench.kernel_worker), the tables, the
+JSON, and the refusal without CUDA."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from int8nax import cli
 from int8nax.bench import cupti
+from int8nax.bench import kernel_cases as kc
 from int8nax.bench import kernel_time as kt
 from int8nax.bench import kernel_worker as kw
 from int8nax.bench import problems
@@ -54,18 +55,18 @@ def test_w8a8_variants_parse_and_refuse_unknown_names():
 @pytest.mark.parametrize("nbytes", [1, 16 << 20, 25 << 20, 85 << 20, 50 << 20, 1 << 30])
 def test_rotation_covers_more_than_three_l2s(nbytes):
     l2 = 50 << 20
-    copies = kt.copies_for(nbytes, l2)
+    copies = kc.copies_for(nbytes, l2)
     assert copies >= 2
-    assert copies * nbytes >= kt.ROTATE_L2 * l2 > 3 * l2 or copies == 2
+    assert copies * nbytes >= kc.ROTATE_L2 * l2 > 3 * l2 or copies == 2
     if copies > 2:  # no more copies than needed
-        assert (copies - 1) * nbytes < kt.ROTATE_L2 * l2
+        assert (copies - 1) * nbytes < kc.ROTATE_L2 * l2
     with pytest.raises(ValueError, match="positive"):
-        kt.copies_for(0, l2)
+        kc.copies_for(0, l2)
 
 
 def test_checked_rows_are_all_rows_or_both_ends():
-    assert kt.checked_rows(16) == list(range(16))
-    rows = kt.checked_rows(2048, limit=512)
+    assert kc.checked_rows(16) == list(range(16))
+    rows = kc.checked_rows(2048, limit=512)
     assert len(rows) == 512 and rows[:2] == [0, 1] and rows[-1] == 2047 and len(set(rows)) == 512
     assert 256 not in rows and 1791 not in rows and 1792 in rows
 
@@ -74,7 +75,7 @@ def test_geomean_and_tops():
     assert kt.geomean([1.0, 4.0]) == pytest.approx(2.0)
     assert kt.geomean([0.5, 2.0, 1.0, None]) == pytest.approx(1.0)
     assert kt.geomean([]) is None and kt.geomean([1.0, 0.0]) is None
-    assert kt.tops((8192, 8192, 8192), 699.0) == pytest.approx(2 * 8192**3 / 699e-6 / 1e12)
+    assert kc.tops((8192, 8192, 8192), 699.0) == pytest.approx(2 * 8192**3 / 699e-6 / 1e12)
 
 
 # ---- CUPTI records ------------------------------------------------------------------------------
@@ -187,7 +188,7 @@ def records():
     peer = {a: 10.8, b: 17.6, c: 24.3}
     recs = []
     for s in (a, b, c):
-        recs.append({"subject": "int8_matmul", "shape": list(s), "us": ours[s], "tops": kt.tops(s, ours[s]),
+        recs.append({"subject": "int8_matmul", "shape": list(s), "us": ours[s], "tops": kc.tops(s, ours[s]),
                      "describe": "cuda tma_simple 64x64", "parts": [["int8nax_gemm", ours[s]]]})
         recs.append({"subject": "cublaslt", "shape": list(s), "us": peer[s], "describe": "cuBLASLt 13"})
     recs.append({"subject": "w8a8:float16", "shape": list(a), "us": 18.0, "describe": "cuda w8a8",
@@ -199,7 +200,7 @@ def records():
 
 def test_an_extra_shape_is_shown_but_outside_the_mean():
     big = (8192, 8192, 8192)
-    recs = records() + [{"subject": "int8_matmul", "shape": list(big), "us": 699.0, "tops": kt.tops(big, 699.0),
+    recs = records() + [{"subject": "int8_matmul", "shape": list(big), "us": 699.0, "tops": kc.tops(big, 699.0),
                          "extra": True},
                         {"subject": "cublaslt", "shape": list(big), "us": 100.0, "extra": True}]
     assert kt.summary(recs)["vs_cublaslt"] == kt.summary(records())["vs_cublaslt"]
@@ -223,7 +224,7 @@ def test_render_headline_table_w8a8_table_and_what_was_not_measured():
     text = kt.render(records())
     lines = text.splitlines()
     row = next(line for line in lines if line.split()[:3] == ["128", "18944", "3584"])
-    assert row.split()[3:7] == ["30.0", "24.3", "0.81x", f"{kt.tops((128, 18944, 3584), 30.0):.0f}"]
+    assert row.split()[3:7] == ["30.0", "24.3", "0.81x", f"{kc.tops((128, 18944, 3584), 30.0):.0f}"]
     assert "cuda tma_simple 64x64 [int8nax_gemm 30.0]" in row
     assert "geometric mean over 3 of 3 shapes: 0.90x cuBLASLt; lowest 0.81x at 128x18944x3584" in text
     w8a8 = {tuple(line.split()[:3]): line.split()[3:] for line in text.split("W8A8 (every kernel")[1].splitlines()
@@ -271,9 +272,9 @@ CTX = {"profiler": WallClock(), "launches": 2, "l2_bytes": 1 << 16, "backend": "
     ("w8a8:bfloat16", 20 * 64 * 2 + 48 * 64 + 48 * 4),
 ])
 def test_a_timed_output_is_checked(subject, input_bytes):
-    rec = kt._measure(kw.Item(subject, (20, 64, 48)), CTX)
+    rec = kc.measure(kw.Item(subject, (20, 64, 48)), CTX)
     assert rec["exact"] and rec["us"] == 5.0 and "mismatch" not in rec
-    assert rec["copies"] == kt.copies_for(input_bytes, CTX["l2_bytes"]) == -(-4 * (1 << 16) // input_bytes)
+    assert rec["copies"] == kc.copies_for(input_bytes, CTX["l2_bytes"]) == -(-4 * (1 << 16) // input_bytes)
     assert rec["describe"] == "cpu" or rec["describe"].startswith("cpu ")
 
 
@@ -282,12 +283,12 @@ def test_a_wrong_output_is_a_mismatch_and_loses_its_time(monkeypatch):
 
     real = int8nax.int8_matmul
     monkeypatch.setattr(int8nax, "int8_matmul", lambda a, b, backend=None: real(a, b, backend=backend) + 1)
-    rec = kt._measure(kw.Item("int8_matmul", (20, 64, 48)), CTX)
+    rec = kc.measure(kw.Item("int8_matmul", (20, 64, 48)), CTX)
     assert "us" not in rec and "differ from the int64 product" in rec["mismatch"]
     real_w8a8 = int8nax.w8a8_linear
     monkeypatch.setattr(int8nax, "w8a8_linear",
                         lambda x, w, s, b=None, backend=None: real_w8a8(x, w, s, b, backend=backend) * 1.01)
-    rec = kt._measure(kw.Item("w8a8:float16", (20, 64, 48)), CTX)
+    rec = kc.measure(kw.Item("w8a8:float16", (20, 64, 48)), CTX)
     assert "us" not in rec and "ulp" in rec["mismatch"]
 
 
@@ -368,7 +369,7 @@ def test_a_failing_describe_is_said_and_keeps_the_figure(monkeypatch):
         raise KeyError("plan")
 
     monkeypatch.setattr(backends.get("cpu"), "describe", broken)
-    rec = kt._measure(kw.Item("int8_matmul", (20, 64, 48)), CTX)
+    rec = kc.measure(kw.Item("int8_matmul", (20, 64, 48)), CTX)
     assert rec["us"] == 5.0 and rec["describe"] == "cpu (describe failed: KeyError: 'plan')"
 
 

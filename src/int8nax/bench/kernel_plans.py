@@ -5,7 +5,7 @@
 Per (M, K, N) (default: the seed shapes, problems.SEED_SHAPES, and the sibling-fused layers of
 the GPU model configurations, model_shapes()):
 
-    int8_matmul       the raw GEMM as the dispatch runs it (kernel_time's item: its time, its
+    int8_matmul       the raw GEMM as the dispatch runs it (kernel mode's item: its time, its
                       kernel, bit-exact against the int64 product)
     plans:<variant>   for each W8A8 variant (output dtype, with or without a bias; --w8a8,
                       default bfloat16): backends.cuda.w8a8(x, w, scale_w, bias, variant, plan) on
@@ -15,11 +15,11 @@ the GPU model configurations, model_shapes()):
                       every candidate of plan_candidates(w8a8=False), its default checked
                       bit-exactly against the int64 product
 
-Method and operands are kernel_time's (CUPTI kernel time, median of --launches launches rotating
+Method and operands are kernel mode's (CUPTI kernel time, median of --launches launches rotating
 over input copies covering ROTATE_L2 x the L2, the same x, w, scales and bias as its W8A8 items,
-a worker process writing one JSON line per item (kernel_worker), --time-limit). Checks: the default plan's output
-within 1 ulp of the float64 model on kernel_time's checked rows, and every other plan's output
-bit-identical to the default's over the whole output; a plan that differs is MISMATCH and its
+kernel_cases; a worker process writing one JSON line per item, kernel_worker; --time-limit).
+Checks: the default plan's output within 1 ulp of the float64 model on kernel mode's checked
+rows, and every other plan's output bit-identical to the default's over the whole output; a plan that differs is MISMATCH and its
 time is dropped (all of them where the default itself is off the model).
 """
 
@@ -33,6 +33,7 @@ from functools import partial
 
 from ..backends import cuda_choice, cuda_plans
 from . import cupti
+from . import kernel_cases as kc
 from . import kernel_time as kt
 from . import kernel_worker as kw
 from .estimate import shape_text
@@ -231,14 +232,14 @@ def measure_plans(item: kw.Item, ctx: dict) -> dict:
     variant = item.subject.removeprefix(PLANS)
     dispatch = ctx.get("dispatch") or CudaDispatch()
     if variant == RAW:
-        case = kt.raw_case(item.shape, ctx["l2_bytes"])
+        case = kc.raw_case(item.shape, ctx["l2_bytes"])
         default, cands = dispatch.candidates(m, n, k, False)
     else:
-        case = kt.w8a8_case(variant, item.shape, ctx["l2_bytes"])
+        case = kc.w8a8_case(variant, item.shape, ctx["l2_bytes"])
         default, cands = dispatch.candidates(m, n, k, True, case.bias is not None, case.dtype)
     rec = {"subject": item.subject, "shape": list(item.shape), "default": default.describe(), "sms": dispatch.sms,
            "check": f"the default plan {case.what}; every other plan bit-identical to the default's output"}
-    rows = kt.checked_rows(m)
+    rows = kc.checked_rows(m)
     launches, prof = ctx["launches"], ctx["profiler"]
     want, wrong = None, None
     out = []
@@ -249,7 +250,7 @@ def measure_plans(item: kw.Item, ctx: dict) -> dict:
             def launch(i, c=c):
                 mx.eval(dispatch.call(case.sets[i % len(case.sets)], c.choice))
 
-            entry["us"], entry["parts"] = kt._timed(launch, prof, launches)
+            entry["us"], entry["parts"] = kc._timed(launch, prof, launches)
             got = dispatch.call(case.sets[0], c.choice)
             mx.eval(got)
             if entry["default"]:
@@ -269,8 +270,8 @@ def measure_plans(item: kw.Item, ctx: dict) -> dict:
 
 
 def measure(item: kw.Item, ctx: dict) -> dict:
-    """The worker's measure: plans items here, the raw GEMM by kernel_time."""
-    return measure_plans(item, ctx) if item.subject.startswith(PLANS) else kt._measure(item, ctx)
+    """The worker's measure: plans items here, the raw GEMM by kernel mode's (kernel_cases)."""
+    return measure_plans(item, ctx) if item.subject.startswith(PLANS) else kc.measure(item, ctx)
 
 
 def progress_text(rec: dict) -> str:

@@ -19,14 +19,15 @@ Method. Each launch is one call and one mx.eval (cuBLASLt: one enqueue and one s
 no two launches overlap. The CUPTI activity records of the launches' kernels (memsets and copies
 included) are read through torch.profiler (int8nax.bench.cupti): MLX launches on its own stream
 from CUDA graphs, so CUDA events cannot bracket its kernels; cuBLASLt is timed the same way for a
-like-for-like figure. A launch's time is the sum of its kernels' durations; the figure is the median over
-`launches` launches (after 3 untimed ones), which rotate through copies of the inputs covering
-ROTATE_L2 times the L2 (read from the device), so that the operands come from HBM.
+like-for-like figure. A launch's time is the sum of its kernels' durations; the figure is the
+median over `launches` launches (after 3 untimed ones), which rotate through copies of the inputs
+covering ROTATE_L2 times the L2 (read from the device), so that the operands come from HBM.
 
-Every timed output is checked after the timing, on the same inputs (copies are bit-identical):
-integers bit-exactly against the int64 product, W8A8 within 1 ulp of the float64 model of its
-quantization (problems.py, int8nax.reference); on up to CHECK_ROWS rows (first and last halves)
-for M above that. A wrong output is shown as MISMATCH and its time dropped.
+Every timed output is checked after the timing (int8nax.bench.kernel_cases), on the same inputs
+(copies are bit-identical): integers bit-exactly against the int64 product, W8A8 within 1 ulp of
+the float64 model of its quantization (problems.py, int8nax.reference); on up to CHECK_ROWS rows
+(first and last halves) for M above that. A wrong output is shown as MISMATCH and its time
+dropped.
 
 Each row names what ran: the backend's describe() and the kernels CUPTI saw.
 
@@ -34,12 +35,13 @@ Other kernels. The environment chooses what int8nax runs, as for any call (the w
 it, and the JSON records it): INT8NAX_CUDA_KERNEL=<variant> times another GEMM kernel variant
 (`--w8a8 none` for the raw GEMM alone), INT8NAX_CUDA_EPILOGUE=narrow W8A8's other epilogue.
 `--plans` times every plan the dispatch could give instead (int8nax.bench.kernel_plans, on this
-module's worker, operands and checks).
+mode's worker, operands and checks).
 
-Robustness. The items run in a worker process (python -m int8nax.bench.kernel_time --worker,
-int8nax.bench.kernel_worker), which writes one JSON line per item as it goes; if it dies (a kernel fault kills the CUDA
-context), the item it was on is recorded as failed and a fresh worker takes the rest. A budget
-in seconds (compile time included) stops the run; items not reached are listed as not run.
+Robustness. The items run in a worker process (python -m int8nax.bench.kernel_time --worker;
+int8nax.bench.kernel_worker), which writes one JSON line per item as it goes; if it dies (a kernel
+fault kills the CUDA context), the item it was on is recorded as failed and a fresh worker takes
+the rest. A budget in seconds (compile time included) stops the run; items not reached are
+listed as not run.
 """
 
 from __future__ import annotations
@@ -51,23 +53,14 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from functools import partial
 
 from .cupti import skip_reason
 from .estimate import shape_text
+from .kernel_cases import CHECK_ROWS, ROTATE_L2, WARMUP, measure
 from .kernel_worker import LAUNCHES, Item, run_items, spawn_worker, worker_main
 from .text import table_lines
-from .problems import EXTRA_SHAPES, SEED_SHAPES, Shape, ops
-
-ROTATE_L2 = 4
-"""Input copies cover this many times the L2 (more than 3x: no operand stays cached)."""
-
-WARMUP = 3
-"""Untimed launches per item first (compilation, clocks, MLX's graph caches)."""
-
-CHECK_ROWS = 512
-"""Rows of the output checked against the reference at most (first and last halves)."""
+from .problems import EXTRA_SHAPES, SEED_SHAPES, Shape
 
 BUDGET_S = 330.0
 """Default seconds for the whole run, compile time included (one device call is 600 s at most)."""
@@ -117,20 +110,7 @@ def plan_items(shapes, w8a8=W8A8_VARIANTS, cublaslt: bool = True, extra=(), bf16
     return items
 
 
-def copies_for(bytes_per_set: int, l2_bytes: int, rotate: int = ROTATE_L2) -> int:
-    """Input copies (at least 2) whose bytes together cover `rotate` times the L2."""
-    if bytes_per_set <= 0 or l2_bytes <= 0:
-        raise ValueError(f"copies_for: expected positive byte counts, got {bytes_per_set} and {l2_bytes}")
-    return max(2, math.ceil(rotate * l2_bytes / bytes_per_set))
-
-
-def checked_rows(m: int, limit: int = CHECK_ROWS) -> list[int]:
-    """The output rows checked: all of them up to `limit`, else the first and last limit/2."""
-    if m <= limit:
-        return list(range(m))
-    half = limit // 2
-    return list(range(half)) + list(range(m - half, m))
-
+# ---- tables and JSON (pure) --------------------------------------------------------------------
 
 def geomean(values) -> float | None:
     values = [v for v in values if v is not None]
@@ -138,251 +118,6 @@ def geomean(values) -> float | None:
         return None
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
-
-def tops(shape: Shape, us: float) -> float:
-    """Tera-operations per second (2*M*K*N per call) at `us` microseconds per call."""
-    return ops(shape) / (us * 1e-6) / 1e12
-
-
-# ---- the items: operands, timing, checks (in the worker, on the GPU) ---------------------------
-
-def _device_copies(mx, arrays, count: int) -> list[tuple]:
-    """`count` sets of bit-identical copies of `arrays` computed on the device (an array made from
-    numpy lives in managed memory; a computed one in device memory), evaluated. x * 1 keeps every
-    bit of a float, the sign of zero included (x + 0 would not)."""
-    sets = [tuple(None if x is None else x * mx.array(1, dtype=x.dtype) for x in arrays) for _ in range(count)]
-    mx.eval([x for s in sets for x in s if x is not None])
-    return sets
-
-
-def _bias(n: int):
-    import numpy as np
-
-    return np.random.default_rng([20261204, n]).uniform(-4.0, 4.0, n).astype(np.float32)
-
-
-def _measure(item: Item, ctx: dict) -> dict:
-    """One item's record: us, tops, parts, describe, check, copies; a wrong output makes it a
-    mismatch. An item that cannot run raises (the worker records the exception)."""
-    import mlx.core as mx
-    import numpy as np
-
-    import int8nax  # the public API, as a user calls it
-
-    from .. import backends
-    from ..reference import exact_int_product
-    from . import problems
-
-    m, k, n = item.shape
-    rows = checked_rows(m)
-    rec = {"subject": item.subject, "shape": list(item.shape)}
-    prof, launches, l2 = ctx["profiler"], ctx["launches"], ctx["l2_bytes"]
-    backend = ctx.get("backend", "cuda")  # tests run the checks on the CPU backend
-    if item.subject == "int8_matmul":
-        case = raw_case(item.shape, l2)
-        sets, copies = case.sets, case.copies
-        rec["describe"] = _describe(backends.get(backend), "int8_matmul", m, n, k)
-
-        def call(s):
-            return int8nax.int8_matmul(s[0], s[1], backend=backend)
-
-        def check(out):
-            return case.check(out, rows)
-
-        rec["check"] = case.what
-    elif item.subject == "cublaslt":
-        from .peers import cublaslt
-
-        a_np, b_np = problems.raw_problem(m, k, n)
-        run = cublaslt.prepare(a_np, b_np)
-        copies = copies_for(a_np.nbytes + b_np.nbytes, l2)
-        sets = [(run.a, run.b)] + [(run.a.clone(), run.b.clone()) for _ in range(copies - 1)]
-        torch = ctx["torch"]
-        stream = torch.cuda.current_stream().cuda_stream
-        rec["describe"] = run.describe()
-
-        def launch(i):
-            x, y = sets[i % len(sets)]
-            run.lt.matmul(run.algo, x.data_ptr(), y.data_ptr(), run.out.data_ptr(), run.workspace.data_ptr(), stream)
-            torch.cuda.synchronize()
-
-        rec["us"], rec["parts"] = _timed(launch, prof, launches)
-
-        def queued(i):  # no synchronize: launches back to back, as cuBLASLt is usually timed
-            x, y = sets[i % len(sets)]
-            run.lt.matmul(run.algo, x.data_ptr(), y.data_ptr(), run.out.data_ptr(), run.workspace.data_ptr(), stream)
-
-        try:
-            rec["back_to_back_us"] = prof.time(queued, launches)[0]
-        except ValueError as exc:  # reordered or overlapping records: the main figure stands
-            rec["back_to_back_us"] = f"n/a: {exc}"
-        out = run.call()
-        run.sync()
-        got = out[torch.as_tensor(rows, device="cuda")].cpu().numpy().astype(np.int64)
-        bad = int((got != exact_int_product(a_np[rows], b_np)).sum())
-        rec["check"] = "bit-exact against the int64 product"
-        return _finish(rec, None if bad == 0 else f"{bad} of {got.size} checked outputs differ", copies, launches)
-    elif item.subject == "bf16":
-        x_np, _ = problems.linear_problem(m, k, n)
-        w_np, s_np = problems.w8a8_weights(m, k, n)
-        x = mx.array(x_np).astype(mx.bfloat16)
-        w = (mx.array(w_np).astype(mx.float32) * mx.array(s_np)[:, None]).astype(mx.bfloat16)
-        copies = copies_for(x.nbytes + w.nbytes, l2)
-        sets = _device_copies(mx, (x, w), copies)
-        rec["describe"] = "mlx bfloat16 matmul"
-
-        def call(st):
-            return mx.matmul(st[0], st[1].T)
-
-        def check(out):
-            idx = mx.array(rows)
-            got = np.array(out[idx].astype(mx.float32))
-            want = np.array(x[idx].astype(mx.float32)) @ np.array(w.astype(mx.float32)).T
-            worst = float(np.max(np.abs(got - want) / (np.abs(want) + np.abs(want).max() * 1e-3 + 1e-30)))
-            return None if worst <= 0.05 else f"off by {worst:.3g} (relative) from the float32 product"
-
-        rec["check"] = "within 5 % of the float32 product (a peer: bfloat16 rounding)"
-    else:
-        case = w8a8_case(item.subject.split(":", 1)[1], item.shape, l2)
-        sets, copies = case.sets, case.copies
-        rec["describe"] = _describe(backends.get(backend), "w8a8_linear", m, n, k, bias=case.bias is not None,
-                                    dtype=case.dtype)
-
-        def call(st):
-            return int8nax.w8a8_linear(st[0], st[1], st[2], st[3], backend=backend)
-
-        def check(out):
-            return case.check(out, rows)
-
-        rec["check"] = case.what
-
-    def launch(i):
-        mx.eval(call(sets[i % len(sets)]))
-
-    rec["us"], rec["parts"] = _timed(launch, prof, launches)
-    out = call(sets[0])
-    mx.eval(out)
-    return _finish(rec, check(out), copies, launches)
-
-
-@dataclass
-class RawCase:
-    """An int8_matmul problem on the device (problems.raw_problem): `sets`, `copies`
-    bit-identical (a, b) covering ROTATE_L2 x the L2; a_np, b_np the host copies the int64
-    product reads."""
-
-    a_np: object
-    b_np: object
-    sets: list
-    copies: int
-    what: str = "bit-exact against the int64 product"
-
-    def check(self, out, rows: list[int]) -> str | None:
-        """None where `out` rows `rows` equal the int64 product, else how many differ."""
-        import mlx.core as mx
-        import numpy as np
-
-        from ..reference import exact_int_product
-
-        got = np.array(out[mx.array(rows)]).astype(np.int64)
-        bad = int((got != exact_int_product(self.a_np[rows], self.b_np)).sum())
-        return None if bad == 0 else f"{bad} of {got.size} checked outputs differ from the int64 product"
-
-
-def raw_case(shape: Shape, l2: int) -> RawCase:
-    """The operands of an int8_matmul item at (M, K, N), evaluated on the device, with copies for
-    an L2 of `l2` bytes."""
-    import mlx.core as mx
-
-    from . import problems
-
-    m, k, n = shape
-    a_np, b_np = problems.raw_problem(m, k, n)
-    a, b = mx.array(a_np), mx.array(b_np)
-    copies = copies_for(a.nbytes + b.nbytes, l2)
-    return RawCase(a_np, b_np, _device_copies(mx, (a, b), copies), copies)
-
-
-@dataclass
-class W8A8Case:
-    """A W8A8 problem on the device: x [M, K] of `dtype` (problems.linear_problem), w int8 [N, K]
-    and scale_w float32 [N] (problems.w8a8_weights), bias of `dtype` [N] or None; `sets`: `copies`
-    bit-identical (x, w, scale_w, bias) covering ROTATE_L2 x the L2; w_np, s_np the host copies
-    the float64 model reads."""
-
-    dtype_name: str
-    dtype: object
-    x: object
-    w: object
-    s: object
-    bias: object
-    w_np: object
-    s_np: object
-    sets: list
-    copies: int
-
-    @property
-    def what(self) -> str:
-        return f"within 1 ulp ({self.dtype_name}) of the float64 model"
-
-    def check(self, out, rows: list[int]) -> str | None:
-        """None where `out` rows `rows` are within 1 ulp of the float64 model, else what is wrong."""
-        import mlx.core as mx
-
-        from ..reference import max_ulp_error, w8a8_linear_ref
-
-        idx = mx.array(rows)
-        want = w8a8_linear_ref(self.x[idx], self.w_np, self.s_np, self.bias)
-        err = max_ulp_error(out[idx], want, self.dtype_name)
-        return None if err <= 1.0 else f"off by {err:.3g} ulp ({self.dtype_name}) from the float64 model; 1 allowed"
-
-
-def w8a8_case(variant: str, shape: Shape, l2: int) -> W8A8Case:
-    """The operands of a w8a8:<variant> item ("bfloat16", "float16+bias", ...) at (M, K, N),
-    evaluated on the device, with copies for an L2 of `l2` bytes."""
-    import mlx.core as mx
-
-    from . import problems
-
-    m, k, n = shape
-    dtype_name, has_bias = variant.split("+")[0], variant.endswith("+bias")
-    dtype = getattr(mx, dtype_name)
-    x_np, _ = problems.linear_problem(m, k, n)
-    w_np, s_np = problems.w8a8_weights(m, k, n)
-    x = mx.array(x_np).astype(dtype)
-    bias = mx.array(_bias(n)).astype(dtype) if has_bias else None
-    w, s = mx.array(w_np), mx.array(s_np)
-    copies = copies_for(x.nbytes + w.nbytes + s.nbytes + (bias.nbytes if has_bias else 0), l2)
-    sets = _device_copies(mx, (x, w, s, bias), copies)
-    return W8A8Case(dtype_name, dtype, x, w, s, bias, w_np, s_np, sets, copies)
-
-
-def _describe(backend, op: str, m: int, n: int, k: int, **kw) -> str:
-    """backend.describe(...); a failure there is said in the record, never loses the figure."""
-    try:
-        return backend.describe(op, m, n, k, **kw)
-    except Exception as exc:  # noqa: BLE001
-        return f"{backend.name} (describe failed: {type(exc).__name__}: {exc})"
-
-
-def _timed(launch, prof, launches: int):
-    for i in range(WARMUP):
-        launch(i)
-    return prof.time(launch, launches)
-
-
-def _finish(rec: dict, problem: str | None, copies: int, launches: int) -> dict:
-    rec.update({"copies": copies, "launches": launches})
-    if problem:
-        rec["mismatch"] = problem
-        rec["timed_us"] = rec.pop("us")  # kept for diagnosis, never reported as a figure
-    else:
-        rec["exact"] = True
-        rec["tops"] = tops(tuple(rec["shape"]), rec["us"])
-    return rec
-
-
-# ---- tables and JSON (pure) --------------------------------------------------------------------
 
 def _by(records, subject):
     return {tuple(r["shape"]): r for r in records if r["subject"] == subject}
@@ -627,8 +362,8 @@ def report(text: str, payload: dict, meta: dict, launches: int, json_path: str |
 
 WORKER_MODULE = "int8nax.bench.kernel_time"
 """The module a kernel-mode worker runs (python -m): this one, whose entry point below hands
-the worker this module's _measure."""
+the worker kernel_cases.measure."""
 
 
 if __name__ == "__main__":
-    sys.exit(worker_main(_measure))
+    sys.exit(worker_main(measure))
