@@ -124,7 +124,7 @@ def measured(prepared, tokens: int, forwards: int = 3) -> tuple[Breakdown | None
 
 def start() -> None:
     """Create torch's CUDA context (and CUPTI's) before MLX launches its first kernel, as
-    kernel_worker's worker does; nothing where torch has no CUDA."""
+    kernel mode's worker does (kernel_worker.worker); nothing where torch has no CUDA."""
     try:
         import torch
 
