@@ -15,8 +15,9 @@
 //
 // h never leaves the registers: the held path loads all of its g and u groups first (the whole
 // row's 2H values in flight), then computes h and quantizes it; longer rows and rows off the
-// vector path recompute h on each of the two passes (the functors are cheaper than a round
-// trip of h through memory). Needs common.cuh, quantize.cuh and MLX's binary_ops.cuh before it.
+// vector path read g and u twice and compute h on each pass (arithmetic again, in place of
+// writing h out and reading it back). Needs common.cuh, quantize.cuh and MLX's binary_ops.cuh
+// before it.
 #pragma once
 
 namespace int8nax {
