@@ -10,6 +10,12 @@ libmlx, not shipped as a file). This tool writes a stand-in for that header (Sha
 unless --mlx-include points at a copy of the real one, assembles the same translation unit for
 every kernel and template instance the backend uses, compiles it to a cubin with nvcc and prints
 ptxas's register / shared-memory / spill report. It does not run anything.
+
+Kernels that include MLX's own device headers by name (cuda_source.MLX_BINARY_OPS: the SwiGLU
+quantization calls MLX's functors, and its bits are theirs) compile only against the real ones:
+without them in --mlx-include (a folder holding MLX's JIT headers, e.g. extracted from the libmlx
+of the MLX version in use) those instances are skipped, with one line saying so; no stand-in.
+--same-as reports an instance with no PTX in DIR as new (not a difference).
 """
 
 from __future__ import annotations
@@ -93,8 +99,8 @@ def w8a8_instances(prefix: str, spec, inputs, maps: bool, tmpl):
 def instances(arch: str):
     """(label, spec, input types, output types, template) for every kernel the backend builds:
     every tile of every cuda_choice.VARIANTS row (the sm90 ones on sm_90*, the sm80 ones from
-    sm_80), with its quantizing W8A8 kernel where it has one, then the quantization, reduction and
-    SM-count kernels."""
+    sm_80), with its quantizing W8A8 kernel where it has one, then the quantization (plain and
+    SwiGLU), reduction and SM-count kernels."""
     number = int(re.sub(r"\D", "", arch) or 0)
     for row in cuda_choice.VARIANTS.values():
         if (row.family == "sm90" and not arch.startswith("sm_90")) or (row.family == "sm80" and number < 80):
@@ -115,11 +121,20 @@ def instances(arch: str):
         for t in ("float16", "bfloat16", "float32"):
             yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],
                    ["int8_t", "float"], [("T", t)] + launch.template())
+    for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
+        for t in ("float16", "bfloat16", "float32"):
+            yield (f"swiglu_quantize {t} {launch.threads}x{launch.held}", cuda_source.swiglu_quantize(),
+                   [CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + launch.template())
     yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])
     for narrow in (False, True):
         yield (f"reduce w8a8{narrow_tag(narrow)}", cuda_source.reduce_w8a8(), ["int32_t", "float", "float", "float"],
                ["__half"], [("TOut", "float16"), ("HAS_BIAS", True), ("NARROW", narrow)])
     yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])
+
+
+def mlx_headers(spec) -> list[str]:
+    """The MLX headers a kernel's header includes by their JIT names (mlx/...)."""
+    return re.findall(r'#include "(mlx/[^"]+)"', spec.header)
 
 
 def stem(label: str) -> str:
@@ -193,8 +208,13 @@ def main(argv=None) -> int:
                 f.write(STAND_IN)
         out_dir = args.keep or tmp
         os.makedirs(out_dir, exist_ok=True)
+        skipped = []
         for label, spec, ins, outs, tmpl in instances(args.arch):
             if args.only and not re.search(args.only, label):
+                continue
+            missing = [h for h in mlx_headers(spec) if not os.path.isfile(os.path.join(include, h))]
+            if missing:
+                skipped.append((label, missing[0]))
                 continue
             cu = os.path.join(out_dir, stem(label) + ".cu")
             with open(cu, "w") as f:
@@ -221,15 +241,22 @@ def main(argv=None) -> int:
                 old = os.path.join(args.same_as, stem(OLD_LABELS.get(first, first) + space + rest) + ".ptx")
                 if not os.path.exists(other) and os.path.exists(old):
                     other = old
-                same = os.path.exists(other) and normalized_ptx(cu[:-3] + ".ptx") == normalized_ptx(other)
-                report = "same PTX as " + args.same_as if same else "PTX DIFFERS from " + args.same_as
-                returncode = 0 if same else 1
+                if not os.path.exists(other):
+                    report = "new: no PTX in " + args.same_as
+                else:
+                    same = normalized_ptx(cu[:-3] + ".ptx") == normalized_ptx(other)
+                    report = "same PTX as " + args.same_as if same else "PTX DIFFERS from " + args.same_as
+                    returncode = 0 if same else 1
             status = "ok " if returncode == 0 else "ERR"
             print(f"{status} {label:40s} smem={spec.shared_memory:6d}  {report}")
             if returncode != 0:
                 failures += 1
                 if not args.same_as:
                     print(stderr[-4000:])
+        if skipped:
+            print(f"skipped {len(skipped)} instances ({skipped[0][0]} ...): they include MLX's own {skipped[0][1]}, "
+                  f"not found under {args.mlx_include or 'the stand-in folder'}; pass --mlx-include DIR holding "
+                  "MLX's JIT headers to build them")
     return 1 if failures else 0
 
 

@@ -295,6 +295,41 @@ def cuda_quant_launch(m: int, k: int, sms: int = 132) -> CudaQuantLaunch:
     return CUDA_QUANT_LAUNCHES[-1]
 
 
+SWIGLU_HELD_BYTES = 256
+"""Most bytes of g and u one thread of the SwiGLU quantization may hold in registers (below)."""
+
+
+def swiglu_held_bytes(launch: CudaQuantLaunch, itemsize: int) -> int:
+    """Bytes of g and u a thread holds at `launch` (two inputs of `held` groups each)."""
+    return 2 * launch.held * QUANT_GROUP * itemsize
+
+
+def cuda_swiglu_quant_launch(m: int, hidden: int, itemsize: int, sms: int = 132) -> CudaQuantLaunch:
+    """The SwiGLU quantization kernel's launch (kernels/cuda/swiglu_quantize.cuh) for y [M, 2H]
+    (H = hidden; itemsize 2 for float16/bfloat16, 4 for float32) on `sms` SMs: one of
+    CUDA_QUANT_LAUNCHES (no extra NVRTC builds).
+
+    Why: the kernel is the quantization kernel over h [M, H], with each held group of h loaded as
+    a group of g and one of u, so cuda_quant_launch(m, hidden)'s reasoning carries over (a row
+    of h fits the launch's capacity in registers; every row's 2H loads in flight), with twice
+    the bytes in flight per resident row, and twice the held registers per thread. ptxas (CUDA
+    13.0, sm_90a; tools/cuda_compile_check.py) gives, in registers a thread, no spills:
+    - float16 / bfloat16: 64 / 54 at (128, 4) and (256, 4), 80 at (512, 8): 128 bytes held at
+      held 4, 256 at held 8; every launch fits 64K registers (512 x 80 = 40960: one row per SM,
+      2 x 18944 x 2 = 76 KB in flight at Qwen2.5-7B's H = 18944, 48 KB at Qwen3-8B's 12288;
+      Qwen2.5-0.5B's 4864 takes (256, 4) at M > sms, 4 rows x 19 KB);
+    - float32: 80 at held 4 (256 bytes held), but 144 at (512, 8) (512 bytes): 512 x 144 =
+      73728 registers, more than an SM has, so that launch would fail. A launch that holds more
+      than SWIGLU_HELD_BYTES a thread is replaced by (256, 4), the widest that fits: rows up to
+      8192 held, longer ones read twice (float32 is not a model's serving type).
+    """
+    launch = cuda_quant_launch(m, hidden, sms)
+    if swiglu_held_bytes(launch, itemsize) <= SWIGLU_HELD_BYTES:
+        return launch
+    return max((x for x in CUDA_QUANT_LAUNCHES if swiglu_held_bytes(x, itemsize) <= SWIGLU_HELD_BYTES),
+               key=lambda x: (x.threads, x.capacity))
+
+
 # ----------------------------------------------------------------------------------------------
 # CUDA TMA GEMMs (kernels/cuda/gemm_tma_*.cuh; which one runs: backends/cuda_choice.py)
 # ----------------------------------------------------------------------------------------------

@@ -12,8 +12,12 @@ hashes the whole source of a custom kernel on every evaluation and copies it on 
 KB cost ~5 µs a call on the H200's host), and NVRTC resolves absolute includes itself. MLX caches
 compiled modules by kernel name + hash(source) within a process, and the source no longer
 changes when a header does, so every kernel name carries a digest of its headers' text. Where
-the package's kernels are not plain files (a zip import), the text is inlined instead. The
-headers include nothing themselves: each part below lists them in dependency order.
+the package's kernels are not plain files (a zip import), the text is inlined instead. Our
+headers include none of each other (common.cuh includes only the CUDA toolkit's type headers):
+each part below lists them in dependency order. An entry under mlx/ (MLX_BINARY_OPS) is one of
+MLX's own device headers, which MLX registers with NVRTC under that name for every program, its
+custom kernels' included: it stays a verbatim `#include "mlx/..."` line in both forms, and the
+digest covers our files' text and that line (the MLX version is part of the module cache already).
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ _WGMMA = ("common.cuh", "ptx_cpasync.cuh", "smem_tile.cuh", "tile_scheduler.cuh"
           WGMMA_HEADER, "ptx_wgmma.cuh", "store_accumulators.cuh")
 _TMA_WS = _WGMMA + ("ptx_mbarrier.cuh", "ptx_tma.cuh", "tma_ws_common.cuh")
 
+MLX_BINARY_OPS = "mlx/backend/cuda/device/binary_ops.cuh"
+"""MLX's device functors (Multiply; Sigmoid from the unary_ops.cuh it includes) by their JIT name:
+the code MLX's compiled kernels run for elementwise graphs, so a kernel calling them computes
+those graphs' values bit for bit (kernels/cuda/swiglu_quantize.cuh)."""
+
 _HEADERS = {
     "simt": _EPILOGUES + ("gemm_simt.cuh",),
     "cpasync": _WGMMA + ("gemm_cpasync.cuh",),
@@ -48,6 +57,7 @@ _HEADERS = {
     "cooperative": _TMA_WS + ("gemm_tma_ws_cooperative.cuh", "launch_bounds_384.cuh"),
     "pingpong": _TMA_WS + ("gemm_tma_ws_pingpong.cuh", "launch_bounds_384.cuh"),
     "quantize": ("common.cuh", "quantize.cuh"),
+    "swiglu_quantize": ("common.cuh", "quantize.cuh", MLX_BINARY_OPS, "swiglu_quantize.cuh"),
     "reduce": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "reduce_splits.cuh"),
     "count_sms": ("common.cuh", "sm_count.cuh"),
     "gemv": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "quantize.cuh", "gemv_w8a8.cuh"),
@@ -118,10 +128,20 @@ def wgmma_wrappers(widths) -> str:
     return "\n".join(parts) + "\n"
 
 
+def is_mlx_header(entry: str) -> bool:
+    """Whether a _HEADERS entry is one of MLX's JIT headers (included by name), not our file."""
+    return entry.startswith("mlx/")
+
+
+def _include(path: str) -> str:
+    return f'#include "{path}"\n'
+
+
 @lru_cache(maxsize=None)
 def header_text(part: str) -> str:
-    """The concatenated text of the header files of one part (a key of _HEADERS)."""
-    return "\n".join(_read(f) for f in _HEADERS[part])
+    """The concatenated text of the header files of one part (a key of _HEADERS); MLX's headers
+    as their #include lines."""
+    return "\n".join(_include(f) if is_mlx_header(f) else _read(f) for f in _HEADERS[part])
 
 
 @lru_cache(maxsize=None)
@@ -132,11 +152,12 @@ def digest(part: str) -> str:
 
 @lru_cache(maxsize=None)
 def header(part: str) -> str:
-    """The `header` string for kernels of one part: absolute #include lines, else the text."""
+    """The `header` string for kernels of one part: absolute #include lines, else the text (MLX's
+    headers by their JIT names in both)."""
     where = kernels_dir()
     if where is None or any(c in str(where) for c in '"\n\\'):
         return header_text(part)
-    return "".join(f'#include "{(where / f).as_posix()}"\n' for f in _HEADERS[part])
+    return "".join(_include(f if is_mlx_header(f) else (where / f).as_posix()) for f in _HEADERS[part])
 
 
 def _part(family: str) -> str:
@@ -282,6 +303,17 @@ def quantize() -> KernelSpec:
     cuda_plans.CudaQuantLaunch); one block per row."""
     body = "int8nax::quantize_rows<T, THREADS, HELD>(x, x_shape[1], q, scale);"
     return KernelSpec(_name("int8nax_quantize", "quantize"), ("x",), ("q", "scale"), body, header("quantize"), 0)
+
+
+@lru_cache(maxsize=None)
+def swiglu_quantize() -> KernelSpec:
+    """(q int8 [M, H], scale float32 [M]) = quantize()'s of h = silu(g) * u computed in T as MLX
+    does, from y [M, 2H] (T) whose columns [0, H) are g and [H, 2H) are u (kernels/cuda/
+    swiglu_quantize.cuh); template T, THREADS, HELD (a cuda_plans.CudaQuantLaunch, by
+    cuda_plans.cuda_quant_launch(M, H)); one block per row."""
+    body = "int8nax::quantize_swiglu_rows<T, THREADS, HELD>(y, y_shape[1] / 2, q, scale);"
+    return KernelSpec(_name("int8nax_swiglu_quantize", "swiglu_quantize"), ("y",), ("q", "scale"), body,
+                      header("swiglu_quantize"), 0)
 
 
 @lru_cache(maxsize=None)

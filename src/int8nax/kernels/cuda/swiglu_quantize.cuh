@@ -1,0 +1,124 @@
+// The activation quantization of a SwiGLU MLP's hidden state, h = silu(g) * u, in one kernel:
+//
+//   y [M, 2H] (T) holds g = y[:, :H] (the gate projection) and u = y[:, H:] (the up projection);
+//   h[m, j] = Multiply(Multiply(g, Sigmoid(g)), u) in T, each product rounded to T;
+//   (q int8 [M, H], scale float32 [M]) = quantize.cuh's quantize_rows of h, bit for bit.
+//
+// Why the same bits as the unfused graph: mlx-lm's MLP computes nn.silu(g) * u, which MLX's
+// compiled CUDA kernels evaluate as exactly these calls of MLX's own device functors
+// (mlx::core::cu::Sigmoid and ::Multiply, mlx/backend/cuda/device/binary_ops.cuh, which includes
+// unary_ops.cuh) with every intermediate in T, built by the same NVRTC with the same options as
+// this kernel. Calling the same functors on the same types gives the same h; h then goes through
+// quantize.cuh's row code (SwigluRow is one of its row sources), so q and scale are the
+// quantization kernel's for that h. silu(g) = g * sigmoid(g): the operand order MLX's nn.silu
+// has (a product of two values commutes exactly anyway).
+//
+// h never leaves the registers: the held path loads all of its g and u groups first (the whole
+// row's 2H values in flight), then computes h and quantizes it; longer rows and rows off the
+// vector path read g and u twice and compute h on each pass (arithmetic again, in place of
+// writing h out and reading it back). Needs common.cuh, quantize.cuh and MLX's binary_ops.cuh
+// before it.
+#pragma once
+
+namespace int8nax {
+
+// One value of T in a group's words and back (the layout of Group<T>: little-endian halves).
+template <typename T>
+struct Lane;
+
+template <>
+struct Lane<float> {
+  static __device__ __forceinline__ float get(const uint32_t (&w)[Group<float>::WORDS], int i) {
+    return __uint_as_float(w[i]);
+  }
+  static __device__ __forceinline__ void set(uint32_t (&w)[Group<float>::WORDS], int i, float v) {
+    w[i] = __float_as_uint(v);
+  }
+};
+
+template <typename T, typename Bits>
+struct Lane2Byte {
+  static __device__ __forceinline__ T get(const uint32_t (&w)[Group<T>::WORDS], int i) {
+    return Bits::from(static_cast<unsigned short>(w[i >> 1] >> (16 * (i & 1))));
+  }
+  static __device__ __forceinline__ void set(uint32_t (&w)[Group<T>::WORDS], int i, T v) {
+    const uint32_t bits = Bits::to(v);
+    uint32_t& word = w[i >> 1];
+    word = (i & 1) ? ((word & 0x0000ffffu) | (bits << 16)) : ((word & 0xffff0000u) | bits);
+  }
+};
+
+struct HalfBits {
+  static __device__ __forceinline__ __half from(unsigned short b) {
+    return __ushort_as_half(b);
+  }
+  static __device__ __forceinline__ uint32_t to(__half v) {
+    return __half_as_ushort(v);
+  }
+};
+
+struct Bfloat16Bits {
+  static __device__ __forceinline__ __nv_bfloat16 from(unsigned short b) {
+    return __ushort_as_bfloat16(b);
+  }
+  static __device__ __forceinline__ uint32_t to(__nv_bfloat16 v) {
+    return __bfloat16_as_ushort(v);
+  }
+};
+
+template <>
+struct Lane<__half> : Lane2Byte<__half, HalfBits> {};
+template <>
+struct Lane<__nv_bfloat16> : Lane2Byte<__nv_bfloat16, Bfloat16Bits> {};
+
+// silu(g) * u in T, as MLX's compiled kernels compute nn.silu(g) * u (see above).
+template <typename T>
+__device__ __forceinline__ T swiglu(T g, T u) {
+  const T s = mlx::core::cu::Sigmoid{}(g);
+  const T gs = mlx::core::cu::Multiply{}(g, s);
+  return mlx::core::cu::Multiply{}(gs, u);
+}
+
+// The row source (quantize.cuh) of h = swiglu(g, u) for one row: g at gr, u at ur (H values each).
+template <typename T>
+struct SwigluRow {
+  struct Loaded {
+    uint32_t g[Group<T>::WORDS];  // g's group; finish() overwrites it with h's
+    uint32_t u[Group<T>::WORDS];
+  };
+  const T* gr;
+  const T* ur;
+
+  __device__ __forceinline__ void load(int j, Loaded& l) const {
+    load_group(gr + 8 * j, l.g);
+    load_group(ur + 8 * j, l.u);
+  }
+  static __device__ __forceinline__ void finish(Loaded& l) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      Lane<T>::set(l.g, i, swiglu(Lane<T>::get(l.g, i), Lane<T>::get(l.u, i)));
+    }
+  }
+  static __device__ __forceinline__ const uint32_t (&words(const Loaded& l))[Group<T>::WORDS] {
+    return l.g;
+  }
+  __device__ __forceinline__ float value(int k) const {
+    return to_float(swiglu(gr[k], ur[k]));
+  }
+};
+
+// y [M, 2H] (T: float, __half or __nv_bfloat16) -> q int8 [M, H], scale float [M] of
+// h = silu(y[:, :H]) * y[:, H:]; block b = row b.
+template <typename T, int THREADS, int HELD>
+__device__ void quantize_swiglu_rows(const T* y, int H, int8_t* q, float* scale) {
+  __shared__ uint32_t slots[THREADS / 32];
+  const int row = blockIdx.x;
+  const T* gr = y + static_cast<size_t>(row) * (2 * static_cast<size_t>(H));
+  int8_t* qr = q + static_cast<size_t>(row) * H;
+  // Vector path: H % 8 == 0 keeps g's and u's groups of every row on y's 16-byte boundaries.
+  const bool vec = (H & 7) == 0 && (reinterpret_cast<unsigned long long>(y) & 15) == 0 &&
+                   (reinterpret_cast<unsigned long long>(q) & 7) == 0;
+  quantize_row<T, THREADS, HELD>(SwigluRow<T>{gr, gr + H}, H, vec, qr, scale, slots);
+}
+
+}  // namespace int8nax

@@ -1,0 +1,187 @@
+"""The SwiGLU quantization kernel (kernels/cuda/swiglu_quantize.cuh) as it is sent to NVRTC, its
+launch, and its build: no MLX CUDA and no GPU needed (the kernel's results: test_cuda_swiglu.py).
+
+The compile test needs nvcc and MLX's own JIT headers (the kernel calls MLX's device functors,
+and there is no stand-in for them): set INT8NAX_MLX_JIT_HEADERS to a folder holding
+mlx/backend/cuda/device/{binary_ops,unary_ops,utils,...}.cuh of the MLX version in use (e.g.
+extracted from its libmlx), and NVCC if nvcc is not on PATH; else it is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from int8nax.backends import cuda_plans, cuda_source
+
+NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or shutil.which("nvcc", path="/usr/local/cuda/bin")
+MLX_JIT_HEADERS = os.environ.get("INT8NAX_MLX_JIT_HEADERS")
+REGISTERS_PER_SM = 65536
+
+MLX_LINE = '#include "mlx/backend/cuda/device/binary_ops.cuh"'
+
+
+def compile_check():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import cuda_compile_check
+
+    return cuda_compile_check
+
+
+# ---- what is sent to NVRTC ----
+
+def test_spec_calls_the_swiglu_rows_on_half_of_y():
+    spec = cuda_source.swiglu_quantize()
+    assert spec.name == "int8nax_swiglu_quantize_" + cuda_source.digest("swiglu_quantize")
+    assert (spec.input_names, spec.output_names, spec.shared_memory) == (("y",), ("q", "scale"), 0)
+    # H = y's columns / 2: g = y[:, :H], u = y[:, H:]
+    assert spec.source == "int8nax::quantize_swiglu_rows<T, THREADS, HELD>(y, y_shape[1] / 2, q, scale);"
+    assert spec.header == cuda_source.header("swiglu_quantize")
+
+
+def test_header_includes_mlx_functors_by_their_jit_name():
+    lines = cuda_source.header("swiglu_quantize").splitlines()
+    names = [Path(line[len('#include "'):-1]).name for line in lines]
+    assert names == ["common.cuh", "quantize.cuh", "binary_ops.cuh", "swiglu_quantize.cuh"]
+    # MLX's header verbatim (NVRTC resolves it from the headers MLX registers), ours absolute
+    assert lines[2] == MLX_LINE and all(line.startswith('#include "/') for i, line in enumerate(lines) if i != 2)
+    # The plain quantization kernel does not include MLX's header.
+    assert "mlx/" not in cuda_source.header("quantize") and "mlx/" not in cuda_source.header_text("quantize")
+
+
+def test_inlined_header_keeps_the_mlx_include_line(monkeypatch):
+    cuda_source.header.cache_clear()
+    monkeypatch.setattr(cuda_source, "kernels_dir", lambda: None)
+    try:
+        text = cuda_source.header("swiglu_quantize")
+    finally:
+        cuda_source.header.cache_clear()
+    assert text == cuda_source.header_text("swiglu_quantize")
+    assert text.count(MLX_LINE + "\n") == 1 and '#include "/' not in text
+    quantize, swiglu = cuda_source._read("quantize.cuh"), cuda_source._read("swiglu_quantize.cuh")
+    # in dependency order: quantize.cuh's text, MLX's functors, then the kernel that uses both
+    assert text.index(quantize) < text.index(MLX_LINE) < text.index(swiglu)
+    assert "quantize_swiglu_rows" in swiglu and "mlx::core::cu::Sigmoid" in swiglu
+
+
+@pytest.mark.parametrize("edited", ["swiglu_quantize.cuh", "quantize.cuh"])
+def test_kernel_name_changes_with_our_header_text(monkeypatch, edited):
+    before = cuda_source.swiglu_quantize().name
+    cached = (cuda_source.header_text, cuda_source.digest, cuda_source.header, cuda_source.swiglu_quantize)
+    for fn in cached:
+        fn.cache_clear()
+    real = cuda_source._read
+    monkeypatch.setattr(cuda_source, "_read", lambda f: real(f) + ("// edited\n" if f == edited else ""))
+    try:
+        assert cuda_source.swiglu_quantize().name != before
+    finally:
+        monkeypatch.undo()
+        for fn in cached:
+            fn.cache_clear()
+    assert cuda_source.swiglu_quantize().name == before
+
+
+# ---- the launch (cuda_plans.cuda_swiglu_quant_launch) ----
+
+MODEL_H = [4864, 12288, 18944]  # Qwen2.5-0.5B, Qwen3-8B, Qwen2.5-7B
+SWIGLU_H = [8, 24, 896, 4095, 4096, 4104, 8192, 8200, 11008, 14336, 32768, 32776] + MODEL_H
+QUANT_M = [1, 16, 100, 132, 133, 512, 4096, 100000]
+SWIGLU_OVERHEAD_REGISTERS = 40
+"""Registers of the SwiGLU kernel besides its held g and u words, with a margin (ptxas, CUDA 13.0,
+sm_90a: at held 4, float16 64 = 32 + 32, bfloat16 54 = 32 + 22, float32 80 = 64 + 16; at held 8,
+2-byte types 80 = 64 + 16); checked against ptxas by the compile test below."""
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("sms", [132, 114, 16])
+def test_swiglu_launch_fits_the_registers_of_an_sm(itemsize, sms):
+    for m in QUANT_M:
+        for h in SWIGLU_H:
+            launch = cuda_plans.cuda_swiglu_quant_launch(m, h, itemsize, sms)
+            assert launch in cuda_plans.CUDA_QUANT_LAUNCHES
+            held_registers = cuda_plans.swiglu_held_bytes(launch, itemsize) // 4
+            # No __launch_bounds__ in MLX's kernels: a block whose threads need more than an SM's
+            # share of registers does not launch at all.
+            assert held_registers + SWIGLU_OVERHEAD_REGISTERS <= min(255, REGISTERS_PER_SM // launch.threads), (m, h)
+
+
+@pytest.mark.parametrize("sms", [132, 114, 16])
+def test_swiglu_launch_is_the_quantization_launch_for_2_byte_types(sms):
+    # float16 / bfloat16 rows of h fit every launch's registers: the plain kernel's reasoning holds.
+    for m in QUANT_M:
+        for h in SWIGLU_H:
+            assert cuda_plans.cuda_swiglu_quant_launch(m, h, 2, sms) == cuda_plans.cuda_quant_launch(m, h, sms)
+
+
+@pytest.mark.parametrize("m", QUANT_M)
+@pytest.mark.parametrize("h", MODEL_H)
+def test_model_rows_are_held_in_registers_in_serving_types(m, h):
+    launch = cuda_plans.cuda_swiglu_quant_launch(m, h, 2)
+    assert launch.capacity >= h  # read once: g and u in flight together, h never in memory
+
+
+def test_float32_avoids_the_launch_that_cannot_start():
+    big = cuda_plans.CUDA_QUANT_LAUNCHES[-1]
+    assert cuda_plans.swiglu_held_bytes(big, 4) > cuda_plans.SWIGLU_HELD_BYTES
+    seen = {cuda_plans.cuda_swiglu_quant_launch(m, h, 4) for m in QUANT_M for h in SWIGLU_H}
+    assert big not in seen and len(seen) == 2
+    # the widest launch that fits takes the long rows and the few-row case
+    assert cuda_plans.cuda_swiglu_quant_launch(1, 18944, 4) == cuda_plans.CudaQuantLaunch(256, 4)
+
+
+# ---- tools/cuda_compile_check.py ----
+
+def test_compile_check_builds_every_launch_and_dtype():
+    ccc = compile_check()
+    got = [(label, ins, outs, tmpl) for label, spec, ins, outs, tmpl in ccc.instances("sm_90a")
+           if spec is cuda_source.swiglu_quantize()]
+    want = [(f"swiglu_quantize {t} {x.threads}x{x.held}", [ccc.CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + x.template())
+            for x in cuda_plans.CUDA_QUANT_LAUNCHES for t in ("float16", "bfloat16", "float32")]
+    assert got == want
+    assert ccc.mlx_headers(cuda_source.swiglu_quantize()) == [cuda_source.MLX_BINARY_OPS]
+    assert ccc.mlx_headers(cuda_source.quantize()) == []
+
+
+def test_compile_check_skips_them_without_mlx_headers(capsys):
+    # No nvcc is run: every selected instance needs MLX's real headers, which the stand-in is not.
+    assert compile_check().main(["--nvcc", "/nonexistent/nvcc", "--only", "^swiglu_quantize "]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("skipped 9 instances") and "--mlx-include" in out[0], out
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc here (set NVCC=/path/to/nvcc)")
+@pytest.mark.skipif(not MLX_JIT_HEADERS, reason="MLX's JIT headers not given (set INT8NAX_MLX_JIT_HEADERS)")
+def test_the_kernels_compile_against_mlx_headers(tmp_path):
+    """Every instance, as MLX hands it to NVRTC, through nvcc for sm_90a: compiled, no spills;
+    every launch cuda_swiglu_quant_launch returns for the dtype fits an SM's registers; and in
+    the PTX, the held path issues all of its row's g and u loads before the first sigmoid (ex2)."""
+    ccc = compile_check()
+    cases = [i for i in ccc.instances("sm_90a") if i[0].startswith("swiglu_quantize ")]
+    assert len(cases) == 9
+    for label, spec, ins, outs, tmpl in cases:
+        dtype, launch = tmpl[0][1], cuda_plans.CudaQuantLaunch(tmpl[1][1], tmpl[2][1])
+        itemsize = 4 if dtype == "float32" else 2
+        cu = tmp_path / (ccc.stem(label) + ".cu")
+        cu.write_text(ccc.translation_unit(spec, ins, outs, tmpl))
+        base = [NVCC, "-std=c++17", "-I", MLX_JIT_HEADERS]
+        proc = subprocess.run(base + ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v",
+                                      "-o", str(cu.with_suffix(".cubin")), str(cu)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{label}: {proc.stderr[-3000:]}"
+        spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", proc.stderr)
+        assert spills and all(v == "0" for v in spills), f"{label}: {proc.stderr[-2000:]}"
+        (registers,) = map(int, re.findall(r"Used (\d+) registers", proc.stderr))
+        if cuda_plans.swiglu_held_bytes(launch, itemsize) <= cuda_plans.SWIGLU_HELD_BYTES:
+            assert registers * launch.threads <= REGISTERS_PER_SM, (label, registers)
+            assert registers <= cuda_plans.swiglu_held_bytes(launch, itemsize) // 4 + SWIGLU_OVERHEAD_REGISTERS, label
+        proc = subprocess.run(base + ["-ptx", "-arch=sm_90a", "-o", str(cu.with_suffix(".ptx")), str(cu)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, f"{label}: {proc.stderr[-3000:]}"
+        ptx = cu.with_suffix(".ptx").read_text()
+        loads_first = ptx[:ptx.index("ex2.approx")].count("ld.global.nc.v4.u32")
+        assert loads_first == 2 * launch.held * (itemsize * 8 // 16), (label, loads_first)
