@@ -384,7 +384,8 @@ def test_cuda_one_step_falls_back_to_two_steps_where_the_check_failed(monkeypatc
 
     launch = cuda_plans.CUDA_QUANT_LAUNCHES[1]
     calls = []
-    monkeypatch.setattr(cuda, "_swiglu_w8a8_for_shape", lambda m, n, k, b: (launch, lambda *a: calls.append(("one", m, n, k, b))))
+    monkeypatch.setattr(cuda, "_swiglu_w8a8_for_shape",
+                        lambda m, n, k, b, dtype: (launch, lambda *a: calls.append(("one", m, n, k, b))))
     monkeypatch.setattr(cuda, "w8a8", lambda x, w, s, b: calls.append(("two", x.shape)))
     gate_up, w, s, _ = problem(m=3, k=16, n=8)
     for ok in (True, False):

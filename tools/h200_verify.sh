@@ -15,10 +15,11 @@
 #                                      #   (asv adds to a commit's results file)
 #   bash tools/h200_verify.sh decode   # ~200 s: compare --model --breakdown at decode and 16 tokens, W8A8 on
 #                                      #   its default kernels and on the GEMV (what GEMV_DEFAULT waits for)
-#   bash tools/h200_verify.sh swiglu   # ~400 s: the SwiGLU quantization kernel's tests (test_cuda_swiglu, and
-#                                      #   test_swiglu with INT8NAX_CUDA_SWIGLU=fused), then compare --model
-#                                      #   --breakdown at 512 and 4096 tokens, split against fused (what
-#                                      #   cuda.SWIGLU_DEFAULT waits for)
+#   bash tools/h200_verify.sh swiglu   # ~300 s (estimated: ~20 NVRTC builds): the SwiGLU quantization kernel
+#                                      #   against swiglu + the quantization kernel, bit for bit (test_cuda_swiglu),
+#                                      #   and test_swiglu with INT8NAX_CUDA_SWIGLU=fused (Qwen-sized MLPs)
+#   bash tools/h200_verify.sh swiglu-model  # ~250 s: compare --model --breakdown at 16, 512 and 4096 tokens,
+#                                      #   SwiGLU split against fused (what cuda.SWIGLU_DEFAULT waits for)
 #   bash tools/h200_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
 #   bash tools/h200_verify.sh tma      # ~300 s: tests/test_cuda_tma.py whole
@@ -28,7 +29,7 @@
 # so pass COMMIT=<hash>), steps.txt (each step's exit status and seconds) and its logs; at most 8
 # files come back.
 set -u
-part=${1:?usage: h200_verify.sh kernel|plans|models|decode|swiglu|kernels|tma|suite}
+part=${1:?usage: h200_verify.sh kernel|plans|models|decode|swiglu|swiglu-model|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=$(date +%s)
@@ -73,15 +74,17 @@ case "$part" in
     grep -h -A6 "ms/layer" "$OUT"/decode_*.txt
     ;;
   swiglu)
-    INT8NAX_CUDA_SWIGLU=fused timeout $(left 200) $PYTEST tests/test_cuda_swiglu.py tests/test_swiglu.py \
+    INT8NAX_CUDA_SWIGLU=fused timeout $(left 580) $PYTEST tests/test_swiglu.py tests/test_cuda_swiglu.py \
       > "$OUT/tests_swiglu.txt" 2>&1
-    echo "test_cuda_swiglu + test_swiglu (fused) rc=$? $(el) s" >> "$S"
+    echo "test_swiglu + test_cuda_swiglu (fused) rc=$? $(el) s" >> "$S"
+    ;;
+  swiglu-model)
     for mode in split fused; do
-      INT8NAX_CUDA_SWIGLU=$mode timeout $(left 560) python3 -m int8nax.cli compare --model qwen2.5-7b \
-        --tokens 512,4096 --forms bf16,w8a8 --breakdown > "$OUT/swiglu_$mode.txt" 2>> "$OUT/models.log"
+      INT8NAX_CUDA_SWIGLU=$mode timeout $(left 580) python3 -m int8nax.cli compare --model qwen2.5-7b \
+        --tokens 16,512,4096 --forms bf16,w8a8 --breakdown > "$OUT/swiglu_$mode.txt" 2>> "$OUT/models.log"
       echo "compare --model, SwiGLU $mode rc=$? $(el) s" >> "$S"
     done
-    grep -h -A6 "ms/layer" "$OUT"/swiglu_*.txt
+    grep -h -A8 "ms/layer" "$OUT"/swiglu_*.txt
     ;;
   kernels)
     timeout $(left 330) $PYTEST tests/test_cuda_kernels.py > "$OUT/tests_kernels.txt" 2>&1

@@ -198,7 +198,7 @@ SWIGLU_ENV = "INT8NAX_CUDA_SWIGLU"
 SWIGLU_CHOICES = ("fused", "split")
 SWIGLU_DEFAULT = "split"
 """split until the fused kernel has run on a GPU: its tests and the model comparison are in
-tools/h200_verify.sh (part swiglu)."""
+tools/h200_verify.sh (parts swiglu, swiglu-model)."""
 
 
 @lru_cache(maxsize=1)
@@ -364,18 +364,25 @@ def _quantize_graph(x, launch: cuda_plans.CudaQuantLaunch | None = None):
     return _rows_graph(cuda_source.quantize(), x, x.shape[1], launch)
 
 
-def swiglu_quant_launch(m: int, k: int) -> cuda_plans.CudaQuantLaunch:
-    """The SwiGLU quantization kernel's launch for h [M, K] (from y [M, 2K]): the quantization
-    kernel's for a row of K values."""
-    return quant_launch(m, k)
+def swiglu_quant_launch(m: int, k: int, dtype) -> cuda_plans.CudaQuantLaunch:
+    """The SwiGLU quantization kernel's launch for y [M, 2K] of `dtype` on this GPU
+    (cuda_plans.cuda_swiglu_quant_launch)."""
+    return cuda_plans.cuda_swiglu_quant_launch(m, k, dtype.size, sm_count())
 
 
 def _swiglu_quantize_graph(y, launch: cuda_plans.CudaQuantLaunch | None = None):
     """(q int8 [M, K], scale float32 [M]) of h = swiglu(y[:, :K], y[:, K:]) for y float16/bfloat16/
     float32 [M, 2K], with the bits of _quantize_graph(backends.base.swiglu(...)); launch:
-    swiglu_quant_launch's by default (tests force the others)."""
-    k = y.shape[1] // 2
-    return _rows_graph(cuda_source.swiglu_quantize(), y, k, launch or swiglu_quant_launch(y.shape[0], k))
+    swiglu_quant_launch's by default (tests force the others; one holding more than
+    cuda_plans.SWIGLU_HELD_BYTES of g and u a thread cannot start and is refused)."""
+    m, k = y.shape[0], y.shape[1] // 2
+    if launch is None:
+        launch = swiglu_quant_launch(m, k, y.dtype)
+    elif cuda_plans.swiglu_held_bytes(launch, y.dtype.size) > cuda_plans.SWIGLU_HELD_BYTES:
+        raise ValueError(f"launch: {launch} holds {cuda_plans.swiglu_held_bytes(launch, y.dtype.size)} bytes of g and u "
+                         f"a thread for {_dtype_name(y.dtype)}, more than {cuda_plans.SWIGLU_HELD_BYTES}: its "
+                         "registers exceed an SM's")
+    return _rows_graph(cuda_source.swiglu_quantize(), y, k, launch)
 
 
 def _swiglu_probe(dtype, k: int) -> mx.array:
@@ -435,16 +442,16 @@ def w8a8_graph(x, w, scale_w, bias32, variant: str, plan, has_bias: bool,
 
 
 def swiglu_w8a8_graph(gate_up, w, scale_w, bias32, variant: str, plan, has_bias: bool,
-                      quant: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
+                      launch: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
     """w8a8_graph of h = swiglu(gate_up[:, :K], gate_up[:, K:]), y [M, N] in gate_up's dtype: the
-    SwiGLU quantization kernel, then dequant_graph; where the variant quantizes its input itself
-    (the GEMV), swiglu then w8a8_graph."""
+    SwiGLU quantization kernel (with `launch`, swiglu_quant_launch's by default), then
+    dequant_graph; where the variant quantizes its input itself (the GEMV), swiglu then w8a8_graph."""
     m, k = gate_up.shape[0], gate_up.shape[1] // 2
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     if _quantizes_inside(row, plan, m, k, gate_up.dtype):
         h = swiglu(gate_up[:, :k], gate_up[:, k:])
-        return w8a8_graph(h, w, scale_w, bias32, variant, plan, has_bias, quant, narrow)
-    q, scale_x = _swiglu_quantize_graph(gate_up, quant)
+        return w8a8_graph(h, w, scale_w, bias32, variant, plan, has_bias, None, narrow)
+    q, scale_x = _swiglu_quantize_graph(gate_up, launch)
     return dequant_graph(q, scale_x, w, scale_w, bias32, gate_up.dtype, variant, plan, has_bias, narrow)
 
 
@@ -481,10 +488,11 @@ def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
 
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
-def _swiglu_w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
-    """(the SwiGLU kernel's launch, the compiled entry point) for this shape."""
+def _swiglu_w8a8_for_shape(m: int, n: int, k: int, has_bias: bool, dtype):
+    """(the SwiGLU kernel's launch, the compiled entry point) for this shape and dtype (the
+    launch depends on the dtype's size)."""
     c = choice(m, n, k, w8a8=True, bias=has_bias)
-    launch, narrow = swiglu_quant_launch(m, k), _narrow()
+    launch, narrow = swiglu_quant_launch(m, k, dtype), _narrow()
     return launch, _maybe_compile(
         lambda gu, w, s, bias: swiglu_w8a8_graph(gu, w, s, bias, c.variant, c.plan, has_bias, launch, narrow))
 
@@ -560,7 +568,7 @@ def swiglu_w8a8(gate_up, w, scale_w, bias):
     """w8a8(swiglu(gate_up[:, :K], gate_up[:, K:]), w, scale_w, bias) through the SwiGLU
     quantization kernel, y [M, N] in gate_up's dtype: gate_up float [M, 2K], w int8 [N, K]."""
     m, k = gate_up.shape[0], gate_up.shape[1] // 2
-    launch, entry = _swiglu_w8a8_for_shape(m, w.shape[0], k, bias is not None)
+    launch, entry = _swiglu_w8a8_for_shape(m, w.shape[0], k, bias is not None, gate_up.dtype)
     if not swiglu_kernel_ok(gate_up.dtype, launch):
         return w8a8(swiglu(gate_up[:, :k], gate_up[:, k:]), w, scale_w, bias)
     return entry(gate_up, w, scale_w, _bias32(bias))
