@@ -392,3 +392,53 @@ def test_cuda_one_step_falls_back_to_two_steps_where_the_check_failed(monkeypatc
         monkeypatch.setattr(cuda, "swiglu_kernel_ok", lambda dtype, l, ok=ok: ok and l is launch)
         cuda.swiglu_w8a8(gate_up, w, s, None)
     assert calls == [("one", 3, 8, 16, False), ("two", (3, 16))]
+
+
+class RecordingKernel:
+    """Stands in for mx.fast.cuda_kernel's kernel object: records each launch, returns zeros."""
+
+    def __init__(self, spec, launches):
+        self.spec, self.launches = spec, launches
+
+    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template, **_):
+        self.launches.append(dict(name=self.spec.name.rsplit("_", 1)[0], inputs=[a.shape for a in inputs],
+                                  outputs=list(output_shapes), grid=grid, block=threadgroup, template=dict(template)))
+        return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+
+@pytest.mark.parametrize("gemv", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, dtype, gemv):
+    """What INT8NAX_CUDA_SWIGLU=fused launches for Qwen2.5-7B's down projection (kernels stood in,
+    the first-use check passed): the SwiGLU quantization kernel on y [M, 2H] with its launch, then
+    the dequantizing GEMM on its codes; where the GEMV quantizes its own input (decode with
+    GEMV_DEFAULT), swiglu then that one kernel."""
+    from int8nax.backends import cuda, cuda_choice, cuda_plans
+
+    launches = []
+    monkeypatch.setattr(cuda, "_kernel", lambda spec: RecordingKernel(spec, launches))
+    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda, "swiglu_kernel_ok", lambda dtype, launch: True)
+    monkeypatch.setattr(cuda_choice, "GEMV_DEFAULT", gemv)
+    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    cuda.clear_caches()
+    try:
+        n, h = 3584, 18944
+        w, s = mx.zeros((n, h), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
+        for m in (1, 512):
+            launches.clear()
+            mx.eval(cuda.swiglu_w8a8(mx.zeros((m, 2 * h), dtype=dtype), w, s, None))
+            names = [x["name"] for x in launches]
+            if gemv and m == 1 and cuda_plans.gemv_x_ok(m, h, dtype.size):
+                assert names == ["int8nax_gemv_w8a8_x"] and launches[0]["inputs"][0] == (1, h)
+                continue
+            first = launches[0]
+            launch = cuda_plans.cuda_swiglu_quant_launch(m, h, dtype.size, 132)
+            assert first["name"] == "int8nax_swiglu_quantize" and first["inputs"] == [(m, 2 * h)]
+            assert first["outputs"] == [(m, h), (m,)] and (first["grid"], first["block"]) == launch.grid(m)
+            assert first["template"] == {"T": dtype, "THREADS": launch.threads, "HELD": launch.held}
+            assert "int8nax_quantize" not in names and launches[1]["inputs"][0] == (m, h)
+            assert launches[-1]["outputs"][0] == (m, n) and launches[-1]["template"]["TOut"] == dtype
+    finally:
+        cuda.clear_caches()
