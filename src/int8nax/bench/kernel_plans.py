@@ -25,7 +25,6 @@ time is dropped (all of them where the default itself is off the model).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass
