@@ -372,6 +372,9 @@ def test_cuda_first_use_check_compares_the_kernel_with_the_two_steps(monkeypatch
     assert widths == [8 * launch.threads + 8, launch.capacity + 8, 13]
     probe = np.array(seen[0].astype(mx.float32))
     assert np.isnan(probe).any() and (probe == 0).all(axis=1).any()  # the inf and NaN rows, the zero row
+    scales = np.array(int8nax.quantize_activations(seen[0], backend="cpu")[1])
+    if dtype == mx.float32:  # quant's tiny-row rule is on the probe
+        assert (scales[np.isfinite(scales)] < 2.0 ** -126).any()
     monkeypatch.setattr(cuda, "_swiglu_quantize_graph", lambda y, l: one_step(y, l, wrong=True))
     cuda.swiglu_kernel_ok.cache_clear()
     with pytest.warns(RuntimeWarning, match="SwiGLU MLPs take the two steps in this process"):

@@ -386,17 +386,19 @@ def _swiglu_quantize_graph(y, launch: cuda_plans.CudaQuantLaunch | None = None):
 
 
 def _swiglu_probe(dtype, k: int) -> mx.array:
-    """y [8, 2K] of `dtype` for the first-use check: typical rows, a row each with an inf gate, a
-    NaN up, zeros, tiny values (a subnormal scale in float32) and the dtype's largest values
-    (silu overflowing), and values where sigmoid saturates."""
-    finfo = mx.finfo(dtype)
+    """y [9, 2K] of `dtype` for the first-use check: typical rows; gates where sigmoid saturates
+    both ways; a row each with an inf gate, a NaN up, zeros, tiny products (a subnormal scale in
+    float32) and the dtype's largest values (silu * up overflowing)."""
+    big = float(mx.finfo(dtype).max)
     j = mx.arange(2 * k, dtype=mx.float32)
+    gate_half = j < k
     rows = [mx.sin(j * 0.37 + r) * (3.0 + 5 * r) for r in range(3)]
+    rows.append(mx.where(gate_half, mx.sin(j) * 200, mx.cos(j)))
     rows.append(mx.where(j == 1, mx.array(float("inf")), mx.sin(j)))
     rows.append(mx.where(j == 2 * k - 1, mx.array(float("nan")), mx.cos(j)))
     rows.append(mx.zeros_like(j))
-    rows.append(mx.sin(j) * (1e-40 if dtype == mx.float32 else 1e-7))
-    rows.append(mx.where(j % 3 == 0, -float(finfo.max), float(finfo.max)) * mx.sign(mx.sin(j) + 0.5))
+    rows.append(mx.where(gate_half, mx.sin(j) * (3e-38 if dtype == mx.float32 else 1e-4), 1.0))
+    rows.append(mx.where(j % 3 == 0, -big, big) * mx.sign(mx.sin(j) + 0.5))
     return mx.stack(rows).astype(dtype)
 
 
