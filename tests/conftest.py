@@ -61,6 +61,32 @@ def random_int8(rng, shape):
     return rng.integers(-128, 128, size=shape, dtype=np.int8)
 
 
+def same_on_cpu_threads(call, inputs, want, rounds: int) -> list:
+    """Run call(inputs[i]) `rounds` times on thread i, on MLX's CPU stream, for every i at once;
+    returns the failures: i where a result differed from want[i], or the exception raised."""
+    import threading
+
+    import mlx.core as mx
+
+    errors = []
+
+    def worker(i):
+        try:
+            for _ in range(rounds):
+                with mx.stream(mx.cpu):
+                    if not np.array_equal(np.array(call(inputs[i])), want[i]):
+                        errors.append(i)
+        except Exception as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 ROUNDS_TO_INF = {"float16": 65520.0, "bfloat16": (2 - 2.0 ** -8) * 2.0 ** 127, "float32": (2 - 2.0 ** -24) * 2.0 ** 127}
 """The magnitude from which each output type's rounding gives inf."""
 

@@ -372,7 +372,7 @@ def test_siblings_can_be_deep_copied():
 
 
 def test_siblings_are_thread_safe():
-    import threading
+    from conftest import same_on_cpu_threads
 
     # The block's float glue runs on the CPU too: with the CPU backend on a machine whose default
     # device is a GPU, MLX's GPU reductions between the layers are not bitwise repeatable from
@@ -381,24 +381,7 @@ def test_siblings_are_thread_safe():
     inputs = [mx.random.normal((2, 64), stream=mx.cpu) for _ in range(4)]
     with mx.stream(mx.cpu):
         want = [np.array(ref(x)) for x in inputs]
-    errors = []
-
-    def worker(i):
-        try:
-            for _ in range(15):
-                with mx.stream(mx.cpu):
-                    got = np.array(fused(inputs[i]))
-                if not np.array_equal(got, want[i]):
-                    errors.append(i)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert same_on_cpu_threads(fused, inputs, want, rounds=15) == []
     assert fused.q_proj._group.shared
 
 

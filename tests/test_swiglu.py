@@ -448,26 +448,10 @@ def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, 
 
 
 def test_taken_over_mlp_from_threads(one_step):
-    import threading
+    from conftest import same_on_cpu_threads
 
     mlp, ref = pair(lambda: qwen2.MLP(64, 160), backend="cpu")
     inputs = [mx.random.normal((3, 64), stream=mx.cpu) for _ in range(4)]
     with mx.stream(mx.cpu):
         want = [np.array(ref(x)) for x in inputs]
-    errors = []
-
-    def worker(i):
-        try:
-            for _ in range(10):
-                with mx.stream(mx.cpu):
-                    if not np.array_equal(np.array(mlp(inputs[i])), want[i]):
-                        errors.append(i)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == [] and mlp.one_step() is not None
+    assert same_on_cpu_threads(mlp, inputs, want, rounds=10) == [] and mlp.one_step() is not None
