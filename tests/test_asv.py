@@ -200,10 +200,17 @@ def test_published_site_in_headless_chromium(project, tmp_path):
     # them and logs 404s. The site under test is the suite's, recorded below.
     for stale in (project.clone / ".asv" / "results").glob("*/*virtualenv*.json"):
         stale.unlink()
-    # Every benchmark at the CPU-profile shapes, one quick sample each, recorded for main's head.
+    # Every benchmark at the CPU-profile shapes, one quick sample each, and one form's model figures
+    # (GPU time n/a here, from a benchmark's body), recorded for main's head.
     result = project.asv("run", "-E", f"existing:{sys.executable}", "--set-commit-hash", project.harmless,
-                         "--quick", "--show-stderr", "-b", CPU_PROFILE, check=False)
+                         "--quick", "--show-stderr", "-b", CPU_PROFILE + r"|bench_model\.Bf16ModelFigures", check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    recorded = json.loads(next((project.clone / ".asv" / "results" / "asv-test").glob(
+        f"{project.harmless[:8]}-existing*.json")).read_text())["results"]
+    figures = "bench_model.Bf16ModelFigures.track_bf16_{}"
+    gpu, tokens_per_s = recorded[figures.format("gpu_s_per_layer")][0], recorded[figures.format("tokens_per_s")][0]
+    na = [v is None or v != v for v in gpu[:2]]  # asv writes n/a as NaN (or null)
+    assert na == [True, True] and all(v > 0 for v in tokens_per_s[:2])  # qwen2.5-0.5b at 1 and 16 tokens
     project.asv("publish")
     html = project.clone / ".asv" / "html"
     project.python("-m", "int8nax.cli", "site", str(html))  # the comparison page
