@@ -455,3 +455,15 @@ def test_taken_over_mlp_from_threads(one_step):
     with mx.stream(mx.cpu):
         want = [np.array(ref(x)) for x in inputs]
     assert same_on_cpu_threads(mlp, inputs, want, rounds=10) == [] and mlp.one_step() is not None
+
+
+@pytest.mark.parametrize("kernel", [False, True])
+def test_the_model_benchmark_says_which_swiglu_path_runs(monkeypatch, kernel):
+    from int8nax.bench import models
+
+    monkeypatch.setattr(backends.Backend, "swiglu_one_step", lambda self: kernel)
+    model = models.build(models.CONFIGS["qwen2.5-0.5b"], 2)
+    text = models.convert(model, "w8a8")
+    assert text.startswith("int8nax.nn.quantize_linears: 14 W8A8Linear on the ")
+    assert text.endswith("SwiGLU MLPs: 2 of 2 quantize h in one step" if kernel
+                         else "SwiGLU MLPs: swiglu, then the quantization (2)")

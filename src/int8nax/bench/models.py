@@ -193,14 +193,18 @@ def convert(model: nn.Module, form: str) -> str:
         return "nn.quantize(bits=8, group_size=64): weight-only affine 8-bit, bf16 activations"
     if form == "w8a8":
         from .. import backends
-        from ..nn import quantize_linears
+        from ..nn import SwiGLUMLPCall, quantize_linears
 
         try:
             backend, reason = backends.choose(None)
         except (RuntimeError, ValueError) as exc:
             raise Unavailable(f"int8nax cannot run here: {exc}") from None
         count = quantize_linears(model)
-        return f"int8nax.nn.quantize_linears: {count} W8A8Linear on the {backend} backend ({reason})"
+        mlps = [m for _, m in model.named_modules() if isinstance(m, SwiGLUMLPCall)]
+        one_step = sum(m.one_step() is not None for m in mlps)
+        swiglu = (f"; SwiGLU MLPs: {one_step} of {len(mlps)} quantize h in one step" if one_step
+                  else f"; SwiGLU MLPs: swiglu, then the quantization ({len(mlps)})" if mlps else "")
+        return f"int8nax.nn.quantize_linears: {count} W8A8Linear on the {backend} backend ({reason}){swiglu}"
     if form == "cider":
         from .peers import cider
 
