@@ -348,31 +348,28 @@ def test_the_model_check_compares_one_step_calls_with_the_models_own(one_step, m
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
 def test_cuda_first_use_check_compares_the_kernel_with_the_two_steps(monkeypatch, dtype):
-    """cuda.swiglu_kernel_ok's decision and probe, with the two GPU kernels stood in by the CPU
-    quantization (the real comparison runs in tests/test_cuda_swiglu.py's GPU cases)."""
+    """cuda.swiglu_kernel_ok's decision and probe, with the GPU kernel stood in by swiglu and the
+    CPU backend's quantization (the real comparison runs in the GPU cases of test_cuda_swiglu.py)."""
     from int8nax.backends import cuda, cuda_plans
 
     launch = cuda_plans.CUDA_QUANT_LAUNCHES[0]
     seen = []
 
-    def quantize(h, _launch):
-        seen.append(h)
-        return int8nax.quantize_activations(h, backend="cpu")
-
     def one_step(y, _launch, wrong=False):
+        seen.append(y)
         k = y.shape[1] // 2
         q, s = int8nax.quantize_activations(backends.swiglu(y[:, :k], y[:, k:]), backend="cpu")
         return (q, s * 2) if wrong else (q, s)
 
-    monkeypatch.setattr(cuda, "_quantize_graph", quantize)
     monkeypatch.setattr(cuda, "_swiglu_quantize_graph", one_step)
     cuda.swiglu_kernel_ok.cache_clear()
     assert cuda.swiglu_kernel_ok(dtype, launch)
-    widths = [h.shape[1] for h in seen]
-    assert widths == [8 * launch.threads + 8, launch.capacity + 8, 13]
-    probe = np.array(seen[0].astype(mx.float32))
+    assert [y.shape[1] // 2 for y in seen] == [8 * launch.threads + 8, launch.capacity + 8, 13]
+    k = seen[0].shape[1] // 2
+    h = backends.swiglu(seen[0][:, :k], seen[0][:, k:])
+    probe = np.array(h.astype(mx.float32))
     assert np.isnan(probe).any() and (probe == 0).all(axis=1).any()  # the inf and NaN rows, the zero row
-    scales = np.array(int8nax.quantize_activations(seen[0], backend="cpu")[1])
+    scales = np.array(int8nax.quantize_activations(h, backend="cpu")[1])
     if dtype == mx.float32:  # quant's tiny-row rule is on the probe
         assert (scales[np.isfinite(scales)] < 2.0 ** -126).any()
     monkeypatch.setattr(cuda, "_swiglu_quantize_graph", lambda y, l: one_step(y, l, wrong=True))

@@ -29,8 +29,10 @@ import warnings
 from functools import lru_cache
 
 import mlx.core as mx
+import numpy as np
 
 from ..per_thread import compile_per_thread
+from ..quant import quantize_activations_np
 from ..tiling import ceil_div
 from . import cuda_choice, cuda_plans, cuda_source
 from .base import Backend, Probe, swiglu
@@ -405,15 +407,17 @@ def _swiglu_probe(dtype, k: int) -> mx.array:
 @lru_cache(maxsize=16)
 def swiglu_kernel_ok(dtype, launch: cuda_plans.CudaQuantLaunch) -> bool:
     """Whether the SwiGLU quantization kernel gives the two steps' bits (MLX's swiglu, then the
-    quantization kernel) on this GPU and MLX for `dtype` with `launch`: checked once per process
-    on a probe of three row widths (below), before its first use. Where it does not, SwiGLU MLPs
-    take the two steps in this process, with a warning saying so."""
+    quantization) on this GPU and MLX for `dtype` with `launch`: checked once per process on a
+    probe of three row widths (below), before its first use. The quantization of MLX's h is
+    int8nax.quant's on the host, which the quantization kernel matches bit for bit: the probe
+    builds no kernel the model does not (an NVRTC build is seconds of a first call). Where the
+    bits differ, SwiGLU MLPs take the two steps in this process, with a warning saying so."""
     # several groups a thread in registers, a row too long for them (read twice), single values
     for k in (8 * launch.threads + 8, launch.capacity + 8, 13):
         y = _swiglu_probe(dtype, k)
         q, s = _swiglu_quantize_graph(y, launch)
-        q2, s2 = _quantize_graph(swiglu(y[:, :k], y[:, k:]), launch)
-        if not (mx.array_equal(q, q2).item() and mx.array_equal(s, s2, equal_nan=True).item()):
+        q2, s2 = quantize_activations_np(np.array(swiglu(y[:, :k], y[:, k:]).astype(mx.float32)))
+        if not (np.array_equal(np.array(q), q2) and np.array_equal(np.array(s), s2, equal_nan=True)):
             warnings.warn(f"int8nax: the CUDA SwiGLU quantization kernel ({_dtype_name(dtype)}, {launch}) did not give "
                           "the bits of swiglu then quantization on this GPU; SwiGLU MLPs take the two steps in this "
                           "process", RuntimeWarning, stacklevel=2)
