@@ -308,6 +308,8 @@ def test_compare_model_prints_the_table_and_writes_json(tmp_path, capsys):
     assert "qwen2.5-0.5b, 1 layers, eager" in text and "1 (decode)" in text
     assert "cider (eager): n/a: cider" in text
     assert re.search(r"checked before timing .* w8a8 1: [0-9.e-]+ ulp, 8: [0-9.e-]+ ulp", text)
+    assert re.search(r"\nw8a8 ran as: int8nax\.nn\.quantize_linears: 7 W8A8Linear on the cpu backend .*; SwiGLU MLPs: "
+                     r"swiglu, then the quantization \(1\)\n", text)
     rows = json.loads(out.read_text())["models"]
     by = {(r["form"], r["tokens"]): r for r in rows}
     assert by[("bf16", 8)]["speed_vs_bf16"] == 1.0

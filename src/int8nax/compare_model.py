@@ -176,6 +176,17 @@ def notes(rows: list[Row]) -> list[str]:
     return lines
 
 
+def ran(rows: list[Row]) -> list[str]:
+    """One line per quantized form that ran: what it is here (bench.models.convert's words: the
+    backend, and the path its SwiGLU MLPs take)."""
+    lines, seen = [], set()
+    for r in rows:
+        if r.detail and r.form not in ("bf16", "fp16") and r.form not in seen:
+            seen.add(r.form)
+            lines.append(f"{r.form} ran as: {r.detail}")
+    return lines
+
+
 def render(rows: list[Row], markdown: bool) -> str:
     out = []
     groups: dict[tuple[str, str], list[Row]] = {}
@@ -189,7 +200,7 @@ def render(rows: list[Row], markdown: bool) -> str:
         out.append(f"\n{'### ' if markdown else ''}{title}\n")
         out += table_lines(HEADER, [_cells(r) for r in group], markdown)
         out.append("")
-        out += [f"- {line}" if markdown else line for line in checked(group) + notes(group)]
+        out += [f"- {line}" if markdown else line for line in checked(group) + notes(group) + ran(group)]
         out += breakdown_lines(group, markdown)
     return "\n".join(out)
 
