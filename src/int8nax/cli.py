@@ -63,23 +63,8 @@ def _backend_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("backend: ")) from None
 
 
-def _sizes_arg(text: str) -> tuple[int, ...]:
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive whole numbers, got {text!r}")
-    return tuple(int(p) for p in parts)
-
-
-def _count_arg(least: int):
-    def parse(text: str) -> int:
-        if not text.strip().isdigit() or int(text) < least:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
-        return int(text)
-    return parse
-
-
 def _add_selftest(sub) -> None:
-    from .compare import seconds_arg
+    from .bench import argtypes
 
     p = sub.add_parser(
         "selftest",
@@ -95,14 +80,14 @@ def _add_selftest(sub) -> None:
                    help="shape grid: full (sizes 1,7,33,513,4097 and six seed timing shapes), cpu (sizes to "
                         "2049, three timing shapes: minutes on a small CPU), quick; auto (the default) takes "
                         "cpu for the CPU backend, full otherwise")
-    p.add_argument("--sizes", type=_sizes_arg,
+    p.add_argument("--sizes", type=argtypes.sizes,
                    help="comma-separated sizes for M, K and N (overrides the grid's)")
     p.add_argument("--quick", action="store_true", help="the quick grid: sizes 1,7,33 and one small timing shape")
     p.add_argument("--no-timing", action="store_true", help="exactness only")
-    p.add_argument("--warmup", type=_count_arg(0), default=5, help="untimed calls per contender (5)")
-    p.add_argument("--repeat", type=_count_arg(1), default=20, help="timed calls per contender (20)")
+    p.add_argument("--warmup", type=argtypes.count(0), default=5, help="untimed calls per contender (5)")
+    p.add_argument("--repeat", type=argtypes.count(1), default=20, help="timed calls per contender (20)")
     p.add_argument("--layout-out", metavar="FILE.npy", help="save the int8 layout dump (metal)")
-    p.add_argument("--budget", type=seconds_arg, default=1.0, metavar="SECONDS",
+    p.add_argument("--budget", type=argtypes.seconds, default=1.0, metavar="SECONDS",
                    help="leave out a timed contender whose call is expected to take longer than this here (1)")
     p.add_argument("--all", action="store_true", help="time every contender whatever its expected time")
     p.add_argument("--json", action="store_true", help="the report as JSON instead of markdown")

@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from . import backends
-from .bench import contenders, estimate, host, kernel_plans, kernel_time, problems, timing
+from .bench import argtypes, contenders, estimate, host, kernel_plans, kernel_time, problems, timing
 from .bench.text import table_lines
 
 TITLES = {"nax-gemm": "NAX"}
@@ -443,15 +443,6 @@ def main(args) -> int:
     return 1 if failed(results) else 0
 
 
-def seconds_arg(text: str) -> float:
-    """An argparse type: a finite number of seconds above 0 (compare's and selftest's --budget)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
 
 
 def add_parser(sub) -> None:
@@ -471,7 +462,7 @@ def add_parser(sub) -> None:
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed samples per contender and shape (default 5)")
     p.add_argument("--markdown", action="store_true", help="print markdown tables (paste into an issue)")
     p.add_argument("--json", metavar="FILE", help="also write every cell, with the environment, as JSON")
-    p.add_argument("--budget", type=seconds_arg, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+    p.add_argument("--budget", type=argtypes.seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help="skip a contender at a shape where one call is expected to take longer than this "
                         f"here (a short probe first estimates it; default {DEFAULT_BUDGET_S:g})")
     p.add_argument("--all", action="store_true",

@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from . import compare
-from .bench import models
+from .bench import argtypes, models
 from .bench.checks import MismatchError
 from .bench.peers import Unavailable
 from .bench.text import table_lines
@@ -257,14 +257,6 @@ def _tokens_arg(text: str):
     return tuple(dict.fromkeys(int(p) for p in parts))
 
 
-def _count_arg(least: int, most: int):
-    def parse(text: str) -> int:
-        if not text.strip().isdigit() or not least <= int(text) <= most:
-            raise argparse.ArgumentTypeError(f"expected a whole number from {least} to {most}, got {text!r}")
-        return int(text)
-    return parse
-
-
 def extend(parser: argparse.ArgumentParser) -> None:
     """Add the --model options to `int8nax compare`'s parser: with --model the command measures
     models (main below); without, it is the GEMM comparison it was."""
@@ -280,9 +272,9 @@ def extend(parser: argparse.ArgumentParser) -> None:
                        help=f"comma-separated, in order (default: {','.join(models.FORMS)})")
     group.add_argument("--model-modes", type=compare.names_arg(models.MODES, "modes"), default=("eager",),
                        help="eager (the default), compiled (under mx.compile), or eager,compiled")
-    group.add_argument("--layers", type=_count_arg(1, 64),
+    group.add_argument("--layers", type=argtypes.count(1, 64),
                        help="decoder layers (default: the benchmark profile's, 4 on a GPU)")
-    group.add_argument("--context", type=_count_arg(1, models.MAX_TOKENS - 1),
+    group.add_argument("--context", type=argtypes.count(1, models.MAX_TOKENS - 1),
                        help="prompt tokens before a decode step (default: the profile's, 512 on a GPU)")
     group.add_argument("--breakdown", action="store_true",
                        help="also profile each timed cell on a CUDA GPU: host wall against GPU busy time and the "

@@ -33,7 +33,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import api, backends
-from .bench.kernel_time import positive_arg
+from .bench import argtypes
 from .exactness import check_int8_matmul, check_quantize, check_w8a8, special_rows
 from .nn import W8A8Linear
 from .quant import quantize_weight_np
@@ -278,13 +278,13 @@ def add_parser(sub) -> None:
     p = sub.add_parser("soak", help="threads of mixed, checked calls; memory, failures, first-call cost",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--minutes", type=positive_arg(float), help="run this long (default 1), then measure first calls")
-    what.add_argument("--calls", type=positive_arg(int), help="calls per thread, then stop (no first-call measurement)")
-    what.add_argument("--distinct-m", type=positive_arg(int), metavar="COUNT",
+    what.add_argument("--minutes", type=argtypes.positive(float), help="run this long (default 1), then measure first calls")
+    what.add_argument("--calls", type=argtypes.positive(int), help="calls per thread, then stop (no first-call measurement)")
+    what.add_argument("--distinct-m", type=argtypes.positive(int), metavar="COUNT",
                       help="instead: int8_matmul and w8a8_linear at COUNT distinct M values on one thread, "
                            "memory sampled along the way (exit 1 on a failure)")
-    p.add_argument("--threads", type=positive_arg(int), default=8, help="threads (8)")
-    p.add_argument("--max-dim", type=positive_arg(int), default=96, help="largest random M, K and N (96)")
+    p.add_argument("--threads", type=argtypes.positive(int), default=8, help="threads (8)")
+    p.add_argument("--max-dim", type=argtypes.positive(int), default=96, help="largest random M, K and N (96)")
     p.add_argument("--seed", type=int, default=0, help="random seed (0)")
     p.add_argument("--backend", default=None, type=_backend_arg, help="backend (default: int8nax's choice)")
     p.add_argument("--json", action="store_true", help="the report as JSON")

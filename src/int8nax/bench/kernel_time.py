@@ -55,6 +55,7 @@ import sys
 import time
 from functools import partial
 
+from . import argtypes
 from .cupti import skip_reason
 from .estimate import shape_text
 from .kernel_cases import CHECK_ROWS, ROTATE_L2, WARMUP, measure
@@ -279,20 +280,6 @@ def _w8a8_arg(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--w8a8: ")) from None
 
 
-def positive_arg(kind):
-    """An argparse type: `kind` (int or float) of a value above 0, else a one-line error."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-        return value
-    return parse
-
-
 def add_arguments(parser) -> None:
     """The options only `compare --mode kernel` reads."""
     parser.add_argument("--w8a8", type=_w8a8_arg, default=None, metavar="VARIANTS",
@@ -301,10 +288,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bf16", action="store_true",
                         help="mode kernel: also time bfloat16 mx.matmul(x, W.T) at each shape, against W8A8's "
                              "bfloat16 variants")
-    parser.add_argument("--time-limit", type=positive_arg(float), default=BUDGET_S, metavar="SECONDS",
+    parser.add_argument("--time-limit", type=argtypes.positive(float), default=BUDGET_S, metavar="SECONDS",
                         help=f"mode kernel: seconds for the whole run, compilation included ({BUDGET_S:.0f}); "
                              "items not reached are listed as not run")
-    parser.add_argument("--launches", type=positive_arg(int), default=LAUNCHES,
+    parser.add_argument("--launches", type=argtypes.positive(int), default=LAUNCHES,
                         help=f"mode kernel: timed launches per item, the median is kept ({LAUNCHES})")
 
 

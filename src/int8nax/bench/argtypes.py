@@ -1,0 +1,52 @@
+"""argparse types the commands share. Each turns one option's text into its value, or raises
+argparse.ArgumentTypeError with one line saying what it takes and what came (argparse puts the
+option's name in front)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive(kind):
+    """`kind` (int or float) of a value above 0."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+    return parse
+
+
+def count(least: int, most: int | None = None):
+    """A whole number from `least` (to `most`, where given)."""
+
+    def parse(text: str) -> int:
+        value = int(text) if text.strip().isdigit() else None
+        if value is None or value < least or (most is not None and value > most):
+            want = f">= {least}" if most is None else f"from {least} to {most}"
+            raise argparse.ArgumentTypeError(f"expected a whole number {want}, got {text!r}")
+        return value
+    return parse
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def sizes(text: str) -> tuple[int, ...]:
+    """Comma-separated positive whole numbers."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive whole numbers, got {text!r}")
+    return tuple(int(p) for p in parts)
