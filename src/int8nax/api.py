@@ -7,6 +7,7 @@ forward may leave MLX's graph, as the CPU backend's numpy path does):
   differentiates as the dequantized float layer y = x @ W_deq.T + bias with
   W_deq = w_int8 * scale_w[:, None]: dx = dy @ W_deq, dbias = sum of dy over the rows.
   The int8 weights and their scales get zero gradients (they are not trainable).
+- swiglu_w8a8_linear: the derivative of its two steps (MLX's of swiglu, then w8a8_linear's).
 - int8_matmul and quantize_activations have integer outputs and no useful gradient: asking
   for one (mx.grad, mx.vjp, mx.jvp through them) raises a ValueError, never silent zeros.
 
@@ -24,8 +25,8 @@ so an unevaluated array made on one thread must be evaluated there before anothe
 CPU backend names such an argument in its error).
 
 State kept across calls, none of it per shape: the refusing custom functions, one per backend
-(at most 3); the W8A8 gradient's, one with and one without a bias; the tracer check's compiled
-identity, one per live thread (int8nax.per_thread), holding MLX's traces of it per input
+(at most 3); the W8A8 and SwiGLU W8A8 gradients', each with and without a bias; the tracer
+check's compiled identity, one per live thread (int8nax.per_thread), holding MLX's traces of it per input
 signature (dtypes and ndims: a handful). The CPU backend keeps one prepared weight per live
 weight array (backends.cpu.PreparedWeights) and nothing per shape.
 """

@@ -12,12 +12,13 @@ W8A8: one kernel quantizes the activations per token (kernels/cuda/quantize.cuh)
 the dequantization fused into its epilogue writes y in x's dtype; the GEMV quantizes a small x
 itself (one kernel a call). When the plan splits K, each
 split writes its int32 partial sums to a [splits, M, N] workspace and one more kernel sums them
-(and, for W8A8, dequantizes).
+(and, for W8A8, dequantizes). A SwiGLU MLP's down projection can quantize its input in the kernel
+that computes it (kernels/cuda/swiglu_quantize.cuh; INT8NAX_CUDA_SWIGLU, below).
 
 Caches, each with its bound: kernel objects by KernelSpec (a spec is one kernel source for one
 tile configuration, never a shape: at most KERNEL_CACHE_SIZE); the choice and compiled entry point
 per shape (SHAPE_CACHE_SIZE shapes each, least recently used dropped); plan arrays by (splits,
-group) (PLAN_ARRAY_CACHE_SIZE). MLX compiles each kernel object once per set of template
+group) (PLAN_ARRAY_CACHE_SIZE); the SwiGLU kernel's first-use check by (dtype, launch) (16). MLX compiles each kernel object once per set of template
 arguments (NVRTC, seconds each), so the kernels a process compiles depend on which tile
 configurations its shapes meet, not on how many shapes it sees.
 """
