@@ -128,12 +128,20 @@ def test_recognises_exactly_mlx_lms_swiglu_call():
         assert not inn._mlx_lm_swiglu_call(cls), cls.__name__
 
 
+def force_one_step(monkeypatch, value: bool) -> None:
+    """Every backend's swiglu_one_step answers `value` (CUDA's own answer included)."""
+    from int8nax.backends import cuda
+
+    for cls in (backends.Backend, cuda.CUDABackend):
+        monkeypatch.setattr(cls, "swiglu_one_step", lambda self: value)
+
+
 @pytest.fixture
 def one_step(monkeypatch):
     """Every backend here as if it ran swiglu_w8a8_linear in one step (as CUDA does with
-    INT8NAX_CUDA_SWIGLU=fused), so that taken-over MLPs use it: their two-step fallback gives
-    the same bits, which these tests check."""
-    monkeypatch.setattr(backends.Backend, "swiglu_one_step", lambda self: True)
+    INT8NAX_CUDA_SWIGLU=fused), so that taken-over MLPs use it: the backends without the kernel
+    take the two steps inside it, with the same bits, which these tests check."""
+    force_one_step(monkeypatch, True)
 
 
 def pair(make, seed=1, backend=None):
@@ -337,12 +345,11 @@ def test_the_model_check_compares_one_step_calls_with_the_models_own(one_step, m
     with models._recording(model) as recorders:
         mx.eval(model(ids))
     assert models._check_swiglu_calls(model, recorders, "m") == " (2 SwiGLU MLP calls bit-identical)"
-    impl = backends.get("cpu")
-    real = impl.swiglu_w8a8_linear
-    monkeypatch.setattr(impl, "swiglu_w8a8_linear", lambda g, w, s, b: real(g, w, s * 1.001, b))
+    real = inn.swiglu_w8a8_linear  # the one step, made wrong on whichever backend runs it
+    monkeypatch.setattr(inn, "swiglu_w8a8_linear", lambda g, w, s, b, backend=None: real(g, w, s * 1.001, b))
     with pytest.raises(models.MismatchError, match=r"the MLP model\.layers\.[01]\.mlp's one-step SwiGLU call differs"):
         models._check_swiglu_calls(model, recorders, "m")
-    monkeypatch.setattr(backends.Backend, "swiglu_one_step", lambda self: False)
+    force_one_step(monkeypatch, False)
     assert models._check_swiglu_calls(model, recorders, "m") == ""  # the model's own call ran: nothing to compare
 
 
@@ -458,7 +465,7 @@ def test_taken_over_mlp_from_threads(one_step):
 def test_the_model_benchmark_says_which_swiglu_path_runs(monkeypatch, kernel):
     from int8nax.bench import models
 
-    monkeypatch.setattr(backends.Backend, "swiglu_one_step", lambda self: kernel)
+    force_one_step(monkeypatch, kernel)
     model = models.build(models.CONFIGS["qwen2.5-0.5b"], 2)
     text = models.convert(model, "w8a8")
     assert text.startswith("int8nax.nn.quantize_linears: 14 W8A8Linear on the ")
