@@ -123,6 +123,8 @@ def instances(arch: str):
                    ["int8_t", "float"], [("T", t)] + launch.template())
     for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
         for t in ("float16", "bfloat16", "float32"):
+            if cuda_plans.swiglu_held_bytes(launch, 4 if t == "float32" else 2) > cuda_plans.SWIGLU_HELD_BYTES:
+                continue  # cannot start (too many registers), so never built: cuda_swiglu_quant_launch
             yield (f"swiglu_quantize {t} {launch.threads}x{launch.held}", cuda_source.swiglu_quantize(),
                    [CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + launch.template())
     yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])

@@ -310,7 +310,7 @@ def swiglu_quantize() -> KernelSpec:
     """(q int8 [M, H], scale float32 [M]) = quantize()'s of h = silu(g) * u computed in T as MLX
     does, from y [M, 2H] (T) whose columns [0, H) are g and [H, 2H) are u (kernels/cuda/
     swiglu_quantize.cuh); template T, THREADS, HELD (a cuda_plans.CudaQuantLaunch, by
-    cuda_plans.cuda_quant_launch(M, H)); one block per row."""
+    cuda_plans.cuda_swiglu_quant_launch); one block per row."""
     body = "int8nax::quantize_swiglu_rows<T, THREADS, HELD>(y, y_shape[1] / 2, q, scale);"
     return KernelSpec(_name("int8nax_swiglu_quantize", "swiglu_quantize"), ("y",), ("q", "scale"), body,
                       header("swiglu_quantize"), 0)
