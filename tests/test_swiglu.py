@@ -426,7 +426,8 @@ def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, 
     monkeypatch.setattr(cuda, "_kernel", lambda spec: RecordingKernel(spec, launches))
     monkeypatch.setattr(cuda, "_family", lambda: "sm90")
     monkeypatch.setattr(cuda, "sm_count", lambda: 132)
-    monkeypatch.setattr(cuda, "swiglu_kernel_ok", lambda dtype, launch: True)
+    asked = []  # the first-use check: only where the SwiGLU kernel will run
+    monkeypatch.setattr(cuda, "swiglu_kernel_ok", lambda dtype, launch: asked.append(launch) or True)
     monkeypatch.setattr(cuda_choice, "GEMV_DEFAULT", gemv)
     monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
     cuda.clear_caches()
@@ -435,13 +436,15 @@ def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, 
         w, s = mx.zeros((n, h), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
         for m in (1, 512):
             launches.clear()
+            asked.clear()
             mx.eval(cuda.swiglu_w8a8(mx.zeros((m, 2 * h), dtype=dtype), w, s, None))
             names = [x["name"] for x in launches]
             if gemv and m == 1 and cuda_plans.gemv_x_ok(m, h, dtype.size):
-                assert names == ["int8nax_gemv_w8a8_x"] and launches[0]["inputs"][0] == (1, h)
+                assert names == ["int8nax_gemv_w8a8_x"] and launches[0]["inputs"][0] == (1, h) and asked == []
                 continue
             first = launches[0]
             launch = cuda_plans.cuda_swiglu_quant_launch(m, h, dtype.size, 132)
+            assert asked == [launch]
             assert first["name"] == "int8nax_swiglu_quantize" and first["inputs"] == [(m, 2 * h)]
             assert first["outputs"] == [(m, h), (m,)] and (first["grid"], first["block"]) == launch.grid(m)
             assert first["template"] == {"T": dtype, "THREADS": launch.threads, "HELD": launch.held}

@@ -29,6 +29,12 @@ of nn.silu(gate) * up): MLX fuses it into one kernel whose every intermediate (s
 products) is rounded to that dtype, so this h has the bits of the one an mlx-lm MLP computes."""
 
 
+def swiglu_of(gate_up: mx.array) -> mx.array:
+    """swiglu of gate_up [M, 2K]'s halves (gate: columns [0, K), up: [K, 2K)), [M, K]."""
+    k = gate_up.shape[1] // 2
+    return swiglu(gate_up[:, :k], gate_up[:, k:])
+
+
 @dataclass(frozen=True)
 class Probe:
     """Whether a backend can run here, and why (or why not), in words for int8nax.info()."""
@@ -68,8 +74,7 @@ class Backend:
     def swiglu_w8a8_linear(self, gate_up: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         """w8a8_linear(swiglu(gate, up), w, scale_w, bias) in gate_up's dtype, [M, N]: the two steps;
         a backend with one kernel for h's quantization overrides this with the same bits."""
-        k = gate_up.shape[1] // 2
-        return self.w8a8_linear(swiglu(gate_up[:, :k], gate_up[:, k:]), w, scale_w, bias)
+        return self.w8a8_linear(swiglu_of(gate_up), w, scale_w, bias)
 
     def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
         """What one call runs, in words recorded with each benchmark result.

@@ -36,7 +36,7 @@ from ..per_thread import compile_per_thread
 from ..quant import quantize_activations_np
 from ..tiling import ceil_div
 from . import cuda_choice, cuda_plans, cuda_source
-from .base import Backend, Probe, swiglu
+from .base import Backend, Probe, swiglu_of
 from .cuda_choice import CPASYNC, SIMT, Choice
 from .kernel_spec import KernelSpec
 
@@ -417,7 +417,7 @@ def swiglu_kernel_ok(dtype, launch: cuda_plans.CudaQuantLaunch) -> bool:
     for k in (8 * launch.threads + 8, launch.capacity + 8, 13):
         y = _swiglu_probe(dtype, k)
         q, s = _swiglu_quantize_graph(y, launch)
-        q2, s2 = quantize_activations_np(np.array(swiglu(y[:, :k], y[:, k:]).astype(mx.float32)))
+        q2, s2 = quantize_activations_np(np.array(swiglu_of(y).astype(mx.float32)))
         if not (np.array_equal(np.array(q), q2) and np.array_equal(np.array(s), s2, equal_nan=True)):
             warnings.warn(f"int8nax: the CUDA SwiGLU quantization kernel ({_dtype_name(dtype)}, {launch}) did not give "
                           "the bits of swiglu then quantization on this GPU; SwiGLU MLPs take the two steps in this "
@@ -456,8 +456,7 @@ def swiglu_w8a8_graph(gate_up, w, scale_w, bias32, variant: str, plan, has_bias:
     m, k = gate_up.shape[0], gate_up.shape[1] // 2
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     if _quantizes_inside(row, plan, m, k, gate_up.dtype):
-        h = swiglu(gate_up[:, :k], gate_up[:, k:])
-        return w8a8_graph(h, w, scale_w, bias32, variant, plan, has_bias, None, narrow)
+        return w8a8_graph(swiglu_of(gate_up), w, scale_w, bias32, variant, plan, has_bias, None, narrow)
     q, scale_x = _swiglu_quantize_graph(gate_up, launch)
     return dequant_graph(q, scale_x, w, scale_w, bias32, gate_up.dtype, variant, plan, has_bias, narrow)
 
@@ -496,10 +495,11 @@ def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
 def _swiglu_w8a8_for_shape(m: int, n: int, k: int, has_bias: bool, dtype):
-    """(the SwiGLU kernel's launch, the compiled entry point) for this shape and dtype (the
-    launch depends on the dtype's size)."""
+    """(the SwiGLU kernel's launch, None where the variant quantizes h itself (the GEMV), the
+    compiled entry point) for this shape and dtype (the launch depends on the dtype's size)."""
     c = choice(m, n, k, w8a8=True, bias=has_bias)
-    launch, narrow = swiglu_quant_launch(m, k, dtype), _narrow()
+    inside = _quantizes_inside(cuda_choice.VARIANTS[cuda_choice.variant_name(c.variant)], c.plan, m, k, dtype)
+    launch, narrow = None if inside else swiglu_quant_launch(m, k, dtype), _narrow()
     return launch, _maybe_compile(
         lambda gu, w, s, bias: swiglu_w8a8_graph(gu, w, s, bias, c.variant, c.plan, has_bias, launch, narrow))
 
@@ -511,8 +511,8 @@ def _quantize_for_shape(m: int, k: int):
 
 
 def clear_caches() -> None:
-    """Forget every built kernel object and compiled entry point (after changing COMPILE,
-    INT8NAX_CUDA_KERNEL or INT8NAX_CUDA_EPILOGUE)."""
+    """Forget every built kernel object, compiled entry point and first-use check (after changing
+    COMPILE, INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE or INT8NAX_CUDA_SWIGLU)."""
     for fn in (_gemm_for_shape, _w8a8_for_shape, _swiglu_w8a8_for_shape, _quantize_for_shape, kernel_choice,
                epilogue_choice, swiglu_choice, swiglu_kernel_ok, _kernel):
         if hasattr(fn, "cache_clear"):  # tests put stand-ins in the place of some
@@ -575,8 +575,8 @@ def swiglu_w8a8(gate_up, w, scale_w, bias):
     quantization kernel, y [M, N] in gate_up's dtype: gate_up float [M, 2K], w int8 [N, K]."""
     m, k = gate_up.shape[0], gate_up.shape[1] // 2
     launch, entry = _swiglu_w8a8_for_shape(m, w.shape[0], k, bias is not None, gate_up.dtype)
-    if not swiglu_kernel_ok(gate_up.dtype, launch):
-        return w8a8(swiglu(gate_up[:, :k], gate_up[:, k:]), w, scale_w, bias)
+    if launch is not None and not swiglu_kernel_ok(gate_up.dtype, launch):
+        return w8a8(swiglu_of(gate_up), w, scale_w, bias)
     return entry(gate_up, w, scale_w, _bias32(bias))
 
 
