@@ -452,6 +452,15 @@ def _computes_swiglu(fn) -> bool:
         return False
 
 
+def _gate_up_group(module):
+    """The SiblingGroup of exactly module's gate_proj and up_proj, in that order, else None."""
+    gate, up = module.get("gate_proj"), module.get("up_proj")
+    group = getattr(gate, "_group", None)
+    if group is None or len(group.members) != 2 or group.members[0] is not gate or group.members[1] is not up:
+        return None
+    return group
+
+
 class SwiGLUMLPCall:
     """Mixed into the class of a SwiGLU MLP that quantize_linears recognised (module docstring):
     its call hands the gate/up group's joint output to swiglu_w8a8_linear; own_call(x) is the
@@ -468,10 +477,8 @@ class SwiGLUMLPCall:
         down = self.get("down_proj")
         if type(down) is not W8A8Linear or not backends.resolve(down._backend).swiglu_one_step():
             return None
-        gate, up = self.get("gate_proj"), self.get("up_proj")
-        group = getattr(gate, "_group", None)
-        if (group is None or not group.shared or down._group is not None or down._backend != group.backend
-                or len(group.members) != 2 or group.members[0] is not gate or group.members[1] is not up):
+        group = _gate_up_group(self)
+        if group is None or not group.shared or down._group is not None or down._backend != group.backend:
             return None
         return group, down
 
@@ -521,10 +528,8 @@ def take_over_swiglu_mlps(model: nn.Module) -> int:
     for _, module in model.named_modules():
         if isinstance(module, SwiGLUMLPCall):
             continue
-        gate, up = module.get("gate_proj"), module.get("up_proj")
-        group = getattr(gate, "_group", None)
-        if (group is None or len(group.members) != 2 or group.members[0] is not gate or group.members[1] is not up
-                or type(module.get("down_proj")) is not W8A8Linear or not _mlx_lm_swiglu_call(type(module))):
+        if (_gate_up_group(module) is None or type(module.get("down_proj")) is not W8A8Linear
+                or not _mlx_lm_swiglu_call(type(module))):
             continue
         module.__class__ = _taken_over_class(type(module))
         count += 1
