@@ -141,12 +141,42 @@ def test_w8a8_check_is_tight_within_one_ulp():
     assert worst <= models.W8A8_MAX_ULP
 
 
-def test_compiled_is_checked_against_eager_and_decode_is_not_compiled():
-    eager = models.prepare(TINY["qwen2"], "bf16", layers=1, context=4)
+def test_compiled_is_checked_against_eager_in_prefill_and_decode():
+    eager = models.prepare(TINY["qwen2"], "bf16", layers=2, context=4)
     compiled = eager.with_mode("compiled")
     compiled.prepare(16)
     assert "from eager" in compiled.check[16]
-    with pytest.raises(Unavailable, match="KVCache"):
+    compiled.prepare(1)
+    assert "from eager" in compiled.check[1]
+    eager.prepare(1)
+    want = eager.run(1)
+    # Every compiled step sees the same context as eager decode: the same bits, step after step,
+    # and the caches' offsets stay at the prompt's length.
+    for _ in range(3):
+        assert mx.array_equal(compiled.run(1), want).item()
+    assert [c.offset for c in compiled._cache] == [4, 4]
+    assert compiled.peak_bytes(1) > compiled.weight_bytes
+
+
+def test_a_wrong_compiled_decode_step_fails_its_check(monkeypatch):
+    real = models._compiled_decode_step
+
+    def off_by_one(model, context, cache_module):  # a step that attends at the wrong position
+        step = real(model, context + 40, cache_module)
+        return lambda ids, buffers: 2 * step(ids, buffers)
+
+    monkeypatch.setattr(models, "_compiled_decode_step", off_by_one)
+    compiled = models.prepare(TINY["qwen3"], "bf16", "compiled", layers=1, context=4)
+    with pytest.raises(MismatchError, match="decode after 4.*from the same form run eager"):
+        compiled.prepare(1)
+
+
+def test_compiled_decode_of_a_model_without_mlx_lms_kvcache_says_why(monkeypatch):
+    cache_module = models.mlx_lm_module("cache")
+    compiled = models.prepare(TINY["qwen2"], "bf16", "compiled", layers=1, context=4)
+    monkeypatch.setattr(type(compiled.model), "make_cache",
+                        lambda self: [cache_module.RotatingKVCache(max_size=64) for _ in self.layers], raising=False)
+    with pytest.raises(Unavailable, match="KVCache only; this model's cache is RotatingKVCache"):
         compiled.prepare(1)
 
 

@@ -13,8 +13,9 @@
 #                                      #   BENCH='^(Bf16|Fp16)Model' then BENCH='^(MlxQ8|W8A8)Model|^ModelRatio$',
 #                                      #   unpacking the first tarball into the tree before the second call
 #                                      #   (asv adds to a commit's results file)
-#   bash tools/h200_verify.sh decode   # ~200 s: compare --model --breakdown at decode and 16 tokens, W8A8 on
-#                                      #   its default kernels and on the GEMV (what GEMV_DEFAULT waits for)
+#   bash tools/h200_verify.sh decode   # ~300 s (estimated): compare --model --breakdown at decode and 16 tokens,
+#                                      #   eager and compiled, W8A8 on its default kernels and on the GEMV (what
+#                                      #   GEMV_DEFAULT waits for; issue 26's decode target is eager and compiled)
 #   bash tools/h200_verify.sh swiglu   # ~300 s (estimated: ~20 NVRTC builds): the SwiGLU quantization kernel
 #                                      #   against swiglu + the quantization kernel, bit for bit (test_cuda_swiglu),
 #                                      #   and test_swiglu with INT8NAX_CUDA_SWIGLU=fused (Qwen-sized MLPs)
@@ -67,7 +68,7 @@ case "$part" in
   decode)
     for kernel in auto gemv; do
       INT8NAX_CUDA_KERNEL=$kernel timeout $(left 560) python3 -m int8nax.cli compare --model qwen2.5-7b,qwen3-8b \
-        --tokens 1,16 --forms bf16,w8a8 --breakdown \
+        --tokens 1,16 --forms bf16,w8a8 --model-modes eager,compiled --breakdown \
         > "$OUT/decode_$kernel.txt" 2>> "$OUT/models.log"
       echo "compare --model decode, kernel $kernel rc=$? $(el) s" >> "$S"
     done
