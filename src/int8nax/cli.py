@@ -54,15 +54,6 @@ def _cmd_selftest(args) -> int:
     return selftest.main(args)
 
 
-def _backend_arg(text: str) -> str:
-    from . import backends
-
-    try:
-        return backends.canonical(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("backend: ")) from None
-
-
 def _add_selftest(sub) -> None:
     from .bench import argtypes
 
@@ -74,7 +65,7 @@ def _add_selftest(sub) -> None:
         "layout, and times int8nax next to cider where cider is installed. Paste the output "
         "into an issue. Exit status: 0 all exact, 1 a check failed, 2 backend unavailable.",
     )
-    p.add_argument("--backend", default="metal", type=_backend_arg,
+    p.add_argument("--backend", default="metal", type=argtypes.backend,
                    help="backend under test: metal (alias nax; the default), cuda, cpu or auto")
     p.add_argument("--grid", choices=("auto", "full", "cpu", "quick"), default="auto",
                    help="shape grid: full (sizes 1,7,33,513,4097 and six seed timing shapes), cpu (sizes to "

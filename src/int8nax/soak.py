@@ -273,7 +273,6 @@ def distinct_m(count: int, n: int = 32, k: int = 64, samples: int = 10, backend:
 
 def add_parser(sub) -> None:
     """Register `int8nax soak` on the CLI's subparsers."""
-    from .cli import _backend_arg
 
     p = sub.add_parser("soak", help="threads of mixed, checked calls; memory, failures, first-call cost",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -286,7 +285,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=argtypes.positive(int), default=8, help="threads (8)")
     p.add_argument("--max-dim", type=argtypes.positive(int), default=96, help="largest random M, K and N (96)")
     p.add_argument("--seed", type=int, default=0, help="random seed (0)")
-    p.add_argument("--backend", default=None, type=_backend_arg, help="backend (default: int8nax's choice)")
+    p.add_argument("--backend", default=None, type=argtypes.backend, help="backend (default: int8nax's choice)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.set_defaults(func=main)
 

@@ -50,3 +50,13 @@ def sizes(text: str) -> tuple[int, ...]:
     if not all(p.isdigit() and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"expected comma-separated positive whole numbers, got {text!r}")
     return tuple(int(p) for p in parts)
+
+
+def backend(text: str) -> str:
+    """A backend's name or alias (int8nax.backends.canonical), as its canonical name."""
+    from .. import backends
+
+    try:
+        return backends.canonical(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("backend: ")) from None
