@@ -296,3 +296,11 @@ def test_a_call_past_the_budget_is_interrupted_then_reported(tmp_path):
     # SIGINT first, so that asv's finally blocks (closing its benchmark worker) run.
     assert status == -9 and seconds < 20 and "cleaned up" in out and "--budget-min" in out
     assert "cleaned up" in (tmp_path / "call.log").read_text()
+
+
+def test_the_console_names_a_benchmark_by_its_method_and_parameters_dots_included():
+    assert gc._method("bench_ratio.GemmRatio.track_nax_gemm_ratio((16, 512, 512))") == \
+        "track_nax_gemm_ratio((16, 512, 512))"
+    assert gc._method("bench_ratio.ModelRatio.track_w8a8_model_ratio('qwen2.5-0.5b', 1)") == \
+        "track_w8a8_model_ratio('qwen2.5-0.5b', 1)"
+    assert gc._method("bench_gemm.NaxGemm.time_gemm") == "time_gemm"

@@ -344,6 +344,13 @@ def round_orders(commits: list, repetition: int, rounds: int) -> list[list]:
     return orders
 
 
+def _method(name: str) -> str:
+    """A benchmark's method and parameters: "track_x((16, 512, 512))" of "bench_ratio.Cls.track_x((16, 512, 512))"
+    (a parameter may hold dots: "('qwen2.5-0.5b', 1)")."""
+    head, paren, params = name.partition("(")
+    return head.rsplit(".", 1)[-1] + paren + params
+
+
 def repetition_pairs(commits: list[Commit]) -> list[tuple[str, float, Commit, Commit]]:
     """(kind, planted, base, head) of each comparison a repetition yields: A/A (A, A') and one
     A/B per planted factor (A, B_f), every one against the same samples of A."""
@@ -487,7 +494,7 @@ def measure_existing(clone: Clone, args, settings: gate.Settings, log_dir: Path,
             run.raw = (points[base.label], points[head.label])
             runs.append(run)
             say(f"  {kind}: exit {run.status}, " + ", ".join(
-                f"{n.split('.')[-1]} {ratio:.3f}{'*' if sig else ''}" for n, (ratio, sig) in run.points.items()))
+                f"{_method(n)} {ratio:.3f}{'*' if sig else ''}" for n, (ratio, sig) in run.points.items()))
         say(f"repetition {rep + 1} of {args.runs}: {durations[-1] / 60:.1f} min")
         if after_each:
             after_each(runs, command)
