@@ -66,6 +66,15 @@ def test_small_m_takes_no_128_row_tile_and_no_persistent_kernel_but_the_cpasync_
         assert not {C.COOPERATIVE, C.PINGPONG} & {c.choice.variant for c in cands}
         assert "cp.async" in by_name(cands)
         assert ("gemv" in by_name(cands)) == (m <= P.GEMV_MAX_M)
+    # Every GEMV width, W8A8 with x quantized apart and (where x fits in GEMV_X_MAX_BYTES) inside.
+    for m, fits in ((1, True), (16, False)):
+        for w8a8 in (True, False):
+            names = by_name(kp.plan_candidates(m, 3584, 4096, 132, w8a8, out_dtype="bfloat16"))
+            for cfg in P.GEMV_CONFIGS.values():
+                assert names[f"gemv {cfg.name}"].choice.plan.cfg is cfg
+                assert (f"gemv {cfg.name} fused" in names) == (w8a8 and fits)
+                if w8a8 and fits:
+                    assert "quantize=fused" in names[f"gemv {cfg.name} fused"].choice.describe()
     cands = kp.plan_candidates(65, 4096, 4096, 132, True, out_dtype="bfloat16")
     names = by_name(cands)
     assert {"cooperative", "cooperative 128x256 unsplit", "ping-pong", "tma wg2_128x256"} <= set(names)

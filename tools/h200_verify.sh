@@ -15,7 +15,8 @@
 #                                      #   (asv adds to a commit's results file)
 #   bash tools/h200_verify.sh decode   # ~300 s (estimated): compare --model --breakdown at decode and 16 tokens,
 #                                      #   eager and compiled, W8A8 on its default kernels and on the GEMV (what
-#                                      #   GEMV_DEFAULT waits for; issue 26's decode target is eager and compiled)
+#                                      #   GEMV_DEFAULT waits for; issue 26's decode target is eager and compiled);
+#                                      #   then, to ~570 s, the decode layers' plans in kernel time (GEMV widths, forms)
 #   bash tools/h200_verify.sh swiglu   # ~300 s (estimated: ~20 NVRTC builds): the SwiGLU quantization kernel
 #                                      #   against swiglu + the quantization kernel, bit for bit (test_cuda_swiglu),
 #                                      #   and test_swiglu with INT8NAX_CUDA_SWIGLU=fused (Qwen-sized MLPs)
@@ -73,6 +74,16 @@ case "$part" in
       echo "compare --model decode, kernel $kernel rc=$? $(el) s" >> "$S"
     done
     grep -h -A6 "ms/layer" "$OUT"/decode_*.txt
+    # With the time left: the models' decode layers (M = 1 and 16) in kernel time on every plan,
+    # each GEMV width and form among them (the kernel-level evidence next to the model's).
+    shapes=$(python3 -c "from int8nax.bench.kernel_plans import model_shapes as s; print(','.join('%dx%dx%d' % t for t in s(tokens=(1, 16))))")
+    budget=$(left 570)
+    if [ "$budget" -gt 90 ]; then
+      timeout "$budget" python3 -m int8nax.cli compare --mode kernel --plans --shapes "$shapes" \
+        --time-limit $(( budget - 30 )) --json "$OUT/plans_decode.json" > "$OUT/plans_decode.txt" 2> "$OUT/plans_decode.log"
+      echo "compare --mode kernel --plans at the decode layers rc=$? $(el) s" >> "$S"
+      sed -n '/^Default plan against the fastest/,$p' "$OUT/plans_decode.txt"
+    fi
     ;;
   swiglu)
     INT8NAX_CUDA_SWIGLU=fused timeout $(left 580) $PYTEST tests/test_swiglu.py tests/test_cuda_swiglu.py \
