@@ -247,6 +247,11 @@ def _ste_dx(dy: mx.array, w: mx.array, scale_w: mx.array, dtype) -> mx.array:
     return (dy.astype(mx.float32) @ _dequantized_weight(w, scale_w)).astype(dtype)
 
 
+def _ste_db(dy: mx.array, dtype) -> mx.array:
+    """The bias's vjp: dy [M, N] summed over the rows in float32, in `dtype`."""
+    return dy.astype(mx.float32).sum(axis=0).astype(dtype)
+
+
 def _ste_dy(dx: mx.array, w: mx.array, scale_w: mx.array, db, dtype) -> mx.array:
     """The straight-through jvp: dx [M, K] @ W_deq.T (+ db) in float32, in `dtype`."""
     dy = dx.astype(mx.float32) @ _dequantized_weight(w, scale_w).T
@@ -268,7 +273,7 @@ def _w8a8_grad(has_bias: bool):
         x, w, s = primals[:3]
         grads = [_ste_dx(cotangent, w, s, x.dtype), mx.zeros_like(w), mx.zeros_like(s)]
         if has_bias:
-            grads.append(cotangent.astype(mx.float32).sum(axis=0).astype(primals[3].dtype))
+            grads.append(_ste_db(cotangent, primals[3].dtype))
         return (*grads, mx.zeros_like(primals[-1]))
 
     @f.jvp
@@ -293,7 +298,7 @@ def _swiglu_grad(has_bias: bool):
         _, (d_gate, d_up) = mx.vjp(backends.swiglu, [gate, up], [_ste_dx(cotangent, w, s, gate_up.dtype)])
         grads = [mx.concatenate([d_gate, d_up], axis=-1), mx.zeros_like(w), mx.zeros_like(s)]
         if has_bias:
-            grads.append(cotangent.astype(mx.float32).sum(axis=0).astype(primals[3].dtype))
+            grads.append(_ste_db(cotangent, primals[3].dtype))
         return (*grads, mx.zeros_like(primals[-1]))
 
     @f.jvp
@@ -501,19 +506,7 @@ def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) ->
     i.e. that of the dequantized float layer: dx = dy @ (w_int8 * scale_w[:, None]) in
     x's dtype, dbias = dy summed over the rows; zero for w_int8 and scale_w.
     """
-    if (backend is None and type(x) is _ARRAY and type(w_int8) is _ARRAY and type(scale_w) is _ARRAY
-            and (bias is None or type(bias) is _ARRAY)):
-        xs, ws, ss = x.shape, w_int8.shape, scale_w.shape
-        if (len(ws) == 2 and len(ss) == 1 and xs and xs[-1] == ws[1] and ss[0] == ws[0] and ws[0]
-                and 0 < ws[1] <= MAX_K and x.dtype in _FLOATS and w_int8.dtype == _INT8
-                and scale_w.dtype == _FLOAT32
-                and (bias is None or (bias.shape == ss and bias.dtype in _FLOATS))
-                and 0 not in xs and not backend_env_set()):
-            if len(xs) == 2:  # no reshapes (~0.5 µs each)
-                return _linear_rows(_W8A8, backends.resolve(None), x, w_int8, scale_w, bias)
-            y = _linear_rows(_W8A8, backends.resolve(None), x.reshape(-1, xs[-1]), w_int8, scale_w, bias)
-            return y.reshape(xs[:-1] + (ws[0],))
-    return _linear_checked(_W8A8, x, w_int8, scale_w, bias, backend)
+    return _linear(_W8A8, x, w_int8, scale_w, bias, backend)
 
 
 def swiglu_w8a8_linear(gate_up, w_int8, scale_w, bias=None, *, backend: str | None = None) -> mx.array:
@@ -534,19 +527,7 @@ def swiglu_w8a8_linear(gate_up, w_int8, scale_w, bias=None, *, backend: str | No
 
     Gradient: that of the composition (MLX's for swiglu, w8a8_linear's straight-through).
     """
-    if (backend is None and type(gate_up) is _ARRAY and type(w_int8) is _ARRAY and type(scale_w) is _ARRAY
-            and (bias is None or type(bias) is _ARRAY)):
-        xs, ws, ss = gate_up.shape, w_int8.shape, scale_w.shape
-        if (len(ws) == 2 and len(ss) == 1 and xs and xs[-1] == 2 * ws[1] and ss[0] == ws[0] and ws[0]
-                and 0 < ws[1] <= MAX_K and gate_up.dtype in _FLOATS and w_int8.dtype == _INT8
-                and scale_w.dtype == _FLOAT32
-                and (bias is None or (bias.shape == ss and bias.dtype in _FLOATS))
-                and 0 not in xs and not backend_env_set()):
-            if len(xs) == 2:
-                return _linear_rows(_SWIGLU_W8A8, backends.resolve(None), gate_up, w_int8, scale_w, bias)
-            y = _linear_rows(_SWIGLU_W8A8, backends.resolve(None), gate_up.reshape(-1, xs[-1]), w_int8, scale_w, bias)
-            return y.reshape(xs[:-1] + (ws[0],))
-    return _linear_checked(_SWIGLU_W8A8, gate_up, w_int8, scale_w, bias, backend)
+    return _linear(_SWIGLU_W8A8, gate_up, w_int8, scale_w, bias, backend)
 
 
 class _Linear:
@@ -565,6 +546,25 @@ class _Linear:
             raise ValueError(
                 f"{self.func}: '{self.x_name}' must have last dimension 2K = {2 * k} (gate and up side by "
                 f"side, K = {k} from 'w_int8' [N, K]), got last dimension {width}")
+
+
+def _linear(op: _Linear, x, w_int8, scale_w, bias, backend) -> mx.array:
+    """op's call (w8a8_linear or swiglu_w8a8_linear): mx.arrays that an inline test finds valid go
+    straight to _linear_rows (no conversions or named checks: a few µs less a call), anything else
+    through _linear_checked."""
+    if (backend is None and type(x) is _ARRAY and type(w_int8) is _ARRAY and type(scale_w) is _ARRAY
+            and (bias is None or type(bias) is _ARRAY)):
+        xs, ws, ss = x.shape, w_int8.shape, scale_w.shape
+        if (len(ws) == 2 and len(ss) == 1 and xs and xs[-1] == op.halves * ws[1] and ss[0] == ws[0] and ws[0]
+                and 0 < ws[1] <= MAX_K and x.dtype in _FLOATS and w_int8.dtype == _INT8
+                and scale_w.dtype == _FLOAT32
+                and (bias is None or (bias.shape == ss and bias.dtype in _FLOATS))
+                and 0 not in xs and not backend_env_set()):
+            if len(xs) == 2:  # no reshapes (~0.5 µs each)
+                return _linear_rows(op, backends.resolve(None), x, w_int8, scale_w, bias)
+            y = _linear_rows(op, backends.resolve(None), x.reshape(-1, xs[-1]), w_int8, scale_w, bias)
+            return y.reshape(xs[:-1] + (ws[0],))
+    return _linear_checked(op, x, w_int8, scale_w, bias, backend)
 
 
 def _linear_rows(op: _Linear, impl: backends.Backend, rows, w, scale_w, bias) -> mx.array:
