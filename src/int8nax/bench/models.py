@@ -382,6 +382,8 @@ class Prepared:
     check: dict = field(default_factory=dict)
     first_call_s: dict = field(default_factory=dict)
     _ids: mx.array | None = None
+    _inputs: dict = field(default_factory=dict)
+    """tokens -> the ids a run(tokens) feeds (sliced and evaluated in prepare, not in the timed body)."""
     _forward: object = None
     _cache: list | None = None
     _step: object = None
@@ -396,19 +398,19 @@ class Prepared:
 
     # -- the timed bodies --
     def _prefill(self, tokens: int) -> mx.array:
-        out = self._forward(self._ids[:, :tokens])
+        out = self._forward(self._inputs[tokens])
         mx.eval(out)
         return out
 
     def _decode(self) -> mx.array:
         if self._step is not None:
-            out = self._step(self._ids[:, self.context:self.context + 1], self._buffers)
+            out = self._step(self._inputs[1], self._buffers)
             mx.eval(out)
             return out
         return self._decode_eager()
 
     def _decode_eager(self) -> mx.array:
-        out = self.model.model(self._ids[:, self.context:self.context + 1], cache=self._cache)
+        out = self.model.model(self._inputs[1], cache=self._cache)
         mx.eval(out)
         for c in self._cache:
             c.trim(1)
@@ -440,6 +442,8 @@ class Prepared:
             return
         if not 1 <= tokens <= MAX_TOKENS:
             raise ValueError(f"tokens: expected 1 to {MAX_TOKENS}, got {tokens}")
+        self._inputs[tokens] = self._ids[:, self.context:self.context + 1] if tokens == 1 else self._ids[:, :tokens]
+        mx.eval(self._inputs[tokens])
         if tokens == 1:
             self._start_decode()
         t0 = time.perf_counter()
@@ -452,7 +456,7 @@ class Prepared:
         else:
             out = self.run(tokens)
             first = time.perf_counter() - t0
-            eager = self._decode_eager() if tokens == 1 else self.model.model(self._ids[:, :tokens])
+            eager = self._decode_eager() if tokens == 1 else self.model.model(self._inputs[tokens])
             err = rel_error(out, _np64(eager))
             if not err <= COMPILED_REL_TOL:
                 raise MismatchError(f"{self.describe(tokens)}: normwise relative distance {err:.3g} from the same "
