@@ -76,7 +76,7 @@ case "$part" in
     grep -h -A6 "ms/layer" "$OUT"/decode_*.txt
     # With the time left: the models' decode layers (M = 1 and 16) in kernel time on every plan,
     # each GEMV width and form among them (the kernel-level evidence next to the model's).
-    shapes=$(python3 -c "from int8nax.bench.kernel_plans import model_shapes as s; print(','.join('%dx%dx%d' % t for t in s(tokens=(1, 16))))")
+    shapes=$(python3 -c "from int8nax.bench.kernel_plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=(1, 16)))))")
     budget=$(left 570)
     if [ "$budget" -gt 90 ]; then
       timeout "$budget" python3 -m int8nax.cli compare --mode kernel --plans --shapes "$shapes" \
