@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import mlx.core as mx
 import pytest
@@ -387,3 +389,54 @@ def test_bf16_items_come_last_and_are_set_against_w8a8_bfloat16():
     text = kt.render(recs)
     assert "against bfloat16 mx.matmul" in text and "4.0 (2.00x)" in text
     assert not kt.failed(recs)  # a peer's failure is not int8nax's
+
+
+def test_record_runs_each_launch_in_its_range_and_reads_the_trace_back(monkeypatch, tmp_path):
+    # A stand-in for torch.profiler: it notes the host ranges and the kernels launched inside them
+    # and writes them as a chrome trace, as torch's does; record must run launch(0..n-1) in order,
+    # synchronise before the profile closes, and return the trace's records with no file left over.
+    import contextlib
+    import json as _json
+    import types
+
+    clock, events, log = [0.0], [], []
+
+    @contextlib.contextmanager
+    def record_function(name):
+        start = clock[0]
+        yield
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "ts": start, "dur": clock[0] - start})
+
+    class Profile:
+        def __init__(self, activities):
+            self.activities = activities
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            log.append("profile closed")
+            return False
+
+        def export_chrome_trace(self, path):
+            Path(path).write_text(_json.dumps({"traceEvents": events}))
+
+    profiler = types.ModuleType("torch.profiler")
+    profiler.ProfilerActivity = types.SimpleNamespace(CPU="cpu", CUDA="cuda")
+    profiler.profile, profiler.record_function = Profile, record_function
+    torch = types.ModuleType("torch")
+    torch.profiler = profiler
+    torch.cuda = types.SimpleNamespace(synchronize=lambda: log.append("synchronized"))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.profiler", profiler)
+
+    def launch(i):
+        log.append(i)
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": clock[0] + 0.5, "dur": 2.0 + i})
+        clock[0] += 10.0
+
+    gpu, ranges = cupti.record(torch, launch, 3, tmp_path)
+    assert log == [0, 1, 2, "synchronized", "profile closed"]
+    assert [e["name"] for e in gpu] == ["k0", "k1", "k2"] and [e["name"] for e in ranges] == ["launch0", "launch1", "launch2"]
+    assert cupti.launch_figures(cupti.split_launches(gpu, ranges, 3))[0] == 3.0  # median of 2, 3, 4
+    assert list(tmp_path.iterdir()) == []

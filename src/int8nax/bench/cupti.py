@@ -4,8 +4,8 @@ read through torch.profiler, turned into per-launch times and the kernels of one
 MLX launches on its own stream from CUDA graphs, so CUDA events cannot bracket its kernels; CUPTI's
 activity records (start and duration on the GPU) can, and torch.profiler is the way to them that
 the GPU machines have. Kernel mode (bench.kernel_time, bench.kernel_plans) times its launches with
-Profiler; the model breakdown (bench.model_profile) reads its own forwards' records with
-gpu_events and short_name. skip_reason says where none of this can run.
+Profiler; the model breakdown (bench.model_profile) records its own forwards with record and
+names kernels with short_name. skip_reason says where none of this can run.
 """
 
 from __future__ import annotations
@@ -81,19 +81,25 @@ class Profiler:
         self.torch, self.tmp = torch, tmp
 
     def time(self, launch, launches: int) -> tuple[float, list[list]]:
-        from torch.profiler import ProfilerActivity, profile, record_function
-
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for i in range(launches):
-                with record_function(f"launch{i}"):
-                    launch(i)
-            self.torch.cuda.synchronize()
-        path = self.tmp / f"trace_{os.getpid()}.json"
-        prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text())
-        path.unlink(missing_ok=True)
-        gpu, ranges = gpu_events(trace)
+        gpu, ranges = record(self.torch, launch, launches, self.tmp)
         return launch_figures(split_launches(gpu, ranges, launches))
+
+
+def record(torch, launch, launches: int, tmp: Path) -> tuple[list[dict], list[dict]]:
+    """gpu_events of launch(i) for i in range(launches), each in a host range "launch<i>",
+    recorded by torch.profiler (CUPTI) and read back from its trace, written to `tmp`."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(launches):
+            with record_function(f"launch{i}"):
+                launch(i)
+        torch.cuda.synchronize()
+    path = Path(tmp) / f"trace_{os.getpid()}.json"
+    prof.export_chrome_trace(str(path))
+    trace = json.loads(path.read_text())
+    path.unlink(missing_ok=True)
+    return gpu_events(trace)
 
 
 # ---- where it runs ------------------------------------------------------------------------------

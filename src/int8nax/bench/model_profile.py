@@ -18,8 +18,6 @@ of 4 Qwen2.5-7B layers on the H200: 1.04 ms a layer profiled, 0.59 not), so wall
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -138,21 +136,12 @@ def breakdown(prepared, tokens: int, forwards: int = 3) -> Breakdown:
     """Profile `forwards` runs of prepared.run(tokens) (after prepared.prepare(tokens) and one
     untimed run) on the GPU: their median Breakdown. Needs torch with CUDA (cupti.skip_reason)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
 
-    from .cupti import gpu_events
+    from .cupti import record
 
     prepared.prepare(tokens)
     prepared.run(tokens)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for i in range(forwards):
-            with record_function(f"launch{i}"):
-                prepared.run(tokens)
-        torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"model_{os.getpid()}.json"
-        prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text())
-    gpu, ranges = gpu_events(trace)
+        gpu, ranges = record(torch, lambda _: prepared.run(tokens), forwards, Path(tmp))
     return forward_figures(gpu, ranges, prepared.layers)
 
