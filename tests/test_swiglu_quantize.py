@@ -185,3 +185,20 @@ def test_the_kernels_compile_against_mlx_headers(tmp_path):
         ptx = cu.with_suffix(".ptx").read_text()
         loads_first = ptx[:ptx.index("ex2.approx")].count("ld.global.nc.v4.u32")
         assert loads_first == 2 * launch.held * (itemsize * 8 // 16), (label, loads_first)
+
+
+def test_ptx_comparison_ignores_only_the_source_digests_nvcc_puts_in_names(tmp_path):
+    # Two builds of one kernel from sources that differ only in text (so in MLX's kernel-name digest
+    # and nvcc's per-file digests, the anonymous namespace's included: MLX's headers declare one)
+    # are the same code; a changed instruction is not.
+    body = ("// built 1\n.visible .entry _ZN3mlx4core2cu39custom_kernel_int8nax_swiglu_quantize_{k}EPKa(\n"
+            ".global .align 1 .b8 _ZN52_INTERNAL_{i}_21_swiglu_quantize_f16_cu_{j}4cuda3std3__45__cpo5beginE[1];\n"
+            ".global .align 1 .b8 _ZN4cuda3std3__466_GLOBAL__N__{i}_33_swiglu_quantize_f16_cu_{j}6ignoreE[1];\n"
+            "\t{op}.f32 %f1, %f2, %f3;\n")
+    a, b, c = tmp_path / "a.ptx", tmp_path / "b.ptx", tmp_path / "c.ptx"
+    a.write_text(body.format(k="161c8835", i="07d77243", j="9d68146a", op="mul"))
+    b.write_text(body.format(k="771c2bad", i="f3709a37", j="72474f8a", op="mul"))
+    c.write_text(body.format(k="771c2bad", i="f3709a37", j="72474f8a", op="add"))
+    normalized = compile_check().normalized_ptx
+    assert normalized(str(a)) == normalized(str(b))
+    assert normalized(str(a)) != normalized(str(c))

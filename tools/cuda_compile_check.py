@@ -147,11 +147,14 @@ def stem(label: str) -> str:
 def normalized_ptx(path: str) -> list[str]:
     """A PTX file's lines without comments, the kernel's name (it carries the header digest; with
     its length in the mangled name),
-    nvcc's per-file prefixes of internal symbols and the mangled scope of function-local statics
-    (the template arguments of the function that declares them: an epilogue type's, say)."""
+    nvcc's per-file prefixes of internal symbols and of anonymous namespaces (those carry a digest
+    of the source: an MLX header's `cuda::std::ignore`, say) and the mangled scope of
+    function-local statics (the template arguments of the function that declares them: an
+    epilogue type's, say)."""
     text = open(path).read()
     text = re.sub(r"\d*custom_kernel_int8nax_\w+?_[0-9a-f]{8}(?=\w)", "KERNEL", text)
     text = re.sub(r"_ZN\d+_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+", "_INTERNAL", text)
+    text = re.sub(r"\d*_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+", "_GLOBAL__N_", text)
     text = re.sub(r"_ZZN\w*E\d+([A-Za-z_]\w*)", r"LOCAL_\1", text)
     return [line for line in text.splitlines() if not line.lstrip().startswith("//")]
 
