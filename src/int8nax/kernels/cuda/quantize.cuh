@@ -46,7 +46,8 @@ __device__ __forceinline__ uint32_t abs_bits(float v) {
 }
 
 // How one 8-value group of T is held: WORDS 32-bit words (one 16-byte load for 2-byte types, two
-// for float), folded into a running maximum (`acc`, in the type's own bits) and turned into floats.
+// for float), folded into a running maximum (`acc`, in the type's own bits) and turned into floats;
+// get/set read and write value i in T itself (a kernel that computes in T, swiglu_quantize.cuh).
 template <typename T>
 struct Group;
 
@@ -65,6 +66,12 @@ struct Group<float> {
   static __device__ __forceinline__ float value(const uint32_t (&w)[WORDS], int i) {
     return __uint_as_float(w[i]);
   }
+  static __device__ __forceinline__ float get(const uint32_t (&w)[WORDS], int i) {
+    return __uint_as_float(w[i]);
+  }
+  static __device__ __forceinline__ void set(uint32_t (&w)[WORDS], int i, float v) {
+    w[i] = __float_as_uint(v);
+  }
 };
 
 // float16 and bfloat16: two values a word, the maximum per 16-bit half (__vmaxu2), the two
@@ -78,6 +85,14 @@ struct Group2Byte {
       acc = __vmaxu2(acc, w[i] & 0x7fff7fffu);
     }
   }
+  // Value i's 16 bits (little-endian halves of the words).
+  static __device__ __forceinline__ unsigned short bits(const uint32_t (&w)[WORDS], int i) {
+    return static_cast<unsigned short>(w[i >> 1] >> (16 * (i & 1)));
+  }
+  static __device__ __forceinline__ void set_bits(uint32_t (&w)[WORDS], int i, uint32_t b) {
+    uint32_t& word = w[i >> 1];
+    word = (i & 1) ? ((word & 0x0000ffffu) | (b << 16)) : ((word & 0xffff0000u) | b);
+  }
 };
 
 template <>
@@ -89,6 +104,12 @@ struct Group<__half> : Group2Byte<__half> {
   static __device__ __forceinline__ float value(const uint32_t (&w)[WORDS], int i) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(w[i >> 1] >> (16 * (i & 1)))));
   }
+  static __device__ __forceinline__ __half get(const uint32_t (&w)[WORDS], int i) {
+    return __ushort_as_half(bits(w, i));
+  }
+  static __device__ __forceinline__ void set(uint32_t (&w)[WORDS], int i, __half v) {
+    set_bits(w, i, __half_as_ushort(v));
+  }
 };
 
 template <>
@@ -98,6 +119,12 @@ struct Group<__nv_bfloat16> : Group2Byte<__nv_bfloat16> {
   }
   static __device__ __forceinline__ float value(const uint32_t (&w)[WORDS], int i) {
     return __uint_as_float((i & 1) ? (w[i >> 1] & 0xffff0000u) : (w[i >> 1] << 16));
+  }
+  static __device__ __forceinline__ __nv_bfloat16 get(const uint32_t (&w)[WORDS], int i) {
+    return __ushort_as_bfloat16(bits(w, i));
+  }
+  static __device__ __forceinline__ void set(uint32_t (&w)[WORDS], int i, __nv_bfloat16 v) {
+    set_bits(w, i, __bfloat16_as_ushort(v));
   }
 };
 

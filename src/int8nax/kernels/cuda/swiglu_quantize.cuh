@@ -22,55 +22,6 @@
 
 namespace int8nax {
 
-// One value of T in a group's words and back (the layout of Group<T>: little-endian halves).
-template <typename T>
-struct Lane;
-
-template <>
-struct Lane<float> {
-  static __device__ __forceinline__ float get(const uint32_t (&w)[Group<float>::WORDS], int i) {
-    return __uint_as_float(w[i]);
-  }
-  static __device__ __forceinline__ void set(uint32_t (&w)[Group<float>::WORDS], int i, float v) {
-    w[i] = __float_as_uint(v);
-  }
-};
-
-template <typename T, typename Bits>
-struct Lane2Byte {
-  static __device__ __forceinline__ T get(const uint32_t (&w)[Group<T>::WORDS], int i) {
-    return Bits::from(static_cast<unsigned short>(w[i >> 1] >> (16 * (i & 1))));
-  }
-  static __device__ __forceinline__ void set(uint32_t (&w)[Group<T>::WORDS], int i, T v) {
-    const uint32_t bits = Bits::to(v);
-    uint32_t& word = w[i >> 1];
-    word = (i & 1) ? ((word & 0x0000ffffu) | (bits << 16)) : ((word & 0xffff0000u) | bits);
-  }
-};
-
-struct HalfBits {
-  static __device__ __forceinline__ __half from(unsigned short b) {
-    return __ushort_as_half(b);
-  }
-  static __device__ __forceinline__ uint32_t to(__half v) {
-    return __half_as_ushort(v);
-  }
-};
-
-struct Bfloat16Bits {
-  static __device__ __forceinline__ __nv_bfloat16 from(unsigned short b) {
-    return __ushort_as_bfloat16(b);
-  }
-  static __device__ __forceinline__ uint32_t to(__nv_bfloat16 v) {
-    return __bfloat16_as_ushort(v);
-  }
-};
-
-template <>
-struct Lane<__half> : Lane2Byte<__half, HalfBits> {};
-template <>
-struct Lane<__nv_bfloat16> : Lane2Byte<__nv_bfloat16, Bfloat16Bits> {};
-
 // silu(g) * u in T, as MLX's compiled kernels compute nn.silu(g) * u (see above).
 template <typename T>
 __device__ __forceinline__ T swiglu(T g, T u) {
@@ -96,7 +47,7 @@ struct SwigluRow {
   static __device__ __forceinline__ void finish(Loaded& l) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      Lane<T>::set(l.g, i, swiglu(Lane<T>::get(l.g, i), Lane<T>::get(l.u, i)));
+      Group<T>::set(l.g, i, swiglu(Group<T>::get(l.g, i), Group<T>::get(l.u, i)));
     }
   }
   static __device__ __forceinline__ const uint32_t (&words(const Loaded& l))[Group<T>::WORDS] {
