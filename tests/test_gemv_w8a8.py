@@ -183,7 +183,7 @@ def test_kernel_specs_plans_and_the_choice():
     assert len({int32.name, w8a8.name, fused.name}) == 3
     assert all(cuda_source.digest("gemv") in s.name and "gemv_w8a8.cuh" in s.header and "epilogue.cuh" in s.header
                for s in (int32, w8a8, fused))
-    assert "DequantStore<TOut, HAS_BIAS, NARROW>" in w8a8.source
+    assert "DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{" in w8a8.source
     row = cuda_choice.VARIANTS[cuda_choice.GEMV]
     assert row.specs(cuda_plans.GEMV_CONFIGS["gemv_16x8"]) == (int32, w8a8) and row.quantizing() == fused
     # Qwen2.5-7B's decode shapes on 132 SMs: 16 rows a block where that still leaves 1.5 blocks an SM
@@ -267,15 +267,15 @@ def instances():
 def test_the_kernels_compile_for_sm90a_without_spills(tmp_path):
     """The instances as MLX hands them to NVRTC (tools/cuda_compile_check.py's translation unit and
     stand-in for MLX's header), through nvcc -cubin for sm_90a: compiled, no spills. A sample by
-    default (nvcc takes seconds an instance); INT8NAX_GEMV_COMPILE_ALL=1 compiles all 26."""
+    default (nvcc takes seconds an instance); INT8NAX_GEMV_COMPILE_ALL=1 compiles all 34."""
     ccc, every_instance = instances()
     include = tmp_path / "inc" / "mlx" / "backend" / "cuda" / "device"
     include.mkdir(parents=True)
     (include / "utils.cuh").write_text(ccc.STAND_IN)
     sample = ("gemv i32 gemv_16x16", "gemv w8a8 gemv_16x16 bfloat16 narrow", "gemv w8a8_x gemv_16x8 float16",
-              "gemv w8a8_x gemv_16x16 float32")
+              "gemv w8a8_x gemv_16x16 float32", "gemv w8a8_x gemv_16x8 bfloat16 narrow bias bfloat16")
     every = os.environ.get("INT8NAX_GEMV_COMPILE_ALL") == "1"
-    assert len(every_instance) == 26 and set(sample) <= {i[0] for i in every_instance}
+    assert len(every_instance) == 34 and set(sample) <= {i[0] for i in every_instance}
     done = 0
     for label, spec, ins, outs, tmpl in every_instance:
         if not every and label not in sample:
@@ -289,7 +289,7 @@ def test_the_kernels_compile_for_sm90a_without_spills(tmp_path):
         spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", proc.stderr)
         assert spills and all(v == "0" for v in spills), f"{label}: {proc.stderr[-2000:]}"
         done += 1
-    assert done == (26 if every else len(sample))
+    assert done == (34 if every else len(sample))
 
 
 class _Recorder:

@@ -106,7 +106,7 @@ def test_persistent_specs(configs, specs, call):
         assert "SplitInt32{out, a_shape[0], b_shape[0]}" in raw.source
         if configs is cuda_plans.COOPERATIVE_CONFIGS:  # the exact path per chunk: W8A8 only (store_accumulators.cuh, CHUNK_EXACT)
             assert "CHUNK, false>" in raw.source and "CHUNK, true>" in fused.source
-        assert "same_epilogue(int8nax::DequantStore<TOut, HAS_BIAS, NARROW>{y, scale_x, scale_w, bias" in fused.source
+        assert "same_epilogue(int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{y, scale_x, scale_w, bias" in fused.source
 
 
 def test_tma_ok():
@@ -182,7 +182,7 @@ def test_tma_specs():
     for s, c in zip(w8a8, cuda_plans.CUDA_CONFIGS.values()):
         assert s.input_names == cuda_source.gemm_w8a8("sm90", c).input_names
         assert s.output_names == ("y", "maps") and s.shared_memory == c.tma_shared_bytes
-        assert "(q, w, q_shape[0], w_shape[0], q_shape[1], maps, int8nax::DequantStore<TOut, HAS_BIAS, NARROW>" in s.source
+        assert "(q, w, q_shape[0], w_shape[0], q_shape[1], maps, int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{" in s.source
     for s, c in zip(ws, cuda_plans.COOPERATIVE_CONFIGS.values()):
         assert s.input_names == ("a", "b", "plan") and s.shared_memory == c.shared_bytes
         # The launch-bound header redefines __global__: it must come last, after every other include.
@@ -286,7 +286,8 @@ def test_persistent_variant_by_tiles_and_rounds(m, n, want):
 
 
 class RecordingKernel:
-    """Stands in for mx.fast.cuda_kernel's kernel object: records each launch, returns zeros."""
+    """Stands in for mx.fast.cuda_kernel's kernel object: records each launch (with its inputs'
+    dtypes, which MLX declares the kernel's arguments in), returns zeros."""
 
     def __init__(self, spec, launches):
         self.spec, self.launches = spec, launches
@@ -295,7 +296,10 @@ class RecordingKernel:
         import mlx.core as mx
 
         self.launches.append(dict(name=self.spec.name, outputs=list(output_shapes), grid=grid, block=threadgroup,
-                                  template=list(template), smem=self.spec.shared_memory))
+                                  template=list(template), smem=self.spec.shared_memory,
+                                  dtypes=[str(x.dtype) for x in inputs],
+                                  bias=next((str(x.dtype) for name, x in zip(self.spec.input_names, inputs) if name == "bias"),
+                                            None)))
         return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
 
 
@@ -311,6 +315,7 @@ def recorded(monkeypatch):
     monkeypatch.setattr(cuda, "COMPILE", False)
     monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
     monkeypatch.delenv(cuda.EPILOGUE_ENV, raising=False)
+    monkeypatch.delenv(cuda.BIAS_ENV, raising=False)
     cuda.clear_caches()
     yield cuda, launches
     cuda.clear_caches()
@@ -453,7 +458,42 @@ def test_the_narrow_epilogue_reaches_every_w8a8_launch(recorded, monkeypatch, m,
         assert dict(launches[-1]["template"])["NARROW"] is want
 
 
-def test_a_bad_epilogue_choice_is_refused(recorded, monkeypatch):
+@pytest.mark.parametrize("m,k,n", [(1, 4096, 4096), (16, 4096, 4096), (512, 4096, 4096), (128, 18944, 3584),
+                                   (512, 3584, 18944), (4096, 4096, 4096)])
+@pytest.mark.parametrize("gemv", [False, True])
+@pytest.mark.parametrize("mode", ["own", "cast", None])
+def test_the_bias_reaches_every_w8a8_launch_in_its_own_dtype(recorded, monkeypatch, m, k, n, gemv, mode):
+    # INT8NAX_CUDA_BIAS=own: a float16 / bfloat16 bias goes to the launch that dequantizes (fused
+    # GEMM, reduction, GEMV) as it is, with no cast to float32 before the call (one MLX node and
+    # copy kernel less a call); the kernels read it exactly (epilogue.cuh, load_pair / to_float).
+    # cast (BIAS_DEFAULT, where unset): the launch gets it in float32. A float32 bias goes as it
+    # is either way; no bias: the float32 placeholder.
+    import mlx.core as mx
+
+    cuda, launches = recorded
+    monkeypatch.setattr(cuda_choice, "GEMV_DEFAULT", gemv)
+    if mode is None:
+        monkeypatch.delenv(cuda.BIAS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(cuda.BIAS_ENV, mode)
+    cuda.clear_caches()
+    own = (mode or cuda.BIAS_DEFAULT) == "own"
+    w, s = mx.zeros((n, k), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
+    for x_dtype, bias_dtype in ((mx.bfloat16, mx.bfloat16), (mx.float16, mx.float16), (mx.bfloat16, mx.float32),
+                                (mx.float32, mx.bfloat16), (mx.float16, None)):
+        launches.clear()
+        bias = None if bias_dtype is None else mx.zeros((n,), dtype=bias_dtype)
+        mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=x_dtype), w, s, bias))
+        dequantizing = [x for x in launches if "HAS_BIAS" in dict(x["template"])]
+        assert len(dequantizing) == 1 and dict(dequantizing[0]["template"])["HAS_BIAS"] is (bias is not None)
+        assert dequantizing[0]["bias"] == str(bias_dtype if bias_dtype is not None and own else mx.float32)
+    q, sx = mx.zeros((m, k), dtype=mx.int8), mx.ones((m,), dtype=mx.float32)
+    launches.clear()
+    mx.eval(cuda.dequant_gemm(q, sx, w, s, mx.zeros((n,), dtype=mx.bfloat16), mx.bfloat16))
+    assert launches[-1]["bias"] == str(mx.bfloat16 if own else mx.float32)
+
+
+def test_a_bad_epilogue_or_bias_choice_is_refused(recorded, monkeypatch):
     import mlx.core as mx
 
     cuda, _ = recorded
@@ -464,6 +504,10 @@ def test_a_bad_epilogue_choice_is_refused(recorded, monkeypatch):
     cuda.clear_caches()
     with pytest.raises(ValueError, match=r"INT8NAX_CUDA_EPILOGUE: expected one of \['eft', 'narrow'\], got 'fast'"):
         cuda.epilogue_choice()
+    monkeypatch.setenv(cuda.BIAS_ENV, "float")
+    cuda.clear_caches()
+    with pytest.raises(ValueError, match=r"INT8NAX_CUDA_BIAS: expected one of \['cast', 'own'\], got 'float'"):
+        cuda.bias_choice()
 
 
 @pytest.mark.parametrize("m,k", [(16, 4096), (2048, 4096), (300, 8192), (512, 18944), (3, 40000)])
@@ -611,9 +655,10 @@ class CountingFactory:
     def __init__(self):
         self.built, self.launches = [], []
 
-    def __call__(self, *, name, **_):
+    def __call__(self, *, name, input_names, **_):
         self.built.append(name)
-        return RecordingKernel(type("Spec", (), {"name": name, "shared_memory": 0}), self.launches)
+        return RecordingKernel(type("Spec", (), {"name": name, "shared_memory": 0, "input_names": input_names}),
+                               self.launches)
 
 
 def counting_cuda(monkeypatch, compiled: bool):
@@ -671,20 +716,26 @@ def test_per_shape_caches_are_bounded():
     assert cuda._plan_array.cache_parameters()["maxsize"] == cuda.PLAN_ARRAY_CACHE_SIZE
 
 
-def test_warm_up_builds_what_every_token_count_needs(monkeypatch):
-    # after warm_up(n, k, m_max) no call at M <= m_max builds a kernel object (nor, on a GPU,
-    # compiles a kernel instance: warm_up launched each with the same dtype and bias)
+@pytest.mark.parametrize("bias_dtype", ["float32", "bfloat16"])
+def test_warm_up_builds_what_every_token_count_needs(monkeypatch, bias_dtype):
+    # after warm_up(n, k, m_max) no call at M <= m_max builds a kernel object nor, on a GPU,
+    # compiles a kernel instance (an object's template arguments and input dtypes: warm_up
+    # launched each with the same x dtype and bias dtype)
     mx, cuda, factory = counting_cuda(monkeypatch, False)
     try:
-        n, k = 256, 4096
-        built = cuda.warm_up(n, k, 400, dtype=mx.bfloat16, bias=True)
+        n, k, bias_dtype = 256, 4096, getattr(mx, bias_dtype)
+        built = cuda.warm_up(n, k, 400, dtype=mx.bfloat16, bias=True, bias_dtype=bias_dtype)
         reach = cuda_choice.reachable(n, k, 400, w8a8=True, bias=True)
         assert [m for m, _ in reach][:2] == [1, cuda_choice.TMA_MIN_M_W8A8] and built == cuda.kernels_built() >= len(reach)
-        templates = {(x["name"], tuple(x["template"])) for x in factory.launches}
+
+        def instances():
+            return {(x["name"], tuple(x["template"]), tuple(x["dtypes"])) for x in factory.launches}
+
+        warmed = instances()
         w = mx.zeros((n, k), dtype=mx.int8)
         for m in range(1, 401, 7):
-            mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), w, mx.ones((n,)), mx.zeros((n,))))
+            mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), w, mx.ones((n,)), mx.zeros((n,), dtype=bias_dtype)))
         assert cuda.kernels_built() == built
-        assert {(x["name"], tuple(x["template"])) for x in factory.launches} == templates
+        assert instances() == warmed
     finally:
         cuda.clear_caches()

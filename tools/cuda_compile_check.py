@@ -67,19 +67,25 @@ def translation_unit(spec, input_types, output_types, template) -> str:
     )
 
 
-W8A8_OUTPUTS = (("float16", False, True), ("bfloat16", False, True), ("float32", False, True),
-                ("float16", True, True), ("bfloat16", True, True), ("float16", True, False))
-"""(output type, NARROW, HAS_BIAS) of every W8A8 instance: the eft epilogue for each output type
-with a bias, the narrow one where it changes the code (backends/cuda.py, epilogue_template) with
-a bias, and without one for float16 (the narrow path's other branch)."""
+W8A8_OUTPUTS = (("float16", False, True, "float32"), ("bfloat16", False, True, "float32"),
+                ("float32", False, True, "float32"), ("float16", True, True, "float32"),
+                ("bfloat16", True, True, "float32"), ("float16", True, False, "float32"),
+                ("bfloat16", True, True, "bfloat16"), ("float16", False, True, "float16"))
+"""(output type, NARROW, HAS_BIAS, the bias's type) of every W8A8 instance: the eft epilogue for
+each output type with a bias, the narrow one where it changes the code (backends/cuda.py,
+epilogue_template) with a bias, and without one for float16 (the narrow path's other branch); the
+bias in float32 (int8nax.nn's layers, the placeholder), and in the output's own 16-bit type on
+each epilogue (the kernels read a bias in its own type)."""
 
 
-def narrow_tag(narrow: bool, has_bias: bool = True) -> str:
-    return (" narrow" if narrow else "") + ("" if has_bias else " nobias")
+def narrow_tag(narrow: bool, has_bias: bool = True, bias_type: str = "float32") -> str:
+    return ((" narrow" if narrow else "") + ("" if has_bias else " nobias")
+            + ("" if bias_type == "float32" else f" bias {bias_type}"))
 
 
-W8A8_INPUTS = ["int8_t", "int8_t", "float", "float", "float"]
-"""q, w, scale_x, scale_w, bias: the inputs of every fused W8A8 GEMM (the persistent ones add `plan`)."""
+def w8a8_inputs(bias_type: str) -> list[str]:
+    """q, w, scale_x, scale_w, bias: the inputs of every fused W8A8 GEMM (the persistent ones add `plan`)."""
+    return ["int8_t", "int8_t", "float", "float", CUDA_TYPES[bias_type]]
 
 OLD_LABELS = {"simt": "simt", "cpasync": "sm90", "tma-unspecialized": "tma_simple", "tma-ws-cooperative": "tma_ws",
               "tma-ws-pingpong": "tma_pp"}
@@ -88,10 +94,10 @@ kernel's PTX under its old label, so a tree from before the rename can be compar
 
 
 def w8a8_instances(prefix: str, spec, inputs, maps: bool, tmpl):
-    """One instance per W8A8_OUTPUTS entry of a fused W8A8 GEMM labelled `prefix`; maps: the TMA
-    kernels' extra uint8 output."""
-    for out, narrow, has_bias in W8A8_OUTPUTS:
-        yield (f"{prefix} {out}{narrow_tag(narrow, has_bias)}", spec, inputs,
+    """One instance per W8A8_OUTPUTS entry of a fused W8A8 GEMM labelled `prefix`; inputs: those
+    after the bias (the persistent kernels' `plan`); maps: the TMA kernels' extra uint8 output."""
+    for out, narrow, has_bias, bias_type in W8A8_OUTPUTS:
+        yield (f"{prefix} {out}{narrow_tag(narrow, has_bias, bias_type)}", spec, w8a8_inputs(bias_type) + inputs,
                [CUDA_TYPES[out]] + (["uint8_t"] if maps else []),
                tmpl + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
 
@@ -111,11 +117,11 @@ def instances(arch: str):
             raw, fused = row.specs(cfg)
             tmpl = row.template(cfg)
             yield (f"{row.name} i32 {cfg.name}", raw, ["int8_t", "int8_t"] + plan_input, ["int32_t"] + maps, tmpl)
-            yield from w8a8_instances(f"{row.name} w8a8 {cfg.name}", fused, W8A8_INPUTS + plan_input, bool(maps), tmpl)
+            yield from w8a8_instances(f"{row.name} w8a8 {cfg.name}", fused, plan_input, bool(maps), tmpl)
             if row.quantizing is not None:  # x, w, scale_w, bias; T is x's and y's type
-                for out, narrow, has_bias in W8A8_OUTPUTS:
-                    yield (f"{row.name} w8a8_x {cfg.name} {out}{narrow_tag(narrow, has_bias)}", row.quantizing(),
-                           [CUDA_TYPES[out], "int8_t", "float", "float"], [CUDA_TYPES[out]],
+                for out, narrow, has_bias, bias_type in W8A8_OUTPUTS:
+                    yield (f"{row.name} w8a8_x {cfg.name} {out}{narrow_tag(narrow, has_bias, bias_type)}",
+                           row.quantizing(), [CUDA_TYPES[out], "int8_t", "float", CUDA_TYPES[bias_type]], [CUDA_TYPES[out]],
                            [("T", out)] + tmpl + [("HAS_BIAS", has_bias), ("NARROW", narrow)])
     for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
         for t in ("float16", "bfloat16", "float32"):
@@ -128,9 +134,10 @@ def instances(arch: str):
             yield (f"swiglu_quantize {t} {launch.threads}x{launch.held}", cuda_source.swiglu_quantize(),
                    [CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + launch.template())
     yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])
-    for narrow in (False, True):
-        yield (f"reduce w8a8{narrow_tag(narrow)}", cuda_source.reduce_w8a8(), ["int32_t", "float", "float", "float"],
-               ["__half"], [("TOut", "float16"), ("HAS_BIAS", True), ("NARROW", narrow)])
+    for narrow, bias_type in ((False, "float32"), (True, "float32"), (True, "float16")):
+        yield (f"reduce w8a8{narrow_tag(narrow, True, bias_type)}", cuda_source.reduce_w8a8(),
+               ["int32_t", "float", "float", CUDA_TYPES[bias_type]], ["__half"],
+               [("TOut", "float16"), ("HAS_BIAS", True), ("NARROW", narrow)])
     yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])
 
 

@@ -22,6 +22,9 @@
 #                                      #   and test_swiglu with INT8NAX_CUDA_SWIGLU=fused (Qwen-sized MLPs)
 #   bash tools/h200_verify.sh swiglu-model  # ~250 s: compare --model --breakdown at 16, 512 and 4096 tokens,
 #                                      #   SwiGLU split against fused (what cuda.SWIGLU_DEFAULT waits for)
+#   bash tools/h200_verify.sh bias     # ~240 s (estimated): a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS=own)
+#                                      #   against the cast bias, bit for bit (test_cuda_bias), then W8A8 bfloat16+bias
+#                                      #   in kernel time, cast against own, at the seed shapes (what BIAS_DEFAULT waits for)
 #   bash tools/h200_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
 #   bash tools/h200_verify.sh tma      # ~300 s: tests/test_cuda_tma.py whole
@@ -31,7 +34,7 @@
 # so pass COMMIT=<hash>), steps.txt (each step's exit status and seconds) and its logs; at most 8
 # files come back.
 set -u
-part=${1:?usage: h200_verify.sh kernel|plans|models|decode|swiglu|swiglu-model|kernels|tma|suite}
+part=${1:?usage: h200_verify.sh kernel|plans|models|decode|swiglu|swiglu-model|bias|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=$(date +%s)
@@ -97,6 +100,18 @@ case "$part" in
       echo "compare --model, SwiGLU $mode rc=$? $(el) s" >> "$S"
     done
     grep -h -A8 "ms/layer" "$OUT"/swiglu_*.txt
+    ;;
+  bias)
+    timeout $(left 300) $PYTEST tests/test_cuda_bias.py > "$OUT/tests_bias.txt" 2>&1
+    echo "test_cuda_bias rc=$? $(el) s" >> "$S"
+    for mode in cast own; do
+      [ "$mode" = cast ] && share=2 || share=1
+      budget=$(( ($(left 580) - 20) / share ))
+      INT8NAX_CUDA_BIAS=$mode timeout "$budget" python3 -m int8nax.cli compare --mode kernel --w8a8 bfloat16+bias \
+        --time-limit $(( budget - 20 )) --json "$OUT/bias_$mode.json" > "$OUT/bias_$mode.txt" 2> "$OUT/bias_$mode.log"
+      echo "compare --mode kernel --w8a8 bfloat16+bias, bias $mode rc=$? $(el) s" >> "$S"
+    done
+    tail -n 16 "$OUT"/bias_*.txt
     ;;
   kernels)
     timeout $(left 330) $PYTEST tests/test_cuda_kernels.py > "$OUT/tests_kernels.txt" 2>&1

@@ -171,22 +171,29 @@ which sends about 1 biased value in 250 to the exact path and so nearly every ti
 layer through its slow pass. INT8NAX_CUDA_EPILOGUE=eft keeps the previous epilogue."""
 
 
-def _check_epilogue(value: str, source: str) -> str:
-    if value not in EPILOGUE_CHOICES:
-        raise ValueError(f"{source}: expected one of {list(EPILOGUE_CHOICES)}, got {value!r}")
+def _check_choice(value: str, choices: tuple[str, ...], source: str) -> str:
+    if value not in choices:
+        raise ValueError(f"{source}: expected one of {list(choices)}, got {value!r}")
     return value
+
+
+def _env_choice(env: str, choices: tuple[str, ...], default: str) -> str:
+    """The value of the environment variable `env` (trimmed, lower case), one of `choices`, or
+    `default` where it is unset or empty; a ValueError naming `env` otherwise."""
+    return _check_choice(os.environ.get(env, "").strip().lower() or default, choices, env)
 
 
 @lru_cache(maxsize=1)
 def epilogue_choice() -> str:
     """"eft" or "narrow", from INT8NAX_CUDA_EPILOGUE (EPILOGUE_DEFAULT where unset)."""
-    return _check_epilogue(os.environ.get(EPILOGUE_ENV, "").strip().lower() or EPILOGUE_DEFAULT, EPILOGUE_ENV)
+    return _env_choice(EPILOGUE_ENV, EPILOGUE_CHOICES, EPILOGUE_DEFAULT)
 
 
 def _narrow(epilogue: str | None = None) -> bool:
     """Whether W8A8 takes the narrow epilogue: `epilogue` ("eft" or "narrow") where given, else
     epilogue_choice()."""
-    return (epilogue_choice() if epilogue is None else _check_epilogue(epilogue, "epilogue")) == "narrow"
+    chosen = epilogue_choice() if epilogue is None else _check_choice(epilogue, EPILOGUE_CHOICES, "epilogue")
+    return chosen == "narrow"
 
 
 # ---- SwiGLU's quantization: one kernel, or swiglu then the quantization kernel ----
@@ -207,10 +214,28 @@ tools/h200_verify.sh (parts swiglu, swiglu-model)."""
 @lru_cache(maxsize=1)
 def swiglu_choice() -> str:
     """"fused" or "split", from INT8NAX_CUDA_SWIGLU (SWIGLU_DEFAULT where unset)."""
-    value = os.environ.get(SWIGLU_ENV, "").strip().lower() or SWIGLU_DEFAULT
-    if value not in SWIGLU_CHOICES:
-        raise ValueError(f"{SWIGLU_ENV}: expected one of {list(SWIGLU_CHOICES)}, got {value!r}")
-    return value
+    return _env_choice(SWIGLU_ENV, SWIGLU_CHOICES, SWIGLU_DEFAULT)
+
+
+# ---- W8A8's bias: in its own type, or cast to float32 before the call ----
+#
+#   own   the dequantizing kernels read a float16 / bfloat16 bias as it is (kernels/cuda/
+#         epilogue.cuh, load_pair and to_float: exact), so a call makes no extra node;
+#   cast  MLX casts it to float32 first: one more node and copy kernel a call (1.4-3.6 µs of
+#         kernel time on the H200, 2026-12-04), the same bits.
+# A float32 bias (int8nax.nn's layers hold theirs so) goes as it is either way. Read once per
+# process (clear_caches()).
+
+BIAS_ENV = "INT8NAX_CUDA_BIAS"
+BIAS_CHOICES = ("cast", "own")
+BIAS_DEFAULT = "cast"
+"""cast until the own-type reads have run on a GPU (tools/h200_verify.sh, part bias)."""
+
+
+@lru_cache(maxsize=1)
+def bias_choice() -> str:
+    """"own" or "cast", from INT8NAX_CUDA_BIAS (BIAS_DEFAULT where unset)."""
+    return _env_choice(BIAS_ENV, BIAS_CHOICES, BIAS_DEFAULT)
 
 
 def epilogue_template(out_dtype, has_bias: bool, narrow: bool) -> list:
@@ -319,10 +344,10 @@ def gemm_graph(a, b, variant: str, plan):
     return _by_row_chunks(a.shape[0], plan, row, one_chunk)
 
 
-def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, variant: str, plan, has_bias: bool, narrow=False):
-    """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias32[n]) on
-    `variant` with `plan`: the fused epilogue unsplit, else the int32 workspace and the dequantizing
-    reduction; narrow: the narrow epilogue (epilogue_template)."""
+def dequant_graph(q, scale_x, w, scale_w, bias_arg, out_dtype, variant: str, plan, has_bias: bool, narrow=False):
+    """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias[n]) on
+    `variant` with `plan` (bias_arg: _bias_arg's): the fused epilogue unsplit, else the int32
+    workspace and the dequantizing reduction; narrow: the narrow epilogue (epilogue_template)."""
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     raw, fused = row.specs(plan.cfg)
     epilogue = epilogue_template(out_dtype, has_bias, narrow)
@@ -332,10 +357,10 @@ def dequant_graph(q, scale_x, w, scale_w, bias32, out_dtype, variant: str, plan,
         q_rows, sx_rows = _row_slice(q, r0, r1), _row_slice(scale_x, r0, r1)
         if plan.splits == 1:
             # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
-            return _launch(row)(fused, [q_rows, w, sx_rows, scale_w, bias32], out_dtype, plan, tile + epilogue,
+            return _launch(row)(fused, [q_rows, w, sx_rows, scale_w, bias_arg], out_dtype, plan, tile + epilogue,
                                 row.maps)
         ws = _launch(row)(raw, [q_rows, w], mx.int32, plan, tile, row.maps)
-        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias32], out_dtype, epilogue)
+        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias_arg], out_dtype, epilogue)
 
     return _by_row_chunks(q.shape[0], plan, row, one_chunk)
 
@@ -435,7 +460,7 @@ def _quantizes_inside(row: cuda_choice.Variant, plan, m: int, k: int, dtype) -> 
     return cuda_plans.gemv_x_ok(m, k, dtype.size) if fused is None else fused
 
 
-def w8a8_graph(x, w, scale_w, bias32, variant: str, plan, has_bias: bool,
+def w8a8_graph(x, w, scale_w, bias_arg, variant: str, plan, has_bias: bool,
                quant: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
     """quantize(x) (with the launch `quant`, quant_launch's by default), then dequant_graph on
     `variant` with `plan`: y [M, N] in x's dtype; or, where the variant quantizes x itself
@@ -443,12 +468,12 @@ def w8a8_graph(x, w, scale_w, bias32, variant: str, plan, has_bias: bool,
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     if _quantizes_inside(row, plan, *x.shape, x.dtype):
         template = [("T", x.dtype)] + row.template(plan.cfg) + epilogue_template(x.dtype, has_bias, narrow)[1:]
-        return _launch(row)(row.quantizing(), [x, w, scale_w, bias32], x.dtype, plan, template, row.maps)
+        return _launch(row)(row.quantizing(), [x, w, scale_w, bias_arg], x.dtype, plan, template, row.maps)
     q, scale_x = _quantize_graph(x, quant)
-    return dequant_graph(q, scale_x, w, scale_w, bias32, x.dtype, variant, plan, has_bias, narrow)
+    return dequant_graph(q, scale_x, w, scale_w, bias_arg, x.dtype, variant, plan, has_bias, narrow)
 
 
-def swiglu_w8a8_graph(gate_up, w, scale_w, bias32, variant: str, plan, has_bias: bool,
+def swiglu_w8a8_graph(gate_up, w, scale_w, bias_arg, variant: str, plan, has_bias: bool,
                       launch: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
     """w8a8_graph of h = swiglu(gate_up[:, :K], gate_up[:, K:]), y [M, N] in gate_up's dtype: the
     SwiGLU quantization kernel (with `launch`, swiglu_quant_launch's by default), then
@@ -456,9 +481,9 @@ def swiglu_w8a8_graph(gate_up, w, scale_w, bias32, variant: str, plan, has_bias:
     m, k = gate_up.shape[0], gate_up.shape[1] // 2
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     if _quantizes_inside(row, plan, m, k, gate_up.dtype):
-        return w8a8_graph(swiglu_of(gate_up), w, scale_w, bias32, variant, plan, has_bias, None, narrow)
+        return w8a8_graph(swiglu_of(gate_up), w, scale_w, bias_arg, variant, plan, has_bias, None, narrow)
     q, scale_x = _swiglu_quantize_graph(gate_up, launch)
-    return dequant_graph(q, scale_x, w, scale_w, bias32, gate_up.dtype, variant, plan, has_bias, narrow)
+    return dequant_graph(q, scale_x, w, scale_w, bias_arg, gate_up.dtype, variant, plan, has_bias, narrow)
 
 
 # ---- entry points: one per operation ----
@@ -512,9 +537,9 @@ def _quantize_for_shape(m: int, k: int):
 
 def clear_caches() -> None:
     """Forget every built kernel object, compiled entry point and first-use check (after changing
-    COMPILE, INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE or INT8NAX_CUDA_SWIGLU)."""
+    COMPILE, INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE, INT8NAX_CUDA_SWIGLU or INT8NAX_CUDA_BIAS)."""
     for fn in (_gemm_for_shape, _w8a8_for_shape, _swiglu_w8a8_for_shape, _quantize_for_shape, kernel_choice,
-               epilogue_choice, swiglu_choice, swiglu_kernel_ok, _kernel):
+               epilogue_choice, swiglu_choice, bias_choice, swiglu_kernel_ok, _kernel):
         if hasattr(fn, "cache_clear"):  # tests put stand-ins in the place of some
             fn.cache_clear()
     _built.clear()
@@ -550,11 +575,12 @@ def quantize(x: mx.array) -> tuple[mx.array, mx.array]:
     return _quantize_for_shape(*x.shape)(x)
 
 
-def _bias32(bias):
-    # float32 holds every float16/bfloat16/float32 bias value exactly.
+def _bias_arg(bias):
+    """The kernels' bias input: the float32 placeholder where there is none; a float32 bias, or any
+    with INT8NAX_CUDA_BIAS=own, as it comes; else the bias cast to float32 (bias_choice)."""
     if bias is None:
         return _no_bias()
-    return bias if bias.dtype == mx.float32 else bias.astype(mx.float32)
+    return bias if bias.dtype == mx.float32 or bias_choice() == "own" else bias.astype(mx.float32)
 
 
 def w8a8(x, w, scale_w, bias, variant: str | None = None, plan=None, epilogue: str | None = None):
@@ -565,9 +591,9 @@ def w8a8(x, w, scale_w, bias, variant: str | None = None, plan=None, epilogue: s
     m, k = x.shape
     has_bias = bias is not None
     if variant is None and plan is None and epilogue is None:
-        return _w8a8_for_shape(m, w.shape[0], k, has_bias)(x, w, scale_w, _bias32(bias))
+        return _w8a8_for_shape(m, w.shape[0], k, has_bias)(x, w, scale_w, _bias_arg(bias))
     name, plan = _explicit(variant, plan, m, w.shape[0], k, True)
-    return w8a8_graph(x, w, scale_w, _bias32(bias), name, plan, has_bias, quant_launch(m, k), _narrow(epilogue))
+    return w8a8_graph(x, w, scale_w, _bias_arg(bias), name, plan, has_bias, quant_launch(m, k), _narrow(epilogue))
 
 
 def swiglu_w8a8(gate_up, w, scale_w, bias):
@@ -577,22 +603,25 @@ def swiglu_w8a8(gate_up, w, scale_w, bias):
     launch, entry = _swiglu_w8a8_for_shape(m, w.shape[0], k, bias is not None, gate_up.dtype)
     if launch is not None and not swiglu_kernel_ok(gate_up.dtype, launch):
         return w8a8(swiglu_of(gate_up), w, scale_w, bias)
-    return entry(gate_up, w, scale_w, _bias32(bias))
+    return entry(gate_up, w, scale_w, _bias_arg(bias))
 
 
 def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, variant: str | None = None, plan=None,
                  epilogue: str | None = None):
     """The W8A8 GEMM and epilogue on given codes: q int8 [M, K], scale_x float32 [M], w int8
-    [N, K], scale_w float32 [N], bias None or float32 [N] -> out_dtype [M, N] (tests, experiments);
+    [N, K], scale_w float32 [N], bias None or float [N] -> out_dtype [M, N] (tests, experiments);
     variant and plan as in gemm_int32; epilogue: "eft" or "narrow" (default: epilogue_choice())."""
     narrow = _narrow(epilogue)
     name, plan = _explicit(variant, plan, q.shape[0], w.shape[0], q.shape[1], True)
-    return dequant_graph(q, scale_x, w, scale_w, _bias32(bias), out_dtype, name, plan, bias is not None, narrow)
+    return dequant_graph(q, scale_x, w, scale_w, _bias_arg(bias), out_dtype, name, plan, bias is not None, narrow)
 
 
-def warm_up(n: int, k: int, m_max: int, *, op: str = "w8a8_linear", dtype=mx.float16, bias: bool = False) -> int:
+def warm_up(n: int, k: int, m_max: int, *, op: str = "w8a8_linear", dtype=mx.float16, bias: bool = False,
+            bias_dtype=mx.float32) -> int:
     """Compile every kernel instance a layer w [N, K] meets for M = 1 .. m_max: op's
-    ("w8a8_linear" with x of `dtype` and a bias or not, or "int8_matmul"), by running one call on
+    ("w8a8_linear" with x of `dtype` and a bias of `bias_dtype` or none, or "int8_matmul"; the
+    kernels read a bias in its own type, so each bias dtype has its own instances: float32 is what
+    int8nax.nn's layers hold), by running one call on
     zeros at the first M of each (cuda_choice.reachable) and of each quantization launch. A first
     call at a new M otherwise pays NVRTC (seconds per instance) whenever it meets a new tile.
     Returns the kernel objects built (kernels_built() after minus before)."""
@@ -611,7 +640,7 @@ def warm_up(n: int, k: int, m_max: int, *, op: str = "w8a8_linear", dtype=mx.flo
     for m in sorted(ms):
         if linear:
             out = w8a8(mx.zeros((m, k), dtype=dtype), weight, mx.ones((n,), dtype=mx.float32),
-                       mx.zeros((n,), dtype=mx.float32) if bias else None)
+                       mx.zeros((n,), dtype=bias_dtype) if bias else None)
         else:
             out = gemm_int32(mx.zeros((m, k), dtype=mx.int8), weight)
         mx.eval(out)

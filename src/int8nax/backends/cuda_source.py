@@ -172,8 +172,9 @@ def _name(base: str, part: str) -> str:
 def _dequant_store(m: str, n: str) -> str:
     """The W8A8 epilogue of a [m, n] output y (kernels/cuda/epilogue.cuh, DequantStore); template TOut
     (the output type), HAS_BIAS and NARROW (dequantize_narrow for float16/bfloat16 outputs;
-    backends/cuda.py, epilogue_template)."""
-    return f"int8nax::DequantStore<TOut, HAS_BIAS, NARROW>{{y, scale_x, scale_w, bias, {m}, {n}}}"
+    backends/cuda.py, epilogue_template); the bias read in its array's type."""
+    return (f"int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>"
+            f"{{y, scale_x, scale_w, bias, {m}, {n}}}")
 
 
 def _gemm_call(family: str, a: str, b: str, epilogue: str) -> str:

@@ -33,7 +33,8 @@ Each row names what ran: the backend's describe() and the kernels CUPTI saw.
 
 Other kernels. The environment chooses what int8nax runs, as for any call (the workers inherit
 it, and the JSON records it): INT8NAX_CUDA_KERNEL=<variant> times another GEMM kernel variant
-(`--w8a8 none` for the raw GEMM alone), INT8NAX_CUDA_EPILOGUE=narrow W8A8's other epilogue.
+(`--w8a8 none` for the raw GEMM alone), INT8NAX_CUDA_EPILOGUE=eft W8A8's other epilogue,
+INT8NAX_CUDA_BIAS=own a 16-bit bias read by the kernels in its own type (no cast first).
 `--plans` times every plan the dispatch could give instead (int8nax.bench.kernel_plans, on this
 mode's worker, operands and checks).
 
@@ -69,7 +70,7 @@ BUDGET_S = 330.0
 W8A8_VARIANTS = ("float16", "float16+bias", "bfloat16", "bfloat16+bias")
 """The W8A8 calls timed by default: output dtype, with or without a bias of that dtype."""
 
-ENV_KEYS = ("INT8NAX_CUDA_KERNEL", "INT8NAX_CUDA_EPILOGUE", "MLX_USE_CUDA_GRAPHS")
+ENV_KEYS = ("INT8NAX_CUDA_KERNEL", "INT8NAX_CUDA_EPILOGUE", "INT8NAX_CUDA_BIAS", "MLX_USE_CUDA_GRAPHS")
 """Environment settings that change what runs; recorded with the results."""
 
 NO_CUDA_EXIT = 2

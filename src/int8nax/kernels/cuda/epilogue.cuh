@@ -69,15 +69,29 @@ struct StoreInt32 {
   }
 };
 
-// W8A8: y[m, n] = dequantize(acc, s_x[m], s_w[n], bias[n]) rounded to TOut. NARROW: where TOut is
+// A bias pair (col, col + 1) as float32, one load: 8 bytes of float, 4 of float16 or bfloat16
+// (exact, so a layer's bias is read in its own type and never cast to float32 before the call).
+__device__ __forceinline__ float2 load_pair(const float* p) {
+  return *reinterpret_cast<const float2*>(p);
+}
+__device__ __forceinline__ float2 load_pair(const __half* p) {
+  return __half22float2(*reinterpret_cast<const __half2*>(p));
+}
+__device__ __forceinline__ float2 load_pair(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+
+// W8A8: y[m, n] = dequantize(acc, s_x[m], s_w[n], bias[n]) rounded to TOut, the bias read in its
+// own type TBias (float, __half or __nv_bfloat16; to_float is exact). NARROW: where TOut is
 // float16 or bfloat16, dequantize_narrow on the branch-free path (dequantize_fast for float32) and
-// first on the exact path (value()).
-template <typename TOut, bool HAS_BIAS, bool NARROW = false>
+// first on the exact path (value()). Kernel bodies name TBias as pointee<decltype(bias)>: MLX
+// declares each input in its array's type.
+template <typename TOut, bool HAS_BIAS, bool NARROW = false, typename TBias = float>
 struct DequantStore {
   TOut* out;
   const float* scale_x;
   const float* scale_w;
-  const float* bias;
+  const TBias* bias;
   int M;
   int N;
 
@@ -90,7 +104,7 @@ struct DequantStore {
   // interior or edge, fused or in the reduction) and thus on every plan and batch size, as eft's is.
   __device__ __forceinline__ float value(int col, int v, float sx) const {
     const float sw = scale_w[col];
-    const float b = HAS_BIAS ? bias[col] : 0.0f;
+    const float b = HAS_BIAS ? to_float(bias[col]) : 0.0f;
     if (NARROW && NarrowOutput<TOut>::narrow) {
       bool rare;
       const float y = dequantize_narrow<TOut, HAS_BIAS>(v, sx, sw, b, rare);
@@ -105,13 +119,15 @@ struct DequantStore {
     store_rounded(out + static_cast<size_t>(row) * N + col, value(col, v, sx));
   }
 
+  // Pairs load whole (cols): s_w and the bias on 8-byte boundaries (a 16-bit bias needs only 4; one
+  // test for both keeps a float32 bias's code as it was, and views off 8 bytes are rare).
   __device__ __forceinline__ bool fast_ok(int r0, int c0, int rows, int cols) const {
     const unsigned long long ptrs =
         reinterpret_cast<unsigned long long>(scale_w) | (HAS_BIAS ? reinterpret_cast<unsigned long long>(bias) : 0ull);
     return r0 + rows <= M && c0 + cols <= N && (N & 1) == 0 && (ptrs & 7) == 0;
   }
 
-  // s_w and bias of the pair (col, col + 1), two 8-byte loads (inside, fast_ok).
+  // s_w and bias of the pair (col, col + 1), one load each (inside, fast_ok).
   struct Cols {
     float2 sw;
     float2 bias;
@@ -119,7 +135,7 @@ struct DequantStore {
 
   __device__ __forceinline__ Cols cols(int col) const {
     return Cols{*reinterpret_cast<const float2*>(scale_w + col),
-                HAS_BIAS ? *reinterpret_cast<const float2*>(bias + col) : make_float2(0.0f, 0.0f)};
+                HAS_BIAS ? load_pair(bias + col) : make_float2(0.0f, 0.0f)};
   }
 
   // A pair known to be inside (fast_ok), on the branch-free path; true: the pair needs the exact

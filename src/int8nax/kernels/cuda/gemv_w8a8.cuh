@@ -344,11 +344,11 @@ struct QuantizedA {
 
 }  // namespace gemv
 
-// y [M, N] (T) = dequant(quant(x) [M, K] . w [N, K]^T) for M <= 16, x: float, __half or
-// __nv_bfloat16; the launch of gemv_w8a8. PREFETCH steps of the block's weight rows go to L2 while
-// the warps find the rows' scales.
-template <typename T, int NT, int WARPS, int UNROLL, bool HAS_BIAS, bool NARROW, int PREFETCH = 2>
-__device__ void gemv_w8a8_x(const T* x, const int8_t* w, int M, int N, int K, const float* scale_w, const float* bias,
+// y [M, N] (T) = dequant(quant(x) [M, K] . w [N, K]^T) (+ bias) for M <= 16, x: float, __half or
+// __nv_bfloat16, the bias in its own type (DequantStore); the launch of gemv_w8a8. PREFETCH steps of
+// the block's weight rows go to L2 while the warps find the rows' scales.
+template <typename T, int NT, int WARPS, int UNROLL, bool HAS_BIAS, bool NARROW, int PREFETCH = 2, typename TBias>
+__device__ void gemv_w8a8_x(const T* x, const int8_t* w, int M, int N, int K, const float* scale_w, const TBias* bias,
                             T* y) {
   using namespace gemv;
   __shared__ RowScales rs;
@@ -394,7 +394,7 @@ __device__ void gemv_w8a8_x(const T* x, const int8_t* w, int M, int N, int K, co
     warp_steps<NT, WARPS, UNROLL, false>(QuantizedA<T, false>{lo, hi, lo_on, hi_on, up_lo, inv_lo, up_hi, inv_hi},
                                          w_row, has_row, K, acc);
   }
-  store_sums<NT, WARPS>(acc, M, N, n0, DequantStore<T, HAS_BIAS, NARROW>{y, rs.s, scale_w, bias, M, N});
+  store_sums<NT, WARPS>(acc, M, N, n0, DequantStore<T, HAS_BIAS, NARROW, TBias>{y, rs.s, scale_w, bias, M, N});
 }
 
 #endif  // __CUDACC__
