@@ -22,9 +22,9 @@
 #                                      #   and test_swiglu with INT8NAX_CUDA_SWIGLU=fused (Qwen-sized MLPs)
 #   bash tools/h200_verify.sh swiglu-model  # ~250 s: compare --model --breakdown at 16, 512 and 4096 tokens,
 #                                      #   SwiGLU split against fused (what cuda.SWIGLU_DEFAULT waits for)
-#   bash tools/h200_verify.sh bias     # ~240 s (estimated): a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS=own)
+#   bash tools/h200_verify.sh bias     # ~250 s (estimated): a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS=own)
 #                                      #   against the cast bias, bit for bit (test_cuda_bias), then W8A8 bfloat16+bias
-#                                      #   in kernel time, cast against own, at the seed shapes (what BIAS_DEFAULT waits for)
+#                                      #   in kernel time, cast against own, at six seed shapes (what BIAS_DEFAULT waits for)
 #   bash tools/h200_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
 #   bash tools/h200_verify.sh tma      # ~300 s: tests/test_cuda_tma.py whole
@@ -108,6 +108,7 @@ case "$part" in
       [ "$mode" = cast ] && share=2 || share=1
       budget=$(( ($(left 580) - 20) / share ))
       INT8NAX_CUDA_BIAS=$mode timeout "$budget" python3 -m int8nax.cli compare --mode kernel --w8a8 bfloat16+bias \
+        --shapes 16x4096x4096,128x4096x4096,512x4096x4096,2048x4096x4096,128x3584x18944,128x18944x3584 \
         --time-limit $(( budget - 20 )) --json "$OUT/bias_$mode.json" > "$OUT/bias_$mode.txt" 2> "$OUT/bias_$mode.log"
       echo "compare --mode kernel --w8a8 bfloat16+bias, bias $mode rc=$? $(el) s" >> "$S"
     done
