@@ -15,19 +15,15 @@ when they cannot load (offline), asv sends the browser to error.html. The comman
 fallback at compare.html#offline instead, which says why the interactive graphs are missing
 and how to get them (tools/asv_site.py vendor).
 
-asv's result format (version 2), as read here: a file holds "commit_hash", "date" (commit
-date, ms), "env_name", "params" (the machine's), "result_columns" and "results":
-{benchmark name: [column values in result_columns order]}; column "result" is a list with
-one value per combination of column "params" (a list of parameter value lists, their
-Cartesian product in order). A value is a number, NaN (skipped: n/a) or null (failed).
-A benchmark absent from a file was not run at that commit.
+asv's result files are read through int8nax.asv_format (format version 2): a number is a
+result, NaN n/a (skipped), null a failure; a benchmark absent from a file was not run at
+that commit.
 """
 
 from __future__ import annotations
 
 import argparse
 import html
-import itertools
 import json
 import math
 import re
@@ -36,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import site_models
+from . import asv_format, site_models
 from .bench import contenders as bench_contenders
 from .bench import machines as machine_ceilings
 from .bench import problems, timing
@@ -136,46 +132,39 @@ class ResultFile:
 def _parse_value(raw) -> Value:
     if raw is None:
         return Value(status="failed")
-    if isinstance(raw, (int, float)) and math.isfinite(raw):
+    if asv_format.finite(raw):
         return Value(float(raw), "ok")
     return Value(status="skipped")
 
 
+def _param_text(combo: tuple[str, ...]) -> str:
+    """How the page keys a parameter combination: the value, or the values joined by ", "."""
+    return ", ".join(combo) if len(combo) > 1 else combo[0]
+
+
 def read_result_file(path: Path) -> ResultFile:
-    """One asv result file (format version 2) -> its time_ values by benchmark and parameter."""
+    """One asv result file (int8nax.asv_format) -> its time_ values by benchmark and parameter."""
     try:
-        data = json.loads(path.read_text())
-        columns = data["result_columns"]
-        i_result, i_params = columns.index("result"), columns.index("params")
-        commit, date = data["commit_hash"], int(data.get("date") or 0)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SiteError(f"{path}: not an asv result file ({type(exc).__name__}: {exc})") from None
-    i_started = columns.index("started_at") if "started_at" in columns else None
+        raw = asv_format.read(path)
+    except asv_format.NotAResultFile as exc:
+        raise SiteError(str(exc)) from None
     values: dict[str, dict[str, Value]] = {}
     started = 0
     ratios: dict[str, dict[str, Value]] = {}
     kernels: dict[str, dict[str, int]] = {}
-    for bench, entry in data.get("results", {}).items():
+    for bench, entry in raw.entries.items():
         kernel = _KERNEL.match(bench)
-        if kernel and entry[i_params]:
-            combos = [", ".join(c) if len(c) > 1 else c[0] for c in itertools.product(*entry[i_params])]
-            result = entry[i_result] if isinstance(entry[i_result], list) else [entry[i_result]] * len(combos)
-            kernels[kernel.group("stem")] = {c: int(r) for c, r in zip(combos, result)
-                                             if isinstance(r, (int, float)) and math.isfinite(r)}
+        if kernel and entry.params:
+            kernels[kernel.group("stem")] = {_param_text(c): int(r) for c, r in entry.pairs() if asv_format.finite(r)}
             continue
         is_ratio = bool(RATIO_BENCH.match(bench))
         if not is_ratio and (not _BENCH.match(bench) or bench.startswith(NOT_CONTENDERS)):
             continue
-        result, params = entry[i_result], entry[i_params]
-        if i_started is not None and len(entry) > i_started and entry[i_started]:
-            started = max(started, int(entry[i_started]))
-        if not params:  # not parametrized: no shape
+        started = max(started, entry.started)
+        if not entry.params:  # not parametrized: no shape
             continue
-        combos = [", ".join(c) if len(c) > 1 else c[0] for c in itertools.product(*params)]
-        if not isinstance(result, list):
-            result = [result] * len(combos)
-        (ratios if is_ratio else values)[bench] = {c: _parse_value(r) for c, r in zip(combos, result)}
-    return ResultFile(path, commit, date, data.get("env_name", ""), started, values, ratios, kernels)
+        (ratios if is_ratio else values)[bench] = {_param_text(c): _parse_value(r) for c, r in entry.pairs()}
+    return ResultFile(path, raw.commit, raw.date, raw.env, started, values, ratios, kernels)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The model section of the comparison page (`int8nax site`): tokens per second against tokens,
 per form and machine, from the asv results of benchmarks/bench_model.py, with the speed-up table.
 
-Read from asv's result files (format version 2, see int8nax.site): for each machine, the latest
+Read from asv's result files (int8nax.asv_format): for each machine, the latest
 commit (by commit date) with any model result, its environments merged. Figures:
     track_<form>[_compiled]_tokens_per_s   the plotted value
     time_<form>[_compiled]                 seconds per decoder layer (the table's ms/layer)
@@ -11,13 +11,13 @@ Speed-up = this form's tokens/s / bf16's, same machine, configuration, mode and 
 from __future__ import annotations
 
 import html
-import itertools
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import asv_format
 from .bench.models import FORMS, MODES
 
 STEMS = {f.replace("-", "_"): f for f in FORMS}
@@ -38,27 +38,12 @@ class MachineModels:
     s_per_layer: dict = field(default_factory=dict)
 
 
-def _values(entry, columns) -> dict[tuple[str, int], float]:
-    """{(configuration, tokens): number} of one benchmark's result entry (numbers only)."""
-    result, params = entry[columns.index("result")], entry[columns.index("params")]
-    if len(params) != 2:
+def _values(entry: asv_format.Entry) -> dict[tuple[str, int], float]:
+    """{(configuration, tokens): number} of one benchmark's results (numbers only)."""
+    if len(entry.params) != 2:
         return {}
-    if not isinstance(result, list):
-        result = [result]
-    out = {}
-    for (config, tokens), value in zip(itertools.product(*params), result):
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            out[(config.strip("'\""), int(tokens))] = float(value)
-    return out
-
-
-def _read_file(path: Path):
-    try:
-        data = json.loads(path.read_text())
-        columns = data["result_columns"]
-        return data["commit_hash"], int(data.get("date") or 0), data.get("results", {}), columns
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # int8nax.site reports unreadable files; this section only leaves them out
+    return {(config.strip("'\""), int(tokens)): float(value)
+            for (config, tokens), value in entry.pairs() if asv_format.finite(value)}
 
 
 def read_machine(folder: Path, commits: set[str] | None = None) -> MachineModels | None:
@@ -66,20 +51,22 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineModels
     for path in sorted(folder.glob("*.json")):
         if path.name == "machine.json":
             continue
-        parsed = _read_file(path)
-        if parsed is None or (commits is not None and parsed[0] not in commits):
+        try:
+            raw = asv_format.read(path)
+        except asv_format.NotAResultFile:
+            continue  # int8nax.site reports unreadable files; this section only leaves them out
+        if commits is not None and raw.commit not in commits:
             continue
-        commit, date, results, columns = parsed
         tps, spl = {}, {}
-        for bench, entry in results.items():
+        for bench, entry in raw.entries.items():
             for pattern, into in ((_TRACK, tps), (_TIME, spl)):
                 m = pattern.match(bench)
                 if m and m.group(1) in STEMS:
                     mode = "compiled" if m.group(2) else "eager"
-                    for (config, tokens), v in _values(entry, columns).items():
+                    for (config, tokens), v in _values(entry).items():
                         into[(config, mode, STEMS[m.group(1)], tokens)] = v
         if tps:
-            found.append((date, commit, tps, spl))
+            found.append((raw.date, raw.commit, tps, spl))
     if not found:
         return None
     date, commit = max((d, c) for d, c, _, _ in found)
