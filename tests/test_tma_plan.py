@@ -493,6 +493,20 @@ def test_the_bias_reaches_every_w8a8_launch_in_its_own_dtype(recorded, monkeypat
     assert launches[-1]["bias"] == str(mx.bfloat16 if own else mx.float32)
 
 
+def test_info_names_the_w8a8_choices(recorded, monkeypatch):
+    # int8nax.info()'s CUDA reason ends with w8a8_settings(): what each INT8NAX_CUDA_* choice is now
+    cuda, _ = recorded
+    monkeypatch.delenv(cuda.SWIGLU_ENV, raising=False)
+    assert cuda.w8a8_settings() == (
+        f"W8A8: {cuda.EPILOGUE_DEFAULT} epilogue (INT8NAX_CUDA_EPILOGUE), SwiGLU swiglu, then the quantization "
+        f"(INT8NAX_CUDA_SWIGLU), a 16-bit bias cast to float32 first (INT8NAX_CUDA_BIAS)")
+    for env, value in ((cuda.EPILOGUE_ENV, "eft"), (cuda.SWIGLU_ENV, "fused"), (cuda.BIAS_ENV, "own")):
+        monkeypatch.setenv(env, value)
+    cuda.clear_caches()
+    assert cuda.w8a8_settings() == ("W8A8: eft epilogue (INT8NAX_CUDA_EPILOGUE), SwiGLU quantized in one step "
+                                    "(INT8NAX_CUDA_SWIGLU), a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS)")
+
+
 def test_a_bad_epilogue_or_bias_choice_is_refused(recorded, monkeypatch):
     import mlx.core as mx
 

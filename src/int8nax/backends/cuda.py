@@ -238,6 +238,14 @@ def bias_choice() -> str:
     return _env_choice(BIAS_ENV, BIAS_CHOICES, BIAS_DEFAULT)
 
 
+def w8a8_settings() -> str:
+    """W8A8's environment choices as int8nax.info() reports them (read once per process)."""
+    swiglu = {"fused": "quantized in one step", "split": "swiglu, then the quantization"}[swiglu_choice()]
+    bias = {"own": "read in its own type", "cast": "cast to float32 first"}[bias_choice()]
+    return (f"W8A8: {epilogue_choice()} epilogue ({EPILOGUE_ENV}), SwiGLU {swiglu} ({SWIGLU_ENV}), "
+            f"a 16-bit bias {bias} ({BIAS_ENV})")
+
+
 def epilogue_template(out_dtype, has_bias: bool, narrow: bool) -> list:
     """The W8A8 kernels' epilogue template arguments (cuda_source._dequant_store): TOut, HAS_BIAS,
     NARROW, which is set only where it changes the code (a float16 or bfloat16 output)."""
@@ -545,6 +553,7 @@ def clear_caches() -> None:
         if hasattr(fn, "cache_clear"):  # tests put stand-ins in the place of some
             fn.cache_clear()
     _built.clear()
+    BACKEND._probe = None  # its reason names the choices (w8a8_settings)
 
 
 def _explicit(variant: str | None, plan, m: int, n: int, k: int, w8a8: bool) -> tuple[str, object]:
@@ -674,7 +683,7 @@ class CUDABackend(Backend):
         how = {"sm90": "wgmma tensor-core GEMM (sm_90a)" + gemv,
                "sm80": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)" + gemv,
                "simt": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)"}[family_for(cc)]
-        return Probe(True, f"{name}, compute capability {cc[0]}.{cc[1]}: {how}")
+        return Probe(True, f"{name}, compute capability {cc[0]}.{cc[1]}: {how}; {w8a8_settings()}")
 
     def int8_matmul(self, a: mx.array, b: mx.array) -> mx.array:
         return gemm_int32(a, b)
