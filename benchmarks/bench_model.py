@@ -25,7 +25,7 @@ would otherwise build and check its own model, which on the 2-core CPU box (one 
 0.5B shape: ~1 s to build, ~0.7 s to check) made the suite's model part take minutes.
 A run whose check failed (every projection against float64 at each token count's first call)
 fails its benchmarks: nothing wrong is timed. A form that cannot run here (cider off an M5,
-W8A8 compiled on the CPU backend, the cpu profile's compiled forms) is n/a with the reason. The track_ figures
+the cpu profile's compiled forms) is n/a with the reason. The track_ figures
 are for display (asv reads a higher value as worse); bench_ratio's ModelRatio is the ratio a gate
 can watch (not the CPU box's: it moves by up to 20 % between processes there, docs/benchmarking.md).
 """

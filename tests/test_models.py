@@ -180,9 +180,12 @@ def test_compiled_decode_of_a_model_without_mlx_lms_kvcache_says_why(monkeypatch
         compiled.prepare(1)
 
 
-def test_w8a8_on_the_cpu_backend_is_not_compilable_and_says_why():
-    with pytest.raises(Unavailable, match="cannot run inside mx.compile"):
-        models.prepare(TINY["qwen2"], "w8a8", "compiled", layers=1)
+def test_w8a8_compiles_on_the_cpu_backend_and_is_checked_against_eager():
+    # the CPU backend's cpu_graph path inside mx.compile: prefill and the compiled decode step
+    compiled = models.prepare(TINY["qwen2"], "w8a8", "compiled", layers=1, context=4)
+    for tokens in (16, 1):
+        compiled.prepare(tokens)
+        assert "from eager" in compiled.check[tokens]
 
 
 def test_cider_is_unavailable_off_an_m5_with_the_reason():

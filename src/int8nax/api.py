@@ -148,12 +148,10 @@ def _may_skip_custom(*arrays) -> bool:
     return _DETECTS[0] and _untraced(*arrays)
 
 
-_TRACE_REFUSAL = "function transformations like compile or vmap"
-
-
 def _untraceable(func: str, impl: backends.Backend, call):
-    """call() with MLX's refusal to evaluate inside mx.compile/mx.vmap (what a backend that
-    computes in numpy meets there) turned into a message naming the function and the way out."""
+    """call() with MLX's refusal to evaluate inside mx.compile/mx.vmap (what a backend computing
+    its inputs outside the graph would meet there; the CPU backend's own graph path avoids it)
+    turned into a message naming the function and the way out."""
     try:
         return call()
     except ValueError as exc:
@@ -162,12 +160,11 @@ def _untraceable(func: str, impl: backends.Backend, call):
 
 def _reraise_untraceable(func: str, impl: backends.Backend, exc: ValueError):
     """Raise `exc`, or for MLX's refusal the message _untraceable gives (called in an except)."""
-    if _TRACE_REFUSAL not in str(exc):
+    if backends.TRACE_REFUSAL not in str(exc):
         raise exc
     raise ValueError(
-        f"{func}: the {impl.name} backend computes outside MLX's graph (numpy) and cannot run "
-        "inside mx.compile or mx.vmap; call it outside the compiled/vmapped function, or use "
-        "a backend that stays in the graph (CUDA)"
+        f"{func}: the {impl.name} backend evaluated its inputs outside MLX's graph inside mx.compile "
+        "or mx.vmap, which MLX refuses; call it outside the compiled/vmapped function"
     ) from exc
 
 

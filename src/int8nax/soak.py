@@ -204,7 +204,7 @@ def _timed(fn) -> float:
 def first_call_costs(n: int, k: int, new_ms=(7, 333, 1000), warm: int = 5, backend: str | None = None) -> list[dict]:
     """Seconds of the first w8a8_linear call (float16, with a bias) of a fresh function at M = 64
     and then at each new M, each next to the median warm call at that M; eager, and under
-    mx.compile where the backend allows it (the CPU backend computes outside MLX's graph)."""
+    mx.compile (where a backend refuses it, that mode's row says why)."""
     rng = np.random.default_rng(0)
     w, s = quantize_weight_np(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
     w, s = mx.array(w), mx.array(s)

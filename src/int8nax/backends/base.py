@@ -35,6 +35,11 @@ def swiglu_of(gate_up: mx.array) -> mx.array:
     return swiglu(gate_up[:, :k], gate_up[:, k:])
 
 
+TRACE_REFUSAL = "function transformations like compile or vmap"
+"""Part of the ValueError MLX (0.32) raises when something evaluates an array while mx.compile or
+mx.vmap traces it: what a backend that computes outside the graph (numpy) meets there."""
+
+
 @dataclass(frozen=True)
 class Probe:
     """Whether a backend can run here, and why (or why not), in words for int8nax.info()."""

@@ -32,8 +32,8 @@ import weakref
 import mlx.core as mx
 import numpy as np
 
-from . import cpu_engines, cpu_quant
-from .base import Backend, Probe
+from . import cpu_engines, cpu_graph, cpu_quant
+from .base import TRACE_REFUSAL, Backend, Probe
 
 ENGINE_WORDS = {"onnx": "onnxruntime MatMulInteger", "numpy": f"numpy float32 BLAS, K blocks of {cpu_engines.K_BLOCK}"}
 """How describe() names each engine of cpu_engines in the benchmark record."""
@@ -152,6 +152,18 @@ def forget_prepared(w: mx.array | None = None) -> None:
         PREPARED.forget(w)
 
 
+def _outside_or_in_graph(outside, in_graph):
+    """outside() (numpy and the engine, on evaluated inputs); where MLX refuses to evaluate the
+    inputs because mx.compile or mx.vmap traces them, in_graph() (cpu_graph: the same numerics
+    as MLX operations, which the trace records)."""
+    try:
+        return outside()
+    except ValueError as exc:
+        if TRACE_REFUSAL not in str(exc):
+            raise
+    return in_graph()
+
+
 class CPUBackend(Backend):
     name = "cpu"
     weights_by_identity = True
@@ -164,11 +176,15 @@ class CPUBackend(Backend):
         return Probe(selection.engine is not None, selection.reason)
 
     def int8_matmul(self, a: mx.array, b: mx.array) -> mx.array:
-        return _int32_mx(gemm_exact(_int8_numpy(a), _int8_numpy(b)))
+        return _outside_or_in_graph(lambda: _int32_mx(gemm_exact(_int8_numpy(a), _int8_numpy(b))),
+                                    lambda: cpu_graph.gemm_int32(a, b))
 
     def quantize_activations(self, x: mx.array) -> tuple[mx.array, mx.array]:
-        q, scale = cpu_quant.quantize_rows(cpu_quant.to_float32(x, serving_engine().float32))
-        return mx.array(q), mx.array(scale)
+        def outside():
+            q, scale = cpu_quant.quantize_rows(cpu_quant.to_float32(x, serving_engine().float32))
+            return mx.array(q), mx.array(scale)
+
+        return _outside_or_in_graph(outside, lambda: cpu_graph.quantize_rows(x))
 
     def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
         """Which engine serves the product, e.g. "cpu onnxruntime MatMulInteger" or "cpu numpy
@@ -184,6 +200,10 @@ class CPUBackend(Backend):
         return text
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
+        return _outside_or_in_graph(lambda: self._w8a8_outside(x, w, scale_w, bias),
+                                    lambda: cpu_graph.w8a8_linear(x, w, scale_w, bias))
+
+    def _w8a8_outside(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         engine = serving_engine()
         threads = getattr(engine, "threads", 0) or os.cpu_count() or 1
         # A float16/bfloat16 x is widened into a new array, which quantization may reuse.
