@@ -265,3 +265,12 @@ def test_idle_daemon_threads_that_used_int8nax_let_the_process_exit():
     codes = [subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, timeout=120).returncode
              for _ in range(3)]
     assert codes == [0, 0, 0]
+
+
+def test_first_call_costs_on_the_cpu_leave_the_compiled_path_out_with_the_reason():
+    # the CPU backend's mx.compile path is exact but runs MLX's CPU float32 GEMM (seconds a call
+    # at the soak's 4096 x 4096): the soak's first-call table says so instead of timing it
+    rows = soak.first_call_costs(64, 64, new_ms=(7,), warm=1, backend="cpu")
+    assert [(r["mode"], r.get("m")) for r in rows] == [("eager", 64), ("eager", 7), ("mx.compile", None)]
+    assert all(r["first_s"] > 0 and r["warm_s"] > 0 for r in rows[:2])
+    assert "MLX-operations path" in rows[2]["skipped"]
