@@ -51,3 +51,12 @@ def test_what_is_not_a_result_file_is_named(tmp_path, text):
         asv_format.read(path)
     with pytest.raises(asv_format.NotAResultFile, match="missing.json"):
         asv_format.read(tmp_path / "missing.json")
+
+
+def test_a_machine_folder_gives_its_result_files_and_its_machine_json(tmp_path):
+    (tmp_path / "machine.json").write_text(json.dumps({"machine": "box", "cpu": "x"}))
+    for name in ("b-env.json", "a-env.json"):
+        (tmp_path / name).write_text("{}")
+    assert [p.name for p in asv_format.result_paths(tmp_path)] == ["a-env.json", "b-env.json"]
+    assert asv_format.machine_info(tmp_path) == {"machine": "box", "cpu": "x"}
+    assert asv_format.machine_info(tmp_path / "none") == {}

@@ -45,6 +45,22 @@ class ResultFile:
     entries: dict[str, Entry]
 
 
+MACHINE_FILE = "machine.json"
+"""The file of a machine folder (.asv/results/<machine>/) that describes the machine; the others
+are result files."""
+
+
+def result_paths(folder: Path) -> list[Path]:
+    """The result files of one machine folder, sorted by name."""
+    return [p for p in sorted(Path(folder).glob("*.json")) if p.name != MACHINE_FILE]
+
+
+def machine_info(folder: Path) -> dict:
+    """The machine folder's machine.json ({} where it has none)."""
+    path = Path(folder) / MACHINE_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def finite(value) -> bool:
     """Whether a raw value is a measurement (not NaN: skipped, nor None: failed)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

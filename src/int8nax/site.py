@@ -197,7 +197,7 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineResult
     """The latest commit (by commit date) of `folder` that has any time result, its files merged
     (several environments at one commit: a number beats n/a, the newer run beats the older).
     `commits`: only these are considered (the ones `asv publish` put on the site), if given."""
-    every = [read_result_file(p) for p in sorted(folder.glob("*.json")) if p.name != "machine.json"]
+    every = [read_result_file(p) for p in asv_format.result_paths(folder)]
     every = [f for f in every if commits is None or f.commit in commits]
     files = [f for f in every if _has_time(f)]
     if not files:
@@ -217,9 +217,7 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineResult
                     old = slot.get(param)
                     if old is None or value.status == "ok" or old.status != "ok":
                         slot[param] = value
-    info_path = folder / "machine.json"
-    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    return MachineResults(folder.name, info, latest.commit, latest.date, [f.env for f in same], merged, ratios,
+    return MachineResults(folder.name, asv_format.machine_info(folder), latest.commit, latest.date, [f.env for f in same], merged, ratios,
                           _merged_kernels(same), previous,
                           _merged_kernels([f for f in every if f.commit == previous]))
 

@@ -11,7 +11,6 @@ Speed-up = this form's tokens/s / bf16's, same machine, configuration, mode and 
 from __future__ import annotations
 
 import html
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -48,9 +47,7 @@ def _values(entry: asv_format.Entry) -> dict[tuple[str, int], float]:
 
 def read_machine(folder: Path, commits: set[str] | None = None) -> MachineModels | None:
     found = []
-    for path in sorted(folder.glob("*.json")):
-        if path.name == "machine.json":
-            continue
+    for path in asv_format.result_paths(folder):
         try:
             raw = asv_format.read(path)
         except asv_format.NotAResultFile:
@@ -70,9 +67,7 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineModels
     if not found:
         return None
     date, commit = max((d, c) for d, c, _, _ in found)
-    info_path = folder / "machine.json"
-    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    block = MachineModels(folder.name, info, commit, date)
+    block = MachineModels(folder.name, asv_format.machine_info(folder), commit, date)
     for d, c, tps, spl in found:
         if c == commit:
             block.tokens_per_s.update(tps)
