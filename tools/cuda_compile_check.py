@@ -78,7 +78,9 @@ bias in float32 (int8nax.nn's layers, the placeholder), and in the output's own 
 each epilogue (the kernels read a bias in its own type)."""
 
 
-def narrow_tag(narrow: bool, has_bias: bool = True, bias_type: str = "float32") -> str:
+def epilogue_tag(narrow: bool, has_bias: bool = True, bias_type: str = "float32") -> str:
+    """The label words of a W8A8 instance's epilogue (none for eft with a float32 bias: the labels
+    of earlier trees, which --same-as looks for)."""
     return ((" narrow" if narrow else "") + ("" if has_bias else " nobias")
             + ("" if bias_type == "float32" else f" bias {bias_type}"))
 
@@ -86,6 +88,7 @@ def narrow_tag(narrow: bool, has_bias: bool = True, bias_type: str = "float32") 
 def w8a8_inputs(bias_type: str) -> list[str]:
     """q, w, scale_x, scale_w, bias: the inputs of every fused W8A8 GEMM (the persistent ones add `plan`)."""
     return ["int8_t", "int8_t", "float", "float", CUDA_TYPES[bias_type]]
+
 
 OLD_LABELS = {"simt": "simt", "cpasync": "sm90", "tma-unspecialized": "tma_simple", "tma-ws-cooperative": "tma_ws",
               "tma-ws-pingpong": "tma_pp"}
@@ -97,7 +100,7 @@ def w8a8_instances(prefix: str, spec, inputs, maps: bool, tmpl):
     """One instance per W8A8_OUTPUTS entry of a fused W8A8 GEMM labelled `prefix`; inputs: those
     after the bias (the persistent kernels' `plan`); maps: the TMA kernels' extra uint8 output."""
     for out, narrow, has_bias, bias_type in W8A8_OUTPUTS:
-        yield (f"{prefix} {out}{narrow_tag(narrow, has_bias, bias_type)}", spec, w8a8_inputs(bias_type) + inputs,
+        yield (f"{prefix} {out}{epilogue_tag(narrow, has_bias, bias_type)}", spec, w8a8_inputs(bias_type) + inputs,
                [CUDA_TYPES[out]] + (["uint8_t"] if maps else []),
                tmpl + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
 
@@ -120,7 +123,7 @@ def instances(arch: str):
             yield from w8a8_instances(f"{row.name} w8a8 {cfg.name}", fused, plan_input, bool(maps), tmpl)
             if row.quantizing is not None:  # x, w, scale_w, bias; T is x's and y's type
                 for out, narrow, has_bias, bias_type in W8A8_OUTPUTS:
-                    yield (f"{row.name} w8a8_x {cfg.name} {out}{narrow_tag(narrow, has_bias, bias_type)}",
+                    yield (f"{row.name} w8a8_x {cfg.name} {out}{epilogue_tag(narrow, has_bias, bias_type)}",
                            row.quantizing(), [CUDA_TYPES[out], "int8_t", "float", CUDA_TYPES[bias_type]], [CUDA_TYPES[out]],
                            [("T", out)] + tmpl + [("HAS_BIAS", has_bias), ("NARROW", narrow)])
     for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
@@ -135,7 +138,7 @@ def instances(arch: str):
                    [CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + launch.template())
     yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])
     for narrow, bias_type in ((False, "float32"), (True, "float32"), (True, "float16")):
-        yield (f"reduce w8a8{narrow_tag(narrow, True, bias_type)}", cuda_source.reduce_w8a8(),
+        yield (f"reduce w8a8{epilogue_tag(narrow, True, bias_type)}", cuda_source.reduce_w8a8(),
                ["int32_t", "float", "float", CUDA_TYPES[bias_type]], ["__half"],
                [("TOut", "float16"), ("HAS_BIAS", True), ("NARROW", narrow)])
     yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])

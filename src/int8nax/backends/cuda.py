@@ -18,9 +18,10 @@ that computes it (kernels/cuda/swiglu_quantize.cuh; INT8NAX_CUDA_SWIGLU, below).
 Caches, each with its bound: kernel objects by KernelSpec (a spec is one kernel source for one
 tile configuration, never a shape: at most KERNEL_CACHE_SIZE); the choice and compiled entry point
 per shape (SHAPE_CACHE_SIZE shapes each, least recently used dropped); plan arrays by (splits,
-group) (PLAN_ARRAY_CACHE_SIZE); the SwiGLU kernel's first-use check by (dtype, launch) (16). MLX compiles each kernel object once per set of template
-arguments (NVRTC, seconds each), so the kernels a process compiles depend on which tile
-configurations its shapes meet, not on how many shapes it sees.
+group) (PLAN_ARRAY_CACHE_SIZE); the SwiGLU kernel's first-use check by (dtype, launch) (16). MLX
+compiles each kernel object once per set of template arguments and input dtypes (NVRTC, seconds
+each), so the kernels a process compiles depend on which tile configurations its shapes meet,
+not on how many shapes it sees.
 """
 
 from __future__ import annotations
@@ -630,12 +631,12 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, variant: str | None = 
 def warm_up(n: int, k: int, m_max: int, *, op: str = "w8a8_linear", dtype=mx.float16, bias: bool = False,
             bias_dtype=mx.float32) -> int:
     """Compile every kernel instance a layer w [N, K] meets for M = 1 .. m_max: op's
-    ("w8a8_linear" with x of `dtype` and a bias of `bias_dtype` or none, or "int8_matmul"; the
-    kernels read a bias in its own type, so each bias dtype has its own instances: float32 is what
-    int8nax.nn's layers hold), by running one call on
-    zeros at the first M of each (cuda_choice.reachable) and of each quantization launch. A first
-    call at a new M otherwise pays NVRTC (seconds per instance) whenever it meets a new tile.
-    Returns the kernel objects built (kernels_built() after minus before)."""
+    ("w8a8_linear" with x of `dtype` and a bias of `bias_dtype` or none, or "int8_matmul"), by
+    running one call on zeros at the first M of each (cuda_choice.reachable) and of each
+    quantization launch. A first call at a new M otherwise pays NVRTC (seconds per instance)
+    whenever it meets a new tile. bias_dtype matters with INT8NAX_CUDA_BIAS=own, where the kernels
+    read a 16-bit bias in its own type (instances of their own); float32 is what int8nax.nn's
+    layers hold. Returns the kernel objects built (kernels_built() after minus before)."""
     if op not in ("int8_matmul", "w8a8_linear"):
         raise ValueError(f"op: expected 'int8_matmul' or 'w8a8_linear', got {op!r}")
     linear = op == "w8a8_linear"
