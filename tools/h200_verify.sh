@@ -15,9 +15,10 @@
 #                                      #   them), a group started only with 150 s left. steps.txt names the groups not
 #                                      #   run: pass them as MODEL_GROUPS to the next call, with the first tarball
 #                                      #   unpacked into the tree (asv adds to a commit's results file)
-#   bash tools/h200_verify.sh decode   # ~300 s (estimated): compare --model --breakdown at decode and 16 tokens,
-#                                      #   eager and compiled, W8A8 on its default kernels and on the GEMV (what
-#                                      #   GEMV_DEFAULT waits for; issue 26's decode target is eager and compiled);
+#   bash tools/h200_verify.sh decode   # ~450 s (estimated): compare --model --breakdown at decode and 16 tokens,
+#                                      #   eager and compiled, W8A8 on its default kernels, on the GEMV (what
+#                                      #   GEMV_DEFAULT waits for; issue 26's decode target is eager and compiled) and
+#                                      #   on the GEMV with INT8NAX_CUDA_BIAS=own;
 #                                      #   then, to ~570 s, the decode layers' plans in kernel time (GEMV widths, forms)
 #   bash tools/h200_verify.sh swiglu   # ~300 s (estimated: ~20 NVRTC builds): the SwiGLU quantization kernel
 #                                      #   against swiglu + the quantization kernel, bit for bit (test_cuda_swiglu),
@@ -39,7 +40,7 @@ set -u
 part=${1:?usage: h200_verify.sh kernel|plans|models|decode|swiglu|swiglu-model|bias|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
-T0=$(date +%s)
+T0=${T0:-$(date +%s)}   # export T0=$(date +%s) first where the call spent time before this script (the wheel install)
 el() { echo $(( $(date +%s) - T0 )); }
 left() { local l=$(( $1 - $(el) )); echo $(( l > 10 ? l : 10 )); }
 S=$OUT/steps.txt
@@ -81,11 +82,14 @@ case "$part" in
     tail -n 30 "$OUT/asv_models.txt"
     ;;
   decode)
-    for kernel in auto gemv; do
-      INT8NAX_CUDA_KERNEL=$kernel timeout $(left 560) python3 -m int8nax.cli compare --model qwen2.5-7b,qwen3-8b \
-        --tokens 1,16 --forms bf16,w8a8 --model-modes eager,compiled --breakdown \
-        > "$OUT/decode_$kernel.txt" 2>> "$OUT/models.log"
-      echo "compare --model decode, kernel $kernel rc=$? $(el) s" >> "$S"
+    # auto (today's default), the GEMV, and the GEMV with a 16-bit bias read in its own type
+    # (INT8NAX_CUDA_BIAS=own: the q/k/v projections' biases at decode).
+    for variant in auto gemv gemv-own; do
+      kernel=${variant%-own}; bias=cast; [ "$variant" = gemv-own ] && bias=own
+      INT8NAX_CUDA_KERNEL=$kernel INT8NAX_CUDA_BIAS=$bias timeout $(left 560) python3 -m int8nax.cli compare \
+        --model qwen2.5-7b,qwen3-8b --tokens 1,16 --forms bf16,w8a8 --model-modes eager,compiled --breakdown \
+        > "$OUT/decode_$variant.txt" 2>> "$OUT/models.log"
+      echo "compare --model decode, kernel $kernel, bias $bias rc=$? $(el) s" >> "$S"
     done
     grep -h -A6 "ms/layer" "$OUT"/decode_*.txt
     # With the time left: the models' decode layers (M = 1 and 16) in kernel time on every plan,
@@ -94,7 +98,7 @@ case "$part" in
     budget=$(left 570)
     if [ "$budget" -gt 90 ]; then
       timeout "$budget" python3 -m int8nax.cli compare --mode kernel --plans --shapes "$shapes" \
-        --time-limit $(( budget - 30 )) --json "$OUT/plans_decode.json" > "$OUT/plans_decode.txt" 2> "$OUT/plans_decode.log"
+        --time-limit $(( budget - 30 )) --json "$OUT/plans_decode.json" > "$OUT/plans_decode.txt" 2>> "$OUT/models.log"
       echo "compare --mode kernel --plans at the decode layers rc=$? $(el) s" >> "$S"
       sed -n '/^Default plan against the fastest/,$p' "$OUT/plans_decode.txt"
     fi
@@ -113,11 +117,12 @@ case "$part" in
     grep -h -A8 "ms/layer" "$OUT"/swiglu_*.txt
     ;;
   bias)
-    timeout $(left 300) $PYTEST tests/test_cuda_bias.py > "$OUT/tests_bias.txt" 2>&1
+    end=${LIMIT:-580}   # LIMIT: a shorter call, where less device time is left
+    timeout $(left $(( end - 280 ))) $PYTEST tests/test_cuda_bias.py > "$OUT/tests_bias.txt" 2>&1
     echo "test_cuda_bias rc=$? $(el) s" >> "$S"
     for mode in cast own; do
       [ "$mode" = cast ] && share=2 || share=1
-      budget=$(( ($(left 580) - 20) / share ))
+      budget=$(( ($(left $end) - 20) / share ))
       INT8NAX_CUDA_BIAS=$mode timeout "$budget" python3 -m int8nax.cli compare --mode kernel --w8a8 bfloat16+bias \
         --shapes 16x4096x4096,128x4096x4096,512x4096x4096,2048x4096x4096,128x3584x18944,128x18944x3584 \
         --time-limit $(( budget - 20 )) --json "$OUT/bias_$mode.json" > "$OUT/bias_$mode.txt" 2> "$OUT/bias_$mode.log"
