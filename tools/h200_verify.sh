@@ -83,11 +83,12 @@ case "$part" in
     ;;
   decode)
     # auto (today's default), the GEMV, and the GEMV with a 16-bit bias read in its own type
-    # (INT8NAX_CUDA_BIAS=own: the q/k/v projections' biases at decode).
+    # (INT8NAX_CUDA_BIAS=own: Qwen2.5's q/k/v biases at decode).
     for variant in auto gemv gemv-own; do
-      kernel=${variant%-own}; bias=cast; [ "$variant" = gemv-own ] && bias=own
+      kernel=${variant%-own}; bias=cast; configs=qwen2.5-7b,qwen3-8b
+      [ "$variant" = gemv-own ] && bias=own configs=qwen2.5-7b   # Qwen3 has no biases
       INT8NAX_CUDA_KERNEL=$kernel INT8NAX_CUDA_BIAS=$bias timeout $(left 560) python3 -m int8nax.cli compare \
-        --model qwen2.5-7b,qwen3-8b --tokens 1,16 --forms bf16,w8a8 --model-modes eager,compiled --breakdown \
+        --model $configs --tokens 1,16 --forms bf16,w8a8 --model-modes eager,compiled --breakdown \
         > "$OUT/decode_$variant.txt" 2>> "$OUT/models.log"
       echo "compare --model decode, kernel $kernel, bias $bias rc=$? $(el) s" >> "$S"
     done
