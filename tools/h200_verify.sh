@@ -10,7 +10,7 @@
 #                                      #   the dispatch evidence, at the seed shapes and the models' layers
 #   bash tools/h200_verify.sh models   # the model suite into .asv/results/h200 (COMMIT_DATE=<ct> too), as
 #                                      #   $OUT/asv_results_h200.tgz: one asv run per group of forms (MODEL_GROUPS,
-#                                      #   default 'Bf16|Fp16 MlxQ8 W8A8'; W8A8's takes ModelRatio too), each saved when
+#                                      #   default 'Bf16|Fp16 W8A8 MlxQ8'; W8A8's takes ModelRatio too), each saved when
 #                                      #   it ends (asv writes a run's results only then: a killed run loses all of
 #                                      #   them), a group started only with 150 s left. steps.txt names the groups not
 #                                      #   run: pass them as MODEL_GROUPS to the next call, with the first tarball
@@ -20,11 +20,12 @@
 #                                      #   GEMV_DEFAULT waits for; issue 26's decode target is eager and compiled) and
 #                                      #   on the GEMV with INT8NAX_CUDA_BIAS=own;
 #                                      #   then, to ~570 s, the decode layers' plans in kernel time (GEMV widths, forms)
+#                                      #   (DECODE_PLANS=0 leaves them out)
 #   bash tools/h200_verify.sh swiglu   # ~300 s (estimated: ~20 NVRTC builds): the SwiGLU quantization kernel
 #                                      #   against swiglu + the quantization kernel, bit for bit (test_cuda_swiglu),
 #                                      #   and test_swiglu with INT8NAX_CUDA_SWIGLU=fused (Qwen-sized MLPs)
 #   bash tools/h200_verify.sh swiglu-model  # ~250 s: compare --model --breakdown at 16, 512 and 4096 tokens,
-#                                      #   SwiGLU split against fused (what cuda.SWIGLU_DEFAULT waits for)
+#                                      #   SwiGLU split against fused (what cuda.SWIGLU_DEFAULT waits for); SWIGLU_TOKENS=512,4096: fewer
 #   bash tools/h200_verify.sh bias     # ~250 s (estimated): a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS=own)
 #                                      #   against the cast bias, bit for bit (test_cuda_bias), then W8A8 bfloat16+bias
 #                                      #   in kernel time, cast against own, at six seed shapes (what BIAS_DEFAULT waits for)
@@ -41,6 +42,8 @@ part=${1:?usage: h200_verify.sh kernel|plans|models|decode|swiglu|swiglu-model|b
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=${T0:-$(date +%s)}   # export T0=$(date +%s) first where the call spent time before this script (the wheel install)
+END=${LIMIT:-580}       # seconds after T0 by which a part ends; LIMIT: less, where less device time is left, or
+                        # where two parts share one call (the same T0, the second with the larger LIMIT)
 el() { echo $(( $(date +%s) - T0 )); }
 left() { local l=$(( $1 - $(el) )); echo $(( l > 10 ? l : 10 )); }
 S=$OUT/steps.txt
@@ -66,10 +69,10 @@ case "$part" in
     sed -n '/^Default plan against the fastest/,$p' "$OUT/plans.txt"
     ;;
   models)
-    for group in ${MODEL_GROUPS:-'Bf16|Fp16' MlxQ8 W8A8}; do
+    for group in ${MODEL_GROUPS:-'Bf16|Fp16' W8A8 MlxQ8}; do
       bench="^(${group})Model(Compiled)?(Figures)?\$"
       [ "$group" = W8A8 ] && bench="$bench|^ModelRatio\$"
-      budget=$(left 570)
+      budget=$(left $(( END - 10 )))
       if [ "$budget" -lt 150 ]; then
         echo "asv model suite $group: not run ($budget s left), pass MODEL_GROUPS=$group next" >> "$S"
         continue
@@ -87,7 +90,7 @@ case "$part" in
     for variant in auto gemv gemv-own; do
       kernel=${variant%-own}; bias=cast; configs=qwen2.5-7b,qwen3-8b
       [ "$variant" = gemv-own ] && bias=own configs=qwen2.5-7b   # Qwen3 has no biases
-      INT8NAX_CUDA_KERNEL=$kernel INT8NAX_CUDA_BIAS=$bias timeout $(left 560) python3 -m int8nax.cli compare \
+      INT8NAX_CUDA_KERNEL=$kernel INT8NAX_CUDA_BIAS=$bias timeout $(left $(( END - 20 ))) python3 -m int8nax.cli compare \
         --model $configs --tokens 1,16 --forms bf16,w8a8 --model-modes eager,compiled --breakdown \
         > "$OUT/decode_$variant.txt" 2>> "$OUT/models.log"
       echo "compare --model decode, kernel $kernel, bias $bias rc=$? $(el) s" >> "$S"
@@ -96,8 +99,8 @@ case "$part" in
     # With the time left: the models' decode layers (M = 1 and 16) in kernel time on every plan,
     # each GEMV width and form among them (the kernel-level evidence next to the model's).
     shapes=$(python3 -c "from int8nax.bench.kernel_plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=(1, 16)))))")
-    budget=$(left 570)
-    if [ "$budget" -gt 90 ]; then
+    budget=$(left $(( END - 10 )))
+    if [ "${DECODE_PLANS:-1}" = 1 ] && [ "$budget" -gt 90 ]; then
       timeout "$budget" python3 -m int8nax.cli compare --mode kernel --plans --shapes "$shapes" \
         --time-limit $(( budget - 30 )) --json "$OUT/plans_decode.json" > "$OUT/plans_decode.txt" 2>> "$OUT/models.log"
       echo "compare --mode kernel --plans at the decode layers rc=$? $(el) s" >> "$S"
@@ -105,25 +108,24 @@ case "$part" in
     fi
     ;;
   swiglu)
-    INT8NAX_CUDA_SWIGLU=fused timeout $(left 580) $PYTEST tests/test_swiglu.py tests/test_cuda_swiglu.py \
+    INT8NAX_CUDA_SWIGLU=fused timeout $(left $END) $PYTEST tests/test_swiglu.py tests/test_cuda_swiglu.py \
       > "$OUT/tests_swiglu.txt" 2>&1
     echo "test_swiglu + test_cuda_swiglu (fused) rc=$? $(el) s" >> "$S"
     ;;
   swiglu-model)
     for mode in split fused; do
-      INT8NAX_CUDA_SWIGLU=$mode timeout $(left 580) python3 -m int8nax.cli compare --model qwen2.5-7b \
-        --tokens 16,512,4096 --forms bf16,w8a8 --breakdown > "$OUT/swiglu_$mode.txt" 2>> "$OUT/models.log"
+      INT8NAX_CUDA_SWIGLU=$mode timeout $(left $END) python3 -m int8nax.cli compare --model qwen2.5-7b \
+        --tokens ${SWIGLU_TOKENS:-16,512,4096} --forms bf16,w8a8 --breakdown > "$OUT/swiglu_$mode.txt" 2>> "$OUT/models.log"
       echo "compare --model, SwiGLU $mode rc=$? $(el) s" >> "$S"
     done
     grep -h -A8 "ms/layer" "$OUT"/swiglu_*.txt
     ;;
   bias)
-    end=${LIMIT:-580}   # LIMIT: a shorter call, where less device time is left
-    timeout $(left $(( end - 280 ))) $PYTEST tests/test_cuda_bias.py > "$OUT/tests_bias.txt" 2>&1
+    timeout $(left $(( END - 280 ))) $PYTEST tests/test_cuda_bias.py > "$OUT/tests_bias.txt" 2>&1
     echo "test_cuda_bias rc=$? $(el) s" >> "$S"
     for mode in cast own; do
       [ "$mode" = cast ] && share=2 || share=1
-      budget=$(( ($(left $end) - 20) / share ))
+      budget=$(( ($(left $END) - 20) / share ))
       INT8NAX_CUDA_BIAS=$mode timeout "$budget" python3 -m int8nax.cli compare --mode kernel --w8a8 bfloat16+bias \
         --shapes 16x4096x4096,128x4096x4096,512x4096x4096,2048x4096x4096,128x3584x18944,128x18944x3584 \
         --time-limit $(( budget - 20 )) --json "$OUT/bias_$mode.json" > "$OUT/bias_$mode.txt" 2> "$OUT/bias_$mode.log"
