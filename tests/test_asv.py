@@ -228,7 +228,7 @@ def test_published_site_in_headless_chromium(project, tmp_path):
 
 
 def test_offline_gpu_script_files_results_under_the_commit_without_git(project, tmp_path):
-    # The H200 gets a copy of the working tree without .git: the script must still record
+    # The H200 gets a copy of the working tree without the commit's history: the script must still record
     # the run under the real commit, and a second call must merge into the same file.
     copy = tmp_path / "copy"
     copy.mkdir()
@@ -237,10 +237,16 @@ def test_offline_gpu_script_files_results_under_the_commit_without_git(project, 
     env = {"SHA": project.harmless, "COMMIT_DATE": "1795900000", "PYTHON": sys.executable, "MACHINE": "gpu-test"}
     for bench in ("NaxGemm", "MlxFp16"):
         project.run("bash", "tools/asv_offline_gpu.sh", "--quick", cwd=copy, extra_env={**env, "BENCH": bench})
+        if bench == "NaxGemm":
+            # The second call finds a repository without the commit (the device machine's copy
+            # has come with one): it must set it aside for the run and put it back after.
+            project.run("git", "init", "-q", str(copy))
+            (copy / ".git" / "marker").write_text("the device copy's own")
     files = sorted((copy / ".asv/results/gpu-test").glob("*.json"))
     results = [f for f in files if f.name != "machine.json"]
     assert [f.name[:8] for f in results] == [project.harmless[:8]]
     data = json.loads(results[0].read_text())
     assert data["commit_hash"] == project.harmless and data["date"] == 1795900000 * 1000
     assert {"bench_gemm.NaxGemm.time_nax_gemm", "bench_linear.MlxFp16.time_mlx_fp16_matmul"} <= set(data["results"])
-    assert not (copy / ".git").exists()
+    assert (copy / ".git" / "marker").read_text() == "the device copy's own"
+    assert not list(copy.glob(".git.offline-aside*"))

@@ -140,7 +140,11 @@ echo "benchmarks: $regex"
 "$py" .github/scripts/asv_machine.py --name "$MACHINE"
 
 # asv needs a git repository holding the commit; a bare copy of the working tree has none.
+# A copy whose files another user owns (the device machine runs as root) is refused by git's
+# safe.directory check unless allowed; environment config reaches asv's own git calls too.
+export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'
 scratch=""
+aside=""
 # Only a repository whose top level is this folder will do: asv clones "." otherwise (a tree
 # copied into some other checkout sits inside that checkout's repository).
 if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$(pwd -P)" ] \
@@ -149,14 +153,18 @@ if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$(pwd -P)" ] \
   record=$sha
 else
   [ -n "${SHA:-}" ] || { echo "asv_offline_gpu: no git history here: set SHA (and COMMIT_DATE)" >&2; exit 2; }
-  [ ! -e .git ] || { echo "asv_offline_gpu: .git exists but does not hold $SHA" >&2; exit 2; }
+  if [ -e .git ]; then   # a repository without SHA (a partial copy): set aside while asv runs
+    aside=.git.offline-aside.$$
+    mv .git "$aside"
+    echo "asv_offline_gpu: .git does not hold $SHA: set aside as $aside until the run ends" >&2
+  fi
   sha=$SHA
   git init -q -b main .
   git add -A -- src benchmarks pyproject.toml 'asv*.json'
   git -c user.name=asv-offline -c user.email=asv-offline@int8nax.invalid commit -q -m "scratch copy of $sha"
   scratch=$(git rev-parse HEAD)
   record=$scratch
-  trap 'rm -rf .git' EXIT
+  trap 'rm -rf .git; [ -z "$aside" ] || mv "$aside" .git' EXIT
 fi
 
 # Move results between the real commit and the scratch one (so that runs merge), keeping the date.
