@@ -250,3 +250,20 @@ def test_offline_gpu_script_files_results_under_the_commit_without_git(project, 
     assert {"bench_gemm.NaxGemm.time_nax_gemm", "bench_linear.MlxFp16.time_mlx_fp16_matmul"} <= set(data["results"])
     assert (copy / ".git" / "marker").read_text() == "the device copy's own"
     assert not list(copy.glob(".git.offline-aside*"))
+
+    # A third call killed by its time limit while asv runs (a device part's budget, 2026-12-05):
+    # the results of the first two stay under the commit, not under the scratch one.
+    python = tmp_path / "python-that-hangs-in-asv-run"
+    python.write_text(f'#!/bin/bash\nfor a in "$@"; do [ "$a" = run ] && exec sleep 300; done\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    killed = project.run("timeout", "40", "bash", "tools/asv_offline_gpu.sh", "--quick", cwd=copy, check=False,
+                         extra_env={**env, "BENCH": "MlxFp16", "PYTHON": str(python)})
+    assert killed.returncode == 124, killed.stderr[-2000:]
+    assert sorted(f.name for f in (copy / ".asv/results/gpu-test").glob("*.json")) == sorted(f.name for f in files)
+    assert json.loads(results[0].read_text())["commit_hash"] == project.harmless
+    assert (copy / ".git" / "marker").exists() and not list(copy.glob(".git.offline-aside*"))
+
+    # A short hash cannot be filed (asv names files by 8 characters; the site matches whole hashes).
+    short = project.run("bash", "tools/asv_offline_gpu.sh", "--quick", cwd=copy, check=False,
+                        extra_env={**env, "BENCH": "MlxFp16", "SHA": project.harmless[:7]})
+    assert short.returncode == 2 and "full 40-character hash" in short.stderr

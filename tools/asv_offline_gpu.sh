@@ -145,6 +145,7 @@ echo "benchmarks: $regex"
 export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'
 scratch=""
 aside=""
+filed=""
 # Only a repository whose top level is this folder will do: asv clones "." otherwise (a tree
 # copied into some other checkout sits inside that checkout's repository).
 if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$(pwd -P)" ] \
@@ -153,6 +154,8 @@ if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$(pwd -P)" ] \
   record=$sha
 else
   [ -n "${SHA:-}" ] || { echo "asv_offline_gpu: no git history here: set SHA (and COMMIT_DATE)" >&2; exit 2; }
+  # The whole hash: asv files results by its first 8 characters, and the site matches it to history.
+  [[ "$SHA" =~ ^[0-9a-f]{40}$ ]] || { echo "asv_offline_gpu: SHA takes a commit's full 40-character hash (git rev-parse), got '$SHA'" >&2; exit 2; }
   if [ -e .git ]; then   # a repository without SHA (a partial copy): set aside while asv runs
     aside=.git.offline-aside.$$
     mv .git "$aside"
@@ -164,7 +167,11 @@ else
   git -c user.name=asv-offline -c user.email=asv-offline@int8nax.invalid commit -q -m "scratch copy of $sha"
   scratch=$(git rev-parse HEAD)
   record=$scratch
-  trap 'rm -rf .git; [ -z "$aside" ] || mv "$aside" .git' EXIT
+  # On any exit, a run killed by a time limit too: results go back under SHA (a killed asv run
+  # writes nothing, but the results of earlier calls wait under the scratch commit meanwhile).
+  trap '[ -z "$filed" ] || refile "$scratch" "$sha"; rm -rf .git; [ -z "$aside" ] || mv "$aside" .git' EXIT
+  trap 'exit 143' TERM
+  trap 'exit 130' INT
 fi
 
 # Move results between the real commit and the scratch one (so that runs merge), keeping the date.
@@ -179,12 +186,12 @@ for path in sorted(Path(".asv/results", machine).glob(f"{src[:8]}-*.json")):
     if date:
         data["date"] = int(date) * 1000
     path.unlink()
-    target = path.with_name(dst[:8] + path.name[8:])
+    target = path.with_name(f"{dst[:8]}-{data['env_name']}.json")
     target.write_text(json.dumps(data, indent=None, sort_keys=True))
     print(f"results filed under {dst[:8]}: {target}")
 PY
 }
-[ -z "$scratch" ] || refile "$sha" "$scratch"
+[ -z "$scratch" ] || { refile "$sha" "$scratch"; filed=1; }
 
 mkdir -p .asv
 set +e
@@ -193,7 +200,7 @@ echo "launch: $LAUNCH (${asv[*]})"
   --machine "$MACHINE" --show-stderr -b "$regex" "$@" 2>&1 | tee ".asv/asv-run-$MACHINE.log"
 status=${PIPESTATUS[0]}
 set -e
-[ -z "$scratch" ] || refile "$scratch" "$sha"
+[ -z "$scratch" ] || { refile "$scratch" "$sha"; filed=""; }
 
 echo
 echo "asv exited $status (0: all ran; 2: some benchmark failed, see the log)"
