@@ -56,7 +56,7 @@ def run_models(tmp_path: Path, **env) -> tuple[list[str], str]:
 def test_the_models_part_runs_every_model_class_in_exactly_one_group(tmp_path):
     pytest.importorskip("asv_runner")
     benches, steps = run_models(tmp_path)
-    assert len(benches) == 3 and steps.count("rc=0") == 3
+    assert len(benches) == 4 and steps.count("rc=0") == 4
     classes = model_classes()
     assert len(classes) >= 21  # 5 forms x 2 modes x (time, figures), and ModelRatio
     for name in classes:
@@ -67,4 +67,6 @@ def test_the_models_part_runs_every_model_class_in_exactly_one_group(tmp_path):
 
 def test_the_models_part_takes_the_groups_left_from_a_previous_call(tmp_path):
     benches, steps = run_models(tmp_path, MODEL_GROUPS="W8A8")
-    assert benches == ["^(W8A8)Model(Compiled)?(Figures)?$|^ModelRatio$"] and "asv model suite W8A8 rc=0" in steps
+    assert benches == ["^W8A8Model(Compiled)?$|^ModelRatio$"] and "asv model suite W8A8 rc=0" in steps
+    benches, steps = run_models(tmp_path / "figures", MODEL_GROUPS="W8A8Figures MlxQ8")
+    assert benches == ["^(W8A8)Model(Compiled)?Figures$", "^(MlxQ8)Model(Compiled)?(Figures)?$"]
