@@ -105,9 +105,8 @@ def within_one_ulp(y, ref, name):
 
 @pytest.fixture
 def gemv_default(monkeypatch):
-    """The decode GEMV as W8A8's default at M <= 16 (cuda_choice.GEMV_DEFAULT, off while its public
-    path is wrong on the H200 when calls are queued with unevaluated inputs): for the tests of
-    the rule as designed."""
+    """The decode GEMV as W8A8's default at M <= 16 (cuda_choice.GEMV_DEFAULT, set here too so that
+    the tests of the rule hold whatever the module's default)."""
     from int8nax.backends import cuda, cuda_choice
 
     monkeypatch.setattr(cuda_choice, "GEMV_DEFAULT", True)

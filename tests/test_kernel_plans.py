@@ -51,12 +51,13 @@ def test_candidates_are_distinct_plans_the_default_first_and_each_from_the_dispa
 
 
 def test_coinciding_candidates_merge_their_names():
-    # 16 x 4096 x 4096, W8A8: the dispatch runs the cp.async split plan (TMA from M = 17), the raw
-    # GEMM the TMA kernel's 64 x 64 unsplit.
+    # 16 x 4096 x 4096, W8A8: the dispatch runs the GEMV (cuda_choice.GEMV_DEFAULT), the raw GEMM
+    # the TMA kernel's 64 x 64 unsplit; the cp.async split plan is a candidate of its own.
     cands = kp.plan_candidates(16, 4096, 4096, 132, True, out_dtype="bfloat16")
     named = {c.describe(): c.names for c in cands}
-    assert named["cpasync 64x64 splits=4"] == ("default", "cp.async")
+    assert named["gemv 16x16 splits=1"] == ("default", "gemv", "gemv gemv_16x16")
     assert named["tma-unspecialized 64x64 splits=1"] == ("raw GEMM's", "tma wg1_64x64")
+    assert named["cpasync 64x64 splits=4"] == ("cp.async",)
 
 
 def test_small_m_takes_no_128_row_tile_and_no_persistent_kernel_but_the_cpasync_and_gemv_plans():

@@ -5,8 +5,8 @@ GPU's family and SM count and INT8NAX_CUDA_KERNEL); this module asks it once per
 what it returns as the variant's row says (cuda_choice.VARIANTS). On compute capability 9.0 (H100/H200;
 MLX compiles for sm_90a) the tiled variants multiply on the tensor cores with wgmma; on any other GPU
 the portable __dp4a kernel gives the same exact results, slowly. W8A8 at M <= 16 can take the GEMV
-(mma.sync, compute capability 8.0 and newer): where INT8NAX_CUDA_KERNEL=gemv names it, or by default
-once cuda_choice.GEMV_DEFAULT is set (after its speed is measured).
+(mma.sync, compute capability 8.0 and newer): by default (cuda_choice.GEMV_DEFAULT), or where
+INT8NAX_CUDA_KERNEL=gemv names it.
 
 W8A8: one kernel quantizes the activations per token (kernels/cuda/quantize.cuh), then the GEMM with
 the dequantization fused into its epilogue writes y in x's dtype; the GEMV quantizes a small x

@@ -121,7 +121,7 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
         add("cp.async", C.CPASYNC)
         add("gemv", C.GEMV)
         # Each GEMV width, and for W8A8 both of its forms (x quantized by its own kernel first, or
-        # inside the GEMV where x fits): the evidence GEMV_DEFAULT and gemv_plan wait for.
+        # inside the GEMV where x fits): the evidence behind GEMV_DEFAULT and gemv_plan.
         itemsize = cuda_plans.ITEMSIZE.get(out_dtype)
         for cfg in cuda_plans.GEMV_CONFIGS.values():
             add(f"gemv {cfg.name}", C.GEMV, cuda_plans.GemvPlan(cfg, False if w8a8 else None))
