@@ -16,10 +16,9 @@
 #                                      #   them), a group started only with 150 s left. steps.txt names the groups not
 #                                      #   run: pass them as MODEL_GROUPS to the next call, with the first tarball
 #                                      #   unpacked into the tree (asv adds to a commit's results file)
-#   bash tools/h200_verify.sh decode   # ~450 s (estimated): compare --model --breakdown at decode and 16 tokens,
-#                                      #   eager and compiled, W8A8 on its default kernels, on the GEMV (what
-#                                      #   GEMV_DEFAULT waits for; issue 26's decode target is eager and compiled) and
-#                                      #   on the GEMV with INT8NAX_CUDA_BIAS=own;
+#   bash tools/h200_verify.sh decode   # ~170 s (2026-12-05: 80-87 s a variant): compare --model --breakdown at
+#                                      #   decode and 16 tokens, eager and compiled, W8A8 on the GEMV (the default)
+#                                      #   and on the tiled kernels (INT8NAX_CUDA_KERNEL=cpasync; DECODE_VARIANTS);
 #                                      #   then, to ~570 s, the decode layers' plans in kernel time (GEMV widths, forms)
 #                                      #   (DECODE_PLANS=0 leaves them out)
 #   bash tools/h200_verify.sh swiglu   # ~300 s (estimated: ~20 NVRTC builds): the SwiGLU quantization kernel
@@ -90,11 +89,11 @@ case "$part" in
     tail -n 30 "$OUT/asv_models.txt"
     ;;
   decode)
-    # auto (today's default), the GEMV, and the GEMV with a 16-bit bias read in its own type
-    # (INT8NAX_CUDA_BIAS=own: Qwen2.5's q/k/v biases at decode).
-    for variant in auto gemv gemv-own; do
+    # the GEMV (the default since 2026-12-05) against the tiled kernels. (A gemv-own variant,
+    # INT8NAX_CUDA_BIAS=own, measures nothing here: int8nax.nn's biases are float32.)
+    for variant in ${DECODE_VARIANTS:-gemv cpasync}; do
       kernel=${variant%-own}; bias=cast; configs=qwen2.5-7b,qwen3-8b
-      [ "$variant" = gemv-own ] && bias=own configs=qwen2.5-7b   # Qwen3 has no biases
+      [ "$variant" = "${variant%-own}" ] || bias=own configs=qwen2.5-7b   # Qwen3 has no biases
       INT8NAX_CUDA_KERNEL=$kernel INT8NAX_CUDA_BIAS=$bias timeout $(left $(( END - 20 ))) python3 -m int8nax.cli compare \
         --model $configs --tokens 1,16 --forms bf16,w8a8 --model-modes eager,compiled --breakdown \
         > "$OUT/decode_$variant.txt" 2>> "$OUT/models.log"

@@ -208,8 +208,10 @@ def _narrow(epilogue: str | None = None) -> bool:
 SWIGLU_ENV = "INT8NAX_CUDA_SWIGLU"
 SWIGLU_CHOICES = ("fused", "split")
 SWIGLU_DEFAULT = "split"
-"""split until the fused kernel has run on a GPU: its tests and the model comparison are in
-tools/h200_verify.sh (parts swiglu, swiglu-model)."""
+"""split: on the H200 (2026-12-05) the fused kernel gave split's bits in a model and was no faster
+(0.252 ms a layer at 4096 tokens of Qwen2.5-7B against ~0.23 for swiglu and the quantization;
+its launch fits one row an SM, results/cuda-h200.md). Its bit-for-bit test has not run on a GPU
+(tools/h200_verify.sh, part swiglu)."""
 
 
 @lru_cache(maxsize=1)
@@ -230,7 +232,8 @@ def swiglu_choice() -> str:
 BIAS_ENV = "INT8NAX_CUDA_BIAS"
 BIAS_CHOICES = ("cast", "own")
 BIAS_DEFAULT = "cast"
-"""cast until the own-type reads have run on a GPU (tools/h200_verify.sh, part bias)."""
+"""cast until the own-type reads have run on a GPU (tools/h200_verify.sh, part bias: its test and
+the kernel time; a model through int8nax.nn measures nothing here, its biases being float32)."""
 
 
 @lru_cache(maxsize=1)
