@@ -44,7 +44,7 @@ def _launches(dtype):
     """None (the dispatch's own launch), then every launch the kernel can start for `dtype`: float32
     at a launch holding more than cuda_plans.SWIGLU_HELD_BYTES a thread needs more registers than
     an SM has (cuda_plans.cuda_swiglu_quant_launch), so it is never taken."""
-    fits = [x for x in cuda_plans.CUDA_QUANT_LAUNCHES
+    fits = [x for x in cuda_plans.SWIGLU_QUANT_LAUNCHES
             if cuda_plans.swiglu_held_bytes(x, _itemsize(dtype)) <= cuda_plans.SWIGLU_HELD_BYTES]
     return [None] + fits
 

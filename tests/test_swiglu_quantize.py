@@ -104,7 +104,7 @@ def test_swiglu_launch_fits_the_registers_of_an_sm(itemsize, sms):
     for m in QUANT_M:
         for h in SWIGLU_H:
             launch = cuda_plans.cuda_swiglu_quant_launch(m, h, itemsize, sms)
-            assert launch in cuda_plans.CUDA_QUANT_LAUNCHES
+            assert launch in cuda_plans.SWIGLU_QUANT_LAUNCHES
             held_registers = cuda_plans.swiglu_held_bytes(launch, itemsize) // 4
             # No __launch_bounds__ in MLX's kernels: a block whose threads need more than an SM's
             # share of registers does not launch at all.
@@ -112,11 +112,28 @@ def test_swiglu_launch_fits_the_registers_of_an_sm(itemsize, sms):
 
 
 @pytest.mark.parametrize("sms", [132, 114, 16])
-def test_swiglu_launch_is_the_quantization_launch_for_2_byte_types(sms):
-    # float16 / bfloat16 rows of h fit every launch's registers: the plain kernel's reasoning holds.
+def test_swiglu_launch_is_the_quantization_launch_for_2_byte_types_but_many_long_rows(sms):
+    # float16 / bfloat16 rows of h fit every launch's registers: the plain kernel's reasoning holds,
+    # except for many rows longer than 8192, where (512, 8) fits one row an SM and the pair launch two.
+    pair = cuda_plans.SWIGLU_PAIR_LAUNCH
+    paired = []
     for m in QUANT_M:
         for h in SWIGLU_H:
-            assert cuda_plans.cuda_swiglu_quant_launch(m, h, 2, sms) == cuda_plans.cuda_quant_launch(m, h, sms)
+            launch = cuda_plans.cuda_swiglu_quant_launch(m, h, 2, sms)
+            if m > sms and 8192 < h <= pair.capacity:
+                assert launch == pair and cuda_plans.cuda_quant_launch(m, h, sms).held == 8, (m, h)
+                paired.append((m, h))
+            else:
+                assert launch == cuda_plans.cuda_quant_launch(m, h, sms), (m, h)
+    assert (4096, 18944) in paired and (4096, 12288) in paired
+
+
+def test_the_pair_launch_fits_two_rows_an_sm():
+    # 59 registers a thread (ptxas, checked by the compile test below), allocated in 8s: 64.
+    pair = cuda_plans.SWIGLU_PAIR_LAUNCH
+    assert 2 * pair.threads * 64 <= REGISTERS_PER_SM < 2 * pair.threads * 80  # (512, 8)'s 80: one
+    assert pair.capacity >= 18944 and cuda_plans.swiglu_held_bytes(pair, 2) <= cuda_plans.SWIGLU_HELD_BYTES
+    assert cuda_plans.swiglu_held_bytes(pair, 4) > cuda_plans.SWIGLU_HELD_BYTES  # float32 never takes it
 
 
 @pytest.mark.parametrize("m", QUANT_M)
@@ -142,9 +159,9 @@ def test_compile_check_builds_every_launch_and_dtype():
     got = [(label, ins, outs, tmpl) for label, spec, ins, outs, tmpl in ccc.instances("sm_90a")
            if spec is cuda_source.swiglu_quantize()]
     want = [(f"swiglu_quantize {t} {x.threads}x{x.held}", [ccc.CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + x.template())
-            for x in cuda_plans.CUDA_QUANT_LAUNCHES for t in ("float16", "bfloat16", "float32")
+            for x in cuda_plans.SWIGLU_QUANT_LAUNCHES for t in ("float16", "bfloat16", "float32")
             if cuda_plans.swiglu_held_bytes(x, 4 if t == "float32" else 2) <= cuda_plans.SWIGLU_HELD_BYTES]
-    assert got == want and len(want) == 8  # float32 at 512x8 cannot start: never built
+    assert got == want and len(want) == 10  # float32 at 512x8 and 512x5 cannot start: never built
     assert ccc.mlx_headers(cuda_source.swiglu_quantize()) == [cuda_source.MLX_BINARY_OPS]
     assert ccc.mlx_headers(cuda_source.quantize()) == []
 
@@ -153,7 +170,7 @@ def test_compile_check_skips_them_without_mlx_headers(capsys):
     # No nvcc is run: every selected instance needs MLX's real headers, which the stand-in is not.
     assert compile_check().main(["--nvcc", "/nonexistent/nvcc", "--only", "^swiglu_quantize "]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and out[0].startswith("skipped 8 instances") and "--mlx-include" in out[0], out
+    assert len(out) == 1 and out[0].startswith("skipped 10 instances") and "--mlx-include" in out[0], out
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc here (set NVCC=/path/to/nvcc)")
@@ -164,7 +181,7 @@ def test_the_kernels_compile_against_mlx_headers(tmp_path):
     the PTX, the held path issues all of its row's g and u loads before the first sigmoid (ex2)."""
     ccc = compile_check()
     cases = [i for i in ccc.instances("sm_90a") if i[0].startswith("swiglu_quantize ")]
-    assert len(cases) == 8
+    assert len(cases) == 10
     for label, spec, ins, outs, tmpl in cases:
         dtype, launch = tmpl[0][1], cuda_plans.CudaQuantLaunch(tmpl[1][1], tmpl[2][1])
         itemsize = 4 if dtype == "float32" else 2
@@ -178,6 +195,8 @@ def test_the_kernels_compile_against_mlx_headers(tmp_path):
         assert spills and all(v == "0" for v in spills), f"{label}: {proc.stderr[-2000:]}"
         (registers,) = map(int, re.findall(r"Used (\d+) registers", proc.stderr))
         assert registers * launch.threads <= REGISTERS_PER_SM, (label, registers)
+        if launch == cuda_plans.SWIGLU_PAIR_LAUNCH:  # its reason to be: two rows an SM (registers in 8s)
+            assert 2 * launch.threads * (-(-registers // 8) * 8) <= REGISTERS_PER_SM, (label, registers)
         assert registers <= cuda_plans.swiglu_held_bytes(launch, itemsize) // 4 + SWIGLU_OVERHEAD_REGISTERS, label
         proc = subprocess.run(base + ["-ptx", "-arch=sm_90a", "-o", str(cu.with_suffix(".ptx")), str(cu)],
                               capture_output=True, text=True)

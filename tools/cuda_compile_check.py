@@ -130,7 +130,7 @@ def instances(arch: str):
         for t in ("float16", "bfloat16", "float32"):
             yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],
                    ["int8_t", "float"], [("T", t)] + launch.template())
-    for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
+    for launch in cuda_plans.SWIGLU_QUANT_LAUNCHES:
         for t in ("float16", "bfloat16", "float32"):
             if cuda_plans.swiglu_held_bytes(launch, 4 if t == "float32" else 2) > cuda_plans.SWIGLU_HELD_BYTES:
                 continue  # cannot start (too many registers), so never built: cuda_swiglu_quant_launch

@@ -304,10 +304,19 @@ def swiglu_held_bytes(launch: CudaQuantLaunch, itemsize: int) -> int:
     return 2 * launch.held * QUANT_GROUP * itemsize
 
 
+SWIGLU_PAIR_LAUNCH = CudaQuantLaunch(512, 5)
+"""The SwiGLU kernel's launch for many long rows of a 2-byte type: two rows an SM. ptxas (CUDA 13.0,
+sm_90a) gives it 59 registers a thread for float16 and bfloat16, allocated as 64: 2 x 512 x 64 =
+65536, an SM's whole register file; it holds rows up to 20480 values (Qwen2.5-7B's 18944)."""
+
+SWIGLU_QUANT_LAUNCHES = CUDA_QUANT_LAUNCHES + (SWIGLU_PAIR_LAUNCH,)
+"""Every launch cuda_swiglu_quant_launch returns."""
+
+
 def cuda_swiglu_quant_launch(m: int, hidden: int, itemsize: int, sms: int = 132) -> CudaQuantLaunch:
     """The SwiGLU quantization kernel's launch (kernels/cuda/swiglu_quantize.cuh) for y [M, 2H]
     (H = hidden; itemsize 2 for float16/bfloat16, 4 for float32) on `sms` SMs: one of
-    CUDA_QUANT_LAUNCHES (no extra NVRTC builds).
+    SWIGLU_QUANT_LAUNCHES.
 
     Why: the kernel is the quantization kernel over h [M, H], with each held group of h loaded as
     a group of g and one of u, so cuda_quant_launch(m, hidden)'s reasoning carries over (a row
@@ -322,7 +331,14 @@ def cuda_swiglu_quant_launch(m: int, hidden: int, itemsize: int, sms: int = 132)
       73728 registers, more than an SM has, so that launch would fail. A launch that holds more
       than SWIGLU_HELD_BYTES a thread is replaced by (256, 4), the widest that fits: rows up to
       8192 held, longer ones read twice (float32 is not a model's serving type).
+    - Many long rows of a 2-byte type (M > sms, 8192 < H <= 20480): SWIGLU_PAIR_LAUNCH, two rows
+      an SM, where (512, 8)'s 80 registers fit one. On the H200 (2026-12-05) the kernel at (512, 8)
+      took 0.252 ms a layer at 4096 tokens of Qwen2.5-7B, 1.5 TB/s over the 388 MB it must move:
+      with one row an SM, nothing loads while a row's maximum is reduced and its codes are
+      computed and stored. A second row an SM loads meanwhile. Predicted: ~0.15 ms (not yet timed).
     """
+    if itemsize == 2 and m > sms and CUDA_QUANT_LAUNCHES[1].capacity < hidden <= SWIGLU_PAIR_LAUNCH.capacity:
+        return SWIGLU_PAIR_LAUNCH
     launch = cuda_quant_launch(m, hidden, sms)
     if swiglu_held_bytes(launch, itemsize) <= SWIGLU_HELD_BYTES:
         return launch
