@@ -235,6 +235,11 @@ def test_offline_gpu_script_files_results_under_the_commit_without_git(project, 
     archive = project.run("git", "archive", "--format=tar", "HEAD", capture=True)
     project.run("tar", "-x", "-C", str(copy), stdin=archive)
     env = {"SHA": project.harmless, "COMMIT_DATE": "1795900000", "PYTHON": sys.executable, "MACHINE": "gpu-test"}
+    # A committed description of the machine (another VM of the kind reported another kernel
+    # build): the run's results take it, so that the site draws one series per machine.
+    (copy / ".asv/results/gpu-test").mkdir(parents=True)
+    described = json.dumps({"machine": "gpu-test", "os": "Linux 0.0-committed", "version": 1}, indent=4)
+    (copy / ".asv/results/gpu-test/machine.json").write_text(described)
     for bench in ("NaxGemm", "MlxFp16"):
         project.run("bash", "tools/asv_offline_gpu.sh", "--quick", cwd=copy, extra_env={**env, "BENCH": bench})
         if bench == "NaxGemm":
@@ -247,6 +252,8 @@ def test_offline_gpu_script_files_results_under_the_commit_without_git(project, 
     assert [f.name[:8] for f in results] == [project.harmless[:8]]
     data = json.loads(results[0].read_text())
     assert data["commit_hash"] == project.harmless and data["date"] == 1795900000 * 1000
+    assert data["params"]["os"] == "Linux 0.0-committed" and data["params"]["machine"] == "gpu-test"
+    assert (copy / ".asv/results/gpu-test/machine.json").read_text() == described
     assert {"bench_gemm.NaxGemm.time_nax_gemm", "bench_linear.MlxFp16.time_mlx_fp16_matmul"} <= set(data["results"])
     assert (copy / ".git" / "marker").read_text() == "the device copy's own"
     assert not list(copy.glob(".git.offline-aside*"))
