@@ -253,7 +253,7 @@ def test_offline_gpu_script_files_results_under_the_commit_without_git(project, 
     data = json.loads(results[0].read_text())
     assert data["commit_hash"] == project.harmless and data["date"] == 1795900000 * 1000
     assert data["params"]["os"] == "Linux 0.0-committed" and data["params"]["machine"] == "gpu-test"
-    assert (copy / ".asv/results/gpu-test/machine.json").read_text() == described
+    assert json.loads((copy / ".asv/results/gpu-test/machine.json").read_text())["os"] == "Linux 0.0-committed"
     assert {"bench_gemm.NaxGemm.time_nax_gemm", "bench_linear.MlxFp16.time_mlx_fp16_matmul"} <= set(data["results"])
     assert (copy / ".git" / "marker").read_text() == "the device copy's own"
     assert not list(copy.glob(".git.offline-aside*"))

@@ -137,15 +137,9 @@ PY
 )
 echo "benchmarks: $regex"
 
-"$py" .github/scripts/asv_machine.py --name "$MACHINE"
-# A committed machine keeps its one description: each lent VM reports its own kernel build and a
-# slightly different RAM size, and asv's site draws every combination of machine parameters as a
-# series of its own (a second H200 series, and graphs the page asks for and cannot find).
-described=""
-if [ -f ".asv/results/$MACHINE/machine.json" ]; then
-  described=$(mktemp)
-  cp ".asv/results/$MACHINE/machine.json" "$described"
-fi
+# A committed machine keeps its one description (asv_machine.py --keep): each lent VM reports its
+# own kernel build and RAM size, which would make a second H200 series on the site.
+"$py" .github/scripts/asv_machine.py --name "$MACHINE" --keep ".asv/results/$MACHINE/machine.json"
 
 # asv needs a git repository holding the commit; a bare copy of the working tree has none.
 # A copy whose files another user owns (the device machine runs as root) is refused by git's
@@ -209,26 +203,6 @@ echo "launch: $LAUNCH (${asv[*]})"
 status=${PIPESTATUS[0]}
 set -e
 [ -z "$scratch" ] || { refile "$scratch" "$sha"; filed=""; }
-if [ -n "$described" ]; then
-  "$py" - ".asv/results/$MACHINE" "$described" <<'PY'
-import json, sys
-from pathlib import Path
-folder, kept = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
-print(f"this machine reported {json.loads((folder / 'machine.json').read_text())}; "
-      f"the results keep {folder}/machine.json as committed")
-(folder / "machine.json").write_bytes(Path(sys.argv[2]).read_bytes())
-for path in sorted(folder.glob("*.json")):
-    if path.name == "machine.json":
-        continue
-    data = json.loads(path.read_text())
-    params = data.get("params", {})
-    differ = {k for k in set(params) & (set(kept) - {"version"}) if params[k] != kept[k]}
-    if differ:  # files already described as committed stay as they are, byte for byte
-        params.update({k: kept[k] for k in differ})
-        path.write_text(json.dumps(data, indent=None, sort_keys=True))
-PY
-  rm -f "$described"
-fi
 
 echo
 echo "asv exited $status (0: all ran; 2: some benchmark failed, see the log)"
