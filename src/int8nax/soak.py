@@ -212,11 +212,9 @@ def first_call_costs(n: int, k: int, new_ms=(7, 333, 1000), warm: int = 5, backe
     w, s = mx.array(w), mx.array(s)
     bias = mx.array(rng.standard_normal(n).astype(np.float32))
     eager = lambda x: api.w8a8_linear(x, w, s, bias, backend=backend)  # noqa: E731
-    modes = {"eager": eager, "mx.compile": mx.compile(eager)}
-    rows = []
     cpu = backends.resolve(backend).name == "cpu"
-    if cpu:
-        del modes["mx.compile"]
+    modes = {"eager": eager} if cpu else {"eager": eager, "mx.compile": mx.compile(eager)}
+    rows = []
     for mode, fn in modes.items():
         for i, m in enumerate((64, *new_ms)):
             x = mx.array(rng.standard_normal((m, k)).astype(np.float16))
