@@ -160,7 +160,7 @@ def _untraceable(func: str, impl: backends.Backend, call):
 
 def _reraise_untraceable(func: str, impl: backends.Backend, exc: ValueError):
     """Raise `exc`, or for MLX's refusal the message _untraceable gives (called in an except)."""
-    if backends.TRACE_REFUSAL not in str(exc):
+    if not backends.refused_by_trace(exc):
         raise exc
     raise ValueError(
         f"{func}: the {impl.name} backend evaluated its inputs outside MLX's graph inside mx.compile "

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from .base import TRACE_REFUSAL, Backend, Probe, swiglu, swiglu_of
+from .base import Backend, Probe, refused_by_trace, swiglu, swiglu_of
 
 ENV_VAR = "INT8NAX_BACKEND"
 

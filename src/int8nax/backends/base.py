@@ -40,6 +40,11 @@ TRACE_REFUSAL = "function transformations like compile or vmap"
 mx.vmap traces it: what a backend that computes outside the graph (numpy) meets there."""
 
 
+def refused_by_trace(exc: BaseException) -> bool:
+    """Whether `exc` is MLX's refusal to evaluate inside mx.compile / mx.vmap (TRACE_REFUSAL)."""
+    return isinstance(exc, ValueError) and TRACE_REFUSAL in str(exc)
+
+
 @dataclass(frozen=True)
 class Probe:
     """Whether a backend can run here, and why (or why not), in words for int8nax.info()."""

@@ -33,7 +33,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import cpu_engines, cpu_graph, cpu_quant
-from .base import TRACE_REFUSAL, Backend, Probe
+from .base import Backend, Probe, refused_by_trace
 
 ENGINE_WORDS = {"onnx": "onnxruntime MatMulInteger", "numpy": f"numpy float32 BLAS, K blocks of {cpu_engines.K_BLOCK}"}
 """How describe() names each engine of cpu_engines in the benchmark record."""
@@ -159,7 +159,7 @@ def _outside_or_in_graph(outside, in_graph):
     try:
         return outside()
     except ValueError as exc:
-        if TRACE_REFUSAL not in str(exc):
+        if not refused_by_trace(exc):
             raise
     return in_graph()
 

@@ -337,9 +337,10 @@ def cuda_swiglu_quant_launch(m: int, hidden: int, itemsize: int, sms: int = 132)
       with one row an SM, nothing loads while a row's maximum is reduced and its codes are
       computed and stored. A second row an SM loads meanwhile. Predicted: ~0.15 ms (not yet timed).
     """
-    if itemsize == 2 and m > sms and CUDA_QUANT_LAUNCHES[1].capacity < hidden <= SWIGLU_PAIR_LAUNCH.capacity:
-        return SWIGLU_PAIR_LAUNCH
     launch = cuda_quant_launch(m, hidden, sms)
+    pair = SWIGLU_PAIR_LAUNCH
+    if itemsize == 2 and m > sms and launch.held > pair.held and hidden <= pair.capacity:
+        return pair
     if swiglu_held_bytes(launch, itemsize) <= SWIGLU_HELD_BYTES:
         return launch
     return max((x for x in CUDA_QUANT_LAUNCHES if swiglu_held_bytes(x, itemsize) <= SWIGLU_HELD_BYTES),

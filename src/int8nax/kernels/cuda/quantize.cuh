@@ -92,7 +92,7 @@ struct Group<__half> : Group2Byte<__half> {
     return abs_bits(__half2float(__ushort_as_half(h)));
   }
   static __device__ __forceinline__ float value(const uint32_t (&w)[WORDS], int i) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(w[i >> 1] >> (16 * (i & 1)))));
+    return __half2float(get(w, i));
   }
   static __device__ __forceinline__ __half get(const uint32_t (&w)[WORDS], int i) {
     return __ushort_as_half(bits(w, i));
