@@ -70,3 +70,21 @@ def test_the_models_part_takes_the_groups_left_from_a_previous_call(tmp_path):
     assert benches == ["^W8A8Model(Compiled)?$|^ModelRatio$"] and "asv model suite W8A8 rc=0" in steps
     benches, steps = run_models(tmp_path / "figures", MODEL_GROUPS="W8A8Figures MlxQ8")
     assert benches == ["^(W8A8)Model(Compiled)?Figures$", "^(MlxQ8)Model(Compiled)?(Figures)?$"]
+
+
+def test_the_suite_part_runs_the_default_dispatch_files_first_and_every_other_file_once(tmp_path):
+    # A stand-in python3 that prints its arguments: the part's pytest command line.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text('#!/bin/bash\necho "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234"}
+    subprocess.run([BASH, "tools/h200_verify.sh", "suite"], cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=60)
+    files = [a for a in (out / "tests_suite.txt").read_text().split() if a.startswith("tests/")]
+    every = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
+    assert sorted(files) == [f for f in every if f not in ("tests/test_cuda_tma.py", "tests/test_cuda_kernels.py")]
+    assert files[:3] == ["tests/test_w8a8_linear.py", "tests/test_nn.py", "tests/test_layers.py"]
+    assert files.index("tests/test_cuda_gemv.py") < files.index("tests/test_asv.py")
