@@ -304,3 +304,17 @@ def test_the_console_names_a_benchmark_by_its_method_and_parameters_dots_include
     assert gc._method("bench_ratio.ModelRatio.track_w8a8_model_ratio('qwen2.5-0.5b', 1)") == \
         "track_w8a8_model_ratio('qwen2.5-0.5b', 1)"
     assert gc._method("bench_gemm.NaxGemm.time_gemm") == "time_gemm"
+
+
+def test_sandbox_env_keeps_no_int8nax_source_tree_for_the_benchmark_processes(tmp_path, monkeypatch):
+    # A developer's PYTHONPATH=src (relative here, as typed) would make asv's benchmark
+    # processes import that tree instead of the commit asv built.
+    tree, other = tmp_path / "checkout", tmp_path / "site"
+    (tree / "src" / "int8nax").mkdir(parents=True)
+    (tree / "src" / "int8nax" / "__init__.py").write_text("")
+    other.mkdir()
+    monkeypatch.chdir(tree)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["src", str(other), str(tree / "src")]))
+    env = gc.sandbox_env(tmp_path / "home", "t")
+    assert env["ASV_PYTHONPATH"] == str(other)
+    assert env["PYTHONPATH"] == os.environ["PYTHONPATH"]  # the gate's own process keeps it

@@ -119,14 +119,18 @@ def plant(clone: Path, factor: float) -> None:
 def sandbox_env(home: Path, who: str) -> dict:
     """The environment for asv in a throwaway clone: a private HOME (asv's machine file), pip's
     cache kept, virtualenv finding this interpreter's python3.X on PATH, PYTHONPATH kept in
-    benchmark processes (asv 0.6.6 drops it otherwise), and a git identity for the commits."""
+    benchmark processes (asv 0.6.6 drops it otherwise) less its entries that hold an int8nax
+    package (a checkout's src/, relative or not, would shadow the commit asv built: a planted
+    slowdown then measured nothing), and a git identity for the commits."""
     email = who.replace(" ", "-") + "@int8nax.invalid"
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and not (Path(p) / "int8nax" / "__init__.py").is_file()]
     return {
         **os.environ,
         "HOME": str(home),
         "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")),
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        "ASV_PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "ASV_PYTHONPATH": os.pathsep.join(kept),
         "GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": email,
         "GIT_COMMITTER_NAME": who, "GIT_COMMITTER_EMAIL": email,
     }
