@@ -48,6 +48,23 @@ def backend(request):
         yield name
 
 
+@pytest.fixture(autouse=True)
+def mlx_default_device_unchanged():
+    """Fails the test that leaves MLX's default device changed, and puts it back. The default
+    device and stream are one per process, not per thread (MLX's StreamContext saves and restores
+    them globally): `with mx.stream(mx.cpu)` entered in several threads at once can leave the
+    CPU as the default. On the H200 that happened in a threads test, and every later GPU test of
+    the run then failed with "[custom_kernel] Only supports the GPU" instead of at the cause."""
+    import mlx.core as mx
+
+    before = mx.default_device()
+    yield
+    after = mx.default_device()
+    if after != before:
+        mx.set_default_device(before)
+        pytest.fail(f"this test left MLX's default device {after} (it was {before}); put back")
+
+
 @pytest.fixture
 def rng(request):
     # A fresh stream per test, seeded by the test's name through a stable digest: Python's
@@ -63,7 +80,10 @@ def random_int8(rng, shape):
 
 def same_on_cpu_threads(call, inputs, want, rounds: int) -> list:
     """Run call(inputs[i]) `rounds` times on thread i, on MLX's CPU stream, for every i at once;
-    returns the failures: i where a result differed from want[i], or the exception raised."""
+    returns the failures: i where a result differed from want[i], or the exception raised.
+    The CPU is made the default once, here, around all the threads: MLX's default stream is
+    one per process, and a `with mx.stream(...)` in each thread races on it (see
+    mlx_default_device_unchanged)."""
     import threading
 
     import mlx.core as mx
@@ -73,17 +93,17 @@ def same_on_cpu_threads(call, inputs, want, rounds: int) -> list:
     def worker(i):
         try:
             for _ in range(rounds):
-                with mx.stream(mx.cpu):
-                    if not np.array_equal(np.array(call(inputs[i])), want[i]):
-                        errors.append(i)
+                if not np.array_equal(np.array(call(inputs[i])), want[i]):
+                    errors.append(i)
         except Exception as exc:  # noqa: BLE001 - returned to the test
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(inputs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with mx.stream(mx.cpu):
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     return errors
 
 

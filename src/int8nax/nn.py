@@ -434,17 +434,25 @@ def _mlx_lm_swiglu_call(cls) -> bool:
     return _computes_swiglu(fn.__globals__.get(act))
 
 
+_PROBE_DEVICE_LOCK = threading.Lock()
+"""Held while _computes_swiglu makes the CPU MLX's default device: that default is one per
+process, and two threads saving and restoring it at once can leave the CPU as everyone's."""
+
+
 @lru_cache(maxsize=8)
 def _computes_swiglu(fn) -> bool:
     """Whether fn(gate, up) gives backends.swiglu's bits (on the CPU, in every float dtype, over
-    values where sigmoid saturates, underflows and rounds): mlx-lm's `swiglu` does."""
+    values where sigmoid saturates, underflows and rounds): mlx-lm's `swiglu` does. Once per
+    function and process (quantize_linears); for those milliseconds MLX's default device is the
+    CPU in every thread (mx.stream), which a caller quantizing a model while other threads
+    serve should know."""
     if fn is None or not callable(fn):
         return False
     values = mx.array([-1e4, -90.0, -30.0, -17.3, -5.5, -1.0, -0.3, -1e-3, 0.0, 1e-3, 0.37, 1.0, 2.5, 9.75, 31.0, 1e4])
     gate = mx.concatenate([values, mx.sin(mx.arange(48, dtype=mx.float32)) * 7])
     up = mx.concatenate([values[::-1], mx.cos(mx.arange(48, dtype=mx.float32)) * 3])
     try:
-        with mx.stream(mx.cpu):
+        with _PROBE_DEVICE_LOCK, mx.stream(mx.cpu):
             return all(mx.array_equal(fn(gate.astype(t), up.astype(t)), _swiglu(gate.astype(t), up.astype(t)),
                                       equal_nan=True).item()
                        for t in (mx.float32, mx.float16, mx.bfloat16))
