@@ -112,7 +112,7 @@ case "$part" in
     fi
     ;;
   swiglu)
-    INT8NAX_CUDA_SWIGLU=fused timeout -s INT -k 30 $(left $END) $PYTEST tests/test_swiglu.py tests/test_cuda_swiglu.py \
+    INT8NAX_CUDA_SWIGLU=fused timeout -s INT -k 30 $(left $END) $PYTEST tests/test_cuda_swiglu.py tests/test_swiglu.py \
       > "$OUT/tests_swiglu.txt" 2>&1
     echo "test_swiglu + test_cuda_swiglu (fused) rc=$? $(el) s" >> "$S"
     ;;

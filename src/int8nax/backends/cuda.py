@@ -208,10 +208,12 @@ def _narrow(epilogue: str | None = None) -> bool:
 SWIGLU_ENV = "INT8NAX_CUDA_SWIGLU"
 SWIGLU_CHOICES = ("fused", "split")
 SWIGLU_DEFAULT = "split"
-"""split: on the H200 (2026-12-05) the fused kernel gave split's bits in a model and was no faster
-(0.252 ms a layer at 4096 tokens of Qwen2.5-7B against ~0.23 for swiglu and the quantization;
-its launch fits one row an SM, results/cuda-h200.md). Its bit-for-bit test has not run on a GPU
-(tools/h200_verify.sh, part swiglu)."""
+"""split, until the fused kernel's bit-for-bit test (tests/test_cuda_swiglu.py) has passed on a
+GPU. On the H200 (2026-12-05, results/cuda-h200.md) fused is the faster: with the 512x5 launch
+(cuda_plans.SWIGLU_PAIR_LAUNCH, two rows an SM) its kernel takes 0.161 ms a Qwen2.5-7B layer at
+4096 tokens against 0.226 for swiglu and the quantization, the layer's GPU time 2.070 ms against
+2.114, and its outputs were split's bits in the model at 512-4096 tokens; the test file's run was
+lost to another test that left the CPU as MLX's default device."""
 
 
 @lru_cache(maxsize=1)
