@@ -10,6 +10,7 @@ from int8nax.bench import model_profile as mp
     ("custom_kernel_int8nax_gemv_w8a8_x_gemv_99", "int8nax gemm"),
     ("custom_kernel_int8nax_sm90_w8a8_wg2_128x112_5e", "int8nax gemm"),
     ("custom_kernel_int8nax_quantize_ab12", "int8nax quantize"),
+    ("custom_kernel_int8nax_swiglu_quantize_5dbe9f3b_bfloat16_t_512_5", "int8nax quantize"),
     ("custom_kernel_int8nax_reduce_w8a8_ff", "int8nax reduce"),
     ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "float gemm"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", "float gemm"),

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CATEGORIES = (
-    ("int8nax quantize", r"int8nax_quantize"),
+    ("int8nax quantize", r"int8nax_(swiglu_)?quantize"),  # the SwiGLU kernel makes h and its codes
     ("int8nax reduce", r"int8nax_reduce"),
     ("int8nax gemm", r"int8nax_"),
     ("float gemm", r"gemm|gemv|nvjet|xmma|cutlass|cublas|matmul|qmm|qmv|splitk"),
