@@ -212,9 +212,11 @@ if (!rows.length && !document.querySelector('#regressions-body p, #regressions-b
 return Array.from(rows).filter(r => r.offsetParent !== null).map(r => Array.from(r.cells).map(c => c.innerText.trim()));
 """
 
-OURS = re.compile(r"^bench_(gemm|linear)\.Nax\w+\.time_|^bench_ratio\.\w+\.track_\w+_ratio")
-"""The benchmarks the Regressions page may list: int8nax's own times and ratios (asv.conf.json's
-regressions_first_commits leaves the peers and the throughputs out)."""
+OURS = re.compile(r"^bench_(gemm|linear)\.Nax\w+\.time_|^bench_model\.W8A8Model(Compiled)?\.time_"
+                  r"|^bench_ratio\.\w+\.track_\w+_ratio")
+"""The benchmarks the Regressions page may list: int8nax's own times (its GEMM, W8A8 layer and
+W8A8 model) and ratios (asv.conf.json's regressions_first_commits leaves the peers, the other
+model forms, the display figures and the throughputs out)."""
 
 
 def check_default_graph(driver, url: str, bench: str, screenshot: Path | None, problems: list[str]) -> dict:
