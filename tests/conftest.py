@@ -51,9 +51,9 @@ def backend(request):
 @pytest.fixture(autouse=True)
 def mlx_default_device_unchanged():
     """Fails the test that leaves MLX's default device changed, and puts it back. The default
-    device and stream are one per process, not per thread (MLX's StreamContext saves and restores
-    them globally): `with mx.stream(mx.cpu)` entered in several threads at once can leave the
-    CPU as the default. On the H200 that happened in a threads test, and every later GPU test of
+    device is one per process (only the default streams are per thread), and MLX's StreamContext
+    saves and restores it: `with mx.stream(mx.cpu)` entered in several threads at once can leave
+    the CPU as the default. On the H200 that happened in a threads test, and every later GPU test of
     the run then failed with "[custom_kernel] Only supports the GPU" instead of at the cause."""
     import mlx.core as mx
 
@@ -81,7 +81,7 @@ def random_int8(rng, shape):
 def same_on_cpu_threads(call, inputs, want, rounds: int) -> list:
     """Run call(inputs[i]) `rounds` times on thread i, on MLX's CPU stream, for every i at once;
     returns the failures: i where a result differed from want[i], or the exception raised.
-    The CPU is made the default once, here, around all the threads: MLX's default stream is
+    The CPU is made the default once, here, around all the threads: MLX's default device is
     one per process, and a `with mx.stream(...)` in each thread races on it (see
     mlx_default_device_unchanged)."""
     import threading
