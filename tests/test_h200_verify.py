@@ -88,3 +88,11 @@ def test_the_suite_part_runs_the_default_dispatch_files_first_and_every_other_fi
     assert sorted(files) == [f for f in every if f not in ("tests/test_cuda_tma.py", "tests/test_cuda_kernels.py")]
     assert files[:3] == ["tests/test_w8a8_linear.py", "tests/test_nn.py", "tests/test_layers.py"]
     assert files.index("tests/test_cuda_gemv.py") < files.index("tests/test_asv.py")
+
+
+def test_the_models_part_starts_a_group_only_with_its_own_time_left(tmp_path):
+    # W8A8's tracks took 340 s on the H200: started with less left, the call's limit would kill
+    # the asv run and lose it whole; MLX's 8-bit form (146 s) still fits.
+    benches, steps = run_models(tmp_path, MODEL_GROUPS="W8A8Figures MlxQ8", LIMIT="300")
+    assert benches == ["^(MlxQ8)Model(Compiled)?(Figures)?$"]
+    assert "asv model suite W8A8Figures: not run" in steps and "pass MODEL_GROUPS=W8A8Figures next" in steps
