@@ -96,3 +96,24 @@ def test_the_models_part_starts_a_group_only_with_its_own_time_left(tmp_path):
     benches, steps = run_models(tmp_path, MODEL_GROUPS="W8A8Figures MlxQ8", LIMIT="300")
     assert benches == ["^(MlxQ8)Model(Compiled)?(Figures)?$"]
     assert "asv model suite W8A8Figures: not run" in steps and "pass MODEL_GROUPS=W8A8Figures next" in steps
+
+
+def test_the_profile_part_gives_the_ncu_runner_sets_it_takes(tmp_path):
+    from int8nax.bench import ncu
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text('#!/bin/bash\necho "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "LIMIT": "400"}
+    subprocess.run([BASH, "tools/h200_verify.sh", "profile"], cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=60)
+    args = (out / "profile.txt").read_text().split()
+    assert args[:4] == ["-m", "int8nax.bench.ncu", "--profile", f"{out}/profile"]
+    limit = int(args[args.index("--time-limit") + 1])
+    assert 100 < limit < 400
+    items = ncu.parse_sets([args[i + 1] for i, a in enumerate(args) if a == "--set"])
+    assert len(items) == 25 and {i.subject for i in items} == {"int8_matmul", "w8a8:bfloat16", "w8a8:bfloat16+bias",
+                                                               "bf16"}

@@ -13,6 +13,7 @@ of the float32 product. The --plans sweep (bench.kernel_plans) times its plans o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .kernel_worker import Item
@@ -63,15 +64,69 @@ def _bias(n: int):
     return np.random.default_rng([20261204, n]).uniform(-4.0, 4.0, n).astype(np.float32)
 
 
-def measure(item: Item, ctx: dict) -> dict:
-    """One item's record: us, tops, parts, describe, check, copies; a wrong output makes it a
-    mismatch. An item that cannot run raises (the worker records the exception)."""
+@dataclass
+class Prepared:
+    """One item's launches ready to run: call(set) is one lazy call on a set of operands (of
+    `sets`, `copies` bit-identical ones covering ROTATE_L2 x the L2), check(out) None or what is
+    wrong with its output, `what` the check in words, `describe` what runs (the backend's words)."""
+
+    call: Callable
+    sets: list
+    copies: int
+    check: Callable
+    what: str
+    describe: str
+
+
+def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
+    """The operands, call and check of an int8_matmul, w8a8:<variant> or bf16 item at its shape on
+    the device, for an L2 of `l2` bytes (cuBLASLt is measure's own); `backend`: the tests' CPU."""
     import mlx.core as mx
     import numpy as np
 
     import int8nax  # the public API, as a user calls it
 
     from .. import backends
+    from . import problems
+
+    m, k, n = item.shape
+    rows = checked_rows(m)
+    if item.subject == "int8_matmul":
+        case = raw_case(item.shape, l2)
+        return Prepared(lambda s: int8nax.int8_matmul(s[0], s[1], backend=backend), case.sets, case.copies,
+                        lambda out: case.check(out, rows), case.what,
+                        _describe(backends.get(backend), "int8_matmul", m, n, k))
+    if item.subject == "bf16":
+        x_np, _ = problems.linear_problem(m, k, n)
+        w_np, s_np = problems.w8a8_weights(m, k, n)
+        x = mx.array(x_np).astype(mx.bfloat16)
+        w = (mx.array(w_np).astype(mx.float32) * mx.array(s_np)[:, None]).astype(mx.bfloat16)
+        copies = copies_for(x.nbytes + w.nbytes, l2)
+
+        def check(out):
+            idx = mx.array(rows)
+            got = np.array(out[idx].astype(mx.float32))
+            want = np.array(x[idx].astype(mx.float32)) @ np.array(w.astype(mx.float32)).T
+            worst = float(np.max(np.abs(got - want) / (np.abs(want) + np.abs(want).max() * 1e-3 + 1e-30)))
+            return None if worst <= 0.05 else f"off by {worst:.3g} (relative) from the float32 product"
+
+        return Prepared(lambda st: mx.matmul(st[0], st[1].T), _device_copies(mx, (x, w), copies), copies, check,
+                        "within 5 % of the float32 product (a peer: bfloat16 rounding)", "mlx bfloat16 matmul")
+    if not item.subject.startswith("w8a8:"):
+        raise ValueError(f"item: expected int8_matmul, bf16 or w8a8:<dtype>[+bias] here, got {item.subject!r}")
+    case = w8a8_case(item.subject.split(":", 1)[1], item.shape, l2)
+    return Prepared(lambda st: int8nax.w8a8_linear(st[0], st[1], st[2], st[3], backend=backend), case.sets,
+                    case.copies, lambda out: case.check(out, rows), case.what,
+                    _describe(backends.get(backend), "w8a8_linear", m, n, k, bias=case.bias is not None,
+                              dtype=case.dtype))
+
+
+def measure(item: Item, ctx: dict) -> dict:
+    """One item's record: us, tops, parts, describe, check, copies; a wrong output makes it a
+    mismatch. An item that cannot run raises (the worker records the exception)."""
+    import mlx.core as mx
+    import numpy as np
+
     from ..reference import exact_int_product
     from . import problems
 
@@ -79,20 +134,7 @@ def measure(item: Item, ctx: dict) -> dict:
     rows = checked_rows(m)
     rec = {"subject": item.subject, "shape": list(item.shape)}
     prof, launches, l2 = ctx["profiler"], ctx["launches"], ctx["l2_bytes"]
-    backend = ctx.get("backend", "cuda")  # tests run the checks on the CPU backend
-    if item.subject == "int8_matmul":
-        case = raw_case(item.shape, l2)
-        sets, copies = case.sets, case.copies
-        rec["describe"] = _describe(backends.get(backend), "int8_matmul", m, n, k)
-
-        def call(s):
-            return int8nax.int8_matmul(s[0], s[1], backend=backend)
-
-        def check(out):
-            return case.check(out, rows)
-
-        rec["check"] = case.what
-    elif item.subject == "cublaslt":
+    if item.subject == "cublaslt":
         from .peers import cublaslt
 
         a_np, b_np = problems.raw_problem(m, k, n)
@@ -124,47 +166,18 @@ def measure(item: Item, ctx: dict) -> dict:
         bad = int((got != exact_int_product(a_np[rows], b_np)).sum())
         rec["check"] = "bit-exact against the int64 product"
         return _finish(rec, None if bad == 0 else f"{bad} of {got.size} checked outputs differ", copies, launches)
-    elif item.subject == "bf16":
-        x_np, _ = problems.linear_problem(m, k, n)
-        w_np, s_np = problems.w8a8_weights(m, k, n)
-        x = mx.array(x_np).astype(mx.bfloat16)
-        w = (mx.array(w_np).astype(mx.float32) * mx.array(s_np)[:, None]).astype(mx.bfloat16)
-        copies = copies_for(x.nbytes + w.nbytes, l2)
-        sets = _device_copies(mx, (x, w), copies)
-        rec["describe"] = "mlx bfloat16 matmul"
 
-        def call(st):
-            return mx.matmul(st[0], st[1].T)
-
-        def check(out):
-            idx = mx.array(rows)
-            got = np.array(out[idx].astype(mx.float32))
-            want = np.array(x[idx].astype(mx.float32)) @ np.array(w.astype(mx.float32)).T
-            worst = float(np.max(np.abs(got - want) / (np.abs(want) + np.abs(want).max() * 1e-3 + 1e-30)))
-            return None if worst <= 0.05 else f"off by {worst:.3g} (relative) from the float32 product"
-
-        rec["check"] = "within 5 % of the float32 product (a peer: bfloat16 rounding)"
-    else:
-        case = w8a8_case(item.subject.split(":", 1)[1], item.shape, l2)
-        sets, copies = case.sets, case.copies
-        rec["describe"] = _describe(backends.get(backend), "w8a8_linear", m, n, k, bias=case.bias is not None,
-                                    dtype=case.dtype)
-
-        def call(st):
-            return int8nax.w8a8_linear(st[0], st[1], st[2], st[3], backend=backend)
-
-        def check(out):
-            return case.check(out, rows)
-
-        rec["check"] = case.what
+    # tests run the checks on the CPU backend
+    p = prepare(item, l2, ctx.get("backend", "cuda"))
+    rec["describe"], rec["check"] = p.describe, p.what
 
     def launch(i):
-        mx.eval(call(sets[i % len(sets)]))
+        mx.eval(p.call(p.sets[i % len(p.sets)]))
 
     rec["us"], rec["parts"] = _timed(launch, prof, launches)
-    out = call(sets[0])
+    out = p.call(p.sets[0])
     mx.eval(out)
-    return _finish(rec, check(out), copies, launches)
+    return _finish(rec, p.check(out), p.copies, launches)
 
 
 @dataclass
