@@ -117,3 +117,26 @@ def test_the_profile_part_gives_the_ncu_runner_sets_it_takes(tmp_path):
     items = ncu.parse_sets([args[i + 1] for i, a in enumerate(args) if a == "--set"])
     assert len(items) == 25 and {i.subject for i in items} == {"int8_matmul", "w8a8:bfloat16", "w8a8:bfloat16+bias",
                                                                "bf16"}
+
+
+def test_the_plans_part_takes_the_model_layers_at_plans_tokens(tmp_path):
+    from int8nax.bench.kernel_plans import model_shapes
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # python3 -c (the shapes) runs; anything else prints its arguments
+    (bin_dir / "python3").write_text(f'#!/bin/bash\nif [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\necho "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "PLANS_TOKENS": "128"}
+    subprocess.run([BASH, "tools/h200_verify.sh", "plans"], cwd=ROOT, env=env, check=True, capture_output=True,
+                   timeout=60)
+    args = (out / "plans.txt").read_text().split()
+    shapes = args[args.index("--shapes") + 1].split(",")
+    assert shapes == ["x".join(map(str, s)) for s in model_shapes(tokens=(128,))] and len(shapes) == 8
+    assert all(s.startswith("128x") for s in shapes) and "--plans" in args
+    del env["PLANS_TOKENS"]
+    subprocess.run([BASH, "tools/h200_verify.sh", "plans"], cwd=ROOT, env=env, check=True, capture_output=True,
+                   timeout=60)
+    assert "--shapes" not in (out / "plans.txt").read_text().split()

@@ -8,6 +8,7 @@
 #   bash tools/h200_verify.sh plans    # ~300 s: W8A8 (bfloat16) on every plan the dispatch could give each
 #                                      #   shape, against the raw GEMM (compare --mode kernel --plans):
 #                                      #   the dispatch evidence, at the seed shapes and the models' layers
+#                                      #   (PLANS_TOKENS=128: the models' layers at those token counts only)
 #   bash tools/h200_verify.sh models   # the model suite into .asv/results/h200 (COMMIT: the full hash here, and
 #                                      #   COMMIT_DATE=<ct>), as $OUT/asv_results_h200.tgz: one asv run per group
 #                                      #   (MODEL_GROUPS, default 'Bf16|Fp16 W8A8 W8A8Figures MlxQ8': W8A8 is its
@@ -70,8 +71,14 @@ case "$part" in
     cat "$OUT/kernel.txt"
     ;;
   plans)
-    timeout 580 python3 -m int8nax.cli compare --mode kernel --plans --time-limit 540 --json "$OUT/plans.json" \
-      > "$OUT/plans.txt" 2> "$OUT/plans.log"
+    # PLANS_TOKENS=128: the models' layers at those token counts only (W8A8's GPU time at 128
+    # tokens equals bfloat16's at half the weight bytes: which plans do better there)
+    shapes=()
+    if [ -n "${PLANS_TOKENS:-}" ]; then
+      shapes=(--shapes "$(python3 -c "from int8nax.bench.kernel_plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=tuple(map(int, '$PLANS_TOKENS'.split(',')))))))")")
+    fi
+    timeout $(left $END) python3 -m int8nax.cli compare --mode kernel --plans --time-limit $(( $(left $END) - 40 )) \
+      "${shapes[@]}" --json "$OUT/plans.json" > "$OUT/plans.txt" 2> "$OUT/plans.log"
     echo "compare --mode kernel --plans rc=$? $(el) s" >> "$S"
     sed -n '/^Default plan against the fastest/,$p' "$OUT/plans.txt"
     ;;
