@@ -177,3 +177,53 @@ def test_views_of_y(dtype, launch, h, view):
     got = _fused(v, launch)
     _assert_same_bits(got, _unfused(v))
     _assert_same_bits(got, want)
+
+
+# ---- the staged kernel (kernels/cuda/swiglu_quantize_staged.cuh): persistent blocks, rows copied
+# into shared memory while the previous one is quantized; same bits. Few blocks make every block
+# reuse both buffers; rows the launch's buffers cannot hold (or off the vector path) are
+# quantized from y by the same blocks.
+
+STAGED_H = H_VALUES + [cuda_plans.SMEM_PER_BLOCK // 8 // 8 * 8]  # ... and the widest row two buffers hold
+
+
+def _staged_launch(h: int, blocks: int) -> cuda_plans.CudaStagedLaunch:
+    """A staged launch for rows of H values of a 2-byte type: built for H where two buffers hold it,
+    else for 4096 (so the kernel quantizes these rows from y)."""
+    fits = h % 8 == 0 and 4 * h * 2 <= cuda_plans.SMEM_PER_BLOCK and h <= 8 * 512 * cuda_plans.STAGED_MAX_HELD
+    design = h if fits else 4096
+    held = min(cuda_plans.STAGED_MAX_HELD, max(1, -(-design // 4096)))
+    return cuda_plans.CudaStagedLaunch(512, held, design, 2, blocks)
+
+
+@pytest.mark.parametrize("blocks", [3, 132])
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=_case_id)
+@pytest.mark.parametrize("m", M_VALUES)
+@pytest.mark.parametrize("h", STAGED_H)
+def test_staged_swiglu_quantize_is_the_unfused_graph_bit_for_bit(dtype, h, m, blocks):
+    y, want = _case(dtype, h, m)
+    _assert_same_bits(_fused(y, _staged_launch(h, blocks)), want)
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=_case_id)
+@pytest.mark.parametrize("view", ["offset_base", "column_slice"])
+@pytest.mark.parametrize("h", [4864, 24, 4867])
+def test_staged_views_of_y(dtype, h, view):
+    m = 7
+    y, want = _case(dtype, h, m)
+    if view == "offset_base":  # 3 elements into its buffer: off 16 bytes, quantized from y
+        flat = mx.concatenate([mx.zeros((3,), dtype=dtype), y.reshape(-1)])
+        v = flat[3:].reshape(m, 2 * h)
+    else:
+        v = mx.concatenate([mx.zeros((m, 1), dtype=dtype), y, mx.zeros((m, 5), dtype=dtype)], axis=1)[:, 1:1 + 2 * h]
+    mx.eval(v)
+    _assert_same_bits(_fused(v, _staged_launch(h, 3)), want)
+
+
+def test_the_staged_first_use_check_passes_and_probes_more_rows_than_blocks():
+    launch = cuda_plans.CudaStagedLaunch(512, 5, 18944, 2, 4)
+    cuda.swiglu_kernel_ok.cache_clear()
+    try:
+        assert cuda.swiglu_kernel_ok(mx.bfloat16, launch)
+    finally:
+        cuda.swiglu_kernel_ok.cache_clear()

@@ -297,13 +297,16 @@ def test_cuda_switch_is_read_and_checked(monkeypatch):
     monkeypatch.setattr(cuda, "swiglu_w8a8", lambda *a: seen.append("fused") or "fused")
     monkeypatch.setattr(backends.Backend, "swiglu_w8a8_linear", lambda self, *a: seen.append("split") or "split")
     try:
-        for value, want in (("", cuda.SWIGLU_DEFAULT), ("fused", "fused"), (" Split ", "split")):
+        default = "split" if cuda.SWIGLU_DEFAULT == "split" else "fused"
+        for value, want in (("", default), ("fused", "fused"), (" Split ", "split"), ("staged", "fused")):
             monkeypatch.setenv(cuda.SWIGLU_ENV, value)
             cuda.clear_caches()
             assert cuda.BACKEND.swiglu_w8a8_linear(None, None, None, None) == want
+            assert cuda.BACKEND.swiglu_one_step() == (want == "fused")
         monkeypatch.setenv(cuda.SWIGLU_ENV, "fast")
         cuda.clear_caches()
-        with pytest.raises(ValueError, match=r"INT8NAX_CUDA_SWIGLU: expected one of \['fused', 'split'\], got 'fast'"):
+        with pytest.raises(ValueError, match=r"INT8NAX_CUDA_SWIGLU: expected one of \['fused', 'staged', 'split'\], "
+                                             r"got 'fast'"):
             cuda.BACKEND.swiglu_w8a8_linear(None, None, None, None)
     finally:
         monkeypatch.delenv(cuda.SWIGLU_ENV)
@@ -401,6 +404,36 @@ def test_cuda_one_step_falls_back_to_two_steps_where_the_check_failed(monkeypatc
     assert calls == [("one", 3, 8, 16, False), ("two", (3, 16))]
 
 
+def test_cuda_first_use_check_of_a_staged_launch_probes_its_width_over_more_rows_than_blocks(monkeypatch):
+    """A staged launch is probed at its own row width (staged) and at two widths it quantizes from y,
+    each with rows enough that every block refills its buffers, and no two neighbouring rows alike
+    (a row quantized from the wrong buffer must show)."""
+    from int8nax.backends import cuda, cuda_plans
+
+    launch = cuda_plans.CudaStagedLaunch(512, 1, 24, 2, 4)
+    seen = []
+
+    def stand_in(y, _launch, wrong=False):
+        seen.append(y)
+        k = y.shape[1] // 2
+        q, s = int8nax.quantize_activations(backends.swiglu(y[:, :k], y[:, k:]), backend="cpu")
+        return (q[::-1], s[::-1]) if wrong else (q, s)  # wrong: each row given another row's result
+
+    monkeypatch.setattr(cuda, "_swiglu_quantize_graph", stand_in)
+    cuda.swiglu_kernel_ok.cache_clear()
+    try:
+        assert cuda.swiglu_kernel_ok(mx.bfloat16, launch)
+        assert [(y.shape[0], y.shape[1] // 2) for y in seen] == [(11, 24), (11, launch.capacity + 8), (11, 13)]
+        y = np.array(seen[0].astype(mx.float32))
+        assert not any(np.array_equal(y[i], y[i + 1], equal_nan=True) for i in range(10) if np.abs(y[i]).max() > 0)
+        monkeypatch.setattr(cuda, "_swiglu_quantize_graph", lambda y, l: stand_in(y, l, wrong=True))
+        cuda.swiglu_kernel_ok.cache_clear()
+        with pytest.warns(RuntimeWarning, match="SwiGLU MLPs take the two steps"):
+            assert not cuda.swiglu_kernel_ok(mx.bfloat16, launch)
+    finally:
+        cuda.swiglu_kernel_ok.cache_clear()
+
+
 class RecordingKernel:
     """Stands in for mx.fast.cuda_kernel's kernel object: records each launch, returns zeros."""
 
@@ -451,6 +484,44 @@ def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, 
             assert "int8nax_quantize" not in names and launches[1]["inputs"][0] == (m, h)
             assert launches[-1]["outputs"][0] == (m, n) and launches[-1]["template"]["TOut"] == dtype
     finally:
+        cuda.clear_caches()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_cuda_staged_entry_launches_the_staged_kernel_where_its_launch_takes_the_shape(monkeypatch, dtype):
+    """INT8NAX_CUDA_SWIGLU=staged for Qwen2.5-7B's down projection (kernels stood in, the first-use
+    check passed): the staged kernel with cuda_swiglu_staged_launch's launch and its buffers'
+    template where that takes (M, H, dtype), else the fused kernel's launch."""
+    from int8nax.backends import cuda, cuda_plans
+
+    launches = []
+    monkeypatch.setattr(cuda, "_kernel", lambda spec: RecordingKernel(spec, launches))
+    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    asked = []
+    monkeypatch.setattr(cuda, "swiglu_kernel_ok", lambda dtype, launch: asked.append(launch) or True)
+    monkeypatch.setenv(cuda.SWIGLU_ENV, "staged")
+    cuda.clear_caches()
+    try:
+        n, h = 3584, 18944
+        w, s = mx.zeros((n, h), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
+        for m in (200, 264, 4096):
+            launches.clear()
+            asked.clear()
+            mx.eval(cuda.swiglu_w8a8(mx.zeros((m, 2 * h), dtype=dtype), w, s, None))
+            first, staged = launches[0], cuda_plans.cuda_swiglu_staged_launch(m, h, dtype.size, 132)
+            if staged is None:  # too few rows (two a block at least), or float32
+                assert m == 200 or dtype == mx.float32
+                assert first["name"] == "int8nax_swiglu_quantize"
+                assert asked == [cuda_plans.cuda_swiglu_quant_launch(m, h, dtype.size, 132)]
+                continue
+            assert first["name"] == "int8nax_swiglu_quantize_staged" and asked == [staged]
+            assert first["inputs"] == [(m, 2 * h)] and first["outputs"] == [(m, h), (m,)]
+            assert (first["grid"], first["block"]) == ((132 * 512, 1, 1), (512, 1, 1))
+            assert first["template"] == {"T": dtype, "THREADS": 512, "HELD": 5, "STAGE_BYTES": 4 * h * 2}
+            assert launches[-1]["inputs"][0] == (m, h) and launches[-1]["outputs"][0] == (m, n)
+    finally:
+        monkeypatch.delenv(cuda.SWIGLU_ENV)
         cuda.clear_caches()
 
 

@@ -221,3 +221,77 @@ def test_ptx_comparison_ignores_only_the_source_digests_nvcc_puts_in_names(tmp_p
     normalized = compile_check().normalized_ptx
     assert normalized(str(a)) == normalized(str(b))
     assert normalized(str(a)) != normalized(str(c))
+
+
+# ---- the staged kernel (kernels/cuda/swiglu_quantize_staged.cuh, cuda_plans.cuda_swiglu_staged_launch) ----
+
+def test_staged_spec_asks_its_buffers_as_shared_memory_and_ends_with_its_launch_bound():
+    spec = cuda_source.swiglu_quantize_staged(151552)
+    assert spec.name == "int8nax_swiglu_quantize_staged_" + cuda_source.digest("swiglu_quantize_staged")
+    assert (spec.input_names, spec.output_names, spec.shared_memory) == (("y",), ("q", "scale"), 151552)
+    assert spec.source == ("int8nax::quantize_swiglu_rows_staged<T, THREADS, HELD, STAGE_BYTES>"
+                           "(y, y_shape[1] / 2, y_shape[0], q, scale);")
+    names = [Path(line[len('#include "'):-1]).name for line in spec.header.splitlines()]
+    assert names == ["common.cuh", "ptx_cpasync.cuh", "quantize.cuh", "binary_ops.cuh", "swiglu_quantize.cuh",
+                     "swiglu_quantize_staged.cuh", "launch_bounds_512.cuh"]
+    assert "__launch_bounds__(512, 1)" in cuda_source._read("launch_bounds_512.cuh")
+    assert cuda_source.swiglu_quantize_staged(98304).shared_memory == 98304
+
+
+@pytest.mark.parametrize("sms", [132, 114, 16])
+def test_staged_launch_takes_many_rows_of_2_byte_types_that_two_buffers_hold(sms):
+    taken = []
+    for m in QUANT_M:
+        for h in SWIGLU_H:
+            for itemsize in (2, 4):
+                launch = cuda_plans.cuda_swiglu_staged_launch(m, h, itemsize, sms)
+                fits = 4 * h * itemsize <= cuda_plans.SMEM_PER_BLOCK and h <= 8 * 512 * cuda_plans.STAGED_MAX_HELD
+                if itemsize == 4 or h % 8 or m < 2 * sms or not fits:
+                    assert launch is None, (m, h, itemsize)
+                    continue
+                assert launch.threads == 512 and launch.blocks == sms and launch.capacity >= h, (m, h)
+                assert launch.capacity - h < 8 * 512  # the fewest groups that hold the row
+                assert launch.stage_bytes == 4 * h * itemsize <= cuda_plans.SMEM_PER_BLOCK
+                assert launch.grid(m) == ((sms * 512, 1, 1), (512, 1, 1))
+                assert launch.template() == [("THREADS", 512), ("HELD", launch.held), ("STAGE_BYTES", 4 * h * 2)]
+                taken.append((m, h))
+    assert all((4096, h) in taken for h in MODEL_H) and (512, 18944) in taken
+    assert (100000, 32768) not in taken  # 256 KB of buffers: more than a block may have
+
+
+def test_staged_launch_grid_is_at_most_a_block_a_row():
+    launch = cuda_plans.CudaStagedLaunch(512, 5, 18944, 2, 132)
+    assert launch.grid(7) == ((7 * 512, 1, 1), (512, 1, 1)) and launch.grid(4096)[0] == (132 * 512, 1, 1)
+
+
+def test_compile_check_builds_the_staged_kernel_at_every_held():
+    ccc = compile_check()
+    got = [(label, tmpl) for label, spec, ins, outs, tmpl in ccc.instances("sm_90a")
+           if label.startswith("swiglu_quantize_staged ")]
+    assert [label for label, _ in got] == [f"swiglu_quantize_staged {t} 512x{h}"
+                                           for h in range(1, cuda_plans.STAGED_MAX_HELD + 1)
+                                           for t in ("float16", "bfloat16")]
+    for _, tmpl in got:
+        stage = dict(tmpl)["STAGE_BYTES"]
+        assert stage <= cuda_plans.SMEM_PER_BLOCK and 4 * 2 * 8 * 512 * (dict(tmpl)["HELD"] - 1) < stage
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc here (set NVCC=/path/to/nvcc)")
+@pytest.mark.skipif(not MLX_JIT_HEADERS, reason="MLX's JIT headers not given (set INT8NAX_MLX_JIT_HEADERS)")
+def test_the_staged_kernel_compiles_within_its_launch_bound(tmp_path):
+    """Every staged instance through nvcc for sm_90a: no spills, and at most 128 registers a thread
+    (the bound of launch_bounds_512.cuh: 512 threads x 128 = an SM's register file; without it
+    ptxas took up to 136, and the launch would fail)."""
+    ccc = compile_check()
+    cases = [i for i in ccc.instances("sm_90a") if i[0].startswith("swiglu_quantize_staged ")]
+    for label, spec, ins, outs, tmpl in cases:
+        cu = tmp_path / (ccc.stem(label) + ".cu")
+        cu.write_text(ccc.translation_unit(spec, ins, outs, tmpl))
+        proc = subprocess.run([NVCC, "-std=c++17", "-I", MLX_JIT_HEADERS, "-cubin", "-gencode=arch=compute_90a,code=sm_90a",
+                               "-Xptxas", "-v", "-o", str(cu.with_suffix(".cubin")), str(cu)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, f"{label}: {proc.stderr[-3000:]}"
+        spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", proc.stderr)
+        assert spills and all(v == "0" for v in spills), f"{label}: {proc.stderr[-2000:]}"
+        (registers,) = map(int, re.findall(r"Used (\d+) registers", proc.stderr))
+        assert registers * 512 <= REGISTERS_PER_SM, (label, registers)

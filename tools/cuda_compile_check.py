@@ -136,6 +136,12 @@ def instances(arch: str):
                 continue  # cannot start (too many registers), so never built: cuda_swiglu_quant_launch
             yield (f"swiglu_quantize {t} {launch.threads}x{launch.held}", cuda_source.swiglu_quantize(),
                    [CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + launch.template())
+    for held in range(1, cuda_plans.STAGED_MAX_HELD + 1):  # the staged kernel at each `held` the rule can give
+        hidden = min(held * cuda_plans.STAGED_THREADS * 8, cuda_plans.SMEM_PER_BLOCK // 8 // 8 * 8)
+        launch = cuda_plans.CudaStagedLaunch(cuda_plans.STAGED_THREADS, held, hidden, 2, 132)
+        for t in ("float16", "bfloat16"):
+            yield (f"swiglu_quantize_staged {t} {launch.threads}x{held}", cuda_source.swiglu_quantize_staged(
+                launch.stage_bytes), [CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + launch.template())
     yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])
     for narrow, bias_type in ((False, "float32"), (True, "float32"), (True, "float16")):
         yield (f"reduce w8a8{epilogue_tag(narrow, True, bias_type)}", cuda_source.reduce_w8a8(),

@@ -27,7 +27,8 @@
 #                                      #   against swiglu + the quantization kernel, bit for bit (test_cuda_swiglu),
 #                                      #   and test_swiglu with INT8NAX_CUDA_SWIGLU=fused (Qwen-sized MLPs)
 #   bash tools/h200_verify.sh swiglu-model  # ~250 s: compare --model --breakdown at 16, 512 and 4096 tokens,
-#                                      #   SwiGLU split against fused (what cuda.SWIGLU_DEFAULT waits for); SWIGLU_TOKENS=512,4096: fewer
+#                                      #   SwiGLU split, fused and staged (what cuda.SWIGLU_DEFAULT waits for);
+#                                      #   SWIGLU_TOKENS=512,4096 / SWIGLU_MODES="fused staged": fewer
 #   bash tools/h200_verify.sh bias     # ~250 s (estimated): a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS=own)
 #                                      #   against the cast bias, bit for bit (test_cuda_bias), then W8A8 bfloat16+bias
 #                                      #   in kernel time, cast against own, at six seed shapes (what BIAS_DEFAULT waits for)
@@ -132,7 +133,7 @@ case "$part" in
     echo "test_cuda_swiglu + test_swiglu (fused) rc=$? $(el) s" >> "$S"
     ;;
   swiglu-model)
-    for mode in split fused; do
+    for mode in ${SWIGLU_MODES:-split fused staged}; do
       INT8NAX_CUDA_SWIGLU=$mode timeout $(left $END) python3 -m int8nax.cli compare --model qwen2.5-7b \
         --tokens ${SWIGLU_TOKENS:-16,512,4096} --forms bf16,w8a8 --breakdown > "$OUT/swiglu_$mode.txt" 2>> "$OUT/models.log"
       echo "compare --model, SwiGLU $mode rc=$? $(el) s" >> "$S"

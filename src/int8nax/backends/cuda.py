@@ -199,26 +199,31 @@ def _narrow(epilogue: str | None = None) -> bool:
 
 # ---- SwiGLU's quantization: one kernel, or swiglu then the quantization kernel ----
 #
-#   fused  kernels/cuda/swiglu_quantize.cuh: h = silu(gate) * up with MLX's own device functors,
-#          quantized from the registers; h never reaches memory (at 4096 tokens of Qwen2.5-7B,
-#          0.39 GB a layer read and written instead of 0.70). Same bits as split.
-#   split  MLX's fused swiglu kernel writes h, the quantization kernel reads it.
+#   fused   kernels/cuda/swiglu_quantize.cuh: h = silu(gate) * up with MLX's own device functors,
+#           quantized from the registers; h never reaches memory (at 4096 tokens of Qwen2.5-7B,
+#           0.39 GB a layer read and written instead of 0.70). Same bits as split.
+#   staged  fused's kernel with persistent blocks that copy each row into shared memory while
+#           they quantize the previous one (kernels/cuda/swiglu_quantize_staged.cuh), where
+#           cuda_plans.cuda_swiglu_staged_launch takes the shape (many rows of 2-byte types);
+#           elsewhere fused's. Same bits.
+#   split   MLX's fused swiglu kernel writes h, the quantization kernel reads it.
 # Read once per process (clear_caches()).
 
 SWIGLU_ENV = "INT8NAX_CUDA_SWIGLU"
-SWIGLU_CHOICES = ("fused", "split")
+SWIGLU_CHOICES = ("fused", "staged", "split")
 SWIGLU_DEFAULT = "split"
 """split, until the fused kernel's bit-for-bit test (tests/test_cuda_swiglu.py) has passed on a
 GPU. On the H200 (2026-12-05, results/cuda-h200.md) fused is the faster: with the 512x5 launch
 (cuda_plans.SWIGLU_PAIR_LAUNCH, two rows an SM) its kernel takes 0.161 ms a Qwen2.5-7B layer at
 4096 tokens against 0.226 for swiglu and the quantization, the layer's GPU time 2.070 ms against
 2.114, and its outputs were split's bits in the model at 512-4096 tokens; the test file's run was
-lost to another test that left the CPU as MLX's default device."""
+lost to another test that left the CPU as MLX's default device. staged (predicted ~0.09 ms where
+fused takes 0.161: cuda_plans.cuda_swiglu_staged_launch) has not run on a GPU."""
 
 
 @lru_cache(maxsize=1)
 def swiglu_choice() -> str:
-    """"fused" or "split", from INT8NAX_CUDA_SWIGLU (SWIGLU_DEFAULT where unset)."""
+    """"fused", "staged" or "split", from INT8NAX_CUDA_SWIGLU (SWIGLU_DEFAULT where unset)."""
     return _env_choice(SWIGLU_ENV, SWIGLU_CHOICES, SWIGLU_DEFAULT)
 
 
@@ -246,7 +251,8 @@ def bias_choice() -> str:
 
 def w8a8_settings() -> str:
     """W8A8's environment choices as int8nax.info() reports them (read once per process)."""
-    swiglu = {"fused": "quantized in one step", "split": "swiglu, then the quantization"}[swiglu_choice()]
+    swiglu = {"fused": "quantized in one step", "staged": "quantized in one step, rows staged in shared memory",
+              "split": "swiglu, then the quantization"}[swiglu_choice()]
     bias = {"own": "read in its own type", "cast": "cast to float32 first"}[bias_choice()]
     return (f"W8A8: {epilogue_choice()} epilogue ({EPILOGUE_ENV}), SwiGLU {swiglu} ({SWIGLU_ENV}), "
             f"a 16-bit bias {bias} ({BIAS_ENV})")
@@ -406,21 +412,26 @@ def _quantize_graph(x, launch: cuda_plans.CudaQuantLaunch | None = None):
     return _rows_graph(cuda_source.quantize(), x, x.shape[1], launch)
 
 
-def swiglu_quant_launch(m: int, k: int, dtype) -> cuda_plans.CudaQuantLaunch:
-    """The SwiGLU quantization kernel's launch for y [M, 2K] of `dtype` on this GPU
-    (cuda_plans.cuda_swiglu_quant_launch)."""
-    return cuda_plans.cuda_swiglu_quant_launch(m, k, dtype.size, sm_count())
+def swiglu_quant_launch(m: int, k: int, dtype) -> cuda_plans.CudaQuantLaunch | cuda_plans.CudaStagedLaunch:
+    """The SwiGLU quantization kernel's launch for y [M, 2K] of `dtype` on this GPU: with
+    INT8NAX_CUDA_SWIGLU=staged cuda_plans.cuda_swiglu_staged_launch's where it takes the shape,
+    else cuda_plans.cuda_swiglu_quant_launch's."""
+    staged = cuda_plans.cuda_swiglu_staged_launch(m, k, dtype.size, sm_count()) if swiglu_choice() == "staged" else None
+    return staged or cuda_plans.cuda_swiglu_quant_launch(m, k, dtype.size, sm_count())
 
 
-def _swiglu_quantize_graph(y, launch: cuda_plans.CudaQuantLaunch | None = None):
+def _swiglu_quantize_graph(y, launch=None):
     """(q int8 [M, K], scale float32 [M]) of h = swiglu(y[:, :K], y[:, K:]) for y float16/bfloat16/
     float32 [M, 2K], with the bits of _quantize_graph(backends.base.swiglu(...)); launch:
     swiglu_quant_launch's by default (tests force the others; one holding more than
-    cuda_plans.SWIGLU_HELD_BYTES of g and u a thread cannot start and is refused)."""
+    cuda_plans.SWIGLU_HELD_BYTES of g and u a thread cannot start and is refused), a
+    cuda_plans.CudaStagedLaunch the staged kernel's (rows it cannot stage it quantizes from y)."""
     m, k = y.shape[0], y.shape[1] // 2
     if launch is None:
         launch = swiglu_quant_launch(m, k, y.dtype)
-    elif cuda_plans.swiglu_held_bytes(launch, y.dtype.size) > cuda_plans.SWIGLU_HELD_BYTES:
+    if isinstance(launch, cuda_plans.CudaStagedLaunch):
+        return _rows_graph(cuda_source.swiglu_quantize_staged(launch.stage_bytes), y, k, launch)
+    if cuda_plans.swiglu_held_bytes(launch, y.dtype.size) > cuda_plans.SWIGLU_HELD_BYTES:
         raise ValueError(f"launch: {launch} holds {cuda_plans.swiglu_held_bytes(launch, y.dtype.size)} bytes of g and u "
                          f"a thread for {_dtype_name(y.dtype)}, more than {cuda_plans.SWIGLU_HELD_BYTES}: its "
                          "registers exceed an SM's")
@@ -444,17 +455,31 @@ def _swiglu_probe(dtype, k: int) -> mx.array:
     return mx.stack(rows).astype(dtype)
 
 
+def _staged_probe(dtype, k: int, m: int) -> mx.array:
+    """y [m, 2K] of `dtype`: _swiglu_probe's rows over and over, each copy scaled apart (so that a
+    row quantized from another row's buffer shows)."""
+    base = _swiglu_probe(dtype, k)
+    rows = mx.tile(base, (-(-m // base.shape[0]), 1))[:m]
+    return rows * (1 + (mx.arange(m) % 61) / 64).astype(dtype)[:, None]
+
+
 @lru_cache(maxsize=16)
-def swiglu_kernel_ok(dtype, launch: cuda_plans.CudaQuantLaunch) -> bool:
+def swiglu_kernel_ok(dtype, launch) -> bool:
     """Whether the SwiGLU quantization kernel gives the two steps' bits (MLX's swiglu, then the
     quantization) on this GPU and MLX for `dtype` with `launch`: checked once per process on a
     probe of three row widths (below), before its first use. The quantization of MLX's h is
     int8nax.quant's on the host, which the quantization kernel matches bit for bit: the probe
     builds no kernel the model does not (an NVRTC build is seconds of a first call). Where the
-    bits differ, SwiGLU MLPs take the two steps in this process, with a warning saying so."""
-    # several groups a thread in registers, a row too long for them (read twice), single values
-    for k in (8 * launch.threads + 8, launch.capacity + 8, 13):
-        y = _swiglu_probe(dtype, k)
+    bits differ, SwiGLU MLPs take the two steps in this process, with a warning saying so.
+    A staged launch (cuda_plans.CudaStagedLaunch) is probed at its own row width (staged) and
+    two it quantizes from y, each over more rows than it has blocks (every block reuses its
+    buffers)."""
+    if isinstance(launch, cuda_plans.CudaStagedLaunch):
+        widths, rows = (launch.hidden, launch.capacity + 8, 13), 2 * launch.blocks + 3
+    else:  # several groups a thread in registers, a row too long for them (read twice), single values
+        widths, rows = (8 * launch.threads + 8, launch.capacity + 8, 13), None
+    for k in widths:
+        y = _swiglu_probe(dtype, k) if rows is None else _staged_probe(dtype, k, rows)
         q, s = _swiglu_quantize_graph(y, launch)
         q2, s2 = quantize_activations_np(np.array(swiglu_of(y).astype(mx.float32)))
         if not (np.array_equal(np.array(q), q2) and np.array_equal(np.array(s), s2, equal_nan=True)):
@@ -701,10 +726,10 @@ class CUDABackend(Backend):
         return w8a8(x, w, scale_w, bias)
 
     def swiglu_one_step(self) -> bool:
-        return swiglu_choice() == "fused"
+        return swiglu_choice() != "split"
 
     def swiglu_w8a8_linear(self, gate_up: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
-        if swiglu_choice() == "fused":
+        if swiglu_choice() != "split":
             return swiglu_w8a8(gate_up, w, scale_w, bias)
         return super().swiglu_w8a8_linear(gate_up, w, scale_w, bias)
 

@@ -348,6 +348,74 @@ def cuda_swiglu_quant_launch(m: int, hidden: int, itemsize: int, sms: int = 132)
                key=lambda x: (x.threads, x.capacity))
 
 
+SMEM_PER_BLOCK = 227 * 1024
+"""The most dynamic shared memory one block may ask for on compute capability 9.0."""
+
+STAGED_THREADS = 512
+"""Threads of a staged block: the fused kernel's long-row launch (cuda_quant_launch's reasoning)."""
+
+STAGED_MAX_HELD = 8
+"""The most groups a thread of a staged block holds (h's row held in registers, read from shared
+memory once); longer rows take the one-row-a-block kernel."""
+
+
+@dataclass(frozen=True)
+class CudaStagedLaunch:
+    """The staged SwiGLU quantization's launch (kernels/cuda/swiglu_quantize_staged.cuh): `blocks`
+    persistent blocks of `threads`, each quantizing every blocks-th row with up to `held` groups a
+    thread in registers, over two row buffers of 2H values of `itemsize` bytes in shared memory."""
+
+    threads: int
+    held: int
+    hidden: int
+    itemsize: int
+    blocks: int
+
+    @property
+    def capacity(self) -> int:
+        return self.threads * self.held * QUANT_GROUP
+
+    @property
+    def stage_bytes(self) -> int:
+        """Both buffers: the kernel's dynamic shared memory."""
+        return 2 * 2 * self.hidden * self.itemsize
+
+    def template(self) -> list[tuple[str, int]]:
+        return [("THREADS", self.threads), ("HELD", self.held), ("STAGE_BYTES", self.stage_bytes)]
+
+    def grid(self, m: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(grid in threads, block) for y [M, 2H]: min(M, blocks) blocks."""
+        return (min(m, self.blocks) * self.threads, 1, 1), (self.threads, 1, 1)
+
+
+def cuda_swiglu_staged_launch(m: int, hidden: int, itemsize: int, sms: int = 132) -> CudaStagedLaunch | None:
+    """The staged SwiGLU quantization's launch for y [M, 2H] (H = hidden) on `sms` SMs, or None
+    where it does not apply (then cuda_swiglu_quant_launch's one-row-a-block kernel runs).
+
+    Why (swiglu_quantize_staged.cuh): the one-row-a-block kernel's blocks load, then compute,
+    and an SM's blocks do so in step, so its time is the loads' plus the arithmetic's; a
+    persistent block that copies its next row into shared memory while it quantizes this one
+    overlaps them. Predicted at 4096 tokens of Qwen2.5-7B on the H200: ~0.09 ms a layer (the
+    larger of ~0.08 ms of loads and ~0.08 of arithmetic, plus a row's start), against 0.161.
+    - 2-byte types (float16, bfloat16: what models serve in) whose rows are whole 16-byte groups
+      (H % 8 == 0), two buffers within one block's shared memory (H <= 29056), and h's row held in
+      registers (H <= 512 x 8 x 8 = 32768 values).
+    - 512 threads (the fused kernel's long-row launch), held = the fewest groups a thread that
+      hold the row, one block an SM: ptxas wants 112-136 registers a thread (CUDA 13.0, sm_90a),
+      so kernels/cuda/launch_bounds_512.cuh bounds it to 128, an SM's whole register file.
+      Qwen2.5-7B's H = 18944 stages 148 KB; Qwen3-8B's 12288, 96 KB.
+    - At least two rows a block (M >= 2 x SMs): with one, nothing is loaded while it computes,
+      and the one-row-a-block kernel does as well.
+    """
+    if itemsize != 2 or hidden % QUANT_GROUP:
+        return None
+    held = ceil_div(hidden, STAGED_THREADS * QUANT_GROUP)
+    stage = 2 * 2 * hidden * itemsize
+    if held > STAGED_MAX_HELD or stage > SMEM_PER_BLOCK or m < 2 * sms:
+        return None
+    return CudaStagedLaunch(STAGED_THREADS, held, hidden, itemsize, sms)
+
+
 # ----------------------------------------------------------------------------------------------
 # CUDA TMA GEMMs (kernels/cuda/gemm_tma_*.cuh; which one runs: backends/cuda_choice.py)
 # ----------------------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ _HEADERS = {
     "pingpong": _TMA_WS + ("gemm_tma_ws_pingpong.cuh", "launch_bounds_384.cuh"),
     "quantize": ("common.cuh", "quantize.cuh"),
     "swiglu_quantize": ("common.cuh", "quantize.cuh", MLX_BINARY_OPS, "swiglu_quantize.cuh"),
+    # launch_bounds_512.cuh, last for the same reason as launch_bounds_384.cuh above
+    "swiglu_quantize_staged": ("common.cuh", "ptx_cpasync.cuh", "quantize.cuh", MLX_BINARY_OPS, "swiglu_quantize.cuh",
+                               "swiglu_quantize_staged.cuh", "launch_bounds_512.cuh"),
     "reduce": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "reduce_splits.cuh"),
     "count_sms": ("common.cuh", "sm_count.cuh"),
     "gemv": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "quantize.cuh", "gemv_w8a8.cuh"),
@@ -315,6 +318,17 @@ def swiglu_quantize() -> KernelSpec:
     body = "int8nax::quantize_swiglu_rows<T, THREADS, HELD>(y, y_shape[1] / 2, q, scale);"
     return KernelSpec(_name("int8nax_swiglu_quantize", "swiglu_quantize"), ("y",), ("q", "scale"), body,
                       header("swiglu_quantize"), 0)
+
+
+@lru_cache(maxsize=None)
+def swiglu_quantize_staged(stage_bytes: int) -> KernelSpec:
+    """swiglu_quantize()'s codes and scales, bit for bit, by persistent blocks that stage each row
+    of y in shared memory while quantizing the previous one (kernels/cuda/
+    swiglu_quantize_staged.cuh); template T, THREADS, HELD, STAGE_BYTES (a
+    cuda_plans.CudaStagedLaunch, whose stage_bytes this is: the dynamic shared memory)."""
+    body = "int8nax::quantize_swiglu_rows_staged<T, THREADS, HELD, STAGE_BYTES>(y, y_shape[1] / 2, y_shape[0], q, scale);"
+    return KernelSpec(_name("int8nax_swiglu_quantize_staged", "swiglu_quantize_staged"), ("y",), ("q", "scale"), body,
+                      header("swiglu_quantize_staged"), stage_bytes)
 
 
 @lru_cache(maxsize=None)

@@ -350,21 +350,27 @@ __device__ __forceinline__ void quantize_streamed_row(const Row& row, int K, int
   }
 }
 
-// The block's row of K values from `row` into qr and scale[blockIdx.x] (one block per row); vec:
-// the row is on the vector path (K % 8 == 0, the source's groups on 16-byte boundaries, qr on
-// 8-byte ones); slots: a __shared__ word per warp.
+// One row of K values from `row` into qr and scale[index]; vec: the row is on the vector path
+// (K % 8 == 0, the source's groups on 16-byte boundaries, qr on 8-byte ones); slots: a
+// __shared__ word per warp (a block that quantizes several rows needs a barrier between two).
+template <typename T, int THREADS, int HELD, typename Row>
+__device__ __forceinline__ void quantize_row_at(const Row& row, int K, bool vec, int8_t* qr, float* scale, int index,
+                                                uint32_t* slots) {
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, one block");
+  static_assert(HELD >= 1, "at least one group a thread");
+  const int groups = vec ? K / 8 : 0;
+  if (vec && groups <= THREADS * HELD) {
+    quantize_held_row<T, THREADS, HELD>(row, groups, qr, scale + index, slots);
+  } else {
+    quantize_streamed_row<T, THREADS>(row, K, groups, qr, scale + index, slots);
+  }
+}
+
+// quantize_row_at for one block per row: the scale goes to scale[blockIdx.x].
 template <typename T, int THREADS, int HELD, typename Row>
 __device__ __forceinline__ void quantize_row(const Row& row, int K, bool vec, int8_t* qr, float* scale,
                                              uint32_t* slots) {
-  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, one block");
-  static_assert(HELD >= 1, "at least one group a thread");
-  const int b = blockIdx.x;
-  const int groups = vec ? K / 8 : 0;
-  if (vec && groups <= THREADS * HELD) {
-    quantize_held_row<T, THREADS, HELD>(row, groups, qr, scale + b, slots);
-  } else {
-    quantize_streamed_row<T, THREADS>(row, K, groups, qr, scale + b, slots);
-  }
+  quantize_row_at<T, THREADS, HELD>(row, K, vec, qr, scale, static_cast<int>(blockIdx.x), slots);
 }
 
 // x [M, K] (T: float, __half or __nv_bfloat16) -> q int8 [M, K], scale float [M]; block b = row b.
