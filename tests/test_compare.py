@@ -109,8 +109,8 @@ def test_a_contender_over_the_budget_is_skipped_with_its_estimate(capsys, monkey
 
     real = estimate.expected_seconds
     monkeypatch.setattr(estimate, "expected_seconds",
-                        lambda name, shape: estimate.Estimate(30.0, (8, 64, 48), 0.05, 0.1)
-                        if name == "mlx-fp16" else real(name, shape))
+                        lambda name, shape, **kw: estimate.Estimate(30.0, (8, 64, 48), 0.05, 0.1)
+                        if name == "mlx-fp16" else real(name, shape, **kw))
     rc, out, err = run_cli(capsys, "--contenders", "nax-gemm,mlx-fp16", contenders=None)
     assert rc == 0
     row = row_of(out)

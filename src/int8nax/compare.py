@@ -115,7 +115,7 @@ def plan(shapes, names=DEFAULT_CONTENDERS, modes=("call",), budget: float | None
                         if on_probe:
                             on_probe(f"probe {name} {estimate.shape_text(shape)}")
                         try:
-                            guesses[name, shape] = estimate.expected_seconds(name, shape)
+                            guesses[name, shape] = estimate.expected_seconds(name, shape, budget=budget)
                         except contenders.Unavailable as exc:
                             guesses[name, shape] = timing.Cell(unavailable=str(exc))
                     guess = guesses[name, shape]
