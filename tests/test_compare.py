@@ -236,3 +236,33 @@ def test_w8a8_faster_than_the_raw_gemm_on_the_cpu_is_explained():
     assert "prepares its weight once" in compare.W8A8_ON_CPU
     cells["nax-full"] = compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cuda (auto)")
     assert compare.notes({(16, 4096, 4096): cells}, ["nax-gemm", "nax-full"]) == []
+
+
+@pytest.mark.parametrize("path,message", [
+    ("/nonexistent/dir/x.json", "argument --json: expected a file in an existing folder, got "
+                                "'/nonexistent/dir/x.json': no folder '/nonexistent/dir'"),
+    (".", "argument --json: expected a file to write, got '.', a folder"),
+    ("", "argument --json: expected a file to write, got ''"),
+])
+def test_a_json_path_that_cannot_be_written_is_refused_before_measuring(capsys, monkeypatch, path, message):
+    from int8nax.bench import timing
+
+    def measured(*args, **kwargs):
+        raise AssertionError("measured before the path was checked")
+
+    monkeypatch.setattr(timing, "measure", measured)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["compare", "--shapes", SHAPE, "--contenders", "numpy-sgemm", "--json", path])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_json_path_this_user_cannot_write_is_refused(capsys, monkeypatch, tmp_path):
+    import os
+
+    # the tests may run as root, for whom every folder is writable: os.access answers as for another user
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["compare", "--shapes", SHAPE, "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument --json: expected a file this user can write, got '{tmp_path}/r.json'" in err

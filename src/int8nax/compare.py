@@ -461,7 +461,8 @@ def add_parser(sub) -> None:
     p.add_argument("--chain-calls", type=_positive_int, default=100, help="calls per chain (modes chain, host; 100)")
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed samples per contender and shape (default 5)")
     p.add_argument("--markdown", action="store_true", help="print markdown tables (paste into an issue)")
-    p.add_argument("--json", metavar="FILE", help="also write every cell, with the environment, as JSON")
+    p.add_argument("--json", metavar="FILE", type=argtypes.output_file,
+                   help="also write every cell, with the environment, as JSON")
     p.add_argument("--budget", type=argtypes.seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help="skip a contender at a shape where one call is expected to take longer than this "
                         f"here (a short probe first estimates it; default {DEFAULT_BUDGET_S:g})")

@@ -5,6 +5,7 @@ option's name in front)."""
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def positive(kind):
@@ -50,6 +51,20 @@ def sizes(text: str) -> tuple[int, ...]:
     if not all(p.isdigit() and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"expected comma-separated positive whole numbers, got {text!r}")
     return tuple(int(p) for p in parts)
+
+
+def output_file(text: str) -> str:
+    """A file the command writes when it is done (the path as given). Checked here, so that a
+    path that cannot be written fails at once, not after minutes of measuring: not a folder,
+    in a folder that exists, writable by this user."""
+    folder = os.path.dirname(text) or os.curdir
+    if not text or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"expected a file to write, got {text!r}" + (", a folder" if text else ""))
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"expected a file in an existing folder, got {text!r}: no folder {folder!r}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(text) and not os.access(text, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"expected a file this user can write, got {text!r}")
+    return text
 
 
 def backend(text: str) -> str:
