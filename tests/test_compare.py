@@ -266,3 +266,15 @@ def test_a_json_path_this_user_cannot_write_is_refused(capsys, monkeypatch, tmp_
         cli.main(["compare", "--shapes", SHAPE, "--json", str(tmp_path / "r.json")])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and f"argument --json: expected a file this user can write, got '{tmp_path}/r.json'" in err
+
+
+@pytest.mark.parametrize("shapes", ["16x{over}x16", "8x64x48,200000x{over}x8"])
+def test_a_k_over_int8nax_limit_is_a_usage_error_before_anything_runs(capsys, shapes):
+    from int8nax.api import MAX_K
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["compare", "--shapes", shapes.format(over=MAX_K + 1), "--contenders", "numpy-sgemm"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert f"argument --shapes: expected K (the middle of MxKxN) at most {MAX_K}, got {MAX_K + 1} in " in err
+    assert compare._shapes_arg(f"16x{MAX_K}x16") == [(16, MAX_K, 16)]  # the limit itself is allowed

@@ -91,14 +91,20 @@ def profile_shapes(profile: str | None = None) -> tuple[Shape, ...]:
 
 def parse_shapes(text: str, option: str = "--shapes") -> list[Shape]:
     """'16x4096x4096,128x3584x18944' -> [(16, 4096, 4096), (128, 3584, 18944)]; ValueError
-    naming `option` for anything else."""
+    naming `option` for anything else, a K above int8nax's limit included."""
     shapes = []
     for item in text.split(","):
         parts = item.strip().lower().split("x")
         if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
             raise ValueError(f"{option}: expected MxKxN with positive integers, comma-separated, "
                              f"got {item.strip()!r}")
-        shapes.append(tuple(int(p) for p in parts))
+        shape = tuple(int(p) for p in parts)
+        # refused here, not at the shape's turn: int8nax's contenders would fail there after the
+        # others had been measured (or be skipped as too slow, the limit never named)
+        if shape[1] > api.MAX_K:
+            raise ValueError(f"{option}: expected K (the middle of MxKxN) at most {api.MAX_K}, got {shape[1]} "
+                             f"in {item.strip()!r} (a longer sum could overflow int8nax's int32 accumulation)")
+        shapes.append(shape)
     return shapes
 
 
