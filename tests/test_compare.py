@@ -141,6 +141,11 @@ def test_the_probe_estimates_from_a_growing_ladder():
     (["--shapes", "axbxc"], "argument --shapes: expected MxKxN"),
     (["--repeat", "0"], "argument --repeat: expected a positive whole number, got 0"),
     (["--contenders", "nax"], "argument --contenders: expected comma-separated names from nax-gemm"),
+    (["--contenders", "nax-gemm,,"], "argument --contenders: expected comma-separated names from nax-gemm"),
+    (["--contenders", "nax-gemm,,"], "got 'nax-gemm,,' (an empty name)"),
+    (["--contenders", ",nax-gemm"], "argument --contenders: expected comma-separated names from nax-gemm"),
+    (["--mode", "call,"], "argument --mode: expected comma-separated modes from call, chain, host, or kernel "
+                          "alone, got 'call,'"),
     (["--mode", "cold"], "argument --mode: expected comma-separated modes from call, chain, host"),
     (["--budget", "0"], "argument --budget: expected a number of seconds > 0, got '0'"),
 ])

@@ -355,12 +355,14 @@ def _shapes_arg(text: str):
 
 def names_arg(choices, what: str):
     """An argparse type: comma-separated names from `choices` (read at each parse), in order,
-    repeats dropped."""
+    repeats dropped; an empty name (a stray comma) is refused, as a name lost in editing
+    the list may have been meant there."""
     def parse(text: str):
-        names = [t.strip() for t in text.split(",") if t.strip()]
-        bad = [n for n in names if n not in choices]
-        if bad or not names:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what} from {', '.join(choices)}, got {text!r}")
+        names = [t.strip() for t in text.split(",")]
+        if any(n not in choices for n in names):
+            empty = " (an empty name)" if "" in names else ""
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {what} from {', '.join(choices)}, got {text!r}{empty}")
         return tuple(dict.fromkeys(names))
     return parse
 
@@ -369,12 +371,12 @@ _contenders_arg = names_arg(contenders.CONTENDERS, "names")
 
 
 def _modes_arg(text: str):
-    modes = [t.strip() for t in text.split(",") if t.strip()]
+    modes = [t.strip() for t in text.split(",")]  # an empty one is refused below, as in names_arg
     if "kernel" in modes:  # kernel time is its own run (int8nax.bench.kernel_time)
         if modes != ["kernel"]:
             raise argparse.ArgumentTypeError(f"mode kernel runs alone, got {text!r}")
         return ("kernel",)
-    if not modes or any(m not in timing.MODES for m in modes):
+    if any(m not in timing.MODES for m in modes):
         raise argparse.ArgumentTypeError(
             f"expected comma-separated modes from {', '.join(timing.MODES)}, or kernel alone, got {text!r}")
     return tuple(dict.fromkeys(modes))
