@@ -283,3 +283,26 @@ def test_a_k_over_int8nax_limit_is_a_usage_error_before_anything_runs(capsys, sh
     assert exc.value.code == 2 and err.count("\n") == 1
     assert f"argument --shapes: expected K (the middle of MxKxN) at most {MAX_K}, got {MAX_K + 1} in " in err
     assert compare._shapes_arg(f"16x{MAX_K}x16") == [(16, MAX_K, 16)]  # the limit itself is allowed
+
+
+def test_a_reason_is_noted_once_with_every_shape_it_applies_to(monkeypatch):
+    from int8nax.bench import contenders, problems
+
+    monkeypatch.setattr(contenders.mx, "default_device", lambda: "cpu")  # skip_reason's reasons, on any box
+    ran = compare.timing.Cell(seconds=1e-3)
+    per_shape = {shape: {"mlx-fp16": ran, "cider-raw": compare.timing.Cell(unavailable="cider is not installed"),
+                         "nax-gemm": ran}
+                 for shape in problems.CPU_SHAPES}
+    for shape in problems.CPU_SEED_SHAPES:
+        per_shape[shape] = {"mlx-fp16": compare.timing.Cell(unavailable=contenders.skip_reason("mlx-fp16", shape)),
+                            "cider-raw": compare.timing.Cell(unavailable="cider is not installed"),
+                            "nax-gemm": compare.timing.Cell(error="RuntimeError: out of memory")}
+    per_shape[problems.CPU_SEED_SHAPES[0]]["nax-gemm"] = compare.timing.Cell(error="ValueError: K")
+    lines = compare.notes(per_shape, ["mlx-fp16", "cider-raw", "nax-gemm"])
+    seeds = [compare.estimate.shape_text(s) for s in problems.CPU_SEED_SHAPES]
+    assert lines == [
+        f"mlx-fp16: n/a at {', '.join(seeds)}: {contenders.CONTENDERS['mlx-fp16'].slow_on_cpu}",
+        "cider-raw: n/a at every shape: cider is not installed",
+        f"nax-gemm: n/a: failed at {problems.CPU_SEED_SHAPES[0]}: ValueError: K",
+        f"nax-gemm: n/a: failed at {', '.join(map(str, problems.CPU_SEED_SHAPES[1:]))}: RuntimeError: out of memory",
+    ]

@@ -256,8 +256,9 @@ def table_rows(per_shape, names) -> list[list[str]]:
 
 
 def notes(per_shape, names) -> list[str]:
-    """One line per contender that did not run everywhere: its reason (first seen); the
-    shapes skipped over the time budget are listed together, each with its estimate."""
+    """Lines for each contender that did not run everywhere: its first mismatch; each reason
+    it failed or could not run, with the shapes it applies to (none named where it applies to
+    every shape); the shapes skipped over the time budget together, each with its estimate."""
     lines = []
     for name in names:
         over = [f"{estimate.shape_text(shape)} ({row[name].detail})" for shape, row in per_shape.items()
@@ -266,17 +267,25 @@ def notes(per_shape, names) -> list[str]:
             why = next(row[name].unavailable for row in per_shape.values()
                        if (row[name].unavailable or "").startswith(OVER_BUDGET))
             lines.append(f"{name}: n/a at {', '.join(over)}: {why.removeprefix('skipped: ')}")
+        mismatch = next((f"{shape}: {row[name].mismatch}" for shape, row in per_shape.items()
+                         if row[name].mismatch), None)
+        if mismatch:
+            lines.append(f"{name}: MISMATCH at {mismatch}")
+        failed: dict[str, list[str]] = {}  # the error -> the shapes it came at
+        gone: dict[str, list[problems.Shape]] = {}  # the reason -> the shapes it applies to
         for shape, row in per_shape.items():
             cell = row[name]
-            if cell.mismatch:
-                lines.append(f"{name}: MISMATCH at {shape}: {cell.mismatch}")
-                break
             if cell.error:
-                lines.append(f"{name}: n/a: failed at {shape}: {cell.error}")
-                break
-            if cell.unavailable and not cell.unavailable.startswith(OVER_BUDGET):
-                lines.append(f"{name}: n/a: {cell.unavailable}")
-                break
+                failed.setdefault(cell.error, []).append(str(shape))
+            elif cell.unavailable and not cell.unavailable.startswith(OVER_BUDGET):
+                # contenders.skip_reason names the shape in front of the reason: one reason, its shapes
+                gone.setdefault(cell.unavailable.removeprefix(f"{shape}: "), []).append(shape)
+        for error, shapes in failed.items():
+            lines.append(f"{name}: n/a: failed at {', '.join(shapes)}: {error}")
+        for why, shapes in gone.items():
+            where = ("" if len(per_shape) == 1 else " at every shape" if len(shapes) == len(per_shape)
+                     else f" at {', '.join(map(estimate.shape_text, shapes))}")
+            lines.append(f"{name}: n/a{where}: {why}")
     faster = [estimate.shape_text(shape) for shape, row in per_shape.items()
               if _w8a8_beats_raw_on_cpu(row)]
     if faster:
