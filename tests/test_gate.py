@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -87,6 +88,8 @@ def test_settings_machine_entry_over_default_over_builtins(tmp_path):
     ({"rounds": "6"}, "'rounds' has the wrong type"),
     ({"launch": "fork"}, "'launch' takes one of spawn, forkserver, persistent, got 'fork'"),
     ({"threads": True}, "'threads' has the wrong type"),
+    ({"repeat": "abc"}, r"'repeat': expected N \(a whole number >= 1\) or \(min,max,seconds\).*got 'abc'"),
+    ({"cpu_affinity": "0-x"}, r"'cpu_affinity': expected CPU numbers and ranges.*got '0-x'"),
 ])
 def test_bad_settings_name_the_file_entry_and_key(tmp_path, entry, message):
     path = write_settings(tmp_path / "gate.json", {"box": entry})
@@ -242,6 +245,73 @@ def test_gate_overrides_and_dry_run(project, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "--factor 1.5" in out and "-a rounds=2" in out and "--bench X" in out and "overrides" in out
     assert not record.exists(), "a dry run starts no asv"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rounds", "0"], "argument --rounds: expected a whole number >= 1, got '0'"),
+    (["--rounds", "two"], "argument --rounds: expected a whole number >= 1, got 'two'"),
+    (["--repeat", "abc"], "argument --repeat: expected N (a whole number >= 1) or (min,max,seconds)"),
+    (["--repeat", "0"], "argument --repeat: expected N"),  # asv's own default rule; the ratio benchmarks refuse it
+    (["--repeat", "(5,2,1)"], "argument --repeat: expected N"),  # min above max
+    (["--repeat", "(1.5,5,1)"], "argument --repeat: expected N"),  # asv takes whole min and max only
+    (["--repeat", "(1,5)"], "argument --repeat: expected N"),
+    (["--cpu-affinity", "abc"], "argument --cpu-affinity: expected CPU numbers and ranges"),
+    (["--cpu-affinity", "3-1"], "whose range '3-1' runs downwards"),
+    (["--cpu-affinity", "0,"], "argument --cpu-affinity: expected CPU numbers and ranges"),
+    (["--factor", "0.5"], "argument --factor: expected a number > 1"),
+    (["--factor", "1"], "argument --factor: expected a number > 1"),
+    (["--factor", "nan"], "argument --factor: expected a number > 1"),
+    (["--factor", "x"], "argument --factor: expected a number > 1"),
+    (["--settings", "/nonexistent/gate.json"],
+     "argument --settings: expected an existing settings file, got '/nonexistent/gate.json'"),
+])
+def test_bad_overrides_are_one_line_usage_errors_before_anything_runs(project, capsys, argv, message):
+    repo, fake, record = project
+    with pytest.raises(SystemExit) as exc:
+        gate_main(repo, fake, "--dry-run", *argv)
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and not out
+    assert not record.exists()
+
+
+@pytest.mark.parametrize("repeat", ["3", "(5,50,0.5)", "1,5,10", "(2, 4, 1)", "(1,1,0)"])
+def test_every_repeat_the_gate_takes_is_taken_by_asv_and_the_ratio_benchmarks(project, monkeypatch, capsys, repeat):
+    from asv.commands.common_args import add_bench
+    from benchmarks import bench_ratio
+
+    repo, fake, _ = project
+    assert gate_main(repo, fake, "--dry-run", "--repeat", repeat) == 0
+    assert shlex.join(["-a", f"repeat={repeat}"]) in capsys.readouterr().out
+    asv = argparse.ArgumentParser()
+    add_bench(asv)
+    assert asv.parse_args(["-a", f"repeat={repeat}"]).attribute["repeat"]
+    monkeypatch.setenv(bench_ratio.RATIO_REPEAT_ENV, repeat)
+    bench_ratio.repeat_rule()  # raises for a rule it does not take
+
+
+@pytest.mark.parametrize("affinity, cpus", [("0", [0]), ("0,1", [0, 1]), ("0-3", [0, 1, 2, 3]), ("0-1,4", [0, 1, 4])])
+def test_every_cpu_affinity_the_gate_takes_is_taken_by_asv(project, monkeypatch, capsys, affinity, cpus):
+    import multiprocessing
+
+    from asv.commands.common_args import add_bench
+
+    repo, fake, _ = project
+    monkeypatch.setattr(gate.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(multiprocessing, "cpu_count", lambda: 8)
+    assert gate_main(repo, fake, "--dry-run", "--cpu-affinity", affinity) == 0
+    assert f"--cpu-affinity {affinity}" in capsys.readouterr().out
+    asv = argparse.ArgumentParser()
+    add_bench(asv)
+    assert asv.parse_args(["--cpu-affinity", affinity]).attribute["cpu_affinity"] == cpus == gate.affinity_cpus(affinity)
+
+
+def test_a_named_settings_file_is_read(project, capsys, tmp_path):
+    repo, fake, _ = project
+    named = write_settings(tmp_path / "mine.json", {"default": {"factor": 1.4}})
+    assert gate_main(repo, fake, "--dry-run", "--settings", str(named)) == 0
+    out = capsys.readouterr().out
+    assert f"settings from {named} [default]" in out and "--factor 1.4" in out
 
 
 def test_gate_unknown_commit_or_config_or_no_asv_is_unmeasured_without_asv(project, monkeypatch, capsys):

@@ -92,6 +92,44 @@ KEYS = {"factor": (int, float), "rounds": int, "repeat": str, "bench": list, "th
         "cpu_affinity": (str, type(None)), "launch": str}
 LAUNCH_METHODS = ("spawn", "forkserver", "persistent")
 
+REPEAT_FORMS = "N (a whole number >= 1) or (min,max,seconds) with whole 1 <= min <= max and seconds >= 0"
+AFFINITY_FORMS = "CPU numbers and ranges, as asv's --cpu-affinity takes them ('1', '0,2', '0-3', '0-1,4')"
+
+
+def check_repeat(text: str) -> str:
+    """`text` if both readers of the repeat take it, else ValueError: asv's -a repeat (an int, or
+    three comma-separated values int,int,float, parentheses optional) and the ratio benchmarks'
+    INT8NAX_RATIO_REPEAT rule (benchmarks/bench_ratio.py: N >= 1, or 1 <= min <= max and
+    seconds >= 0). asv alone would take 0 or a negative N, which the ratio benchmarks refuse
+    mid-run, after the build, as a failed benchmark."""
+    parts = [p.strip() for p in text.strip().removeprefix("(").removesuffix(")").split(",")]
+    try:
+        if len(parts) == 1 and parts[0].isdecimal() and int(parts[0]) >= 1:
+            return text
+        if len(parts) == 3 and parts[0].isdecimal() and parts[1].isdecimal():
+            least, most, seconds = int(parts[0]), int(parts[1]), float(parts[2])
+            if 1 <= least <= most and 0 <= seconds < float("inf"):
+                return text
+    except ValueError:
+        pass
+    raise ValueError(f"expected {REPEAT_FORMS}, got {text!r}")
+
+
+def affinity_cpus(text: str, forms: str = AFFINITY_FORMS) -> list[int]:
+    """The CPUs an asv --cpu-affinity value names ("1", "0,2", "0-3"), or ValueError saying
+    `forms` were expected. asv reads the same form (taskset's list form is this one too); a
+    range must run upwards, since asv would take "3-1" as no CPU at all."""
+    cpus = []
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.strip().isdecimal() or (dash and not last.strip().isdecimal()):
+            raise ValueError(f"expected {forms}, got {text!r}")
+        low, high = int(first), int(last) if dash else int(first)
+        if high < low:
+            raise ValueError(f"expected {forms}, got {text!r}, whose range {part.strip()!r} runs downwards")
+        cpus.extend(range(low, high + 1))
+    return cpus
+
 
 def _check_entry(entry: dict, where: str) -> dict:
     if not isinstance(entry, dict):
@@ -111,6 +149,13 @@ def _check_entry(entry: dict, where: str) -> dict:
         raise GateError(f"{where}: 'rounds' must be >= 1, got {out['rounds']}")
     if "launch" in out and out["launch"] not in LAUNCH_METHODS:
         raise GateError(f"{where}: 'launch' takes one of {', '.join(LAUNCH_METHODS)}, got {out['launch']!r}")
+    # The same forms as on the command line: asv gets them as they are written.
+    for key, check in (("repeat", check_repeat), ("cpu_affinity", affinity_cpus)):
+        if out.get(key) is not None:
+            try:
+                check(out[key])
+            except ValueError as exc:
+                raise GateError(f"{where}: {key!r}: {exc}") from None
     return out
 
 
@@ -148,12 +193,9 @@ def with_overrides(settings: Settings, args) -> Settings:
 
 
 def _cpus_exist(affinity: str) -> bool:
-    """Whether every CPU named in an asv --cpu-affinity value ("1", "0,2", "0-3") exists here."""
-    try:
-        wanted = [int(x) for part in affinity.split(",") for x in part.split("-")]
-    except ValueError:
-        return True  # let asv report the malformed value
-    return max(wanted) < (os.cpu_count() or 1)
+    """Whether every CPU named in an asv --cpu-affinity value ("1", "0,2", "0-3") exists here
+    (the value's form was checked where it was read: the settings file or --cpu-affinity)."""
+    return max(affinity_cpus(affinity)) < (os.cpu_count() or 1)
 
 
 def asv_machine_name(machine: str | None) -> str:
@@ -374,17 +416,70 @@ def run(args) -> int:
     return outcome.status
 
 
+# argparse types of the overrides: each refuses what asv would get unchecked (argparse puts the
+# option's name in front of the message; usage error, exit status 2).
+
+def _factor(text: str) -> float:
+    """A finite number > 1, as the settings file's factor demands. Below 1 asv compare asks
+    "better?" first (new < old / factor), so a slowdown short of 1/factor reads as an
+    improvement and nothing is flagged; at inf nothing ever is."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 1.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 1 (the slowdown that counts, e.g. 1.1), got {text!r}")
+    return value
+
+
+def _rounds(text: str) -> int:
+    if not text.strip().isdecimal() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def _repeat(text: str) -> str:
+    try:
+        return check_repeat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _cpu_affinity(text: str) -> str:
+    if text == "none":
+        return text
+    try:
+        affinity_cpus(text, AFFINITY_FORMS + ", or 'none'")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _settings_file(text: str) -> str:
+    """A settings file named on the command line must be there: falling back to the built-in
+    defaults would gate with settings the user did not choose."""
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"expected an existing settings file, got {text!r} (no such file)")
+    return text
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", nargs="?", default="main", help="the commit to compare against (default main)")
     p.add_argument("head", nargs="?", default="HEAD", help="the commit under test (default HEAD)")
     p.add_argument("--config", default="asv.conf.json", help="asv configuration (default asv.conf.json)")
     p.add_argument("--machine", help="asv machine name (default: asv's own choice); picks the settings")
-    p.add_argument("--settings", help=f"settings file (default <repo>/{SETTINGS_FILE})")
-    p.add_argument("--factor", type=float, help="override the calibrated factor")
-    p.add_argument("--rounds", type=int, help="override the calibrated rounds")
-    p.add_argument("--repeat", help="override the calibrated repeat (N or '(min,max,seconds)')")
+    p.add_argument("--settings", type=_settings_file,
+                   help=f"settings file (default <repo>/{SETTINGS_FILE}, built-in defaults where that is absent; "
+                        "a file named here must exist)")
+    p.add_argument("--factor", type=_factor, help="override the calibrated factor (a number > 1)")
+    p.add_argument("--rounds", type=_rounds, help="override the calibrated rounds (a whole number >= 1)")
+    p.add_argument("--repeat", type=_repeat,
+                   help="override the calibrated repeat: N or '(min,max,seconds)', the forms asv's -a repeat "
+                        "takes (parentheses optional), with 1 <= min <= max")
     p.add_argument("--bench", action="append", help="override the gated benchmarks (asv -b regex; repeatable)")
-    p.add_argument("--cpu-affinity", help="override the calibrated CPU pinning ('1', '0-1'; 'none' for none)")
+    p.add_argument("--cpu-affinity", type=_cpu_affinity,
+                   help="override the calibrated CPU pinning, as asv's --cpu-affinity takes it ('1', '0,2', "
+                        "'0-3'); 'none' for none")
     p.add_argument("--split", action="store_true", help="asv's --split tables (better / worse / same)")
     p.add_argument("--log", help="also write asv continuous's output to this file")
     p.add_argument("--summary", help="append the verdict and table as markdown to this file "
