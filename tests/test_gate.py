@@ -314,6 +314,18 @@ def test_a_named_settings_file_is_read(project, capsys, tmp_path):
     assert f"settings from {named} [default]" in out and "--factor 1.4" in out
 
 
+def test_the_same_commit_twice_is_a_warning_not_a_failure(project, capsys):
+    repo, fake, _ = project
+    assert gate_main(repo, fake, "--dry-run", "main", "HEAD") == 0  # a fresh clone on main
+    out = capsys.readouterr().out
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert f"warning: main and HEAD are the same commit ({head[:8]}): asv compares it with itself, " \
+           "so nothing can differ" in out
+    assert gate_main(repo, fake, "--dry-run", "main~1", "main") == 0
+    assert "warning" not in capsys.readouterr().out
+
+
 def test_gate_unknown_commit_or_config_or_no_asv_is_unmeasured_without_asv(project, monkeypatch, capsys):
     repo, fake, record = project
     monkeypatch.setenv("FAKE_ASV_MISSING", "1")

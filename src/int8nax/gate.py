@@ -380,6 +380,11 @@ def run(args) -> int:
     common = dict(config=str(config), machine=machine, python=args.python, split=args.split)
     command = continuous_command(settings, base, head, **common)
     print(f"int8nax gate: {args.base} ({base[:8]}) -> {args.head} ({head[:8]}) on machine {machine!r}")
+    if base == head:
+        # Not an error (a fresh clone on main gets here by default), but a quiet verdict then
+        # says nothing about any change.
+        print(f"warning: {args.base} and {args.head} are the same commit ({base[:8]}): asv compares it with "
+              "itself, so nothing can differ (name an older BASE, e.g. `int8nax gate main~1`)")
     print(f"settings from {settings.source}: {settings.describe()}")
     if settings.note:
         print(f"calibration: {settings.note}")
