@@ -9,7 +9,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import backends, cli, exactness
+from int8nax import backends, cli, exactness, selftest
+from int8nax._checks import MAX_K
 from int8nax.backends import cpu
 
 from fakes import fake_cider, pypi_cider
@@ -87,12 +88,46 @@ def test_cider_of_either_generation_is_timed(monkeypatch, capsys, layout, linear
     (["--backend", "bogus"], "argument --backend: unknown backend 'bogus'"),
     (["--sizes", "abc"], "argument --sizes: expected comma-separated positive whole numbers, got 'abc'"),
     (["--repeat", "0"], "argument --repeat: expected a whole number >= 1, got '0'"),
+    (["--sizes", "1,200000"], f"argument --sizes: expected sizes <= {MAX_K} (each is also a K, and int8_matmul "
+                              f"takes K <= {MAX_K}), got '1,200000'"),
+    (["--sizes", str(MAX_K + 1)], f"argument --sizes: expected sizes <= {MAX_K}"),
 ])
 def test_bad_options_are_usage_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
         cli.main(["selftest", *argv])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and message in err and "Traceback" not in err
+
+
+def test_sizes_take_the_k_limit_itself():
+    assert cli.build_parser().parse_args(["selftest", "--sizes", f"1,{MAX_K}"]).sizes == (1, MAX_K)
+
+
+def _no_grid(*_args, **_kwargs):
+    raise AssertionError("the exactness grid ran")
+
+
+def test_a_grid_larger_than_memory_is_refused_before_it_runs(monkeypatch, capsys):
+    # MLX ends the process when an allocation fails: the grid must not start.
+    monkeypatch.setattr(selftest, "physical_memory", lambda: 2**30)
+    monkeypatch.setattr(selftest, "exactness_grid", _no_grid)
+    rc = cli.main(["selftest", "--backend", "cpu", "--sizes", "1,7,8000", "--no-timing"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and not out
+    assert err.strip() == ("int8nax selftest: the check at (M, K, N) = (8000, 8000, 8000) needs about 4 GiB "
+                           "and this machine has 1 GiB: use smaller --sizes")
+
+
+def test_an_allocation_failure_is_one_line(monkeypatch, capsys):
+    def allocate_too_much(*_args, **_kwargs):
+        return np.empty((2**60,), dtype=np.int8)  # numpy's _ArrayMemoryError, as at --sizes 200000
+
+    monkeypatch.setattr(selftest, "physical_memory", lambda: None)
+    monkeypatch.setattr(selftest, "exactness_grid", allocate_too_much)
+    rc = cli.main(["selftest", "--backend", "cpu", "--sizes", "1,7", "--no-timing", "--quiet"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and not out and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("int8nax selftest: out of memory (Unable to allocate 1.00 EiB") and "--sizes" in err
 
 
 def test_json_report_has_the_same_facts(capsys):

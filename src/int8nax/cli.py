@@ -55,6 +55,7 @@ def _cmd_selftest(args) -> int:
 
 
 def _add_selftest(sub) -> None:
+    from . import selftest
     from .bench import argtypes
 
     p = sub.add_parser(
@@ -71,8 +72,8 @@ def _add_selftest(sub) -> None:
                    help="shape grid: full (sizes 1,7,33,513,4097 and six seed timing shapes), cpu (sizes to "
                         "2049, three timing shapes: minutes on a small CPU), quick; auto (the default) takes "
                         "cpu for the CPU backend, full otherwise")
-    p.add_argument("--sizes", type=argtypes.sizes,
-                   help="comma-separated sizes for M, K and N (overrides the grid's)")
+    p.add_argument("--sizes", type=selftest.sizes,
+                   help=f"comma-separated sizes for M, K and N, each <= {selftest.MAX_K} (overrides the grid's)")
     p.add_argument("--quick", action="store_true", help="the quick grid: sizes 1,7,33 and one small timing shape")
     p.add_argument("--no-timing", action="store_true", help="exactness only")
     p.add_argument("--warmup", type=argtypes.count(0), default=5, help="untimed calls per contender (5)")

@@ -9,8 +9,10 @@ it is timed), printed as markdown.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 
@@ -18,7 +20,8 @@ import mlx.core as mx
 import numpy as np
 
 from . import quant
-from .bench import estimate, host, timing
+from ._checks import MAX_K
+from .bench import argtypes, estimate, host, timing
 from .bench.peers import Unavailable
 from .exactness import DTYPES, check_int8_matmul, check_quantize, check_w8a8, special_rows
 
@@ -50,6 +53,42 @@ GRIDS = {
                 "sizes to 2049 and three timing shapes: a minute or two on a 2-core CPU"),
     "quick": Grid("quick", QUICK_SIZES, tuple(QUICK_TIMING_SHAPES), "sizes 1, 7, 33 and one small timing shape"),
 }
+
+
+def sizes(text: str) -> tuple[int, ...]:
+    """--sizes: comma-separated positive whole numbers, each at most int8_matmul's K limit
+    (every size is also a K of the grid, and a larger K is refused by the API)."""
+    values = argtypes.sizes(text)
+    if max(values) > MAX_K:
+        raise argparse.ArgumentTypeError(f"expected sizes <= {MAX_K} (each is also a K, and int8_matmul takes "
+                                         f"K <= {MAX_K}), got {text!r}")
+    return values
+
+
+GRID_BYTES_PER_ELEMENT = 65
+"""Peak bytes per S * S of exactness_grid's largest check, int8_matmul at (S, S, S): the int8
+inputs and their MLX copies, their int64 and float64 copies for the exact reference, the int32
+output and its int64 copy (measured at S = 4000 on the CPU backend: 65)."""
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory here, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def too_big(sizes) -> str | None:
+    """Why the grid of `sizes` cannot fit in this machine's memory, or None. Asked before the
+    run because MLX 0.32 ends the process (SIGSEGV) when an allocation fails, where numpy
+    raises a MemoryError that main() can report."""
+    total, largest = physical_memory(), max(sizes)
+    need = GRID_BYTES_PER_ELEMENT * largest * largest
+    if total is None or need <= total:
+        return None
+    return (f"the check at (M, K, N) = {(largest,) * 3} needs about {need / 2**30:.0f} GiB and this machine has "
+            f"{total / 2**30:.0f} GiB: use smaller --sizes")
 
 
 def choose_grid(requested: str, backend: str) -> tuple[Grid, str]:
@@ -375,9 +414,18 @@ def main(args) -> int:
     about = grid.about if not args.sizes else f"sizes {', '.join(map(str, sizes))} (--sizes)"
     chosen = {"name": grid.name, "why": why, "about": about, "sizes": list(sizes),
               "timing_shapes": [list(s) for s in shapes]}
+    problem = too_big(sizes)
+    if problem:
+        print(f"int8nax selftest: {problem}", file=sys.stderr)
+        return 2
     progress = Progress(sys.stderr, verbose=args.verbose) if not args.quiet else None
     if progress:
         progress._line(f"selftest: backend {name}, grid {grid.name} ({why}): {about}")
-    return run_selftest(args.backend, sizes, shapes, args.warmup, args.repeat,
-                        layout_out=args.layout_out, progress=progress, as_json=args.json, grid=chosen,
-                        budget=None if args.all else args.budget)
+    try:
+        return run_selftest(args.backend, sizes, shapes, args.warmup, args.repeat,
+                            layout_out=args.layout_out, progress=progress, as_json=args.json, grid=chosen,
+                            budget=None if args.all else args.budget)
+    except MemoryError as exc:  # numpy's _ArrayMemoryError among them: what was asked for, one line
+        print(f"int8nax selftest: out of memory ({exc}); the largest size is {max(sizes)}: use smaller --sizes",
+              file=sys.stderr)
+        return 2
