@@ -5,17 +5,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
 def _cmd_info(args) -> int:
-    from . import info
+    """The report, and exit status 0 whatever it says (a diagnostic: the first lines say when
+    calls without an explicit backend= will fail)."""
+    from . import backends, info
 
     report = info()
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"int8nax backend: {report['backend']}  ({report['reason']})")
+    picked, why = report["backend"], report["reason"]
+    env = os.environ.get(backends.ENV_VAR)
+    if picked is None and env:
+        try:
+            backends.canonical(env)
+        except ValueError as exc:  # the registry's message says "backend:", not where the name came from
+            why = f"{backends.ENV_VAR}={env}: {str(exc).removeprefix('backend: ')}"
+    usable = picked is not None and report["backends"][picked]["available"]
+    if picked is not None and not usable:
+        # auto mode falls back to the CPU backend without asking it; when that cannot run
+        # either, naming it as the backend would contradict its own line below
+        why = f"{picked} would be picked ({why}), but {picked} cannot run here: {report['backends'][picked]['reason']}"
+    print(f"int8nax backend: {picked if usable else 'none'}  ({why})")
+    if not usable:
+        print("warning: every API call without an explicit backend= fails until this is fixed")
     print(f"mlx {report['mlx_version']}, default device {report['default_device']}")
     for name, b in report["backends"].items():
         mark = "yes" if b["available"] else "no "
