@@ -261,3 +261,25 @@ def test_bad_environment_backend_is_named_for_mx_arrays(monkeypatch):
         with pytest.raises(ValueError, match=rf"{func}: unknown backend 'bogus' in the environment variable "
                                              "INT8NAX_BACKEND"):
             call()
+
+
+@pytest.mark.parametrize("call", ["int8_matmul", "quantize_activations", "w8a8_linear"])
+def test_a_backend_that_cannot_run_is_refused_in_the_functions_name(call, monkeypatch):
+    # Every other usage error leads with the public function's name; so does this one, whether the
+    # backend came as the argument or from INT8NAX_BACKEND.
+    import mlx.core as mx
+
+    import int8nax
+    from int8nax import backends
+
+    unavailable = next((n for n in ("metal", "cuda") if not backends.probe(n).available), None)
+    if unavailable is None:
+        pytest.skip("every backend can run here")
+    args = {"int8_matmul": (mx.zeros((2, 4), dtype=mx.int8), mx.zeros((3, 4), dtype=mx.int8)),
+            "quantize_activations": (mx.zeros((2, 4)),),
+            "w8a8_linear": (mx.zeros((2, 4)), mx.zeros((3, 4), dtype=mx.int8), mx.ones((3,)))}[call]
+    with pytest.raises(RuntimeError, match=rf"^{call}: backend '{unavailable}' was requested \(argument\)"):
+        getattr(int8nax, call)(*args, backend=unavailable)
+    monkeypatch.setenv("INT8NAX_BACKEND", unavailable)
+    with pytest.raises(RuntimeError, match=rf"^{call}: backend '{unavailable}' was requested \(INT8NAX_BACKEND={unavailable}\)"):
+        getattr(int8nax, call)(*args)

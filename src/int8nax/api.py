@@ -347,6 +347,15 @@ def int8_matmul(a, b, *, b_layout: str = "nk", backend: str | None = None) -> mx
     return _int8_matmul_checked(a, b, b_layout, backend)
 
 
+def _resolve(backend, func: str):
+    """backends.resolve(backend), its refusal (an unknown or unavailable backend, by argument or
+    INT8NAX_BACKEND) led by the public function's name, as every other usage error is."""
+    try:
+        return backends.resolve(backend)
+    except (RuntimeError, ValueError) as exc:
+        raise type(exc)(f"{func}: {exc}") from None
+
+
 def _int8_matmul_call(impl: backends.Backend, a: mx.array, b: mx.array) -> mx.array:
     """int32 [M, N] of a valid, non-empty problem; refusing gradients."""
     try:
@@ -375,7 +384,7 @@ def _int8_matmul_checked(a, b, b_layout, backend) -> mx.array:
     n = b.shape[0]
     check_same_k(k, "a", b.shape[1], "b", func)
     check_k(k, func)
-    impl = backends.resolve(backend)
+    impl = _resolve(backend, func)
     if m == 0 or n == 0 or k == 0:
         return mx.zeros((m, n), dtype=mx.int32)
     return _int8_matmul_call(impl, a, b)
@@ -457,7 +466,7 @@ def quantize_activations(x, *, backend: str | None = None) -> tuple[mx.array, mx
     x = as_mx(x, "x", func, FLOAT_DTYPES)
     if x.ndim < 1:
         raise ValueError(f"{func}: 'x' must be at least 1-D [..., K], got a scalar")
-    impl = backends.resolve(backend)
+    impl = _resolve(backend, func)
     rows, lead = (x, None) if x.ndim == 2 else _rows(x)
     if rows.shape[0] == 0 or rows.shape[1] == 0:
         q = mx.zeros(rows.shape, dtype=mx.int8)
@@ -598,7 +607,7 @@ def _linear_checked(op: _Linear, x, w_int8, scale_w, bias, backend) -> mx.array:
     if bias is not None:
         bias = as_mx(bias, "bias", func, FLOAT_DTYPES, float64_to_float32=True)
         check_vector(bias, "bias", func, n, "one value per output channel")
-    impl = backends.resolve(backend)
+    impl = _resolve(backend, func)
     rows, lead = _rows(x)
     m = rows.shape[0]
     if m == 0 or n == 0 or k == 0:
