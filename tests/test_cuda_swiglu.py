@@ -184,13 +184,13 @@ def test_views_of_y(dtype, launch, h, view):
 # reuse both buffers; rows the launch's buffers cannot hold (or off the vector path) are
 # quantized from y by the same blocks.
 
-STAGED_H = H_VALUES + [cuda_plans.SMEM_PER_BLOCK // 8 // 8 * 8]  # ... and the widest row two buffers hold
+STAGED_H = H_VALUES + [cuda_plans.staged_max_hidden(2)]  # ... and the widest row two buffers hold
 
 
 def _staged_launch(h: int, blocks: int) -> cuda_plans.CudaStagedLaunch:
     """A staged launch for rows of H values of a 2-byte type: built for H where two buffers hold it,
     else for 4096 (so the kernel quantizes these rows from y)."""
-    fits = h % 8 == 0 and 4 * h * 2 <= cuda_plans.SMEM_PER_BLOCK and h <= 8 * 512 * cuda_plans.STAGED_MAX_HELD
+    fits = h % 8 == 0 and h <= cuda_plans.staged_max_hidden(2) and h <= 8 * 512 * cuda_plans.STAGED_MAX_HELD
     design = h if fits else 4096
     held = min(cuda_plans.STAGED_MAX_HELD, max(1, -(-design // 4096)))
     return cuda_plans.CudaStagedLaunch(512, held, design, 2, blocks)

@@ -245,18 +245,24 @@ def test_staged_launch_takes_many_rows_of_2_byte_types_that_two_buffers_hold(sms
         for h in SWIGLU_H:
             for itemsize in (2, 4):
                 launch = cuda_plans.cuda_swiglu_staged_launch(m, h, itemsize, sms)
-                fits = 4 * h * itemsize <= cuda_plans.SMEM_PER_BLOCK and h <= 8 * 512 * cuda_plans.STAGED_MAX_HELD
+                fits = (4 * h * itemsize + cuda_plans.STAGED_STATIC_SMEM <= cuda_plans.SMEM_PER_BLOCK
+                        and h <= 8 * 512 * cuda_plans.STAGED_MAX_HELD)
                 if itemsize == 4 or h % 8 or m < 2 * sms or not fits:
                     assert launch is None, (m, h, itemsize)
                     continue
                 assert launch.threads == 512 and launch.blocks == sms and launch.capacity >= h, (m, h)
                 assert launch.capacity - h < 8 * 512  # the fewest groups that hold the row
-                assert launch.stage_bytes == 4 * h * itemsize <= cuda_plans.SMEM_PER_BLOCK
+                assert launch.stage_bytes == 4 * h * itemsize <= cuda_plans.SMEM_PER_BLOCK - cuda_plans.STAGED_STATIC_SMEM
                 assert launch.grid(m) == ((sms * 512, 1, 1), (512, 1, 1))
                 assert launch.template() == [("THREADS", 512), ("HELD", launch.held), ("STAGE_BYTES", 4 * h * 2)]
                 taken.append((m, h))
     assert all((4096, h) in taken for h in MODEL_H) and (512, 18944) in taken
     assert (100000, 32768) not in taken  # 256 KB of buffers: more than a block may have
+    widest = cuda_plans.staged_max_hidden(2)
+    assert cuda_plans.cuda_swiglu_staged_launch(4096, widest, 2) is not None
+    assert cuda_plans.cuda_swiglu_staged_launch(4096, widest + 8, 2) is None
+    # the buffers and the kernel's static words (a word a warp) within one block's 227 KB
+    assert 4 * widest * 2 + 4 * 512 // 32 <= 227 * 1024 < 4 * (widest + 8) * 2 + 4 * 512 // 32
 
 
 def test_staged_launch_grid_is_at_most_a_block_a_row():
@@ -273,7 +279,8 @@ def test_compile_check_builds_the_staged_kernel_at_every_held():
                                            for t in ("float16", "bfloat16")]
     for _, tmpl in got:
         stage = dict(tmpl)["STAGE_BYTES"]
-        assert stage <= cuda_plans.SMEM_PER_BLOCK and 4 * 2 * 8 * 512 * (dict(tmpl)["HELD"] - 1) < stage
+        assert stage + cuda_plans.STAGED_STATIC_SMEM <= cuda_plans.SMEM_PER_BLOCK
+        assert 4 * 2 * 8 * 512 * (dict(tmpl)["HELD"] - 1) < stage
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc here (set NVCC=/path/to/nvcc)")

@@ -137,7 +137,7 @@ def instances(arch: str):
             yield (f"swiglu_quantize {t} {launch.threads}x{launch.held}", cuda_source.swiglu_quantize(),
                    [CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + launch.template())
     for held in range(1, cuda_plans.STAGED_MAX_HELD + 1):  # the staged kernel at each `held` the rule can give
-        hidden = min(held * cuda_plans.STAGED_THREADS * 8, cuda_plans.SMEM_PER_BLOCK // 8 // 8 * 8)
+        hidden = min(held * cuda_plans.STAGED_THREADS * 8, cuda_plans.staged_max_hidden(2))
         launch = cuda_plans.CudaStagedLaunch(cuda_plans.STAGED_THREADS, held, hidden, 2, 132)
         for t in ("float16", "bfloat16"):
             yield (f"swiglu_quantize_staged {t} {launch.threads}x{held}", cuda_source.swiglu_quantize_staged(

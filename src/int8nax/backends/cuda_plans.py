@@ -354,6 +354,10 @@ SMEM_PER_BLOCK = 227 * 1024
 STAGED_THREADS = 512
 """Threads of a staged block: the fused kernel's long-row launch (cuda_quant_launch's reasoning)."""
 
+STAGED_STATIC_SMEM = 4 * (STAGED_THREADS // 32)
+"""The staged kernel's static shared memory (a word a warp for the row maximum): it counts
+against SMEM_PER_BLOCK with the buffers."""
+
 STAGED_MAX_HELD = 8
 """The most groups a thread of a staged block holds (h's row held in registers, read from shared
 memory once); longer rows take the one-row-a-block kernel."""
@@ -388,6 +392,11 @@ class CudaStagedLaunch:
         return (min(m, self.blocks) * self.threads, 1, 1), (self.threads, 1, 1)
 
 
+def staged_max_hidden(itemsize: int) -> int:
+    """The longest row H (a multiple of 8) whose two buffers of 2H values fit a staged block."""
+    return (SMEM_PER_BLOCK - STAGED_STATIC_SMEM) // (4 * itemsize) // QUANT_GROUP * QUANT_GROUP
+
+
 def cuda_swiglu_staged_launch(m: int, hidden: int, itemsize: int, sms: int = 132) -> CudaStagedLaunch | None:
     """The staged SwiGLU quantization's launch for y [M, 2H] (H = hidden) on `sms` SMs, or None
     where it does not apply (then cuda_swiglu_quant_launch's one-row-a-block kernel runs).
@@ -398,8 +407,8 @@ def cuda_swiglu_staged_launch(m: int, hidden: int, itemsize: int, sms: int = 132
     overlaps them. Predicted at 4096 tokens of Qwen2.5-7B on the H200: ~0.09 ms a layer (the
     larger of ~0.08 ms of loads and ~0.08 of arithmetic, plus a row's start), against 0.161.
     - 2-byte types (float16, bfloat16: what models serve in) whose rows are whole 16-byte groups
-      (H % 8 == 0), two buffers within one block's shared memory (H <= 29056), and h's row held in
-      registers (H <= 512 x 8 x 8 = 32768 values).
+      (H % 8 == 0), two buffers and the kernel's static words within one block's shared memory
+      (staged_max_hidden: H <= 29048), and h's row held in registers (H <= 512 x 8 x 8).
     - 512 threads (the fused kernel's long-row launch), held = the fewest groups a thread that
       hold the row, one block an SM: ptxas wants 112-136 registers a thread (CUDA 13.0, sm_90a),
       so kernels/cuda/launch_bounds_512.cuh bounds it to 128, an SM's whole register file.
@@ -410,8 +419,7 @@ def cuda_swiglu_staged_launch(m: int, hidden: int, itemsize: int, sms: int = 132
     if itemsize != 2 or hidden % QUANT_GROUP:
         return None
     held = ceil_div(hidden, STAGED_THREADS * QUANT_GROUP)
-    stage = 2 * 2 * hidden * itemsize
-    if held > STAGED_MAX_HELD or stage > SMEM_PER_BLOCK or m < 2 * sms:
+    if held > STAGED_MAX_HELD or hidden > staged_max_hidden(itemsize) or m < 2 * sms:
         return None
     return CudaStagedLaunch(STAGED_THREADS, held, hidden, itemsize, sms)
 
