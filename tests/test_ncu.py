@@ -157,8 +157,9 @@ def test_profile_runs_the_items_under_ncu_then_reads_its_report(tmp_path, capsys
     m = tmp_path / "m.json"
     calls = []
 
-    def runner(cmd, stdout=None):
+    def runner(cmd, stdout=None, env=None):
         calls.append(cmd)
+        assert env["LC_ALL"] == "C"  # numbers as read_kernels reads them
         if "--import" in cmd:
             stdout.write(csv_text([(MARK, 1), (GEMM, 10000), (MARK, 1)]))
         else:
@@ -174,3 +175,34 @@ def test_profile_runs_the_items_under_ncu_then_reads_its_report(tmp_path, capsys
     assert calls[1][:3] == ["ncu", "--import", report + ".ncu-rep"]
     assert "int8_matmul 16x64x64: 10.0 us a call" in capsys.readouterr().out
     assert (tmp_path / "prof.csv").exists()
+
+
+# ncu 2025's details CSV as seen in published runs: five rule columns after "Metric Value" (empty
+# on metric rows, with a trailing comma), units "ns", "byte/s", "register/thread", and rule rows
+# whose section is the identifier and whose metric is empty.
+HEADER_2025 = HEADER + ',"Rule Name","Rule Type","Rule Description","Estimated Speedup Type","Estimated Speedup"'
+
+
+def test_the_2025_csv_format_reads_the_same():
+    def rows(kid, name, ns):
+        out = []
+        for section, metric, unit, value in (("GPU Speed Of Light Throughput", "Duration", "ns", ns),
+                                             ("GPU Speed Of Light Throughput", "DRAM Throughput", "%", "40.2"),
+                                             ("Memory Workload Analysis", "Memory Throughput", "byte/s",
+                                              "3995313115.40"),
+                                             ("Launch Statistics", "Registers Per Thread", "register/thread", "128"),
+                                             ("Scheduler Statistics", "Issued Warp Per Scheduler", "", "0.31")):
+            out.append(row(kid, name, section, metric, unit, value) + ",")
+        out.append(f'"{kid}","1","python3","h","{name}","1","7","(512, 1, 1)","(132, 1, 1)","0","9.0","SpeedOfLight",'
+                   '"","","","SOLBottleneck","WRN","This kernel exhibits low compute throughput","global","12.5"')
+        return out
+
+    lines = [HEADER_2025] + rows(0, MARK + "(const int *, int *)", "900") + rows(1, GEMM, "406240") + \
+        rows(2, MARK + "(const int *, int *)", "900")
+    kernels = ncu.read_kernels("\n".join(lines) + "\n")
+    assert [k["id"] for k in kernels] == [0, 1, 2]
+    m = kernels[1]["metrics"]
+    assert m["us"] == pytest.approx(406.24) and m["TB/s"] == pytest.approx(0.0039953, rel=1e-4) and m["regs"] == 128
+    assert m["issued/sched"] == pytest.approx(0.31) and m["DRAM %"] == 40.2
+    text = ncu.summary(kernels, manifest([entry("int8_matmul", (512, 4096, 4096))]))
+    assert "int8_matmul 512x4096x4096: 406.2 us a call, 1 kernels" in text

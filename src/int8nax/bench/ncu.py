@@ -31,6 +31,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -346,14 +347,17 @@ def profile(report: str, run_args: list[str], manifest: Path, runner=subprocess.
     if shutil.which("ncu") is None and runner is subprocess.run:
         print("int8nax.bench.ncu: needs Nsight Compute's ncu on the PATH", file=sys.stderr)
         return 3
-    rc = runner(ncu_command(report, run_args, sys.executable)).returncode
+    # ncu writes numbers in the locale's format ("9,00" under a comma-decimal one); read_kernels
+    # takes C's, so both ncu steps run under it
+    env = {**os.environ, "LC_ALL": "C"}
+    rc = runner(ncu_command(report, run_args, sys.executable), env=env).returncode
     if rc != 0:
         print(f"int8nax.bench.ncu: the profiled run exited {rc}", file=sys.stderr)
         return rc
     csv_path = Path(f"{report}.csv")
     with open(csv_path, "w") as fh:
         rc = runner(["ncu", "--import", f"{report}.ncu-rep", "--csv", "--page", "details", "--print-units", "base"],
-                    stdout=fh).returncode
+                    stdout=fh, env=env).returncode
     if rc != 0:
         print(f"int8nax.bench.ncu: ncu --import exited {rc}", file=sys.stderr)
         return rc
