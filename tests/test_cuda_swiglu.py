@@ -181,19 +181,16 @@ def test_views_of_y(dtype, launch, h, view):
 
 # ---- the staged kernel (kernels/cuda/swiglu_quantize_staged.cuh): persistent blocks, rows copied
 # into shared memory while the previous one is quantized; same bits. Few blocks make every block
-# reuse both buffers; rows the launch's buffers cannot hold (or off the vector path) are
-# quantized from y by the same blocks.
+# reuse both buffers; rows its buffers cannot hold (or off the vector path) it quantizes from y.
+# One launch with the widest buffers serves every width (each STAGE_BYTES is an NVRTC build of
+# ~8 s), and the launches the dispatch gives the models' widths are checked on their own.
 
-STAGED_H = H_VALUES + [cuda_plans.staged_max_hidden(2)]  # ... and the widest row two buffers hold
+WIDEST = cuda_plans.staged_max_hidden(2)
+STAGED_H = H_VALUES + [WIDEST]
 
 
-def _staged_launch(h: int, blocks: int) -> cuda_plans.CudaStagedLaunch:
-    """A staged launch for rows of H values of a 2-byte type: built for H where two buffers hold it,
-    else for 4096 (so the kernel quantizes these rows from y)."""
-    fits = h % 8 == 0 and h <= cuda_plans.staged_max_hidden(2) and h <= 8 * 512 * cuda_plans.STAGED_MAX_HELD
-    design = h if fits else 4096
-    held = min(cuda_plans.STAGED_MAX_HELD, max(1, -(-design // 4096)))
-    return cuda_plans.CudaStagedLaunch(512, held, design, 2, blocks)
+def _widest_launch(blocks: int) -> cuda_plans.CudaStagedLaunch:
+    return cuda_plans.CudaStagedLaunch(512, cuda_plans.STAGED_MAX_HELD, WIDEST, 2, blocks)
 
 
 @pytest.mark.parametrize("blocks", [3, 132])
@@ -202,7 +199,17 @@ def _staged_launch(h: int, blocks: int) -> cuda_plans.CudaStagedLaunch:
 @pytest.mark.parametrize("h", STAGED_H)
 def test_staged_swiglu_quantize_is_the_unfused_graph_bit_for_bit(dtype, h, m, blocks):
     y, want = _case(dtype, h, m)
-    _assert_same_bits(_fused(y, _staged_launch(h, blocks)), want)
+    _assert_same_bits(_fused(y, _widest_launch(blocks)), want)
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=_case_id)
+@pytest.mark.parametrize("h", [4864, 12288, 18944])
+def test_the_dispatched_staged_launch_is_the_unfused_graph_bit_for_bit(dtype, h):
+    m = 2 * cuda.sm_count() + 5
+    launch = cuda_plans.cuda_swiglu_staged_launch(m, h, 2, cuda.sm_count())
+    assert launch is not None and launch.hidden == h and launch.blocks == cuda.sm_count()
+    y, want = _case(dtype, h, m)
+    _assert_same_bits(_fused(y, launch), want)
 
 
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=_case_id)
@@ -217,11 +224,11 @@ def test_staged_views_of_y(dtype, h, view):
     else:
         v = mx.concatenate([mx.zeros((m, 1), dtype=dtype), y, mx.zeros((m, 5), dtype=dtype)], axis=1)[:, 1:1 + 2 * h]
     mx.eval(v)
-    _assert_same_bits(_fused(v, _staged_launch(h, 3)), want)
+    _assert_same_bits(_fused(v, _widest_launch(3)), want)
 
 
 def test_the_staged_first_use_check_passes_and_probes_more_rows_than_blocks():
-    launch = cuda_plans.CudaStagedLaunch(512, 5, 18944, 2, 4)
+    launch = _widest_launch(4)
     cuda.swiglu_kernel_ok.cache_clear()
     try:
         assert cuda.swiglu_kernel_ok(mx.bfloat16, launch)
