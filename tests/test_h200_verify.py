@@ -72,17 +72,23 @@ def test_the_models_part_takes_the_groups_left_from_a_previous_call(tmp_path):
     assert benches == ["^(W8A8)Model(Compiled)?Figures$", "^(MlxQ8)Model(Compiled)?(Figures)?$"]
 
 
-def test_the_suite_part_runs_the_default_dispatch_files_first_and_every_other_file_once(tmp_path):
-    # A stand-in python3 that prints its arguments: the part's pytest command line.
+def run_part(tmp_path: Path, part: str, python3: str = 'echo "$@"', **env) -> Path:
+    """Run h200_verify.sh `part` in the repository with a stand-in python3 (by default one that
+    prints its arguments: the part's command lines) and OUT in tmp_path; returns OUT."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text('#!/bin/bash\necho "$@"\n')
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python3").write_text(f"#!/bin/bash\n{python3}\n")
     (bin_dir / "python3").chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234"}
-    subprocess.run([BASH, "tools/h200_verify.sh", "suite"], cwd=ROOT, env=env, check=True,
-                   capture_output=True, timeout=60)
+    run_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", **env}
+    subprocess.run([BASH, "tools/h200_verify.sh", part], cwd=ROOT, env=run_env, check=True, capture_output=True,
+                   timeout=60)
+    return out
+
+
+def test_the_suite_part_runs_the_default_dispatch_files_first_and_every_other_file_once(tmp_path):
+    out = run_part(tmp_path, "suite")  # the stand-in prints the part's pytest command line
     files = [a for a in (out / "tests_suite.txt").read_text().split() if a.startswith("tests/")]
     every = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
     assert sorted(files) == [f for f in every if f not in ("tests/test_cuda_tma.py", "tests/test_cuda_kernels.py")]
@@ -101,15 +107,7 @@ def test_the_models_part_starts_a_group_only_with_its_own_time_left(tmp_path):
 def test_the_profile_part_gives_the_ncu_runner_sets_it_takes(tmp_path):
     from int8nax.bench import ncu
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text('#!/bin/bash\necho "$@"\n')
-    (bin_dir / "python3").chmod(0o755)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "LIMIT": "400"}
-    subprocess.run([BASH, "tools/h200_verify.sh", "profile"], cwd=ROOT, env=env, check=True,
-                   capture_output=True, timeout=60)
+    out = run_part(tmp_path, "profile", LIMIT="400")
     args = (out / "profile.txt").read_text().split()
     assert args[:4] == ["-m", "int8nax.bench.ncu", "--profile", f"{out}/profile"]
     limit = int(args[args.index("--time-limit") + 1])
@@ -122,21 +120,12 @@ def test_the_profile_part_gives_the_ncu_runner_sets_it_takes(tmp_path):
 def test_the_plans_part_takes_the_model_layers_at_plans_tokens(tmp_path):
     from int8nax.bench.kernel_plans import model_shapes
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
     # python3 -c (the shapes) runs; anything else prints its arguments
-    (bin_dir / "python3").write_text(f'#!/bin/bash\nif [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\necho "$@"\n')
-    (bin_dir / "python3").chmod(0o755)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "PLANS_TOKENS": "128"}
-    subprocess.run([BASH, "tools/h200_verify.sh", "plans"], cwd=ROOT, env=env, check=True, capture_output=True,
-                   timeout=60)
+    python3 = f'if [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\necho "$@"'
+    out = run_part(tmp_path, "plans", python3, PLANS_TOKENS="128")
     args = (out / "plans.txt").read_text().split()
     shapes = args[args.index("--shapes") + 1].split(",")
     assert shapes == ["x".join(map(str, s)) for s in model_shapes(tokens=(128,))] and len(shapes) == 8
     assert all(s.startswith("128x") for s in shapes) and "--plans" in args
-    del env["PLANS_TOKENS"]
-    subprocess.run([BASH, "tools/h200_verify.sh", "plans"], cwd=ROOT, env=env, check=True, capture_output=True,
-                   timeout=60)
+    out = run_part(tmp_path / "default", "plans", python3)
     assert "--shapes" not in (out / "plans.txt").read_text().split()

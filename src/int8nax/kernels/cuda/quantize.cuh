@@ -127,6 +127,17 @@ __device__ __forceinline__ void load_group(const T* p, uint32_t (&w)[Group<T>::W
   }
 }
 
+// The same from shared memory (a row a kernel staged there: swiglu_quantize_staged.cuh); a generic
+// load the compiler sees is shared.
+template <typename T>
+__device__ __forceinline__ void load_shared_group(const T* p, uint32_t (&w)[Group<T>::WORDS]) {
+#pragma unroll
+  for (int i = 0; i < Group<T>::WORDS; i += 4) {
+    const uint4 v = reinterpret_cast<const uint4*>(p)[i / 4];
+    w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
+  }
+}
+
 // ---- the block's maximum ----
 
 __device__ __forceinline__ uint32_t warp_max(uint32_t v) {

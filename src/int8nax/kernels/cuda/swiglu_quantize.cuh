@@ -30,8 +30,9 @@ __device__ __forceinline__ T swiglu(T g, T u) {
   return mlx::core::cu::Multiply{}(gs, u);
 }
 
-// The row source (quantize.cuh) of h = swiglu(g, u) for one row: g at gr, u at ur (H values each).
-template <typename T>
+// The row source (quantize.cuh) of h = swiglu(g, u) for one row: g at gr, u at ur (H values each),
+// in global memory, or with STAGED in shared memory (swiglu_quantize_staged.cuh).
+template <typename T, bool STAGED = false>
 struct SwigluRow {
   struct Loaded {
     uint32_t g[Group<T>::WORDS];  // g's group; finish() overwrites it with h's
@@ -41,8 +42,13 @@ struct SwigluRow {
   const T* ur;
 
   __device__ __forceinline__ void load(int j, Loaded& l) const {
-    load_group(gr + 8 * j, l.g);
-    load_group(ur + 8 * j, l.u);
+    if constexpr (STAGED) {
+      load_shared_group(gr + 8 * j, l.g);
+      load_shared_group(ur + 8 * j, l.u);
+    } else {
+      load_group(gr + 8 * j, l.g);
+      load_group(ur + 8 * j, l.u);
+    }
   }
   static __device__ __forceinline__ void finish(Loaded& l) {
 #pragma unroll

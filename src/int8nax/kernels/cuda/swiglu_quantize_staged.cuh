@@ -11,8 +11,8 @@
 // Here `gridDim.x` persistent blocks take rows blockIdx.x, blockIdx.x + gridDim.x, ...; a row's
 // g and u (contiguous in y, 2H values) are copied by cp.async into one of two buffers of
 // dynamic shared memory while the block quantizes the row in the other one. The row code is
-// quantize.cuh's quantize_row over a source of h = swiglu(g, u) read from shared memory, with
-// swiglu_quantize.cuh's functors: the same values, the same codes and scales bit for bit.
+// quantize.cuh's quantize_row_at over swiglu_quantize.cuh's row source of h = swiglu(g, u), reading
+// shared memory, with its functors: the same values, the same codes and scales bit for bit.
 // The launch (THREADS, HELD, STAGE_BYTES = both buffers' bytes) is backends/cuda_plans.py's
 // cuda_swiglu_staged_launch, which takes only rows that fit one buffer and THREADS x HELD
 // groups; other rows (and bases off 16 bytes) are quantized here straight from y, one after the
@@ -21,39 +21,6 @@
 #pragma once
 
 namespace int8nax {
-
-// 16 bytes of shared memory into a group's words (a generic load the compiler sees is shared).
-template <typename T>
-__device__ __forceinline__ void load_shared_group(const T* p, uint32_t (&w)[Group<T>::WORDS]) {
-#pragma unroll
-  for (int i = 0; i < Group<T>::WORDS; i += 4) {
-    const uint4 v = reinterpret_cast<const uint4*>(p)[i / 4];
-    w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
-  }
-}
-
-// The row source (quantize.cuh) of h = swiglu(g, u) for a row staged in shared memory: g at gs,
-// u at us (H values each).
-template <typename T>
-struct StagedSwigluRow {
-  using Loaded = typename SwigluRow<T>::Loaded;
-  const T* gs;
-  const T* us;
-
-  __device__ __forceinline__ void load(int j, Loaded& l) const {
-    load_shared_group(gs + 8 * j, l.g);
-    load_shared_group(us + 8 * j, l.u);
-  }
-  static __device__ __forceinline__ void finish(Loaded& l) {
-    SwigluRow<T>::finish(l);
-  }
-  static __device__ __forceinline__ const uint32_t (&words(const Loaded& l))[Group<T>::WORDS] {
-    return l.g;
-  }
-  __device__ __forceinline__ float value(int k) const {
-    return to_float(swiglu(gs[k], us[k]));
-  }
-};
 
 // Every thread issues its 16-byte copies of one row (`bytes`, a multiple of 16) and commits them
 // as one group.
@@ -105,7 +72,7 @@ __device__ void quantize_swiglu_rows_staged(const T* y, int H, int M, int8_t* q,
     }
     __syncthreads();  // ... and every other thread's
     const T* g = buffers + b * row_values;
-    quantize_row_at<T, THREADS, HELD>(StagedSwigluRow<T>{g, g + H}, H, true, q + static_cast<size_t>(r) * H, scale, r,
+    quantize_row_at<T, THREADS, HELD>(SwigluRow<T, true>{g, g + H}, H, true, q + static_cast<size_t>(r) * H, scale, r,
                                    slots);
     __syncthreads();  // every thread is done with this buffer (and with slots) before it is refilled
   }
