@@ -365,13 +365,14 @@ def has_cuda() -> bool:
     return getattr(mx, "cuda", None) is not None and mx.cuda.is_available()
 
 
-def test_without_cuda_one_clear_line_and_exit_2(capsys):
+def test_without_cuda_one_clear_line_and_exit_2(capsys, tmp_path):
     if has_cuda():
         pytest.skip("a CUDA device is present: the command would run")
-    rc = cli.main(["compare", "--mode", "kernel", "--plans", "--json", "/nonexistent/never-written.json"])
+    rc = cli.main(["compare", "--mode", "kernel", "--plans", "--json", str(tmp_path / "never-written.json")])
     out, err = capsys.readouterr()
     assert rc == kt.NO_CUDA_EXIT and out == ""
     assert err.count("\n") == 1 and err.startswith("int8nax compare --mode kernel --plans: needs ")
+    assert not (tmp_path / "never-written.json").exists()
 
 
 @pytest.mark.parametrize("argv,message", [

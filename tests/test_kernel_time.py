@@ -320,14 +320,15 @@ def test_the_worker_entry_point_runs_as_a_module():
     assert proc.returncode == 0 and "--worker" in proc.stdout, proc.stderr
 
 
-def test_without_cuda_one_clear_line_and_exit_2(capsys):
+def test_without_cuda_one_clear_line_and_exit_2(capsys, tmp_path):
     if has_cuda():
         pytest.skip("a CUDA device is present: the mode would run")
-    rc = cli.main(["compare", "--mode", "kernel", "--json", "/nonexistent/never-written.json"])
+    rc = cli.main(["compare", "--mode", "kernel", "--json", str(tmp_path / "never-written.json")])
     out, err = capsys.readouterr()
     assert rc == kt.NO_CUDA_EXIT and out == ""
     assert err.count("\n") == 1 and err.startswith("int8nax compare --mode kernel: needs ")
     assert "nothing was measured" in err
+    assert not (tmp_path / "never-written.json").exists()
 
 
 @pytest.mark.parametrize("argv,message", [
