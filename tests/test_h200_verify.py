@@ -113,8 +113,13 @@ def test_the_profile_part_gives_the_ncu_runner_sets_it_takes(tmp_path):
     limit = int(args[args.index("--time-limit") + 1])
     assert 100 < limit < 400
     items = ncu.parse_sets([args[i + 1] for i, a in enumerate(args) if a == "--set"])
-    assert len(items) == 25 and {i.subject for i in items} == {"int8_matmul", "w8a8:bfloat16", "w8a8:bfloat16+bias",
-                                                               "bf16"}
+    assert len(items) == 29 and {i.subject for i in items} == {
+        "int8_matmul", "w8a8:bfloat16", "w8a8:bfloat16+bias", "bf16", "swiglu_quantize:fused:bfloat16",
+        "swiglu_quantize:staged:bfloat16"}
+    from int8nax.backends import cuda_plans  # the staged items are shapes its launch takes on the H200
+
+    assert all(cuda_plans.cuda_swiglu_staged_launch(i.shape[0], i.shape[1], 2, 132) is not None
+               for i in items if "staged" in i.subject)
 
 
 def test_the_plans_part_takes_the_model_layers_at_plans_tokens(tmp_path):

@@ -34,7 +34,8 @@
 #                                      #   in kernel time, cast against own, at six seed shapes (what BIAS_DEFAULT waits for)
 #   bash tools/h200_verify.sh profile  # ~300 s (estimated; never run): Nsight Compute on W8A8 against the raw GEMM
 #                                      #   (+-bias) where W8A8 costs > 1.15x it, the Qwen2.5-7B layers at 128 tokens and
-#                                      #   at decode against bfloat16, and the 4096-token gate/up GEMM (int8nax.bench.ncu:
+#                                      #   at decode against bfloat16, the 4096-token gate/up GEMM and the SwiGLU
+#                                      #   quantization, fused against staged (int8nax.bench.ncu:
 #                                      #   profile.txt is the summary, profile.ncu-rep the report; PROFILE_SETS: others)
 #   bash tools/h200_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
@@ -156,11 +157,13 @@ case "$part" in
   profile)
     # The W8A8 speed targets not yet met, each where the profile should say why: W8A8 over the raw GEMM
     # (1.31-1.71x, 2026-12-04), the 128-token layers (W8A8's GPU time = bfloat16's, at half the
-    # weight bytes), decode's GEMV (2.0 TB/s), the 4096-token gate/up GEMM (W8A8 +14 % over raw).
+    # weight bytes), decode's GEMV (2.0 TB/s), the 4096-token gate/up GEMM (W8A8 +14 % over raw),
+    # and the SwiGLU quantization fused against staged (loads then arithmetic, or both at once?).
     sets=${PROFILE_SETS:-"int8_matmul,w8a8:bfloat16,w8a8:bfloat16+bias@512x4096x4096,128x3584x18944,2048x4096x4096
       w8a8:bfloat16,bf16@128x3584x4608,128x3584x3584,128x3584x37888,128x18944x3584
       w8a8:bfloat16,bf16@1x3584x4608,1x3584x37888,1x18944x3584
-      int8_matmul,w8a8:bfloat16@4096x3584x37888"}
+      int8_matmul,w8a8:bfloat16@4096x3584x37888
+      swiglu_quantize:fused:bfloat16,swiglu_quantize:staged:bfloat16@4096x18944x18944,2048x12288x12288"}
     args=$(for s in $sets; do printf -- '--set %s ' "$s"; done)
     budget=$(left $(( END - 10 )))
     MLX_USE_CUDA_GRAPHS=0 timeout "$budget" python3 -m int8nax.bench.ncu --profile "$OUT/profile" \

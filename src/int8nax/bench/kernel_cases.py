@@ -112,13 +112,59 @@ def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
 
         return Prepared(lambda st: mx.matmul(st[0], st[1].T), _device_copies(mx, (x, w), copies), copies, check,
                         "within 5 % of the float32 product (a peer: bfloat16 rounding)", "mlx bfloat16 matmul")
+    if item.subject.startswith(SWIGLU_QUANTIZE):
+        return _swiglu_quantize(item, l2)
     if not item.subject.startswith("w8a8:"):
-        raise ValueError(f"item: expected int8_matmul, bf16 or w8a8:<dtype>[+bias] here, got {item.subject!r}")
+        raise ValueError(f"item: expected int8_matmul, bf16, w8a8:<dtype>[+bias] or "
+                         f"{SWIGLU_QUANTIZE}<fused|staged>:<dtype> here, got {item.subject!r}")
     case = w8a8_case(item.subject.split(":", 1)[1], item.shape, l2)
     return Prepared(lambda st: int8nax.w8a8_linear(st[0], st[1], st[2], st[3], backend=backend), case.sets,
                     case.copies, lambda out: case.check(out, rows), case.what,
                     _describe(backends.get(backend), "w8a8_linear", m, n, k, bias=case.bias is not None,
                               dtype=case.dtype))
+
+
+SWIGLU_QUANTIZE = "swiglu_quantize:"
+"""The subject prefix of the CUDA SwiGLU quantization kernel alone (swiglu_quantize:<fused|staged>:
+<dtype> at MxHxN, N unused): y [M, 2H] -> the codes and scales of silu(y[:, :H]) * y[:, H:]."""
+
+
+def _swiglu_quantize(item: Item, l2: int) -> Prepared:
+    """The SwiGLU quantization kernel on the schedule the subject names (the fused kernel's launch,
+    or the staged one, which must take the shape), checked bit for bit against the unfused graph
+    (MLX's swiglu, then the quantization kernel). CUDA only."""
+    import mlx.core as mx
+    import numpy as np
+
+    from ..backends import base, cuda, cuda_plans
+
+    parts = item.subject.split(":")
+    if len(parts) != 3 or parts[1] not in ("fused", "staged") or parts[2] not in ("float16", "bfloat16", "float32"):
+        raise ValueError(f"item: expected {SWIGLU_QUANTIZE}<fused|staged>:<float16|bfloat16|float32>, "
+                         f"got {item.subject!r}")
+    schedule, dtype = parts[1], getattr(mx, parts[2])
+    m, h = item.shape[0], item.shape[1]
+    if schedule == "staged":
+        launch = cuda_plans.cuda_swiglu_staged_launch(m, h, dtype.size, cuda.sm_count())
+        if launch is None:
+            raise ValueError(f"item: the staged schedule does not take M = {m}, H = {h} of {parts[2]} "
+                             "(cuda_plans.cuda_swiglu_staged_launch)")
+    else:
+        launch = cuda_plans.cuda_swiglu_quant_launch(m, h, dtype.size, cuda.sm_count())
+    y = mx.array(np.random.default_rng([20261205, m, h]).standard_normal((m, 2 * h), dtype=np.float32)).astype(dtype)
+    copies = copies_for(y.nbytes, l2)
+    q0, s0 = cuda._quantize_graph(base.swiglu_of(y))
+    mx.eval(q0, s0)
+    want_q, want_s = np.array(q0), np.array(s0)
+
+    def check(out):
+        q, s = np.array(out[0]), np.array(out[1])
+        bad = int((q != want_q).sum()) + int((s.view(np.uint32) != want_s.view(np.uint32)).sum())
+        return None if bad == 0 else f"{bad} codes and scales differ from the unfused graph's"
+
+    return Prepared(lambda st: cuda._swiglu_quantize_graph(st[0], launch), _device_copies(mx, (y,), copies), copies,
+                    check, "bit for bit the unfused graph's (MLX's swiglu, then the quantization kernel)",
+                    f"cuda swiglu quantize, {schedule}: {launch}")
 
 
 def measure(item: Item, ctx: dict) -> dict:

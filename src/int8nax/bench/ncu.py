@@ -40,7 +40,7 @@ from pathlib import Path
 
 from .cupti import short_name
 from .estimate import shape_text
-from .kernel_cases import WARMUP, prepare
+from .kernel_cases import SWIGLU_QUANTIZE, WARMUP, prepare
 from .kernel_worker import DEFAULT_L2_BYTES, Item
 from .problems import parse_shapes
 
@@ -63,8 +63,9 @@ def parse_sets(values: list[str]) -> list[Item]:
         if not sep or not names:
             raise ValueError(f"--set: expected SUBJECT[,SUBJECT...]@MxKxN[,MxKxN...], got {value!r}")
         for name in names:
-            if name not in ("int8_matmul", "bf16") and not name.startswith("w8a8:"):
-                raise ValueError(f"--set: a subject is int8_matmul, bf16 or w8a8:<dtype>[+bias], got {name!r}")
+            if name not in ("int8_matmul", "bf16") and not name.startswith(("w8a8:", SWIGLU_QUANTIZE)):
+                raise ValueError(f"--set: a subject is int8_matmul, bf16, w8a8:<dtype>[+bias] or "
+                                 f"{SWIGLU_QUANTIZE}<fused|staged>:<dtype>, got {name!r}")
         for shape in parse_shapes(shapes, "--set"):
             items += [Item(name, shape) for name in names]
     return list(dict.fromkeys(items))
@@ -294,7 +295,8 @@ def _env_line() -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m int8nax.bench.ncu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", action="append", default=[], metavar="SUBJECTS@SHAPES",
-                        help="subjects (int8_matmul, bf16, w8a8:<dtype>[+bias]) at shapes, e.g. "
+                        help="subjects (int8_matmul, bf16, w8a8:<dtype>[+bias], swiglu_quantize:<fused|staged>:<dtype> "
+                             "at MxHxN, N unused) at shapes, e.g. "
                              "w8a8:bfloat16,int8_matmul@512x4096x4096; repeatable")
     parser.add_argument("--launches", type=int, default=1, help="profiled calls per item (default 1)")
     parser.add_argument("--manifest", required=True, help="the run writes it, the summary reads it")
