@@ -111,7 +111,7 @@ def test_the_profile_part_gives_the_ncu_runner_sets_it_takes(tmp_path):
     args = (out / "profile.txt").read_text().split()
     assert args[:4] == ["-m", "int8nax.bench.ncu", "--profile", f"{out}/profile"]
     limit = int(args[args.index("--time-limit") + 1])
-    assert 100 < limit < 400
+    assert 300 < limit < 400  # the call's budget less the report's writing
     items = ncu.parse_sets([args[i + 1] for i, a in enumerate(args) if a == "--set"])
     assert len(items) == 29 and {i.subject for i in items} == {
         "int8_matmul", "w8a8:bfloat16", "w8a8:bfloat16+bias", "bf16", "swiglu_quantize:fused:bfloat16",

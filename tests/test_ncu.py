@@ -243,3 +243,13 @@ def test_the_swiglu_quantization_kernel_is_a_subject_on_either_schedule(monkeypa
         kc.prepare(Item("swiglu_quantize:staged:bfloat16", (100, 24, 24)), 1 << 16, "cpu")
     with pytest.raises(ValueError, match="swiglu_quantize:<fused|staged>"):
         kc.prepare(Item("swiglu_quantize:paired:bfloat16", (100, 24, 24)), 1 << 16, "cpu")
+
+
+def test_items_past_the_profiling_deadline_are_prepared_but_not_profiled():
+    events = []
+    clock = iter([0.0, 0.0, 1.0, 9.0])  # two preparations, then the first item's start and the second's
+    entries = ncu.run([Item("int8_matmul", (5, 64, 48)), Item("bf16", (5, 64, 48))], 1, l2=1 << 16, backend="cpu",
+                      start=lambda: None, stop=lambda: None, mark=lambda i: events.append(i), deadline=5.0,
+                      profile_deadline=5.0, clock=lambda: next(clock), log=lambda *a, **k: None)
+    assert [e["profiled"] for e in entries] == [True, False] and events == [0, 1]
+    assert entries[1]["error"] == "prepared, not profiled: the time limit came first" and entries[1]["check"] is None

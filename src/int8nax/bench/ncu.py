@@ -47,6 +47,9 @@ from .problems import parse_shapes
 MARKER = "int8nax_ncu_boundary"
 """The boundary kernel's name (MLX calls it custom_kernel_<this>...)."""
 
+PROFILE_SHARE = 0.85
+"""The share of --time-limit after which no item starts its profile (ncu then writes its report)."""
+
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "SchedulerStats", "WarpStateStats", "MemoryWorkloadAnalysis")
 """The ncu sections the summary reads (ncu_command)."""
 
@@ -85,11 +88,12 @@ def ncu_command(report: str, run_args: list[str], python: str = "python3") -> li
 # ---- the run (on the GPU, under ncu) --------------------------------------------------------------
 
 def run(items: list[Item], launches: int, *, l2: int, backend: str, start, stop, mark, deadline: float,
-        clock=time.time, log=print) -> list[dict]:
+        profile_deadline: float = float("inf"), clock=time.time, log=print) -> list[dict]:
     """Prepare, warm up and check every item (until `deadline`), then between start() and stop()
-    each ready item's `launches` calls with mark(i) before item i and mark(count) after the last.
-    Returns the manifest's entries in order: key, subject, shape, describe, check (None: exact),
-    profiled, error."""
+    each ready item's `launches` calls (until `profile_deadline`: under ncu each kernel is replayed
+    for seconds, and a run killed by its limit leaves no report) with mark(i) before profiled item
+    i and mark(count) after the last. Returns the manifest's entries in order: key, subject,
+    shape, describe, check (None: exact), profiled, error."""
     import mlx.core as mx
 
     entries, ready = [], []
@@ -112,13 +116,18 @@ def run(items: list[Item], launches: int, *, l2: int, backend: str, start, stop,
         ready.append((entry, p))
         log(f"ready: {item.key}: {entry['describe']}", file=sys.stderr)
     start()
+    done = 0
     try:
-        for i, (entry, p) in enumerate(ready):
-            mark(i)
+        for entry, p in ready:
+            if clock() > profile_deadline:
+                entry["error"] = "prepared, not profiled: the time limit came first"
+                continue
+            mark(done)
             for j in range(launches):
                 mx.eval(p.call(p.sets[j % len(p.sets)]))
             entry["profiled"] = True
-        mark(len(ready))
+            done += 1
+        mark(done)
     finally:
         stop()
     return entries
@@ -300,8 +309,9 @@ def main(argv=None) -> int:
                              "w8a8:bfloat16,int8_matmul@512x4096x4096; repeatable")
     parser.add_argument("--launches", type=int, default=1, help="profiled calls per item (default 1)")
     parser.add_argument("--manifest", required=True, help="the run writes it, the summary reads it")
-    parser.add_argument("--time-limit", type=float, default=240.0,
-                        help="seconds for preparing items (kernel builds); those past it are not profiled")
+    parser.add_argument("--time-limit", type=float, default=300.0,
+                        help="seconds for the run: items not prepared (kernel builds) by half of it, or not profiled by "
+                             f"{PROFILE_SHARE:.0%} of it, are said not profiled (default 300)")
     parser.add_argument("--summarize", metavar="CSV", help="summarize ncu's details CSV of a run instead")
     parser.add_argument("--profile", metavar="REPORT",
                         help="run the items under ncu into REPORT.ncu-rep, write REPORT.csv and print the summary")
@@ -327,8 +337,10 @@ def main(argv=None) -> int:
         print(f"int8nax.bench.ncu: {why}", file=sys.stderr)
         return 3
     start, stop = _profiler()
+    t0 = time.time()
     entries = run(items, args.launches, l2=DEFAULT_L2_BYTES, backend="cuda", start=start, stop=stop,
-                  mark=marker_kernel(), deadline=time.time() + args.time_limit)
+                  mark=marker_kernel(), deadline=t0 + args.time_limit / 2,
+                  profile_deadline=t0 + PROFILE_SHARE * args.time_limit)
     Path(args.manifest).write_text(json.dumps({"env": _env_line(), "launches": args.launches,
                                                "entries": entries}, indent=1))
     return 0
