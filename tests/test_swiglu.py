@@ -318,18 +318,20 @@ def _on_cuda() -> bool:
 
 
 @pytest.mark.skipif(not _on_cuda(), reason="needs MLX's CUDA backend and an NVIDIA GPU")
+@pytest.mark.parametrize("schedule", ["fused", "staged"])
 @pytest.mark.parametrize("make", [lambda: qwen2.MLP(3584, 18944), lambda: qwen3.MLP(4096, 12288)], ids=["qwen2.5-7b", "qwen3-8b"])
-def test_model_sized_mlp_fused_on_the_gpu(monkeypatch, make):
-    """INT8NAX_CUDA_SWIGLU=fused (kernels/cuda/swiglu_quantize.cuh) against the model's own call,
-    bit for bit, at decode (the GEMV where it is the default) and prefill row counts."""
+def test_model_sized_mlp_fused_on_the_gpu(monkeypatch, make, schedule):
+    """INT8NAX_CUDA_SWIGLU=fused (kernels/cuda/swiglu_quantize.cuh) and staged (its rows staged in
+    shared memory where 2 x SMs rows or more: swiglu_quantize_staged.cuh) against the model's own
+    call, bit for bit, at decode (the GEMV where it is the default) and prefill row counts."""
     from int8nax.backends import cuda
 
-    monkeypatch.setenv(cuda.SWIGLU_ENV, "fused")
+    monkeypatch.setenv(cuda.SWIGLU_ENV, schedule)
     cuda.clear_caches()
     try:
         mlp, _ = pair(make)
         mlp.set_dtype(mx.bfloat16)
-        for m in (1, 16, 300, 512):
+        for m in (1, 16, 300, 512, 2 * cuda.sm_count() + 7):
             x = (mx.random.normal((m, mlp.gate_proj.input_dims)) * 2).astype(mx.bfloat16)
             assert mx.array_equal(mlp(x), mlp.own_call(x)).item(), m
     finally:
