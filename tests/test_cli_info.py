@@ -61,3 +61,16 @@ def test_a_bad_cpu_engine_variable_end_to_end(monkeypatch):
     assert result.returncode == 0, result.stderr
     assert lines[0].startswith("int8nax backend: none  (cpu would be picked") and "INT8NAX_CPU_GEMM" in lines[0]
     assert lines[1] == WARNING
+
+
+def test_version_and_python_dash_m():
+    # `int8nax --version` says the package's version; `python -m int8nax` is the int8nax command.
+    import subprocess
+    import sys
+
+    import int8nax
+
+    out = subprocess.run([sys.executable, "-m", "int8nax", "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == f"int8nax {int8nax.__version__}"
+    bad = subprocess.run([sys.executable, "-m", "int8nax", "nonsense"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nonsense" in bad.stderr

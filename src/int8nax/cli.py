@@ -49,7 +49,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = Parser(prog="int8nax", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"int8nax {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="backend detection report")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
