@@ -72,7 +72,7 @@ class ContenderBenchmark:
                     f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
             why = contenders.skip_reason(self.contender, shape)
             if why:
-                raise NotImplementedError(why)
+                raise NotImplementedError(f"{shape}: {why}")
             try:
                 _prepared[key] = contenders.get(self.contender).ready(*shape)
             except contenders.Unavailable as exc:

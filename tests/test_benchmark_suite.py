@@ -6,6 +6,7 @@ These run without asv; tests/test_asv.py drives the suite through asv itself.
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -135,7 +136,8 @@ def test_slow_mlx_baselines_skip_seed_shapes_where_mlx_runs_on_the_cpu(monkeypat
     # The rule follows MLX's device, not the profile (contenders.skip_reason): pretend both.
     monkeypatch.setattr(common, "profile", lambda: ("cpu", frozenset(problems.PROFILES["cpu"]), 4))
     monkeypatch.setattr(contenders.mx, "default_device", lambda: mx.cpu)
-    with pytest.raises(NotImplementedError, match="quantized_matmul on the CPU runs at ~0.05 GFLOP/s"):
+    with pytest.raises(NotImplementedError, match=re.escape(f"{problems.SEED_SHAPES[0]}: MLX's ") +
+                       "quantized_matmul on the CPU runs at ~0.05 GFLOP/s"):
         bench_linear.MlxQ8().setup(problems.SEED_SHAPES[0])
     # ... and on a GPU the same baseline measures the seed shapes
     monkeypatch.setattr(contenders.mx, "default_device", lambda: mx.gpu)

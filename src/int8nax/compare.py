@@ -278,8 +278,7 @@ def notes(per_shape, names) -> list[str]:
             if cell.error:
                 failed.setdefault(cell.error, []).append(str(shape))
             elif cell.unavailable and not cell.unavailable.startswith(OVER_BUDGET):
-                # contenders.skip_reason names the shape in front of the reason: one reason, its shapes
-                gone.setdefault(cell.unavailable.removeprefix(f"{shape}: "), []).append(shape)
+                gone.setdefault(cell.unavailable, []).append(shape)
         for error, shapes in failed.items():
             lines.append(f"{name}: n/a: failed at {', '.join(shapes)}: {error}")
         for why, shapes in gone.items():

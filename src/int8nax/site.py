@@ -466,7 +466,7 @@ def skipped_shapes(block: MachineBlock) -> dict[str, dict[str, list[str]]]:
                 continue
             why = contenders.skip_reason(e.contender, dims)
             if why:
-                out.setdefault(why.split(": ", 1)[-1], {}).setdefault(e.contender, []).append(sb.shape)
+                out.setdefault(why, {}).setdefault(e.contender, []).append(sb.shape)
     return out
 
 
