@@ -39,6 +39,7 @@ import os
 import time
 from functools import partial
 
+from int8nax import gate
 from int8nax.bench.problems import CPU_SHAPES
 
 from .common import ContenderBenchmark, profile
@@ -64,14 +65,9 @@ def repeat_rule() -> tuple[int, int, float]:
     if not text:
         return DEFAULT_REPEAT
     try:
-        parts = [float(p) for p in text.strip("()").split(",")]
-        if len(parts) == 1 and parts[0] >= 1:
-            return int(parts[0]), int(parts[0]), 0.0
-        if len(parts) == 3 and 1 <= parts[0] <= parts[1] and parts[2] >= 0:
-            return int(parts[0]), int(parts[1]), parts[2]
-    except ValueError:
-        pass
-    raise ValueError(f"{RATIO_REPEAT_ENV}: expected N or (least,most,seconds), got {text!r}")
+        return gate.repeat_rule(text)  # the gate checked it by the same rule before it ran asv
+    except ValueError as exc:
+        raise ValueError(f"{RATIO_REPEAT_ENV}: {exc}") from None
 
 
 def block_ratio(num, den, blocks: int, calls: int) -> float:

@@ -405,7 +405,7 @@ def test_a_bad_ratio_repeat_rule_names_the_variable(monkeypatch, text):
     from benchmarks import bench_ratio
 
     monkeypatch.setenv(bench_ratio.RATIO_REPEAT_ENV, text)
-    with pytest.raises(ValueError, match="INT8NAX_RATIO_REPEAT: expected N or"):
+    with pytest.raises(ValueError, match=r"INT8NAX_RATIO_REPEAT: expected N \(a whole number >= 1\) or"):
         bench_ratio.repeat_rule()
 
 

@@ -96,23 +96,29 @@ REPEAT_FORMS = "N (a whole number >= 1) or (min,max,seconds) with whole 1 <= min
 AFFINITY_FORMS = "CPU numbers and ranges, as asv's --cpu-affinity takes them ('1', '0,2', '0-3', '0-1,4')"
 
 
-def check_repeat(text: str) -> str:
-    """`text` if both readers of the repeat take it, else ValueError: asv's -a repeat (an int, or
-    three comma-separated values int,int,float, parentheses optional) and the ratio benchmarks'
-    INT8NAX_RATIO_REPEAT rule (benchmarks/bench_ratio.py: N >= 1, or 1 <= min <= max and
-    seconds >= 0). asv alone would take 0 or a negative N, which the ratio benchmarks refuse
-    mid-run, after the build, as a failed benchmark."""
+def repeat_rule(text: str) -> tuple[int, int, float]:
+    """(least, most, seconds) of a repeat the gate hands to asv's -a repeat (an int, or three
+    comma-separated values int,int,float, parentheses optional) and to the ratio benchmarks
+    (benchmarks/bench_ratio.py reads INT8NAX_RATIO_REPEAT with this rule), else ValueError.
+    asv alone would take 0 or a negative N, which would fail the ratio benchmarks mid-run,
+    after the build."""
     parts = [p.strip() for p in text.strip().removeprefix("(").removesuffix(")").split(",")]
     try:
         if len(parts) == 1 and parts[0].isdecimal() and int(parts[0]) >= 1:
-            return text
+            return int(parts[0]), int(parts[0]), 0.0
         if len(parts) == 3 and parts[0].isdecimal() and parts[1].isdecimal():
             least, most, seconds = int(parts[0]), int(parts[1]), float(parts[2])
             if 1 <= least <= most and 0 <= seconds < float("inf"):
-                return text
+                return least, most, seconds
     except ValueError:
         pass
     raise ValueError(f"expected {REPEAT_FORMS}, got {text!r}")
+
+
+def check_repeat(text: str) -> str:
+    """`text` where repeat_rule takes it, else its ValueError."""
+    repeat_rule(text)
+    return text
 
 
 def affinity_cpus(text: str, forms: str = AFFINITY_FORMS) -> list[int]:
