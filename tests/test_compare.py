@@ -209,7 +209,7 @@ def test_a_bad_backend_variable_leaves_a_table_with_the_reason(capsys, monkeypat
     monkeypatch.setenv("INT8NAX_BACKEND", "bogus")
     rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,mlx-fp16"])
     out = capsys.readouterr().out
-    assert rc == 0 and "nax-gemm: n/a: backend: unknown backend 'bogus'" in out
+    assert rc == 0 and "nax-gemm: n/a: INT8NAX_BACKEND=bogus: unknown backend 'bogus'" in out
 
 
 def test_the_table_and_json_name_the_kernel_each_int8nax_contender_ran(capsys, monkeypatch, tmp_path):

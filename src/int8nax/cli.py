@@ -5,26 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 
 def _cmd_info(args) -> int:
     """The report, and exit status 0 whatever it says (a diagnostic: the first lines say when
     calls without an explicit backend= will fail)."""
-    from . import backends, info
+    from . import info
 
     report = info()
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     picked, why = report["backend"], report["reason"]
-    env = os.environ.get(backends.ENV_VAR)
-    if picked is None and env:
-        try:
-            backends.canonical(env)
-        except ValueError as exc:  # the registry's message says "backend:", not where the name came from
-            why = f"{backends.ENV_VAR}={env}: {str(exc).removeprefix('backend: ')}"
     usable = picked is not None and report["backends"][picked]["available"]
     if picked is not None and not usable:
         # auto mode falls back to the CPU backend without asking it; when that cannot run

@@ -47,15 +47,16 @@ _ALIASES = {"nax": "metal"}
 NAMES = tuple(_MODULES)
 
 
-def canonical(name: str) -> str:
-    """The canonical backend name for `name` (aliases resolved); ValueError for an unknown one."""
+def canonical(name: str, where: str = "backend") -> str:
+    """The canonical backend name for `name` (aliases resolved); ValueError for an unknown one,
+    its message led by `where` the name came from."""
     if not isinstance(name, str):
         raise TypeError(f"backend: expected a backend name (str), got {type(name).__name__} {name!r}")
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     if key not in _MODULES and key != "auto":
         choices = ", ".join(("auto",) + NAMES + tuple(_ALIASES))
-        raise ValueError(f"backend: unknown backend {name!r}; expected one of {choices}")
+        raise ValueError(f"{where}: unknown backend {name!r}; expected one of {choices}")
     return key
 
 
@@ -103,7 +104,8 @@ def _requested(requested: str | None) -> tuple[str, str]:
     """(canonical name or "auto", where the request came from)."""
     if requested is None:
         requested = os.environ.get(ENV_VAR) or "auto"
-        return canonical(requested), (f"{ENV_VAR}={requested}" if requested != "auto" else "auto")
+        source = f"{ENV_VAR}={requested}" if requested != "auto" else "auto"
+        return canonical(requested, source), source
     return canonical(requested), "argument"
 
 
