@@ -27,7 +27,10 @@ not on how many shapes it sees.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 
 import mlx.core as mx
@@ -36,7 +39,7 @@ import numpy as np
 from ..per_thread import compile_per_thread
 from ..quant import quantize_activations_np
 from ..tiling import ceil_div
-from . import cuda_choice, cuda_plans, cuda_source
+from . import cuda_binary_cache, cuda_choice, cuda_plans, cuda_source
 from .base import Backend, Probe, swiglu_of
 from .cuda_choice import CPASYNC, SIMT, Choice
 from .kernel_spec import KernelSpec
@@ -95,7 +98,7 @@ def kernels_built() -> int:
 @lru_cache(maxsize=KERNEL_CACHE_SIZE)
 def _kernel(spec: KernelSpec):
     _built.add(spec.name)
-    return mx.fast.cuda_kernel(
+    return _Launcher(spec, mx.fast.cuda_kernel(
         name=spec.name,
         input_names=list(spec.input_names),
         output_names=list(spec.output_names),
@@ -103,7 +106,82 @@ def _kernel(spec: KernelSpec):
         header=spec.header,
         ensure_row_contiguous=True,
         shared_memory=spec.shared_memory,
-    )
+    ))
+
+
+# ---- compiled kernels on disk (cuda_binary_cache; INT8NAX_CUDA_BINARY_CACHE=off leaves them to MLX) ----
+
+class _Launcher:
+    """An mx.fast.cuda_kernel object whose instances MLX loads from disk: each call (a trace, under
+    mx.compile) first has the binary cache make the instance's compiled entry present, then calls
+    MLX's object with the same arguments."""
+
+    __slots__ = ("spec", "kernel")
+
+    def __init__(self, spec: KernelSpec, kernel):
+        self.spec, self.kernel = spec, kernel
+
+    def __call__(self, *, inputs, output_dtypes, template=None, **kwargs):
+        _provide(self.spec, inputs, output_dtypes, template)
+        return self.kernel(inputs=inputs, output_dtypes=output_dtypes, template=template or [], **kwargs)
+
+
+_collecting = threading.local()
+
+
+def _provide(spec: KernelSpec, inputs, output_dtypes, template) -> None:
+    """The instance a launch needs: built or found now, or (inside collect_instances) noted."""
+    sink = getattr(_collecting, "instances", None)
+    if sink is not None:
+        sink.append(cuda_binary_cache.Instance.of(spec, inputs, output_dtypes, template))
+        return
+    cache = binary_cache()
+    if cache is not None:
+        cache.ensure(cuda_binary_cache.Instance.of(spec, inputs, output_dtypes, template))
+
+
+@contextmanager
+def collect_instances():
+    """Within it, this thread's launches note their kernel instances in the yielded list instead of
+    building them (graphs built there must not be evaluated: MLX would then compile each itself)."""
+    found: list = []
+    outer = getattr(_collecting, "instances", None)
+    _collecting.instances = found
+    try:
+        yield found
+    finally:
+        _collecting.instances = outer
+
+
+BINARY_CACHE_ENV = cuda_binary_cache.DISABLE_ENV
+
+
+@lru_cache(maxsize=1)
+def binary_cache() -> cuda_binary_cache.BinaryCache | None:
+    """This process's binary cache (its GPU's architecture, MLX's installation and cache folder),
+    or None where INT8NAX_CUDA_BINARY_CACHE=off or MLX has no CUDA device (binary_cache_status says)."""
+    if os.environ.get(BINARY_CACHE_ENV, "").strip().lower() in ("off", "0", "false", "no"):
+        return None
+    cuda = getattr(mx, "cuda", None)
+    package = cuda_binary_cache.mlx_package_dir()
+    if cuda is None or not cuda.is_available() or package is None:
+        return None
+    return cuda_binary_cache.BinaryCache(cuda_binary_cache.arch_of(compute_capability()), package, mx.__version__)
+
+
+def binary_cache_status() -> str:
+    """Where this process's kernels come from, for int8nax.info()."""
+    cache = binary_cache()
+    if cache is None:
+        off = os.environ.get(BINARY_CACHE_ENV, "").strip().lower() in ("off", "0", "false", "no")
+        return ("compiled by MLX (NVRTC) in every process: " +
+                (f"{BINARY_CACHE_ENV}={os.environ[BINARY_CACHE_ENV]}" if off else "no CUDA device"))
+    c = cache.counts
+    text = (f"compiled once per machine for {cache.arch} into {cache.folder} (MLX's kernel cache): "
+            f"{c.found} loaded from there, {c.built} built by this process")
+    if c.failed:
+        text += f", {c.failed} left to MLX's NVRTC ({cache.reason})"
+    return text
 
 
 @lru_cache(maxsize=1)
@@ -580,7 +658,7 @@ def clear_caches() -> None:
     """Forget every built kernel object, compiled entry point and first-use check (after changing
     COMPILE, INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE, INT8NAX_CUDA_SWIGLU or INT8NAX_CUDA_BIAS)."""
     for fn in (_gemm_for_shape, _w8a8_for_shape, _swiglu_w8a8_for_shape, _quantize_for_shape, kernel_choice,
-               epilogue_choice, swiglu_choice, bias_choice, swiglu_kernel_ok, _kernel):
+               epilogue_choice, swiglu_choice, bias_choice, swiglu_kernel_ok, _kernel, binary_cache):
         if hasattr(fn, "cache_clear"):  # tests put stand-ins in the place of some
             fn.cache_clear()
     _built.clear()
@@ -658,35 +736,76 @@ def dequant_gemm(q, scale_x, w, scale_w, bias, out_dtype, variant: str | None = 
     return dequant_graph(q, scale_x, w, scale_w, _bias_arg(bias), out_dtype, name, plan, bias is not None, narrow)
 
 
-def warm_up(n: int, k: int, m_max: int, *, op: str = "w8a8_linear", dtype=mx.float16, bias: bool = False,
-            bias_dtype=mx.float32) -> int:
-    """Compile every kernel instance a layer w [N, K] meets for M = 1 .. m_max: op's
-    ("w8a8_linear" with x of `dtype` and a bias of `bias_dtype` or none, or "int8_matmul"), by
-    running one call on zeros at the first M of each (cuda_choice.reachable) and of each
-    quantization launch. A first call at a new M otherwise pays NVRTC (seconds per instance)
-    whenever it meets a new tile. bias_dtype matters with INT8NAX_CUDA_BIAS=own, where the kernels
-    read a 16-bit bias in its own type (instances of their own); float32 is what int8nax.nn's
-    layers hold. Returns the kernel objects built (kernels_built() after minus before)."""
-    if op not in ("int8_matmul", "w8a8_linear"):
-        raise ValueError(f"op: expected 'int8_matmul' or 'w8a8_linear', got {op!r}")
-    linear = op == "w8a8_linear"
-    before = kernels_built()
+WARM_OPS = ("int8_matmul", "w8a8_linear", "swiglu_w8a8_linear")
+"""The operations warm_up prepares: swiglu_w8a8_linear's k is the width of h (gate_up has 2k)."""
+
+
+@dataclass(frozen=True)
+class WarmLayer:
+    """One layer call warm_up prepares: op (WARM_OPS) on a weight [n, k], with a bias of
+    `bias_dtype` (None: no bias)."""
+
+    op: str
+    n: int
+    k: int
+    bias_dtype: object = None
+
+
+def _warm_calls(layer: WarmLayer, m_max: int, dtype) -> list:
+    """Thunks building (not evaluating) one call of `layer` at the first M of each kernel instance
+    it meets for M = 1 .. m_max (cuda_choice.reachable) and of each quantization launch."""
+    if layer.op not in WARM_OPS:
+        raise ValueError(f"op: expected one of {list(WARM_OPS)}, got {layer.op!r}")
+    n, k, bias = layer.n, layer.k, layer.bias_dtype is not None
+    linear = layer.op != "int8_matmul"
     ms = {m for m, _ in cuda_choice.reachable(n, k, m_max, w8a8=linear, bias=bias, out_dtype=_dtype_name(dtype),
                                               sms=_sms(), family=_family(), override=kernel_choice())}
-    if linear:
-        launches: dict = {}
-        for m in range(1, m_max + 1):
-            launches.setdefault(quant_launch(m, k), m)
-        ms |= set(launches.values())
-    weight = mx.zeros((n, k), dtype=mx.int8)
-    for m in sorted(ms):
-        if linear:
-            out = w8a8(mx.zeros((m, k), dtype=dtype), weight, mx.ones((n,), dtype=mx.float32),
-                       mx.zeros((n,), dtype=bias_dtype) if bias else None)
-        else:
-            out = gemm_int32(mx.zeros((m, k), dtype=mx.int8), weight)
-        mx.eval(out)
+    if layer.op == "w8a8_linear":
+        ms |= set({quant_launch(m, k): m for m in range(m_max, 0, -1)}.values())
+    elif layer.op == "swiglu_w8a8_linear":
+        ms |= set({swiglu_quant_launch(m, k, dtype): m for m in range(m_max, 0, -1)}.values())
+    weight, scale = mx.zeros((n, k), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
+    b = mx.zeros((n,), dtype=layer.bias_dtype) if bias else None
+
+    def call(m):
+        if layer.op == "int8_matmul":
+            return gemm_int32(mx.zeros((m, k), dtype=mx.int8), weight)
+        if layer.op == "w8a8_linear":
+            return w8a8(mx.zeros((m, k), dtype=dtype), weight, scale, b)
+        return BACKEND.swiglu_w8a8_linear(mx.zeros((m, 2 * k), dtype=dtype), weight, scale, b)
+
+    return [lambda m=m: call(m) for m in sorted(ms)]
+
+
+def warm_up_layers(layers, m_max: int, *, dtype=mx.float16, jobs: int | None = None, progress=None) -> int:
+    """Make ready every kernel instance the layer calls `layers` (WarmLayer) meet for M = 1 ..
+    m_max with x of `dtype`: their compiled entries built in parallel (`jobs` NVRTC processes,
+    default the CPUs; progress(done, total) as they finish) into MLX's kernel cache where absent
+    (cuda_binary_cache), then one call of each run on zeros, which loads them. Later processes
+    find them on disk; a first call at a new M otherwise pays NVRTC (seconds per instance).
+    Returns the kernel objects built (kernels_built() after minus before)."""
+    before = kernels_built()
+    _sms()  # counts the SMs with a kernel it evaluates: outside the collection below
+    calls = [c for layer in layers for c in _warm_calls(layer, m_max, dtype)]
+    with collect_instances() as found:
+        for call in calls:
+            call()
+    cache = binary_cache()
+    if cache is not None:
+        cache.prebuild(found, jobs, progress)
+    for call in calls:
+        mx.eval(call())
     return kernels_built() - before
+
+
+def warm_up(n: int, k: int, m_max: int, *, op: str = "w8a8_linear", dtype=mx.float16, bias: bool = False,
+            bias_dtype=mx.float32, jobs: int | None = None, progress=None) -> int:
+    """warm_up_layers for one layer w [N, K]: op's ("w8a8_linear" with x of `dtype` and a bias of
+    `bias_dtype` or none, "swiglu_w8a8_linear" likewise with gate_up [M, 2K], or "int8_matmul").
+    bias_dtype matters with INT8NAX_CUDA_BIAS=own, where the kernels read a 16-bit bias in its
+    own type (instances of their own); float32 is what int8nax.nn's layers hold."""
+    layer = WarmLayer(op, n, k, bias_dtype if bias and op != "int8_matmul" else None)
+    return warm_up_layers([layer], m_max, dtype=dtype, jobs=jobs, progress=progress)
 
 
 class CUDABackend(Backend):
