@@ -1,6 +1,6 @@
 """int8nax.bench.ncu: the items it takes, the ncu command it builds, the run's order of markers
 and calls (on the CPU backend, the profiler stood in), and the summary of a details CSV in
-ncu's format (the GPU step itself needs ncu on the H200: tools/h200_verify.sh profile)."""
+ncu's format (the GPU step itself needs ncu on the H200: tools/hopper_verify.sh profile)."""
 
 import json
 

@@ -317,7 +317,7 @@ def swiglu_choice() -> str:
 BIAS_ENV = "INT8NAX_CUDA_BIAS"
 BIAS_CHOICES = ("cast", "own")
 BIAS_DEFAULT = "cast"
-"""cast until the own-type reads have run on a GPU (tools/h200_verify.sh, part bias: its test and
+"""cast until the own-type reads have run on a GPU (tools/hopper_verify.sh, part bias: its test and
 the kernel time; a model through int8nax.nn measures nothing here, its biases being float32)."""
 
 

@@ -1,15 +1,25 @@
 #!/bin/bash
-# The H200 verification runs, one part per device call (each under the 600 s limit),
-# logs under $OUT. Run from the repository root after the mlx-cuda wheel is installed into
-# /tmp/site (docs/cuda.md, "Checking it on a GPU"):
+# The verification runs on a lent Hopper GPU (H100 or H200), one part per device call (each under
+# the 600 s limit), logs under $OUT. Run from the repository root after the mlx-cuda wheel is
+# installed into /tmp/site (docs/cuda.md, "Checking it on a GPU"). Figures and asv results are per
+# card: CARD (h100 or h200, read from nvidia-smi where not given) names the asv machine.
 #
-#   bash tools/h200_verify.sh kernel   # ~360 s: kernel time (int8nax compare --mode kernel): int8_matmul
+#   bash tools/hopper_verify.sh record # ~450 s: the asv record of this commit (COMMIT, COMMIT_DATE) on the card's
+#                                      #   machine: GEMM, linear and kernel-time benchmarks (RECORD_BENCH: others),
+#                                      #   as $OUT/asv_results_$CARD.tgz to unpack into the tree and commit
+#   bash tools/hopper_verify.sh binaries  # ~200 s: the CUDA binary cache (test_cuda_binary_cache), then a
+#                                      #   model's layers' first calls in fresh processes: cold, after
+#                                      #   `first_call warm` (every instance to 8192 tokens), and with the cache off
+#   bash tools/hopper_verify.sh generate  # mlx-lm's own loop (int8nax compare --generate) for GENERATE_MODEL,
+#                                      #   GENERATE_ARGS as given (forms, prompt tokens, batch), JSON and table
+#
+#   bash tools/hopper_verify.sh kernel   # ~360 s: kernel time (int8nax compare --mode kernel): int8_matmul
 #                                      #   against cuBLASLt, W8A8 (float16/bfloat16, +-bias) against it
-#   bash tools/h200_verify.sh plans    # ~300 s: W8A8 (bfloat16) on every plan the dispatch could give each
+#   bash tools/hopper_verify.sh plans    # ~300 s: W8A8 (bfloat16) on every plan the dispatch could give each
 #                                      #   shape, against the raw GEMM (compare --mode kernel --plans):
 #                                      #   the dispatch evidence, at the seed shapes and the models' layers
 #                                      #   (PLANS_TOKENS=128: the models' layers at those token counts only)
-#   bash tools/h200_verify.sh models   # the model suite into .asv/results/h200 (COMMIT: the full hash here, and
+#   bash tools/hopper_verify.sh models   # the model suite into .asv/results/h200 (COMMIT: the full hash here, and
 #                                      #   COMMIT_DATE=<ct>), as $OUT/asv_results_h200.tgz: one asv run per group
 #                                      #   (MODEL_GROUPS, default 'Bf16|Fp16 W8A8 W8A8Figures MlxQ8': W8A8 is its
 #                                      #   times and ModelRatio, W8A8Figures its tracks), each saved when it ends (asv
@@ -18,29 +28,29 @@
 #                                      #   for another). steps.txt names the groups not
 #                                      #   run: pass them as MODEL_GROUPS to the next call, with the first tarball
 #                                      #   unpacked into the tree (asv adds to a commit's results file)
-#   bash tools/h200_verify.sh decode   # ~170 s (2026-12-05: 80-87 s a variant): compare --model --breakdown at
+#   bash tools/hopper_verify.sh decode   # ~170 s (2026-12-05: 80-87 s a variant): compare --model --breakdown at
 #                                      #   decode and 16 tokens, eager and compiled, W8A8 on the GEMV (the default)
 #                                      #   and on the tiled kernels (INT8NAX_CUDA_KERNEL=cpasync; DECODE_VARIANTS);
 #                                      #   then, to ~570 s, the decode layers' plans in kernel time (GEMV widths, forms)
 #                                      #   (DECODE_PLANS=0 leaves them out)
-#   bash tools/h200_verify.sh swiglu   # ~300 s (estimated: ~20 NVRTC builds): the SwiGLU quantization kernel
+#   bash tools/hopper_verify.sh swiglu   # ~300 s (estimated: ~20 NVRTC builds): the SwiGLU quantization kernel
 #                                      #   against swiglu + the quantization kernel, bit for bit (test_cuda_swiglu),
 #                                      #   and test_swiglu with INT8NAX_CUDA_SWIGLU=fused (Qwen-sized MLPs)
-#   bash tools/h200_verify.sh swiglu-model  # ~250 s: compare --model --breakdown at 16, 512 and 4096 tokens,
+#   bash tools/hopper_verify.sh swiglu-model  # ~250 s: compare --model --breakdown at 16, 512 and 4096 tokens,
 #                                      #   SwiGLU split, fused and staged (what cuda.SWIGLU_DEFAULT waits for);
 #                                      #   SWIGLU_TOKENS=512,4096 / SWIGLU_MODES="fused staged": fewer
-#   bash tools/h200_verify.sh bias     # ~250 s (estimated): a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS=own)
+#   bash tools/hopper_verify.sh bias     # ~250 s (estimated): a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS=own)
 #                                      #   against the cast bias, bit for bit (test_cuda_bias), then W8A8 bfloat16+bias
 #                                      #   in kernel time, cast against own, at six seed shapes (what BIAS_DEFAULT waits for)
-#   bash tools/h200_verify.sh profile  # ~300 s (estimated; never run): Nsight Compute on W8A8 against the raw GEMM
+#   bash tools/hopper_verify.sh profile  # ~300 s (estimated; never run): Nsight Compute on W8A8 against the raw GEMM
 #                                      #   (+-bias) where W8A8 costs > 1.15x it, the Qwen2.5-7B layers at 128 tokens and
 #                                      #   at decode against bfloat16, the 4096-token gate/up GEMM and the SwiGLU
 #                                      #   quantization, fused against staged (int8nax.bench.ncu:
 #                                      #   profile.txt is the summary, profile.ncu-rep the report; PROFILE_SETS: others)
-#   bash tools/h200_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
+#   bash tools/hopper_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
-#   bash tools/h200_verify.sh tma      # ~300 s: tests/test_cuda_tma.py whole
-#   bash tools/h200_verify.sh suite    # ~450 s: the rest of the suite, the API's cuda tests included
+#   bash tools/hopper_verify.sh tma      # ~300 s: tests/test_cuda_tma.py whole
+#   bash tools/hopper_verify.sh suite    # ~450 s: the rest of the suite, the API's cuda tests included
 #
 # A pytest part stopped by its limit gets SIGINT: pytest then prints the summary of what ran.
 #
@@ -48,7 +58,7 @@
 # so pass COMMIT=<hash>), steps.txt (each step's exit status and seconds) and its logs; at most 8
 # files come back.
 set -u
-part=${1:?usage: h200_verify.sh kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|kernels|tma|suite}
+part=${1:?usage: hopper_verify.sh record|binaries|generate|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=${T0:-$(date +%s)}   # export T0=$(date +%s) first where the call spent time before this script (the wheel install)
@@ -57,6 +67,8 @@ END=${LIMIT:-580}       # seconds after T0 by which a part ends; LIMIT: less, wh
 el() { echo $(( $(date +%s) - T0 )); }
 left() { local l=$(( $1 - $(el) )); echo $(( l > 10 ? l : 10 )); }
 S=$OUT/steps.txt
+CARD=${CARD:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | grep -o 'H[0-9][0-9]0' | tr H h)}
+case "$CARD" in h100|h200) ;; *) echo "hopper_verify: CARD must be h100 or h200 (nvidia-smi names neither; set CARD)" >&2; exit 2 ;; esac
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
@@ -66,6 +78,33 @@ S=$OUT/steps.txt
 PYTEST="python3 -m pytest -q -p no:cacheprovider -rfE --tb=short"
 
 case "$part" in
+  record)
+    SHA=${COMMIT:?set COMMIT} MACHINE=$CARD BENCH="${RECORD_BENCH:-^(?!.*Model)}" timeout $(left $(( END - 10 ))) \
+      bash tools/asv_offline_gpu.sh > "$OUT/asv_record.txt" 2>&1
+    echo "asv record rc=$? $(el) s" >> "$S"
+    tar -czf "$OUT/asv_results_$CARD.tgz" .asv/results/$CARD .asv/results/benchmarks.json 2>/dev/null
+    tail -n 30 "$OUT/asv_record.txt"
+    ;;
+  binaries)
+    INT8NAX_REQUIRE_GPU=1 timeout -s INT -k 30 $(left 300) $PYTEST tests/test_cuda_binary_cache.py \
+      > "$OUT/tests_binaries.txt" 2>&1
+    echo "test_cuda_binary_cache rc=$? $(el) s" >> "$S"
+    export MLX_PTX_CACHE_DIR=$(mktemp -d)   # an empty cache: the first process builds
+    for step in "first --tokens 300" "warm --max-tokens 8192" "first --tokens 300,777,1500,4096,2047,511,1" \
+                "off first --tokens 300"; do
+      case "$step" in off*) env=INT8NAX_CUDA_BINARY_CACHE=off; step=${step#off } ;; *) env= ;; esac
+      env $env timeout $(left $END) python3 -m int8nax.bench.first_call $step --model ${FIRST_MODEL:-qwen2.5-7b} \
+        >> "$OUT/first_call.jsonl" 2>> "$OUT/first_call.log"
+      echo "first_call $env $step rc=$? $(el) s" >> "$S"
+    done
+    cat "$OUT/first_call.jsonl"
+    ;;
+  generate)
+    timeout $(left $END) python3 -m int8nax.cli compare --generate --model ${GENERATE_MODEL:-qwen2.5-7b} \
+      ${GENERATE_ARGS:-} --json "$OUT/generate.json" > "$OUT/generate.txt" 2> "$OUT/generate.log"
+    echo "compare --generate ${GENERATE_MODEL:-qwen2.5-7b} rc=$? $(el) s" >> "$S"
+    cat "$OUT/generate.txt"
+    ;;
   kernel)
     timeout 560 python3 -m int8nax.cli compare --mode kernel --json "$OUT/kernel.json" \
       > "$OUT/kernel.txt" 2> "$OUT/kernel.log"
@@ -100,11 +139,11 @@ case "$part" in
         echo "asv model suite $group: not run ($budget s left), pass MODEL_GROUPS=$group next" >> "$S"
         continue
       fi
-      SHA=${COMMIT:?set COMMIT} MACHINE=h200 BENCH="$bench" timeout "$budget" bash tools/asv_offline_gpu.sh \
+      SHA=${COMMIT:?set COMMIT} MACHINE=$CARD BENCH="$bench" timeout "$budget" bash tools/asv_offline_gpu.sh \
         >> "$OUT/asv_models.txt" 2>&1
       echo "asv model suite $group rc=$? $(el) s" >> "$S"
     done
-    tar -czf "$OUT/asv_results_h200.tgz" .asv/results/h200 .asv/results/benchmarks.json 2>/dev/null
+    tar -czf "$OUT/asv_results_$CARD.tgz" .asv/results/$CARD .asv/results/benchmarks.json 2>/dev/null
     tail -n 30 "$OUT/asv_models.txt"
     ;;
   decode)

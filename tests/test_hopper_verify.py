@@ -1,4 +1,4 @@
-"""tools/h200_verify.sh, which the lent H200's device calls run: it parses, and its `models` part
+"""tools/hopper_verify.sh, which the lent H200's device calls run: it parses, and its `models` part
 covers every model benchmark class exactly once over its groups of forms (one asv run per group,
 each saved when it ends), with a stand-in for tools/asv_offline_gpu.sh. A broken part costs a
 device session; this catches one here."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tools" / "h200_verify.sh"
+SCRIPT = ROOT / "tools" / "hopper_verify.sh"
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="no bash here")
 
@@ -42,12 +42,13 @@ def model_classes() -> list[str]:
 def run_models(tmp_path: Path, **env) -> tuple[list[str], str]:
     tree = tmp_path / "tree"
     (tree / "tools").mkdir(parents=True)
-    shutil.copy(SCRIPT, tree / "tools" / "h200_verify.sh")
+    shutil.copy(SCRIPT, tree / "tools" / "hopper_verify.sh")
     (tree / "tools" / "asv_offline_gpu.sh").write_text(STAND_IN)
     out = tmp_path / "out"
     out.mkdir()
-    run_env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", **env}
-    subprocess.run([BASH, "tools/h200_verify.sh", "models"], cwd=tree, env=run_env, check=True,
+    run_env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "CARD": "h200",
+               **env}
+    subprocess.run([BASH, "tools/hopper_verify.sh", "models"], cwd=tree, env=run_env, check=True,
                    capture_output=True, timeout=60)
     benches = re.findall(r"^BENCH=(\S+) SHA=abc1234 MACHINE=h200$", (out / "asv_models.txt").read_text(), re.M)
     return benches, (out / "steps.txt").read_text()
@@ -73,7 +74,7 @@ def test_the_models_part_takes_the_groups_left_from_a_previous_call(tmp_path):
 
 
 def run_part(tmp_path: Path, part: str, python3: str = 'echo "$@"', **env) -> Path:
-    """Run h200_verify.sh `part` in the repository with a stand-in python3 (by default one that
+    """Run hopper_verify.sh `part` in the repository with a stand-in python3 (by default one that
     prints its arguments: the part's command lines) and OUT in tmp_path; returns OUT."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True)
@@ -81,8 +82,8 @@ def run_part(tmp_path: Path, part: str, python3: str = 'echo "$@"', **env) -> Pa
     (bin_dir / "python3").chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
-    run_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", **env}
-    subprocess.run([BASH, "tools/h200_verify.sh", part], cwd=ROOT, env=run_env, check=True, capture_output=True,
+    run_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "CARD": "h200", **env}
+    subprocess.run([BASH, "tools/hopper_verify.sh", part], cwd=ROOT, env=run_env, check=True, capture_output=True,
                    timeout=60)
     return out
 
@@ -134,3 +135,39 @@ def test_the_plans_part_takes_the_model_layers_at_plans_tokens(tmp_path):
     assert all(s.startswith("128x") for s in shapes) and "--plans" in args
     out = run_part(tmp_path / "default", "plans", python3)
     assert "--shapes" not in (out / "plans.txt").read_text().split()
+
+
+def test_the_record_part_runs_every_suite_class_but_the_models_on_the_cards_machine(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "tools").mkdir(parents=True)
+    shutil.copy(SCRIPT, tree / "tools" / "hopper_verify.sh")
+    (tree / "tools" / "asv_offline_gpu.sh").write_text(STAND_IN)
+    out = tmp_path / "out"
+    out.mkdir()
+    run_env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234",
+               "CARD": "h100"}
+    subprocess.run([BASH, "tools/hopper_verify.sh", "record"], cwd=tree, env=run_env, check=True,
+                   capture_output=True, timeout=60)
+    bench, = re.findall(r"^BENCH=(\S+) SHA=abc1234 MACHINE=h100$", (out / "asv_record.txt").read_text(), re.M)
+    assert re.search(bench, "Int8naxGemm") and re.search(bench, "CublasLtGemm")
+    assert not re.search(bench, "W8A8ModelCompiled") and not re.search(bench, "ModelRatio")
+    assert "asv record rc=0" in (out / "steps.txt").read_text()
+
+
+def test_a_card_that_is_neither_h100_nor_h200_stops_the_script(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "CARD": "a100"}
+    done = subprocess.run([BASH, "tools/hopper_verify.sh", "kernel"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "CARD must be h100 or h200" in done.stderr
+
+
+def test_the_binaries_part_builds_in_one_process_and_loads_in_the_next(tmp_path):
+    out = run_part(tmp_path, "binaries")  # the stand-in python3 prints its arguments
+    calls = [line for line in (out / "first_call.jsonl").read_text().splitlines() if "first_call" in line]
+    assert [c.split("first_call ", 1)[1].split(" --model")[0] for c in calls] == [
+        "first --tokens 300", "warm --max-tokens 8192", "first --tokens 300,777,1500,4096,2047,511,1",
+        "first --tokens 300"]
+    steps = (out / "steps.txt").read_text()
+    assert "first_call INT8NAX_CUDA_BINARY_CACHE=off first --tokens 300 rc=0" in steps

@@ -1,0 +1,76 @@
+"""What a model's W8A8 layers cost at their first call in a fresh process, kernels built or not.
+
+    python -m int8nax.bench.first_call warm --model qwen2.5-7b --max-tokens 8192 [--jobs N]
+    python -m int8nax.bench.first_call first --model qwen2.5-7b --tokens 300,777,1500,4096
+
+`warm` builds every kernel instance the model's layers (sibling-fused, as int8nax.nn runs them:
+kernel_plans.layer_shapes) meet for 1 .. max-tokens rows into MLX's kernel cache
+(backends/cuda.py, warm_up_layers) and prints how long that took. `first`, in a new process,
+calls each layer once at each token count (bfloat16 activations, one evaluation a layer) and
+prints the seconds each token count's first calls took: milliseconds where the kernels were
+found on disk, NVRTC's seconds where not. Each prints one JSON line (and the cache's counts).
+CUDA only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from .argtypes import count, sizes
+from .kernel_plans import layer_shapes
+from .models import CONFIGS
+
+
+def layers_of(config) -> list[tuple[str, int, int, bool]]:
+    """(name, N, K, bias) of a decoder layer's W8A8 calls: Qwen2's q|k|v carries a bias."""
+    return [(name, n, k, name == "q|k|v" and config.family == "qwen2") for name, k, n in layer_shapes(config)]
+
+
+def warm(config, max_tokens: int, jobs: int | None) -> dict:
+    import mlx.core as mx
+
+    from ..backends import cuda
+
+    layers = [cuda.WarmLayer("w8a8_linear", n, k, mx.float32 if bias else None) for _, n, k, bias in layers_of(config)]
+    start = time.perf_counter()
+    cuda.warm_up_layers(layers, max_tokens, dtype=mx.bfloat16, jobs=jobs)
+    return {"step": "warm", "model": config.name, "max_tokens": max_tokens,
+            "seconds": round(time.perf_counter() - start, 3), "kernels": cuda.binary_cache_status()}
+
+
+def first(config, tokens) -> dict:
+    import mlx.core as mx
+
+    from ..backends import cuda
+
+    weights = {name: (mx.zeros((n, k), dtype=mx.int8), mx.ones((n,)), mx.zeros((n,)) if bias else None)
+               for name, n, k, bias in layers_of(config)}
+    mx.eval([w for ws in weights.values() for w in ws if w is not None])
+    seconds = {}
+    for m in tokens:
+        start = time.perf_counter()
+        for name, n, k, _ in layers_of(config):
+            w, s, b = weights[name]
+            mx.eval(cuda.w8a8(mx.random.normal((m, k)).astype(mx.bfloat16), w, s, b))
+        seconds[m] = round(time.perf_counter() - start, 4)
+    return {"step": "first", "model": config.name, "seconds_by_tokens": seconds, "kernels": cuda.binary_cache_status()}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m int8nax.bench.first_call", description=__doc__.split("\n\n")[0])
+    p.add_argument("step", choices=("warm", "first"))
+    p.add_argument("--model", default="qwen2.5-7b", choices=sorted(CONFIGS))
+    p.add_argument("--max-tokens", type=count(1), default=8192)
+    p.add_argument("--tokens", type=sizes, default=(300, 777, 1500, 4096))
+    p.add_argument("--jobs", type=count(1), default=None)
+    args = p.parse_args(argv)
+    config = CONFIGS[args.model]
+    out = warm(config, args.max_tokens, args.jobs) if args.step == "warm" else first(config, args.tokens)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
