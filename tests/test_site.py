@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from int8nax import cli, site
+from int8nax import cli, site, site_vendor
 from int8nax.bench import contenders, machines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -427,15 +427,63 @@ def test_ceilings_lookup_and_roofline():
 
 # --- offline, in a real browser ----------------------------------------------------------------
 
-def test_offline_the_unvendored_index_falls_back_to_the_comparison_page(results, tmp_path):
-    """asv's real index.html (CDN links) opened where no host resolves: it must land on
+def test_offline_the_site_shows_asvs_grid_and_without_its_libraries_the_comparison_page(results, tmp_path):
+    """asv's real index.html after int8nax site, opened where no host resolves: asv's grid
+    (the libraries are served with the site). With the vendor/ folder gone, it must land on
     compare.html#offline with the notice shown and the tables there (headless Chromium)."""
     asv_site = _browser_or_skip()
     html = tmp_path / "site"
     shutil.copytree(Path(importlib.util.find_spec("asv").origin).parent / "www", html)
     site.publish(html, results)
+    assert asv_site.check_offline(html)["page"] == "index"
+    shutil.rmtree(html / site_vendor.VENDOR)
     report = asv_site.check_offline(html)
     assert report == {"vendored": False, "page": "compare", "hash": "#offline", "notice": True, "rows": 7}  # h200 3 + 2, mystery 2
+
+
+def test_site_vendors_the_shipped_libraries_into_asvs_index(results, tmp_path):
+    html = tmp_path / "site"
+    shutil.copytree(Path(importlib.util.find_spec("asv").origin).parent / "www", html)
+    before = (html / "index.html").read_text()
+    assert len(site_vendor.unlinked(before)) == len(site_vendor.CDN_FILES)  # asv 0.6.6's own links
+    site.publish(html, results)
+    after = (html / "index.html").read_text()
+    assert site_vendor.unlinked(after) == []
+    for pkg, path in site_vendor.CDN_FILES.values():
+        kind = "css" if path.endswith(".css") else "js"
+        copy = html / site_vendor.VENDOR / kind / Path(path).name
+        assert f'"{site_vendor.VENDOR}/{kind}/{copy.name}"' in after
+        assert copy.read_bytes() == (site_vendor.assets() / pkg / path).read_bytes()
+    assert sorted(p.name for p in (html / site_vendor.VENDOR / "fonts").iterdir()) == sorted(site_vendor.FONT_FILES)
+    assert len(list((html / site_vendor.VENDOR / "licenses").iterdir())) == len(site_vendor.LICENSES)
+    site.publish(html, results)  # again: nothing left to replace, same page
+    assert (html / "index.html").read_text() == after
+    (html / "index.html").write_text(before.replace("</head>", '<script src="https://cdn.example/x.js"></script></head>'))
+    with pytest.raises(site.SiteError, match="cdn.example/x.js"):
+        site.publish(html, results)
+
+
+def test_the_shipped_libraries_are_the_pinned_versions_files():
+    """site_assets holds exactly the files its manifest lists, with those SHA-256s, of the
+    versions tools/asv-site/package-lock.json pins; and where npm has installed them, the same
+    bytes as npm's (so a changed pin without `python tools/asv_site.py ship` fails)."""
+    data = site_vendor.manifest()
+    lock = json.loads((REPO / "tools/asv-site/package-lock.json").read_text())["packages"]
+    assert data["packages"] == {p: lock[f"node_modules/{p}"]["version"] for p in data["packages"]}
+    assert set(data["packages"]) == {p for p, _ in site_vendor.CDN_FILES.values()}
+    root = site_vendor.assets()
+    shipped = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != site_vendor.MANIFEST)
+    assert shipped == sorted(data["sha256"]) == site_vendor.shipped_paths()
+    assert {rel: site_vendor.sha256(root / rel) for rel in shipped} == data["sha256"]
+    for pkg, path in site_vendor.CDN_FILES.values():  # licence headers or files travel with the code
+        head = (root / pkg / path).read_text(errors="replace")[:400]
+        assert "MIT" in head or "license" in head.lower() or pkg in site_vendor.LICENSES, (pkg, path)
+    node_modules = REPO / "tools/asv-site/node_modules"
+    if not node_modules.is_dir():
+        pytest.skip("npm's copies are not installed (npm ci --prefix tools/asv-site); checked against the manifest only")
+    for pkg, version in data["packages"].items():
+        assert json.loads((node_modules / pkg / "package.json").read_text())["version"] == version
+    assert [rel for rel in shipped if (node_modules / rel).read_bytes() != (root / rel).read_bytes()] == []
 
 
 def _browser_or_skip():
@@ -580,12 +628,7 @@ def test_w8a8_faster_than_the_raw_gemm_is_explained_where_it_shows(tmp_path, htm
 
 
 def test_browser_check_of_the_tuned_graph_page_and_the_regressions_page(published):
-    asv_site, html = published
-    if not asv_site.ASSETS.is_dir():  # asv's graph page needs jQuery and Flot, served with the site
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{asv_site.ASSETS} is missing, and CI=true requires it")
-        pytest.skip(f"{asv_site.ASSETS} is missing: npm ci --prefix tools/asv-site")
-    asv_site.vendor(html)
+    asv_site, html = published  # int8nax site has served asv's libraries with the site
     index = json.loads((html / "index.json").read_text())
     server, url = asv_site.serve(html)
     driver = asv_site.browser()
