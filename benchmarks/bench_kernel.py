@@ -33,7 +33,7 @@ def _record(func):
 
 
 class Kernel:
-    """What int8_matmul (nax-gemm) and w8a8_linear (nax-full) run at each shape of the profile."""
+    """What int8_matmul (int8nax-gemm) and w8a8_linear (int8nax-full) run at each shape of the profile."""
 
     params = [list(problems.ALL_SHAPES)]
     param_names = ["(M, K, N)"]
@@ -46,9 +46,9 @@ class Kernel:
             raise NotImplementedError(f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
 
     @_record
-    def track_nax_gemm_kernel(self, shape):
-        return _kernel_id("nax-gemm", shape)
+    def track_int8nax_gemm_kernel(self, shape):
+        return _kernel_id("int8nax-gemm", shape)
 
     @_record
-    def track_nax_full_kernel(self, shape):
-        return _kernel_id("nax-full", shape)
+    def track_int8nax_full_kernel(self, shape):
+        return _kernel_id("int8nax-full", shape)

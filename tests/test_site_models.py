@@ -43,10 +43,10 @@ def results(root: Path) -> Path:
             grid(**{"qwen2.5-7b@512": 15000.0}),
         "bench_model.W8A8Model.time_w8a8": grid(**{"qwen2.5-7b@512": 1e-2}),
         "bench_model.CiderModelFigures.track_cider_tokens_per_s": grid(),  # n/a everywhere
-        "bench_gemm.NaxGemm.time_nax_gemm": [1e-3],
+        "bench_gemm.Int8naxGemm.time_int8nax_gemm": [1e-3],
     })
     (h200 / "machine.json").write_text(json.dumps({"machine": "h200", "gpu": "NVIDIA H200"}))
-    write(root / "cpu", "c" * 40, 3000, {"bench_gemm.NaxGemm.time_nax_gemm": [1e-3]})  # no model results
+    write(root / "cpu", "c" * 40, 3000, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [1e-3]})  # no model results
     return root
 
 

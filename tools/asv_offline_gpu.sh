@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the asv suite on a CUDA box that has no network, in the Python that is already there.
 #
-#   [SHA=<commit>] [MACHINE=h200] [BENCH='NaxGemm|NaxFull'] [METHODS='time_\w+'] [LAUNCH=persistent]
+#   [SHA=<commit>] [MACHINE=h200] [BENCH='Int8naxGemm|Int8naxFull'] [METHODS='time_\w+'] [LAUNCH=persistent]
 #       tools/asv_offline_gpu.sh [asv run args...]
 #
 # Needs: python3 (or $PYTHON) importing mlx (mlx-cuda-13) and asv; torch is optional (the
@@ -27,7 +27,7 @@
 # the working tree), SHA is required, and COMMIT_DATE (its `git log -1 --format=%ct`) is
 # recommended: asv needs a repository, so the script records the run against a throwaway
 # commit of these files and then files the results under SHA. Results of several calls (say,
-# BENCH='NaxGemm|TorchInt8' then BENCH='NaxFull|MlxFp16|MlxQ8' to stay within a time limit)
+# BENCH='Int8naxGemm|TorchInt8' then BENCH='Int8naxFull|MlxFp16|MlxQ8' to stay within a time limit)
 # merge into one file when the earlier file is in .asv/results/$MACHINE/ at the next call.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,14 +5,7 @@
                                              [--compare-screenshot docs/compare-page.png]
                                              [--graph-screenshot docs/asv-graph.png]
                                              [--regressions-screenshot docs/asv-regressions.png]
-    python tools/asv_site.py rename-ratios .asv/results
     python tools/asv_site.py ship
-
-rename-ratios: the ratio benchmarks were time_ benchmarks (bench_ratio.GemmRatio.time_nax_gemm_ratio,
-    a custom clock advanced by the ratio) and are now unitless track_ benchmarks
-    (track_nax_gemm_ratio) recording the same figure. This renames the old entries in every
-    result file under a results folder (the committed one, or a checkout of the results branch),
-    so that their history carries on under the new names. Running it again changes nothing.
 
 vendor: points index.html at asv's JavaScript/CSS libraries copied into <html>/vendor/
     (int8nax.site_vendor; `int8nax site` does it too, so the README's command gives a site
@@ -174,7 +167,7 @@ if (!rows.length && !document.querySelector('#regressions-body p, #regressions-b
 return Array.from(rows).filter(r => r.offsetParent !== null).map(r => Array.from(r.cells).map(c => c.innerText.trim()));
 """
 
-OURS = re.compile(r"^bench_(gemm|linear)\.Nax\w+\.time_|^bench_model\.W8A8Model(Compiled)?\.time_"
+OURS = re.compile(r"^bench_(gemm|linear)\.Int8nax\w+\.time_|^bench_model\.W8A8Model(Compiled)?\.time_"
                   r"|^bench_ratio\.\w+\.track_\w+_ratio")
 """The benchmarks the Regressions page may list: int8nax's own times (its GEMM, W8A8 layer and
 W8A8 model) and ratios (asv.conf.json's regressions_first_commits leaves the peers, the other
@@ -544,29 +537,6 @@ def _errors(log: list[dict]) -> list[str]:
     return [entry["message"] for entry in log if entry.get("level") == "SEVERE"]
 
 
-RATIO_RENAME = re.compile(r"^(bench_ratio\.\w+)\.time_(\w+_ratio)$")
-
-
-def rename_ratios(results_dir: Path) -> list[Path]:
-    """Rename bench_ratio's time_*_ratio entries to track_*_ratio in every asv result file
-    under results_dir (asv's compact JSON, as asv writes it); returns the files changed."""
-    changed = []
-    for path in sorted(results_dir.glob("*/*.json")):
-        if path.name == "machine.json":
-            continue
-        data = json.loads(path.read_text())
-        renamed = False
-        for section in ("results", "durations"):
-            entries = data.get(section) or {}
-            for old in [k for k in entries if RATIO_RENAME.match(k)]:
-                entries[RATIO_RENAME.sub(r"\1.track_\2", old)] = entries.pop(old)
-                renamed = True
-        if renamed:
-            path.write_text(json.dumps(data, sort_keys=True))
-            changed.append(path)
-    return changed
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -582,14 +552,9 @@ def main(argv=None) -> int:
     p_check.add_argument("--regressions-screenshot", type=Path, help="save a screenshot of the Regressions page")
     p_check.add_argument("--offline", action="store_true", help="in a browser that resolves no host but the site's")
     sub.add_parser("ship", help="copy the pinned libraries from npm's node_modules into the package")
-    p_rename = sub.add_parser("rename-ratios", help="rename the ratio benchmarks' old time_ entries to track_")
-    p_rename.add_argument("results_dir", type=Path)
     args = parser.parse_args(argv)
     try:
-        if args.command == "rename-ratios":
-            changed = rename_ratios(args.results_dir)
-            print(f"renamed the ratio entries in {len(changed)} result file(s)")
-        elif args.command == "ship":
+        if args.command == "ship":
             try:
                 data = site_vendor.ship(ASSETS)
             except site_vendor.VendorError as exc:

@@ -71,11 +71,11 @@ class ContenderInfo:
 _RAW = Format("int8", a=1, b=1, out=4)
 _W8A8 = Format("int8", a=2, b=1, out=2, b_per_row=4)  # float16 x in, int8 codes + float32 scale per row
 CONTENDERS: tuple[ContenderInfo, ...] = (
-    ContenderInfo("nax-gemm", "nax_gemm", _RAW, peer=False),
+    ContenderInfo("int8nax-gemm", "int8nax_gemm", _RAW, peer=False),
     ContenderInfo("cider-raw", "cider_raw", _RAW, peer=True),
     ContenderInfo("cublaslt-int8", "cublaslt_int8", _RAW, peer=True),
     ContenderInfo("torch-int8", "torch_int8", _RAW, peer=True),
-    ContenderInfo("nax-full", "nax_full", _W8A8, peer=False),
+    ContenderInfo("int8nax-full", "int8nax_full", _W8A8, peer=False),
     ContenderInfo("cider-full", "cider_full", _W8A8, peer=True),
     ContenderInfo("mlx-fp16", "mlx_fp16_matmul", Format("fp16", a=2, b=2, out=2), peer=True),
     # 8-bit codes plus a float16 scale and bias per group of 64 weights
@@ -697,8 +697,8 @@ def _ceiling_text(declared: machine_ceilings.Machine | None, why_not: str) -> st
 
 
 W8A8_NOTE = (
-    "Why <b>nax-full</b> (W8A8: quantize, int8 GEMM, dequantize) can take less time than "
-    "<b>nax-gemm</b> (the raw int8 GEMM alone) on the CPU backend: <code>w8a8_linear</code> prepares "
+    "Why <b>int8nax-full</b> (W8A8: quantize, int8 GEMM, dequantize) can take less time than "
+    "<b>int8nax-gemm</b> (the raw int8 GEMM alone) on the CPU backend: <code>w8a8_linear</code> prepares "
     "a weight once (at its second use as the same array it is transposed and packed into an "
     "onnxruntime session, ~0.1 s for 4096&times;4096) and every later call reuses it, as a model's "
     "layers do; <code>int8_matmul</code> keeps no state, so every call shifts and packs its int8 "
@@ -708,11 +708,11 @@ W8A8_NOTE = (
 
 
 def _w8a8_faster(b: MachineBlock) -> list[str]:
-    """Shapes where nax-full's one call took less time than nax-gemm's."""
+    """Shapes where int8nax-full's one call took less time than int8nax-gemm's."""
     out = []
     for sb in b.shapes:
         by = {e.contender: e for e in sb.entries}
-        full, raw = by.get("nax-full"), by.get("nax-gemm")
+        full, raw = by.get("int8nax-full"), by.get("int8nax-gemm")
         if full and raw and full.seconds("call") and raw.seconds("call") and full.seconds("call") < raw.seconds("call"):
             out.append(sb.shape)
     return out
