@@ -193,3 +193,39 @@ def test_kernel_records_skip_outside_the_profile_and_where_int8nax_cannot_run(mo
             bench_kernel.Kernel().track_int8nax_gemm_kernel(TINY)
     finally:
         common.profile.cache_clear()
+
+
+def test_kernel_time_is_skipped_with_its_reason_where_it_cannot_be_measured(monkeypatch):
+    from benchmarks import bench_kernel
+    from int8nax.bench import cupti
+
+    monkeypatch.setattr(cupti, "skip_reason", lambda: "needs an NVIDIA GPU with MLX's CUDA backend")
+    with pytest.raises(NotImplementedError, match="kernel time needs an NVIDIA GPU"):
+        bench_kernel.KernelTime().setup(TINY)
+    names = [n for n in vars(bench_kernel.KernelTime) if n.startswith("track_")]
+    assert names == ["track_int8nax_gemm_kernel_us", "track_cublaslt_int8_kernel_us", "track_int8nax_full_kernel_us"]
+    assert all(getattr(bench_kernel.KernelTime, n).unit == "µs" for n in names)
+
+
+def test_kernel_time_tracks_the_measuring_layers_figure_and_fails_a_wrong_output(monkeypatch):
+    # The CPU backend and a stub profiler stand in for CUDA and CUPTI (as in test_kernel_time):
+    # the track returns kernel_cases.measure's µs, and a wrong output fails the benchmark.
+    import int8nax
+    from benchmarks import bench_kernel
+    from int8nax.bench import checks
+
+    class Stub:
+        def time(self, launch, launches):
+            for i in range(launches):
+                launch(i)
+            return 7.5, [["stub", 7.5]]
+
+    monkeypatch.setattr(bench_kernel, "_kernel_context",
+                        lambda: {"profiler": Stub(), "launches": 2, "l2_bytes": 1 << 16, "backend": "cpu"})
+    bench = bench_kernel.KernelTime()
+    assert bench.track_int8nax_gemm_kernel_us((20, 64, 48)) == 7.5
+    assert bench.track_int8nax_full_kernel_us((20, 64, 48)) == 7.5
+    real = int8nax.int8_matmul
+    monkeypatch.setattr(int8nax, "int8_matmul", lambda a, b, backend=None: real(a, b, backend=backend) + 1)
+    with pytest.raises(checks.MismatchError, match="int8_matmul at .*differ"):
+        bench.track_int8nax_gemm_kernel_us((20, 64, 48))

@@ -404,6 +404,11 @@ def test_ceilings_are_not_used_for_other_hardware_under_a_declared_name(results,
 def test_ceilings_lookup_and_roofline():
     assert machines.lookup("h200") is machines.H200 and machines.lookup("int8nax-cuda") is machines.H200
     assert machines.lookup("no-such-box") is None
+    # GPU machines are named by card: one history per card, the ceilings of that card
+    assert machines.card_machine("NVIDIA H100 80GB HBM3") == "h100" and machines.card_machine("NVIDIA H200") == "h200"
+    assert machines.card_machine("NVIDIA H100 PCIe") is None and machines.card_machine("NVIDIA A100-SXM4-80GB") is None
+    assert machines.match("h100", {"gpu": "NVIDIA H100 80GB HBM3"})[0] is machines.H100
+    assert machines.match("h100", {"gpu": "NVIDIA H200"})[0] is None
     c = machines.H200.device
     assert c.compute_tops["int8"] == 1979.0 and c.memory_tbps == 4.56
     # compute-bound at 8192^3 (int8), memory-bound at M = 1

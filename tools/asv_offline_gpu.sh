@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the asv suite on a CUDA box that has no network, in the Python that is already there.
 #
-#   [SHA=<commit>] [MACHINE=h200] [BENCH='Int8naxGemm|Int8naxFull'] [METHODS='time_\w+'] [LAUNCH=persistent]
+#   [SHA=<commit>] [MACHINE=card] [BENCH='Int8naxGemm|Int8naxFull'] [METHODS='time_\w+'] [LAUNCH=persistent]
 #       tools/asv_offline_gpu.sh [asv run args...]
 #
 # Needs: python3 (or $PYTHON) importing mlx (mlx-cuda-13) and asv; torch is optional (the
@@ -15,6 +15,10 @@
 # same way; BENCH='Model' selects only them, BENCH='W8A8Model$|ModelRatio' a few. Results land in
 # .asv/results/$MACHINE/ (plus .asv/results/benchmarks.json), ready to commit; the log in
 # .asv/asv-run-$MACHINE.log.
+#
+# MACHINE: the asv machine; `card` (the default) names it by the GPU (h100, h200:
+# .github/scripts/asv_machine.py --name card), so that two cards never share a history; a card's
+# name given by hand (MACHINE=h200) must be this GPU's, another name (a test's) is taken as it is.
 #
 # LAUNCH=persistent (the default) runs asv through src/int8nax/asv_persistent.py: one benchmark
 # process per environment instead of one per benchmark, because a new process costs ~10 s on
@@ -32,7 +36,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-MACHINE=${MACHINE:-h200}
+MACHINE=${MACHINE:-card}
 BENCH=${BENCH:-.}
 METHODS=${METHODS:-'\w+'}   # a regex of method names: 'time_\w+' leaves the TOPS tracks out
 LAUNCH=${LAUNCH:-persistent}
@@ -57,6 +61,10 @@ if missing:
 import mlx.core as mx
 print(f"mlx {mx.__version__}, default device {mx.default_device()}, {mx.device_info(mx.gpu) if mx.is_available(mx.gpu) else 'no GPU'}")
 PY
+
+# The machine, by card unless named (and a card's name checked against this GPU).
+MACHINE=$("$py" .github/scripts/asv_machine.py --name "$MACHINE" --print-name) || exit 2
+echo "asv machine: $MACHINE"
 
 # The -b regex: available contenders' classes x this profile's shapes.
 regex=$("$py" - "$BENCH" "$METHODS" <<'PY'
@@ -98,6 +106,22 @@ for module in modules:
             print(f"left out {name} ({cls.contender}): {exc}", file=sys.stderr)
             continue
         classes.append(name)
+# What ran and its kernel time (bench_kernel's Kernel, KernelTime), where this commit has them;
+# KernelTime only where CUPTI can time kernels (MLX's CUDA backend and torch with CUDA).
+try:
+    bench_kernel = importlib.import_module("benchmarks.bench_kernel")
+except ModuleNotFoundError:
+    bench_kernel = None
+for name in ("Kernel", "KernelTime"):
+    if bench_kernel is None or not hasattr(bench_kernel, name) or not re.search(sys.argv[1], name):
+        continue
+    if name == "KernelTime":
+        from int8nax.bench.cupti import skip_reason
+        why = skip_reason()
+        if why:
+            print(f"left out {name}: kernel time {why}", file=sys.stderr)
+            continue
+    classes.append(name)
 # The model benchmarks (bench_model's classes, bench_ratio.ModelRatio), where this commit has
 # them: their parameters are (configuration, tokens), this profile's (models.PROFILES).
 model_classes, runs = [], ""
