@@ -213,7 +213,11 @@ def test_page_shows_the_latest_commit_with_exact_times_ratios_and_missing_rows(r
     assert row["kind"] == "missing" and "n/a (skipped)" in row["text"] and "failed" in row["text"]
     # torch-int8 never ran at that commit; cider-raw neither: no rows at each shape (never a
     # zero), but listed once above the shapes, with what is known of the reason
-    assert "torch-int8" not in blocks[("h200", S16)]["rows"] and "cider-raw" not in blocks[("h200", S64)]["rows"]
+    assert "torch-int8" not in blocks[("h200", S16)]["rows"]
+    # cider, which runs only on an M5 and which no machine has reported: a row at every shape
+    # saying so, with the command an M5 owner runs
+    cider = blocks[("h200", S64)]["rows"]["cider-raw"]
+    assert cider["kind"] == "missing" and f"{site.M5_ONLY}: an M5 owner runs {site.M5_COMMAND}" in cider["text"]
     absent = re.search(r'<details class="absent".*?</details>', page.split('data-machine="h200"')[1], re.S).group(0)
     assert "cider-raw, cublaslt-int8" not in absent  # cuBLASLt has results on h200
     assert re.search(r"<b>[^<]*cider-raw[^<]*torch-int8[^<]*</b>: no result at this commit here", absent)
@@ -234,12 +238,12 @@ def test_every_contender_of_the_suite_is_listed_on_every_machine(results, html_d
     # the rest once, in the machine's "not measured" list
     names = [c.name for c in site.CONTENDERS] + ["other_kernel"]
     h200 = ["int8nax-gemm", "cublaslt-int8", "mlx-fp16"]
-    assert list(blocks[("h200", S16)]["rows"]) == list(blocks[("h200", S64)]["rows"]) == h200
+    assert list(blocks[("h200", S16)]["rows"]) == list(blocks[("h200", S64)]["rows"]) == h200 + list(site.CIDER)
     assert blocks[("h200", S64)]["rows"]["int8nax-gemm"]["kind"] == "missing"
     data = json.loads((html_dir / "compare.json").read_text())["machines"]
     assert list(data["h200"]["absent"]) == [n for n in names if n not in h200]
     mystery = blocks[("mystery", "(16, 512, 512)")]
-    assert list(mystery["rows"]) == ["int8nax-gemm", "other_kernel"] and mystery["rows"]["other_kernel"]["kind"] == "result"
+    assert list(mystery["rows"]) == ["int8nax-gemm", "other_kernel", *site.CIDER] and mystery["rows"]["other_kernel"]["kind"] == "result"
     assert close(mystery["rows"]["int8nax-gemm"]["ratios"]["other_kernel"]["call"], 4e-3 / 1e-3)
 
 
@@ -723,3 +727,59 @@ def test_kernel_records_without_an_earlier_commit_show_without_a_change(tmp_path
     assert entry["kernel"] == 7 and entry["kernel_before"] is None and not entry["kernel_changed"]
     assert data["previous_commit"] is None
     assert "kernel #00000007" in (html_dir / "compare.html").read_text()
+
+
+def test_the_kernel_column_says_where_no_id_was_recorded_and_reads_a_run_of_the_records_alone(tmp_path, html_dir):
+
+    root = tmp_path / "results"
+    c = "c" * 40
+    write_result(root / "h200", c, 5, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, 3e-4, NAN],
+                                       "bench_linear.Int8naxFull.time_int8nax_full": [2e-4, 3e-4, NAN],
+                                       "bench_gemm.CublasLtInt8.time_cublaslt_int8": [1e-4, 2e-4, NAN]})
+    # the kernel records of the same commit in a file of their own (a run of bench_kernel alone)
+    write_result(root / "h200", c, 5, {"bench_kernel.Kernel.track_int8nax_gemm_kernel": [11, 12, NAN]},
+                 env="kernels-only", started=2000)
+    site.publish(html_dir, root)
+    entries = {(e["shape"], e["contender"]): e for e in
+               json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]["entries"]}
+    assert entries[(S16, "int8nax-gemm")]["kernel"] == 11 and entries[(S64, "int8nax-gemm")]["kernel"] == 12
+    page = (html_dir / "compare.html").read_text()
+    # int8nax-full has no record at this commit: it says so; a peer's kernel is not int8nax's to record
+    assert page.count('<td class="kernel none">no kernel id at this commit</td>') == 2  # int8nax-full at 2 shapes
+    assert page.count('<td class="kernel peer"') == 2
+    assert 'data-kernel="11"' in page  # filled where recorded
+
+
+@pytest.mark.parametrize("gpu,backend,says,never", [
+    (None, "cpu", "INT8NAX_CPU_PREPARE=0", "GEMV"),
+    ("NVIDIA H200", "cuda", "GEMV", "onnxruntime"),
+])
+def test_why_w8a8_beat_the_raw_gemm_is_explained_only_with_its_own_backends_reason(tmp_path, html_dir, gpu,
+                                                                                      backend, says, never):
+    root = tmp_path / "results"
+    write_result(root / "box", "f" * 40, 5, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [4.68e-3, 1e-3, NAN],
+                                             "bench_linear.Int8naxFull.time_int8nax_full": [1.39e-3, 2e-3, NAN]})
+    if gpu:
+        (root / "box" / "machine.json").write_text(json.dumps({"machine": "box", "gpu": gpu, "version": 1}))
+    site.publish(html_dir, root)
+    page = (html_dir / "compare.html").read_text()
+    note = re.search(r'<p class="small w8a8-note" data-shapes="[^"]*">(.*?)</p>', page, re.S).group(1)
+    assert says in note and never not in note
+    assert json.loads((html_dir / "compare.json").read_text())["machines"]["box"]["backend"] == backend
+
+
+def test_this_computers_machine_comes_first_in_every_section(tmp_path, html_dir):
+    import test_site_models
+
+    root = test_site_models.results(tmp_path / "results")  # h200 with model results, cpu without
+    write_result(root / "zz-mine", "d" * 40, 4000, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [1e-3, NAN, NAN]})
+    mine = test_site_models.grid(**{"qwen2.5-0.5b@1": 50.0})
+    test_site_models.write(root / "zz-mine-models", "e" * 40, 4000,
+                           {"bench_model.Bf16ModelFigures.track_bf16_tokens_per_s": mine})
+    for here in ("zz-mine", "zz-mine-models"):
+        site.publish(html_dir, root, here=here)
+        page = (html_dir / "compare.html").read_text()
+        sections = re.findall(r'<section class="machine" id="machine-([^"]+)"', page)
+        models = re.findall(r'<h3 id="models-([^"]+)"', page)
+        assert (sections[0] if here == "zz-mine" else models[0]) == here, (sections, models)
+        assert models == sorted(models, key=lambda m: m != here)
