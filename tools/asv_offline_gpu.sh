@@ -41,6 +41,9 @@ BENCH=${BENCH:-.}
 METHODS=${METHODS:-'\w+'}   # a regex of method names: 'time_\w+' leaves the TOPS tracks out
 LAUNCH=${LAUNCH:-persistent}
 LAUNCHER=${LAUNCHER:-$PWD/src/int8nax/asv_persistent.py}
+# MACHINE_SCRIPT: the asv_machine.py to use (default: this checkout's; asv_offline_commits.sh passes
+# its own, which knows card names where an older commit's does not)
+MACHINE_SCRIPT=${MACHINE_SCRIPT:-$PWD/.github/scripts/asv_machine.py}
 case "$LAUNCH" in
   persistent) [ -f "$LAUNCHER" ] || { echo "asv_offline_gpu: no $LAUNCHER" >&2; exit 2; }
               asv=("$LAUNCHER") ;;
@@ -63,7 +66,7 @@ print(f"mlx {mx.__version__}, default device {mx.default_device()}, {mx.device_i
 PY
 
 # The machine, by card unless named (and a card's name checked against this GPU).
-MACHINE=$("$py" .github/scripts/asv_machine.py --name "$MACHINE" --print-name) || exit 2
+MACHINE=$("$py" "$MACHINE_SCRIPT" --name "$MACHINE" --print-name) || exit 2
 echo "asv machine: $MACHINE"
 
 # The -b regex: available contenders' classes x this profile's shapes.
@@ -163,7 +166,7 @@ echo "benchmarks: $regex"
 
 # A committed machine keeps its one description (asv_machine.py --keep): each lent VM reports its
 # own kernel build and RAM size, which would make a second H200 series on the site.
-"$py" .github/scripts/asv_machine.py --name "$MACHINE" --keep ".asv/results/$MACHINE/machine.json"
+"$py" "$MACHINE_SCRIPT" --name "$MACHINE" --keep ".asv/results/$MACHINE/machine.json"
 
 # asv needs a git repository holding the commit; a bare copy of the working tree has none.
 # A copy whose files another user owns (the device machine runs as root) is refused by git's

@@ -104,10 +104,24 @@ def machine_info(name: str, gpu: str) -> dict[str, str]:
     return info
 
 
+def _machines():
+    """int8nax/bench/machines.py of this script's checkout, by path: the script also names the
+    machine for trees of older commits, whose int8nax has no card names (machines.py imports
+    nothing of int8nax)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[2] / "src" / "int8nax" / "bench" / "machines.py"
+    spec = importlib.util.spec_from_file_location("_int8nax_machines", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def card_name(gpu: str) -> str:
     """The asv machine of card `gpu` (h100, h200); SystemExit(2) naming the card otherwise."""
-    from int8nax.bench import machines
-
+    machines = _machines()
     name = machines.card_machine(gpu)
     if name is None:
         raise SystemExit(f"asv_machine: --name card: no machine is named for the GPU {gpu!r} "
@@ -118,7 +132,7 @@ def card_name(gpu: str) -> str:
 def resolve_name(name: str, gpu: str) -> str:
     """`name`, with "card" replaced by the GPU's machine; a card's machine name (h100, h200)
     for another GPU is refused (SystemExit 2): its figures would join another card's history."""
-    from int8nax.bench import machines
+    machines = _machines()
 
     if name == "card":
         return card_name(gpu)
