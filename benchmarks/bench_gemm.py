@@ -3,20 +3,20 @@
 from .common import ContenderBenchmark, chained, throughput
 
 
-class NaxGemm(ContenderBenchmark):
+class Int8naxGemm(ContenderBenchmark):
     """int8nax.int8_matmul on the backend int8nax picks (follows MLX's device)."""
 
-    contender = "nax-gemm"
+    contender = "int8nax-gemm"
 
-    def time_nax_gemm(self, shape):
+    def time_int8nax_gemm(self, shape):
         self.run()
 
     @chained
-    def time_nax_gemm_chain(self, shape):
+    def time_int8nax_gemm_chain(self, shape):
         self.chain()
 
     @throughput
-    def track_nax_gemm_tops(self, shape):
+    def track_int8nax_gemm_tops(self, shape):
         return self.tops(shape)
 
 

@@ -10,11 +10,22 @@ match the number.
 
 These are records, not speeds: nothing is timed, no data is made, and the regression gate
 (benchmarks/gate.json) does not read them.
+
+KernelTime, on CUDA only, is the speed beside them: the kernel time of one call in µs (what the
+GPU spends in the call's kernels, operands cold in L2), measured exactly as `int8nax compare
+--mode kernel` measures it (int8nax.bench.kernel_cases.measure: CUPTI through torch.profiler,
+median of kernel_worker.LAUNCHES launches, the output checked after), for int8nax's GEMM, for
+cuBLASLt's int8 GEMM beside it (the README's headline is their ratio), and for W8A8 on float16
+x. Elsewhere (no MLX CUDA backend, no torch with CUDA) it is skipped with the reason.
 """
 
 from __future__ import annotations
 
-from int8nax.bench import contenders, problems
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from int8nax.bench import checks, contenders, problems
 
 from .common import profile
 
@@ -33,7 +44,7 @@ def _record(func):
 
 
 class Kernel:
-    """What int8_matmul (nax-gemm) and w8a8_linear (nax-full) run at each shape of the profile."""
+    """What int8_matmul (int8nax-gemm) and w8a8_linear (int8nax-full) run at each shape of the profile."""
 
     params = [list(problems.ALL_SHAPES)]
     param_names = ["(M, K, N)"]
@@ -46,9 +57,75 @@ class Kernel:
             raise NotImplementedError(f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
 
     @_record
-    def track_nax_gemm_kernel(self, shape):
-        return _kernel_id("nax-gemm", shape)
+    def track_int8nax_gemm_kernel(self, shape):
+        return _kernel_id("int8nax-gemm", shape)
 
     @_record
-    def track_nax_full_kernel(self, shape):
-        return _kernel_id("nax-full", shape)
+    def track_int8nax_full_kernel(self, shape):
+        return _kernel_id("int8nax-full", shape)
+
+
+@lru_cache(maxsize=None)
+def _kernel_context() -> dict:
+    """What kernel_cases.measure needs, made once per benchmark process (the worker's own set-up:
+    torch's CUDA context and CUPTI before MLX's first kernel)."""
+    import mlx.core as mx
+    import torch
+
+    from int8nax.bench.cupti import Profiler
+    from int8nax.bench.kernel_worker import LAUNCHES, l2_bytes
+
+    torch.zeros(1, device="cuda")
+    mx.eval(mx.zeros(1))
+    tmp = Path(tempfile.mkdtemp(prefix="int8nax-kernel-time-"))
+    return {"torch": torch, "profiler": Profiler(torch, tmp), "launches": LAUNCHES, "l2_bytes": l2_bytes(torch)}
+
+
+def _kernel_us(subject: str, shape) -> float:
+    """Kernel µs of one call of `subject` (a kernel_time subject) at `shape`; MismatchError (the
+    benchmark fails with the reason) when its output is wrong, RuntimeError when it cannot run."""
+    from int8nax.bench.kernel_cases import measure
+    from int8nax.bench.kernel_worker import Item
+
+    rec = measure(Item(subject, tuple(shape)), _kernel_context())
+    if "mismatch" in rec:
+        raise checks.MismatchError(f"{subject} at (M, K, N) = {tuple(shape)}: {rec['mismatch']} ({rec['check']})")
+    return float(rec["us"])
+
+
+def _kernel_time(func):
+    func.unit = "µs"
+    func.rounds = 1  # a median of LAUNCHES launches inside
+    return func
+
+
+class KernelTime:
+    """Kernel time (µs) of one call, operands cold in L2 (CUDA only): int8nax's GEMM
+    (int8_matmul), cuBLASLt's int8 GEMM beside it, and W8A8 (w8a8_linear, float16 x, no bias)."""
+
+    params = [list(problems.ALL_SHAPES)]
+    param_names = ["(M, K, N)"]
+    timeout = 300
+    version = "1"
+
+    def setup(self, shape):
+        name, shapes, _ = profile()
+        if shape not in shapes:
+            raise NotImplementedError(f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
+        from int8nax.bench.cupti import skip_reason
+
+        why = skip_reason()
+        if why:
+            raise NotImplementedError(f"kernel time {why}")
+
+    @_kernel_time
+    def track_int8nax_gemm_kernel_us(self, shape):
+        return _kernel_us("int8_matmul", shape)
+
+    @_kernel_time
+    def track_cublaslt_int8_kernel_us(self, shape):
+        return _kernel_us("cublaslt", shape)
+
+    @_kernel_time
+    def track_int8nax_full_kernel_us(self, shape):
+        return _kernel_us("w8a8:float16", shape)

@@ -4,20 +4,20 @@ the W8A8 implementations and the baselines users compare them against."""
 from .common import ContenderBenchmark, chained, throughput
 
 
-class NaxFull(ContenderBenchmark):
+class Int8naxFull(ContenderBenchmark):
     """int8nax.w8a8_linear: per-token quantization, int8 GEMM, fused dequantization."""
 
-    contender = "nax-full"
+    contender = "int8nax-full"
 
-    def time_nax_full(self, shape):
+    def time_int8nax_full(self, shape):
         self.run()
 
     @chained
-    def time_nax_full_chain(self, shape):
+    def time_int8nax_full_chain(self, shape):
         self.chain()
 
     @throughput
-    def track_nax_full_tops(self, shape):
+    def track_int8nax_full_tops(self, shape):
         return self.tops(shape)
 
 

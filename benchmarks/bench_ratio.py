@@ -2,8 +2,8 @@
 shape, both measured in the same process and the same sample, so that whatever slows the whole
 machine for a while (other jobs on a shared box, clock changes, a busy GPU host) cancels.
 
-    GemmRatio.track_nax_gemm_ratio     int8nax.int8_matmul  / reference
-    LinearRatio.track_nax_full_ratio   int8nax.w8a8_linear  / reference
+    GemmRatio.track_int8nax_gemm_ratio     int8nax.int8_matmul  / reference
+    LinearRatio.track_int8nax_full_ratio   int8nax.w8a8_linear  / reference
 
 The reference does not depend on int8nax's code, so the ratio moves only when int8nax does:
     cpu profile   numpy-sgemm: numpy's float32 BLAS matmul of the same (M, K, N)
@@ -16,14 +16,14 @@ track_ call returns its samples in the form asv reads from a timing benchmark
 ({"samples": [...], "number": 1}), so asv keeps their median, spread and confidence interval and
 the gate's significance test works as on a time. These benchmarks were time_ benchmarks whose
 custom clock advanced by the ratio (the same numbers, shown as seconds); their recorded history
-was renamed to the track_ names (tools/asv_site.py rename-ratios), so it carries on.
+was renamed to the track_ names (tools/asv_rename.py), so it carries on.
 
 One sample is `blocks` blocks of BLOCK_CALLS calls of int8nax, then BLOCK_CALLS of the reference
 (the order swapped every block, so neither always runs first), and its ratio is
 min(int8nax call times) / min(reference call times). Another process on the machine can only
 add time to a call, so the fastest of some 40 calls is the least disturbed figure, and a change of
 int8nax's code moves it as much as the median (measured on the shared 2-core box: the median
-ratio of nax-full moved by up to 10 % between processes of one commit, the minimum by 2 %,
+ratio of int8nax-full moved by up to 10 % between processes of one commit, the minimum by 2 %,
 docs/results/gate-*.md). Calls come in blocks because the CPU backend's W8A8 ends in an MLX
 evaluation on MLX's stream thread, which is slower to wake after a call of another library.
 `blocks` is chosen at the first setup, from the reference's time only (the same at both
@@ -119,7 +119,7 @@ class RatioBenchmark(ContenderBenchmark):
             # the CPU box's `asv run` (2026-12-01) and the gate reads only the small shapes.
             raise NotImplementedError(
                 f"{shape}: on the cpu profile the ratio benchmarks measure {', '.join(map(str, CPU_SHAPES))} "
-                "(the gated ones); at the seed shapes compare NaxGemm/NaxFull with NumpySgemm")
+                "(the gated ones); at the seed shapes compare Int8naxGemm/Int8naxFull with NumpySgemm")
         self.num = _part(self.contender, shape)
         self.den = _part(REFERENCE[name], shape)
         key = (self.contender, shape)
@@ -146,18 +146,18 @@ class RatioBenchmark(ContenderBenchmark):
 class GemmRatio(RatioBenchmark):
     """int8nax.int8_matmul time over the reference's (numpy sgemm on a CPU box, MLX fp16 on a GPU)."""
 
-    contender = "nax-gemm"
+    contender = "int8nax-gemm"
 
-    def track_nax_gemm_ratio(self, shape):
+    def track_int8nax_gemm_ratio(self, shape):
         return self.samples()
 
 
 class LinearRatio(RatioBenchmark):
     """int8nax.w8a8_linear time over the reference's (numpy sgemm on a CPU box, MLX fp16 on a GPU)."""
 
-    contender = "nax-full"
+    contender = "int8nax-full"
 
-    def track_nax_full_ratio(self, shape):
+    def track_int8nax_full_ratio(self, shape):
         return self.samples()
 
 

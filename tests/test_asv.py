@@ -4,8 +4,10 @@
 - the regression gate (`int8nax gate`, src/int8nax/gate.py): exit 1 for a commit that plants
   a slowdown in int8nax's GEMM, 0 for a harmless commit, 2 for a GEMM that fails its check,
   with the comparison table printed each time;
-- the site: `asv publish`, then tools/asv_site.py serves it on 127.0.0.1 and checks it
-  in headless Chromium (every benchmark listed, one series per shape, no JS error);
+- the site: `asv publish && int8nax site .asv/html` (the README's steps, nothing else), then
+  tools/asv_site.py serves it on 127.0.0.1 and checks it in headless Chromium that resolves no
+  other host (offline: every benchmark listed, one series per shape, graphs, regressions and
+  the comparison page, no JS error);
 - tools/asv_offline_gpu.sh, in a copy without .git (as the offline GPU box gets it).
 
 They need asv, virtualenv and selenium (the `test` extra), network access to PyPI (asv
@@ -34,8 +36,8 @@ sys.path.insert(0, str(REPO / "tools"))
 
 # The gate's test: one drift-free ratio benchmark at one CPU-profile shape, two rounds (a few
 # seconds per asv run); the gate's own settings otherwise (benchmarks/gate.json).
-GATED = r"GemmRatio\.track_nax_gemm_ratio\(\(16, 1344, 256\)\)"
-GATED_NAME = "bench_ratio.GemmRatio.track_nax_gemm_ratio"
+GATED = r"GemmRatio\.track_int8nax_gemm_ratio\(\(16, 1344, 256\)\)"
+GATED_NAME = "bench_ratio.GemmRatio.track_int8nax_gemm_ratio"
 CPU_PROFILE = r"\(\((16, 512, 512|16, 256, 1344|16, 1344, 256)\)\)"
 PLANTED_FACTOR = 2.0  # far above the noise of two rounds; int8nax.gate_calibrate measures 1.2x
 # A wrong product: the benchmark's first setup must fail its exactness check (exit 2, not 1).
@@ -193,8 +195,6 @@ def test_published_site_in_headless_chromium(project, tmp_path):
         asv_site.find_browser()
     except asv_site.SiteError as exc:
         require(False, str(exc))
-    require((REPO / "tools/asv-site/node_modules").is_dir(),
-            "the site's JavaScript libraries (npm ci --prefix tools/asv-site)")
     # The gate's runs (in asv's own virtualenv, ratio benchmarks only) would publish as a second
     # environment whose graphs of the other benchmarks do not exist: asv's page then asks for
     # them and logs 404s. The site under test is the suite's, recorded below.
@@ -211,13 +211,14 @@ def test_published_site_in_headless_chromium(project, tmp_path):
     gpu, tokens_per_s = recorded[figures.format("gpu_s_per_layer")][0], recorded[figures.format("tokens_per_s")][0]
     na = [v is None or v != v for v in gpu[:2]]  # asv writes n/a as NaN (or null)
     assert na == [True, True] and all(v > 0 for v in tokens_per_s[:2])  # qwen2.5-0.5b at 1 and 16 tokens
+    # The README's publishing steps, exactly (`asv publish && int8nax site .asv/html`): nothing
+    # else makes the site work offline, which check() verifies with no host resolving
     project.asv("publish")
     html = project.clone / ".asv" / "html"
-    project.python("-m", "int8nax.cli", "site", str(html))  # the comparison page
-    asv_site.vendor(html)
+    project.python("-m", "int8nax.cli", "site", ".asv/html")
     # A graph every machine has (the committed H200 results have classes a CPU box cannot run).
-    report = asv_site.check(html, screenshot=tmp_path / "asv-site.png", bench="bench_gemm.NaxGemm.time_nax_gemm",
-                            compare_screenshot=tmp_path / "compare.png")
+    report = asv_site.check(html, screenshot=tmp_path / "asv-site.png", bench="bench_gemm.Int8naxGemm.time_int8nax_gemm",
+                            compare_screenshot=tmp_path / "compare.png", offline=True)
     from int8nax.bench import contenders
 
     # at least one call, one chain, one TOPS track per contender (and the gate's ratios)
@@ -240,9 +241,9 @@ def test_offline_gpu_script_files_results_under_the_commit_without_git(project, 
     (copy / ".asv/results/gpu-test").mkdir(parents=True)
     described = json.dumps({"machine": "gpu-test", "os": "Linux 0.0-committed", "version": 1}, indent=4)
     (copy / ".asv/results/gpu-test/machine.json").write_text(described)
-    for bench in ("NaxGemm", "MlxFp16"):
+    for bench in ("Int8naxGemm", "MlxFp16"):
         project.run("bash", "tools/asv_offline_gpu.sh", "--quick", cwd=copy, extra_env={**env, "BENCH": bench})
-        if bench == "NaxGemm":
+        if bench == "Int8naxGemm":
             # The second call finds a repository without the commit (the device machine's copy
             # has come with one): it must set it aside for the run and put it back after.
             project.run("git", "init", "-q", str(copy))
@@ -254,7 +255,7 @@ def test_offline_gpu_script_files_results_under_the_commit_without_git(project, 
     assert data["commit_hash"] == project.harmless and data["date"] == 1795900000 * 1000
     assert data["params"]["os"] == "Linux 0.0-committed" and data["params"]["machine"] == "gpu-test"
     assert json.loads((copy / ".asv/results/gpu-test/machine.json").read_text())["os"] == "Linux 0.0-committed"
-    assert {"bench_gemm.NaxGemm.time_nax_gemm", "bench_linear.MlxFp16.time_mlx_fp16_matmul"} <= set(data["results"])
+    assert {"bench_gemm.Int8naxGemm.time_int8nax_gemm", "bench_linear.MlxFp16.time_mlx_fp16_matmul"} <= set(data["results"])
     assert (copy / ".git" / "marker").read_text() == "the device copy's own"
     assert not list(copy.glob(".git.offline-aside*"))
 

@@ -25,7 +25,7 @@ def test_a_parameter_grid_is_expanded_in_asv_order(tmp_path):
         "bench_model.W8A8Model.time_w8a8": [[0.5, None, float("nan"), 2.0], [["'a'", "'b'"], ["1", "16"]], "v",
                                              1796400001000, 3.0],
         "bench_ratio.ModelRatio.track_w8a8_model_ratio": [0.25, [], "v", 1796400002000, 1.0],
-        "bench_gemm.NaxGemm.time_nax_gemm": [1e-3, [["(16, 32, 64)", "(1, 2, 3)"]], "v", None, 1.0],
+        "bench_gemm.Int8naxGemm.time_int8nax_gemm": [1e-3, [["(16, 32, 64)", "(1, 2, 3)"]], "v", None, 1.0],
     }
     got = asv_format.read(write(tmp_path, results))
     assert (got.commit, got.date, got.env) == ("abc123", 1796400000000, "virtualenv-py3.11")
@@ -35,8 +35,8 @@ def test_a_parameter_grid_is_expanded_in_asv_order(tmp_path):
     assert pairs[0][1] == 0.5 and pairs[1][1] is None and math.isnan(pairs[2][1]) and pairs[3][1] == 2.0
     assert grid.started == 1796400001000
     # a single value stands for every combination; a benchmark without parameters has one, ()
-    assert got.entries["bench_gemm.NaxGemm.time_nax_gemm"].pairs() == [(("(16, 32, 64)",), 1e-3), (("(1, 2, 3)",), 1e-3)]
-    assert got.entries["bench_gemm.NaxGemm.time_nax_gemm"].started == 0
+    assert got.entries["bench_gemm.Int8naxGemm.time_int8nax_gemm"].pairs() == [(("(16, 32, 64)",), 1e-3), (("(1, 2, 3)",), 1e-3)]
+    assert got.entries["bench_gemm.Int8naxGemm.time_int8nax_gemm"].started == 0
     assert got.entries["bench_ratio.ModelRatio.track_w8a8_model_ratio"].pairs() == [((), 0.25)]
     assert [asv_format.finite(v) for v in (0.5, None, float("nan"), float("inf"), 3, True)] == [
         True, False, False, False, True, False]

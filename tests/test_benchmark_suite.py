@@ -29,8 +29,8 @@ def methods(cls, prefix):
 
 
 HISTORY = {  # benchmark names with published history: renaming one would cut it
-    "bench_gemm.NaxGemm.time_nax_gemm", "bench_gemm.CiderRaw.time_cider_raw", "bench_gemm.TorchInt8.time_torch_int8",
-    "bench_linear.NaxFull.time_nax_full", "bench_linear.CiderFull.time_cider_full",
+    "bench_gemm.Int8naxGemm.time_int8nax_gemm", "bench_gemm.CiderRaw.time_cider_raw", "bench_gemm.TorchInt8.time_torch_int8",
+    "bench_linear.Int8naxFull.time_int8nax_full", "bench_linear.CiderFull.time_cider_full",
     "bench_linear.MlxFp16.time_mlx_fp16_matmul", "bench_linear.MlxQ8.time_mlx_q8_matmul",
 }
 
@@ -81,7 +81,7 @@ def test_a_bogus_profile_skips_with_the_reason(monkeypatch):
     monkeypatch.setenv("INT8NAX_BENCH_PROFILE", "bogus")
     try:
         with pytest.raises(NotImplementedError, match="INT8NAX_BENCH_PROFILE: expected one of full, cpu, got 'bogus'"):
-            bench_gemm.NaxGemm().setup(TINY)
+            bench_gemm.Int8naxGemm().setup(TINY)
     finally:
         common.profile.cache_clear()
 
@@ -89,7 +89,7 @@ def test_a_bogus_profile_skips_with_the_reason(monkeypatch):
 def test_shapes_outside_the_profile_are_skipped_with_the_reason(monkeypatch):
     monkeypatch.setattr(common, "_prepared", {})
     monkeypatch.setattr(common, "profile", lambda: ("full", frozenset(problems.SEED_SHAPES), 100))
-    bench = bench_gemm.NaxGemm()
+    bench = bench_gemm.Int8naxGemm()
     name, shapes, _ = common.profile()
     outside = next(s for s in problems.ALL_SHAPES if s not in shapes)
     with pytest.raises(NotImplementedError, match=f"not in the '{name}' profile.*INT8NAX_BENCH_PROFILE"):
@@ -113,13 +113,13 @@ def test_setup_is_checked_once_and_memoised(monkeypatch):
     calls = []
     real_get = contenders.get
     monkeypatch.setattr(contenders, "get", lambda name: calls.append(name) or real_get(name))
-    bench = bench_gemm.NaxGemm()
+    bench = bench_gemm.Int8naxGemm()
     for _ in range(3):  # asv_runner calls setup before every timed call
         bench.setup(TINY)
-        bench.time_nax_gemm(TINY)
-        bench.time_nax_gemm_chain(TINY)
-    assert calls == ["nax-gemm"]
-    assert bench.track_nax_gemm_tops(TINY) > 0
+        bench.time_int8nax_gemm(TINY)
+        bench.time_int8nax_gemm_chain(TINY)
+    assert calls == ["int8nax-gemm"]
+    assert bench.track_int8nax_gemm_tops(TINY) > 0
 
 
 def test_a_wrong_result_fails_the_benchmark_instead_of_skipping(monkeypatch):
@@ -129,7 +129,7 @@ def test_a_wrong_result_fails_the_benchmark_instead_of_skipping(monkeypatch):
     real = api.int8_matmul
     monkeypatch.setattr(api, "int8_matmul", lambda a, b, backend=None: real(a, b, b_layout="kn"))
     with pytest.raises(checks.MismatchError):
-        bench_gemm.NaxGemm().setup(TINY)
+        bench_gemm.Int8naxGemm().setup(TINY)
 
 
 def test_slow_mlx_baselines_skip_seed_shapes_where_mlx_runs_on_the_cpu(monkeypatch):
@@ -161,7 +161,7 @@ def test_ratio_benchmarks_keep_to_the_gated_small_shapes_on_the_cpu_profile(monk
     # on a GPU box (the full profile) the seed shapes are gated: no such skip
     monkeypatch.setattr(bench_ratio, "profile", lambda: ("full", frozenset(problems.PROFILES["full"]), 100))
     monkeypatch.setattr(bench_ratio, "_part", lambda name, shape: None)
-    monkeypatch.setattr(bench_ratio, "_blocks", {("nax-gemm", problems.SEED_SHAPES[0]): 3})
+    monkeypatch.setattr(bench_ratio, "_blocks", {("int8nax-gemm", problems.SEED_SHAPES[0]): 3})
     full = bench_ratio.GemmRatio()
     full.setup(problems.SEED_SHAPES[0])
     assert full.blocks == 3
@@ -173,9 +173,9 @@ def test_the_kernel_records_name_what_int8nax_runs_at_each_profile_shape(monkeyp
     monkeypatch.setattr(contenders, "describe", lambda name, shape, backend=None: f"cpu {name} at {shape}")
     bench = bench_kernel.Kernel()
     bench.setup(TINY)
-    assert bench.track_nax_gemm_kernel(TINY) == contenders.kernel_id(f"cpu nax-gemm at {TINY}")
-    assert bench.track_nax_full_kernel(TINY) == contenders.kernel_id(f"cpu nax-full at {TINY}")
-    assert bench_kernel.Kernel.track_nax_gemm_kernel.unit == "kernel id"
+    assert bench.track_int8nax_gemm_kernel(TINY) == contenders.kernel_id(f"cpu int8nax-gemm at {TINY}")
+    assert bench.track_int8nax_full_kernel(TINY) == contenders.kernel_id(f"cpu int8nax-full at {TINY}")
+    assert bench_kernel.Kernel.track_int8nax_gemm_kernel.unit == "kernel id"
     assert bench_kernel.Kernel.params == [list(problems.ALL_SHAPES)]
 
 
@@ -190,6 +190,42 @@ def test_kernel_records_skip_outside_the_profile_and_where_int8nax_cannot_run(mo
             bench_kernel.Kernel().setup(outside)
         monkeypatch.setenv("INT8NAX_BACKEND", "nonsense")
         with pytest.raises(NotImplementedError, match="nonsense"):
-            bench_kernel.Kernel().track_nax_gemm_kernel(TINY)
+            bench_kernel.Kernel().track_int8nax_gemm_kernel(TINY)
     finally:
         common.profile.cache_clear()
+
+
+def test_kernel_time_is_skipped_with_its_reason_where_it_cannot_be_measured(monkeypatch):
+    from benchmarks import bench_kernel
+    from int8nax.bench import cupti
+
+    monkeypatch.setattr(cupti, "skip_reason", lambda: "needs an NVIDIA GPU with MLX's CUDA backend")
+    with pytest.raises(NotImplementedError, match="kernel time needs an NVIDIA GPU"):
+        bench_kernel.KernelTime().setup(TINY)
+    names = [n for n in vars(bench_kernel.KernelTime) if n.startswith("track_")]
+    assert names == ["track_int8nax_gemm_kernel_us", "track_cublaslt_int8_kernel_us", "track_int8nax_full_kernel_us"]
+    assert all(getattr(bench_kernel.KernelTime, n).unit == "µs" for n in names)
+
+
+def test_kernel_time_tracks_the_measuring_layers_figure_and_fails_a_wrong_output(monkeypatch):
+    # The CPU backend and a stub profiler stand in for CUDA and CUPTI (as in test_kernel_time):
+    # the track returns kernel_cases.measure's µs, and a wrong output fails the benchmark.
+    import int8nax
+    from benchmarks import bench_kernel
+    from int8nax.bench import checks
+
+    class Stub:
+        def time(self, launch, launches):
+            for i in range(launches):
+                launch(i)
+            return 7.5, [["stub", 7.5]]
+
+    monkeypatch.setattr(bench_kernel, "_kernel_context",
+                        lambda: {"profiler": Stub(), "launches": 2, "l2_bytes": 1 << 16, "backend": "cpu"})
+    bench = bench_kernel.KernelTime()
+    assert bench.track_int8nax_gemm_kernel_us((20, 64, 48)) == 7.5
+    assert bench.track_int8nax_full_kernel_us((20, 64, 48)) == 7.5
+    real = int8nax.int8_matmul
+    monkeypatch.setattr(int8nax, "int8_matmul", lambda a, b, backend=None: real(a, b, backend=backend) + 1)
+    with pytest.raises(checks.MismatchError, match="int8_matmul at .*differ"):
+        bench.track_int8nax_gemm_kernel_us((20, 64, 48))

@@ -223,3 +223,25 @@ def test_machine_file_has_every_field_under_the_fixed_name(tmp_path, monkeypatch
     assert all(str(value).strip() for value in entry.values()), entry
     with pytest.raises(SystemExit):
         asv_machine.main(["--name", "a/b"])
+
+
+def test_a_gpu_machine_is_named_by_its_card_and_described_with_driver_and_cuda(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("asv", reason="asv is in the `bench` extra, not installed here")
+    asv_machine = load_script("asv_machine")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    smi = {("--query-gpu=name,driver_version", "--format=csv,noheader"): "NVIDIA H100 80GB HBM3, 580.65.06\n",
+           (): "| NVIDIA-SMI 580.65.06   Driver Version: 580.65.06   CUDA Version: 13.0 |\n"}
+    monkeypatch.setattr(asv_machine, "_nvidia_smi", lambda *args: smi[args])
+    assert asv_machine.main(["--name", "card", "--print-name"]) == 0
+    assert capsys.readouterr().out == "h100\n"
+    assert not (tmp_path / ".asv-machine.json").exists()  # --print-name records nothing
+    assert asv_machine.main(["--name", "card"]) == 0
+    entry = json.loads((tmp_path / ".asv-machine.json").read_text())["h100"]
+    assert (entry["machine"], entry["gpu"], entry["gpu_driver"], entry["cuda"]) == (
+        "h100", "NVIDIA H100 80GB HBM3", "580.65.06", "13.0")
+    # an H100's figures never join the H200's history, and an unknown card has no card name
+    with pytest.raises(SystemExit, match="another card"):
+        asv_machine.main(["--name", "h200"])
+    with pytest.raises(SystemExit, match="no machine is named for the GPU 'NVIDIA A100-SXM4-80GB'"):
+        asv_machine.main(["--name", "card", "--gpu", "NVIDIA A100-SXM4-80GB"])
+    assert asv_machine.main(["--name", "h200", "--gpu", "NVIDIA H200", "--print-name"]) == 0

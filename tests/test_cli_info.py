@@ -74,3 +74,12 @@ def test_version_and_python_dash_m():
     assert out.returncode == 0 and out.stdout.strip() == f"int8nax {int8nax.__version__}"
     bad = subprocess.run([sys.executable, "-m", "int8nax", "nonsense"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nonsense" in bad.stderr
+
+
+def test_no_command_prints_the_usage_with_every_command(capsys):
+    # a missing subcommand is a usage error (exit 2, as argparse's own), shown as the help
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: int8nax")
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    assert len(commands) >= 6 and all(f"\n    {name} " in err for name in commands)

@@ -40,9 +40,9 @@ def test_table_without_peers(capsys, monkeypatch):
     assert rc == 0
     header = next(l for l in out.splitlines() if l.split()[:3] == ["M", "K", "N"]).split()
     row = dict(zip(header, row_of(out)))
-    assert float(row["NAX"]) > 0 and float(row["nax-full"]) > 0 and float(row["mlx-fp16"]) > 0
-    assert row["cider-full"] == row["cider-raw"] == row["full/raw"] == row["raw/NAX"] == "n/a"
-    assert abs(float(row["nax-full/NAX"]) - float(row["nax-full"]) / float(row["NAX"])) < 0.05 * float(row["nax-full/NAX"]) + 0.02
+    assert float(row["int8nax-gemm"]) > 0 and float(row["int8nax-full"]) > 0 and float(row["mlx-fp16"]) > 0
+    assert row["cider-full"] == row["cider-raw"] == row["full/raw"] == row["raw/gemm"] == "n/a"
+    assert abs(float(row["full/gemm"]) - float(row["int8nax-full"]) / float(row["int8nax-gemm"])) < 0.05 * float(row["full/gemm"]) + 0.02
     assert "cider-raw: n/a: cider is not installed" in out
     assert "torch-int8: n/a: torch is not installed" in out
     assert "cublaslt-int8: n/a:" in out
@@ -68,10 +68,10 @@ def test_cider_columns_and_ratios(capsys, monkeypatch, layout, linear_name):
     header = next(l for l in out.splitlines() if l.split()[:3] == ["M", "K", "N"]).split()
     row = dict(zip(header, row_of(out)))
     assert rc == 0, out
-    full, raw, nax = float(row["cider-full"]), float(row["cider-raw"]), float(row["NAX"])
+    full, raw, nax = float(row["cider-full"]), float(row["cider-raw"]), float(row["int8nax-gemm"])
     # ratios come from unrounded times; the printed ms are rounded to 3 decimals
     assert abs(float(row["full/raw"]) - full / raw) < 0.05 * full / raw + 0.02
-    assert abs(float(row["raw/NAX"]) - raw / nax) < 0.05 * raw / nax + 0.02
+    assert abs(float(row["raw/gemm"]) - raw / nax) < 0.05 * raw / nax + 0.02
 
 
 def test_wrong_peer_is_a_mismatch_not_a_time(capsys, monkeypatch):
@@ -89,18 +89,18 @@ def test_progress_bar_on_request(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "cider", None)
     monkeypatch.setitem(sys.modules, "torch", None)
     _, _, err = run_cli(capsys, "--progress", "--repeat", "2", contenders=None)
-    ran = 4  # nax-gemm, nax-full, mlx-fp16, mlx-q8; cider, cuBLASLt and torch are n/a here
+    ran = 4  # int8nax-gemm, int8nax-full, mlx-fp16, mlx-q8; cider, cuBLASLt and torch are n/a here
     total = ran * (2 + 1)
     assert f"] {total}/{total} " in err and "\r[" in err
 
 
 def test_progress_lines_when_redirected_and_the_shapes_in_the_header(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "cider", None)
-    rc, out, err = run_cli(capsys, "--contenders", "nax-gemm,nax-full", contenders=None)
+    rc, out, err = run_cli(capsys, "--contenders", "int8nax-gemm,int8nax-full", contenders=None)
     assert rc == 0
     assert "shapes: 8x64x48 (--shapes)" in out.splitlines()[0]
     assert "compare: 2 of 2 cells to measure, expected ~" in err
-    assert "compare: [1/2] call nax-gemm 8x64x48: " in err and "compare: [2/2] call nax-full 8x64x48: " in err
+    assert "compare: [1/2] call int8nax-gemm 8x64x48: " in err and "compare: [2/2] call int8nax-full 8x64x48: " in err
     assert "\r" not in err
 
 
@@ -111,7 +111,7 @@ def test_a_contender_over_the_budget_is_skipped_with_its_estimate(capsys, monkey
     monkeypatch.setattr(estimate, "expected_seconds",
                         lambda name, shape, **kw: estimate.Estimate(30.0, (8, 64, 48), 0.05, 0.1)
                         if name == "mlx-fp16" else real(name, shape, **kw))
-    rc, out, err = run_cli(capsys, "--contenders", "nax-gemm,mlx-fp16", contenders=None)
+    rc, out, err = run_cli(capsys, "--contenders", "int8nax-gemm,mlx-fp16", contenders=None)
     assert rc == 0
     row = row_of(out)
     assert float(row[3]) > 0 and row[4] == "n/a"
@@ -120,7 +120,7 @@ def test_a_contender_over_the_budget_is_skipped_with_its_estimate(capsys, monkey
     assert "over the budget, skipped: mlx-fp16 8x64x48" in err
     # --all measures it (and probes nothing); a larger --budget admits it
     for extra in (["--all"], ["--budget", "60"]):
-        rc, out, _ = run_cli(capsys, "--contenders", "nax-gemm,mlx-fp16", *extra, contenders=None)
+        rc, out, _ = run_cli(capsys, "--contenders", "int8nax-gemm,mlx-fp16", *extra, contenders=None)
         assert rc == 0 and float(row_of(out)[4]) > 0, extra
 
 
@@ -131,7 +131,7 @@ def test_the_probe_estimates_from_a_growing_ladder():
     assert rungs[0] == (16, 256, 256) and rungs[-1] == (512, 4096, 4096)
     assert all(sum(b) > sum(a) for a, b in zip(rungs, rungs[1:]))
     assert estimate.ladder((1, 7, 9)) == [(1, 7, 9)]
-    guess = estimate.expected_seconds("nax-gemm", (8, 64, 48))
+    guess = estimate.expected_seconds("int8nax-gemm", (8, 64, 48))
     assert guess.probe == (8, 64, 48) and guess.seconds == guess.probe_seconds > 0
 
 
@@ -140,10 +140,10 @@ def test_the_probe_estimates_from_a_growing_ladder():
     (["--shapes", "8x0x4"], "argument --shapes: expected MxKxN"),
     (["--shapes", "axbxc"], "argument --shapes: expected MxKxN"),
     (["--repeat", "0"], "argument --repeat: expected a positive whole number, got 0"),
-    (["--contenders", "nax"], "argument --contenders: expected comma-separated names from nax-gemm"),
-    (["--contenders", "nax-gemm,,"], "argument --contenders: expected comma-separated names from nax-gemm"),
-    (["--contenders", "nax-gemm,,"], "got 'nax-gemm,,' (an empty name)"),
-    (["--contenders", ",nax-gemm"], "argument --contenders: expected comma-separated names from nax-gemm"),
+    (["--contenders", "nax"], "argument --contenders: expected comma-separated names from int8nax-gemm"),
+    (["--contenders", "int8nax-gemm,,"], "argument --contenders: expected comma-separated names from int8nax-gemm"),
+    (["--contenders", "int8nax-gemm,,"], "got 'int8nax-gemm,,' (an empty name)"),
+    (["--contenders", ",int8nax-gemm"], "argument --contenders: expected comma-separated names from int8nax-gemm"),
     (["--mode", "call,"], "argument --mode: expected comma-separated modes from call, chain, host, or kernel "
                           "alone, got 'call,'"),
     (["--mode", "cold"], "argument --mode: expected comma-separated modes from call, chain, host"),
@@ -166,7 +166,7 @@ def test_a_bogus_profile_is_one_line_not_a_traceback(capsys, monkeypatch):
 def test_a_contender_that_raises_at_run_time_is_na_with_the_reason(capsys, monkeypatch):
     # 1x1x1: mlx-q8 cannot take K = 1 (group size 64): the table still comes, n/a with why.
     monkeypatch.setitem(sys.modules, "cider", None)
-    rc = cli.main(["compare", "--shapes", "1x1x1", "--repeat", "1", "--contenders", "nax-gemm,mlx-q8"])
+    rc = cli.main(["compare", "--shapes", "1x1x1", "--repeat", "1", "--contenders", "int8nax-gemm,mlx-q8"])
     out = capsys.readouterr().out
     assert rc == 0 and "mlx-q8: n/a: mx.quantized_matmul with group size 64 needs K" in out
 
@@ -179,12 +179,12 @@ def test_a_peer_failing_oddly_is_na_but_our_own_failure_fails_the_command(capsys
 
     monkeypatch.setitem(contenders.CONTENDERS, "mlx-fp16",
                         contenders.Contender("mlx-fp16", "full", "broken", boom))
-    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,mlx-fp16"])
+    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "int8nax-gemm,mlx-fp16"])
     out = capsys.readouterr().out
     assert rc == 0 and "mlx-fp16: n/a: failed at (8, 64, 48): RuntimeError: kernel launch refused" in out
-    monkeypatch.setitem(contenders.CONTENDERS, "nax-gemm",
-                        contenders.Contender("nax-gemm", "raw", "broken", boom))
-    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,mlx-fp16"])
+    monkeypatch.setitem(contenders.CONTENDERS, "int8nax-gemm",
+                        contenders.Contender("int8nax-gemm", "raw", "broken", boom))
+    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "int8nax-gemm,mlx-fp16"])
     assert rc == 1
 
 
@@ -192,24 +192,24 @@ def test_modes_contenders_and_json(capsys, monkeypatch, tmp_path):
     import json
 
     out_file = tmp_path / "r.json"
-    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,numpy-sgemm",
+    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "int8nax-gemm,numpy-sgemm",
                    "--mode", "call,chain", "--chain-calls", "3", "--json", str(out_file)])
     out = capsys.readouterr().out
     assert rc == 0 and "mode call: one call + eval" in out and "mode chain: per call in a chain of 3" in out
     header = next(l for l in out.splitlines() if l.split()[:3] == ["M", "K", "N"]).split()
-    assert header[3:] == ["NAX", "numpy-sgemm", "sgemm/NAX"]
+    assert header[3:] == ["int8nax-gemm", "numpy-sgemm", "sgemm/gemm"]
     data = json.loads(out_file.read_text())
     assert data["meta"]["mlx"] and data["meta"]["backend"] == backends.choose(None)[0]
     cells = {(r["mode"], r["contender"]): r for r in data["results"]}
-    assert set(cells) == {(m, c) for m in ("call", "chain") for c in ("nax-gemm", "numpy-sgemm")}
+    assert set(cells) == {(m, c) for m in ("call", "chain") for c in ("int8nax-gemm", "numpy-sgemm")}
     assert all(r["seconds"] > 0 and r["tops"] > 0 and r["shape"] == [8, 64, 48] for r in cells.values())
 
 
 def test_a_bad_backend_variable_leaves_a_table_with_the_reason(capsys, monkeypatch):
     monkeypatch.setenv("INT8NAX_BACKEND", "bogus")
-    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "nax-gemm,mlx-fp16"])
+    rc = cli.main(["compare", "--shapes", SHAPE, "--repeat", "1", "--contenders", "int8nax-gemm,mlx-fp16"])
     out = capsys.readouterr().out
-    assert rc == 0 and "nax-gemm: n/a: INT8NAX_BACKEND=bogus: unknown backend 'bogus'" in out
+    assert rc == 0 and "int8nax-gemm: n/a: INT8NAX_BACKEND=bogus: unknown backend 'bogus'" in out
 
 
 def test_the_table_and_json_name_the_kernel_each_int8nax_contender_ran(capsys, monkeypatch, tmp_path):
@@ -221,26 +221,26 @@ def test_the_table_and_json_name_the_kernel_each_int8nax_contender_ran(capsys, m
                         f"cpu fake-{name} {'small' if shape[0] < 9 else 'large'}")
     out_file = tmp_path / "r.json"
     rc = cli.main(["compare", "--shapes", f"{SHAPE},16x64x48", "--repeat", "1",
-                   "--contenders", "nax-gemm,nax-full,numpy-sgemm", "--json", str(out_file)])
+                   "--contenders", "int8nax-gemm,int8nax-full,numpy-sgemm", "--json", str(out_file)])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "nax-gemm ran: cpu fake-nax-gemm small (8x64x48)" in out
-    assert "nax-gemm ran: cpu fake-nax-gemm large (16x64x48)" in out
-    assert "nax-full ran: cpu fake-nax-full small (8x64x48)" in out
+    assert "int8nax-gemm ran: cpu fake-int8nax-gemm small (8x64x48)" in out
+    assert "int8nax-gemm ran: cpu fake-int8nax-gemm large (16x64x48)" in out
+    assert "int8nax-full ran: cpu fake-int8nax-full small (8x64x48)" in out
     assert "numpy-sgemm ran" not in out
     kernels = {(r["contender"], tuple(r["shape"])): r["kernel"] for r in json.loads(out_file.read_text())["results"]}
-    assert kernels[("nax-full", (16, 64, 48))] == "cpu fake-nax-full large"
+    assert kernels[("int8nax-full", (16, 64, 48))] == "cpu fake-int8nax-full large"
     assert kernels[("numpy-sgemm", (8, 64, 48))] is None
 
 
 def test_w8a8_faster_than_the_raw_gemm_on_the_cpu_is_explained():
-    cells = {"nax-gemm": compare.timing.Cell(seconds=4.68e-3, detail="int8nax backend cpu (auto)"),
-             "nax-full": compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cpu (auto)")}
-    lines = compare.notes({(16, 4096, 4096): cells}, ["nax-gemm", "nax-full"])
-    assert lines == [f"nax-full/NAX below 1 at 16x4096x4096: {compare.W8A8_ON_CPU}"]
+    cells = {"int8nax-gemm": compare.timing.Cell(seconds=4.68e-3, detail="int8nax backend cpu (auto)"),
+             "int8nax-full": compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cpu (auto)")}
+    lines = compare.notes({(16, 4096, 4096): cells}, ["int8nax-gemm", "int8nax-full"])
+    assert lines == [f"full/gemm below 1 at 16x4096x4096: {compare.W8A8_ON_CPU}"]
     assert "prepares its weight once" in compare.W8A8_ON_CPU
-    cells["nax-full"] = compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cuda (auto)")
-    assert compare.notes({(16, 4096, 4096): cells}, ["nax-gemm", "nax-full"]) == []
+    cells["int8nax-full"] = compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cuda (auto)")
+    assert compare.notes({(16, 4096, 4096): cells}, ["int8nax-gemm", "int8nax-full"]) == []
 
 
 @pytest.mark.parametrize("path,message", [
@@ -291,18 +291,18 @@ def test_a_reason_is_noted_once_with_every_shape_it_applies_to(monkeypatch):
     monkeypatch.setattr(contenders.mx, "default_device", lambda: "cpu")  # skip_reason's reasons, on any box
     ran = compare.timing.Cell(seconds=1e-3)
     per_shape = {shape: {"mlx-fp16": ran, "cider-raw": compare.timing.Cell(unavailable="cider is not installed"),
-                         "nax-gemm": ran}
+                         "int8nax-gemm": ran}
                  for shape in problems.CPU_SHAPES}
     for shape in problems.CPU_SEED_SHAPES:
         per_shape[shape] = {"mlx-fp16": compare.timing.Cell(unavailable=contenders.skip_reason("mlx-fp16", shape)),
                             "cider-raw": compare.timing.Cell(unavailable="cider is not installed"),
-                            "nax-gemm": compare.timing.Cell(error="RuntimeError: out of memory")}
-    per_shape[problems.CPU_SEED_SHAPES[0]]["nax-gemm"] = compare.timing.Cell(error="ValueError: K")
-    lines = compare.notes(per_shape, ["mlx-fp16", "cider-raw", "nax-gemm"])
+                            "int8nax-gemm": compare.timing.Cell(error="RuntimeError: out of memory")}
+    per_shape[problems.CPU_SEED_SHAPES[0]]["int8nax-gemm"] = compare.timing.Cell(error="ValueError: K")
+    lines = compare.notes(per_shape, ["mlx-fp16", "cider-raw", "int8nax-gemm"])
     seeds = [compare.estimate.shape_text(s) for s in problems.CPU_SEED_SHAPES]
     assert lines == [
         f"mlx-fp16: n/a at {', '.join(seeds)}: {contenders.CONTENDERS['mlx-fp16'].slow_on_cpu}",
         "cider-raw: n/a at every shape: cider is not installed",
-        f"nax-gemm: n/a: failed at {problems.CPU_SEED_SHAPES[0]}: ValueError: K",
-        f"nax-gemm: n/a: failed at {', '.join(map(str, problems.CPU_SEED_SHAPES[1:]))}: RuntimeError: out of memory",
+        f"int8nax-gemm: n/a: failed at {problems.CPU_SEED_SHAPES[0]}: ValueError: K",
+        f"int8nax-gemm: n/a: failed at {', '.join(map(str, problems.CPU_SEED_SHAPES[1:]))}: RuntimeError: out of memory",
     ]

@@ -66,7 +66,7 @@ def test_problems_are_deterministic_and_shared():
 
 
 def test_unknown_contender_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown contender 'nax'; expected one of nax-gemm"):
+    with pytest.raises(ValueError, match="unknown contender 'nax'; expected one of int8nax-gemm"):
         contenders.get("nax")
 
 
@@ -87,10 +87,10 @@ def test_every_contender_runs_checked_or_says_why_not(name):
 
 def test_nax_contenders_use_the_selected_backend_or_explain(monkeypatch):
     monkeypatch.setenv("INT8NAX_BACKEND", "cpu")
-    assert "backend cpu" in contenders.get("nax-gemm").prepare(*TINY).detail
+    assert "backend cpu" in contenders.get("int8nax-gemm").prepare(*TINY).detail
     monkeypatch.setenv("INT8NAX_BACKEND", "nonsense")
     with pytest.raises(Unavailable, match="unknown backend 'nonsense'"):
-        contenders.get("nax-full").prepare(*TINY)
+        contenders.get("int8nax-full").prepare(*TINY)
 
 
 def test_a_wrong_int8nax_kernel_fails_the_check(monkeypatch):
@@ -98,8 +98,8 @@ def test_a_wrong_int8nax_kernel_fails_the_check(monkeypatch):
     # still have the right shape; the exact check must refuse it.
     real = api.int8_matmul
     monkeypatch.setattr(api, "int8_matmul", lambda a, b, backend=None: real(a, b, b_layout="kn"))
-    with pytest.raises(MismatchError, match=r"nax-gemm at \(M, K, N\) = \(16, 512, 512\): \d+ of 8192 outputs"):
-        contenders.get("nax-gemm").ready(*TINY)
+    with pytest.raises(MismatchError, match=r"int8nax-gemm at \(M, K, N\) = \(16, 512, 512\): \d+ of 8192 outputs"):
+        contenders.get("int8nax-gemm").ready(*TINY)
 
 
 def test_a_w8a8_linear_off_by_rounding_fails_the_ulp_check(monkeypatch):
@@ -107,7 +107,7 @@ def test_a_w8a8_linear_off_by_rounding_fails_the_ulp_check(monkeypatch):
     # Scaling by (1 + 2**-9) moves float16 outputs by 1-2 ulp: small, and still caught.
     monkeypatch.setattr(api, "w8a8_linear", lambda x, w, s, backend=None: real(x, w, s * (1 + 2.0**-9)))
     with pytest.raises(MismatchError, match="ulp"):
-        contenders.get("nax-full").ready(*TINY)
+        contenders.get("int8nax-full").ready(*TINY)
 
 
 def test_check_exact_reports_the_first_difference():
@@ -143,7 +143,7 @@ def test_timing_helpers():
     assert timing.tops((1000, 1000, 500), 1e-3) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("name", ["nax-gemm", "nax-full", "mlx-fp16", "numpy-sgemm"])
+@pytest.mark.parametrize("name", ["int8nax-gemm", "int8nax-full", "mlx-fp16", "numpy-sgemm"])
 def test_a_chain_feeds_each_call_from_the_previous_one_and_gives_the_same_answer(name):
     # The link adds 0 times a column of the previous output: the answer must not change.
     prepared = contenders.get(name).ready(*TINY)
@@ -171,21 +171,21 @@ def test_a_chain_link_is_a_real_data_edge():
 
 
 def test_timing_modes():
-    prepared = contenders.get("nax-gemm").ready(*TINY)
+    prepared = contenders.get("int8nax-gemm").ready(*TINY)
     for mode in ("call", "chain"):
         assert timing.seconds_per_call(prepared, mode, repeat=1, warmup=0, calls=2) > 0
     fp16 = contenders.get("mlx-fp16").ready(*TINY)  # an MLX op: lazy, so its build is timed alone
     assert timing.seconds_per_call(fp16, "host", repeat=1, warmup=0, calls=2) > 0
     with pytest.raises(ValueError, match="mode: expected one of call, chain, host, got 'kernel'"):
         timing.seconds_per_call(prepared, "kernel")
-    for eager in ("numpy-sgemm", "nax-gemm"):  # int8nax's CPU backend computes in numpy when called
+    for eager in ("numpy-sgemm", "int8nax-gemm"):  # int8nax's CPU backend computes in numpy when called
         with pytest.raises(Unavailable, match="lazy"):
             contenders.get(eager).ready(*TINY, backend="cpu").build(2)
 
 
 def test_measure_never_raises_for_a_contender():
     assert timing.measure((16, 520, 8), "mlx-q8").unavailable.startswith("mx.quantized_matmul with group size 64")
-    cell = timing.measure(TINY, "nax-gemm", repeat=1)
+    cell = timing.measure(TINY, "int8nax-gemm", repeat=1)
     assert cell.seconds > 0 and "backend" in cell.detail
 
 
@@ -195,7 +195,7 @@ def test_mlx_baselines_keep_to_the_small_shapes_where_mlx_runs_on_the_cpu(monkey
     assert "quantized_matmul" in contenders.skip_reason("mlx-q8", seed)
     assert "float matmul" in contenders.skip_reason("mlx-fp16", seed)
     assert contenders.skip_reason("mlx-q8", small) is None
-    for fast in ("nax-gemm", "nax-full", "numpy-sgemm"):
+    for fast in ("int8nax-gemm", "int8nax-full", "numpy-sgemm"):
         assert contenders.skip_reason(fast, seed) is None
     monkeypatch.setattr(contenders, "mx", types.SimpleNamespace(default_device=lambda: "gpu", gpu="gpu"))
     assert contenders.skip_reason("mlx-q8", seed) is None
@@ -257,7 +257,7 @@ def test_the_floor_checks_what_its_kernel_wrote(monkeypatch):
 
 # --- what ran: every int8nax record names its kernel --------------------------------------
 
-@pytest.mark.parametrize("name, op", [("nax-gemm", "int8_matmul"), ("nax-full", "w8a8_linear")])
+@pytest.mark.parametrize("name, op", [("int8nax-gemm", "int8_matmul"), ("int8nax-full", "w8a8_linear")])
 def test_int8nax_contenders_carry_the_backends_description_of_their_shape(name, op, monkeypatch):
     from int8nax.backends import cpu
 

@@ -26,21 +26,21 @@ sys.path.insert(0, str(ROOT))
 TABLE = """\
 | Change   | Before [aaaaaaaa]   | After [bbbbbbbb]   |   Ratio | Benchmark (Parameter)                                        |
 |----------|---------------------|--------------------|---------|--------------------------------------------------------------|
-| +        | 1.22±0.01s          | 1.47±0.01s         |    1.2  | bench_ratio.GemmRatio.track_nax_gemm_ratio((16, 512, 512))    |
-|          | 270±5μs             | 271±5μs            |    1.00 | bench_gemm.NaxGemm.time_nax_gemm((16, 512, 512))             |
+| +        | 1.22±0.01s          | 1.47±0.01s         |    1.2  | bench_ratio.GemmRatio.track_int8nax_gemm_ratio((16, 512, 512))    |
+|          | 270±5μs             | 271±5μs            |    1.00 | bench_gemm.Int8naxGemm.time_int8nax_gemm((16, 512, 512))             |
 |          | 210±5μs             | 211±5μs            |    1.00 | bench_linear.NumpySgemm.time_numpy_sgemm((16, 512, 512))     |
 """
 # What asv compare prints besides: a shape of another profile, and a benchmark that failed.
 COMPARE_TABLE = TABLE + """\
-|          | n/a                 | n/a                |     n/a | bench_gemm.NaxGemm.time_nax_gemm((16, 4096, 4096))           |
-| !        | 370±5μs             | failed             |     n/a | bench_gemm.NaxGemm.time_nax_gemm((16, 1344, 256))            |
+|          | n/a                 | n/a                |     n/a | bench_gemm.Int8naxGemm.time_int8nax_gemm((16, 4096, 4096))           |
+| !        | 370±5μs             | failed             |     n/a | bench_gemm.Int8naxGemm.time_int8nax_gemm((16, 1344, 256))            |
 """
 LOGS = {  # scenario -> (asv continuous's exit status, its output)
-    "quiet": (0, "[100.00%] ··· bench_ratio.GemmRatio.track_nax_gemm_ratio  ok\n\nBENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"),
+    "quiet": (0, "[100.00%] ··· bench_ratio.GemmRatio.track_int8nax_gemm_ratio  ok\n\nBENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"),
     "regression": (1, TABLE + "\nSOME BENCHMARKS HAVE CHANGED SIGNIFICANTLY.\nPERFORMANCE DECREASED.\n"),
-    "failed": (2, "[ 50.00%] ··· bench_ratio.GemmRatio.track_nax_gemm_ratio   failed\n"
+    "failed": (2, "[ 50.00%] ··· bench_ratio.GemmRatio.track_int8nax_gemm_ratio   failed\n"
                   "[ 50.00%] ···· Traceback (most recent call last):\n  MismatchError: wrong\n"),
-    "hidden-failure": (0, "[ 50.00%] ··· bench_gemm.NaxGemm.time_nax_gemm   failed\n\nBENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"),
+    "hidden-failure": (0, "[ 50.00%] ··· bench_gemm.Int8naxGemm.time_int8nax_gemm   failed\n\nBENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"),
     "no-machine": (1, "· No information stored about machine 'x'. I know about nothing.\n"),
 }
 
@@ -105,11 +105,11 @@ def test_the_repository_settings_file_is_valid_and_gates_the_ratio_benchmarks_on
 
     document = json.loads((ROOT / gate.SETTINGS_FILE).read_text())
     shapes = [f"({m}, {k}, {n})" for m, k, n in problems.ALL_SHAPES]
-    ratio = [f"bench_ratio.GemmRatio.track_nax_gemm_ratio({s})" for s in shapes]
-    ungated = [f"bench_gemm.NaxGemm.track_nax_gemm_tops({s})" for s in shapes] + \
+    ratio = [f"bench_ratio.GemmRatio.track_int8nax_gemm_ratio({s})" for s in shapes]
+    ungated = [f"bench_gemm.Int8naxGemm.track_int8nax_gemm_tops({s})" for s in shapes] + \
         [f"bench_linear.MlxQ8.time_mlx_q8_matmul({s})" for s in shapes] + \
         [f"bench_ratio.GemmRatio.track_x({s})" for s in shapes] + \
-        [f"bench_ratio.GemmRatio.time_nax_gemm_ratio({s})" for s in shapes]
+        [f"bench_ratio.GemmRatio.time_int8nax_gemm_ratio({s})" for s in shapes]
     assert "default" in document["machines"]
     for machine in document["machines"]:
         settings = gate.load_settings(ROOT / gate.SETTINGS_FILE, machine)
@@ -151,9 +151,9 @@ def test_benchmark_env_pins_every_thread_pool():
 
 
 def test_gated_table_keeps_the_header_and_the_gated_rows():
-    table = gate.gated_table(COMPARE_TABLE, (r"\.time_nax_gemm", r"\.track_nax_gemm_ratio"))
+    table = gate.gated_table(COMPARE_TABLE, (r"\.time_int8nax_gemm", r"\.track_int8nax_gemm_ratio"))
     assert "Benchmark (Parameter)" in table and "|----------" in table
-    assert "GemmRatio" in table and "NaxGemm.time_nax_gemm((16, 512" in table and "NumpySgemm" not in table
+    assert "GemmRatio" in table and "Int8naxGemm.time_int8nax_gemm((16, 512" in table and "NumpySgemm" not in table
     assert "(16, 4096, 4096)" not in table, "a shape measured at neither commit is left out"
     assert "failed" in table, "a failed benchmark stays in"
 
@@ -188,7 +188,7 @@ def project(tmp_path, monkeypatch):
     (repo / "benchmarks").mkdir(parents=True)
     (repo / "asv.conf.json").write_text("{}\n")
     write_settings(repo / "benchmarks" / "gate.json",
-                   {"default": {"factor": 1.3}, "box": {"factor": 1.08, "bench": [r"\.time_nax_gemm", r"\.track_nax_gemm_ratio"]}})
+                   {"default": {"factor": 1.3}, "box": {"factor": 1.08, "bench": [r"\.time_int8nax_gemm", r"\.track_int8nax_gemm_ratio"]}})
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     subprocess.run([*git, "add", "."], check=True)
@@ -219,7 +219,7 @@ def test_gate_exit_status_and_the_table_either_way(project, monkeypatch, capsys,
                      "main~1", "main") == status
     out = capsys.readouterr().out
     # asv continuous prints no table when a benchmark failed: the gate's asv compare does.
-    assert "GemmRatio.track_nax_gemm_ratio((16, 512, 512))" in out.split("comparison table")[1]
+    assert "GemmRatio.track_int8nax_gemm_ratio((16, 512, 512))" in out.split("comparison table")[1]
     assert "NumpySgemm" not in out.split("comparison table")[1]  # not gated on machine "box"
     assert f"(exit {status})" in out
     continuous, compare = [c for c in json.loads(record.read_text()) if c["argv"][:2] == ["-m", "asv"]]
@@ -383,7 +383,7 @@ def test_ratio_sample_is_the_fastest_call_ratio_in_blocks_and_asv_reads_the_samp
     bench = bench_ratio.GemmRatio()
     bench.num, bench.den, bench.blocks = Part("num"), Part("den"), 3
     monkeypatch.setenv(bench_ratio.RATIO_REPEAT_ENV, "1")
-    result = bench.track_nax_gemm_ratio((16, 512, 512))
+    result = bench.track_int8nax_gemm_ratio((16, 512, 512))
     # the form asv's runner reads from a timing benchmark: it keeps median, spread and samples
     assert result["number"] == 1 and result["samples"] == [pytest.approx(1.5)]
     k = bench_ratio.BLOCK_CALLS
@@ -427,7 +427,7 @@ def test_ratio_benchmark_uses_this_profiles_reference_and_sizes_its_sample(monke
         bench = bench_ratio.GemmRatio()
         bench.setup((16, 512, 512))
         assert bench.den is common._prepared[("numpy-sgemm", (16, 512, 512))]
-        assert bench.num is common._prepared[("nax-gemm", (16, 512, 512))]
+        assert bench.num is common._prepared[("int8nax-gemm", (16, 512, 512))]
         assert 1 <= bench.blocks <= bench_ratio.MAX_BLOCKS
         with pytest.raises(NotImplementedError, match="not in the 'cpu' profile"):
             bench_ratio.LinearRatio().setup((64, 4096, 4096))
@@ -527,7 +527,7 @@ def test_calibration_report_counts_false_alarms_and_detections_by_asvs_rule():
         return gc.Point(median, {"ci_99_a": min(samples), "ci_99_b": max(samples), "q_25": median,
                                  "q_75": median, "repeat": n, "number": 1}, samples)
 
-    name = "bench_ratio.GemmRatio.track_nax_gemm_ratio((16, 512, 512))"
+    name = "bench_ratio.GemmRatio.track_int8nax_gemm_ratio((16, 512, 512))"
     runs = []
     for head_center, kind, planted, status in [(1.0, "A/A", 1.0, 0), (1.09, "A/A", 1.0, 1),
                                                (1.2, "A/B 1.2", 1.2, 1), (1.2, "A/B 1.2", 1.2, 1)]:

@@ -29,7 +29,7 @@ from int8nax import gate_calibrate as gc  # noqa: E402
 
 A, A2, B12, B11 = (gc.Commit("A", 1.0, "a" * 40), gc.Commit("A'", 1.0, "b" * 40),
                    gc.Commit("B 1.2", 1.2, "c" * 40), gc.Commit("B 1.1", 1.1, "d" * 40))
-NAME = "bench_ratio.GemmRatio.track_nax_gemm_ratio((16, 1344, 256))"
+NAME = "bench_ratio.GemmRatio.track_int8nax_gemm_ratio((16, 1344, 256))"
 
 
 def test_round_orders_rotate_so_every_commit_takes_every_position():
@@ -261,7 +261,7 @@ def test_a_calibration_in_the_existing_environment_from_a_copy_without_git(tmp_p
     proc = subprocess.run(
         [sys.executable, "-m", "int8nax.gate_calibrate", "--existing", "--machine", "int8nax-cuda", "--runs", "1",
          "--slowdowns", "2.0", "--budget-min", "5", "--out-dir", str(out), "--",
-         "--rounds", "2", "--bench", r"GemmRatio\.track_nax_gemm_ratio\(\(16, 1344, 256\)\)"],
+         "--rounds", "2", "--bench", r"GemmRatio\.track_int8nax_gemm_ratio\(\(16, 1344, 256\)\)"],
         cwd=copy, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # Four files, as a device call brings back at most eight: the logs come packed.
@@ -299,11 +299,11 @@ def test_a_call_past_the_budget_is_interrupted_then_reported(tmp_path):
 
 
 def test_the_console_names_a_benchmark_by_its_method_and_parameters_dots_included():
-    assert gc._method("bench_ratio.GemmRatio.track_nax_gemm_ratio((16, 512, 512))") == \
-        "track_nax_gemm_ratio((16, 512, 512))"
+    assert gc._method("bench_ratio.GemmRatio.track_int8nax_gemm_ratio((16, 512, 512))") == \
+        "track_int8nax_gemm_ratio((16, 512, 512))"
     assert gc._method("bench_ratio.ModelRatio.track_w8a8_model_ratio('qwen2.5-0.5b', 1)") == \
         "track_w8a8_model_ratio('qwen2.5-0.5b', 1)"
-    assert gc._method("bench_gemm.NaxGemm.time_gemm") == "time_gemm"
+    assert gc._method("bench_gemm.Int8naxGemm.time_gemm") == "time_gemm"
 
 
 def test_sandbox_env_keeps_no_int8nax_source_tree_for_the_benchmark_processes(tmp_path, monkeypatch):

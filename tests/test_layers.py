@@ -5,7 +5,7 @@ below it (function-level imports included).
     library    api, backends, nn, tiling, nax_emulator, _checks, the package itself
     measuring  int8nax.bench (problems, checks, timing, contenders, peers)
     commands   cli (and __main__, python -m int8nax), compare (and compare_model), selftest, site (and
-               site_models, asv_format), gate, soak, and the asv suite in benchmarks/
+               site_models, site_vendor, asv_format), gate, soak, and the asv suite in benchmarks/
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ PACKAGE = ROOT / "src" / "int8nax"
 LAYERS = {"numerics": 0, "library": 1, "measuring": 2, "commands": 3}
 NUMERICS = {"int8nax.quant", "int8nax.reference", "int8nax.exactness"}
 COMMANDS = {"int8nax.cli", "int8nax.__main__", "int8nax.compare", "int8nax.compare_model", "int8nax.selftest", "int8nax.site",
-            "int8nax.site_models", "int8nax.asv_format", "int8nax.gate", "int8nax.gate_calibrate", "int8nax.soak",
+            "int8nax.site_models", "int8nax.site_vendor", "int8nax.asv_format", "int8nax.gate", "int8nax.gate_calibrate", "int8nax.soak",
             "int8nax.asv_persistent"}
 
 

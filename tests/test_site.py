@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from int8nax import cli, site
+from int8nax import cli, site, site_vendor
 from int8nax.bench import contenders, machines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,15 +46,15 @@ def write_result(folder: Path, commit: str, date: int, results: dict, env="exist
     (folder / f"{commit[:8]}-{env}.json").write_text(json.dumps(data))
 
 
-# The newest commit on h200: nax-gemm and cublaslt-int8 in both modes, mlx-fp16 one call only,
-# nax-gemm skipped (NaN) in call mode and failed (null) chained at M = 64, torch-int8 not run.
+# The newest commit on h200: int8nax-gemm and cublaslt-int8 in both modes, mlx-fp16 one call only,
+# int8nax-gemm skipped (NaN) in call mode and failed (null) chained at M = 64, torch-int8 not run.
 H200_NEW = {
-    "bench_gemm.NaxGemm.time_nax_gemm": [2e-4, NAN, NAN],
-    "bench_gemm.NaxGemm.time_nax_gemm_chain": [1e-4, None, NAN],
+    "bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, NAN, NAN],
+    "bench_gemm.Int8naxGemm.time_int8nax_gemm_chain": [1e-4, None, NAN],
     "bench_gemm.CublasLtInt8.time_cublaslt_int8": [1e-4, 5e-5, NAN],
     "bench_gemm.CublasLtInt8.time_cublaslt_int8_chain": [2.5e-5, 4e-5, NAN],
     "bench_linear.MlxFp16.time_mlx_fp16_matmul": [4e-4, 8e-4, NAN],
-    "bench_gemm.NaxGemm.track_nax_gemm_tops": [1.0, 2.0, NAN],  # not a time: not shown
+    "bench_gemm.Int8naxGemm.track_int8nax_gemm_tops": [1.0, 2.0, NAN],  # not a time: not shown
 }
 
 
@@ -62,17 +62,17 @@ H200_NEW = {
 def results(tmp_path):
     root = tmp_path / "results"
     h200 = root / "h200"
-    write_result(h200, "a" * 40, 1_000, {"bench_gemm.NaxGemm.time_nax_gemm": [9.0, 9.0, NAN]})  # older commit
+    write_result(h200, "a" * 40, 1_000, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [9.0, 9.0, NAN]})  # older commit
     write_result(h200, "b" * 40, 2_000, H200_NEW)
     (h200 / "machine.json").write_text(json.dumps({"machine": "h200", "gpu": "NVIDIA H200", "version": 1}))
     # A machine with no declared ceilings, results at the CPU shape only, and a contender
     # the page does not know (shown under its stem).
     write_result(root / "mystery", "c" * 40, 3_000, {
-        "bench_gemm.NaxGemm.time_nax_gemm": [NAN, NAN, 1e-3],
+        "bench_gemm.Int8naxGemm.time_int8nax_gemm": [NAN, NAN, 1e-3],
         "bench_x.Other.time_other_kernel": [NAN, NAN, 4e-3],
     })
     # A machine whose only file holds nothing but skips: no section at all.
-    write_result(root / "empty", "d" * 40, 4_000, {"bench_gemm.NaxGemm.time_nax_gemm": [NAN, NAN, NAN]})
+    write_result(root / "empty", "d" * 40, 4_000, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [NAN, NAN, NAN]})
     return root
 
 
@@ -148,7 +148,7 @@ def expected_h200() -> dict:
     ops16 = 2 * 16 * 4096 * 4096
     ops64 = 2 * 64 * 4096 * 4096
     return {
-        S16: {"nax-gemm": {"call": 2e-4, "chain": 1e-4}, "cublaslt-int8": {"call": 1e-4, "chain": 2.5e-5},
+        S16: {"int8nax-gemm": {"call": 2e-4, "chain": 1e-4}, "cublaslt-int8": {"call": 1e-4, "chain": 2.5e-5},
               "mlx-fp16": {"call": 4e-4, "chain": None}, "_ops": ops16},
         S64: {"cublaslt-int8": {"call": 5e-5, "chain": 4e-5}, "mlx-fp16": {"call": 8e-4, "chain": None},
               "_ops": ops64},
@@ -206,14 +206,18 @@ def test_page_shows_the_latest_commit_with_exact_times_ratios_and_missing_rows(r
     page = (html_dir / "compare.html").read_text()
     blocks = read_page(page)
     assert_page(blocks, "h200", expected_h200(), PEERS)
-    # the older commit's 9-second nax-gemm is not shown; the newer commit is named
+    # the older commit's 9-second int8nax-gemm is not shown; the newer commit is named
     assert 'data-commit="' + "b" * 40 + '"' in page and "a" * 8 not in page
-    # nax-gemm at M = 64: skipped one call, failed chained: a missing row saying both
-    row = blocks[("h200", S64)]["rows"]["nax-gemm"]
+    # int8nax-gemm at M = 64: skipped one call, failed chained: a missing row saying both
+    row = blocks[("h200", S64)]["rows"]["int8nax-gemm"]
     assert row["kind"] == "missing" and "n/a (skipped)" in row["text"] and "failed" in row["text"]
     # torch-int8 never ran at that commit; cider-raw neither: no rows at each shape (never a
     # zero), but listed once above the shapes, with what is known of the reason
-    assert "torch-int8" not in blocks[("h200", S16)]["rows"] and "cider-raw" not in blocks[("h200", S64)]["rows"]
+    assert "torch-int8" not in blocks[("h200", S16)]["rows"]
+    # cider, which runs only on an M5 and which no machine has reported: a row at every shape
+    # saying so, with the command an M5 owner runs
+    cider = blocks[("h200", S64)]["rows"]["cider-raw"]
+    assert cider["kind"] == "missing" and f"{site.M5_ONLY}: an M5 owner runs {site.M5_COMMAND}" in cider["text"]
     absent = re.search(r'<details class="absent".*?</details>', page.split('data-machine="h200"')[1], re.S).group(0)
     assert "cider-raw, cublaslt-int8" not in absent  # cuBLASLt has results on h200
     assert re.search(r"<b>[^<]*cider-raw[^<]*torch-int8[^<]*</b>: no result at this commit here", absent)
@@ -233,14 +237,14 @@ def test_every_contender_of_the_suite_is_listed_on_every_machine(results, html_d
     # each shape those with a result somewhere on the machine (missing where they have none);
     # the rest once, in the machine's "not measured" list
     names = [c.name for c in site.CONTENDERS] + ["other_kernel"]
-    h200 = ["nax-gemm", "cublaslt-int8", "mlx-fp16"]
-    assert list(blocks[("h200", S16)]["rows"]) == list(blocks[("h200", S64)]["rows"]) == h200
-    assert blocks[("h200", S64)]["rows"]["nax-gemm"]["kind"] == "missing"
+    h200 = ["int8nax-gemm", "cublaslt-int8", "mlx-fp16"]
+    assert list(blocks[("h200", S16)]["rows"]) == list(blocks[("h200", S64)]["rows"]) == h200 + list(site.CIDER)
+    assert blocks[("h200", S64)]["rows"]["int8nax-gemm"]["kind"] == "missing"
     data = json.loads((html_dir / "compare.json").read_text())["machines"]
     assert list(data["h200"]["absent"]) == [n for n in names if n not in h200]
     mystery = blocks[("mystery", "(16, 512, 512)")]
-    assert list(mystery["rows"]) == ["nax-gemm", "other_kernel"] and mystery["rows"]["other_kernel"]["kind"] == "result"
-    assert close(mystery["rows"]["nax-gemm"]["ratios"]["other_kernel"]["call"], 4e-3 / 1e-3)
+    assert list(mystery["rows"]) == ["int8nax-gemm", "other_kernel", *site.CIDER] and mystery["rows"]["other_kernel"]["kind"] == "result"
+    assert close(mystery["rows"]["int8nax-gemm"]["ratios"]["other_kernel"]["call"], 4e-3 / 1e-3)
 
 
 def test_tops_and_roofline_fraction_against_the_declared_ceilings(results, html_dir):
@@ -253,7 +257,7 @@ def test_tops_and_roofline_fraction_against_the_declared_ceilings(results, html_
     bytes_raw = m * k + n * k + 4 * m * n
     ceiling = min(1979.0, 4.56 * ops / bytes_raw)
     assert ceiling < 1979.0  # M = 16 is memory-bound on the H200
-    e = entries[(S16, "nax-gemm")]
+    e = entries[(S16, "int8nax-gemm")]
     assert e["bound"] == "memory" and close(e["ceiling_tops"], ceiling)
     assert close(e["tops"]["call"], ops / 2e-4 / 1e12)
     assert close(e["roofline"]["chain"], ops / 1e-4 / 1e12 / ceiling)
@@ -275,10 +279,10 @@ def test_the_page_check_catches_a_damaged_page(results, html_dir, damage):
         bad = re.sub(r'(data-peer="cublaslt-int8" data-call=")([^"]+)"',
                      lambda mt: f'{mt.group(1)}{float(mt.group(2)) * 1.01!r}"', page, count=1)
     elif damage == "dropped series":
-        bad = re.sub(r'<rect class="bar chain" data-contender="nax-gemm".*?</rect>', "", page, count=1)
+        bad = re.sub(r'<rect class="bar chain" data-contender="int8nax-gemm".*?</rect>', "", page, count=1)
     elif damage == "missing drawn as zero":
-        bad = page.replace('<tr class="missing" data-contender="nax-gemm">',
-                           '<tr class="result" data-contender="nax-gemm">', 1)
+        bad = page.replace('<tr class="missing" data-contender="int8nax-gemm">',
+                           '<tr class="result" data-contender="int8nax-gemm">', 1)
     else:
         bad = page.replace('data-seconds="0.0002"', 'data-seconds="0.0003"', 1)
     assert bad != page
@@ -307,13 +311,13 @@ def test_a_wrong_generator_is_caught(results, html_dir, monkeypatch):
 
 def test_envs_of_one_commit_merge_a_number_over_a_skip(tmp_path, html_dir):
     root = tmp_path / "results"
-    write_result(root / "h200", "e" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [NAN, 3e-4, NAN]},
+    write_result(root / "h200", "e" * 40, 5, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [NAN, 3e-4, NAN]},
                  env="env-a", started=10)
-    write_result(root / "h200", "e" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [2e-4, NAN, NAN]},
+    write_result(root / "h200", "e" * 40, 5, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, NAN, NAN]},
                  env="env-b", started=20)
     site.publish(html_dir, root)
     data = json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]
-    got = {e["shape"]: e["seconds"]["call"] for e in data["entries"] if e["contender"] == "nax-gemm"}
+    got = {e["shape"]: e["seconds"]["call"] for e in data["entries"] if e["contender"] == "int8nax-gemm"}
     assert got == {S16: 2e-4, S64: 3e-4}
     assert sorted(data["envs"]) == ["env-a", "env-b"]
 
@@ -387,8 +391,8 @@ def test_roster_matches_the_asv_suite_and_the_contenders():
             assert (info.fmt.arithmetic, info.fmt.a, info.fmt.b, info.fmt.out) == ("int8", 1, 1, 4), cls
         else:
             assert info.fmt.a in (2, 4) and info.fmt.out in (2, 4), cls
-    assert not by_name["nax-gemm"].peer and not by_name["nax-full"].peer
-    assert all(c.peer for c in site.CONTENDERS if not c.name.startswith("nax-"))
+    assert not by_name["int8nax-gemm"].peer and not by_name["int8nax-full"].peer
+    assert all(c.peer for c in site.CONTENDERS if not c.name.startswith("int8nax-"))
 
 
 def test_ceilings_are_not_used_for_other_hardware_under_a_declared_name(results, html_dir):
@@ -404,6 +408,11 @@ def test_ceilings_are_not_used_for_other_hardware_under_a_declared_name(results,
 def test_ceilings_lookup_and_roofline():
     assert machines.lookup("h200") is machines.H200 and machines.lookup("int8nax-cuda") is machines.H200
     assert machines.lookup("no-such-box") is None
+    # GPU machines are named by card: one history per card, the ceilings of that card
+    assert machines.card_machine("NVIDIA H100 80GB HBM3") == "h100" and machines.card_machine("NVIDIA H200") == "h200"
+    assert machines.card_machine("NVIDIA H100 PCIe") is None and machines.card_machine("NVIDIA A100-SXM4-80GB") is None
+    assert machines.match("h100", {"gpu": "NVIDIA H100 80GB HBM3"})[0] is machines.H100
+    assert machines.match("h100", {"gpu": "NVIDIA H200"})[0] is None
     c = machines.H200.device
     assert c.compute_tops["int8"] == 1979.0 and c.memory_tbps == 4.56
     # compute-bound at 8192^3 (int8), memory-bound at M = 1
@@ -427,15 +436,62 @@ def test_ceilings_lookup_and_roofline():
 
 # --- offline, in a real browser ----------------------------------------------------------------
 
-def test_offline_the_unvendored_index_falls_back_to_the_comparison_page(results, tmp_path):
-    """asv's real index.html (CDN links) opened where no host resolves: it must land on
-    compare.html#offline with the notice shown and the tables there (headless Chromium)."""
+def test_offline_without_its_libraries_the_site_falls_back_to_the_comparison_page(results, tmp_path):
+    """asv's real index.html after int8nax site, its vendor/ folder gone, opened where no host
+    resolves: it must land on compare.html#offline with the notice shown and the tables there
+    (headless Chromium). The vendored site's own offline check: test_browser_check_... below."""
     asv_site = _browser_or_skip()
     html = tmp_path / "site"
     shutil.copytree(Path(importlib.util.find_spec("asv").origin).parent / "www", html)
     site.publish(html, results)
+    shutil.rmtree(html / site_vendor.VENDOR)
     report = asv_site.check_offline(html)
     assert report == {"vendored": False, "page": "compare", "hash": "#offline", "notice": True, "rows": 7}  # h200 3 + 2, mystery 2
+
+
+def test_site_vendors_the_shipped_libraries_into_asvs_index(results, tmp_path):
+    html = tmp_path / "site"
+    shutil.copytree(Path(importlib.util.find_spec("asv").origin).parent / "www", html)
+    before = (html / "index.html").read_text()
+    assert len(site_vendor.unlinked(before)) == len(site_vendor.CDN_FILES)  # asv 0.6.6's own links
+    site.publish(html, results)
+    after = (html / "index.html").read_text()
+    assert site_vendor.unlinked(after) == []
+    for pkg, path in site_vendor.CDN_FILES.values():
+        kind = "css" if path.endswith(".css") else "js"
+        copy = html / site_vendor.VENDOR / kind / Path(path).name
+        assert f'"{site_vendor.VENDOR}/{kind}/{copy.name}"' in after
+        assert copy.read_bytes() == (site_vendor.assets() / pkg / path).read_bytes()
+    assert sorted(p.name for p in (html / site_vendor.VENDOR / "fonts").iterdir()) == sorted(site_vendor.FONT_FILES)
+    assert len(list((html / site_vendor.VENDOR / "licenses").iterdir())) == len(site_vendor.LICENSES)
+    site.publish(html, results)  # again: nothing left to replace, same page
+    assert (html / "index.html").read_text() == after
+    (html / "index.html").write_text(before.replace("</head>", '<script src="https://cdn.example/x.js"></script></head>'))
+    with pytest.raises(site.SiteError, match="cdn.example/x.js"):
+        site.publish(html, results)
+
+
+def test_the_shipped_libraries_are_the_pinned_versions_files():
+    """site_assets holds exactly the files its manifest lists, with those SHA-256s, of the
+    versions tools/asv-site/package-lock.json pins; and where npm has installed them, the same
+    bytes as npm's (so a changed pin without `python tools/asv_site.py ship` fails)."""
+    data = site_vendor.manifest()
+    lock = json.loads((REPO / "tools/asv-site/package-lock.json").read_text())["packages"]
+    assert data["packages"] == {p: lock[f"node_modules/{p}"]["version"] for p in data["packages"]}
+    assert set(data["packages"]) == {p for p, _ in site_vendor.CDN_FILES.values()}
+    root = site_vendor.assets()
+    shipped = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != site_vendor.MANIFEST)
+    assert shipped == sorted(data["sha256"]) == site_vendor.shipped_paths()
+    assert {rel: site_vendor.sha256(root / rel) for rel in shipped} == data["sha256"]
+    for pkg, path in site_vendor.CDN_FILES.values():  # licence headers or files travel with the code
+        head = (root / pkg / path).read_text(errors="replace")[:400]
+        assert "MIT" in head or "license" in head.lower() or pkg in site_vendor.LICENSES, (pkg, path)
+    node_modules = REPO / "tools/asv-site/node_modules"
+    if not node_modules.is_dir():
+        pytest.skip("npm's copies are not installed (npm ci --prefix tools/asv-site); checked against the manifest only")
+    for pkg, version in data["packages"].items():
+        assert json.loads((node_modules / pkg / "package.json").read_text())["version"] == version
+    assert [rel for rel in shipped if (node_modules / rel).read_bytes() != (root / rel).read_bytes()] == []
 
 
 def _browser_or_skip():
@@ -532,16 +588,16 @@ def test_the_gates_ratio_benchmarks_are_not_contenders(tmp_path, html_dir):
     # bench_ratio's values are ratios (int8nax over a reference), not seconds of anything: not
     # contenders (nor is their history's time_ name), shown apart, unitless
     root = tmp_path / "results"
-    write_result(root / "h200", "f" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [2e-4, NAN, NAN],
-                                               "bench_ratio.GemmRatio.time_nax_gemm_ratio": [1.3, NAN, NAN],
-                                               "bench_ratio.GemmRatio.track_nax_gemm_ratio": [1.25, NAN, NAN]})
+    write_result(root / "h200", "f" * 40, 5, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, NAN, NAN],
+                                               "bench_ratio.GemmRatio.time_int8nax_gemm_ratio": [1.3, NAN, NAN],
+                                               "bench_ratio.GemmRatio.track_int8nax_gemm_ratio": [1.25, NAN, NAN]})
     site.publish(html_dir, root)
     data = json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]
     assert not any("ratio" in e["contender"] for e in data["entries"])
-    assert any(e["contender"] == "nax-gemm" for e in data["entries"])
-    assert data["ratios"] == {"bench_ratio.GemmRatio.track_nax_gemm_ratio": {S16: 1.25}}
+    assert any(e["contender"] == "int8nax-gemm" for e in data["entries"])
+    assert data["ratios"] == {"bench_ratio.GemmRatio.track_int8nax_gemm_ratio": {S16: 1.25}}
     page = (html_dir / "compare.html").read_text()
-    assert f'<tr><td class="name">{S16}</td><td data-bench="bench_ratio.GemmRatio.track_nax_gemm_ratio">1.25</td></tr>' in page
+    assert f'<tr><td class="name">{S16}</td><td data-bench="bench_ratio.GemmRatio.track_int8nax_gemm_ratio">1.25</td></tr>' in page
 
 
 def test_this_machine_comes_first_with_what_its_run_means_and_its_skip_reasons(results, html_dir, tmp_path,
@@ -570,8 +626,8 @@ def test_this_machine_comes_first_with_what_its_run_means_and_its_skip_reasons(r
 
 def test_w8a8_faster_than_the_raw_gemm_is_explained_where_it_shows(tmp_path, html_dir):
     root = tmp_path / "results"
-    write_result(root / "cpu-box", "f" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [4.68e-3, 1e-3, NAN],
-                                                  "bench_linear.NaxFull.time_nax_full": [1.39e-3, 2e-3, NAN]})
+    write_result(root / "cpu-box", "f" * 40, 5, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [4.68e-3, 1e-3, NAN],
+                                                  "bench_linear.Int8naxFull.time_int8nax_full": [1.39e-3, 2e-3, NAN]})
     site.publish(html_dir, root)
     page = (html_dir / "compare.html").read_text()
     note = re.search(r'<p class="small w8a8-note" data-shapes="([^"]*)">(.*?)</p>', page, re.S)
@@ -580,18 +636,14 @@ def test_w8a8_faster_than_the_raw_gemm_is_explained_where_it_shows(tmp_path, htm
 
 
 def test_browser_check_of_the_tuned_graph_page_and_the_regressions_page(published):
-    asv_site, html = published
-    if not asv_site.ASSETS.is_dir():  # asv's graph page needs jQuery and Flot, served with the site
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{asv_site.ASSETS} is missing, and CI=true requires it")
-        pytest.skip(f"{asv_site.ASSETS} is missing: npm ci --prefix tools/asv-site")
-    asv_site.vendor(html)
+    asv_site, html = published  # int8nax site has served asv's libraries with the site
+    assert asv_site.check_offline(html) == {"vendored": True, "page": "index", "listed": sum(".time_" in b for b in H200_NEW)}
     index = json.loads((html / "index.json").read_text())
     server, url = asv_site.serve(html)
-    driver = asv_site.browser()
+    driver = asv_site.browser(asv_site.OFFLINE)  # no host resolves but the site's: as offline
     try:
         problems = []
-        view = asv_site.check_default_graph(driver, url, "bench_gemm.NaxGemm.time_nax_gemm", None, problems)
+        view = asv_site.check_default_graph(driver, url, "bench_gemm.Int8naxGemm.time_int8nax_gemm", None, problems)
         assert problems == [], problems
         assert view["machines"] == ["h200"] and view["log_scale"] and view["drawn"] == 1 and view["legend_beside"] == 3
         assert asv_site.check_regressions(html, index, driver, url, None, problems)["rows"] == 0 and not problems
@@ -599,7 +651,7 @@ def test_browser_check_of_the_tuned_graph_page_and_the_regressions_page(publishe
         js = html / "graphdisplay.js"
         js.write_text(js.read_text().replace("container: $('#int8nax-legend'),", "")
                       .replace("$('#log-scale').addClass('active');\n            log_scale = true;", ""))
-        asv_site.check_default_graph(driver, url, "bench_gemm.NaxGemm.time_nax_gemm", None, problems)
+        asv_site.check_default_graph(driver, url, "bench_gemm.Int8naxGemm.time_int8nax_gemm", None, problems)
         assert any("linear y axis" in p for p in problems) and any("legend over the plot" in p for p in problems)
     finally:
         driver.quit()
@@ -625,7 +677,7 @@ def test_this_machines_skips_by_rule_are_named_once(tmp_path, html_dir, monkeypa
     from int8nax.bench import contenders
 
     root = tmp_path / "results"
-    write_result(root / "cpu-box", "f" * 40, 5, {"bench_gemm.NaxGemm.time_nax_gemm": [4.68e-3, 1e-3, NAN],
+    write_result(root / "cpu-box", "f" * 40, 5, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [4.68e-3, 1e-3, NAN],
                                                   "bench_linear.MlxQ8.time_mlx_q8_matmul": [NAN, 2e-3, NAN]})
     monkeypatch.setattr(contenders, "skip_reason",
                         lambda name, shape: "too slow here" if shape[0] == 16 else None)
@@ -642,36 +694,92 @@ def test_the_kernel_that_ran_is_shown_per_shape_and_a_change_between_commits_is_
     kid = contenders.kernel_id
     monkeypatch.setattr(contenders, "describe", lambda name, shape, backend=None: new if shape[0] == 16 else same)
     root = tmp_path / "results"
-    write_result(root / "h200", "1" * 40, 1_000, {"bench_gemm.NaxGemm.time_nax_gemm": [3e-4, 3e-4, NAN],
-                                                   "bench_kernel.Kernel.track_nax_gemm_kernel": [kid(old), kid(same), NAN]})
-    write_result(root / "h200", "2" * 40, 2_000, {"bench_gemm.NaxGemm.time_nax_gemm": [2e-4, 3e-4, NAN],
-                                                   "bench_kernel.Kernel.track_nax_gemm_kernel": [kid(new), kid(same), NAN]})
+    write_result(root / "h200", "1" * 40, 1_000, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [3e-4, 3e-4, NAN],
+                                                   "bench_kernel.Kernel.track_int8nax_gemm_kernel": [kid(old), kid(same), NAN]})
+    write_result(root / "h200", "2" * 40, 2_000, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, 3e-4, NAN],
+                                                   "bench_kernel.Kernel.track_int8nax_gemm_kernel": [kid(new), kid(same), NAN]})
     site.publish(html_dir, root)
     data = json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]
     assert data["commit"] == "2" * 40 and data["previous_commit"] == "1" * 40
-    got = {e["shape"]: e for e in data["entries"] if e["contender"] == "nax-gemm"}
+    got = {e["shape"]: e for e in data["entries"] if e["contender"] == "int8nax-gemm"}
     assert got[S16]["kernel"] == kid(new) and got[S16]["kernel_text"] == new and got[S16]["kernel_changed"]
     assert got[S16]["kernel_before"] == kid(old)
     assert got[S64]["kernel_text"] == same and not got[S64]["kernel_changed"]
-    assert all(e["kernel"] is None for e in data["entries"] if e["contender"] != "nax-gemm")
+    assert all(e["kernel"] is None for e in data["entries"] if e["contender"] != "int8nax-gemm")
     page = (html_dir / "compare.html").read_text()
     cells = re.findall(r'<td class="kernel" data-kernel="(\d+)" data-changed="(\w+)">(.*?)</td>', page)
     assert sorted((int(k), c) for k, c, _ in cells) == sorted([(kid(new), "true"), (kid(same), "false")])
     changed_cell = next(text for k, c, text in cells if c == "true")
     assert new in changed_cell and "changed since 11111111" in changed_cell
     assert f"kernel #{kid(old):08x}" in changed_cell  # not described here: shown as its id
-    assert 'data-changed="1"' in page and "nax-gemm at (16, 4096, 4096)" in page  # the machine's summary line
+    assert 'data-changed="1"' in page and "int8nax-gemm at (16, 4096, 4096)" in page  # the machine's summary line
     # the records are not contenders and take no row of their own
     assert not any("kernel" in e["contender"] for e in data["entries"])
 
 
 def test_kernel_records_without_an_earlier_commit_show_without_a_change(tmp_path, html_dir):
     root = tmp_path / "results"
-    write_result(root / "cpu-box", "3" * 40, 1_000, {"bench_linear.NaxFull.time_nax_full": [NAN, NAN, 1e-3],
-                                                      "bench_kernel.Kernel.track_nax_full_kernel": [NAN, NAN, 7]})
+    write_result(root / "cpu-box", "3" * 40, 1_000, {"bench_linear.Int8naxFull.time_int8nax_full": [NAN, NAN, 1e-3],
+                                                      "bench_kernel.Kernel.track_int8nax_full_kernel": [NAN, NAN, 7]})
     site.publish(html_dir, root)
     data = json.loads((html_dir / "compare.json").read_text())["machines"]["cpu-box"]
-    (entry,) = [e for e in data["entries"] if e["contender"] == "nax-full"]
+    (entry,) = [e for e in data["entries"] if e["contender"] == "int8nax-full"]
     assert entry["kernel"] == 7 and entry["kernel_before"] is None and not entry["kernel_changed"]
     assert data["previous_commit"] is None
     assert "kernel #00000007" in (html_dir / "compare.html").read_text()
+
+
+def test_the_kernel_column_says_where_no_id_was_recorded_and_reads_a_run_of_the_records_alone(tmp_path, html_dir):
+
+    root = tmp_path / "results"
+    c = "c" * 40
+    write_result(root / "h200", c, 5, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, 3e-4, NAN],
+                                       "bench_linear.Int8naxFull.time_int8nax_full": [2e-4, 3e-4, NAN],
+                                       "bench_gemm.CublasLtInt8.time_cublaslt_int8": [1e-4, 2e-4, NAN]})
+    # the kernel records of the same commit in a file of their own (a run of bench_kernel alone)
+    write_result(root / "h200", c, 5, {"bench_kernel.Kernel.track_int8nax_gemm_kernel": [11, 12, NAN]},
+                 env="kernels-only", started=2000)
+    site.publish(html_dir, root)
+    entries = {(e["shape"], e["contender"]): e for e in
+               json.loads((html_dir / "compare.json").read_text())["machines"]["h200"]["entries"]}
+    assert entries[(S16, "int8nax-gemm")]["kernel"] == 11 and entries[(S64, "int8nax-gemm")]["kernel"] == 12
+    page = (html_dir / "compare.html").read_text()
+    # int8nax-full has no record at this commit: it says so; a peer's kernel is not int8nax's to record
+    assert page.count('<td class="kernel none">no kernel id at this commit</td>') == 2  # int8nax-full at 2 shapes
+    assert page.count('<td class="kernel peer"') == 2
+    assert 'data-kernel="11"' in page  # filled where recorded
+
+
+@pytest.mark.parametrize("gpu,backend,says,never", [
+    (None, "cpu", "INT8NAX_CPU_PREPARE=0", "GEMV"),
+    ("NVIDIA H200", "cuda", "GEMV", "onnxruntime"),
+])
+def test_why_w8a8_beat_the_raw_gemm_is_explained_only_with_its_own_backends_reason(tmp_path, html_dir, gpu,
+                                                                                      backend, says, never):
+    root = tmp_path / "results"
+    write_result(root / "box", "f" * 40, 5, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [4.68e-3, 1e-3, NAN],
+                                             "bench_linear.Int8naxFull.time_int8nax_full": [1.39e-3, 2e-3, NAN]})
+    if gpu:
+        (root / "box" / "machine.json").write_text(json.dumps({"machine": "box", "gpu": gpu, "version": 1}))
+    site.publish(html_dir, root)
+    page = (html_dir / "compare.html").read_text()
+    note = re.search(r'<p class="small w8a8-note" data-shapes="[^"]*">(.*?)</p>', page, re.S).group(1)
+    assert says in note and never not in note
+    assert json.loads((html_dir / "compare.json").read_text())["machines"]["box"]["backend"] == backend
+
+
+def test_this_computers_machine_comes_first_in_every_section(tmp_path, html_dir):
+    import test_site_models
+
+    root = test_site_models.results(tmp_path / "results")  # h200 with model results, cpu without
+    write_result(root / "zz-mine", "d" * 40, 4000, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [1e-3, NAN, NAN]})
+    mine = test_site_models.grid(**{"qwen2.5-0.5b@1": 50.0})
+    test_site_models.write(root / "zz-mine-models", "e" * 40, 4000,
+                           {"bench_model.Bf16ModelFigures.track_bf16_tokens_per_s": mine})
+    for here in ("zz-mine", "zz-mine-models"):
+        site.publish(html_dir, root, here=here)
+        page = (html_dir / "compare.html").read_text()
+        sections = re.findall(r'<section class="machine" id="machine-([^"]+)"', page)
+        models = re.findall(r'<h3 id="models-([^"]+)"', page)
+        assert (sections[0] if here == "zz-mine" else models[0]) == here, (sections, models)
+        assert models == sorted(models, key=lambda m: m != here)

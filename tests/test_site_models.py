@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape
 from pathlib import Path
 
 from int8nax import site, site_models
@@ -43,10 +44,10 @@ def results(root: Path) -> Path:
             grid(**{"qwen2.5-7b@512": 15000.0}),
         "bench_model.W8A8Model.time_w8a8": grid(**{"qwen2.5-7b@512": 1e-2}),
         "bench_model.CiderModelFigures.track_cider_tokens_per_s": grid(),  # n/a everywhere
-        "bench_gemm.NaxGemm.time_nax_gemm": [1e-3],
+        "bench_gemm.Int8naxGemm.time_int8nax_gemm": [1e-3],
     })
     (h200 / "machine.json").write_text(json.dumps({"machine": "h200", "gpu": "NVIDIA H200"}))
-    write(root / "cpu", "c" * 40, 3000, {"bench_gemm.NaxGemm.time_nax_gemm": [1e-3]})  # no model results
+    write(root / "cpu", "c" * 40, 3000, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [1e-3]})  # no model results
     return root
 
 
@@ -61,7 +62,11 @@ def test_latest_commit_speedups_and_missing_cells(tmp_path):
     assert ("qwen2.5-7b", "eager", "cider", 1) not in block.tokens_per_s  # n/a is missing, not zero
     html = site_models.section(tmp_path)
     assert "h200" in html and "cpu</h3>" not in html
-    assert "1.33x" in html and "0.50x" in html and "12,000.0 tok/s" in html and "10 ms/layer" in html
+    # one figure per cell: tokens/s and the same as ms per forward (512 tokens at 12,000 tok/s)
+    assert "1.33x" in html and "0.50x" in html and "12,000.0 tok/s" in html and "42.7 ms a forward" in html
+    assert "ms/layer" not in html
+    # cider: one column saying no M5 has reported, with the command
+    assert f"{site_models.M5_ONLY}</b>: an M5 owner runs <code>{escape(site_models.M5_COMMAND)}</code>" in html
     assert html.count("<polyline") == 3  # bf16, w8a8, w8a8 compiled
     rows = site_models.to_json([block])["h200"]["rows"]
     (w,) = [r for r in rows if (r["form"], r["mode"], r["tokens"]) == ("w8a8", "eager", 512)]

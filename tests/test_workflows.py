@@ -57,13 +57,13 @@ BROKEN_WORKFLOW = textwrap.dedent(
 )
 
 # The names each machine's gate settings (benchmarks/gate.json) must select, and must not.
-GATED_NAMES = ["bench_ratio.GemmRatio.track_nax_gemm_ratio((16, 4096, 4096))",
-               "bench_ratio.LinearRatio.track_nax_full_ratio((512, 4096, 4096))"]
+GATED_NAMES = ["bench_ratio.GemmRatio.track_int8nax_gemm_ratio((16, 4096, 4096))",
+               "bench_ratio.LinearRatio.track_int8nax_full_ratio((512, 4096, 4096))"]
 UNGATED_NAMES = [
-    "bench_gemm.NaxGemm.track_nax_gemm_tops((16, 4096, 4096))",
+    "bench_gemm.Int8naxGemm.track_int8nax_gemm_tops((16, 4096, 4096))",
     "bench_linear.MlxQ8.time_mlx_q8_matmul((16, 4096, 4096))",
-    "bench_gemm.NaxGemm.time_nax_gemm((16, 4096, 4096))",
-    "bench_ratio.GemmRatio.track_nax_gemm_tops((16, 4096, 4096))",
+    "bench_gemm.Int8naxGemm.time_int8nax_gemm((16, 4096, 4096))",
+    "bench_ratio.GemmRatio.track_int8nax_gemm_tops((16, 4096, 4096))",
 ]
 
 

@@ -2,7 +2,7 @@
 # Record several commits of main on an offline GPU box in one go, newest first (so that a
 # time limit cuts the oldest).
 #
-#   TREES=<dir> [MACHINE=h200] [OUT=<dir>] tools/asv_offline_commits.sh [asv run args...]
+#   TREES=<dir> [MACHINE=card] [OUT=<dir>] [PYTHON=python3] tools/asv_offline_commits.sh [asv run args...]
 #
 # TREES holds one folder per commit, named <40-hex sha>-<commit date as unix seconds>, each a
 # `git archive` of that commit (make them where git is: see docs/benchmarking.md). Each is run
@@ -13,8 +13,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${TREES:?set TREES to a folder of <sha>-<date> commit trees}"
-MACHINE=${MACHINE:-h200}
 here=$PWD
+# The machine is named by the card (h100, h200) unless named, with this checkout's script: the
+# trees' own may predate card names, and so may their int8nax (asv_offline_gpu.sh is passed it too).
+export MACHINE_SCRIPT=$here/.github/scripts/asv_machine.py
+MACHINE=$(PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" "$MACHINE_SCRIPT" --name "${MACHINE:-card}" --print-name) || exit 2
 mkdir -p ".asv/results/$MACHINE"
 status=0
 for tree in $(ls -d "$TREES"/*/ | sort -t- -k2 -n -r); do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the asv suite on a CUDA box that has no network, in the Python that is already there.
 #
-#   [SHA=<commit>] [MACHINE=h200] [BENCH='NaxGemm|NaxFull'] [METHODS='time_\w+'] [LAUNCH=persistent]
+#   [SHA=<commit>] [MACHINE=card] [BENCH='Int8naxGemm|Int8naxFull'] [METHODS='time_\w+'] [LAUNCH=persistent]
 #       tools/asv_offline_gpu.sh [asv run args...]
 #
 # Needs: python3 (or $PYTHON) importing mlx (mlx-cuda-13) and asv; torch is optional (the
@@ -16,6 +16,10 @@
 # .asv/results/$MACHINE/ (plus .asv/results/benchmarks.json), ready to commit; the log in
 # .asv/asv-run-$MACHINE.log.
 #
+# MACHINE: the asv machine; `card` (the default) names it by the GPU (h100, h200:
+# .github/scripts/asv_machine.py --name card), so that two cards never share a history; a card's
+# name given by hand (MACHINE=h200) must be this GPU's, another name (a test's) is taken as it is.
+#
 # LAUNCH=persistent (the default) runs asv through src/int8nax/asv_persistent.py: one benchmark
 # process per environment instead of one per benchmark, because a new process costs ~10 s on
 # the H200 (CUDA and MLX start-up, the torch import, NVRTC compiles) and asv's forkserver cannot
@@ -27,16 +31,19 @@
 # the working tree), SHA is required, and COMMIT_DATE (its `git log -1 --format=%ct`) is
 # recommended: asv needs a repository, so the script records the run against a throwaway
 # commit of these files and then files the results under SHA. Results of several calls (say,
-# BENCH='NaxGemm|TorchInt8' then BENCH='NaxFull|MlxFp16|MlxQ8' to stay within a time limit)
+# BENCH='Int8naxGemm|TorchInt8' then BENCH='Int8naxFull|MlxFp16|MlxQ8' to stay within a time limit)
 # merge into one file when the earlier file is in .asv/results/$MACHINE/ at the next call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-MACHINE=${MACHINE:-h200}
+MACHINE=${MACHINE:-card}
 BENCH=${BENCH:-.}
 METHODS=${METHODS:-'\w+'}   # a regex of method names: 'time_\w+' leaves the TOPS tracks out
 LAUNCH=${LAUNCH:-persistent}
 LAUNCHER=${LAUNCHER:-$PWD/src/int8nax/asv_persistent.py}
+# MACHINE_SCRIPT: the asv_machine.py to use (default: this checkout's; asv_offline_commits.sh passes
+# its own, which knows card names where an older commit's does not)
+MACHINE_SCRIPT=${MACHINE_SCRIPT:-$PWD/.github/scripts/asv_machine.py}
 case "$LAUNCH" in
   persistent) [ -f "$LAUNCHER" ] || { echo "asv_offline_gpu: no $LAUNCHER" >&2; exit 2; }
               asv=("$LAUNCHER") ;;
@@ -57,6 +64,10 @@ if missing:
 import mlx.core as mx
 print(f"mlx {mx.__version__}, default device {mx.default_device()}, {mx.device_info(mx.gpu) if mx.is_available(mx.gpu) else 'no GPU'}")
 PY
+
+# The machine, by card unless named (and a card's name checked against this GPU).
+MACHINE=$("$py" "$MACHINE_SCRIPT" --name "$MACHINE" --print-name) || exit 2
+echo "asv machine: $MACHINE"
 
 # The -b regex: available contenders' classes x this profile's shapes.
 regex=$("$py" - "$BENCH" "$METHODS" <<'PY'
@@ -98,6 +109,22 @@ for module in modules:
             print(f"left out {name} ({cls.contender}): {exc}", file=sys.stderr)
             continue
         classes.append(name)
+# What ran and its kernel time (bench_kernel's Kernel, KernelTime), where this commit has them;
+# KernelTime only where CUPTI can time kernels (MLX's CUDA backend and torch with CUDA).
+try:
+    bench_kernel = importlib.import_module("benchmarks.bench_kernel")
+except ModuleNotFoundError:
+    bench_kernel = None
+for name in ("Kernel", "KernelTime"):
+    if bench_kernel is None or not hasattr(bench_kernel, name) or not re.search(sys.argv[1], name):
+        continue
+    if name == "KernelTime":
+        from int8nax.bench.cupti import skip_reason
+        why = skip_reason()
+        if why:
+            print(f"left out {name}: kernel time {why}", file=sys.stderr)
+            continue
+    classes.append(name)
 # The model benchmarks (bench_model's classes, bench_ratio.ModelRatio), where this commit has
 # them: their parameters are (configuration, tokens), this profile's (models.PROFILES).
 model_classes, runs = [], ""
@@ -139,7 +166,7 @@ echo "benchmarks: $regex"
 
 # A committed machine keeps its one description (asv_machine.py --keep): each lent VM reports its
 # own kernel build and RAM size, which would make a second H200 series on the site.
-"$py" .github/scripts/asv_machine.py --name "$MACHINE" --keep ".asv/results/$MACHINE/machine.json"
+"$py" "$MACHINE_SCRIPT" --name "$MACHINE" --keep ".asv/results/$MACHINE/machine.json"
 
 # asv needs a git repository holding the commit; a bare copy of the working tree has none.
 # A copy whose files another user owns (the device machine runs as root) is refused by git's

@@ -5,20 +5,15 @@
                                              [--compare-screenshot docs/compare-page.png]
                                              [--graph-screenshot docs/asv-graph.png]
                                              [--regressions-screenshot docs/asv-regressions.png]
-    python tools/asv_site.py rename-ratios .asv/results
+    python tools/asv_site.py ship
 
-rename-ratios: the ratio benchmarks were time_ benchmarks (bench_ratio.GemmRatio.time_nax_gemm_ratio,
-    a custom clock advanced by the ratio) and are now unitless track_ benchmarks
-    (track_nax_gemm_ratio) recording the same figure. This renames the old entries in every
-    result file under a results folder (the committed one, or a checkout of the results branch),
-    so that their history carries on under the new names. Running it again changes nothing.
+vendor: points index.html at asv's JavaScript/CSS libraries copied into <html>/vendor/
+    (int8nax.site_vendor; `int8nax site` does it too, so the README's command gives a site
+    that works offline).
 
-vendor: asv 0.6.6's index.html loads jQuery, Flot, Bootstrap, md5 and stupidtable from
-    CDNs, so on a machine without internet the site shows only "external dependencies
-    failed to load". This copies the same libraries, pinned in tools/asv-site/package.json
-    (install them with `npm ci --prefix tools/asv-site`), into <html>/vendor/ and points
-    index.html at them. An unknown CDN reference is an error, so an asv upgrade that adds
-    one is noticed.
+ship: copies those libraries from `npm ci --prefix tools/asv-site` (the pin:
+    tools/asv-site/package-lock.json) into the package (src/int8nax/site_assets) and rewrites
+    its manifest of versions and SHA-256s: the step after changing tools/asv-site/package.json.
 
 check: serves the directory on 127.0.0.1, opens it in headless Chromium (selenium with
     Debian's chromium + chromium-driver) and verifies that
@@ -57,25 +52,10 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
-ASSETS = Path(__file__).resolve().parent / "asv-site" / "node_modules"
+from int8nax import site_vendor
 
-# CDN URL in asv 0.6.6's index.html -> file in ASSETS. cdnjs serves its own minified
-# builds of flot and stupidtable; the npm packages hold the same code unminified.
-CDN_FILES = {
-    "https://code.jquery.com/jquery-3.3.1.min.js": "jquery/dist/jquery.min.js",
-    "https://cdnjs.cloudflare.com/ajax/libs/flot/0.8.3/jquery.flot.min.js": "flot/jquery.flot.js",
-    "https://cdnjs.cloudflare.com/ajax/libs/flot/0.8.3/jquery.flot.time.min.js": "flot/jquery.flot.time.js",
-    "https://cdnjs.cloudflare.com/ajax/libs/flot/0.8.3/jquery.flot.selection.min.js": "flot/jquery.flot.selection.js",
-    "https://cdnjs.cloudflare.com/ajax/libs/flot/0.8.3/jquery.flot.categories.min.js": "flot/jquery.flot.categories.js",
-    "https://cdn.jsdelivr.net/npm/flot-orderbars@1.0.0/js/jquery.flot.orderBars.js": "flot-orderbars/js/jquery.flot.orderBars.js",
-    "https://cdnjs.cloudflare.com/ajax/libs/stupidtable/1.0.1/stupidtable.min.js": "stupid-table-plugin/stupidtable.min.js",
-    "https://cdnjs.cloudflare.com/ajax/libs/blueimp-md5/2.19.0/js/md5.min.js": "blueimp-md5/js/md5.min.js",
-    "https://cdn.jsdelivr.net/npm/bootstrap@3.1.1/dist/js/bootstrap.min.js": "bootstrap/dist/js/bootstrap.min.js",
-    "https://cdn.jsdelivr.net/npm/bootstrap@3.1.1/dist/css/bootstrap.min.css": "bootstrap/dist/css/bootstrap.min.css",
-}
-EXTRA_DIRS = {"bootstrap/dist/fonts": "fonts"}  # bootstrap.min.css loads ../fonts/*
-VENDOR = "vendor"
-_TAG = re.compile(r"<(script|link)\b[^>]*?\b(?:src|href)=\"(https?://[^\"]+)\"[^>]*>")
+ASSETS = Path(__file__).resolve().parent / "asv-site" / "node_modules"
+"""npm's install of the pinned libraries (only `ship` needs it)."""
 
 
 class SiteError(Exception):
@@ -83,36 +63,11 @@ class SiteError(Exception):
 
 
 def vendor(html_dir: Path) -> list[str]:
-    """Copy the CDN libraries into html_dir/vendor and rewrite index.html; returns the URLs replaced."""
-    index = html_dir / "index.html"
-    if not index.is_file():
-        raise SiteError(f"{index} does not exist: run `asv publish` first")
-    if not ASSETS.is_dir():
-        raise SiteError(f"{ASSETS} is missing: run `npm ci --prefix {ASSETS.parent}`")
-    text = index.read_text()
-    replaced = []
-
-    def local(match: re.Match) -> str:
-        tag, url = match.group(1), match.group(2)
-        if url not in CDN_FILES:
-            if tag == "script" or "stylesheet" in match.group(0):
-                raise SiteError(f"index.html loads {url}, which tools/asv_site.py does not know; add it to CDN_FILES")
-            return match.group(0)
-        source = ASSETS / CDN_FILES[url]
-        target = html_dir / VENDOR / ("css" if url.endswith(".css") else "js") / source.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        replaced.append(url)
-        rel = target.relative_to(html_dir).as_posix()
-        if tag == "script":
-            return f'<script src="{rel}" onerror="js_load_failure()">'  # the closing tag stays
-        return f'<link rel="stylesheet" href="{rel}">'
-
-    text = _TAG.sub(local, text)
-    for src, dst in EXTRA_DIRS.items():
-        shutil.copytree(ASSETS / src, html_dir / VENDOR / dst, dirs_exist_ok=True)
-    index.write_text(text)
-    return replaced
+    """int8nax.site_vendor.vendor, its errors as SiteError; returns the URLs replaced."""
+    try:
+        return site_vendor.vendor(html_dir)
+    except site_vendor.VendorError as exc:
+        raise SiteError(str(exc)) from None
 
 
 # --- the browser check ---------------------------------------------------------------------
@@ -212,10 +167,10 @@ if (!rows.length && !document.querySelector('#regressions-body p, #regressions-b
 return Array.from(rows).filter(r => r.offsetParent !== null).map(r => Array.from(r.cells).map(c => c.innerText.trim()));
 """
 
-OURS = re.compile(r"^bench_(gemm|linear)\.Nax\w+\.time_|^bench_model\.W8A8Model(Compiled)?\.time_"
-                  r"|^bench_ratio\.\w+\.track_\w+_ratio")
+OURS = re.compile(r"^bench_(gemm|linear)\.Int8nax\w+\.time_|^bench_model\.W8A8Model(Compiled)?\.time_"
+                  r"|^bench_ratio\.\w+\.track_\w+_ratio|^bench_kernel\.KernelTime\.track_int8nax_\w+_kernel_us")
 """The benchmarks the Regressions page may list: int8nax's own times (its GEMM, W8A8 layer and
-W8A8 model) and ratios (asv.conf.json's regressions_first_commits leaves the peers, the other
+W8A8 model, and its kernel times) and ratios (asv.conf.json's regressions_first_commits leaves the peers, the other
 model forms, the display figures and the throughputs out)."""
 
 
@@ -270,8 +225,10 @@ def check_regressions(html_dir: Path, index: dict, driver, url: str, screenshot:
 
 def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = None,
           compare_screenshot: Path | None = None, graph_screenshot: Path | None = None,
-          regressions_screenshot: Path | None = None, graph_bench: str | None = None) -> dict:
-    """Run the checks; returns a report dict, raises SiteError on a failed check."""
+          regressions_screenshot: Path | None = None, graph_bench: str | None = None,
+          offline: bool = False) -> dict:
+    """Run the checks; returns a report dict, raises SiteError on a failed check. `offline`:
+    in a browser that resolves no host but the local server's (a machine without internet)."""
     index = json.loads((html_dir / "index.json").read_text())
     benchmarks = sorted(index["benchmarks"])
     machines = index["params"].get("machine", [])
@@ -282,8 +239,8 @@ def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = No
             raise SiteError("no parametrized benchmark has any results")
 
     server, url = serve(html_dir)
-    driver = browser()
-    report = {"benchmarks": len(benchmarks), "machines": machines, "graph": bench, "series": {}}
+    driver = browser(*([OFFLINE] if offline else []))
+    report = {"offline_browser": offline, "benchmarks": len(benchmarks), "machines": machines, "graph": bench, "series": {}}
     problems = []
     try:
         driver.get(url + "index.html")
@@ -547,7 +504,7 @@ OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
 
 def check_offline(html_dir: Path) -> dict:
     """Open index.html as a machine without internet would. A vendored site must show asv's
-    benchmark grid; an unvendored one (asv's CDN links) must land on compare.html#offline,
+    benchmark grid; an unvendored one (asv's CDN links, or a vendor/ folder gone) must land on compare.html#offline,
     with its notice shown and its tables there. Raises SiteError otherwise."""
     server, url = serve(html_dir)
     driver = browser(OFFLINE)
@@ -563,7 +520,8 @@ def check_offline(html_dir: Path) -> dict:
     finally:
         driver.quit()
         server.shutdown()
-    vendored = not _TAG.search((html_dir / "index.html").read_text())
+    # vendored: index.html loads nothing from CDNs and the copies are there to load
+    vendored = not site_vendor.unlinked((html_dir / "index.html").read_text()) and (html_dir / site_vendor.VENDOR).is_dir()
     if state is None:
         raise SiteError("offline, index.html showed neither asv's grid nor the comparison page")
     if vendored and state["page"] != "index":
@@ -579,29 +537,6 @@ def _errors(log: list[dict]) -> list[str]:
     return [entry["message"] for entry in log if entry.get("level") == "SEVERE"]
 
 
-RATIO_RENAME = re.compile(r"^(bench_ratio\.\w+)\.time_(\w+_ratio)$")
-
-
-def rename_ratios(results_dir: Path) -> list[Path]:
-    """Rename bench_ratio's time_*_ratio entries to track_*_ratio in every asv result file
-    under results_dir (asv's compact JSON, as asv writes it); returns the files changed."""
-    changed = []
-    for path in sorted(results_dir.glob("*/*.json")):
-        if path.name == "machine.json":
-            continue
-        data = json.loads(path.read_text())
-        renamed = False
-        for section in ("results", "durations"):
-            entries = data.get(section) or {}
-            for old in [k for k in entries if RATIO_RENAME.match(k)]:
-                entries[RATIO_RENAME.sub(r"\1.track_\2", old)] = entries.pop(old)
-                renamed = True
-        if renamed:
-            path.write_text(json.dumps(data, sort_keys=True))
-            changed.append(path)
-    return changed
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -615,19 +550,23 @@ def main(argv=None) -> int:
     p_check.add_argument("--graph-screenshot", type=Path, help="save a screenshot of a graph in its default view")
     p_check.add_argument("--graph-bench", help="the benchmark of that graph (default: --bench's)")
     p_check.add_argument("--regressions-screenshot", type=Path, help="save a screenshot of the Regressions page")
-    p_rename = sub.add_parser("rename-ratios", help="rename the ratio benchmarks' old time_ entries to track_")
-    p_rename.add_argument("results_dir", type=Path)
+    p_check.add_argument("--offline", action="store_true", help="in a browser that resolves no host but the site's")
+    sub.add_parser("ship", help="copy the pinned libraries from npm's node_modules into the package")
     args = parser.parse_args(argv)
     try:
-        if args.command == "rename-ratios":
-            changed = rename_ratios(args.results_dir)
-            print(f"renamed the ratio entries in {len(changed)} result file(s)")
+        if args.command == "ship":
+            try:
+                data = site_vendor.ship(ASSETS)
+            except site_vendor.VendorError as exc:
+                raise SiteError(str(exc)) from None
+            print(f"shipped {len(data['sha256'])} files of {', '.join(f'{k} {v}' for k, v in data['packages'].items())}")
         elif args.command == "vendor":
             for url in vendor(args.html_dir):
                 print(f"vendored {url}")
         else:
             print(json.dumps(check(args.html_dir, args.screenshot, args.bench, args.compare_screenshot,
-                                   args.graph_screenshot, args.regressions_screenshot, args.graph_bench), indent=1))
+                                   args.graph_screenshot, args.regressions_screenshot, args.graph_bench,
+                                   args.offline), indent=1))
     except SiteError as exc:
         print(f"asv_site: {exc}", file=sys.stderr)
         return 1

@@ -1,5 +1,5 @@
-"""Command line: `int8nax info` prints which backend runs here and why; `int8nax selftest`
-checks a backend's exactness over a shape grid and times it (see int8nax.selftest)."""
+"""The int8nax command: which backend runs here (info), its exactness and speed (selftest,
+compare, soak), the benchmark site's comparison page (site) and the regression gate (gate)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = Parser(prog="int8nax", description=__doc__)
     parser.add_argument("--version", action="version", version=f"int8nax {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # not required=True: argparse would then say only "the following arguments are required:
+    # command"; main prints the usage with the commands instead (still a usage error, exit 2)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     p_info = sub.add_parser("info", help="backend detection report")
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
     p_info.set_defaults(func=_cmd_info)
@@ -102,7 +104,13 @@ def _add_selftest(sub) -> None:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        # a missing subcommand is a usage error (argparse's exit status 2), shown as the help:
+        # the usage line and every command with what it does
+        parser.print_help(sys.stderr)
+        return 2
     return args.func(args)
 
 

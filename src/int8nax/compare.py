@@ -4,11 +4,12 @@ Every contender (int8nax.bench.contenders) gets the same problem per (M, K, N), 
 once against the exact reference, and only then timed. The default columns are the seed's
 table:
 
-    M, K, N | cider-full | cider-raw | NAX | full/raw | raw/NAX | nax-full | nax-full/NAX
+    M, K, N | cider-full | cider-raw | int8nax-gemm | full/raw | raw/gemm | int8nax-full | full/gemm
             | baselines (mlx-fp16, mlx-q8, cublaslt-int8, torch-int8) | their ratios
 
-NAX is int8nax's raw GEMM (int8_matmul) on whatever backend runs here; full/raw is
-cider-full / cider-raw and X/NAX is X's time over NAX's (above 1: int8nax is faster).
+int8nax-gemm is int8nax's raw GEMM (int8_matmul) on whatever backend runs here (Metal NAX on an
+Apple M5, CUDA, or the CPU); full/raw is cider-full / cider-raw and X/gemm is X's time over
+int8nax-gemm's (above 1: int8nax is faster).
 `--contenders` chooses other columns (numpy-sgemm, say, on a CPU box); `--mode` chooses the
 figure (int8nax.bench.timing): one call + eval, per call in a dependent chain, or host build
 time; `--mode kernel` is a run of its own on CUDA (int8nax.bench.kernel_time), and with
@@ -37,20 +38,20 @@ from . import backends
 from .bench import argtypes, contenders, estimate, host, kernel_plans, kernel_time, problems, timing
 from .bench.text import table_lines
 
-TITLES = {"nax-gemm": "NAX"}
-"""Column titles that differ from the contender's name (the seed's table calls it NAX)."""
+TITLES: dict[str, str] = {}
+"""Column titles that differ from the contender's name (none: each names what runs on every backend)."""
 
-DEFAULT_CONTENDERS = ("cider-full", "cider-raw", "nax-gemm", "nax-full", "mlx-fp16", "mlx-q8",
+DEFAULT_CONTENDERS = ("cider-full", "cider-raw", "int8nax-gemm", "int8nax-full", "mlx-fp16", "mlx-q8",
                       "cublaslt-int8", "torch-int8")
-OURS = ("nax-gemm", "nax-full")
+OURS = ("int8nax-gemm", "int8nax-full")
 
 RATIOS = (
     ("full/raw", "cider-full", "cider-raw"),
-    ("raw/NAX", "cider-raw", "nax-gemm"),
-    ("nax-full/NAX", "nax-full", "nax-gemm"),
-    ("cuBLASLt/NAX", "cublaslt-int8", "nax-gemm"),
-    ("torch/NAX", "torch-int8", "nax-gemm"),
-    ("sgemm/NAX", "numpy-sgemm", "nax-gemm"),
+    ("raw/gemm", "cider-raw", "int8nax-gemm"),
+    ("full/gemm", "int8nax-full", "int8nax-gemm"),
+    ("cuBLASLt/gemm", "cublaslt-int8", "int8nax-gemm"),
+    ("torch/gemm", "torch-int8", "int8nax-gemm"),
+    ("sgemm/gemm", "numpy-sgemm", "int8nax-gemm"),
 )
 """(title, numerator, denominator) of time ratios, shown when both contenders are columns."""
 
@@ -288,7 +289,7 @@ def notes(per_shape, names) -> list[str]:
     faster = [estimate.shape_text(shape) for shape, row in per_shape.items()
               if _w8a8_beats_raw_on_cpu(row)]
     if faster:
-        lines.append(f"nax-full/NAX below 1 at {', '.join(faster)}: {W8A8_ON_CPU}")
+        lines.append(f"full/gemm below 1 at {', '.join(faster)}: {W8A8_ON_CPU}")
     return lines
 
 
@@ -312,7 +313,7 @@ W8A8_ON_CPU = ("on the CPU backend w8a8_linear prepares its weight once (packed 
 
 
 def _w8a8_beats_raw_on_cpu(row) -> bool:
-    full, raw = row.get("nax-full"), row.get("nax-gemm")
+    full, raw = row.get("int8nax-full"), row.get("int8nax-gemm")
     return bool(full and raw and full.seconds and raw.seconds and full.seconds < raw.seconds
                 and "backend cpu" in (full.detail or ""))
 

@@ -160,8 +160,8 @@ def exactness_grid(callables, sizes, seed: int = 0, log=None) -> list[Tally]:
     return [gemm, quantize, w8a8]
 
 
-TIMED = (("int8nax int8_matmul", "nax-gemm"), ("cider int8_matmul_int32", "cider-raw"),
-         ("int8nax w8a8_linear", "nax-full"), ("cider linear (w8a8)", "cider-full"),
+TIMED = (("int8nax int8_matmul", "int8nax-gemm"), ("cider int8_matmul_int32", "cider-raw"),
+         ("int8nax w8a8_linear", "int8nax-full"), ("cider linear (w8a8)", "cider-full"),
          ("mx.matmul fp16", "mlx-fp16"))
 """(column, contender): each output is checked (int8nax.bench.checks) before it is timed."""
 

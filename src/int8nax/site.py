@@ -10,10 +10,11 @@ and writes, into the published site,
                   of the machine's roofline (ceilings: int8nax.bench.machines)
     compare.json  the same entries, machine-readable (tools/asv_site.py checks the page and
                   this file against asv's own graph files)
-and links the page from asv's index.html. asv 0.6.6's index loads its JavaScript from CDNs;
-when they cannot load (offline), asv sends the browser to error.html. The command points that
-fallback at compare.html#offline instead, which says why the interactive graphs are missing
-and how to get them (tools/asv_site.py vendor).
+and links the page from asv's index.html. asv 0.6.6's index loads its JavaScript from CDNs:
+the command copies the same libraries, shipped with int8nax (int8nax.site_vendor), into the
+site and points index.html at them, so that the graphs work offline. Should they still fail
+to load, asv sends the browser to error.html; the command points that fallback at
+compare.html#offline instead, which says why the interactive graphs are missing.
 
 asv's result files are read through int8nax.asv_format (format version 2): a number is a
 result, NaN n/a (skipped), null a failure; a benchmark absent from a file was not run at
@@ -32,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import asv_format, site_models
+from . import asv_format, site_models, site_vendor
 from .bench import contenders as bench_contenders
 from .bench import machines as machine_ceilings
 from .bench import problems, timing
@@ -70,11 +71,11 @@ class ContenderInfo:
 _RAW = Format("int8", a=1, b=1, out=4)
 _W8A8 = Format("int8", a=2, b=1, out=2, b_per_row=4)  # float16 x in, int8 codes + float32 scale per row
 CONTENDERS: tuple[ContenderInfo, ...] = (
-    ContenderInfo("nax-gemm", "nax_gemm", _RAW, peer=False),
+    ContenderInfo("int8nax-gemm", "int8nax_gemm", _RAW, peer=False),
     ContenderInfo("cider-raw", "cider_raw", _RAW, peer=True),
     ContenderInfo("cublaslt-int8", "cublaslt_int8", _RAW, peer=True),
     ContenderInfo("torch-int8", "torch_int8", _RAW, peer=True),
-    ContenderInfo("nax-full", "nax_full", _W8A8, peer=False),
+    ContenderInfo("int8nax-full", "int8nax_full", _W8A8, peer=False),
     ContenderInfo("cider-full", "cider_full", _W8A8, peer=True),
     ContenderInfo("mlx-fp16", "mlx_fp16_matmul", Format("fp16", a=2, b=2, out=2), peer=True),
     # 8-bit codes plus a float16 scale and bias per group of 64 weights
@@ -217,8 +218,10 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineResult
                     old = slot.get(param)
                     if old is None or value.status == "ok" or old.status != "ok":
                         slot[param] = value
+    # kernel records from every file of the commit: a run of bench_kernel alone has no time
+    kernels = _merged_kernels([f for f in every if f.commit == latest.commit])
     return MachineResults(folder.name, asv_format.machine_info(folder), latest.commit, latest.date, [f.env for f in same], merged, ratios,
-                          _merged_kernels(same), previous,
+                          kernels, previous,
                           _merged_kernels([f for f in every if f.commit == previous]))
 
 
@@ -282,6 +285,8 @@ class MachineBlock:
     absent: list[str] = field(default_factory=list)  # contenders with no result at any shape here
     unmeasured: list[str] = field(default_factory=list)  # declared shapes with no result here
     here: bool = False  # the machine this command runs on (its latest run is the user's own)
+    backend: str = ""  # the int8nax backend its results ran on ("cpu", "cuda", "metal"; "" unknown)
+    m5_only: list[str] = field(default_factory=list)  # cider contenders no machine has reported yet
     reasons: dict[str, str] = field(default_factory=dict)  # absent contender -> why (here only)
     skipped: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # why -> contender -> shapes (here)
 
@@ -470,6 +475,29 @@ def skipped_shapes(block: MachineBlock) -> dict[str, dict[str, list[str]]]:
     return out
 
 
+CIDER = ("cider-raw", "cider-full")
+"""cider's contenders: they run only on an Apple M5 (cider is a Metal library)."""
+M5_ONLY, M5_COMMAND = site_models.M5_ONLY, site_models.M5_COMMAND
+
+
+def backend_of(results: MachineResults, texts: list[str] = ()) -> str:
+    """The int8nax backend a machine's results ran on: the first word of a recorded kernel's
+    description where int8nax here can name one (e.g. "cuda tma-ws-cooperative ..."), else its
+    machine.json: an NVIDIA GPU -> "cuda", an Apple GPU -> "metal", no GPU -> "cpu"; "" unknown."""
+    for text in texts:
+        word = text.split(" ", 1)[0]
+        if word in ("cpu", "cuda", "metal"):
+            return word
+    gpu = str(results.info.get("gpu", "")).strip()
+    if "NVIDIA" in gpu:
+        return "cuda"
+    if "Apple" in gpu or gpu.startswith("M5"):
+        return "metal"
+    if gpu in ("", "none"):
+        return "cpu"
+    return ""
+
+
 def compare(results_dir: Path, commits: set[str] | None = None, first: str | None = None,
             here: str | None = None) -> list[MachineBlock]:
     """Every machine's block, `first` (a machine name) at the top, then the others in name order.
@@ -478,7 +506,11 @@ def compare(results_dir: Path, commits: set[str] | None = None, first: str | Non
     roster = _roster(all_results)
     blocks = [compare_machine(r, roster) for r in all_results]
     name_kernels(blocks)
+    stems = {c.name: c.stem for c in CONTENDERS}
+    unreported = [c for c in CIDER if not any(_has_any(r, stems[c]) for r in all_results)]
     for b in blocks:
+        b.backend = backend_of(b.results, [e.kernel_text for sb in b.shapes for e in sb.entries if e.kernel_text])
+        b.m5_only = [c for c in unreported if c in b.absent]
         if here and b.results.name == here:
             b.here = True
             b.reasons = skip_reasons(b.absent)
@@ -533,7 +565,8 @@ def to_json(blocks: list[MachineBlock]) -> dict:
                     "kernel": e.kernel, "kernel_text": e.kernel_text or None,
                     "kernel_before": e.kernel_before, "kernel_changed": e.kernel_changed,
                 })
-        machines[r.name] = {"commit": r.commit, "date": r.date, "envs": r.envs,
+        machines[r.name] = {"commit": r.commit, "date": r.date, "envs": r.envs, "backend": block.backend or None,
+                            "m5_only": block.m5_only,
                             "previous_commit": r.previous_commit or None,
                             "declared": block.declared.name if block.declared else None,
                             "here": block.here,
@@ -541,7 +574,8 @@ def to_json(blocks: list[MachineBlock]) -> dict:
                                        for b, per in r.ratios.items()}, "absent": {c: block.reasons.get(c) for c in block.absent},
                             "unmeasured_shapes": block.unmeasured,
                             "shapes": [sb.shape for sb in block.shapes], "entries": entries}
-    return {"generated_by": "int8nax site", "modes": list(MODES), "machines": machines}
+    return {"generated_by": "int8nax site", "modes": list(MODES), "machines": machines,
+            "m5_only": {"text": M5_ONLY, "command": M5_COMMAND}}
 
 
 _CSS = """
@@ -618,7 +652,10 @@ def _kernel_words(kernel: int, text: str) -> str:
 def _kernel_cell(e: Entry, previous: str) -> str:
     """What ran (bench_kernel's record), and whether it differs at the machine's previous commit."""
     if e.kernel is None:
-        return '<td class="kernel"></td>'
+        if e.contender in bench_contenders.OPS:  # int8nax's own: bench_kernel did not record this commit
+            return '<td class="kernel none">no kernel id at this commit</td>'
+        return ('<td class="kernel peer" title="a peer: its own library picks its kernel; its detail is in '
+                '`int8nax compare`">—</td>')
     text = html.escape(_kernel_words(e.kernel, e.kernel_text))
     if e.kernel_changed:
         before = html.escape(_kernel_words(e.kernel_before, e.kernel_text_before))
@@ -630,7 +667,13 @@ def _kernel_cell(e: Entry, previous: str) -> str:
             f'{text}</td>')
 
 
-def _table(sb: ShapeBlock, previous: str = "") -> str:
+def _m5_only_row(name: str, span: int) -> str:
+    return (f'<tr class="missing" data-m5-only="true" data-contender="{html.escape(name)}"><td class="name">{html.escape(name)}</td>'
+            f'<td colspan="{span}" style="text-align:left"><b>{M5_ONLY}</b>: an M5 owner runs '
+            f'<code>{html.escape(M5_COMMAND)}</code></td></tr>')
+
+
+def _table(sb: ShapeBlock, previous: str = "", m5_only: list[str] = ()) -> str:
     head = ('<tr><th class="name" rowspan="2">contender</th><th class="kernel" rowspan="2">kernel</th>'
             '<th colspan="2">time per call</th>'
             '<th colspan="2">TOPS</th><th colspan="2">of roofline</th>'
@@ -676,6 +719,7 @@ def _table(sb: ShapeBlock, previous: str = "") -> str:
                      if r is not None else "–" for r in (rs[m] for m in MODES)]
             cells.append(f'<td class="ratio" data-peer="{html.escape(peer)}"{attrs}>{" · ".join(parts)}</td>')
         body.append(f'<tr class="result" data-contender="{name}">{"".join(cells)}</tr>')
+    body += [_m5_only_row(c, span + 1) for c in m5_only]
     return f'<table class="contenders" data-shape="{html.escape(sb.shape)}">{head}{"".join(body)}</table>'
 
 
@@ -695,23 +739,34 @@ def _ceiling_text(declared: machine_ceilings.Machine | None, why_not: str) -> st
     return f'<p class="small">{html.escape(declared.description)}</p>' + "".join(parts)
 
 
-W8A8_NOTE = (
-    "Why <b>nax-full</b> (W8A8: quantize, int8 GEMM, dequantize) can take less time than "
-    "<b>nax-gemm</b> (the raw int8 GEMM alone) on the CPU backend: <code>w8a8_linear</code> prepares "
+W8A8_NOTES = {
+    "cpu": (
+    "Why <b>int8nax-full</b> (W8A8: quantize, int8 GEMM, dequantize) can take less time than "
+    "<b>int8nax-gemm</b> (the raw int8 GEMM alone) on the CPU backend: <code>w8a8_linear</code> prepares "
     "a weight once (at its second use as the same array it is transposed and packed into an "
     "onnxruntime session, ~0.1 s for 4096&times;4096) and every later call reuses it, as a model's "
     "layers do; <code>int8_matmul</code> keeps no state, so every call shifts and packs its int8 "
     "<i>b</i> (N&middot;K bytes) again, and it writes int32 (4 bytes per output) where W8A8 writes "
     "float16 (2). Both are timed as a user calls them. <code>INT8NAX_CPU_PREPARE=0</code> times W8A8 "
-    "without the prepared weight.")
+    "without the prepared weight."),
+    "cuda": (
+    "Why <b>int8nax-full</b> (W8A8: quantize, int8 GEMM, dequantize) can take less time than "
+    "<b>int8nax-gemm</b> (the raw int8 GEMM alone) on the CUDA backend: the two calls are dispatched "
+    "separately, kernel and plan per shape (the kernel column says which ran; at M &le; 16 W8A8 can run "
+    "the GEMV, which streams the weight once), and W8A8 writes float16 (2 bytes per output) where "
+    "<code>int8_matmul</code> writes int32 (4)."),
+}
+"""Why W8A8 can beat the raw GEMM, per backend: shown only under a machine of that backend."""
+W8A8_NOTE_OTHER = ("The two calls can run different kernels (the kernel column says which ran), and W8A8 "
+                   "writes float16 (2 bytes per output) where <code>int8_matmul</code> writes int32 (4).")
 
 
 def _w8a8_faster(b: MachineBlock) -> list[str]:
-    """Shapes where nax-full's one call took less time than nax-gemm's."""
+    """Shapes where int8nax-full's one call took less time than int8nax-gemm's."""
     out = []
     for sb in b.shapes:
         by = {e.contender: e for e in sb.entries}
-        full, raw = by.get("nax-full"), by.get("nax-gemm")
+        full, raw = by.get("int8nax-full"), by.get("int8nax-gemm")
         if full and raw and full.seconds("call") and raw.seconds("call") and full.seconds("call") < raw.seconds("call"):
             out.append(sb.shape)
     return out
@@ -789,9 +844,10 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
            '<link rel="icon" href="swallow.ico">',  # asv's icon, in the site: no request that 404s
            f'<title>int8nax: contenders compared</title><style>{_CSS}</style></head><body>',
            '<div id="offline" class="notice"><b>The interactive asv graphs could not load.</b> asv '
-           '0.6.6 loads jQuery, Flot and Bootstrap from CDNs, which this browser cannot reach (offline?). '
-           'This page needs none of them. To serve the libraries with the site: '
-           '<code>npm ci --prefix tools/asv-site &amp;&amp; python tools/asv_site.py vendor .asv/html</code>.</div>',
+           '0.6.6 loads jQuery, Flot and Bootstrap, which this browser could not reach: from CDNs where '
+           '<code>int8nax site</code> has not run on this site (offline?), else from its <code>vendor/</code> '
+           'folder. This page needs none of them. <code>int8nax site .asv/html</code> after '
+           '<code>asv publish</code> serves them with the site.</div>',
            '<h1>int8nax: contenders compared</h1>',
            f'<p class="small">Generated by <code>int8nax site</code> from <code>{html.escape(results_dir)}</code> '
            f'on {stamp}. <a href="index.html">The asv site</a> has the history per commit.</p>',
@@ -807,7 +863,10 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
            'never zero. <b>Kernel</b>: what int8nax ran at that shape (<code>track_&lt;name&gt;_kernel</code>, '
            'an id of the backend\'s description; in words where int8nax here describes the same kernel), '
            'marked <span class="changed">changed</span> where the machine\'s previous commit with records '
-           'ran another.</p>',
+           'ran another; <i>no kernel id at this commit</i> where the machine\'s run recorded none (commits '
+           'before the records, or a run without <code>bench_kernel</code>). '
+           f'<b>cider</b> runs only on an Apple M5: its rows say <i>{M5_ONLY}</i> until an M5 owner\'s '
+           'results are committed.</p>',
            f'<nav class="toc">Machines: {toc}</nav>', _here_text(blocks)]
     if not blocks:
         out.append("<p><b>No results.</b> Run <code>asv run</code> first.</p>")
@@ -824,7 +883,8 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
         faster = _w8a8_faster(b)
         if faster:
             out.append(f'<p class="small w8a8-note" data-shapes="{html.escape(";".join(faster))}">'
-                       f'At {html.escape(", ".join(faster))}, W8A8 took less time than the raw GEMM. {W8A8_NOTE}</p>')
+                       f'At {html.escape(", ".join(faster))}, W8A8 took less time than the raw GEMM. '
+                       f'{W8A8_NOTES.get(b.backend, W8A8_NOTE_OTHER)}</p>')
         out.append(_ratios_table(r))
         out.append('<nav class="toc small">Shapes: ' + " ".join(
             f'<a href="#{name}-{_anchor(sb.shape)}">{html.escape(sb.shape)}</a>' for sb in b.shapes) + "</nav>")
@@ -833,7 +893,7 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
             out.append(f'<h3 id="{name}-{_anchor(sb.shape)}">(M, K, N) = {html.escape(sb.shape)} '
                        f'<span class="small">{n} of {len(sb.entries)} contenders have results</span></h3>'
                        f'<div class="shape" data-machine="{name}" data-shape="{html.escape(sb.shape)}">'
-                       f'{_svg(sb)}{_table(sb, r.previous_commit)}</div>')
+                       f'{_svg(sb)}{_table(sb, r.previous_commit, b.m5_only)}</div>')
         out.append("</section>")
     out.append("</body></html>")
     return "\n".join(out)
@@ -964,13 +1024,18 @@ def publish(html_dir: Path, results_dir: Path, first: str | None = None, here: s
     blocks = compare(results_dir, commits, first or here, here)
     page = render(blocks, str(results_dir))
     # The model section (int8nax.site_models) goes at the end of the page.
-    page = page.replace("</body></html>", site_models.section(results_dir, commits) + "\n</body></html>")
+    page = page.replace("</body></html>", site_models.section(results_dir, commits, first or here) + "\n</body></html>")
     (html_dir / "compare.html").write_text(page)
     data = to_json(blocks)
     data["models"] = site_models.to_json(site_models.read(results_dir, commits))
     (html_dir / "compare.json").write_text(json.dumps(data, indent=1, allow_nan=False))
     tuned, untuned = tune_graphs(html_dir, first or (here if here in data["machines"] else None))
     changed = link_index(index) + tuned
+    try:
+        if site_vendor.vendor(html_dir):
+            changed.append("libraries served with the site (vendor/)")
+    except site_vendor.VendorError as exc:
+        raise SiteError(str(exc)) from None
     return {"page": str(html_dir / "compare.html"), "index": changed, "untuned": untuned,
             "machines": {m: sum(e["has_result"] for e in v["entries"]) for m, v in data["machines"].items()},
             "absent": {m: v["absent"] for m, v in data["machines"].items()},

@@ -19,6 +19,13 @@ from pathlib import Path
 from . import asv_format
 from .bench.models import FORMS, MODES
 
+M5_ONLY = "M5 only: no report yet"
+M5_COMMAND = ("asv machine --machine int8nax-m5 --yes && asv run --config asv.m5.conf.json "
+              "(cider installed as docs/results/m5.md says), or int8nax selftest --json and "
+              "int8nax compare --markdown in an issue")
+"""cider runs only on an Apple M5: what its columns say until an M5 owner's results are committed,
+and what that owner runs (docs/results/m5.md). int8nax.site's contender tables say the same."""
+
 STEMS = {f.replace("-", "_"): f for f in FORMS}
 COLORS = {"bf16": "#444444", "fp16": "#888888", "mlx-q8": "#1f77b4", "w8a8": "#d62728", "cider": "#2ca02c"}
 _TRACK = re.compile(r"^bench_model\.\w+\.track_(\w+?)(_compiled)?_tokens_per_s$")
@@ -88,6 +95,11 @@ def speedup(block: MachineModels, config: str, mode: str, form: str, tokens: int
     return mine / ref if mine and ref else None
 
 
+def ms_per_forward(tokens_per_s: float, tokens: int) -> float:
+    """The same figure as tokens/s, in ms per forward of all the profile's layers (decode: one step)."""
+    return 1e3 * tokens / tokens_per_s
+
+
 def to_json(blocks: list[MachineModels]) -> dict:
     out = {}
     for b in blocks:
@@ -95,7 +107,8 @@ def to_json(blocks: list[MachineModels]) -> dict:
         for (config, mode, form, tokens), v in sorted(b.tokens_per_s.items()):
             spl = b.s_per_layer.get((config, mode, form, tokens))
             rows.append({"configuration": config, "mode": mode, "form": form, "tokens": tokens,
-                         "tokens_per_s": v, "ms_per_layer": None if spl is None else spl * 1e3,
+                         "tokens_per_s": v, "ms_per_forward": ms_per_forward(v, tokens),
+                         "ms_per_layer": None if spl is None else spl * 1e3,
                          "speed_vs_bf16": speedup(b, config, mode, form, tokens)})
         out[b.name] = {"commit": b.commit, "date": b.date, "rows": rows}
     return out
@@ -145,14 +158,18 @@ def _svg(block: MachineModels, config: str) -> str:
     return "".join(out)
 
 
-def _table(block: MachineModels, config: str) -> str:
+def _table(block: MachineModels, config: str, m5_only: bool = False) -> str:
+    """tokens x forms: each cell one figure in one unit (tokens/s, and the same as ms per forward),
+    the speed-up over bf16; `m5_only`: a cider column saying no M5 has reported yet."""
     keys = [k for k in block.tokens_per_s if k[0] == config]
     cols = [(form, mode) for mode in MODES for form in FORMS
             if any(k[1] == mode and k[2] == form for k in keys)]
     tokens = sorted({k[3] for k in keys})
     head = "".join(f"<th>{html.escape(f)}{' compiled' if m == 'compiled' else ''}</th>" for f, m in cols)
+    if m5_only:
+        head += "<th>cider</th>"
     rows = []
-    for t in tokens:
+    for i, t in enumerate(tokens):
         cells = []
         for form, mode in cols:
             v = block.tokens_per_s.get((config, mode, form, t))
@@ -161,16 +178,21 @@ def _table(block: MachineModels, config: str) -> str:
             if v is None:
                 cells.append('<td class="na">-</td>')
                 continue
-            extra = f"<br><span class='small'>{spl * 1e3:.3g} ms/layer</span>" if spl else ""
-            cells.append(f"<td>{v:,.1f} tok/s<br><b>{'%.2fx' % s if s else '-'}</b>{extra}</td>")
+            cells.append(f"<td>{v:,.1f} tok/s<br><b>{'%.2fx' % s if s else '-'}</b>"
+                         f"<br><span class='small'>{ms_per_forward(v, t):.3g} ms a forward</span></td>")
+        if m5_only and i == 0:
+            cells.append(f'<td class="m5-only" rowspan="{len(tokens)}" style="text-align:left;max-width:18em">'
+                         f'<b>{M5_ONLY}</b>: an M5 owner runs <code>{html.escape(M5_COMMAND)}</code></td>')
         rows.append(f"<tr><th>{'decode' if t == 1 else t}</th>{''.join(cells)}</tr>")
     return (f'<table class="models"><thead><tr><th>tokens</th>{head}</tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
-def section(results_dir: Path, commits: set[str] | None = None) -> str:
-    """The page's model section (an empty-results note when no machine has model results)."""
-    blocks = read(results_dir, commits)
+def section(results_dir: Path, commits: set[str] | None = None, first: str | None = None) -> str:
+    """The page's model section (an empty-results note when no machine has model results);
+    `first`: the machine shown first (the user's own), the others in name order."""
+    blocks = sorted(read(results_dir, commits), key=lambda b: b.name != first)
+    m5_only = not any(k[2] == "cider" for b in blocks for k in b.tokens_per_s)
     out = ['<section id="models"><style>table.models{border-collapse:collapse;margin:.5em 0 1.5em}'
            'table.models td,table.models th{border:1px solid #ddd;padding:2px 8px;text-align:right}'
            'svg.models{display:block}</style><h2>Models: tokens per second</h2>',
@@ -178,17 +200,20 @@ def section(results_dir: Path, commits: set[str] | None = None) -> str:
            '(random seeded weights, the public configurations\' dimensions), prefill of T tokens or one '
            'decode step after a prompt, in each form: bf16, fp16, MLX 8-bit weight-only (mlx-q8), int8nax '
            'W8A8, cider (M5 only); dashed lines and "compiled" columns run under mx.compile. Each cell: '
-           'tokens/s, the speed-up over bf16 in the same mode (bold; above 1 is faster) and the time per '
-           'layer. Missing means no number (n/a, failed or not run).</p>']
+           'tokens/s, the speed-up over bf16 in the same mode (bold; above 1 is faster) and the same '
+           'figure as the time of one forward through the profile\'s layers (decode: one step). asv\'s '
+           '<code>time_&lt;form&gt;</code> per layer, a separate measurement, is in its graphs. Missing '
+           'means no number (n/a, failed or not run).</p>']
     if not blocks:
         out.append("<p>No model results yet: run the suite with benchmarks/bench_model.py.</p>")
     for b in blocks:
         name = html.escape(b.name)
         hw = ", ".join(f"{k} {b.info[k]}" for k in ("cpu", "num_cpu", "gpu") if b.info.get(k))
-        out.append(f'<h3 id="models-{name}">{name}</h3><p class="small">{html.escape(hw)}. '
+        mine = " (your run)" if first and b.name == first else ""
+        out.append(f'<h3 id="models-{name}">{name}{mine}</h3><p class="small">{html.escape(hw)}. '
                    f'Commit <code>{html.escape(b.commit[:8])}</code>.</p>')
         for config in sorted({k[0] for k in b.tokens_per_s}):
             out.append(f'<h4>{html.escape(config)}</h4><div class="model" data-machine="{name}" '
-                       f'data-config="{html.escape(config)}">{_svg(b, config)}{_table(b, config)}</div>')
+                       f'data-config="{html.escape(config)}">{_svg(b, config)}{_table(b, config, m5_only)}</div>')
     out.append("</section>")
     return "\n".join(out)

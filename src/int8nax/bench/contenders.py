@@ -1,13 +1,13 @@
 """Who is timed, and the proof that each computes its problem (problems.py, checks.py).
 
     name          kind  what
-    nax-gemm      raw   int8nax.int8_matmul on the backend int8nax picks
+    int8nax-gemm      raw   int8nax.int8_matmul on the backend int8nax picks
     cider-raw     raw   cider's int8_matmul_int32 (Apple M5)
     cublaslt-int8 raw   cuBLASLt int8 GEMM called directly, with a workspace and its heuristic
                         (the real CUDA anchor; int8nax.bench.peers.cublaslt)
     torch-int8    raw   torch._int_mm: cuBLASLt without workspace, i.e. torch's path, an
                         Ampere kernel on the H200 (kept for history)
-    nax-full      full  int8nax.w8a8_linear
+    int8nax-full      full  int8nax.w8a8_linear
     cider-full    full  cider's per-channel W8A8 linear (Apple M5)
     mlx-fp16      full  mx.matmul in float16 (what W8A8 must beat)
     mlx-q8        full  mx.quantized_matmul, 8-bit affine, group 64 (weight-only W8A16:
@@ -153,14 +153,14 @@ def _int8nax_backend(backend: str | None) -> tuple[str, str]:
     return name, f"int8nax backend {name} ({why})"
 
 
-OPS = {"nax-gemm": "int8_matmul", "nax-full": "w8a8_linear"}
+OPS = {"int8nax-gemm": "int8_matmul", "int8nax-full": "w8a8_linear"}
 """The int8nax operation each of int8nax's contenders calls (the op of Backend.describe)."""
 
 
 def describe(name: str, shape: Shape, backend: str | None = None) -> str:
     """What int8nax's contender `name` runs at `shape` on `backend` (default: int8nax's own
     choice), in the backend's words (Backend.describe): e.g. "cpu onnxruntime MatMulInteger".
-    nax-full's problem is float16 x without a bias (problems.linear_problem). Raises
+    int8nax-full's problem is float16 x without a bias (problems.linear_problem). Raises
     Unavailable when that backend cannot run here, ValueError for a peer's name."""
     if name not in OPS:
         raise ValueError(f"describe: {name!r} is not one of int8nax's contenders ({', '.join(OPS)})")
@@ -179,20 +179,20 @@ def kernel_id(description: str) -> int:
 
 def _nax_gemm(shape: Shape, backend: str | None) -> Prepared:
     name, detail = _int8nax_backend(backend)
-    ran = describe("nax-gemm", shape, backend)
+    ran = describe("int8nax-gemm", shape, backend)
     a, b = _evaluated(*(mx.array(v) for v in raw_problem(*shape)))
     return _mlx(lambda a_: api.int8_matmul(a_, b, backend=backend), a,
-                lambda out: checks.check_exact("nax-gemm", shape, out, raw_expected(*shape)),
+                lambda out: checks.check_exact("int8nax-gemm", shape, out, raw_expected(*shape)),
                 f"{ran}; {detail}", lazy=name != "cpu", kernel=ran)
 
 
 def _nax_full(shape: Shape, backend: str | None) -> Prepared:
     name, detail = _int8nax_backend(backend)
-    ran = describe("nax-full", shape, backend)
+    ran = describe("int8nax-full", shape, backend)
     x, = _evaluated(mx.array(linear_problem(*shape)[0]))
     w, s_w = _evaluated(*(mx.array(v) for v in w8a8_weights(*shape)))
     return _mlx(lambda x_: api.w8a8_linear(x_, w, s_w, backend=backend), x,
-                lambda out: checks.check_ulp("nax-full", shape, out, w8a8_expected(*shape)),
+                lambda out: checks.check_ulp("int8nax-full", shape, out, w8a8_expected(*shape)),
                 f"{ran}; {detail}", lazy=name != "cpu", kernel=ran)
 
 
@@ -324,11 +324,11 @@ _MLX_CPU_SLOW = ("MLX's {} on the CPU runs at ~{} GFLOP/s on 2 cores: where MLX 
                  "it measures only the small shapes")
 
 CONTENDERS: dict[str, Contender] = {c.name: c for c in (
-    Contender("nax-gemm", "raw", "int8nax.int8_matmul: int8 x int8 -> exact int32", _nax_gemm),
+    Contender("int8nax-gemm", "raw", "int8nax.int8_matmul: int8 x int8 -> exact int32", _nax_gemm),
     Contender("cider-raw", "raw", "cider int8_matmul_int32 (Apple M5)", _cider_raw),
     Contender("cublaslt-int8", "raw", "cuBLASLt int8 GEMM with workspace and heuristic (CUDA)", _cublaslt_int8),
     Contender("torch-int8", "raw", "torch._int_mm, torch's cuBLASLt path without workspace (CUDA)", _torch_int8),
-    Contender("nax-full", "full", "int8nax.w8a8_linear: per-token quantization + int8 GEMM + dequant", _nax_full),
+    Contender("int8nax-full", "full", "int8nax.w8a8_linear: per-token quantization + int8 GEMM + dequant", _nax_full),
     Contender("cider-full", "full", "cider per-channel W8A8 linear (Apple M5)", _cider_full),
     Contender("mlx-fp16", "full", "mx.matmul float16 (dense baseline)", _mlx_fp16,
               _MLX_CPU_SLOW.format("float matmul", "4.5")),

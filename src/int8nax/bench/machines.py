@@ -13,11 +13,12 @@ sgemm) is measured against those, not the GPU's.
 
 Every figure says where it comes from; `estimate=True` marks figures nobody measured on
 that machine (a ceiling derived from the ISA or a vendor figure, or a third-party estimate).
-This module only declares numbers: it imports nothing, so any layer may read it.
+This module only declares numbers: it imports nothing of int8nax, so any layer may read it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 FORMATS = ("int8", "fp16", "fp32")
@@ -76,6 +77,40 @@ H200 = Machine(
     expects={"gpu": "H200"},
 )
 
+H100 = Machine(
+    name="h100",
+    description="NVIDIA H100 SXM (132 SMs, 80 GB HBM3), a lent GPU box",
+    device=Ceilings(
+        compute_tops={"int8": 1979.0, "fp16": 989.5},
+        memory_tbps=3.35,
+        sources={
+            "int8": "NVIDIA's dense int8 tensor-core peak for the H100 SXM, 1979 TOPS (the H200's GH100 "
+                    "die and clocks: 132 SMs at 1980 MHz)",
+            "fp16": "half the int8 rate: dense fp16/bf16 tensor-core peak ~990 TFLOPS (NVIDIA's figure)",
+            "memory": "NVIDIA's datasheet: 3.35 TB/s of HBM3 (not measured here; the H200 reaches 0.95 "
+                      "of its datasheet figure)",
+        },
+        estimate=True,
+    ),
+    host=None,
+    expects={"gpu": "H100"},
+)
+
+CARDS = {"H100": "h100", "H200": "h200"}
+"""GPU model (as in its name: "NVIDIA H100 80GB HBM3") -> the asv machine its results are filed
+under. One machine per card: figures of two cards never share a history."""
+
+
+def card_machine(gpu_name: str) -> str | None:
+    """The asv machine name for a GPU named `gpu_name` (nvidia-smi's name, or MLX's
+    device_info()["device_name"]): "h100" or "h200"; None for any other card, and for an H100
+    other than the SXM part (PCIe and NVL have other ceilings: name their machine yourself)."""
+    found = {name for model, name in CARDS.items() if re.search(rf"\b{model}\b", gpu_name)}
+    if len(found) != 1 or re.search(r"PCIe|NVL", gpu_name):
+        return None
+    return found.pop()
+
+
 # The 2-core CI box: /proc/cpuinfo reports "AMD EPYC", family 25 model 17 (Zen 4), 2 vCPUs
 # under KVM at 2596 MHz, with avx512f, avx512_vnni and avx512_bf16 but no amx and no
 # avx512_fp16. Zen 4 executes a 512-bit instruction on two 256-bit halves, so per core and
@@ -128,7 +163,7 @@ M5_MAX = Machine(
     aliases=("m5", "m5-max"),
 )
 
-MACHINES: dict[str, Machine] = {m.name: m for m in (H200, CPU_2CORE, M5_MAX)}
+MACHINES: dict[str, Machine] = {m.name: m for m in (H200, H100, CPU_2CORE, M5_MAX)}
 
 
 def lookup(name: str) -> Machine | None:
