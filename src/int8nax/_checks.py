@@ -168,3 +168,23 @@ def check_vector(arr: mx.array, name: str, func: str, length: int, what: str) ->
         raise ValueError(
             f"{func}: '{name}' must have shape ({length},) ({what}), got {tuple(arr.shape)}"
         )
+
+
+SCALE_RULE = ("positive and finite (quantize_weight_int8 gives absmax/127 per row, 1 for an all-zero row; "
+              "an all-zero row is zero codes with any positive scale)")
+"""What a weight scale must be, in the words of every message that refuses one (docs/numerics.md)."""
+
+
+def check_scale_values(scale: mx.array, name: str, func: str) -> None:
+    """ValueError unless every value of the float32 scale vector is positive and finite.
+
+    Zero, negative, NaN and inf scales are refused: quantize_weight_int8 never makes them, and a
+    zero or negative scale would put the kernels' exactness argument (a positive factor per
+    output channel, docs/numerics.md) outside what is tested. Reads the values: on a GPU one
+    synchronisation (callers check each scale array once, not per call)."""
+    if mx.all(mx.isfinite(scale) & (scale > 0)).item():
+        return
+    values = np.array(scale.astype(mx.float32))
+    with np.errstate(invalid="ignore"):
+        bad = int(np.argmax(~(np.isfinite(values) & (values > 0))))
+    raise ValueError(f"{func}: '{name}' must be {SCALE_RULE}; got {float(values[bad])!r} at index {bad}")

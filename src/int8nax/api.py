@@ -27,13 +27,15 @@ CPU backend names such an argument in its error).
 State kept across calls, none of it per shape: the refusing custom functions, one per backend
 (at most 3); the W8A8 and SwiGLU W8A8 gradients', each with and without a bias; the tracer
 check's compiled identity, one per live thread (int8nax.per_thread), holding MLX's traces of it per input
-signature (dtypes and ndims: a handful). The CPU backend keeps one prepared weight per live
+signature (dtypes and ndims: a handful); the scale arrays whose values were checked (at most
+1024, by identity, each going with its array: _CheckedScales). The CPU backend keeps one prepared weight per live
 weight array (backends.cpu.PreparedWeights) and nothing per shape.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from functools import lru_cache
 
 import mlx.core as mx
@@ -48,6 +50,7 @@ from ._checks import (
     backend_env_set,
     check_backend,
     check_dtype,
+    check_scale_values,
     check_float32_range,
     check_k,
     check_ndim,
@@ -62,6 +65,7 @@ _ARRAY = mx.array
 _INT8 = mx.int8
 _FLOAT32 = mx.float32
 _FLOATS = frozenset(FLOAT_DTYPES)
+_DICT_GET = dict.get
 
 
 # --- whether a transformation traces a call ---------------------------------------------------
@@ -487,6 +491,66 @@ def quantize_activations(x, *, backend: str | None = None) -> tuple[mx.array, mx
     return q.reshape(*lead, x.shape[-1]), s.reshape(lead)
 
 
+class _CheckedScales:
+    """Scale arrays whose values passed check_scale_values, by identity: the common call asks
+    here (a dict lookup and a weak reference, ~0.1 µs) instead of reading the values, which on
+    a GPU is a synchronisation. An entry goes with its array (weak reference) and at most LIMIT
+    are kept, the oldest forgotten first; a forgotten array is checked again at its next use.
+    An array changed in place (scale_w[i] = v keeps the object) is not checked again."""
+
+    LIMIT = 1024
+
+    def __init__(self):
+        self._refs: dict[int, weakref.ref] = {}
+        # Re-entrant: a weak reference's callback (drop) can run in this thread while it
+        # holds the lock (an array freed by a garbage collection inside add).
+        self._lock = threading.RLock()
+
+    def seen(self, scale: mx.array) -> bool:
+        ref = self._refs.get(id(scale))
+        return ref is not None and ref() is scale
+
+    def add(self, scale: mx.array) -> None:
+        key = id(scale)
+
+        def drop(ref, key=key, refs=self._refs, lock=self._lock):
+            with lock:
+                if refs.get(key) is ref:
+                    del refs[key]
+
+        ref = weakref.ref(scale, drop)
+        with self._lock:
+            refs = self._refs
+            refs.pop(key, None)
+            while len(refs) >= self.LIMIT:
+                del refs[next(iter(refs))]
+            refs[key] = ref
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+
+_SCALES = _CheckedScales()
+_scale_seen = _SCALES.seen
+
+
+def _check_scales(scale: mx.array, name: str, func: str) -> None:
+    """check_scale_values(scale) once per scale array (_CheckedScales). Where a transformation
+    refuses to evaluate it (a tracer of mx.compile or mx.vmap) the values cannot be read and
+    are not checked; an unevaluated array of another thread is named as such."""
+    if _scale_seen(scale):
+        return
+    try:
+        check_scale_values(scale, name, func)
+    except ValueError as exc:
+        if backends.refused_by_trace(exc):
+            return
+        raise
+    except RuntimeError as exc:
+        _reraise_foreign(func, exc, ((name, scale),))
+    _SCALES.add(scale)
+
+
 def w8a8_linear(x, w_int8, scale_w, bias=None, *, backend: str | None = None) -> mx.array:
     """W8A8 linear layer: y = dequant(quant(x) @ w_int8.T) (+ bias), int8nax's equivalent of
     cider's perchannel_linear.
@@ -563,7 +627,7 @@ def _linear(op: _Linear, x, w_int8, scale_w, bias, backend) -> mx.array:
         xs, ws, ss = x.shape, w_int8.shape, scale_w.shape
         if (len(ws) == 2 and len(ss) == 1 and xs and xs[-1] == op.halves * ws[1] and ss[0] == ws[0] and ws[0]
                 and 0 < ws[1] <= MAX_K and x.dtype in _FLOATS and w_int8.dtype == _INT8
-                and scale_w.dtype == _FLOAT32
+                and scale_w.dtype == _FLOAT32 and _scale_seen(scale_w)
                 and (bias is None or (bias.shape == ss and bias.dtype in _FLOATS))
                 and 0 not in xs and not backend_env_set()):
             if len(xs) == 2:  # no reshapes (~0.5 µs each)
@@ -596,7 +660,7 @@ def _linear_checked(op: _Linear, x, w_int8, scale_w, bias, backend) -> mx.array:
     check_backend(backend, func)
     x = as_mx(x, op.x_name, func, FLOAT_DTYPES)
     w = as_mx(w_int8, "w_int8", func, (mx.int8,))
-    scale_w = as_mx(scale_w, "scale_w", func, (mx.float32,))
+    scale_w = as_mx(scale_w, "scale_w", func, (mx.float32,), float64_to_float32=True)
     if x.ndim < 1:
         raise ValueError(f"{func}: '{op.x_name}' must be at least 1-D {op.x_shape}, got a scalar")
     check_ndim(w, "w_int8", func, 2, "[N, K]")
@@ -604,6 +668,7 @@ def _linear_checked(op: _Linear, x, w_int8, scale_w, bias, backend) -> mx.array:
     op.check_width(x.shape[-1], k)
     check_k(k, func)
     check_vector(scale_w, "scale_w", func, n, "one scale per output channel")
+    _check_scales(scale_w, "scale_w", func)
     if bias is not None:
         bias = as_mx(bias, "bias", func, FLOAT_DTYPES, float64_to_float32=True)
         check_vector(bias, "bias", func, n, "one value per output channel")
@@ -622,3 +687,99 @@ def _linear_checked(op: _Linear, x, w_int8, scale_w, bias, backend) -> mx.array:
 
 _W8A8 = _Linear("w8a8_linear", "x", "[..., K]", 1, "w8a8_linear", _w8a8_grad)
 _SWIGLU_W8A8 = _Linear("swiglu_w8a8_linear", "gate_up", "[..., 2K]", 2, "swiglu_w8a8_linear", _swiglu_grad)
+
+
+# --- a linear's arrays checked once (int8nax.nn's layers and sibling groups) -----------------
+
+def _nothing():
+    return None
+
+
+class BoundLinear:
+    """w8a8_linear (or swiglu_w8a8_linear) with its weight, scales and bias checked once, for a
+    layer that calls it with the same arrays again and again (int8nax.nn): a call checks only
+    its input (type, width, dtype, not empty, not traced) and goes to the backend.
+
+    Made by bind(). The arrays are held, not copied: whoever swaps one (a layer's weight
+    replaced) binds anew; an array changed in place (w[i] = v) is not checked again. Pickling
+    or copying gives None (bind again from the copy's arrays). Thread-safe: nothing in it
+    changes after bind().
+    """
+
+    __slots__ = ("op", "w", "scale_w", "bias", "backend", "width", "n", "method")
+
+    def __init__(self, op: _Linear, w, scale_w, bias, backend):
+        self.op, self.w, self.scale_w, self.bias, self.backend = op, w, scale_w, bias, backend
+        self.width = op.halves * w.shape[1]
+        self.n = w.shape[0]
+        self.method = op.method
+
+    def __reduce__(self):
+        return (_nothing, ())
+
+    def fast(self, x):
+        """y [..., N] in x's dtype for x [..., width], or None where x needs the general path:
+        not an mx.array, another width or dtype, an empty problem, INT8NAX_BACKEND set (the
+        general path reads and checks it), a backend that cannot run (the general path says
+        why), or x traced by a transformation (the gradient needs the custom function). The
+        arrays of bind() are not tracers, so x is the only argument that can be one."""
+        if type(x) is not _ARRAY:
+            return None
+        xs = x.shape
+        if not xs or xs[-1] != self.width or x.dtype not in _FLOATS or 0 in xs:
+            return None
+        backend = self.backend
+        if backend is None:
+            if backend_env_set():
+                return None
+            impl = backends.resolve(None)
+        else:
+            try:
+                impl = backends.resolve(backend)
+            except (RuntimeError, ValueError):
+                return None
+        if not _may_skip_custom(x):
+            return None
+        call = getattr(impl, self.method)  # looked up per call: tests patch backends
+        if len(xs) == 2:
+            rows = x
+        else:  # explicit sizes: reshape(-1, K) costs MLX ~0.15 µs more
+            m = 1
+            for d in xs[:-1]:
+                m *= d
+            rows = x.reshape(m, xs[-1])
+        try:
+            y = call(rows, self.w, self.scale_w, self.bias)
+        except ValueError as exc:
+            _reraise_untraceable(self.op.func, impl, exc)
+        except RuntimeError as exc:
+            _reraise_foreign(self.op.func, exc, ((self.op.x_name, rows), ("w_int8", self.w),
+                                                 ("scale_w", self.scale_w), ("bias", self.bias)))
+        return y if len(xs) == 2 else y.reshape(xs[:-1] + (self.n,))
+
+
+def bind(w, scale_w, bias=None, *, backend: str | None = None, swiglu: bool = False, func: str = "w8a8_linear",
+         names: tuple[str, str, str] = ("w_int8", "scale_w", "bias")) -> BoundLinear | None:
+    """The arrays of w8a8_linear (swiglu: of swiglu_w8a8_linear) checked once: w int8 [N, K],
+    scale_w float32 [N] positive and finite, bias None or float16/bfloat16/float32 [N], all
+    mx.arrays; errors name `func` and the arrays by `names`. None where an array is a tracer
+    (inside a transformation: the call then takes the general path, which checks it there) or
+    not an mx.array or of another dtype the general path converts (numpy, a float64 bias)."""
+    arrays = (w, scale_w) if bias is None else (w, scale_w, bias)
+    if any(type(a) is not _ARRAY for a in arrays):
+        return None
+    if w.dtype != _INT8 or scale_w.dtype != _FLOAT32 or (bias is not None and bias.dtype not in _FLOATS):
+        return None
+    wn, sn, bn = names
+    check_ndim(w, wn, func, 2, "[N, K]")
+    n, k = w.shape
+    if n == 0 or k == 0:
+        return None
+    check_k(k, func)
+    check_vector(scale_w, sn, func, n, "one scale per output channel")
+    if bias is not None:
+        check_vector(bias, bn, func, n, "one value per output channel")
+    if not _may_skip_custom(*arrays):
+        return None
+    _check_scales(scale_w, sn, func)
+    return BoundLinear(_SWIGLU_W8A8 if swiglu else _W8A8, w, scale_w, bias, backend)

@@ -47,11 +47,12 @@ import mlx.nn as nn
 from mlx.utils import tree_map_with_path
 
 from ._checks import check_backend, dtype_name
-from .api import _may_skip_custom, quantize_weight_int8, swiglu_w8a8_linear, w8a8_linear
+from .api import _may_skip_custom, bind, quantize_weight_int8, swiglu_w8a8_linear, w8a8_linear
 from . import backends
 from .backends import swiglu as _swiglu
 
 _ALWAYS_FROZEN = frozenset({"weight", "scales"})
+_DICT_GET = dict.get  # a Module's own arrays, without Module.__getattr__'s Python frames
 
 
 class _FrozenKeys(set):
@@ -98,7 +99,16 @@ class W8A8Linear(nn.Module):
 
     A fresh layer holds zero weights, unit scales and a zero bias (so it outputs zeros):
     fill it with from_linear, or with load_weights from a saved W8A8Linear.
+
+    Checks: the weight, scales and bias are checked once, at the first call that finds them
+    (int8nax.api.bind: dtypes, shapes, scales positive and finite, which reads them: one
+    synchronisation on a GPU), and again whenever one of them is another array object (any
+    replacement: load_weights, update, set_dtype, an optimizer step, an assignment). An array
+    changed in place (layer.scales[i] = v keeps the object) is not checked again. A call
+    then checks only its input and goes to the backend.
     """
+
+    _bound = None  # api.BoundLinear of the arrays last checked (None: not yet, or traced)
 
     def __init__(self, input_dims: int, output_dims: int, bias: bool = True, backend: str | None = None):
         super().__init__()
@@ -166,16 +176,38 @@ class W8A8Linear(nn.Module):
 
     def _check_input(self, x) -> None:
         shape = getattr(x, "shape", None)
-        if shape is not None and len(shape) >= 1 and shape[-1] != self.input_dims:
+        if shape is not None and len(shape) >= 1 and shape[-1] != _DICT_GET(self, "weight").shape[1]:
             raise ValueError(
                 f"W8A8Linear: input must have last dimension input_dims = {self.input_dims}, "
                 f"got shape {tuple(shape)}"
             )
 
+    def _bind(self):
+        """api.bind of the present arrays (kept while they stay the same objects), or None
+        where one is a tracer (mx.compile of the model's state, a gradient of the bias)."""
+        bound = bind(_DICT_GET(self, "weight"), _DICT_GET(self, "scales"), _DICT_GET(self, "bias"),
+                     backend=self._backend, func="W8A8Linear", names=("weight", "scales", "bias"))
+        if bound is not None:
+            self._bound = bound
+        return bound
+
     def __call__(self, x) -> mx.array:
+        group = self._group
+        if group is not None:
+            return group.output(self._index, x)
+        return self._own_output(x)
+
+    def _own_output(self, x) -> mx.array:
+        """This layer's y for x from its own arrays (alone, or in a group that stopped fusing)."""
+        bound = self._bound
+        if (bound is None or _DICT_GET(self, "weight") is not bound.w or _DICT_GET(self, "scales") is not bound.scale_w
+                or _DICT_GET(self, "bias") is not bound.bias):
+            bound = self._bind()
+        if bound is not None:
+            y = bound.fast(x)
+            if y is not None:
+                return y
         self._check_input(x)
-        if self._group is not None:
-            return self._group.output(self._index, x)
         return w8a8_linear(x, self.weight, self.scales, self.get("bias"), backend=self._backend)
 
 
@@ -197,12 +229,14 @@ more often than it was used (its layers then do not share their input in this mo
 
 
 class _Fused:
-    """A group's concatenated arrays and the member arrays they were made of."""
+    """A group's concatenated arrays and the member arrays they were made of; bound: api.bind's
+    of the concatenated arrays (made at the first call that uses them; None where traced)."""
 
-    __slots__ = ("sources", "weight", "scales", "bias")
+    __slots__ = ("sources", "weight", "scales", "bias", "bound")
 
     def __init__(self, sources, weight, scales, bias):
         self.sources, self.weight, self.scales, self.bias = sources, weight, scales, bias
+        self.bound = None
 
 
 class _Pending:
@@ -303,6 +337,29 @@ class SiblingGroup:
                 self.version += 1
             return fused
 
+    def _bound_call(self, fused: _Fused):
+        """fused.bound, made at its first use: each member's scales checked (messages name the
+        member's own 'scales'), then api.bind of the concatenated arrays; None where traced."""
+        bound = fused.bound
+        if bound is None:
+            for m in self.members:
+                if bind(_DICT_GET(m, "weight"), _DICT_GET(m, "scales"), _DICT_GET(m, "bias"), backend=self.backend,
+                        func="W8A8Linear", names=("weight", "scales", "bias")) is None:
+                    return None
+            bound = fused.bound = bind(fused.weight, fused.scales, fused.bias, backend=self.backend)
+        return bound
+
+    def _fused_output(self, fused: _Fused, index: int, x):
+        """w8a8_linear of the concatenated arrays: the bound call, else (member index's input
+        check first) the general path."""
+        bound = self._bound_call(fused)
+        if bound is not None:
+            y = bound.fast(x)
+            if y is not None:
+                return y
+        self.members[index]._check_input(x)
+        return w8a8_linear(x, fused.weight, fused.scales, fused.bias, backend=self.backend)
+
     def replaced(self) -> None:
         """A member's parameter was replaced (W8A8Linear.__setitem__): waiting results are stale."""
         self.version += 1
@@ -310,16 +367,14 @@ class SiblingGroup:
     def joint_output(self, x):
         """Every member's output side by side, [..., sum of output dims], for input x: the fused
         GEMM alone, leaving no result waiting (a caller that wants all columns at once)."""
-        fused = self._current()
-        return w8a8_linear(x, fused.weight, fused.scales, fused.bias, backend=self.backend)
+        return self._fused_output(self._current(), 0, x)
 
     def output(self, index: int, x):
-        """Member `index`'s y for input x (W8A8Linear.__call__ checked x's width). A sibling takes
-        a waiting result without re-checking the parameters (the call that computed it did, and
-        replacing one since then changed `version`)."""
+        """Member `index`'s y for input x. A sibling takes a waiting result without re-checking
+        x or the parameters (the call that computed it checked both, and replacing a parameter
+        since then changed `version`); any other call checks x's width first."""
         if not self.shared:
-            m = self.members[index]
-            return w8a8_linear(x, m.weight, m.scales, m.get("bias"), backend=self.backend)
+            return self.members[index]._own_output(x)
         local = self._local
         pending = getattr(local, "pending", None)
         if pending is not None:
@@ -330,14 +385,14 @@ class SiblingGroup:
                     local.pending = None
                 self._hits += 1
                 return pending.outputs[index]
+            self.members[index]._check_input(x)
             if waiting:
                 self._misses += 1  # a fused result some siblings never took
                 if self._misses >= MISSES_TO_SPLIT and self._misses > self._hits:
                     self.shared = False
                     local.pending = None
                     return self.output(index, x)
-        fused = self._current()
-        y = w8a8_linear(x, fused.weight, fused.scales, fused.bias, backend=self.backend)
+        y = self._fused_output(self._current(), index, x)
         outputs = mx.split(y, self.bounds, axis=-1)
         waiting = set(range(len(self.members)))
         waiting.discard(index)
