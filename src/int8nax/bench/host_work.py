@@ -1,0 +1,120 @@
+"""Host work per call of a linear layer: the microseconds the Python thread spends building one
+call's lazy graph (no evaluation), for int8nax's W8A8Linear beside mlx.nn.Linear and MLX's 8-bit
+QuantizedLinear (group 64) on the same shapes.
+
+On a GPU this is the time the host needs before the GPU can run the call: in mlx-lm's decode
+loop, where each step's graph is built, then evaluated, it adds to every token. Measured as the
+mean of CALLS calls building graphs that are dropped unevaluated, best of REPEATS, after warm-up
+calls (first-use work: the CUDA backend's per-shape entry points, the layer's weight checks).
+
+Where the backend computes during the call (the CPU backend: numpy and its GEMM engine) there is
+no host-only figure to take: W8A8Linear is then measured on GraphOnlyBackend, a stand-in whose
+w8a8_linear returns one lazy MLX op of the output's shape. That figure is the Python work of
+int8nax's layer and API above the backend (checks, tracer test, backend choice, reshapes), which
+host_backend() names; it says nothing of a real backend's own part.
+
+Shapes: Qwen2.5-7B's linears (K, N, bias): q/k/v-sized 3584 -> 3584 with a bias, the MLP's
+3584 -> 18944 and 18944 -> 3584; M = 1 (decode) and 512 (a prefill chunk). Inputs are bfloat16
+[1, M, K], as mlx-lm passes them. Weights are zeros: host work does not depend on values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from functools import lru_cache
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .. import backends
+from ..backends.base import Backend, Probe
+from ..nn import W8A8Linear
+
+LAYERS = ("linear", "q8", "w8a8")
+"""mlx.nn.Linear (bfloat16), mlx.nn.QuantizedLinear(bits=8, group_size=64), int8nax.nn.W8A8Linear."""
+
+SHAPES = ((3584, 3584, True), (3584, 18944, False), (18944, 3584, False))
+"""(K, N, bias) of the layers measured."""
+
+TOKENS = (1, 512)
+"""M, the rows of one call: a decode step and a prefill chunk."""
+
+CALLS = 200
+REPEATS = 5
+WARM_UP = 3
+
+EAGER = frozenset({"cpu"})
+"""Backends that compute during the call (no host-only figure): W8A8Linear runs on GraphOnlyBackend there."""
+
+
+class GraphOnlyBackend(Backend):
+    """A stand-in whose w8a8_linear builds one lazy op of the output's shape and dtype (never
+    evaluated here): what is left of a W8A8Linear call is int8nax's own host work above it."""
+
+    name = "graph-only"
+
+    def probe(self) -> Probe:
+        return Probe(True, "host-work stand-in: one lazy op per call")
+
+    def w8a8_linear(self, x, w, scale_w, bias):
+        return mx.zeros((x.shape[0], w.shape[0]), dtype=x.dtype)
+
+
+def host_backend() -> str:
+    """The backend W8A8Linear's figure is taken on here: the one auto mode picks, or
+    "graph-only (cpu computes during the call)" where that backend is eager."""
+    name = backends.choose(None)[0]
+    return f"graph-only ({name} computes during the call)" if name in EAGER else name
+
+
+@contextlib.contextmanager
+def _w8a8_backend():
+    """The backend W8A8Linear calls resolve to while measured: auto's own, or where that is eager
+    GraphOnlyBackend (backends.resolve replaced for the measurement, and put back)."""
+    if backends.choose(None)[0] not in EAGER:
+        yield
+        return
+    stand_in, real = GraphOnlyBackend(), backends.resolve
+    backends.resolve = lambda requested=None: stand_in
+    try:
+        yield
+    finally:
+        backends.resolve = real
+
+
+@lru_cache(maxsize=len(LAYERS) * len(SHAPES))
+def layer(kind: str, k: int, n: int, bias: bool) -> nn.Module:
+    """The layer `kind` (LAYERS) of input width k, output width n, with zero weights, evaluated;
+    kept for the process (at most one per kind and shape)."""
+    if kind not in LAYERS:
+        raise ValueError(f"kind: expected one of {LAYERS}, got {kind!r}")
+    if kind == "w8a8":
+        made = W8A8Linear(k, n, bias=bias)
+    else:
+        dense = nn.Linear(k, n, bias=bias)
+        dense.weight = mx.zeros((n, k), dtype=mx.bfloat16)
+        if bias:
+            dense.bias = mx.zeros((n,), dtype=mx.bfloat16)
+        made = dense if kind == "linear" else nn.QuantizedLinear.from_linear(dense, group_size=64, bits=8)
+    mx.eval(made.parameters())
+    return made
+
+
+def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int = CALLS,
+                     repeats: int = REPEATS) -> float:
+    """Microseconds of host work per call of layer(kind, k, n, bias) on x bfloat16 [1, m, k]:
+    the mean over `calls` calls whose graphs are built and dropped, best of `repeats`."""
+    f = layer(kind, k, n, bias)
+    x = mx.zeros((1, m, k), dtype=mx.bfloat16)
+    mx.eval(x)
+    with _w8a8_backend() if kind == "w8a8" else contextlib.nullcontext():
+        for _ in range(WARM_UP):
+            f(x)
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(calls):
+                f(x)
+            best = min(best, time.perf_counter() - start)
+    return best / calls * 1e6
