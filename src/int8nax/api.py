@@ -142,14 +142,19 @@ runs MLX transformations, which would start the GPU when the package is only imp
 _DETECTS_LOCK = threading.Lock()
 
 
-def _may_skip_custom(*arrays) -> bool:
-    """Whether a valid call may go straight to the backend: this MLX lets _untraced tell traced
-    calls apart, and no argument is a tracer."""
+def _detects() -> bool:
+    """_detects_tracers()'s answer, asked once per process."""
     if not _DETECTS:
         with _DETECTS_LOCK:  # threads arriving together: one asks, the others wait for it
             if not _DETECTS:
                 _DETECTS.append(_detects_tracers())
-    return _DETECTS[0] and _untraced(*arrays)
+    return _DETECTS[0]
+
+
+def _may_skip_custom(*arrays) -> bool:
+    """Whether a valid call may go straight to the backend: this MLX lets _untraced tell traced
+    calls apart, and no argument is a tracer."""
+    return (_DETECTS[0] if _DETECTS else _detects()) and _untraced(*arrays)
 
 
 def _untraceable(func: str, impl: backends.Backend, call):
@@ -706,13 +711,14 @@ class BoundLinear:
     changes after bind().
     """
 
-    __slots__ = ("op", "w", "scale_w", "bias", "backend", "width", "n", "method")
+    __slots__ = ("op", "w", "scale_w", "bias", "backend", "width", "n", "method", "marked")
 
     def __init__(self, op: _Linear, w, scale_w, bias, backend):
         self.op, self.w, self.scale_w, self.bias, self.backend = op, w, scale_w, bias, backend
         self.width = op.halves * w.shape[1]
         self.n = w.shape[0]
         self.method = op.method
+        self.marked = op is _W8A8  # Backend.w8a8_linear_marked is W8A8's (swiglu takes the two checks)
 
     def __reduce__(self):
         return (_nothing, ())
@@ -738,6 +744,20 @@ class BoundLinear:
                 impl = backends.resolve(backend)
             except (RuntimeError, ValueError):
                 return None
+        op = self.op
+        entry = getattr(impl, "w8a8_linear_marked", None) if self.marked else None  # stand-ins may lack it
+        if entry is not None and (_DETECTS[0] if _DETECTS else _detects()):  # a body runs only when it may trace
+            try:
+                marked = entry(x, self.w, self.scale_w, self.bias)
+            except ValueError as exc:
+                _reraise_untraceable(op.func, impl, exc)
+            except RuntimeError as exc:
+                _reraise_foreign(op.func, exc, ((op.x_name, x), ("w_int8", self.w), ("scale_w", self.scale_w),
+                                                ("bias", self.bias)))
+            if marked is not None:
+                y, maybe_traced = marked
+                # the body ran: a signature's first call (y is right) or a tracer (y is dropped)
+                return y if not maybe_traced or _may_skip_custom(x) else None
         if not _may_skip_custom(x):
             return None
         call = getattr(impl, self.method)  # looked up per call: tests patch backends
@@ -751,10 +771,10 @@ class BoundLinear:
         try:
             y = call(rows, self.w, self.scale_w, self.bias)
         except ValueError as exc:
-            _reraise_untraceable(self.op.func, impl, exc)
+            _reraise_untraceable(op.func, impl, exc)
         except RuntimeError as exc:
-            _reraise_foreign(self.op.func, exc, ((self.op.x_name, rows), ("w_int8", self.w),
-                                                 ("scale_w", self.scale_w), ("bias", self.bias)))
+            _reraise_foreign(op.func, exc, ((op.x_name, rows), ("w_int8", self.w), ("scale_w", self.scale_w),
+                                            ("bias", self.bias)))
         return y if len(xs) == 2 else y.reshape(xs[:-1] + (self.n,))
 
 

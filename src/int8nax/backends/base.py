@@ -11,6 +11,7 @@ reshapes; a backend receives only well-formed, non-empty 2-D mx.arrays:
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -76,6 +77,15 @@ class Backend:
         """dequant(quant(x) @ w.T) (+ bias) in x's dtype, [M, N]."""
         raise NotImplementedError
 
+    def w8a8_linear_marked(self, x: mx.array, w: mx.array, scale_w: mx.array, bias):
+        """For int8nax.nn's layers, x [..., K] with any leading dims: (y [..., N], maybe_traced),
+        where the backend builds the call in one compiled step that also tells whether a
+        transformation may trace it: maybe_traced is True where the step's Python body ran
+        (BodyRan), which MLX does at the first call of a signature and for tracer inputs only.
+        None where the backend has no such step (the default): the API then asks itself
+        (int8nax.api._may_skip_custom, a compiled marker: ~1 µs more)."""
+        return None
+
     def swiglu_one_step(self) -> bool:
         """Whether swiglu_w8a8_linear is one kernel for h and its quantization here; where it is
         not, int8nax.nn's SwiGLU MLPs keep the model's own call (no gain, more host work)."""
@@ -95,3 +105,13 @@ class Backend:
         kernel between two commits shows in the record. It must not launch anything.
         """
         return self.name
+
+
+class BodyRan(threading.local):
+    """Per thread: whether a compiled entry point's Python body ran during the present call
+    (Backend.w8a8_linear_marked). MLX replays a compiled function's recorded graph without
+    running its body except at the first call of a signature and when an input is a tracer (an
+    array of an mx.grad, mx.vjp, mx.jvp, mx.vmap or mx.compile trace), which
+    int8nax.api._detects_tracers checks once per process."""
+
+    ran = False

@@ -637,6 +637,49 @@ def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
     return _maybe_compile(lambda x, w, s, bias: w8a8_graph(x, w, s, bias, c.variant, c.plan, has_bias, quant, narrow))
 
 
+# The layers' entry points (Backend.w8a8_linear_marked): x of any leading dims reshaped to rows and
+# back inside the compiled function (replayed, no Python reshape a call), and a flag set by its
+# body, which MLX runs only at a signature's first call and for tracers: the flag is the tracer
+# test that int8nax.api otherwise makes with a compiled marker of its own.
+from .base import BodyRan  # noqa: E402 - this section's own import (the imports above are the launches')
+
+_BODY = BodyRan()
+
+
+@lru_cache(maxsize=SHAPE_CACHE_SIZE)
+def _w8a8_any_rows(shape: tuple[int, ...], n: int, has_bias: bool):
+    """The compiled entry point of x `shape` [..., K]: _w8a8_for_shape's launches (the same choice,
+    quantization launch and epilogue for its M = the product of the leading dims) between two
+    reshapes, marking _BODY when its body runs."""
+    k = shape[-1]
+    m = 1
+    for d in shape[:-1]:
+        m *= d
+    c = choice(m, n, k, w8a8=True, bias=has_bias)
+    quant, narrow = quant_launch(m, k), _narrow()
+    out_shape = shape[:-1] + (n,)
+    flat = len(shape) == 2
+
+    def body(x, w, s, bias):
+        _BODY.ran = True
+        rows = x if flat else x.reshape(m, k)
+        y = w8a8_graph(rows, w, s, bias, c.variant, c.plan, has_bias, quant, narrow)
+        return y if flat else y.reshape(out_shape)
+
+    return compile_per_thread(body)
+
+
+def w8a8_marked(x, w, scale_w, bias):
+    """(y [..., N], maybe_traced) of x [..., K] through _w8a8_any_rows (Backend.w8a8_linear_marked);
+    None with COMPILE off (every call would run the body)."""
+    if not COMPILE:
+        return None
+    body = _BODY
+    body.ran = False
+    y = _w8a8_any_rows(x.shape, w.shape[0], bias is not None)(x, w, scale_w, _bias_arg(bias))
+    return y, body.ran
+
+
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
 def _swiglu_w8a8_for_shape(m: int, n: int, k: int, has_bias: bool, dtype):
     """(the SwiGLU kernel's launch, None where the variant quantizes h itself (the GEMV), the
@@ -657,8 +700,8 @@ def _quantize_for_shape(m: int, k: int):
 def clear_caches() -> None:
     """Forget every built kernel object, compiled entry point and first-use check (after changing
     COMPILE, INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE, INT8NAX_CUDA_SWIGLU or INT8NAX_CUDA_BIAS)."""
-    for fn in (_gemm_for_shape, _w8a8_for_shape, _swiglu_w8a8_for_shape, _quantize_for_shape, kernel_choice,
-               epilogue_choice, swiglu_choice, bias_choice, swiglu_kernel_ok, _kernel, binary_cache):
+    for fn in (_gemm_for_shape, _w8a8_for_shape, _w8a8_any_rows, _swiglu_w8a8_for_shape, _quantize_for_shape,
+               kernel_choice, epilogue_choice, swiglu_choice, bias_choice, swiglu_kernel_ok, _kernel, binary_cache):
         if hasattr(fn, "cache_clear"):  # tests put stand-ins in the place of some
             fn.cache_clear()
     _built.clear()
@@ -843,6 +886,9 @@ class CUDABackend(Backend):
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         return w8a8(x, w, scale_w, bias)
+
+    def w8a8_linear_marked(self, x: mx.array, w: mx.array, scale_w: mx.array, bias):
+        return w8a8_marked(x, w, scale_w, bias)
 
     def swiglu_one_step(self) -> bool:
         return swiglu_choice() != "split"

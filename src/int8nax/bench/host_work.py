@@ -8,10 +8,11 @@ mean of CALLS calls building graphs that are dropped unevaluated, best of REPEAT
 calls (first-use work: the CUDA backend's per-shape entry points, the layer's weight checks).
 
 Where the backend computes during the call (the CPU backend: numpy and its GEMM engine) there is
-no host-only figure to take: W8A8Linear is then measured on GraphOnlyBackend, a stand-in whose
-w8a8_linear returns one lazy MLX op of the output's shape. That figure is the Python work of
-int8nax's layer and API above the backend (checks, tracer test, backend choice, reshapes), which
-host_backend() names; it says nothing of a real backend's own part.
+no host-only figure to take: W8A8Linear is then measured on GraphOnlyBackend, a stand-in built
+as the CUDA backend is (a compiled entry point per shape, Backend.w8a8_linear_marked) whose graph
+is one lazy MLX op of the output's shape. That figure is the Python work of int8nax's layer and
+API above the backend (checks, backend choice, tracer test) and one compiled replay, which
+host_backend() names; it says nothing of a real backend's kernels.
 
 Shapes: Qwen2.5-7B's linears (K, N, bias): q/k/v-sized 3584 -> 3584 with a bias, the MLP's
 3584 -> 18944 and 18944 -> 3584; M = 1 (decode) and 512 (a prefill chunk). Inputs are bfloat16
@@ -28,8 +29,9 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from .. import backends
-from ..backends.base import Backend, Probe
+from ..backends.base import Backend, BodyRan, Probe
 from ..nn import W8A8Linear
+from ..per_thread import compile_per_thread
 
 LAYERS = ("linear", "q8", "w8a8")
 """mlx.nn.Linear (bfloat16), mlx.nn.QuantizedLinear(bits=8, group_size=64), int8nax.nn.W8A8Linear."""
@@ -48,17 +50,43 @@ EAGER = frozenset({"cpu"})
 """Backends that compute during the call (no host-only figure): W8A8Linear runs on GraphOnlyBackend there."""
 
 
+def _graph(x, w):
+    """The stand-in's whole graph: one lazy op of the output's shape and x's dtype."""
+    return mx.zeros((*x.shape[:-1], w.shape[0]), dtype=x.dtype)
+
+
 class GraphOnlyBackend(Backend):
-    """A stand-in whose w8a8_linear builds one lazy op of the output's shape and dtype (never
-    evaluated here): what is left of a W8A8Linear call is int8nax's own host work above it."""
+    """A stand-in built as the CUDA backend is, whose graph is one lazy op of the output's shape
+    and dtype (never evaluated here): its w8a8_linear_marked is a compiled entry point per x
+    shape that marks its body's runs (backends.base.BodyRan), its w8a8_linear the op itself. What
+    is left of a W8A8Linear call is int8nax's own host work and one compiled replay."""
 
     name = "graph-only"
+
+    def __init__(self):
+        self._body = BodyRan()
+        self._entries = lru_cache(maxsize=64)(self._entry)
 
     def probe(self) -> Probe:
         return Probe(True, "host-work stand-in: one lazy op per call")
 
     def w8a8_linear(self, x, w, scale_w, bias):
-        return mx.zeros((x.shape[0], w.shape[0]), dtype=x.dtype)
+        return _graph(x, w)
+
+    def _entry(self, shape, has_bias: bool):
+        body_ran = self._body
+
+        def body(x, w, s, bias):
+            body_ran.ran = True
+            return _graph(x, w)
+
+        return compile_per_thread(body)
+
+    def w8a8_linear_marked(self, x, w, scale_w, bias):
+        body_ran = self._body
+        body_ran.ran = False
+        y = self._entries(x.shape, bias is not None)(x, w, scale_w, scale_w if bias is None else bias)
+        return y, body_ran.ran
 
 
 def host_backend() -> str:

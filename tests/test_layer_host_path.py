@@ -1,0 +1,224 @@
+"""int8nax.nn's host path: a W8A8Linear binds its arrays once (api.bind) and a call that no
+transformation traces goes to the backend with them; a backend's marked entry point
+(Backend.w8a8_linear_marked, the CUDA backend's compiled step with x's leading dims inside) serves
+untraced calls and hands every traced one back to the gradient's path. The CUDA entry point
+itself runs only on a GPU (test_nn.py, test_w8a8_linear.py there); here a stand-in built the
+same way (compile_per_thread, BodyRan) over a kernel-like forward (no vjp or jvp: a traced call
+served by it would fail or lose its gradient)."""
+
+from __future__ import annotations
+
+import threading
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from int8nax import api, backends
+from int8nax.backends.base import BodyRan
+from int8nax.bench import host_work
+from int8nax.nn import W8A8Linear, quantize_linears
+from int8nax.per_thread import compile_per_thread
+from test_gradients import KernelLikeBackend
+
+
+class MarkedBackend(KernelLikeBackend):
+    """KernelLikeBackend with a marked entry point as the CUDA backend's: one compiled function
+    per x shape, reshapes inside, BodyRan set by its body. Counts the calls of each path."""
+
+    name = "marked"
+
+    def __init__(self):
+        self.body = BodyRan()
+        self.entries = {}
+        self.lock = threading.Lock()
+        self.marked_calls = 0
+        self.body_runs = 0
+        self.plain_calls = 0
+
+    def w8a8_linear(self, x, w, scale_w, bias):
+        self.plain_calls += 1
+        return super().w8a8_linear(x, w, scale_w, bias)
+
+    def _entry(self, shape, n):
+        with self.lock:
+            if shape not in self.entries:
+                k, m = shape[-1], int(np.prod(shape[:-1]))
+
+                def body(x, w, s, *bias):
+                    self.body.ran = True
+                    self.body_runs += 1
+                    y = KernelLikeBackend.w8a8_linear(self, x.reshape(m, k), w, s, bias[0] if bias else None)
+                    return y.reshape(shape[:-1] + (n,))
+
+                self.entries[shape] = compile_per_thread(body)
+            return self.entries[shape]
+
+    def w8a8_linear_marked(self, x, w, scale_w, bias):
+        self.marked_calls += 1
+        self.body.ran = False
+        args = (x, w, scale_w) if bias is None else (x, w, scale_w, bias)
+        y = self._entry(x.shape, w.shape[0])(*args)
+        return y, self.body.ran
+
+
+@pytest.fixture
+def marked(monkeypatch):
+    impl = MarkedBackend()
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: impl)
+    monkeypatch.delenv(backends.ENV_VAR, raising=False)
+    return impl
+
+
+def _layer(rng, k=16, n=6, bias=True):
+    lin = nn.Linear(k, n, bias=bias)
+    lin.weight = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    if bias:
+        lin.bias = mx.array(rng.standard_normal(n).astype(np.float32))
+    layer = W8A8Linear.from_linear(lin)
+    w_deq = np.array(layer.weight, np.float64) * np.array(layer.scales, np.float64)[:, None]
+    return layer, w_deq
+
+
+def test_untraced_calls_take_the_marked_entry_with_the_layers_arrays(marked, rng):
+    layer, _ = _layer(rng)
+    x = mx.array(rng.standard_normal((2, 3, 16)).astype(np.float32))
+    want = np.array(KernelLikeBackend().w8a8_linear(x.reshape(6, 16), layer.weight, layer.scales, layer.bias))
+    for i in range(6):
+        if i == 2:  # first calls: the tracer checks' and the entry's signatures are traced once
+            assert marked.body_runs == 1
+            marked.marked_calls = marked.plain_calls = 0
+        y = layer(x)
+        assert y.shape == (2, 3, 6)
+        np.testing.assert_array_equal(np.array(y).reshape(6, 6), want)
+    # then every call replays the entry: no body run, no other path
+    assert marked.marked_calls == 4 and marked.body_runs == 1 and marked.plain_calls == 0
+    assert isinstance(layer._bound, api.BoundLinear) and layer._bound.w is layer.weight
+
+
+def test_traced_calls_leave_the_marked_entry_for_the_gradient(marked, rng):
+    layer, w_deq = _layer(rng)
+    x = mx.array(rng.standard_normal((2, 3, 16)).astype(np.float32))
+    c = mx.array(rng.standard_normal((2, 3, 6)).astype(np.float32))
+    layer(x), layer(x)
+    y0 = np.array(layer(x))
+    dx = mx.grad(lambda x: (layer(x) * c).sum())(x)  # the kernel-like forward has no vjp
+    np.testing.assert_allclose(np.array(dx, np.float64), np.array(c, np.float64) @ w_deq, rtol=1e-5, atol=1e-5)
+    (_,), (dy,) = mx.jvp(layer, [x], [x])
+    np.testing.assert_allclose(np.array(dy, np.float64), np.array(x, np.float64) @ w_deq.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.array(mx.compile(layer)(x)), y0)
+    layer.unfreeze(keys=["bias"])
+    _, grads = nn.value_and_grad(layer, lambda x: (layer(x) * c).sum())(x)
+    np.testing.assert_allclose(np.array(grads["bias"]), np.array(c).sum(axis=(0, 1)), rtol=1e-5)
+    runs = marked.body_runs
+    y1 = layer(x)  # untraced again: replayed, no body
+    assert marked.body_runs == runs
+    np.testing.assert_array_equal(np.array(y1), y0)
+
+
+def test_a_sibling_groups_fused_call_takes_the_marked_entry(marked, rng):
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj = nn.Linear(16, 8), nn.Linear(16, 4), nn.Linear(16, 4)
+
+        def __call__(self, x):
+            return mx.concatenate([self.q_proj(x), self.k_proj(x), self.v_proj(x)], axis=-1)
+
+    model = Attn()
+    quantize_linears(model)
+    x = mx.array(rng.standard_normal((1, 5, 16)).astype(np.float32))
+    group = model.q_proj._group
+    fused = group._current()
+    want = np.array(KernelLikeBackend().w8a8_linear(x.reshape(5, 16), fused.weight, fused.scales, fused.bias))
+    for i in range(5):
+        if i == 2:
+            marked.marked_calls = marked.plain_calls = 0
+        np.testing.assert_array_equal(np.array(model(x)).reshape(5, 16), want)
+    assert marked.marked_calls == 3 and marked.plain_calls == 0
+
+
+def test_a_wrong_input_is_named_by_the_layer(marked, rng):
+    layer, _ = _layer(rng)
+    layer(mx.zeros((2, 16)))
+    with pytest.raises(ValueError, match=r"^W8A8Linear: input must have last dimension input_dims = 16"):
+        layer(mx.zeros((2, 15)))
+    with pytest.raises(TypeError, match=r"^w8a8_linear: 'x' must have dtype"):
+        layer(mx.zeros((2, 16), dtype=mx.int32))
+
+
+def test_a_replaced_weight_is_bound_anew(marked, rng):
+    layer, _ = _layer(rng)
+    x = mx.array(rng.standard_normal((3, 16)).astype(np.float32))
+    layer(x)
+    first = layer._bound
+    other, _ = _layer(rng)
+    layer.update(other.parameters())
+    y = layer(x)
+    assert layer._bound is not first and layer._bound.w is layer.weight
+    np.testing.assert_array_equal(np.array(y), np.array(other(x)))
+
+
+def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch):
+    # on the CPU box W8A8Linear is measured over the graph-only stand-in, which reaches int8nax's
+    # own layer path; the real resolve is back afterwards
+    if backends.choose(None)[0] not in host_work.EAGER:
+        pytest.skip("on a lazy backend the figure is that backend's own")
+    seen = []
+    marked = host_work.GraphOnlyBackend.w8a8_linear_marked
+
+    def counted(self, x, w, s, b):
+        y, ran = marked(self, x, w, s, b)
+        seen.append((x.shape, y.shape, ran))
+        return y, ran
+
+    monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked", counted)
+    real = backends.resolve
+    us = host_work.host_us_per_call("w8a8", 64, 32, True, 5, calls=3, repeats=2)
+    assert us > 0 and backends.resolve is real
+    # warm-up settles the first-call work; every measured call replays the compiled entry
+    assert seen[-6:] == [((1, 5, 64), (1, 5, 32), False)] * 6
+    assert host_work.host_backend().startswith("graph-only")
+    with pytest.raises(ValueError, match="kind"):
+        host_work.layer("w4a4", 64, 32, True)
+
+
+def test_the_cuda_marked_entry_builds_w8a8_graph_of_the_rows_and_marks_traced_calls(monkeypatch, rng):
+    # The CUDA entry point's own logic on the CPU box, its launches replaced: the rows and the
+    # choice, quantization launch and epilogue it hands w8a8_graph are those of the 2-D entry
+    # (_w8a8_for_shape) for M = the product of x's leading dims; its flag is set at a signature's
+    # first call and for tracers only. The kernels themselves run only on a GPU.
+    from int8nax.backends import cuda
+
+    seen = []
+
+    def graph(rows, w, s, bias, variant, plan, has_bias, quant, narrow):
+        seen.append((rows.shape, variant, plan, has_bias, quant, narrow))
+        return KernelLikeBackend().w8a8_linear(rows, w, s, bias)
+
+    monkeypatch.setattr(cuda, "choice", lambda m, n, k, w8a8, bias: type("C", (), {"variant": f"v{m}", "plan": (n, k)}))
+    monkeypatch.setattr(cuda, "quant_launch", lambda m, k: ("quant", m, k))
+    monkeypatch.setattr(cuda, "_narrow", lambda: True)
+    monkeypatch.setattr(cuda, "w8a8_graph", graph)
+    cuda._w8a8_any_rows.cache_clear()
+    try:
+        layer, w_deq = _layer(rng)
+        w, s, b = layer.weight, layer.scales, layer.bias
+        x = mx.array(rng.standard_normal((2, 3, 16)).astype(np.float32))
+        y, ran = cuda.w8a8_marked(x, w, s, b)
+        assert ran and y.shape == (2, 3, 6)
+        assert seen == [((6, 16), "v6", (6, 16), True, ("quant", 6, 16), True)]
+        y2, ran2 = cuda.w8a8_marked(x, w, s, b)
+        assert not ran2 and len(seen) == 1
+        want = np.array(KernelLikeBackend().w8a8_linear(x.reshape(6, 16), w, s, b)).reshape(2, 3, 6)
+        np.testing.assert_array_equal(np.array(y2), want)
+        flags = []
+        mx.grad(lambda x: flags.append(cuda.w8a8_marked(x, w, s, b)[1]) or x.sum())(x)
+        assert flags == [True]
+        y1, _ = cuda.w8a8_marked(x[0, :1], w, s, None)  # 2-D rows, no bias: the placeholder bias
+        assert y1.shape == (1, 6) and seen[-1][0] == (1, 16) and seen[-1][3] is False
+        monkeypatch.setattr(cuda, "COMPILE", False)
+        assert cuda.w8a8_marked(x, w, s, b) is None
+    finally:
+        cuda._w8a8_any_rows.cache_clear()
