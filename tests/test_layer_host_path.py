@@ -222,3 +222,27 @@ def test_the_cuda_marked_entry_builds_w8a8_graph_of_the_rows_and_marks_traced_ca
         assert cuda.w8a8_marked(x, w, s, b) is None
     finally:
         cuda._w8a8_any_rows.cache_clear()
+
+
+def test_vmap_never_sees_the_dropped_graph_of_a_traced_call(monkeypatch, rng):
+    # Under mx.vmap the marked entry's body runs on tracers and builds kernel-like ops (no vmap
+    # rule); the call leaves that graph unused and takes the gradient's path, whose forward here
+    # is plain MLX: vmap must succeed, as it only transforms what reaches the output.
+    from test_gradients import GraphBackend
+
+    class Mixed(MarkedBackend):
+        def w8a8_linear(self, x, w, scale_w, bias):
+            self.plain_calls += 1
+            return GraphBackend.w8a8_linear(self, x, w, scale_w, bias)
+
+    impl = Mixed()
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: impl)
+    monkeypatch.delenv(backends.ENV_VAR, raising=False)
+    layer, _ = _layer(rng)
+    x = mx.array(rng.standard_normal((4, 3, 16)).astype(np.float32))
+    for _ in range(3):
+        y0 = np.array(layer(x))
+    runs = impl.body_runs
+    yv = mx.vmap(layer)(x)
+    assert impl.body_runs == runs + 1  # the body ran on the tracer, and its graph was dropped
+    np.testing.assert_array_equal(np.array(yv), y0)
