@@ -50,11 +50,11 @@ from ._checks import (
     backend_env_set,
     check_backend,
     check_dtype,
-    check_scale_values,
     check_float32_range,
     check_k,
     check_ndim,
     check_same_k,
+    check_scale_values,
     check_vector,
 )
 
@@ -65,7 +65,6 @@ _ARRAY = mx.array
 _INT8 = mx.int8
 _FLOAT32 = mx.float32
 _FLOATS = frozenset(FLOAT_DTYPES)
-_DICT_GET = dict.get
 
 
 # --- whether a transformation traces a call ---------------------------------------------------

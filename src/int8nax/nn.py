@@ -338,15 +338,19 @@ class SiblingGroup:
             return fused
 
     def _bound_call(self, fused: _Fused):
-        """fused.bound, made at its first use: each member's scales checked (messages name the
-        member's own 'scales'), then api.bind of the concatenated arrays; None where traced."""
+        """fused.bound, made at its first use: api.bind of the concatenated arrays (their scales
+        read once: one synchronisation on a GPU; where they are refused, the member whose scales
+        hold the bad value is named); None where traced."""
         bound = fused.bound
         if bound is None:
-            for m in self.members:
-                if bind(_DICT_GET(m, "weight"), _DICT_GET(m, "scales"), _DICT_GET(m, "bias"), backend=self.backend,
-                        func="W8A8Linear", names=("weight", "scales", "bias")) is None:
-                    return None
-            bound = fused.bound = bind(fused.weight, fused.scales, fused.bias, backend=self.backend)
+            try:
+                bound = bind(fused.weight, fused.scales, fused.bias, backend=self.backend)
+            except ValueError:
+                for m in self.members:  # raises with the member's own 'scales' and index
+                    bind(_DICT_GET(m, "weight"), _DICT_GET(m, "scales"), _DICT_GET(m, "bias"), backend=self.backend,
+                         func="W8A8Linear", names=("weight", "scales", "bias"))
+                raise
+            fused.bound = bound
         return bound
 
     def _fused_output(self, fused: _Fused, index: int, x):
