@@ -700,7 +700,8 @@ def _nothing():
 
 
 class BoundLinear:
-    """w8a8_linear (or swiglu_w8a8_linear) with its weight, scales and bias checked once, for a
+    """w8a8_linear (op: api's _W8A8; _SWIGLU_W8A8 would serve swiglu_w8a8_linear, which nothing
+    binds yet) with its weight, scales and bias checked once, for a
     layer that calls it with the same arrays again and again (int8nax.nn): a call checks only
     its input (type, width, dtype, not empty, not traced) and goes to the backend.
 
@@ -777,9 +778,9 @@ class BoundLinear:
         return y if len(xs) == 2 else y.reshape(xs[:-1] + (self.n,))
 
 
-def bind(w, scale_w, bias=None, *, backend: str | None = None, swiglu: bool = False, func: str = "w8a8_linear",
+def bind(w, scale_w, bias=None, *, backend: str | None = None, func: str = "w8a8_linear",
          names: tuple[str, str, str] = ("w_int8", "scale_w", "bias")) -> BoundLinear | None:
-    """The arrays of w8a8_linear (swiglu: of swiglu_w8a8_linear) checked once: w int8 [N, K],
+    """The arrays of w8a8_linear checked once: w int8 [N, K],
     scale_w float32 [N] positive and finite, bias None or float16/bfloat16/float32 [N], all
     mx.arrays; errors name `func` and the arrays by `names`. None where an array is a tracer
     (inside a transformation: the call then takes the general path, which checks it there) or
@@ -801,4 +802,4 @@ def bind(w, scale_w, bias=None, *, backend: str | None = None, swiglu: bool = Fa
     if not _may_skip_custom(*arrays):
         return None
     _check_scales(scale_w, sn, func)
-    return BoundLinear(_SWIGLU_W8A8 if swiglu else _W8A8, w, scale_w, bias, backend)
+    return BoundLinear(_W8A8, w, scale_w, bias, backend)
