@@ -700,10 +700,9 @@ def _nothing():
 
 
 class BoundLinear:
-    """w8a8_linear (op: api's _W8A8; _SWIGLU_W8A8 would serve swiglu_w8a8_linear, which nothing
-    binds yet) with its weight, scales and bias checked once, for a
-    layer that calls it with the same arrays again and again (int8nax.nn): a call checks only
-    its input (type, width, dtype, not empty, not traced) and goes to the backend.
+    """An op of _Linear (bind makes w8a8_linear's) with its weight, scales and bias checked once,
+    for a layer that calls it with the same arrays again and again (int8nax.nn): a call checks
+    only its input (type, width, dtype, not empty, not traced) and goes to the backend.
 
     Made by bind(). The arrays are held, not copied: whoever swaps one (a layer's weight
     replaced) binds anew; an array changed in place (w[i] = v) is not checked again. Pickling
