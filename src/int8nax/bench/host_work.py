@@ -99,7 +99,8 @@ def host_backend() -> str:
 @contextlib.contextmanager
 def _w8a8_backend():
     """The backend W8A8Linear calls resolve to while measured: auto's own, or where that is eager
-    GraphOnlyBackend (backends.resolve replaced for the measurement, and put back)."""
+    GraphOnlyBackend (backends.resolve replaced for the measurement, and put back: for the
+    benchmark's own process, never while other threads call int8nax)."""
     if backends.choose(None)[0] not in EAGER:
         yield
         return
