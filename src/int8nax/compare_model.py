@@ -448,9 +448,9 @@ def generate_render(rows: list[generate.Row], markdown: bool, fresh: bool = Fals
         groups.setdefault((r.config, r.prompt_tokens, r.generation_tokens, r.batch), []).append(r)
     for (config, p, g, b), group in groups.items():
         first = group[0]
-        cfg = models.CONFIGS[config]
-        depth = f"{first.layers} layers" + ("" if first.layers == cfg.depth else f" of {cfg.depth}")
-        vocab = f"vocab {first.vocab}" + ("" if first.vocab == cfg.vocab else f" of {cfg.vocab}")
+        cfg = models.CONFIGS.get(config)
+        depth = f"{first.layers} layers" + ("" if cfg is None or first.layers == cfg.depth else f" of {cfg.depth}")
+        vocab = f"vocab {first.vocab}" + ("" if cfg is None or first.vocab == cfg.vocab else f" of {cfg.vocab}")
         loop = "stream_generate" if b == 1 else "batch_generate"
         trials = max((len(r.trials) for r in group), default=0)
         out.append(f"\n{'### ' if markdown else ''}{config} ({depth}, {vocab}): prompt {p}, generation {g}, "

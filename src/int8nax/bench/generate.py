@@ -91,6 +91,38 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+
+
+def case_name(config: str, prompt_tokens: int, generation_tokens: int, batch: int) -> str:
+    """One cell's name in the asv suite: "qwen2.5-7b p512 g128 b8"."""
+    return f"{config} p{prompt_tokens} g{generation_tokens} b{batch}"
+
+
+def profile_cases(profile: str) -> dict[str, tuple[str, int, int, int]]:
+    """{case name: (config, prompt tokens, generation tokens, batch)} of every cell `profile` measures."""
+    prof = PROFILES[profile]
+    return {case_name(c, p, prof.generation_tokens, b): (c, p, prof.generation_tokens, b)
+            for c in prof.configs for p in prof.prompt_tokens for b in prof.batches}
+
+
+ALL_CASES: tuple[str, ...] = tuple(dict.fromkeys(name for p in PROFILES for name in profile_cases(p)))
+"""Every profile's cells: the asv suite declares all of them (one parameter, not four, so that
+the many cells no machine measures cost few benchmark processes), so every machine's results
+publish into one site."""
+CONFIGS_ENV = "INT8NAX_GENERATE_CONFIGS"
+"""Comma-separated configurations the asv suite measures of its profile's (default: all): a GPU
+run of the full profile takes ~5 minutes per model, so one model per call fits a 10-minute limit."""
+
+
+def skip_reason(profile: str, form: str) -> str | None:
+    """Why the asv suite does not measure `form` in `profile` (None: it does)."""
+    if profile == "cpu" and form in ("mlx-q8", "mlx-q4"):
+        return (f"{form} is not in the cpu profile of the asv suite: MLX's CPU quantized_matmul runs ~20x slower "
+                "than its bf16 GEMM on the 2-core box (~12 s a request of the cut 2-layer model); "
+                f"`int8nax compare --generate --forms {form}` measures it")
+    return None
+
+
 @dataclass
 class Figure:
     """One figure over the trials: median, min, max."""
@@ -217,17 +249,18 @@ def agreement(tokens, reference) -> int:
 
 # --- a whole run ----------------------------------------------------------------------------
 
-def measure(config: str, forms=FORMS, prompt_tokens=(64,), generation_tokens: int = 16, batches=(1,),
+def measure(config: str | models.Config, forms=FORMS, prompt_tokens=(64,), generation_tokens: int = 16, batches=(1,),
             trials: int = 3, layers: int | None = None, vocab: int | None = None, fresh: bool = False,
             cache: Path | None = None, progress=None) -> list[Row]:
     """Every (form, prompt tokens, batch) of `config` as a Row, forms in `forms` order (module
     doc). Never raises for a form: a form that cannot run is n/a with the reason, one whose
     check fails MISMATCH, one that raises failed with the error."""
-    cfg = models.CONFIGS[config]
+    cfg = models.CONFIGS[config] if isinstance(config, str) else config
+    config = cfg.name
     layers = cfg.depth if layers is None else layers
     vocab = cfg.vocab if vocab is None else vocab
     say = progress or (lambda text: None)
-    path = model_folder.folder(config, layers, vocab, cache=cache, progress=say)
+    path = model_folder.folder(cfg, layers, vocab, cache=cache, progress=say)
     rows: list[Row] = []
     reference = None  # bf16's greedy tokens
     for form in sorted(forms, key=FORMS.index):  # bf16 first: the others' reference
@@ -311,6 +344,44 @@ def ratios(rows: list[Row]) -> None:
                 mine, theirs = getattr(r, f"{what}_tps"), ref and getattr(ref, f"{what}_tps")
                 if mine and theirs and theirs.median > 0:
                     r.ratios[f"{what}_vs_{b}"] = mine.median / theirs.median
+
+
+def profile_figures(profile: str) -> dict:
+    """{(case name, form): {"prompt_tps", "generation_tps", "peak_memory_gb", "ratios"}} of every
+    cell `profile` measures (profile_cases), or {"skip": why} / {"mismatch": what} / {"error": what}. Never raises: the asv suite calls it from setup_cache, where an exception
+    fails every benchmark of the class."""
+    prof = PROFILES[profile]
+    wanted = [c.strip() for c in os.environ.get(CONFIGS_ENV, "").split(",") if c.strip()]
+    out: dict = {}
+    g = prof.generation_tokens
+    for config in prof.configs:
+        cases = [case_name(config, p, g, b) for p in prof.prompt_tokens for b in prof.batches]
+        forms = [f for f in FORMS if not skip_reason(profile, f)]
+        if wanted and config not in wanted:
+            why = f"{config} is not in {CONFIGS_ENV}={','.join(wanted)}"
+            out.update({(c, f): {"skip": why} for c in cases for f in FORMS})
+            continue
+        try:
+            rows = measure(config, forms, prof.prompt_tokens, g, prof.batches, prof.trials, prof.layers, prof.vocab)
+        except Exception as exc:  # noqa: BLE001 - e.g. the folder cannot be written: every cell says why
+            out.update({(c, f): {"error": f"{type(exc).__name__}: {exc}"} for c in cases for f in FORMS})
+            continue
+        for r in rows:
+            key = (case_name(config, r.prompt_tokens, g, r.batch), r.form)
+            if r.unavailable:
+                out[key] = {"skip": r.unavailable}
+            elif r.mismatch:
+                out[key] = {"mismatch": r.mismatch}
+            elif r.error:
+                out[key] = {"error": r.error}
+            else:
+                out[key] = {"prompt_tps": r.prompt_tps.median, "generation_tps": r.generation_tps.median,
+                            "peak_memory_gb": r.peak_memory_gb, "ratios": dict(r.ratios)}
+        for f in FORMS:
+            why = skip_reason(profile, f)
+            if why:
+                out.update({(c, f): {"skip": why} for c in cases})
+    return out
 
 
 def failed(rows: list[Row]) -> bool:

@@ -80,12 +80,13 @@ class Config:
     heads: int
     kv_heads: int
     head_dim: int
-    depth: int
+    depth: int = 2
     """Decoder layers of the real model (the generation benchmark's default; the forward
-    benchmark runs a few of them)."""
-    vocab: int
+    benchmark runs a few of them). The defaults of depth, vocab and tied make a small model,
+    for tests' own configurations."""
+    vocab: int = 1024
     """The real model's vocabulary (its embedding and LM head rows)."""
-    tied: bool
+    tied: bool = True
     """Whether the LM head is the embedding (tie_word_embeddings)."""
     rope_theta: float = 1_000_000.0
     rms_norm_eps: float = 1e-6
