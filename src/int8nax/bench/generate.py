@@ -180,6 +180,21 @@ def prompts(prompt_tokens: int, batch: int, vocab: int) -> list[list[int]]:
     return mx.random.randint(0, vocab, (batch, prompt_tokens), key=key).tolist()
 
 
+def front_end():
+    """The mlx_lm package with its generation front end (load, stream_generate, batch_generate);
+    Unavailable where it cannot be imported (it needs transformers, which the asv environments
+    install beside mlx-lm's --no-deps wheel)."""
+    models.mlx_lm_module("cache")  # Unavailable without mlx-lm
+    try:
+        import mlx_lm
+
+        mlx_lm.stream_generate  # runs the package's __init__ where bench.models deferred it
+    except (ImportError, AttributeError) as exc:  # AttributeError: a package whose __init__ failed before
+        raise Unavailable(f"mlx-lm's generation front end cannot be imported: {exc} "
+                          "(pip install 'int8nax[bench]', which brings transformers)") from None
+    return mlx_lm
+
+
 def load(path: Path, form: str):
     """(model, tokenizer, detail, sources) of the folder in `form`: mlx_lm.load, then the
     conversion (models.convert). End of sequence is switched off, as mlx_lm.benchmark does, so
@@ -188,8 +203,7 @@ def load(path: Path, form: str):
         from .peers import cider
 
         cider.load()  # Unavailable off an M5: say so before loading anything
-    from mlx_lm import load as mlx_lm_load
-
+    mlx_lm_load = front_end().load
     model, tokenizer = mlx_lm_load(str(path))
     tokenizer._eos_token_ids = set()
     sources = models._projections(model) if form == "cider" else None
@@ -210,18 +224,17 @@ def request(model, tokenizer, batch_prompts: list[list[int]], generation_tokens:
     """One timed request: stream_generate for one prompt, batch_generate for more.
     {"prompt_tps", "generation_tps", "peak_memory" (GB), "seconds", "tokens" (batch 1: the
     generated ids)}."""
-    from mlx_lm import batch_generate, stream_generate
-
+    mlx_lm = front_end()
     t0 = time.perf_counter()
     if len(batch_prompts) == 1:
         tokens = []
         response = None
-        for response in stream_generate(model, tokenizer, batch_prompts[0], max_tokens=generation_tokens,
+        for response in mlx_lm.stream_generate(model, tokenizer, batch_prompts[0], max_tokens=generation_tokens,
                                         prefill_step_size=PREFILL_STEP_SIZE):
             tokens.append(response.token)
         return {"prompt_tps": response.prompt_tps, "generation_tps": response.generation_tps,
                 "peak_memory": response.peak_memory, "seconds": time.perf_counter() - t0, "tokens": tokens}
-    stats = batch_generate(model, tokenizer, batch_prompts, max_tokens=generation_tokens,
+    stats = mlx_lm.batch_generate(model, tokenizer, batch_prompts, max_tokens=generation_tokens,
                            prefill_step_size=PREFILL_STEP_SIZE).stats
     return {"prompt_tps": stats.prompt_tps, "generation_tps": stats.generation_tps,
             "peak_memory": stats.peak_memory, "seconds": time.perf_counter() - t0}
@@ -229,10 +242,8 @@ def request(model, tokenizer, batch_prompts: list[list[int]], generation_tokens:
 
 def first_token(model, tokenizer, prompt: list[int]) -> float:
     """Seconds from a request's start to its first token (stream_generate, one token)."""
-    from mlx_lm import stream_generate
-
     t0 = time.perf_counter()
-    for _ in stream_generate(model, tokenizer, prompt, max_tokens=1, prefill_step_size=PREFILL_STEP_SIZE):
+    for _ in front_end().stream_generate(model, tokenizer, prompt, max_tokens=1, prefill_step_size=PREFILL_STEP_SIZE):
         break
     return time.perf_counter() - t0
 
@@ -260,8 +271,14 @@ def measure(config: str | models.Config, forms=FORMS, prompt_tokens=(64,), gener
     layers = cfg.depth if layers is None else layers
     vocab = cfg.vocab if vocab is None else vocab
     say = progress or (lambda text: None)
-    path = model_folder.folder(cfg, layers, vocab, cache=cache, progress=say)
     rows: list[Row] = []
+    try:
+        front_end()
+        path = model_folder.folder(cfg, layers, vocab, cache=cache, progress=say)
+    except Unavailable as exc:
+        rows = [Row(config, f, p, generation_tokens, b, layers, vocab, unavailable=str(exc))
+                for f in sorted(forms, key=FORMS.index) for p in prompt_tokens for b in batches]
+        return rows
     reference = None  # bf16's greedy tokens
     for form in sorted(forms, key=FORMS.index):  # bf16 first: the others' reference
         mine = [Row(config, form, p, generation_tokens, b, layers, vocab) for p in prompt_tokens for b in batches]
@@ -444,9 +461,7 @@ def _fresh_main(argv: list[str]) -> int:
     path, form, prompt_tokens, vocab = Path(argv[0]), argv[1], int(argv[2]), int(argv[3])
     t0 = time.perf_counter()
     try:
-        from mlx_lm import load as mlx_lm_load
-
-        model, tokenizer = mlx_lm_load(str(path))
+        model, tokenizer = front_end().load(str(path))
         mx.eval(model.parameters())
         t1 = time.perf_counter()
         models.convert(model, form)

@@ -40,6 +40,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from . import models
+from .peers import import_optional
 
 CACHE_ENV = "INT8NAX_MODEL_CACHE"
 FORMAT_VERSION = 1
@@ -172,8 +173,9 @@ def vocabulary(vocab: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
 
 
 def _write_tokenizer(where: Path, vocab: int) -> None:
-    from tokenizers import Tokenizer, decoders, pre_tokenizers
-    from tokenizers.models import BPE
+    tokenizers = import_optional("tokenizers", "it comes with transformers, which mlx-lm's front end needs")
+    Tokenizer, decoders, pre_tokenizers = tokenizers.Tokenizer, tokenizers.decoders, tokenizers.pre_tokenizers
+    BPE = tokenizers.models.BPE
 
     ids, merges = vocabulary(vocab)
     tok = Tokenizer(BPE(vocab=ids, merges=merges))
