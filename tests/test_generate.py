@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import bench_generate  # noqa: E402
 
 TINY = models.Config("tiny-gen", "qwen2", 64, 128, 2, 1, 32, depth=2, vocab=256, tied=True)
-TINY3 = models.Config("tiny-gen3", "qwen3", 64, 96, 2, 1, 32, depth=2, vocab=300, tied=False)
+TINY3 = models.Config("tiny-gen3", "qwen3", 64, 128, 2, 1, 32, depth=2, vocab=300, tied=False)
 
 
 @pytest.fixture(autouse=True)
@@ -69,6 +69,16 @@ def test_the_folder_is_a_model_mlx_lm_loads_with_the_seeded_weights(cfg):
     assert all(t and set(t) <= set(model_folder.ALPHABET.replace("Ġ", " ")) for t in texts)
     assert len(set(texts)) == cfg.vocab
     assert all(i < cfg.vocab for i in tokenizer.encode("hello world 42"))
+
+
+def test_mlx_lms_own_benchmark_runs_on_the_folder():
+    import subprocess
+
+    path = model_folder.folder(TINY)
+    done = subprocess.run([sys.executable, "-m", "mlx_lm", "benchmark", "--model", str(path), "-p", "8", "-g", "3",
+                           "-n", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Averages: prompt_tps=" in done.stdout and "peak_memory=" in done.stdout
 
 
 def test_the_folder_is_cached_by_what_goes_into_it(tmp_path):
