@@ -124,7 +124,11 @@ def test_every_form_is_measured_with_mlx_lms_figures_and_checked():
 
 
 def test_batches_run_batch_generate_and_memory_is_reset_per_cell():
-    rows = _measure(forms=("bf16",), prompt_tokens=(8, 24), batches=(1, 3))
+    heard = []
+    rows = _measure(forms=("bf16", "cider"), prompt_tokens=(8, 24), batches=(1, 3),
+                    on_form=lambda got: heard.append([r.form for r in got]))
+    assert heard == [["bf16"] * 4, ["bf16"] * 4 + ["cider"] * 4]  # a caller can save after every form
+    rows = rows[:4]
     assert [(r.prompt_tokens, r.batch) for r in rows] == [(8, 1), (8, 3), (24, 1), (24, 3)]
     assert all(r.prompt_tps and r.generation_tps for r in rows)
     # a batch of 3 holds 3 caches: more memory than one sequence of the same prompt

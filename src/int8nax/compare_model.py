@@ -503,13 +503,17 @@ def generate_main(args) -> int:
         lines.say(f"[{time.perf_counter() - t0:.0f} s] {text}")
 
     rows: list[generate.Row] = []
-    for config in configs:  # printed and saved per model: a run cut short keeps what it had
-        got = generate.measure(config, forms, prompt_tokens, generation_tokens, batches, trials, layers, vocab,
-                               args.first_token, progress=step)
-        rows += got
-        print(generate_render(got, args.markdown, args.first_token), flush=True)
+
+    def save(current: list[generate.Row]) -> None:
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(generate_json(rows, meta), f, indent=1)
+                json.dump(generate_json(rows + current, meta), f, indent=1)
+
+    for config in configs:  # saved after every form, printed per model: a run cut short keeps what it had
+        got = generate.measure(config, forms, prompt_tokens, generation_tokens, batches, trials, layers, vocab,
+                               args.first_token, progress=step, on_form=save)
+        rows += got
+        print(generate_render(got, args.markdown, args.first_token), flush=True)
+        save([])
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     return 1 if generate.failed(rows) else 0

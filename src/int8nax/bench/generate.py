@@ -262,10 +262,11 @@ def agreement(tokens, reference) -> int:
 
 def measure(config: str | models.Config, forms=FORMS, prompt_tokens=(64,), generation_tokens: int = 16, batches=(1,),
             trials: int = 3, layers: int | None = None, vocab: int | None = None, fresh: bool = False,
-            cache: Path | None = None, progress=None) -> list[Row]:
-    """Every (form, prompt tokens, batch) of `config` as a Row, forms in `forms` order (module
+            cache: Path | None = None, progress=None, on_form=None) -> list[Row]:
+    """Every (form, prompt tokens, batch) of `config` as a Row, forms in FORMS order (module
     doc). Never raises for a form: a form that cannot run is n/a with the reason, one whose
-    check fails MISMATCH, one that raises failed with the error."""
+    check fails MISMATCH, one that raises failed with the error. on_form(rows so far), if
+    given, hears after every form (a caller can save them: a run cut short keeps its forms)."""
     cfg = models.CONFIGS[config] if isinstance(config, str) else config
     config = cfg.name
     layers = cfg.depth if layers is None else layers
@@ -303,6 +304,9 @@ def measure(config: str | models.Config, forms=FORMS, prompt_tokens=(64,), gener
             got = fresh_first_token(path, form, prompt_tokens[0], vocab)
             for r in mine:
                 r.fresh = got
+        if on_form:
+            ratios(rows)
+            on_form(rows)
     ratios(rows)
     return rows
 
