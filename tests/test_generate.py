@@ -135,6 +135,13 @@ def test_batches_run_batch_generate_and_memory_is_reset_per_cell():
     assert rows[3].peak_memory_gb > rows[2].peak_memory_gb
 
 
+@pytest.mark.parametrize("bad, name", [({"forms": ("bf16", "q3")}, "forms"), ({"trials": 0}, "trials"),
+                                       ({"prompt_tokens": ()}, "prompt_tokens"), ({"batches": (1, -2)}, "batches")])
+def test_bad_measure_arguments_name_the_argument(bad, name):
+    with pytest.raises(ValueError, match=f"^{name}: "):
+        _measure(**bad)
+
+
 def test_agreement_counts_leading_tokens():
     assert generate.agreement([1, 2, 3, 4], [1, 2, 5, 4]) == 2
     assert generate.agreement([7], [8]) == 0

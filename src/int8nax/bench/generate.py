@@ -91,8 +91,6 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-
-
 def case_name(config: str, prompt_tokens: int, generation_tokens: int, batch: int) -> str:
     """One cell's name in the asv suite: "qwen2.5-7b p512 g128 b8"."""
     return f"{config} p{prompt_tokens} g{generation_tokens} b{batch}"
@@ -267,6 +265,15 @@ def measure(config: str | models.Config, forms=FORMS, prompt_tokens=(64,), gener
     doc). Never raises for a form: a form that cannot run is n/a with the reason, one whose
     check fails MISMATCH, one that raises failed with the error. on_form(rows so far), if
     given, hears after every form (a caller can save them: a run cut short keeps its forms)."""
+    if isinstance(config, str) and config not in models.CONFIGS:
+        raise ValueError(f"config: expected one of {', '.join(models.CONFIGS)}, got {config!r}")
+    bad = [f for f in forms if f not in FORMS]
+    if bad or not forms:
+        raise ValueError(f"forms: expected some of {', '.join(FORMS)}, got {forms!r}")
+    for name, values in (("prompt_tokens", prompt_tokens), ("batches", batches),
+                         ("generation_tokens", (generation_tokens,)), ("trials", (trials,))):
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+            raise ValueError(f"{name}: expected positive whole numbers, got {values!r}")
     cfg = models.CONFIGS[config] if isinstance(config, str) else config
     config = cfg.name
     layers = cfg.depth if layers is None else layers
