@@ -17,6 +17,12 @@ step after a prompt of --context tokens; more is a prefill of that many tokens. 
 
 Forms run one after another and each is freed before the next, so that peak memory is its own.
 Exit status 1 when an output is wrong or int8nax's W8A8 fails, as `int8nax compare`.
+
+`int8nax compare --generate [--model M] [--prompt-tokens P,P] [--generation-tokens G] [--batch B,B]`
+is the generation benchmark (int8nax.bench.generate): whole models at their real depth, saved as
+mlx-lm folders, every form timed through mlx-lm's stream_generate / batch_generate, printed as
+mlx-lm's table (Precision | Prompt (P) tok/sec | Generation (G) tok/sec | Memory GB) with each
+form's tokens/s over bf16's and over mlx-q8's, and the greedy agreement with bf16.
 """
 
 from __future__ import annotations
@@ -274,7 +280,8 @@ def extend(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model-modes", type=compare.names_arg(models.MODES, "modes"), default=("eager",),
                        help="eager (the default), compiled (under mx.compile), or eager,compiled")
     group.add_argument("--layers", type=argtypes.count(1, 64),
-                       help="decoder layers (default: the benchmark profile's, 4 on a GPU)")
+                       help="decoder layers (default: the benchmark profile's, 4 on a GPU; with --generate the "
+                            "real depth on a GPU, 2 on a CPU)")
     group.add_argument("--context", type=argtypes.count(1, models.MAX_TOKENS - 1),
                        help="prompt tokens before a decode step (default: the profile's, 512 on a GPU)")
     group.add_argument("--breakdown", action="store_true",
