@@ -17,6 +17,12 @@ step after a prompt of --context tokens; more is a prefill of that many tokens. 
 
 Forms run one after another and each is freed before the next, so that peak memory is its own.
 Exit status 1 when an output is wrong or int8nax's W8A8 fails, as `int8nax compare`.
+
+`int8nax compare --generate [--model M] [--prompt-tokens P,P] [--generation-tokens G] [--batch B,B]`
+is the generation benchmark (int8nax.bench.generate): whole models at their real depth, saved as
+mlx-lm folders, every form timed through mlx-lm's stream_generate / batch_generate, printed as
+mlx-lm's table (Precision | Prompt (P) tok/sec | Generation (G) tok/sec | Memory GB) with each
+form's tokens/s over bf16's and over mlx-q8's, and the greedy agreement with bf16.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from . import compare
-from .bench import argtypes, models
+from .bench import argtypes, generate, model_folder, models
 from .bench.checks import MismatchError
 from .bench.peers import Unavailable
 from .bench.text import table_lines
@@ -268,19 +274,47 @@ def extend(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tokens", type=_tokens_arg,
                        help="comma-separated token counts: 1 is one decode step, more a prefill (default: "
                             "the benchmark profile's)")
-    group.add_argument("--forms", type=compare.names_arg(models.FORMS, "forms"),
-                       help=f"comma-separated, in order (default: {','.join(models.FORMS)})")
+    group.add_argument("--forms", type=compare.names_arg(models.ALL_FORMS, "forms"),
+                       help=f"comma-separated, in order (default: {','.join(models.FORMS)}; with --generate "
+                            f"{','.join(generate.FORMS)})")
     group.add_argument("--model-modes", type=compare.names_arg(models.MODES, "modes"), default=("eager",),
                        help="eager (the default), compiled (under mx.compile), or eager,compiled")
     group.add_argument("--layers", type=argtypes.count(1, 64),
-                       help="decoder layers (default: the benchmark profile's, 4 on a GPU)")
+                       help="decoder layers (default: the benchmark profile's, 4 on a GPU; with --generate the "
+                            "real depth on a GPU, 2 on a CPU)")
     group.add_argument("--context", type=argtypes.count(1, models.MAX_TOKENS - 1),
                        help="prompt tokens before a decode step (default: the profile's, 512 on a GPU)")
     group.add_argument("--breakdown", action="store_true",
                        help="also profile each timed cell on a CUDA GPU: host wall against GPU busy time and the "
                             "kernels' time by category (int8nax GEMM, quantization, float GEMM, attention...)")
 
+    gen = parser.add_argument_group(
+        "generation", "with --generate: whole models at their real depth through mlx-lm's stream_generate / "
+                      "batch_generate, mlx-lm's table (int8nax.bench.generate)")
+    gen.add_argument("--generate", action="store_true",
+                     help="the generation benchmark: --model's models (default: the profile's) saved as mlx-lm "
+                          "folders, every form timed as mlx_lm.benchmark times it")
+    gen.add_argument("--prompt-tokens", type=_counts_arg, metavar="P[,P]",
+                     help="prompt lengths (default: the profile's: 512,2048,4096 on a GPU, 64 on a CPU)")
+    gen.add_argument("--generation-tokens", type=argtypes.count(1, models.MAX_TOKENS), metavar="G",
+                     help="tokens generated per request (default: the profile's: 128 on a GPU, 16 on a CPU)")
+    gen.add_argument("--batch", type=_counts_arg, metavar="B[,B]",
+                     help="batch sizes: 1 runs stream_generate, more batch_generate (default: the profile's: "
+                          "1,8 on a GPU, 1 on a CPU)")
+    gen.add_argument("--trials", type=argtypes.count(1, 100),
+                     help="timed requests per cell after the warm-up (default: the profile's: 3 on a GPU, 2 on a CPU)")
+    gen.add_argument("--vocab", type=argtypes.count(len(model_folder.ALPHABET)),
+                     help="vocabulary of the saved model (default: the profile's: the real one on a GPU)")
+    gen.add_argument("--first-token", action="store_true",
+                     help="also time each form's first token in a fresh process (one process per form)")
+
     def dispatch(args) -> int:
+        if args.generate:
+            return generate_main(args)
+        for option in GENERATE_ONLY:
+            if getattr(args, option) not in (None, False):
+                print(f"int8nax compare: error: --{option.replace('_', '-')} needs --generate", file=sys.stderr)
+                return 2
         if args.model:
             return main(args)
         for option in ("tokens", "forms", "layers", "context", "breakdown"):
@@ -304,6 +338,10 @@ def main(args) -> int:
         print(f"int8nax compare: error: {exc}", file=sys.stderr)
         return 2
     profile = models.PROFILES[profile_name]
+    if args.forms and any(f not in models.FORMS for f in args.forms):
+        print(f"int8nax compare: error: --forms: --model without --generate takes {', '.join(models.FORMS)}, "
+              f"got {','.join(args.forms)}", file=sys.stderr)
+        return 2
     tokens = args.tokens or profile.tokens
     layers = args.layers or profile.layers
     context = args.context or profile.context
@@ -335,3 +373,154 @@ def main(args) -> int:
                 json.dump(to_json(rows, meta), f, indent=1)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     return 1 if failed(rows) else 0
+
+
+# --- --generate: the generation benchmark (int8nax.bench.generate) ---------------------------
+
+GENERATE_ONLY = ("prompt_tokens", "generation_tokens", "batch", "trials", "vocab", "first_token")
+"""Options that only --generate reads."""
+NOT_WITH_GENERATE = ("shapes", "contenders", "profile", "tokens", "context", "breakdown")
+
+
+def _counts_arg(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and 1 <= int(p) <= models.MAX_TOKENS for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated whole numbers from 1 to {models.MAX_TOKENS}, got {text!r}")
+    return tuple(dict.fromkeys(int(p) for p in parts))
+
+
+def _tps(fig) -> str:
+    return f"{fig.median:.1f} ({fig.low:.1f}-{fig.high:.1f})"
+
+
+def generate_header(prompt_tokens: int, generation_tokens: int, fresh: bool) -> list[str]:
+    """mlx-lm's BENCHMARKS.md columns, then the ratios, the greedy agreement and (--first-token)
+    the fresh process's time to first token."""
+    return (["Precision", f"Prompt ({prompt_tokens}) tok/sec", f"Generation ({generation_tokens}) tok/sec",
+             "Memory GB"] + [f"{w} vs {b}" for b in generate.RATIO_BASES for w in ("P", "G")]
+            + ["agree"] + (["first token s"] if fresh else []))
+
+
+def generate_cells(r: generate.Row, fresh: bool) -> list[str]:
+    if r.prompt_tps is None:
+        cells = [r.form, r.status(), r.status(), r.status()]
+    else:
+        cells = [r.form, _tps(r.prompt_tps), _tps(r.generation_tps), f"{r.peak_memory_gb:.2f}"]
+    for b in generate.RATIO_BASES:
+        for w in ("prompt", "generation"):
+            v = r.ratios.get(f"{w}_vs_{b}")
+            cells.append("" if v is None else f"{v:.2f}")
+    cells.append("" if r.agree_tokens is None else f"{r.agree_tokens}/{r.generation_tokens}")
+    if fresh:
+        f = r.fresh or {}
+        cells.append(f"{f['first_token_s']:.2f}" if "first_token_s" in f else "n/a" if f else "")
+    return cells
+
+
+def generate_notes(rows: list[generate.Row]) -> list[str]:
+    """Per form, once: why it did not run, its check, what it ran as, its first request here and
+    its fresh process (--first-token)."""
+    lines, seen = [], set()
+    for r in rows:
+        if r.form in seen:
+            continue
+        seen.add(r.form)
+        if r.unavailable:
+            lines.append(f"{r.form}: n/a: {r.unavailable}")
+        elif r.mismatch:
+            lines.append(f"{r.form}: MISMATCH: {r.mismatch}")
+        elif r.error:
+            lines.append(f"{r.form}: failed: {r.error}")
+        if r.check:
+            lines.append(f"{r.form}: checked before timing (every projection on {generate.CHECK_TOKENS} prompt "
+                         f"tokens against float64, worst): {r.check}")
+        if r.detail and r.form not in ("bf16", "fp16"):
+            lines.append(f"{r.form} ran as: {r.detail}")
+        if r.first_request_s is not None:
+            lines.append(f"{r.form}: first request in this process {r.first_request_s:.2f} s")
+        if r.fresh:
+            f = r.fresh
+            lines.append(f"{r.form}: fresh process: n/a: {f['n/a']}" if "n/a" in f else
+                         f"{r.form}: fresh process: load {f['load_s']:.2f} s, convert {f['convert_s']:.2f} s, "
+                         f"first token {f['first_token_s']:.2f} s ({f['process_s']:.1f} s in all)")
+    return lines
+
+
+def generate_render(rows: list[generate.Row], markdown: bool, fresh: bool = False) -> str:
+    """One mlx-lm table per (configuration, prompt tokens, batch), then the notes."""
+    out = []
+    groups: dict[tuple, list[generate.Row]] = {}
+    for r in rows:
+        groups.setdefault((r.config, r.prompt_tokens, r.generation_tokens, r.batch), []).append(r)
+    for (config, p, g, b), group in groups.items():
+        first = group[0]
+        cfg = models.CONFIGS.get(config)
+        depth = f"{first.layers} layers" + ("" if cfg is None or first.layers == cfg.depth else f" of {cfg.depth}")
+        vocab = f"vocab {first.vocab}" + ("" if cfg is None or first.vocab == cfg.vocab else f" of {cfg.vocab}")
+        loop = "stream_generate" if b == 1 else "batch_generate"
+        trials = max((len(r.trials) for r in group), default=0)
+        out.append(f"\n{'### ' if markdown else ''}{config} ({depth}, {vocab}): prompt {p}, generation {g}, "
+                   f"batch {b} ({loop}; median of {trials} trials, min-max)\n")
+        out += table_lines(generate_header(p, g, fresh), [generate_cells(r, fresh) for r in group], markdown)
+    out.append("")
+    prefix = "- " if markdown else ""
+    out += [prefix + line for line in generate_notes(rows)]
+    return "\n".join(out)
+
+
+def generate_json(rows: list[generate.Row], meta: dict) -> dict:
+    return {"meta": meta, "generate": [generate.to_dict(r) for r in rows]}
+
+
+def generate_main(args) -> int:
+    from .bench import problems
+
+    given = [o for o in NOT_WITH_GENERATE if getattr(args, o, None) not in (None, False)]
+    if given or args.model_modes != ("eager",):
+        name = given[0] if given else "model_modes"
+        print(f"int8nax compare: error: --generate does not take --{name.replace('_', '-')}", file=sys.stderr)
+        return 2
+    try:
+        profile_name, why = problems.choose_profile()
+    except problems.ProfileError as exc:
+        print(f"int8nax compare: error: {exc}", file=sys.stderr)
+        return 2
+    profile = generate.PROFILES[profile_name]
+    configs = args.model or profile.configs
+    forms = args.forms or generate.FORMS
+    prompt_tokens = args.prompt_tokens or profile.prompt_tokens
+    generation_tokens = args.generation_tokens or profile.generation_tokens
+    batches = args.batch or profile.batches
+    trials = args.trials or profile.trials
+    layers = args.layers or profile.layers
+    vocab = args.vocab or profile.vocab
+    meta = {**compare.environment(), **generate.versions(), "command": "int8nax " + " ".join(sys.argv[1:]),
+            "profile": profile_name, "settings": {
+                "forms": list(forms), "prompt_tokens": list(prompt_tokens), "generation_tokens": generation_tokens,
+                "batches": list(batches), "trials": trials, "layers": layers, "vocab": vocab,
+                "prefill_step_size": generate.PREFILL_STEP_SIZE, "first_token": args.first_token}}
+    print(f"int8nax compare --generate: backend {meta['backend']} ({meta['backend_reason']}); profile {profile_name} "
+          f"({why}); mlx-lm {meta['mlx_lm']}'s stream_generate / batch_generate, prefill step "
+          f"{generate.PREFILL_STEP_SIZE}; random seeded weights", flush=True)
+    lines = compare.Progress(sys.stderr, "none" if args.progress == "none" else "lines")
+    t0 = time.perf_counter()
+
+    def step(text: str) -> None:
+        lines.say(f"[{time.perf_counter() - t0:.0f} s] {text}")
+
+    rows: list[generate.Row] = []
+
+    def save(current: list[generate.Row]) -> None:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(generate_json(rows + current, meta), f, indent=1)
+
+    for config in configs:  # saved after every form, printed per model: a run cut short keeps what it had
+        got = generate.measure(config, forms, prompt_tokens, generation_tokens, batches, trials, layers, vocab,
+                               args.first_token, progress=step, on_form=save)
+        rows += got
+        print(generate_render(got, args.markdown, args.first_token), flush=True)
+        save([])
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+    return 1 if generate.failed(rows) else 0

@@ -80,17 +80,31 @@ class Config:
     heads: int
     kv_heads: int
     head_dim: int
+    depth: int = 2
+    """Decoder layers of the real model (the generation benchmark's default; the forward
+    benchmark runs a few of them). The defaults of depth, vocab and tied make a small model,
+    for tests' own configurations."""
+    vocab: int = 1024
+    """The real model's vocabulary (its embedding and LM head rows)."""
+    tied: bool = True
+    """Whether the LM head is the embedding (tie_word_embeddings)."""
     rope_theta: float = 1_000_000.0
     rms_norm_eps: float = 1e-6
 
 
 CONFIGS: dict[str, Config] = {c.name: c for c in (
-    Config("qwen2.5-0.5b", "qwen2", 896, 4864, 14, 2, 64),
-    Config("qwen2.5-7b", "qwen2", 3584, 18944, 28, 4, 128),
-    Config("qwen3-8b", "qwen3", 4096, 12288, 32, 8, 128),
+    Config("qwen2.5-0.5b", "qwen2", 896, 4864, 14, 2, 64, depth=24, vocab=151936, tied=True),
+    Config("qwen2.5-7b", "qwen2", 3584, 18944, 28, 4, 128, depth=28, vocab=152064, tied=False),
+    Config("qwen3-8b", "qwen3", 4096, 12288, 32, 8, 128, depth=36, vocab=151936, tied=False),
 )}
 
 FORMS = ("bf16", "fp16", "mlx-q8", "w8a8", "cider")
+"""The forward benchmark's forms (compare --model, bench_model)."""
+ALL_FORMS = ("bf16", "fp16", "mlx-q8", "mlx-q4", "w8a8", "cider")
+"""Every form convert() makes, in table order: the generation benchmark's (bench.generate).
+mlx-q4 is MLX's 4-bit weight-only form, which mlx-lm users compare with 8-bit."""
+MLX_GROUP_SIZE = 64
+"""Group size of the MLX weight-only forms: mlx-lm's default (mlx_lm.convert -q)."""
 MODES = ("eager", "compiled")
 VOCAB = 1024
 SEED = 20261204
@@ -143,24 +157,25 @@ def model_args(config: Config, layers: int):
         rope_theta=config.rope_theta, tie_word_embeddings=True, **extra)
 
 
+def random_weight(path: str, shape: tuple[int, ...], index: int, seed: int = SEED) -> mx.array:
+    """The float32 parameter at `path` (lazy), seeded by its `index` in the model's
+    parameter order, scaled as the module docstring says."""
+    key = mx.random.key(seed + index)
+    leaf = path.rsplit(".", 1)[-1]
+    if "norm" in path:
+        return 1.0 + 0.1 * mx.random.normal(shape, key=key)
+    if leaf == "bias":
+        return 0.1 * mx.random.normal(shape, key=key)
+    if "embed_tokens" in path:
+        return 0.02 * mx.random.normal(shape, key=key)
+    return mx.random.normal(shape, key=key) * (shape[-1] ** -0.5)
+
+
 def _random_weights(model: nn.Module) -> list[tuple[str, mx.array]]:
     """(path, float32 array) for every parameter, seeded per path (see the module docstring)."""
     from mlx.utils import tree_flatten
 
-    out = []
-    for i, (path, value) in enumerate(tree_flatten(model.parameters())):
-        key = mx.random.key(SEED + i)
-        leaf = path.rsplit(".", 1)[-1]
-        if "norm" in path:
-            w = 1.0 + 0.1 * mx.random.normal(value.shape, key=key)
-        elif leaf == "bias":
-            w = 0.1 * mx.random.normal(value.shape, key=key)
-        elif "embed_tokens" in path:
-            w = 0.02 * mx.random.normal(value.shape, key=key)
-        else:
-            w = mx.random.normal(value.shape, key=key) * (value.shape[-1] ** -0.5)
-        out.append((path, w))
-    return out
+    return [(path, random_weight(path, value.shape, i)) for i, (path, value) in enumerate(tree_flatten(model.parameters()))]
 
 
 def build(config: Config, layers: int, dtype=mx.bfloat16) -> nn.Module:
@@ -191,9 +206,11 @@ def convert(model: nn.Module, form: str) -> str:
     if form == "fp16":
         model.set_dtype(mx.float16)
         return "float16 weights and activations"
-    if form == "mlx-q8":
-        nn.quantize(model, group_size=64, bits=8)
-        return "nn.quantize(bits=8, group_size=64): weight-only affine 8-bit, bf16 activations"
+    if form in ("mlx-q8", "mlx-q4"):
+        bits = int(form[-1])
+        nn.quantize(model, group_size=MLX_GROUP_SIZE, bits=bits)
+        return (f"nn.quantize(bits={bits}, group_size={MLX_GROUP_SIZE}): weight-only affine {bits}-bit, "
+                "bf16 activations")
     if form == "w8a8":
         from .. import backends
         from ..nn import SwiGLUMLPCall, quantize_linears
@@ -214,7 +231,7 @@ def convert(model: nn.Module, form: str) -> str:
         loaded = cider.load()  # Unavailable off an M5, with the reason
         result = loaded.module.convert_model(model, verbose=False)
         return f"{loaded.describe()}; convert_model replaced {result.get('n_converted', '?')} linears"
-    raise ValueError(f"form: expected one of {', '.join(FORMS)}, got {form!r}")
+    raise ValueError(f"form: expected one of {', '.join(ALL_FORMS)}, got {form!r}")
 
 
 def weight_bytes(model: nn.Module) -> int:
@@ -571,6 +588,16 @@ def _check_recorded(recorders, what: str, sources: dict | None = None) -> str:
             raise MismatchError(f"{what}: projection {rec.path}: {exc}") from None
         worst[unit] = max(worst.get(unit, 0.0), err)
     return ", ".join(f"{v:.2g} {'ulp' if u == 'ulp' else 'rel'}" for u, v in worst.items())
+
+
+def check_projections(model: nn.Module, ids: mx.array, what: str, sources: dict | None = None) -> str:
+    """Run the whole `model` (mlx-lm's Model: decoder stack and LM head) once on `ids`
+    [batch, tokens] with every projection recorded, and check each against float64 on its own
+    inputs (check_projection; the SwiGLU MLPs int8nax took over against their own call).
+    Returns the worst error per unit, as text; MismatchError naming the projection past a bound."""
+    with _recording(model) as recorders:
+        mx.eval(model(ids))
+    return _check_recorded(recorders, what, sources) + _check_swiglu_calls(model, recorders, what)
 
 
 def _check_swiglu_calls(model: nn.Module, recorders, what: str) -> str:

@@ -1,0 +1,280 @@
+"""The generation benchmark (int8nax.bench.generate, bench.model_folder), `int8nax compare
+--generate` and benchmarks/bench_generate.py: the saved folder is a model mlx-lm loads and runs,
+the figures are mlx-lm's, the agreement count and the projection check can fail, usage errors
+exit 2, the JSON carries every field.
+
+A tiny configuration (2 layers, hidden 64, a 256-id vocabulary) keeps each test to seconds on
+the 2-core CPU box."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+pytest.importorskip("mlx_lm", reason="mlx-lm (the `bench` and `test` extras) is not installed")
+pytest.importorskip("transformers", reason="mlx-lm's generation front end needs transformers")
+
+from int8nax import cli, compare_model  # noqa: E402
+from int8nax.bench import generate, model_folder, models  # noqa: E402
+from int8nax.bench.checks import MismatchError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks import bench_generate  # noqa: E402
+
+TINY = models.Config("tiny-gen", "qwen2", 64, 128, 2, 1, 32, depth=2, vocab=256, tied=True)
+TINY3 = models.Config("tiny-gen3", "qwen3", 64, 128, 2, 1, 32, depth=2, vocab=300, tied=False)
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("INT8NAX_BENCH_PROFILE", "cpu")
+    monkeypatch.setenv(model_folder.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "models"))
+    monkeypatch.setitem(models.CONFIGS, TINY.name, TINY)
+
+
+def _measure(**kw):
+    args = dict(forms=("bf16", "w8a8", "cider"), prompt_tokens=(12,), generation_tokens=6, batches=(1,), trials=1)
+    args.update(kw)
+    return generate.measure(TINY, **args)
+
+
+# --- the folder ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg", [TINY, TINY3], ids=["qwen2-tied", "qwen3-untied"])
+def test_the_folder_is_a_model_mlx_lm_loads_with_the_seeded_weights(cfg):
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+
+    path = model_folder.folder(cfg)
+    config = json.loads((path / "config.json").read_text())
+    assert (config["model_type"], config["num_hidden_layers"], config["vocab_size"]) == (cfg.family, 2, cfg.vocab)
+    assert sorted(p.name for p in path.glob("*.safetensors")) == ["model-00001-of-00001.safetensors"]
+    model, tokenizer = load(str(path))
+    assert type(model).__module__ == f"mlx_lm.models.{cfg.family}"
+    params = tree_flatten(model.parameters())
+    assert ("lm_head.weight" in dict(params)) == (not cfg.tied)
+    # the saved weights are the measuring layer's seeded ones, in the order a fresh model lists them
+    fresh = models.mlx_lm_module(cfg.family).Model(
+        models.mlx_lm_module(cfg.family).ModelArgs.from_dict(model_folder.hf_config(cfg, 2, cfg.vocab)))
+    for i, (name, value) in enumerate(tree_flatten(fresh.parameters())):
+        want = models.random_weight(name, value.shape, i).astype(mx.bfloat16)
+        assert mx.array_equal(dict(params)[name], want).item(), name
+    # every id of the model decodes to printable text; nothing else is below vocab
+    texts = [tokenizer.decode([i]) for i in range(cfg.vocab)]
+    assert all(t and set(t) <= set(model_folder.ALPHABET.replace("Ġ", " ")) for t in texts)
+    assert len(set(texts)) == cfg.vocab
+    assert all(i < cfg.vocab for i in tokenizer.encode("hello world 42"))
+
+
+def test_mlx_lms_own_benchmark_runs_on_the_folder():
+    import subprocess
+
+    path = model_folder.folder(TINY)
+    done = subprocess.run([sys.executable, "-m", "mlx_lm", "benchmark", "--model", str(path), "-p", "8", "-g", "3",
+                           "-n", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Averages: prompt_tps=" in done.stdout and "peak_memory=" in done.stdout
+
+
+def test_the_folder_is_cached_by_what_goes_into_it(tmp_path):
+    first = model_folder.folder(TINY, cache=tmp_path)
+    stamp = (first / "config.json").stat().st_mtime_ns
+    assert model_folder.folder(TINY, cache=tmp_path) == first
+    assert (first / "config.json").stat().st_mtime_ns == stamp  # reused, not rewritten
+    assert model_folder.folder(TINY, cache=tmp_path, seed=models.SEED + 1) != first
+    assert model_folder.folder(TINY, layers=1, cache=tmp_path) != first
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_the_real_configurations_default_to_their_real_depth_and_vocabulary():
+    cfg = models.CONFIGS["qwen2.5-7b"]
+    assert (cfg.depth, cfg.vocab, cfg.tied) == (28, 152064, False)
+    assert models.CONFIGS["qwen3-8b"].depth == 36
+    assert model_folder.hf_config(cfg, cfg.depth, cfg.vocab)["num_hidden_layers"] == 28
+
+
+@pytest.mark.parametrize("bad", [{"layers": 0}, {"vocab": 10}, {"layers": True}])
+def test_a_bad_folder_request_names_the_argument(bad, tmp_path):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        model_folder.folder(TINY, cache=tmp_path, **bad)
+
+
+# --- the measurement ----------------------------------------------------------------------------
+
+def test_every_form_is_measured_with_mlx_lms_figures_and_checked():
+    rows = _measure(forms=("bf16", "fp16", "mlx-q8", "w8a8", "cider"))
+    by = {r.form: r for r in rows}
+    assert list(by) == ["bf16", "fp16", "mlx-q8", "w8a8", "cider"]
+    for form in ("bf16", "fp16", "mlx-q8", "w8a8"):
+        r = by[form]
+        assert r.prompt_tps.median > 0 and r.generation_tps.median > 0 and r.peak_memory_gb > 0, form
+        assert r.prompt_tps.low <= r.prompt_tps.median <= r.prompt_tps.high
+        assert len(r.trials) == 1 and 0 <= r.agree_tokens <= 6
+        assert r.ratios["prompt_vs_bf16"] == pytest.approx(r.prompt_tps.median / by["bf16"].prompt_tps.median)
+        assert "prompt_vs_mlx-q8" in r.ratios
+    assert by["bf16"].agree_tokens == 6
+    assert by["w8a8"].check.endswith("ulp") and "rel" in by["bf16"].check
+    assert by["cider"].unavailable and "cider" in by["cider"].unavailable and by["cider"].prompt_tps is None
+    assert not generate.failed(rows)
+
+
+def test_batches_run_batch_generate_and_memory_is_reset_per_cell():
+    heard = []
+    rows = _measure(forms=("bf16", "cider"), prompt_tokens=(8, 24), batches=(1, 3),
+                    on_form=lambda got: heard.append([r.form for r in got]))
+    assert heard == [["bf16"] * 4, ["bf16"] * 4 + ["cider"] * 4]  # a caller can save after every form
+    rows = rows[:4]
+    assert [(r.prompt_tokens, r.batch) for r in rows] == [(8, 1), (8, 3), (24, 1), (24, 3)]
+    assert all(r.prompt_tps and r.generation_tps for r in rows)
+    # a batch of 3 holds 3 caches: more memory than one sequence of the same prompt
+    assert rows[3].peak_memory_gb > rows[2].peak_memory_gb
+
+
+@pytest.mark.parametrize("bad, name", [({"forms": ("bf16", "q3")}, "forms"), ({"trials": 0}, "trials"),
+                                       ({"prompt_tokens": ()}, "prompt_tokens"), ({"batches": (1, -2)}, "batches")])
+def test_bad_measure_arguments_name_the_argument(bad, name):
+    with pytest.raises(ValueError, match=f"^{name}: "):
+        _measure(**bad)
+
+
+def test_agreement_counts_leading_tokens():
+    assert generate.agreement([1, 2, 3, 4], [1, 2, 5, 4]) == 2
+    assert generate.agreement([7], [8]) == 0
+    assert generate.agreement([1, 2], [1, 2]) == 2
+
+
+def test_a_form_that_generates_other_tokens_agrees_less(monkeypatch):
+    real = models.convert
+
+    def flipped(model, form):
+        if form == "fp16":  # another model: the embedding (and so the tied LM head) negated
+            model.model.embed_tokens.weight = -model.model.embed_tokens.weight
+        return real(model, form)
+
+    monkeypatch.setattr(models, "convert", flipped)
+    rows = {r.form: r for r in _measure(forms=("bf16", "fp16"))}
+    assert rows["bf16"].agree_tokens == 6
+    assert rows["fp16"].agree_tokens < 6
+
+
+def test_a_wrong_projection_is_a_mismatch_and_nothing_is_timed(monkeypatch):
+    from int8nax.nn import W8A8Linear
+
+    real = W8A8Linear.__call__
+    monkeypatch.setattr(W8A8Linear, "__call__", lambda self, x: real(self, x) * 1.5)
+    rows = {r.form: r for r in _measure(forms=("bf16", "w8a8"))}
+    assert rows["w8a8"].mismatch and "ulp" in rows["w8a8"].mismatch
+    assert rows["w8a8"].prompt_tps is None and rows["w8a8"].trials == []
+    assert rows["bf16"].prompt_tps is not None
+    assert generate.failed(list(rows.values()))
+
+
+def test_a_fresh_process_times_its_first_token():
+    rows = _measure(forms=("bf16",), fresh=True)
+    fresh = rows[0].fresh
+    assert set(fresh) == {"first_token_s", "load_s", "convert_s", "process_s"}, fresh
+    assert 0 < fresh["first_token_s"] < fresh["process_s"]
+
+
+# --- the command --------------------------------------------------------------------------------
+
+def _cli(capsys, *argv):
+    rc = cli.main(["compare", "--progress", "none", *argv])
+    return rc, capsys.readouterr()
+
+
+def test_compare_generate_prints_mlx_lms_table_and_writes_json(tmp_path, capsys):
+    out_json = tmp_path / "gen.json"
+    rc, got = _cli(capsys, "--generate", "--model", TINY.name, "--prompt-tokens", "12", "--generation-tokens", "5",
+                   "--trials", "1", "--layers", "2", "--vocab", "256", "--forms", "bf16,mlx-q4,w8a8,cider",
+                   "--json", str(out_json), "--markdown")
+    assert rc == 0, got.err
+    lines = got.out.splitlines()
+    header = next(line for line in lines if line.startswith("| Precision"))
+    assert header == ("| Precision | Prompt (12) tok/sec | Generation (5) tok/sec | Memory GB | P vs bf16 | G vs bf16 | "
+                      "P vs mlx-q8 | G vs mlx-q8 | agree |")
+    table = lines[lines.index(header) + 2:]
+    rows = [line.split(" | ")[0].lstrip("| ") for line in table[:4]]
+    assert rows == ["bf16", "mlx-q4", "w8a8", "cider"]
+    assert table[3].startswith("| cider | n/a | n/a | n/a |")
+    assert any(line.startswith("- cider: n/a: cider is not installed") for line in lines)
+    assert any(line.startswith("- w8a8: checked before timing") and line.endswith("ulp") for line in lines)
+    data = json.loads(out_json.read_text())
+    assert data["meta"]["settings"]["prompt_tokens"] == [12] and data["meta"]["mlx_lm"]
+    assert {"date", "mlx", "backend", "command", "driver"} <= set(data["meta"])
+    row = data["generate"][0]
+    for key in ("config", "form", "prompt_tokens", "generation_tokens", "batch", "layers", "vocab", "prompt_tps",
+                "generation_tps", "peak_memory_gb", "trials", "agree_tokens", "check", "ratios", "first_request_s"):
+        assert key in row, key
+    assert set(row["prompt_tps"]) == {"median", "low", "high"}
+    assert set(row["trials"][0]) == {"prompt_tps", "generation_tps", "peak_memory", "seconds"}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--generate", "--prompt-tokens", "0"), "--prompt-tokens"),
+    (("--generate", "--batch", "1,x"), "--batch"),
+    (("--generate", "--forms", "bf16,bogus"), "--forms"),
+    (("--generate", "--tokens", "16"), "--generate does not take --tokens"),
+    (("--generate", "--shapes", "16x512x512"), "--generate does not take --shapes"),
+    (("--prompt-tokens", "64"), "--prompt-tokens needs --generate"),
+    (("--first-token",), "--first-token needs --generate"),
+    (("--model", "qwen2.5-0.5b", "--forms", "mlx-q4"), "--model without --generate takes"),
+])
+def test_bad_options_exit_2_with_one_line(argv, words, capsys):
+    try:
+        rc, got = _cli(capsys, *argv)
+    except SystemExit as exc:
+        rc, got = exc.code, capsys.readouterr()
+    assert rc == 2
+    assert got.err.count("\n") == 1 and words in got.err, got.err
+
+
+def test_the_table_shows_the_fresh_first_token_and_failures():
+    row = generate.Row("qwen2.5-7b", "w8a8", 512, 128, 8, 28, 152064, error="RuntimeError: out of memory",
+                       fresh={"n/a": "the fresh process failed (exit 1): boom"})
+    text = compare_model.generate_render([row], markdown=False, fresh=True)
+    assert "qwen2.5-7b (28 layers, vocab 152064): prompt 512, generation 128, batch 8 (batch_generate" in text
+    assert "first token s" in text and "failed" in text
+    assert "w8a8: failed: RuntimeError: out of memory" in text and "fresh process: n/a: the fresh process failed" in text
+    assert generate.failed([row])
+
+
+# --- the asv suite ------------------------------------------------------------------------------
+
+def test_the_suite_reads_each_cell_and_says_why_one_is_not_measured(monkeypatch):
+    case = "qwen2.5-0.5b p64 g16 b1"
+    assert case in generate.ALL_CASES and "qwen2.5-7b p4096 g128 b8" in generate.ALL_CASES
+    figures = {(case, "bf16"): {"prompt_tps": 100.0, "generation_tps": 10.0, "peak_memory_gb": 0.5,
+                                "ratios": {"prompt_vs_bf16": 1.0, "generation_vs_bf16": 1.0}},
+               (case, "w8a8"): {"prompt_tps": 150.0, "generation_tps": 12.0, "peak_memory_gb": 0.25,
+                                "ratios": {"prompt_vs_bf16": 1.5, "generation_vs_bf16": 1.2}},
+               (case, "fp16"): {"mismatch": "projection x: off by 3 ulp"},
+               (case, "mlx-q8"): {"skip": generate.skip_reason("cpu", "mlx-q8")}}
+    bench = bench_generate.GenerateFigures()
+    bench.setup(figures, case, "w8a8")
+    assert bench.track_prompt_tps(figures, case, "w8a8") == 150.0
+    assert bench.track_peak_memory(figures, case, "w8a8") == 0.25e9
+    ratio = bench_generate.GenerateRatio()
+    ratio.setup(figures, case)
+    assert ratio.track_w8a8_prompt_vs_bf16(figures, case) == 1.5
+    with pytest.raises(NotImplementedError, match="quantized_matmul"):
+        bench.setup(figures, case, "mlx-q8")
+    with pytest.raises(MismatchError, match="3 ulp"):
+        bench.setup(figures, case, "fp16")
+    with pytest.raises(NotImplementedError, match="not in the 'cpu' profile"):
+        bench.setup(figures, "qwen2.5-7b p512 g128 b1", "bf16")
+    assert bench_generate.GenerateFigures.version and bench_generate.GenerateRatio.version
+    # one setup_cache for both classes: asv keys it by the function's source line
+    assert bench_generate.GenerateRatio.setup_cache is bench_generate.GenerateFigures.setup_cache
+
+
+def test_the_suite_can_measure_one_model_of_the_profile(monkeypatch):
+    monkeypatch.setenv(generate.CONFIGS_ENV, "qwen2.5-7b")
+    figures = generate.profile_figures("cpu")
+    assert figures[("qwen2.5-0.5b p64 g16 b1", "bf16")] == {
+        "skip": f"qwen2.5-0.5b is not in {generate.CONFIGS_ENV}=qwen2.5-7b"}
