@@ -301,6 +301,7 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
             np.save(layout_out, dump)
             section["layout"]["dump_file"] = layout_out
     section["selection"] = {"variant": selection.variant.name if selection.variant else None,
+                            "probe": selection.probe, "decided_by": selection.decided_by,
                             "reason": selection.reason, "self_tests": dict(selection.self_tests)}
     backend.kernels.time_builds = True  # the builds below are timed too (first launch + eval)
     section["subnormals"] = metal.probe_subnormals(backend.kernels)
@@ -331,7 +332,8 @@ def render_metal(section: dict) -> list[str]:
         lines.append(f"- layout fingerprint {lay['fingerprint']}" + (f" (dump: {lay['dump_file']})" if "dump_file" in lay
                                                                     else " (full dump: --layout-out FILE.npy)"))
     sel = section["selection"]
-    lines.append(f"- variant serving this process: **{sel['variant'] or 'none (NAX refused)'}**: {sel['reason']}")
+    lines.append(f"- variant serving this process: **{sel['variant'] or 'none (NAX refused)'}** (layout probe "
+                 f"{sel.get('probe', '?')}, chosen by: {sel.get('decided_by', '?')}): {sel['reason']}")
     sub = section.get("subnormals", {})
     lines.append(f"- float32 subnormals: {sub.get('summary', 'not probed')}"
                  + "".join(f"; {op}: {v}" for op, v in sub.items() if op != "summary" and v != "kept"))

@@ -10,15 +10,16 @@ Detection (nax_support): Metal present, an Apple GPU of generation >= 17 (M5; ph
 18), macOS >= 26.4 (int8 tensor ops). Then, the first time anything asks whether this backend
 can run (the first int8nax call on the GPU, or int8nax.info()), the selection runs once:
   1. the layout probe (nax_layout.metal) reports where the int8 cooperative tensors keep each
-     lane's elements;
-  2. the MLX-layout load path is built only if that is MLX's BaseNAXFrag layout, else the
-     generic path (coordinates asked of the tensors);
-  3. the bit-exact first-use self-test (exactness.first_use_check) runs on the variant built
-     (if the MLX-layout path fails it, the generic path is tried);
+     lane's elements (it asks get_multidimensional_index of the *input* tensors, which no code
+     run on an M5 is known to do);
+  2. the MLX-layout load path (cider's layout, bit-exact on an M5 Pro) is built whatever the
+     probe said: matching, failing to build or run, or reporting another layout;
+  3. the bit-exact first-use self-test (exactness.first_use_check) decides: if the MLX-layout
+     path fails it, the generic path (coordinates asked of the tensors) is tried;
   4. a variant that passes serves the process, and the probe's reason (int8nax.info()) names
-     it and says why; if none passes, NAX is refused for the rest of the process with the
-     reason, so auto mode falls back and an explicit backend="nax" raises instead of
-     returning wrong numbers.
+     it and says what the probe said and what the self-test decided; if none passes, NAX is
+     refused for the rest of the process with the reason, so auto mode falls back and an
+     explicit backend="nax" raises instead of returning wrong numbers.
 
 API for reports (int8nax selftest; docs/metal.md, "API for the selftest report"): variants(),
 variant_named(), KernelVariant, BACKEND.hardware(), BACKEND.layout(), BACKEND.variant_ops(v)
@@ -433,6 +434,19 @@ def probe_layout(kernels: KernelSet, relaxed_precision: bool = True) -> LayoutPr
         return LayoutProbeResult(False, False, {}, (), None, f"{type(exc).__name__}: {exc}")
 
 
+PROBE_MATCHES = "matches"
+PROBE_FAILED = "failed"
+PROBE_DIFFERS = "differs"
+
+
+def probe_outcome(layout: LayoutProbeResult) -> str:
+    """What the layout probe said, in one word: PROBE_MATCHES (MLX's layout), PROBE_FAILED (it
+    did not build or run) or PROBE_DIFFERS (it ran and reported something else)."""
+    if not layout.ran:
+        return PROBE_FAILED
+    return PROBE_MATCHES if layout.matches_mlx else PROBE_DIFFERS
+
+
 @dataclass(frozen=True)
 class Selection:
     """Which variant serves this process, and why."""
@@ -442,7 +456,13 @@ class Selection:
     reason: str
     layout: LayoutProbeResult
     self_tests: dict
-    """{variant name: failures} for every variant self-tested ([] = passed)."""
+    """{variant name: failures} for every variant self-tested ([] = passed), in test order."""
+    probe: str = PROBE_MATCHES
+    """probe_outcome(layout)."""
+    decided_by: str = ""
+    """Who chose: "probe and self-test" (the probe reported MLX's layout and the fast path
+    passed), "self-test" (the probe failed or disagreed, or the fast path failed and the
+    generic one passed), "forced" (INT8NAX_METAL_VARIANT) or "refused"."""
 
 
 VARIANT_ENV = "INT8NAX_METAL_VARIANT"
@@ -450,40 +470,50 @@ VARIANT_ENV = "INT8NAX_METAL_VARIANT"
 measurements on an M5; it is still self-tested, and refused if it fails."""
 
 
+def _first(failures: list[str]) -> str:
+    return failures[0] + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else "")
+
+
 def choose_variant(layout: LayoutProbeResult, self_test, relaxed_precision: bool = True,
                    forced: KernelVariant | None = None) -> Selection:
     """The selection rule (pure: `self_test(variant) -> failures` is injected). The MLX-layout
-    path is built only if the probe reported MLX's layout; whichever variant is built must pass
-    the bit-exact first-use self-test. If the MLX-layout path fails it, the generic path is
+    path (cider's layout, proven bit-exact on an M5 Pro) is self-tested first whatever the
+    layout probe said: a probe that fails or disagrees never costs the fast path, because the
+    bit-exact first-use self-test decides. If the MLX-layout path fails it, the generic path is
     tried before NAX is refused, so a wrong specialisation never returns numbers. `forced`
     (from INT8NAX_METAL_VARIANT) replaces the rule: only that variant is built and tested."""
     fast = KernelVariant(LOAD_MLX_LAYOUT, relaxed_precision)
     generic = KernelVariant(LOAD_GENERIC, relaxed_precision)
-    candidates = [fast, generic] if layout.matches_mlx else [generic]
+    outcome = probe_outcome(layout)
+    candidates = [fast, generic]
     why = layout.summary()
     if forced is not None:
         candidates, fast = [forced], forced
         why = f"forced by {VARIANT_ENV} ({why})"
+    passed = (f"; first-use self-test passed ({exactness.FIRST_USE_CHECKS} bit-exact/1-ulp checks)")
     results = {}
     for cand in candidates:
         failures = self_test(cand)
         results[cand.name] = failures
-        if not failures:
-            if cand is fast:
-                reason = f"variant {cand.name}: {why}"
-            elif layout.matches_mlx:
-                first = results[fast.name]
-                reason = (f"variant {cand.name}: {why}, but {fast.name} failed its self-test "
-                          f"({first[0]}{f' (+{len(first) - 1} more)' if len(first) > 1 else ''})")
-            else:
-                reason = f"variant {cand.name}: {why}, so the MLX-layout path is not built"
-            return Selection(cand, reason + f"; first-use self-test passed ({exactness.FIRST_USE_CHECKS} "
-                             "bit-exact/1-ulp checks)", layout, results)
+        if failures:
+            continue
+        if forced is not None:
+            reason, decided = f"variant {cand.name}: {why}", "forced"
+        elif cand is fast and outcome == PROBE_MATCHES:
+            reason, decided = f"variant {cand.name}: {why}", "probe and self-test"
+        elif cand is fast:
+            reason = (f"variant {cand.name}: {why}; the MLX-layout path (cider's layout) was built anyway "
+                      "and the bit-exact self-test decided")
+            decided = "self-test"
+        else:
+            reason = f"variant {cand.name}: {why}; {fast.name} failed its self-test ({_first(results[fast.name])})"
+            decided = "self-test"
+        return Selection(cand, reason + passed, layout, results, outcome, decided)
     last = results[candidates[-1].name]
     tried = " and ".join(results)
     reason = (f"the first-use self-test failed ({tried}; {why}), so int8nax will not return its "
-              f"numbers: {last[0]}" + (f" (+{len(last) - 1} more)" if len(last) > 1 else ""))
-    return Selection(None, reason, layout, results)
+              f"numbers: {_first(last)}")
+    return Selection(None, reason, layout, results, outcome, "refused")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,8 +552,12 @@ class MetalBackend(Backend):
         return self._ops_factory(self.kernels, variant, self.gpu)
 
     def layout(self) -> LayoutProbeResult:
-        """Run (again) the layout probe for this backend's relaxed_precision."""
-        return self._layout_probe(self.kernels, self.relaxed_precision)
+        """Run (again) the layout probe for this backend's relaxed_precision; a probe that
+        raises is a probe that failed (it never stops the selection)."""
+        try:
+            return self._layout_probe(self.kernels, self.relaxed_precision)
+        except Exception as exc:
+            return LayoutProbeResult(False, False, {}, (), None, f"{type(exc).__name__}: {exc}")
 
     def selection(self) -> Selection | None:
         """The selection decision of this process (runs the probe and the self-test once);
