@@ -348,4 +348,10 @@ def test_selftest_section_reports_subnormals_and_builds(monkeypatch):
     (build,) = section["builds"]
     assert build["build"].startswith("int8nax_subnormal_probe") and build["seconds"] >= 0
     assert section["build_bound"] == len(metal_source.instantiations())
-    assert "float32 subnormals: flushes float32 subnormals" in "\n".join(selftest.render_metal(section))
+    assert section["thread_limits"] == {}
+    text = "\n".join(selftest.render_metal(section))
+    assert "float32 subnormals: flushes float32 subnormals" in text
+    assert "threadgroup limits: every build launched at its own threadgroup size" in text
+    section["thread_limits"] = {"int8nax_int8_gemm<BM=128>": 384}
+    assert "`int8nax_int8_gemm<BM=128>` allows 384 threads, served by a smaller tile" in \
+        "\n".join(selftest.render_metal(section))

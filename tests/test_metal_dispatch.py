@@ -4,7 +4,9 @@ threadgroup, template arguments, inputs and output shapes)."""
 
 from __future__ import annotations
 
+import itertools
 import re
+from dataclasses import replace
 
 import mlx.core as mx
 import numpy as np
@@ -38,6 +40,42 @@ class RecordingFactory:
         kernel = RecordingKernel(**spec)
         self.kernels[spec["name"]] = kernel
         return kernel
+
+
+class RefusingFactory(RecordingFactory):
+    """Kernels whose pipelines allow `max_threads` threads (only kernel `only`, if given): a
+    launch over it returns outputs whose evaluation (`evaluate`, given to the KernelSet) raises
+    MLX's message, as CustomKernel::eval_gpu does."""
+
+    def __init__(self, max_threads, only=None):
+        super().__init__()
+        self.max_threads, self.only = max_threads, only
+        self.refused: list = []  # (kernel name, threads) of every refused launch
+        self._doomed: dict = {}  # id -> the array itself, kept alive so that its id is never reused
+
+    def __call__(self, **spec):
+        kernel = super().__call__(**spec)
+        record = kernel.__call__
+
+        def call(**launch):
+            outs = record(**launch)
+            threads = int(np.prod(launch["threadgroup"]))
+            if self.only in (None, spec["name"]) and threads > self.max_threads:
+                self.refused.append((spec["name"], threads))
+                self._doomed.update((id(o), o) for o in outs)
+            return outs
+
+        return call
+
+    def evaluate(self, outs):
+        for o in outs:
+            if id(o) in self._doomed:
+                raise ValueError(f"Thread group size ({self.refused[-1][1]}) is greater than  the maximum allowed "
+                                 f"threads per threadgroup ({self.max_threads}).")
+        mx.eval(outs)
+
+    def kernel_set(self) -> metal.KernelSet:
+        return metal.KernelSet(self, evaluate=self.evaluate)
 
 
 @pytest.fixture
@@ -228,9 +266,9 @@ def test_every_launch_is_in_the_catalogue(recorded):
     and bias lands on an instantiation metal_source.instantiations() lists."""
     factory, kernels = recorded
     catalogue = {i.key for i in metal_source.instantiations()}
-    for variant in metal.variants():
-        ops = metal.VariantOps(kernels, variant, "s")
-        for m in (1, 33, 65):  # small-M kernel, small tile, large tile
+    for variant, large in itertools.product(metal.variants(), tiling.METAL_LARGE_CANDIDATES):
+        ops = metal.VariantOps(kernels, variant, "s", large)
+        for m in (1, 33, 65):  # small-M kernel, small tile, large tile (each candidate)
             a = mx.zeros((m, 64), dtype=mx.int8)
             b = mx.zeros((40, 64), dtype=mx.int8)
             ops.int8_matmul(a, b)
@@ -240,6 +278,11 @@ def test_every_launch_is_in_the_catalogue(recorded):
         metal.run_layout_probe(kernels, variant.relaxed_precision)
     metal.run_subnormal_probe(kernels)
     made = {inst.key for inst, _ in kernels.builds()}
+    # the quantizer's threadgroup-limit fallback, on a GPU that refuses its 256 threads
+    refusing = RefusingFactory(128, only="int8nax_quantize_rows").kernel_set()
+    for dtype in (mx.float16, mx.bfloat16, mx.float32):
+        metal.run_quantize_rows(refusing, mx.ones((3, 64), dtype=dtype))
+    made |= {inst.key for inst, _ in refusing.builds()}
     assert made <= catalogue and len(made) == len(catalogue)
 
 
@@ -288,3 +331,81 @@ def test_sources_fit_metal_kernel(recorded, name):
     assert args - {"dummy"} <= used
     attrs = {w for w in used if w.endswith(("_in_grid", "_in_threadgroup", "_in_simdgroup"))}
     assert attrs <= MLX_ATTRIBUTES
+
+
+# --- threadgroups within the pipeline's limit ---------------------------------------------------
+
+
+def test_mlx_threadgroup_message_is_recognised():
+    # CustomKernel::eval_gpu's text (two spaces after "than"), and the one-space form too
+    text = "Thread group size (512) is greater than  the maximum allowed threads per threadgroup (448)."
+    assert metal.threadgroup_limit(ValueError(text)) == 448
+    assert metal.threadgroup_limit(ValueError(text.replace("  ", " "))) == 448
+    assert metal.threadgroup_limit(RuntimeError(text)) is None  # MLX raises std::invalid_argument: ValueError
+    assert metal.threadgroup_limit(ValueError("Unable to build metal library from source")) is None
+
+
+@pytest.mark.parametrize("limit, served", [(448, tiling.METAL_MEDIUM), (256, tiling.METAL_MEDIUM),
+                                           (200, tiling.METAL_SMALL), (128, tiling.METAL_SMALL)])
+def test_a_refused_large_tile_falls_back_without_raising(limit, served):
+    """A pipeline allowing fewer than 512 threads: the 512-thread GEMM is refused when first
+    evaluated, and the call is served, without an error, by the largest tile of the same 32 x 32
+    sub-tile that fits; later calls go straight there."""
+    factory = RefusingFactory(limit)
+    kernels = factory.kernel_set()
+    a, b = mx.ones((130, 64), dtype=mx.int8), mx.ones((40, 64), dtype=mx.int8)
+    for _ in range(3):
+        c = metal.run_int8_gemm(kernels, a, b, metal.KernelVariant(), "s")
+        assert c.shape == (130, 40)
+    assert factory.refused == [("int8nax_int8_gemm", 512)]  # refused once, then remembered
+    last = factory.kernels["int8nax_int8_gemm"].calls[-1]
+    assert dict(last["template"])["BM"] == served.bm and last["threadgroup"] == (served.threads, 1, 1)
+    d = tiling.metal_gemm_dispatch(130, 40, 64, "s", config=served)
+    assert last["grid"] == d.grid and np.array(last["inputs"][-1]).tolist() == list(d.params)
+    (label, got), = kernels.thread_limits().items()
+    assert got == limit and "BM=128" in label and "WM=4" in label
+
+
+def test_w8a8_and_quantizer_fall_back_too():
+    factory = RefusingFactory(128)
+    kernels = factory.kernel_set()
+    x = mx.ones((70, 64), dtype=mx.bfloat16)
+    y = metal.run_w8a8(kernels, x, mx.ones((40, 64), mx.int8), mx.ones((40,), mx.float32), None,
+                       metal.KernelVariant(metal.LOAD_GENERIC), "s", tiling.METAL_WIDE8)
+    assert y.shape == (70, 40) and y.dtype == mx.bfloat16
+    assert factory.refused == [("int8nax_quantize_rows", 256), ("int8nax_w8a8_gemm", 256)]
+    quant = factory.kernels["int8nax_quantize_rows"].calls[-1]
+    assert quant["threadgroup"] == (tiling.METAL_QUANT_FALLBACK_THREADS, 1, 1)
+    assert quant["grid"] == (tiling.METAL_QUANT_FALLBACK_THREADS, 70, 1)
+    gemm = factory.kernels["int8nax_w8a8_gemm"].calls[-1]
+    assert dict(gemm["template"])["BM"] == tiling.METAL_SMALL.bm and dict(gemm["template"])["MLX_LAYOUT"] is False
+    assert dict(gemm["template"])["OutT"] == mx.bfloat16
+
+
+def test_no_form_fits_is_a_clear_error_not_a_crash():
+    kernels = RefusingFactory(64, only="int8nax_int8_gemm").kernel_set()
+    with pytest.raises(metal.ThreadgroupLimitError, match="allows 64 threads per threadgroup"):
+        metal.run_int8_gemm(kernels, mx.ones((40, 64), mx.int8), mx.ones((40, 64), mx.int8))
+
+
+def test_other_errors_of_a_first_launch_propagate():
+    class Broken(RecordingFactory):
+        def __call__(self, **spec):
+            def kernel(**call):
+                raise ValueError("[metal_kernel] something else")
+            return kernel
+
+    with pytest.raises(ValueError, match="something else"):
+        metal.run_int8_gemm(metal.KernelSet(Broken()), mx.ones((40, 64), mx.int8), mx.ones((40, 64), mx.int8))
+
+
+def test_fallback_config_rule():
+    assert tiling.metal_fallback_config(tiling.METAL_LARGE, 1024) is None  # fits: nothing to do
+    assert tiling.metal_fallback_config(tiling.METAL_LARGE, 511) == tiling.METAL_MEDIUM
+    assert tiling.metal_fallback_config(tiling.METAL_WIDE8, 255) == tiling.METAL_SMALL
+    assert tiling.metal_fallback_config(tiling.METAL_SMALL, 127) is None
+    strict = tiling.metal_fallback_config(replace(tiling.METAL_LARGE, relaxed_precision=False), 300)
+    assert strict.name == tiling.METAL_MEDIUM.name and strict.relaxed_precision is False
+    for cfg in (tiling.METAL_MEDIUM, tiling.METAL_SMALL):  # the same per-simdgroup sub-tile as cider's
+        assert (cfg.sm, cfg.sn) == (tiling.METAL_LARGE.sm, tiling.METAL_LARGE.sn)
+    assert tiling.METAL_FALLBACK_THREADS == 256

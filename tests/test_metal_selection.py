@@ -89,3 +89,38 @@ def test_another_hardware_layout_falls_back_to_generic(stand_in):
         assert sel.probe == metal.PROBE_DIFFERS and sel.self_tests[FAST.name] and sel.self_tests[GENERIC.name] == []
     finally:
         stand_in.layout = emu.mlx_float_layout()
+
+
+@pytest.fixture(scope="module")
+def limited_stand_in():
+    """The stand-in as a GPU whose GEMM pipelines allow 384 threads: built with what the fast
+    path's self-test asks for there (the refused 512-thread tiles and their fallbacks)."""
+    if shim.GXX is None:
+        pytest.fail("g++ is required in CI to build the Metal stand-in")
+    factory = mlx_stand_in.StandInFactory(emu.mlx_float_layout())
+    limited = mlx_stand_in.ThreadLimited(factory, 384, prefix="int8nax_int8_gemm")
+    ops = metal.VariantOps(metal.KernelSet(limited, evaluate=limited.evaluate), FAST, "s")
+    ops.self_test()
+    ops.int8_matmul(mx.zeros((130, 300), mx.int8), mx.zeros((33, 300), mx.int8))
+    factory.build()
+    return factory
+
+
+def test_a_threadgroup_over_the_pipeline_limit_falls_back_exactly(limited_stand_in):
+    """MLX refuses the 512-thread tile (the pipeline allows 384): the first use neither raises nor
+    refuses NAX; the int8 GEMM runs in the 256-thread tile of the same sub-tile, exactly."""
+    limited = mlx_stand_in.ThreadLimited(limited_stand_in, 384, prefix="int8nax_int8_gemm")
+    backend = metal.MetalBackend(kernels=metal.KernelSet(limited, evaluate=limited.evaluate),
+                                 machine=lambda: (True, "applegpu_g17s", "26.4"),
+                                 layout_probe=lambda kernels, relaxed: metal.layout_result(
+                                     emu.probe_dump(emu.mlx_float_layout())))
+    p = backend.probe()
+    assert p.available and backend.selection().variant == FAST, p.reason
+    assert limited.refused and all(threads == 512 for _, threads in limited.refused)
+    rng = np.random.default_rng(5)
+    a = rng.integers(-128, 128, (130, 300), dtype=np.int8)
+    b = rng.integers(-128, 128, (33, 300), dtype=np.int8)
+    out = np.array(backend.int8_matmul(mx.array(a), mx.array(b)))
+    assert (out == a.astype(np.int64) @ b.T.astype(np.int64)).all()
+    limits = backend.kernels.thread_limits()
+    assert limits and set(limits.values()) == {384} and all("BM=128" in label for label in limits)

@@ -317,6 +317,7 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
             entry["exactness"] = [vars(t) for t in tallies]
         section["variants"].append(entry)
     section["builds"] = [{"build": inst.label(), "seconds": seconds} for inst, seconds in backend.kernels.builds()]
+    section["thread_limits"] = backend.kernels.thread_limits()
     section["build_bound"] = len(metal_source.instantiations())
     return section
 
@@ -348,6 +349,10 @@ def render_metal(section: dict) -> list[str]:
         else:
             fails, first = ["not run"] * 3, "; ".join(f"{k}: {e}" for k, e in errors.items())
         lines.append(f"| {v['name']} | {built} | {' | '.join(fails)} | {first} |")
+    limits = section.get("thread_limits", {})
+    lines.append("- threadgroup limits: " + ("; ".join(f"`{b}` allows {n} threads, served by a smaller tile"
+                                                      for b, n in limits.items())
+                                             if limits else "every build launched at its own threadgroup size"))
     builds = section.get("builds", [])
     if builds:
         lines += ["", f"Metal library builds in this process: {len(builds)} (the runtime can build at most "

@@ -167,8 +167,39 @@ class for that)."""
 METAL_SMALL = NaxTileConfig("metal_32x128", bm=32, bn=128, bk=512, wm=1, wn=4)
 """Small-M tile (4 simdgroups, 128 threads): a 128-row tile would leave most simdgroups idle."""
 
-METAL_CONFIGS = (METAL_SMALL, METAL_LARGE)
-"""Every tile metal_config can return (the bounded set of GEMM builds is made of these)."""
+METAL_MEDIUM = NaxTileConfig("metal_64x128", bm=64, bn=128, bk=256, wm=2, wn=4)
+"""8 simdgroups (256 threads) of the same 32 x 32 sub-tile: the tile MLX's float NAX GEMM takes
+on the larger M5 classes ('s', 'c', 'd': BM 64, WM 2, BK 256), a candidate of the on-device tile
+choice, and the 256-thread form a 512-thread tile falls back to when a pipeline allows fewer
+threads (metal_fallback_config)."""
+
+METAL_WIDE8 = NaxTileConfig("metal_128x128_8sg", bm=128, bn=128, bk=512, wm=4, wn=2)
+"""8 simdgroups (256 threads) of 32 x 64 each over cider's 128 x 128 x 512 tile: the best int8
+form of the M5 Max study used 8 simdgroups; a candidate of the on-device tile choice."""
+
+METAL_LARGE_CANDIDATES = (METAL_LARGE, METAL_MEDIUM, METAL_WIDE8)
+"""The tiles timed against each other at first use on the GPU for M > METAL_SMALL_MAX_M
+(backends/metal_tiles.py); METAL_LARGE, the measured one, comes first and is the default."""
+
+METAL_CONFIGS = (METAL_SMALL, METAL_LARGE, METAL_MEDIUM, METAL_WIDE8)
+"""Every tile the Metal GEMMs can launch (the bounded set of GEMM builds is made of these)."""
+
+METAL_FALLBACK_THREADS = METAL_MEDIUM.threads
+"""Threads of the tile a larger one falls back to when a pipeline allows fewer threads per
+threadgroup (MLX raises "Thread group size ... is greater than the maximum allowed")."""
+
+
+def metal_fallback_config(cfg: NaxTileConfig, max_threads: int) -> NaxTileConfig | None:
+    """The tile to launch instead of `cfg` when its pipeline allows only `max_threads` threads per
+    threadgroup: the largest of METAL_MEDIUM (256 threads) and METAL_SMALL (128) that fits, both
+    made of the 32 x 32 sub-tile, so no thread holds more than in cider's tile; None when none fits
+    (or `cfg` already fits). relaxed_precision is kept."""
+    if cfg.threads <= max_threads:
+        return None
+    for smaller in (METAL_MEDIUM, METAL_SMALL):
+        if smaller.threads <= max_threads and smaller.threads < cfg.threads:
+            return replace(smaller, relaxed_precision=cfg.relaxed_precision)
+    return None
 
 METAL_SMALL_MAX_M = 64
 """Largest M that takes METAL_SMALL (cider's threshold)."""
@@ -225,9 +256,10 @@ class MetalGemmDispatch:
 
 
 def metal_gemm_dispatch(m: int, n: int, k: int, gpu: str | None = None,
-                        relaxed_precision: bool = True) -> MetalGemmDispatch:
-    """The launch of an [M, K] x [N, K] NAX GEMM on a GPU of class `gpu` (see metal_config)."""
-    cfg = metal_config(m, n, k, gpu)
+                        relaxed_precision: bool = True, config: NaxTileConfig | None = None) -> MetalGemmDispatch:
+    """The launch of an [M, K] x [N, K] NAX GEMM on a GPU of class `gpu` (see metal_config), or in
+    tile `config` when given (the tile chosen on the device, or a threadgroup-limit fallback)."""
+    cfg = config or metal_config(m, n, k, gpu)
     if cfg.relaxed_precision != relaxed_precision:
         cfg = replace(cfg, relaxed_precision=relaxed_precision)
     tiles_m, tiles_n = ceil_div(m, cfg.bm), ceil_div(n, cfg.bn)
@@ -289,7 +321,16 @@ class MetalQuantDispatch:
     template: list[tuple[str, int]]
 
 
-def metal_quant_dispatch(rows: int) -> MetalQuantDispatch:
-    qt = METAL_QUANT_THREADS
+METAL_QUANT_FALLBACK_THREADS = SIMD_WIDTH
+"""Threads per row of the quantizer when a pipeline refuses METAL_QUANT_THREADS: one simdgroup,
+which every Metal pipeline allows."""
+
+
+def metal_quant_dispatch(rows: int, threads: int = METAL_QUANT_THREADS) -> MetalQuantDispatch:
+    """One threadgroup of `threads` (METAL_QUANT_THREADS, or METAL_QUANT_FALLBACK_THREADS) per row."""
+    if threads not in (METAL_QUANT_THREADS, METAL_QUANT_FALLBACK_THREADS):
+        raise ValueError(f"metal_quant_dispatch: threads must be {METAL_QUANT_THREADS} or "
+                         f"{METAL_QUANT_FALLBACK_THREADS}, got {threads}")
+    qt = threads
     return MetalQuantDispatch((qt, rows, 1), (qt, 1, 1),
                               [("QT", qt), ("SIMD", SIMD_WIDTH), ("QMAX", QMAX), ("TINY", TINY_SHIFT)])

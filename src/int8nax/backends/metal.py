@@ -21,6 +21,13 @@ can run (the first int8nax call on the GPU, or int8nax.info()), the selection ru
      refused for the rest of the process with the reason, so auto mode falls back and an
      explicit backend="nax" raises instead of returning wrong numbers.
 
+Threadgroups within the pipeline's limit: MLX refuses (ValueError, at evaluation) a launch
+whose threadgroup exceeds the compiled pipeline's maxTotalThreadsPerThreadgroup, which depends
+on the kernel's register use. KernelSet evaluates the first launch of every build, catches that
+refusal, and serves the call (and every later one of that build) in a tile of at most that many
+threads with the same 32 x 32 sub-tile (tiling.metal_fallback_config: 256 threads, then 128;
+the quantizer falls back to one simdgroup); no call raises for it.
+
 API for reports (int8nax selftest; docs/metal.md, "API for the selftest report"): variants(),
 variant_named(), KernelVariant, BACKEND.hardware(), BACKEND.layout(), BACKEND.variant_ops(v)
 (.int8_matmul/.quantize_activations/.w8a8_linear/.self_test()), BACKEND.selection(),
@@ -35,14 +42,14 @@ import platform
 import re
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 import numpy as np
 
 from .. import exactness, nax_emulator, quant, tiling
 from . import metal_source
-from .base import Backend, Probe
+from .base import Backend, Probe, refused_by_trace
 from .metal_source import LOAD_GENERIC, LOAD_MLX_LAYOUT, KernelVariant, variant_named, variants
 
 
@@ -113,20 +120,47 @@ def machine_report() -> tuple[bool, str | None, str | None]:
 # ---------------------------------------------------------------------------------------------
 
 
+THREADGROUP_LIMIT = re.compile(
+    r"Thread group size \((\d+)\) is greater than\s+the maximum allowed threads per threadgroup \((\d+)\)")
+"""MLX's refusal of a launch whose threadgroup exceeds the pipeline's maxTotalThreadsPerThreadgroup
+(a ValueError from CustomKernel::eval_gpu, mlx/backend/metal/custom_kernel.cpp, raised when the
+graph is evaluated; MLX writes two spaces after "than")."""
+
+
+def threadgroup_limit(exc: BaseException) -> int | None:
+    """The pipeline's maxTotalThreadsPerThreadgroup named by MLX's refusal, or None for any other error."""
+    match = THREADGROUP_LIMIT.search(str(exc)) if isinstance(exc, ValueError) else None
+    return int(match.group(2)) if match else None
+
+
+class ThreadgroupLimitError(RuntimeError):
+    """A kernel whose pipeline allows fewer threads than every form int8nax can launch it in."""
+
+
 class KernelSet:
     """The backend's compiled-on-demand kernels. `factory` is mx.fast.metal_kernel; tests pass
     a recorder (or the g++ stand-in) to check the launches without Metal.
 
     Every launch goes through launch(), which records each distinct instantiation it asks for:
     MLX builds one Metal library per (kernel, template arguments, input dtypes, inputs in the
-    `constant` address space), so builds() is this process's list of library builds. With
-    time_builds set (int8nax selftest), the first launch of each is evaluated at once and
-    timed: the build (and one run) in seconds."""
+    `constant` address space), so builds() is this process's list of library builds.
 
-    def __init__(self, factory=None):
+    The first launch of each build is evaluated at once (with time_builds set, as int8nax
+    selftest does, timed: the build and one run, in seconds). That is where MLX checks the
+    threadgroup against the pipeline's maxTotalThreadsPerThreadgroup, which depends on the
+    compiled kernel's register use: a refusal is caught there, the limit remembered for that
+    build, and the call relaunched in the smaller form `refit(limit)` gives (a 256-thread tile
+    of the same sub-tile for a GEMM), so that no call raises for it. Later launches of a refused
+    build go straight to the smaller form."""
+
+    def __init__(self, factory=None, evaluate=None):
         self._factory = factory
+        self._evaluate = evaluate or mx.eval
+        """mx.eval; tests pass one that raises for some outputs, as MLX's eval_gpu does."""
         self._built = {}
         self._builds: dict = {}
+        self._checked: set = set()
+        self._limits: dict = {}
         self.time_builds = False
 
     def __getitem__(self, name: str):
@@ -146,28 +180,65 @@ class KernelSet:
             )
         return self._built[name]
 
-    def launch(self, name: str, **call) -> list:
-        """kernels[name](**call), recording (and, with time_builds, timing) a new build."""
+    @staticmethod
+    def instantiation(name: str, call: dict) -> metal_source.Instantiation:
+        """The build a launch of kernel `name` with `call` (metal_kernel's arguments) asks for."""
         spec = metal_source.KERNELS[name]
-        inst = metal_source.Instantiation(
+        return metal_source.Instantiation(
             name, metal_source.template_key(call.get("template", ())),
             tuple((n, metal_source.dtype_name(a.dtype)) for n, a in zip(spec.inputs, call["inputs"])),
             tuple((n, metal_source.dtype_name(d)) for n, d in zip(spec.outputs, call["output_dtypes"])),
             metal_source.constant_inputs((n, a.size) for n, a in zip(spec.inputs, call["inputs"])))
-        new = inst.key not in self._builds
-        if new:
-            self._builds[inst.key] = [inst, None]
-        if not (new and self.time_builds):
+
+    def launch(self, name: str, refit=None, **call) -> list:
+        """kernels[name](**call), its first launch per build evaluated (see the class).
+        `refit(max_threads)` gives the call in a form of at most max_threads threads per
+        threadgroup, or None when there is none."""
+        inst = self.instantiation(name, call)
+        key = inst.key
+        threads = int(np.prod(call["threadgroup"]))
+        limit = self._limits.get(key)
+        if limit is not None and threads > limit:
+            return self._refit(name, refit, inst, limit)
+        if key not in self._builds:
+            self._builds[key] = [inst, None]
+        if key in self._checked:
             return self[name](**call)
         start = time.perf_counter()
-        outs = self[name](**call)
-        mx.eval(outs)
-        self._builds[inst.key][1] = time.perf_counter() - start
+        try:
+            # MLX 0.32 checks the threadgroup when the graph is evaluated; the call is inside
+            # the try too, for an MLX that checks it at once.
+            outs = self[name](**call)
+            self._evaluate(outs)
+        except ValueError as exc:
+            limit = threadgroup_limit(exc)
+            if limit is None:
+                if refused_by_trace(exc):  # inside mx.compile / mx.vmap: checked at a later launch
+                    return outs
+                raise
+            self._limits[key] = limit
+            return self._refit(name, refit, inst, limit)
+        if self.time_builds and self._builds[key][1] is None:
+            self._builds[key][1] = time.perf_counter() - start
+        self._checked.add(key)
         return outs
+
+    def _refit(self, name: str, refit, inst, limit: int) -> list:
+        smaller = refit(limit) if refit else None
+        if smaller is None:
+            raise ThreadgroupLimitError(
+                f"{inst.label()}: the Metal pipeline allows {limit} threads per threadgroup, fewer than any "
+                "form int8nax can launch this kernel in")
+        return self.launch(name, refit, **smaller)
 
     def builds(self) -> list[tuple]:
         """[(Instantiation, seconds of its first launch or None when untimed)], in build order."""
         return [tuple(entry) for entry in self._builds.values()]
+
+    def thread_limits(self) -> dict[str, int]:
+        """{build label: the pipeline's maxTotalThreadsPerThreadgroup} for every build whose
+        launch MLX refused for its threadgroup size (each served in a smaller form since)."""
+        return {self._builds[key][0].label(): limit for key, limit in self._limits.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,34 +262,51 @@ def _no_bias() -> mx.array:
     return mx.zeros((1,), dtype=mx.float32)
 
 
-def gemm_dispatch(m: int, n: int, k: int, variant: KernelVariant, gpu: str | None = None):
+def gemm_dispatch(m: int, n: int, k: int, variant: KernelVariant, gpu: str | None = None,
+                  large: tiling.NaxTileConfig | None = None):
     """(kernel suffix, dispatch, template arguments) of one GEMM launch of `variant` on GPU class
     `gpu`: "gemv" (the small-M kernel, the same for every variant) for M <= METAL_MV_MAX_M, else
-    "gemm" (the NAX tile walk of tiling.metal_gemm_dispatch)."""
+    "gemm" (the NAX tile walk of tiling.metal_gemm_dispatch; `large`, the tile chosen on the
+    device, replaces METAL_LARGE for M > METAL_SMALL_MAX_M)."""
     if tiling.metal_uses_gemv(m):
         d = tiling.metal_gemv_dispatch(m, n, k)
         return "gemv", d, list(d.template)
-    d = tiling.metal_gemm_dispatch(m, n, k, gpu, variant.relaxed_precision)
+    config = large if large is not None and m > tiling.METAL_SMALL_MAX_M else None
+    if config is not None and config.relaxed_precision != variant.relaxed_precision:
+        config = replace(config, relaxed_precision=variant.relaxed_precision)
+    d = tiling.metal_gemm_dispatch(m, n, k, gpu, variant.relaxed_precision, config)
     return "gemm", d, d.template + variant.template()
 
 
+def _gemm_launch(kernels: KernelSet, kernel: str, m: int, n: int, k: int, variant: KernelVariant, gpu,
+                 large, inputs, out_dtype, extra_template=()) -> mx.array:
+    """One GEMM launch (int8 or W8A8) whose tile falls back to a smaller one of the same sub-tile
+    (tiling.metal_fallback_config) when MLX refuses the threadgroup for the pipeline's limit."""
+    schedule, d, template = gemm_dispatch(m, n, k, variant, gpu, large)
+
+    def call_for(dispatch, tmpl) -> dict:
+        return dict(inputs=inputs[:-1] + [_params(dispatch)], output_shapes=[(m, n)], output_dtypes=[out_dtype],
+                    grid=dispatch.grid, threadgroup=dispatch.threadgroup, template=tmpl + list(extra_template),
+                    stream=mx.gpu)
+
+    def refit(max_threads: int):
+        if schedule != "gemm":
+            return None
+        smaller = tiling.metal_fallback_config(d.config, max_threads)
+        if smaller is None:
+            return None
+        fit = tiling.metal_gemm_dispatch(m, n, k, gpu, variant.relaxed_precision, smaller)
+        return call_for(fit, fit.template + variant.template())
+
+    (out,) = kernels.launch(f"{kernel}_{schedule}", refit, **call_for(d, template))
+    return out
+
+
 def run_int8_gemm(kernels: KernelSet, a: mx.array, b: mx.array, variant: KernelVariant = KernelVariant(),
-                  gpu: str | None = None) -> mx.array:
+                  gpu: str | None = None, large: tiling.NaxTileConfig | None = None) -> mx.array:
     """int32 [M, N] = a [M, K] @ b [N, K]^T on NAX (or the small-M kernel)."""
     m, k = a.shape
-    n = b.shape[0]
-    schedule, d, template = gemm_dispatch(m, n, k, variant, gpu)
-    (c,) = kernels.launch(
-        f"int8nax_int8_{schedule}",
-        inputs=[a, b, _params(d)],
-        output_shapes=[(m, n)],
-        output_dtypes=[mx.int32],
-        grid=d.grid,
-        threadgroup=d.threadgroup,
-        template=template,
-        stream=mx.gpu,
-    )
-    return c
+    return _gemm_launch(kernels, "int8nax_int8", m, b.shape[0], k, variant, gpu, large, [a, b, None], mx.int32)
 
 
 def run_quantize_rows(kernels: KernelSet, x: mx.array) -> tuple[mx.array, mx.array]:
@@ -226,40 +314,32 @@ def run_quantize_rows(kernels: KernelSet, x: mx.array) -> tuple[mx.array, mx.arr
     past row M are not written. Padded so that the W8A8 GEMM always receives s_x in the device
     address space: an M < 8 would otherwise make MLX build another GEMM library."""
     rows, k = x.shape
-    d = tiling.metal_quant_dispatch(rows)
-    q, s = kernels.launch(
-        "int8nax_quantize_rows",
-        inputs=[x],
-        output_shapes=[(rows, k), (max(rows, metal_source.MLX_CONSTANT_MAX_ELEMENTS),)],
-        output_dtypes=[mx.int8, mx.float32],
-        grid=d.grid,
-        threadgroup=d.threadgroup,
-        template=d.template,
-        stream=mx.gpu,
-    )
+
+    def call_for(threads: int) -> dict:
+        d = tiling.metal_quant_dispatch(rows, threads)
+        return dict(inputs=[x], output_shapes=[(rows, k), (max(rows, metal_source.MLX_CONSTANT_MAX_ELEMENTS),)],
+                    output_dtypes=[mx.int8, mx.float32], grid=d.grid, threadgroup=d.threadgroup,
+                    template=d.template, stream=mx.gpu)
+
+    def refit(max_threads: int):
+        fallback = tiling.METAL_QUANT_FALLBACK_THREADS
+        return call_for(fallback) if fallback <= max_threads else None
+
+    q, s = kernels.launch("int8nax_quantize_rows", refit, **call_for(tiling.METAL_QUANT_THREADS))
     return q, s
 
 
 def run_w8a8(kernels: KernelSet, x: mx.array, w: mx.array, scale_w: mx.array, bias,
-             variant: KernelVariant = KernelVariant(), gpu: str | None = None) -> mx.array:
+             variant: KernelVariant = KernelVariant(), gpu: str | None = None,
+             large: tiling.NaxTileConfig | None = None) -> mx.array:
     """x's dtype [M, N]: quantize x per token, then the GEMM with the dequantizing epilogue."""
     q, s_x = run_quantize_rows(kernels, x)
     m, k = x.shape
-    n = w.shape[0]
-    schedule, d, template = gemm_dispatch(m, n, k, variant, gpu)
     has_bias = bias is not None
     # The bias in its own dtype (the kernel widens it to float32, exactly): no extra cast kernel.
-    (y,) = kernels.launch(
-        f"int8nax_w8a8_{schedule}",
-        inputs=[q, w, s_x, scale_w, bias if has_bias else _no_bias(), _params(d)],
-        output_shapes=[(m, n)],
-        output_dtypes=[x.dtype],
-        grid=d.grid,
-        threadgroup=d.threadgroup,
-        template=template + [("OutT", x.dtype), ("HAS_BIAS", has_bias)],
-        stream=mx.gpu,
-    )
-    return y
+    return _gemm_launch(kernels, "int8nax_w8a8", m, w.shape[0], k, variant, gpu, large,
+                        [q, w, s_x, scale_w, bias if has_bias else _no_bias(), None], x.dtype,
+                        [("OutT", x.dtype), ("HAS_BIAS", has_bias)])
 
 
 LAYOUT_CAPACITY = metal_source.LAYOUT_CAPACITY
@@ -326,18 +406,21 @@ class VariantOps:
     """The three raw operations of one kernel variant (no self-test, no readiness check):
     what the first-use check runs, and what `int8nax selftest` can run for every variant."""
 
-    def __init__(self, kernels: KernelSet, variant: KernelVariant, gpu: str | None = None):
+    def __init__(self, kernels: KernelSet, variant: KernelVariant, gpu: str | None = None,
+                 large: tiling.NaxTileConfig | None = None):
         self.kernels, self.variant, self.gpu = kernels, variant, gpu
+        self.large = large
+        """The tile for M > METAL_SMALL_MAX_M (the one chosen on the device); None: METAL_LARGE."""
 
     def int8_matmul(self, a, b):
-        return run_int8_gemm(self.kernels, a, b, self.variant, self.gpu)
+        return run_int8_gemm(self.kernels, a, b, self.variant, self.gpu, self.large)
 
     def quantize_activations(self, x):
         q, s = run_quantize_rows(self.kernels, x)
         return q, s[: x.shape[0]]
 
     def w8a8_linear(self, x, w, scale_w, bias):
-        return run_w8a8(self.kernels, x, w, scale_w, bias, self.variant, self.gpu)
+        return run_w8a8(self.kernels, x, w, scale_w, bias, self.variant, self.gpu, self.large)
 
     COMPILE_SHAPES = {"small M": (2, 64, 40), "small tile": (33, 64, 40), "large tile": (65, 64, 40)}
     """(M, K, N) that build each GEMM kernel in each default tile configuration."""

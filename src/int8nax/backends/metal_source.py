@@ -254,10 +254,12 @@ def instantiations() -> list[Instantiation]:
     out.append(Instantiation("int8nax_int8_gemv", mv, GEMV_INPUTS, (("c", "int32"),), ALWAYS_CONSTANT,
                              f"int8_matmul, M <= {tiling.METAL_MV_MAX_M} (every variant)"))
     out += _w8a8_instantiations("int8nax_w8a8_gemv", mv, f"M <= {tiling.METAL_MV_MAX_M} (every variant)")
-    quant = tiling.metal_quant_dispatch(1)
-    for dtype in FLOAT_DTYPES:
-        out.append(Instantiation("int8nax_quantize_rows", template_key(quant.template), (("x", dtype),),
-                                 (("q", "int8"), ("s", "float32")), frozenset(), f"quantize {dtype}"))
+    for threads in (tiling.METAL_QUANT_THREADS, tiling.METAL_QUANT_FALLBACK_THREADS):
+        quant = tiling.metal_quant_dispatch(1, threads)
+        fallback = "" if threads == tiling.METAL_QUANT_THREADS else " (threadgroup-limit fallback)"
+        for dtype in FLOAT_DTYPES:
+            out.append(Instantiation("int8nax_quantize_rows", template_key(quant.template), (("x", dtype),),
+                                     (("q", "int8"), ("s", "float32")), frozenset(), f"quantize {dtype}{fallback}"))
     for relaxed in (True, False):
         out.append(Instantiation("int8nax_nax_layout", layout_template(relaxed), (("dummy", "int32"),),
                                  (("out", "int32"),), frozenset({"dummy"}),
