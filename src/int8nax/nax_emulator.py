@@ -235,9 +235,10 @@ def _launched_tiles(d, walk: GemmWalk):
 
 
 def emulate_gemm(a, b, layout: FragmentLayout | None = None, epilogue=None, path: str = "generic",
-                 gpu: str | None = None) -> GemmWalk:
+                 gpu: str | None = None, config: tiling.NaxTileConfig | None = None) -> GemmWalk:
     """Emulate the NAX GEMM launch for a int8 [M, K], b int8 [N, K] on a GPU of class `gpu`
-    (tiling.metal_gemm_dispatch), with the load path `path` (see the module docstring).
+    (tiling.metal_gemm_dispatch; in tile `config` when given, e.g. a candidate of the on-device
+    tile choice), with the load path `path` (see the module docstring).
 
     epilogue(m, n, acc) -> values, vectorized over the stored elements; None stores acc as the
     raw GEMM does. Generic path: simdgroups of one row of the threadgroup issue the same A
@@ -250,7 +251,7 @@ def emulate_gemm(a, b, layout: FragmentLayout | None = None, epilogue=None, path
         raise ValueError(f"emulate_gemm: path must be one of {PATHS}, got {path!r}")
     m_rows, k_len = a.shape
     n_cols = b.shape[0]
-    d = tiling.metal_gemm_dispatch(m_rows, n_cols, k_len, gpu)
+    d = tiling.metal_gemm_dispatch(m_rows, n_cols, k_len, gpu, config=config)
     if path == "mlx_layout":
         return _emulate_mlx_layout(a, b, layout, epilogue, d)
     cfg = d.config

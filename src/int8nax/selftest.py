@@ -303,6 +303,10 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
     section["selection"] = {"variant": selection.variant.name if selection.variant else None,
                             "probe": selection.probe, "decided_by": selection.decided_by,
                             "reason": selection.reason, "self_tests": dict(selection.self_tests)}
+    tiles = backend.tiles
+    if tiles is not None:
+        section["tiles"] = {"tile": tiles.config.name, "source": tiles.source, "timings_ms": dict(tiles.timings_ms),
+                            "shape": list(tiles.shape), "notes": list(tiles.notes), "summary": tiles.summary()}
     backend.kernels.time_builds = True  # the builds below are timed too (first launch + eval)
     section["subnormals"] = metal.probe_subnormals(backend.kernels)
     section["variants"] = []
@@ -335,6 +339,8 @@ def render_metal(section: dict) -> list[str]:
     sel = section["selection"]
     lines.append(f"- variant serving this process: **{sel['variant'] or 'none (NAX refused)'}** (layout probe "
                  f"{sel.get('probe', '?')}, chosen by: {sel.get('decided_by', '?')}): {sel['reason']}")
+    if "tiles" in section:
+        lines.append(f"- {section['tiles']['summary']}")
     sub = section.get("subnormals", {})
     lines.append(f"- float32 subnormals: {sub.get('summary', 'not probed')}"
                  + "".join(f"; {op}: {v}" for op, v in sub.items() if op != "summary" and v != "kept"))

@@ -48,7 +48,7 @@ import mlx.core as mx
 import numpy as np
 
 from .. import exactness, nax_emulator, quant, tiling
-from . import metal_source
+from . import metal_source, metal_tiles
 from .base import Backend, Probe, refused_by_trace
 from .metal_source import LOAD_GENERIC, LOAD_MLX_LAYOUT, KernelVariant, variant_named, variants
 
@@ -600,6 +600,60 @@ def choose_variant(layout: LayoutProbeResult, self_test, relaxed_precision: bool
 
 
 # ---------------------------------------------------------------------------------------------
+# The tile chosen on the device (the choice and its cache: metal_tiles.py)
+# ---------------------------------------------------------------------------------------------
+
+TUNE_VALUE_RANGE = (-11, 12)
+"""int8 values of the timed operands: |a * b| <= 121, so sums over K = 4096 stay below 2^24 and
+MLX's float32 CPU matmul is an exact reference for them."""
+
+
+def time_tiles(kernels: KernelSet, variant: KernelVariant, gpu: str | None, candidates,
+               shape=metal_tiles.TUNE_SHAPE, repeat: int = metal_tiles.TUNE_REPEAT,
+               budget: float = metal_tiles.TUNE_BUDGET_S) -> dict:
+    """{candidate name: median seconds of an int8 GEMM at `shape` (M, K, N), or why it was not
+    timed}: each candidate is launched once (its build, and the threadgroup check), checked bit
+    for bit against an exact reference, then timed `repeat` times (call + mx.eval); once the
+    timed calls of all candidates exceed `budget` seconds the rest are not timed. A candidate
+    MLX refuses for its threadgroup size is left out (it would be timed as its fallback)."""
+    m, k, n = shape
+    lo, hi = TUNE_VALUE_RANGE
+    a = mx.random.randint(lo, hi, (m, k), key=mx.random.key(1)).astype(mx.int8)
+    b = mx.random.randint(lo, hi, (n, k), key=mx.random.key(2)).astype(mx.int8)
+    mx.eval(a, b)
+    reference = None
+    results, spent = {}, 0.0
+    for cfg in candidates:
+        if spent > budget:
+            results[cfg.name] = f"not timed: the {budget:g} s budget was spent"
+            continue
+        ops = VariantOps(kernels, variant, gpu, cfg)
+        refused = len(kernels.thread_limits())
+        try:
+            got = np.array(ops.int8_matmul(a, b))
+        except Exception as exc:  # a build error of this tile: the others may still serve
+            results[cfg.name] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
+            continue
+        if len(kernels.thread_limits()) > refused:
+            results[cfg.name] = "over the pipeline's threadgroup limit"
+            continue
+        if reference is None:
+            ref = mx.matmul(a.astype(mx.float32), b.astype(mx.float32).T, stream=mx.cpu)
+            reference = np.array(ref).astype(np.int64)
+        if not np.array_equal(got.astype(np.int64), reference):
+            results[cfg.name] = "not exact at the timing shape: left out"
+            continue
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            mx.eval(ops.int8_matmul(a, b))
+            times.append(time.perf_counter() - start)
+        spent += sum(times)
+        results[cfg.name] = float(np.median(times))
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
 # The backend
 # ---------------------------------------------------------------------------------------------
 
@@ -607,27 +661,34 @@ def choose_variant(layout: LayoutProbeResult, self_test, relaxed_precision: bool
 class MetalBackend(Backend):
     """The Metal NAX backend. Injection points for tests: `kernels` (a KernelSet with a recording
     factory), `machine` (the hardware report), `ops_factory(kernels, variant, gpu)` (stand-ins
-    for VariantOps) and `layout_probe(kernels, relaxed_precision)` (a fake probe result)."""
+    for VariantOps), `layout_probe(kernels, relaxed_precision)` (a fake probe result) and
+    `tile_timer(kernels, variant, gpu, candidates)` (time_tiles on the GPU; None, the default
+    for tests, keeps METAL_LARGE untimed unless INT8NAX_METAL_TILE names one)."""
 
     name = "metal"
 
     def __init__(self, kernels: KernelSet | None = None, machine=machine_report, ops_factory=VariantOps,
-                 layout_probe=probe_layout, relaxed_precision: bool = True):
+                 layout_probe=probe_layout, relaxed_precision: bool = True, tile_timer=None):
         self.kernels = kernels or KernelSet()
         self._machine = machine
         self._ops_factory = ops_factory
         self._layout_probe = layout_probe
+        self._tile_timer = tile_timer
         self.relaxed_precision = relaxed_precision
         self._probe: Probe | None = None
         self._selection: Selection | None = None
         self._ops = None
         self.gpu: str | None = None
+        self.architecture: str | None = None
+        self.tiles: metal_tiles.TileChoice | None = None
+        """The tile serving M > METAL_SMALL_MAX_M and how it was chosen (after first use)."""
 
     # --- the API for reports (int8nax selftest): see docs/metal.md -------------------------
     def hardware(self) -> Probe:
         """Whether the machine qualifies (nax_support), before any kernel is built."""
         available, architecture, macos = self._machine()
         self.gpu = tiling.gpu_class(architecture)
+        self.architecture = architecture
         return nax_support(available, architecture, macos)
 
     def variant_ops(self, variant: KernelVariant) -> VariantOps:
@@ -677,8 +738,32 @@ class MetalBackend(Backend):
             return Probe(False, reason)
         if len(sel.self_tests) > 1:  # the fast path was refused: worth a word
             warnings.warn(f"int8nax NAX: {sel.reason}", RuntimeWarning, stacklevel=3)
+        forced_tile = os.environ.get(metal_tiles.TILE_ENV)
+        try:
+            self.tiles = self._choose_tiles(sel.variant, forced_tile)
+        except ValueError as exc:  # an unknown INT8NAX_METAL_TILE
+            return Probe(False, str(exc))
         self._ops = self.variant_ops(sel.variant)
-        return Probe(True, f"NAX int8 on {hardware.reason}; {sel.reason}")
+        self._ops.large = self.tiles.config
+        return Probe(True, f"NAX int8 on {hardware.reason}; {sel.reason}; {self.tiles.summary()}")
+
+    def _choose_tiles(self, variant: KernelVariant, forced: str | None) -> metal_tiles.TileChoice:
+        """The tile for M > METAL_SMALL_MAX_M: forced, cached, or timed now (metal_tiles)."""
+        if forced:
+            return metal_tiles.choose_tile("", None, forced=forced)
+        if self._tile_timer is None:
+            return metal_tiles.TileChoice(tiling.METAL_LARGE, "default", notes=("not timed",))
+        key = metal_tiles.cache_key(self.architecture, _device_name(), mx.__version__, variant.name,
+                                    metal_source.kernel_spec("int8nax_int8_gemm").header)
+        timing, self.kernels.time_builds = self.kernels.time_builds, True
+        try:
+            return metal_tiles.choose_tile(
+                key, lambda candidates: self._tile_timer(self.kernels, variant, self.gpu, candidates))
+        except Exception as exc:  # timing must never cost NAX: the measured tile serves
+            return metal_tiles.TileChoice(tiling.METAL_LARGE, "default",
+                                          notes=(f"the tile timing failed ({type(exc).__name__}: {exc})",))
+        finally:
+            self.kernels.time_builds = timing
 
     def _ready(self):
         p = self.probe()
@@ -704,7 +789,7 @@ class MetalBackend(Backend):
         variant = self._selection.variant if self._selection and self._selection.variant else None
         when = "" if variant else " (before first use)"
         variant = variant or KernelVariant(LOAD_MLX_LAYOUT, self.relaxed_precision)
-        schedule, d, _ = gemm_dispatch(m, n, k, variant, self.gpu)
+        schedule, d, _ = gemm_dispatch(m, n, k, variant, self.gpu, self.tiles.config if self.tiles else None)
         if schedule == "gemv":
             text = (f"metal gemv (M <= {tiling.METAL_MV_MAX_M}, {tiling.METAL_MV_SIMDGROUPS}x{tiling.METAL_MV_ROWS} "
                     "columns per threadgroup)")
@@ -718,4 +803,11 @@ class MetalBackend(Backend):
         return text
 
 
-BACKEND = MetalBackend()
+def _device_name() -> str | None:
+    try:
+        return mx.device_info(mx.gpu).get("device_name")
+    except Exception:  # an MLX without device_info(device)
+        return None
+
+
+BACKEND = MetalBackend(tile_timer=time_tiles)
