@@ -219,28 +219,34 @@ def test_w8a8_launches(recorded, dtype, with_bias):
 
 
 def test_small_m_and_repeated_shapes_rebuild_nothing(recorded):
-    """M < 8 pads the scales to 8 values, so the W8A8 kernels' s_x stays a device input (one
-    library for every M); M <= METAL_MV_MAX_M takes the small-M kernel; repeated shapes reuse
-    their params array; builds() lists each distinct instantiation once."""
+    """M < 8 pads the scales to 8 values, so the W8A8 GEMM's s_x stays a device input (one
+    library for every M); M <= METAL_MV_MAX_M takes the decode kernel, one launch that quantizes
+    x itself (no quantize_rows launch); repeated shapes reuse their params array; builds() lists
+    each distinct instantiation once."""
     factory, kernels = recorded
     w = mx.zeros((33, 300), dtype=mx.int8)
     s_w = mx.ones((33,), dtype=mx.float32)
+    xs = {}
     for m in (1, 3, 7, 8, 40, 3, 7):
-        metal.run_w8a8(kernels, mx.ones((m, 300), dtype=mx.float16), w, s_w, None)
-    gemv = factory.kernels["int8nax_w8a8_gemv"].calls
+        xs[m] = mx.ones((m, 300), dtype=mx.float16)
+        metal.run_w8a8(kernels, xs[m], w, s_w, None)
+    decode = factory.kernels["int8nax_w8a8_decode"].calls
     gemm = factory.kernels["int8nax_w8a8_gemm"].calls
-    assert [c["output_shapes"] for c in gemv] == [[(1, 33)], [(3, 33)], [(3, 33)]]
+    assert [c["output_shapes"] for c in decode] == [[(1, 33)], [(3, 33)], [(3, 33)]]
     assert [c["output_shapes"] for c in gemm] == [[(7, 33)], [(8, 33)], [(40, 33)], [(7, 33)]]
-    assert all(c["inputs"][2].size >= metal_source.MLX_CONSTANT_MAX_ELEMENTS for c in gemv + gemm)
-    assert gemv[1]["inputs"][-1] is gemv[2]["inputs"][-1] and gemm[0]["inputs"][-1] is gemm[-1]["inputs"][-1]
-    d = tiling.metal_gemv_dispatch(3, 33, 300)
-    assert gemv[1]["grid"] == d.grid == (tiling.ceil_div(33, 8) * 64, 1, 1) and gemv[1]["threadgroup"] == (64, 1, 1)
-    assert gemv[1]["template"] == d.template + [("OutT", mx.float16), ("HAS_BIAS", False)]
-    assert np.array(gemv[1]["inputs"][-1]).tolist() == [3, 33, 300, 0, 1]
+    assert all(c["inputs"][2].size >= metal_source.MLX_CONSTANT_MAX_ELEMENTS for c in gemm)
+    assert decode[1]["inputs"][-1] is decode[2]["inputs"][-1] and gemm[0]["inputs"][-1] is gemm[-1]["inputs"][-1]
+    d = tiling.metal_decode_dispatch(3, 33, 300)
+    assert decode[1]["grid"] == d.grid == (tiling.ceil_div(33, 8) * 64, 1, 1) and decode[1]["threadgroup"] == (64, 1, 1)
+    assert decode[1]["template"] == [("OutT", mx.float16), ("HAS_BIAS", False)] + d.template
+    assert dict(d.template)["MV_PIECE"] == 8 and dict(d.template)["QMAX"] == quant.QMAX
+    x_in, w_in, s_w_in, bias_in, params = decode[2]["inputs"]  # the last M = 3 call
+    assert x_in is xs[3] and w_in is w and s_w_in is s_w and bias_in is metal._no_bias()
+    assert np.array(params).tolist() == [3, 33, 300, 0, 1]
     quant_calls = factory.kernels["int8nax_quantize_rows"].calls
-    assert [c["output_shapes"][1] for c in quant_calls] == [(8,), (8,), (8,), (8,), (40,), (8,), (8,)]
+    assert [c["output_shapes"][1] for c in quant_calls] == [(8,), (8,), (40,), (8,)]  # M > 4 only
     builds = [inst for inst, _ in kernels.builds()]
-    assert sorted(i.kernel for i in builds) == ["int8nax_quantize_rows", "int8nax_w8a8_gemm", "int8nax_w8a8_gemv"]
+    assert sorted(i.kernel for i in builds) == ["int8nax_quantize_rows", "int8nax_w8a8_decode", "int8nax_w8a8_gemm"]
     catalogue = {i.key for i in metal_source.instantiations()}
     assert all(i.key in catalogue for i in builds)
     # the public quantization returns M scales
@@ -254,7 +260,9 @@ def test_describe_launches_nothing(recorded):
     text = backend.describe("int8_matmul", 4096, 4096, 4096)
     assert text.startswith("metal nax mlx_layout/relaxed_precision=true metal_128x128 (128x128x512, swizzle 2)")
     assert "before first use" in text
-    assert backend.describe("w8a8_linear", 1, 4096, 4096, bias=True, dtype=mx.bfloat16).startswith("metal gemv")
+    assert backend.describe("w8a8_linear", 1, 4096, 4096, bias=True, dtype=mx.bfloat16).startswith(
+        "metal w8a8 decode (M <= 4, x quantized in registers, 8 weight bytes a lane")
+    assert backend.describe("int8_matmul", 4, 4096, 4096).startswith("metal gemv")
     assert "bfloat16 out, bias" in backend.describe("w8a8_linear", 1, 4096, 4096, bias=True, dtype=mx.bfloat16)
     with pytest.raises(ValueError, match="op must be"):
         backend.describe("conv", 1, 1, 1)
@@ -309,7 +317,7 @@ def test_sources_fit_metal_kernel(recorded, name):
     header, body = spec["header"], spec["source"]
     assert metal_source.BODY_MARKER not in header + body
     assert "#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>" in header or \
-        name in ("int8nax_quantize_rows", "int8nax_subnormal_probe", "int8nax_int8_gemv", "int8nax_w8a8_gemv")
+        name in ("int8nax_quantize_rows", "int8nax_subnormal_probe", "int8nax_int8_gemv", "int8nax_w8a8_decode")
     # Template parameter names passed by the launches for this kernel.
     template_names = {
         "int8nax_int8_gemm": {n for n, _ in tiling.METAL_LARGE.template()} | {"MLX_LAYOUT"},
@@ -318,7 +326,7 @@ def test_sources_fit_metal_kernel(recorded, name):
         "int8nax_nax_layout": {"FM", "FN", "FK", "SIMD", "CAP", "RELAXED"},
         "int8nax_subnormal_probe": set(),
         "int8nax_int8_gemv": {n for n, _ in tiling.metal_gemv_dispatch(1, 1, 1).template},
-        "int8nax_w8a8_gemv": {n for n, _ in tiling.metal_gemv_dispatch(1, 1, 1).template} | {"OutT", "HAS_BIAS"},
+        "int8nax_w8a8_decode": {n for n, _ in tiling.metal_decode_dispatch(1, 1, 1).template} | {"OutT", "HAS_BIAS"},
     }[name]
     used = identifiers(body)
     # Every template name is used somewhere in the kernel (else it could drift unnoticed).

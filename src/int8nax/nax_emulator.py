@@ -626,19 +626,21 @@ def quantize_model(x32: np.ndarray, flush_subnormals: bool = False) -> tuple[np.
 # ---------------------------------------------------------------------------------------------
 
 
-def emulate_gemv(a, b, epilogue=None) -> GemmWalk:
-    """Emulate gemv.metal's launch (tiling.metal_gemv_dispatch) for a int8 [M, K], b int8 [N, K]:
-    per simdgroup, each lane's ROW_PIECE-byte pieces at k = lane * ROW_PIECE + step * SIMD *
-    ROW_PIECE, masked to m < M, n < N and k < K, exact int sums per lane, then the simdgroup's
-    sum handed to the epilogue by lane r * MV_MAX_M + m. Counts every element load (A once per
-    simdgroup, B once) and every store."""
+def emulate_gemv(a, b, epilogue=None, dispatch=None) -> GemmWalk:
+    """Emulate gemv.metal's launch (tiling.metal_gemv_dispatch, or `dispatch`, e.g.
+    tiling.metal_decode_dispatch's) for a int8 [M, K], b int8 [N, K]: per simdgroup, each lane's
+    ROW_PIECE-byte (MV_PIECE) pieces at k = lane * ROW_PIECE + step * SIMD * ROW_PIECE, masked to
+    m < M, n < N and k < K, exact int sums per lane, then the simdgroup's sum handed to the
+    epilogue by lane r * MV_MAX_M + m. Counts every element load (A once per simdgroup, B once)
+    and every store."""
     a = np.ascontiguousarray(a, dtype=np.int8)
     b = np.ascontiguousarray(b, dtype=np.int8)
     m_rows, k_len = a.shape
     n_cols = b.shape[0]
-    d = tiling.metal_gemv_dispatch(m_rows, n_cols, k_len)
+    d = dispatch or tiling.metal_gemv_dispatch(m_rows, n_cols, k_len)
     t = dict(d.template)
-    rows, sgs, max_m, piece = t["MV_ROWS"], t["MV_SG"], t["MV_MAX_M"], t["ROW_PIECE"]
+    rows, sgs, max_m = t["MV_ROWS"], t["MV_SG"], t["MV_MAX_M"]
+    piece = t.get("MV_PIECE", t.get("ROW_PIECE"))
     if rows * max_m > SIMD:
         raise AssertionError("one lane per output element of a simdgroup")
     walk = GemmWalk(out=np.zeros((m_rows, n_cols), dtype=np.float64 if epilogue else np.int64),
@@ -673,3 +675,22 @@ def emulate_gemv(a, b, epilogue=None) -> GemmWalk:
             np.add.at(walk.writes, (mm, nn), 1)
             walk.out[mm, nn] = epilogue(mm, nn, vals) if epilogue else vals
     return walk
+
+
+def emulate_w8a8_decode(x32, w, s_w, bias=None, flush_subnormals: bool = False) -> tuple[np.ndarray, GemmWalk]:
+    """w8a8_decode.metal on float32 x [M, K] (M <= METAL_MV_MAX_M), int8 w [N, K], float32 s_w
+    [N]: (float32 y [M, N] before the cast to the output dtype, the walk). Each simdgroup's row
+    scales and codes are quantize_model's (the same row_scale and code_of, and a max of bits does
+    not depend on the partition), walked over tiling.metal_decode_dispatch's lanes and
+    MV_PIECE-byte steps, then dequantize_model: the two-launch path's numbers by construction."""
+    x32 = np.ascontiguousarray(x32, dtype=np.float32)
+    codes, scales, _ = quantize_model(x32, flush_subnormals)
+    m_rows, k_len = x32.shape
+    d = tiling.metal_decode_dispatch(m_rows, w.shape[0], k_len)
+    b = None if bias is None else np.asarray(bias, np.float32)
+
+    def epilogue(m, n, acc):
+        return dequantize_model(acc, scales[m], np.asarray(s_w, np.float32)[n], None if b is None else b[n])
+
+    walk = emulate_gemv(codes, w, epilogue, d)
+    return walk.out.astype(np.float32), walk

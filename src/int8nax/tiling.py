@@ -312,6 +312,20 @@ def metal_gemv_dispatch(m: int, n: int, k: int) -> MetalGemvDispatch:
     return MetalGemvDispatch((groups * threads, 1, 1), (threads, 1, 1), template, (m, n, k, 0, 1))
 
 
+METAL_DECODE_PIECE = 8
+"""Contiguous weight bytes each lane reads per step in the W8A8 decode kernel
+(kernels/metal/w8a8_decode.metal): cider's decode kernel reads 8 a lane (VPT = 8)."""
+
+
+def metal_decode_dispatch(m: int, n: int, k: int) -> MetalGemvDispatch:
+    """The W8A8 decode launch (M <= METAL_MV_MAX_M): the small-M kernel's threadgroups and columns,
+    METAL_DECODE_PIECE bytes a lane, and the quantizer's constants (it quantizes in registers)."""
+    d = metal_gemv_dispatch(m, n, k)
+    template = [("MV_ROWS", METAL_MV_ROWS), ("MV_SG", METAL_MV_SIMDGROUPS), ("MV_MAX_M", METAL_MV_MAX_M),
+                ("SIMD", SIMD_WIDTH), ("MV_PIECE", METAL_DECODE_PIECE), ("QMAX", QMAX), ("TINY", TINY_SHIFT)]
+    return MetalGemvDispatch(d.grid, d.threadgroup, template, d.params)
+
+
 @dataclass(frozen=True)
 class MetalQuantDispatch:
     """Launch of the activation-quantization kernel: one threadgroup of QT threads per row."""

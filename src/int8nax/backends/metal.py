@@ -332,10 +332,25 @@ def run_quantize_rows(kernels: KernelSet, x: mx.array) -> tuple[mx.array, mx.arr
 def run_w8a8(kernels: KernelSet, x: mx.array, w: mx.array, scale_w: mx.array, bias,
              variant: KernelVariant = KernelVariant(), gpu: str | None = None,
              large: tiling.NaxTileConfig | None = None) -> mx.array:
-    """x's dtype [M, N]: quantize x per token, then the GEMM with the dequantizing epilogue."""
-    q, s_x = run_quantize_rows(kernels, x)
+    """x's dtype [M, N]: quantize x per token, then the GEMM with the dequantizing epilogue; for
+    M <= METAL_MV_MAX_M one launch (w8a8_decode.metal) that quantizes x in registers, with the
+    same numbers bit for bit."""
     m, k = x.shape
     has_bias = bias is not None
+    if tiling.metal_uses_gemv(m):
+        d = tiling.metal_decode_dispatch(m, w.shape[0], k)
+        (y,) = kernels.launch(
+            "int8nax_w8a8_decode",
+            inputs=[x, w, scale_w, bias if has_bias else _no_bias(), _params(d)],
+            output_shapes=[(m, w.shape[0])],
+            output_dtypes=[x.dtype],
+            grid=d.grid,
+            threadgroup=d.threadgroup,
+            template=[("OutT", x.dtype), ("HAS_BIAS", has_bias)] + d.template,
+            stream=mx.gpu,
+        )
+        return y
+    q, s_x = run_quantize_rows(kernels, x)
     # The bias in its own dtype (the kernel widens it to float32, exactly): no extra cast kernel.
     return _gemm_launch(kernels, "int8nax_w8a8", m, w.shape[0], k, variant, gpu, large,
                         [q, w, s_x, scale_w, bias if has_bias else _no_bias(), None], x.dtype,
@@ -444,7 +459,7 @@ class VariantOps:
             b = mx.zeros((n, k), dtype=mx.int8)
             attempt(f"int8nax_int8_{schedule} ({tile})", lambda: self.int8_matmul(a, b))
             x = mx.ones((m, k), dtype=mx.float16)
-            attempt(f"int8nax_w8a8_{schedule} ({tile})",
+            attempt(f"int8nax_w8a8_{'decode' if schedule == 'gemv' else schedule} ({tile})",
                     lambda: self.w8a8_linear(x, b, mx.ones((n,), dtype=mx.float32), mx.zeros((n,), dtype=mx.float16)))
         attempt("int8nax_quantize_rows", lambda: self.quantize_activations(mx.ones((3, 64), dtype=mx.float16)))
         return report
@@ -790,6 +805,11 @@ class MetalBackend(Backend):
         when = "" if variant else " (before first use)"
         variant = variant or KernelVariant(LOAD_MLX_LAYOUT, self.relaxed_precision)
         schedule, d, _ = gemm_dispatch(m, n, k, variant, self.gpu, self.tiles.config if self.tiles else None)
+        if schedule == "gemv" and op == "w8a8_linear":
+            out = str(dtype).replace("mlx.core.", "") if dtype is not None else "x's dtype"
+            return (f"metal w8a8 decode (M <= {tiling.METAL_MV_MAX_M}, x quantized in registers, "
+                    f"{tiling.METAL_DECODE_PIECE} weight bytes a lane, {tiling.METAL_MV_SIMDGROUPS}x"
+                    f"{tiling.METAL_MV_ROWS} columns per threadgroup), {out} out, {'bias' if bias else 'no bias'}")
         if schedule == "gemv":
             text = (f"metal gemv (M <= {tiling.METAL_MV_MAX_M}, {tiling.METAL_MV_SIMDGROUPS}x{tiling.METAL_MV_ROWS} "
                     "columns per threadgroup)")
