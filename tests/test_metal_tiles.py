@@ -206,3 +206,5 @@ def test_selftest_reports_the_tile_choice(monkeypatch, tmp_path):
     assert tiles["timings_ms"]["metal_128x128"] == pytest.approx(1.6) and tiles["shape"] == list(metal_tiles.TUNE_SHAPE)
     text = "\n".join(selftest.render_metal(section))
     assert "- tile for M > 64: metal_64x128" in text and "metal_128x128 1.600 ms" in text
+    assert section["decode"]["kernel"].startswith("metal w8a8 decode (M <= 4, x quantized in registers")
+    assert "- decode path: metal w8a8 decode" in text and "cider linear (w8a8)" in text

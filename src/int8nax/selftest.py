@@ -303,6 +303,10 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
     section["selection"] = {"variant": selection.variant.name if selection.variant else None,
                             "probe": selection.probe, "decided_by": selection.decided_by,
                             "reason": selection.reason, "self_tests": dict(selection.self_tests)}
+    section["decode"] = {
+        "kernel": backend.describe("w8a8_linear", 1, 4096, 4096, dtype=mx.float16),
+        "against": "cider's M = 1 kernel (w8a8_int8_mv.metal: float16 activations, no quantization, 8 bytes a "
+                   "lane): the timing table's rows with M <= 4 put int8nax w8a8_linear next to cider linear (w8a8)"}
     tiles = backend.tiles
     if tiles is not None:
         section["tiles"] = {"tile": tiles.config.name, "source": tiles.source, "timings_ms": dict(tiles.timings_ms),
@@ -341,6 +345,8 @@ def render_metal(section: dict) -> list[str]:
                  f"{sel.get('probe', '?')}, chosen by: {sel.get('decided_by', '?')}): {sel['reason']}")
     if "tiles" in section:
         lines.append(f"- {section['tiles']['summary']}")
+    if "decode" in section:
+        lines.append(f"- decode path: {section['decode']['kernel']}; against {section['decode']['against']}")
     sub = section.get("subnormals", {})
     lines.append(f"- float32 subnormals: {sub.get('summary', 'not probed')}"
                  + "".join(f"; {op}: {v}" for op, v in sub.items() if op != "summary" and v != "kept"))
