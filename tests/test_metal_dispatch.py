@@ -417,3 +417,24 @@ def test_fallback_config_rule():
     for cfg in (tiling.METAL_MEDIUM, tiling.METAL_SMALL):  # the same per-simdgroup sub-tile as cider's
         assert (cfg.sm, cfg.sn) == (tiling.METAL_LARGE.sm, tiling.METAL_LARGE.sn)
     assert tiling.METAL_FALLBACK_THREADS == 256
+
+
+def test_warm_builds_every_form_a_request_could_ask_for(recorded):
+    """MetalBackend.warm(): every kernel the serving variant launches for the given dtypes is
+    built once, up front (each a catalogue entry), and a second warm builds nothing."""
+    factory, kernels = recorded
+    backend = metal.MetalBackend(kernels=kernels, machine=lambda: (True, "applegpu_g17s", "26.4"))
+    ops = metal.VariantOps(kernels, metal.KernelVariant(), "s", tiling.METAL_MEDIUM)
+    backend._ready = lambda: ops
+    made = backend.warm((mx.bfloat16,))
+    names = sorted({label.split("<")[0] for label in made})
+    assert names == ["int8nax_int8_gemm", "int8nax_int8_gemv", "int8nax_quantize_rows", "int8nax_w8a8_decode",
+                     "int8nax_w8a8_gemm"]
+    # raw: gemv + 2 tiles; w8a8: decode + 2 tiles, each with and without a bias; one quantizer
+    assert len(made) == 3 + 6 + 1
+    assert any("BM=64" in label and "int8nax_w8a8_gemm" in label for label in made)  # the chosen large tile
+    catalogue = {i.label() for i in metal_source.instantiations()}
+    assert set(made) <= catalogue
+    assert backend.warm((mx.bfloat16,)) == []
+    with pytest.raises(RuntimeError, match="cannot run here"):
+        metal.MetalBackend(machine=lambda: (False, None, "")).warm()

@@ -780,6 +780,26 @@ class MetalBackend(Backend):
         finally:
             self.kernels.time_builds = timing
 
+    def warm(self, dtypes=(mx.float16, mx.bfloat16, mx.float32)) -> list[str]:
+        """Build, and run once, every kernel the serving variant launches for activations of
+        `dtypes` (every schedule: decode, the 32-row tile, the chosen large tile; with and
+        without a bias in x's dtype; the quantizer; the raw GEMMs), so that no Metal library is
+        built inside a later request. Runs the first-use selection first if nothing has yet.
+        Returns the labels of the builds made now (none when all were made before); raises
+        RuntimeError where NAX cannot run. A shape with an input of fewer than 8 elements can
+        still build one more form (MLX passes such inputs in the `constant` address space)."""
+        ops = self._ready()
+        before = {inst.key for inst, _ in self.kernels.builds()}
+        n, k = 40, 64  # every input of 8+ elements: the device-address-space forms
+        w = mx.zeros((n, k), dtype=mx.int8)
+        s_w = mx.ones((n,), dtype=mx.float32)
+        for m in (1, tiling.METAL_SMALL_MAX_M, tiling.METAL_SMALL_MAX_M + 1):  # decode, small tile, large tile
+            mx.eval(ops.int8_matmul(mx.zeros((m, k), dtype=mx.int8), w))
+            for dtype in dtypes:
+                x = mx.ones((m, k), dtype=dtype)
+                mx.eval(ops.w8a8_linear(x, w, s_w, None), ops.w8a8_linear(x, w, s_w, mx.zeros((n,), dtype=dtype)))
+        return [inst.label() for inst, _ in self.kernels.builds() if inst.key not in before]
+
     def _ready(self):
         p = self.probe()
         if not p.available:
