@@ -184,7 +184,7 @@ def test_every_tile_candidate_source_is_exact(build, rng, config, m, k, n):
 
 
 def test_mlx_layout_gemm_is_wrong_under_another_layout(build, rng):
-    """Why the probe gates the fast path: under a layout that is not MLX's, it returns wrong
+    """Why the self-test guards the fast path: under a layout that is not MLX's, it returns wrong
     numbers (and the generic path, on the same hardware model, does not)."""
     a = rng.integers(-128, 128, size=(33, 64), dtype=np.int8)
     b = rng.integers(-128, 128, size=(40, 64), dtype=np.int8)

@@ -21,12 +21,13 @@ Two load paths, as in nax_gemm.metal (path="generic" | "mlx_layout"):
   SK / FK fragments, no masks on sub-tiles wholly inside C, row masks on edge sub-tiles, K
   masks in the remainder block. `layout` is then what the hardware does with the elements
   (where the MMA takes each lane's element from): with MLX's layout the result is exact, with
-  any other it is wrong, which is why the kernels build this path only after the probe.
+  any other it is wrong, which is why that path must pass the bit-exact first-use self-test.
 
-emulate_gemv walks the small-M kernel (gemv.metal) the same way. Beyond the walks,
-dequantize_model mirrors the W8A8 epilogue's float32 arithmetic line by line (w8a8_gemm.metal)
-and quantize_model the quantization kernel (quantize_rows.metal), also as a GPU that flushes
-float32 subnormals would run it.
+emulate_gemv walks the small-M kernel (gemv.metal) the same way, and emulate_w8a8_decode the
+W8A8 decode kernel (w8a8_decode.metal). Beyond the walks, dequantize_model mirrors the W8A8
+epilogue's float32 arithmetic line by line (dequantize.metal) and quantize_model the
+quantization (quantize_core.metal, quantize_rows.metal), also as a GPU that flushes float32
+subnormals would run it.
 """
 
 from __future__ import annotations
@@ -500,7 +501,7 @@ def _tail(a_hi, a_lo, s_hi, s_lo):
 
 
 def dequantize_model(acc, sx, sw, bias=None) -> np.ndarray:
-    """float32 y = acc * sx * sw (+ bias) as w8a8_gemm.metal's dequantize() computes it: the
+    """float32 y = acc * sx * sw (+ bias) as dequantize.metal's dequantize() computes it: the
     usual path (normal scales, product in [2^-102, 2^79]) and dequantize_wide for every other
     finite input (integer significands, powers of two applied once at the end)."""
     f32 = np.float32
@@ -560,8 +561,8 @@ def _bit_width(n: int) -> int:
 
 
 def quantize_model(x32: np.ndarray, flush_subnormals: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """quantize_rows.metal on float32 [R, K]: (int8 codes, float32 scales, int [R, K] how many
-    times each code was written), with the kernel's thread partition (thread t of QT takes
+    """quantize_rows.metal (row_scale and code_of of quantize_core.metal) on float32 [R, K]: (int8
+    codes, float32 scales, int [R, K] how many times each code was written), with the kernel's thread partition (thread t of QT takes
     k = t, t + QT, ...) and its arithmetic: absmax on the magnitude bits, small scales as an
     integer quotient, rows below 2^-TINY scaled from their bits. flush_subnormals: every float
     operation reads and writes subnormals as zero, as a flushing GPU would (moves and bit casts
