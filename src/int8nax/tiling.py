@@ -157,12 +157,11 @@ class NaxTileConfig(TileConfig):
 
 
 METAL_LARGE = NaxTileConfig("metal_128x128", bm=128, bn=128, bk=512, wm=4, wn=4)
-"""The tile for M > METAL_SMALL_MAX_M on every M5 class: 16 simdgroups (512 threads), 32 x 32 per
+"""The default tile for M > METAL_SMALL_MAX_M: 16 simdgroups (512 threads), 32 x 32 per
 simdgroup, K in blocks of 512. MLX's default NAX tile, and the int8 tile cider measured on an
-M5 Pro (class 's'), where BK 512 beat BK 128 by 1.12x. MLX switches its float GEMM to 64-row
-tiles on the 's', 'c', 'd' classes; nobody has measured that for int8, so int8nax keeps the
-measured tile on every class until an M5 owner measures otherwise (metal_config takes the
-class for that)."""
+M5 Pro (class 's'), where BK 512 beat BK 128 by 1.12x. The backend times it against the other
+METAL_LARGE_CANDIDATES on the device at first use and serves the fastest
+(backends/metal_tiles.py); this one serves until then, and whenever nothing could be timed."""
 
 METAL_SMALL = NaxTileConfig("metal_32x128", bm=32, bn=128, bk=512, wm=1, wn=4)
 """Small-M tile (4 simdgroups, 128 threads): a 128-row tile would leave most simdgroups idle."""
@@ -220,8 +219,9 @@ def gpu_class(architecture: str | None) -> str | None:
 
 
 def metal_config(m: int, n: int = 0, k: int = 0, gpu: str | None = None) -> NaxTileConfig:
-    """The tile for an [M, K] x [N, K] GEMM on a GPU of class `gpu` (None: unknown): small M
-    takes METAL_SMALL, the rest METAL_LARGE on every class (see METAL_LARGE)."""
+    """The default tile for an [M, K] x [N, K] GEMM on a GPU of class `gpu` (None: unknown):
+    small M takes METAL_SMALL, the rest METAL_LARGE on every class (the backend replaces it by
+    the tile chosen on the device: metal_gemm_dispatch's `config`)."""
     return METAL_SMALL if m <= METAL_SMALL_MAX_M else METAL_LARGE
 
 
