@@ -101,6 +101,7 @@ def test_self_test_passes_on_exact_kernels(monkeypatch):
     probe = backend.probe()
     assert probe.available and "self-test passed" in probe.reason and "applegpu_g17s" in probe.reason
     assert "variant mlx_layout/relaxed_precision=true" in probe.reason and "MLX's BaseNAXFrag layout" in probe.reason
+    assert (backend.selection().probe, backend.selection().decided_by) == (metal.PROBE_MATCHES, "probe and self-test")
     assert FakeOps.built == ["mlx_layout/relaxed_precision=true"] * 2  # self-tested, then serving
     assert backend.selection().variant == metal.KernelVariant(metal.LOAD_MLX_LAYOUT, True)
     assert backend.gpu == "s"
@@ -154,16 +155,48 @@ def test_self_test_refuses_wrong_kernels(monkeypatch, broken, words):
     assert backend.probe() is probe  # decided once per process
 
 
-def test_probe_other_layout_builds_the_generic_path():
-    """A probe that does not report MLX's layout: the fast path is never built, the generic
-    one is self-tested and serves, and the reason says so."""
+def test_probe_other_layout_still_builds_the_fast_path():
+    """A probe that reports another layout than MLX's does not cost the fast path: the
+    MLX-layout path (cider's verified layout) is built and self-tested, and serves when it is
+    exact; the reason says what the probe said and that the self-test decided."""
     backend = fake_m5(layout=emu.shuffled_layout(np.random.default_rng(3)))
     probe = backend.probe()
     assert probe.available, probe.reason
-    assert "variant generic/relaxed_precision=true" in probe.reason and "another layout than MLX's" in probe.reason
-    assert "not built" in probe.reason
-    assert all(name.startswith("generic/") for name in FakeOps.built)
-    assert list(backend.selection().self_tests) == ["generic/relaxed_precision=true"]
+    assert "variant mlx_layout/relaxed_precision=true" in probe.reason and "another layout than MLX's" in probe.reason
+    assert "built anyway" in probe.reason and "self-test decided" in probe.reason
+    sel = backend.selection()
+    assert sel.variant == metal.KernelVariant(metal.LOAD_MLX_LAYOUT, True)
+    assert (sel.probe, sel.decided_by) == (metal.PROBE_DIFFERS, "self-test")
+    assert list(sel.self_tests) == ["mlx_layout/relaxed_precision=true"]
+
+
+@pytest.mark.parametrize("probe_fails", [
+    lambda kernels, relaxed: metal.probe_layout(None),  # probe_layout catches: "not run"
+    lambda kernels, relaxed: (_ for _ in ()).throw(RuntimeError("Unable to build metal library: nax_layout")),
+])
+def test_probe_failure_still_builds_the_fast_path(probe_fails):
+    backend = fake_m5()
+    backend._layout_probe = probe_fails
+    probe = backend.probe()
+    assert probe.available and "layout probe failed" in probe.reason, probe.reason
+    assert "variant mlx_layout/relaxed_precision=true" in probe.reason and "self-test decided" in probe.reason
+    sel = backend.selection()
+    assert (sel.probe, sel.decided_by) == (metal.PROBE_FAILED, "self-test")
+    assert FakeOps.built == ["mlx_layout/relaxed_precision=true"] * 2  # self-tested, then serving
+
+
+@pytest.mark.parametrize("layout", [None, "shuffled"])
+def test_generic_path_is_the_fallback_whatever_the_probe(layout):
+    """The fast path failing its self-test falls back to the generic path, after a matching
+    probe and after a disagreeing one alike."""
+    lay = emu.shuffled_layout(np.random.default_rng(4)) if layout else None
+    with pytest.warns(RuntimeWarning, match="mlx_layout/relaxed_precision=true failed its self-test"):
+        backend = fake_m5(gemm=drop_k_remainder, broken_paths={metal.LOAD_MLX_LAYOUT}, layout=lay)
+        probe = backend.probe()
+    assert probe.available and "variant generic/relaxed_precision=true" in probe.reason
+    sel = backend.selection()
+    assert list(sel.self_tests) == ["mlx_layout/relaxed_precision=true", "generic/relaxed_precision=true"]
+    assert sel.decided_by == "self-test" and sel.probe == (metal.PROBE_DIFFERS if layout else metal.PROBE_MATCHES)
 
 
 def test_transposed_right_report_still_builds_the_fast_path():
@@ -173,13 +206,6 @@ def test_transposed_right_report_still_builds_the_fast_path():
     backend = fake_m5(layout=emu.FragmentLayout("swapped", mlx.left, mlx.right[..., ::-1].copy(), mlx.dest))
     probe = backend.probe()
     assert "variant mlx_layout/" in probe.reason and "transposed" in probe.reason
-
-
-def test_probe_failure_builds_the_generic_path():
-    backend = fake_m5()
-    backend._layout_probe = lambda kernels, relaxed: metal.probe_layout(None)  # raises inside: not run
-    probe = backend.probe()
-    assert probe.available and "layout probe failed" in probe.reason and "variant generic/" in probe.reason
 
 
 def test_fast_path_failing_its_self_test_falls_back_to_generic():
@@ -286,7 +312,7 @@ def test_compile_report_names_the_kernel_that_fails():
     report = metal.VariantOps(kernels, metal.KernelVariant()).compile_report()
     assert report["int8nax_w8a8_gemm (large tile)"].startswith("RuntimeError: Unable to build metal library")
     assert {k for k, v in report.items() if v is None} == {
-        "int8nax_int8_gemv (small M)", "int8nax_w8a8_gemv (small M)",
+        "int8nax_int8_gemv (small M)", "int8nax_w8a8_decode (small M)",
         "int8nax_int8_gemm (small tile)", "int8nax_int8_gemm (large tile)", "int8nax_w8a8_gemm (small tile)",
         "int8nax_quantize_rows"}
 
@@ -322,4 +348,10 @@ def test_selftest_section_reports_subnormals_and_builds(monkeypatch):
     (build,) = section["builds"]
     assert build["build"].startswith("int8nax_subnormal_probe") and build["seconds"] >= 0
     assert section["build_bound"] == len(metal_source.instantiations())
-    assert "float32 subnormals: flushes float32 subnormals" in "\n".join(selftest.render_metal(section))
+    assert section["thread_limits"] == {}
+    text = "\n".join(selftest.render_metal(section))
+    assert "float32 subnormals: flushes float32 subnormals" in text
+    assert "threadgroup limits: every build launched at its own threadgroup size" in text
+    section["thread_limits"] = {"int8nax_int8_gemm<BM=128>": 384}
+    assert "`int8nax_int8_gemm<BM=128>` allows 384 threads, served by a smaller tile" in \
+        "\n".join(selftest.render_metal(section))

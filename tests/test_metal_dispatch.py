@@ -4,7 +4,9 @@ threadgroup, template arguments, inputs and output shapes)."""
 
 from __future__ import annotations
 
+import itertools
 import re
+from dataclasses import replace
 
 import mlx.core as mx
 import numpy as np
@@ -38,6 +40,42 @@ class RecordingFactory:
         kernel = RecordingKernel(**spec)
         self.kernels[spec["name"]] = kernel
         return kernel
+
+
+class RefusingFactory(RecordingFactory):
+    """Kernels whose pipelines allow `max_threads` threads (only kernel `only`, if given): a
+    launch over it returns outputs whose evaluation (`evaluate`, given to the KernelSet) raises
+    MLX's message, as CustomKernel::eval_gpu does."""
+
+    def __init__(self, max_threads, only=None):
+        super().__init__()
+        self.max_threads, self.only = max_threads, only
+        self.refused: list = []  # (kernel name, threads) of every refused launch
+        self._doomed: dict = {}  # id -> the array itself, kept alive so that its id is never reused
+
+    def __call__(self, **spec):
+        kernel = super().__call__(**spec)
+        record = kernel.__call__
+
+        def call(**launch):
+            outs = record(**launch)
+            threads = int(np.prod(launch["threadgroup"]))
+            if self.only in (None, spec["name"]) and threads > self.max_threads:
+                self.refused.append((spec["name"], threads))
+                self._doomed.update((id(o), o) for o in outs)
+            return outs
+
+        return call
+
+    def evaluate(self, outs):
+        for o in outs:
+            if id(o) in self._doomed:
+                raise ValueError(f"Thread group size ({self.refused[-1][1]}) is greater than  the maximum allowed "
+                                 f"threads per threadgroup ({self.max_threads}).")
+        mx.eval(outs)
+
+    def kernel_set(self) -> metal.KernelSet:
+        return metal.KernelSet(self, evaluate=self.evaluate)
 
 
 @pytest.fixture
@@ -181,28 +219,34 @@ def test_w8a8_launches(recorded, dtype, with_bias):
 
 
 def test_small_m_and_repeated_shapes_rebuild_nothing(recorded):
-    """M < 8 pads the scales to 8 values, so the W8A8 kernels' s_x stays a device input (one
-    library for every M); M <= METAL_MV_MAX_M takes the small-M kernel; repeated shapes reuse
-    their params array; builds() lists each distinct instantiation once."""
+    """M < 8 pads the scales to 8 values, so the W8A8 GEMM's s_x stays a device input (one
+    library for every M); M <= METAL_MV_MAX_M takes the decode kernel, one launch that quantizes
+    x itself (no quantize_rows launch); repeated shapes reuse their params array; builds() lists
+    each distinct instantiation once."""
     factory, kernels = recorded
     w = mx.zeros((33, 300), dtype=mx.int8)
     s_w = mx.ones((33,), dtype=mx.float32)
+    xs = {}
     for m in (1, 3, 7, 8, 40, 3, 7):
-        metal.run_w8a8(kernels, mx.ones((m, 300), dtype=mx.float16), w, s_w, None)
-    gemv = factory.kernels["int8nax_w8a8_gemv"].calls
+        xs[m] = mx.ones((m, 300), dtype=mx.float16)
+        metal.run_w8a8(kernels, xs[m], w, s_w, None)
+    decode = factory.kernels["int8nax_w8a8_decode"].calls
     gemm = factory.kernels["int8nax_w8a8_gemm"].calls
-    assert [c["output_shapes"] for c in gemv] == [[(1, 33)], [(3, 33)], [(3, 33)]]
+    assert [c["output_shapes"] for c in decode] == [[(1, 33)], [(3, 33)], [(3, 33)]]
     assert [c["output_shapes"] for c in gemm] == [[(7, 33)], [(8, 33)], [(40, 33)], [(7, 33)]]
-    assert all(c["inputs"][2].size >= metal_source.MLX_CONSTANT_MAX_ELEMENTS for c in gemv + gemm)
-    assert gemv[1]["inputs"][-1] is gemv[2]["inputs"][-1] and gemm[0]["inputs"][-1] is gemm[-1]["inputs"][-1]
-    d = tiling.metal_gemv_dispatch(3, 33, 300)
-    assert gemv[1]["grid"] == d.grid == (tiling.ceil_div(33, 8) * 64, 1, 1) and gemv[1]["threadgroup"] == (64, 1, 1)
-    assert gemv[1]["template"] == d.template + [("OutT", mx.float16), ("HAS_BIAS", False)]
-    assert np.array(gemv[1]["inputs"][-1]).tolist() == [3, 33, 300, 0, 1]
+    assert all(c["inputs"][2].size >= metal_source.MLX_CONSTANT_MAX_ELEMENTS for c in gemm)
+    assert decode[1]["inputs"][-1] is decode[2]["inputs"][-1] and gemm[0]["inputs"][-1] is gemm[-1]["inputs"][-1]
+    d = tiling.metal_decode_dispatch(3, 33, 300)
+    assert decode[1]["grid"] == d.grid == (tiling.ceil_div(33, 8) * 64, 1, 1) and decode[1]["threadgroup"] == (64, 1, 1)
+    assert decode[1]["template"] == [("OutT", mx.float16), ("HAS_BIAS", False)] + d.template
+    assert dict(d.template)["MV_PIECE"] == 8 and dict(d.template)["QMAX"] == quant.QMAX
+    x_in, w_in, s_w_in, bias_in, params = decode[2]["inputs"]  # the last M = 3 call
+    assert x_in is xs[3] and w_in is w and s_w_in is s_w and bias_in is metal._no_bias()
+    assert np.array(params).tolist() == [3, 33, 300, 0, 1]
     quant_calls = factory.kernels["int8nax_quantize_rows"].calls
-    assert [c["output_shapes"][1] for c in quant_calls] == [(8,), (8,), (8,), (8,), (40,), (8,), (8,)]
+    assert [c["output_shapes"][1] for c in quant_calls] == [(8,), (8,), (40,), (8,)]  # M > 4 only
     builds = [inst for inst, _ in kernels.builds()]
-    assert sorted(i.kernel for i in builds) == ["int8nax_quantize_rows", "int8nax_w8a8_gemm", "int8nax_w8a8_gemv"]
+    assert sorted(i.kernel for i in builds) == ["int8nax_quantize_rows", "int8nax_w8a8_decode", "int8nax_w8a8_gemm"]
     catalogue = {i.key for i in metal_source.instantiations()}
     assert all(i.key in catalogue for i in builds)
     # the public quantization returns M scales
@@ -216,7 +260,9 @@ def test_describe_launches_nothing(recorded):
     text = backend.describe("int8_matmul", 4096, 4096, 4096)
     assert text.startswith("metal nax mlx_layout/relaxed_precision=true metal_128x128 (128x128x512, swizzle 2)")
     assert "before first use" in text
-    assert backend.describe("w8a8_linear", 1, 4096, 4096, bias=True, dtype=mx.bfloat16).startswith("metal gemv")
+    assert backend.describe("w8a8_linear", 1, 4096, 4096, bias=True, dtype=mx.bfloat16).startswith(
+        "metal w8a8 decode (M <= 4, x quantized in registers, 8 weight bytes a lane")
+    assert backend.describe("int8_matmul", 4, 4096, 4096).startswith("metal gemv")
     assert "bfloat16 out, bias" in backend.describe("w8a8_linear", 1, 4096, 4096, bias=True, dtype=mx.bfloat16)
     with pytest.raises(ValueError, match="op must be"):
         backend.describe("conv", 1, 1, 1)
@@ -228,9 +274,9 @@ def test_every_launch_is_in_the_catalogue(recorded):
     and bias lands on an instantiation metal_source.instantiations() lists."""
     factory, kernels = recorded
     catalogue = {i.key for i in metal_source.instantiations()}
-    for variant in metal.variants():
-        ops = metal.VariantOps(kernels, variant, "s")
-        for m in (1, 33, 65):  # small-M kernel, small tile, large tile
+    for variant, large in itertools.product(metal.variants(), tiling.METAL_LARGE_CANDIDATES):
+        ops = metal.VariantOps(kernels, variant, "s", large)
+        for m in (1, 33, 65):  # small-M kernel, small tile, large tile (each candidate)
             a = mx.zeros((m, 64), dtype=mx.int8)
             b = mx.zeros((40, 64), dtype=mx.int8)
             ops.int8_matmul(a, b)
@@ -240,6 +286,11 @@ def test_every_launch_is_in_the_catalogue(recorded):
         metal.run_layout_probe(kernels, variant.relaxed_precision)
     metal.run_subnormal_probe(kernels)
     made = {inst.key for inst, _ in kernels.builds()}
+    # the quantizer's threadgroup-limit fallback, on a GPU that refuses its 256 threads
+    refusing = RefusingFactory(128, only="int8nax_quantize_rows").kernel_set()
+    for dtype in (mx.float16, mx.bfloat16, mx.float32):
+        metal.run_quantize_rows(refusing, mx.ones((3, 64), dtype=dtype))
+    made |= {inst.key for inst, _ in refusing.builds()}
     assert made <= catalogue and len(made) == len(catalogue)
 
 
@@ -266,7 +317,7 @@ def test_sources_fit_metal_kernel(recorded, name):
     header, body = spec["header"], spec["source"]
     assert metal_source.BODY_MARKER not in header + body
     assert "#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>" in header or \
-        name in ("int8nax_quantize_rows", "int8nax_subnormal_probe", "int8nax_int8_gemv", "int8nax_w8a8_gemv")
+        name in ("int8nax_quantize_rows", "int8nax_subnormal_probe", "int8nax_int8_gemv", "int8nax_w8a8_decode")
     # Template parameter names passed by the launches for this kernel.
     template_names = {
         "int8nax_int8_gemm": {n for n, _ in tiling.METAL_LARGE.template()} | {"MLX_LAYOUT"},
@@ -275,7 +326,7 @@ def test_sources_fit_metal_kernel(recorded, name):
         "int8nax_nax_layout": {"FM", "FN", "FK", "SIMD", "CAP", "RELAXED"},
         "int8nax_subnormal_probe": set(),
         "int8nax_int8_gemv": {n for n, _ in tiling.metal_gemv_dispatch(1, 1, 1).template},
-        "int8nax_w8a8_gemv": {n for n, _ in tiling.metal_gemv_dispatch(1, 1, 1).template} | {"OutT", "HAS_BIAS"},
+        "int8nax_w8a8_decode": {n for n, _ in tiling.metal_decode_dispatch(1, 1, 1).template} | {"OutT", "HAS_BIAS"},
     }[name]
     used = identifiers(body)
     # Every template name is used somewhere in the kernel (else it could drift unnoticed).
@@ -288,3 +339,102 @@ def test_sources_fit_metal_kernel(recorded, name):
     assert args - {"dummy"} <= used
     attrs = {w for w in used if w.endswith(("_in_grid", "_in_threadgroup", "_in_simdgroup"))}
     assert attrs <= MLX_ATTRIBUTES
+
+
+# --- threadgroups within the pipeline's limit ---------------------------------------------------
+
+
+def test_mlx_threadgroup_message_is_recognised():
+    # CustomKernel::eval_gpu's text (two spaces after "than"), and the one-space form too
+    text = "Thread group size (512) is greater than  the maximum allowed threads per threadgroup (448)."
+    assert metal.threadgroup_limit(ValueError(text)) == 448
+    assert metal.threadgroup_limit(ValueError(text.replace("  ", " "))) == 448
+    assert metal.threadgroup_limit(RuntimeError(text)) is None  # MLX raises std::invalid_argument: ValueError
+    assert metal.threadgroup_limit(ValueError("Unable to build metal library from source")) is None
+
+
+@pytest.mark.parametrize("limit, served", [(448, tiling.METAL_MEDIUM), (256, tiling.METAL_MEDIUM),
+                                           (200, tiling.METAL_SMALL), (128, tiling.METAL_SMALL)])
+def test_a_refused_large_tile_falls_back_without_raising(limit, served):
+    """A pipeline allowing fewer than 512 threads: the 512-thread GEMM is refused when first
+    evaluated, and the call is served, without an error, by the largest tile of the same 32 x 32
+    sub-tile that fits; later calls go straight there."""
+    factory = RefusingFactory(limit)
+    kernels = factory.kernel_set()
+    a, b = mx.ones((130, 64), dtype=mx.int8), mx.ones((40, 64), dtype=mx.int8)
+    for _ in range(3):
+        c = metal.run_int8_gemm(kernels, a, b, metal.KernelVariant(), "s")
+        assert c.shape == (130, 40)
+    assert factory.refused == [("int8nax_int8_gemm", 512)]  # refused once, then remembered
+    last = factory.kernels["int8nax_int8_gemm"].calls[-1]
+    assert dict(last["template"])["BM"] == served.bm and last["threadgroup"] == (served.threads, 1, 1)
+    d = tiling.metal_gemm_dispatch(130, 40, 64, "s", config=served)
+    assert last["grid"] == d.grid and np.array(last["inputs"][-1]).tolist() == list(d.params)
+    (label, got), = kernels.thread_limits().items()
+    assert got == limit and "BM=128" in label and "WM=4" in label
+
+
+def test_w8a8_and_quantizer_fall_back_too():
+    factory = RefusingFactory(128)
+    kernels = factory.kernel_set()
+    x = mx.ones((70, 64), dtype=mx.bfloat16)
+    y = metal.run_w8a8(kernels, x, mx.ones((40, 64), mx.int8), mx.ones((40,), mx.float32), None,
+                       metal.KernelVariant(metal.LOAD_GENERIC), "s", tiling.METAL_WIDE8)
+    assert y.shape == (70, 40) and y.dtype == mx.bfloat16
+    assert factory.refused == [("int8nax_quantize_rows", 256), ("int8nax_w8a8_gemm", 256)]
+    quant = factory.kernels["int8nax_quantize_rows"].calls[-1]
+    assert quant["threadgroup"] == (tiling.METAL_QUANT_FALLBACK_THREADS, 1, 1)
+    assert quant["grid"] == (tiling.METAL_QUANT_FALLBACK_THREADS, 70, 1)
+    gemm = factory.kernels["int8nax_w8a8_gemm"].calls[-1]
+    assert dict(gemm["template"])["BM"] == tiling.METAL_SMALL.bm and dict(gemm["template"])["MLX_LAYOUT"] is False
+    assert dict(gemm["template"])["OutT"] == mx.bfloat16
+
+
+def test_no_form_fits_is_a_clear_error_not_a_crash():
+    kernels = RefusingFactory(64, only="int8nax_int8_gemm").kernel_set()
+    with pytest.raises(metal.ThreadgroupLimitError, match="allows 64 threads per threadgroup"):
+        metal.run_int8_gemm(kernels, mx.ones((40, 64), mx.int8), mx.ones((40, 64), mx.int8))
+
+
+def test_other_errors_of_a_first_launch_propagate():
+    class Broken(RecordingFactory):
+        def __call__(self, **spec):
+            def kernel(**call):
+                raise ValueError("[metal_kernel] something else")
+            return kernel
+
+    with pytest.raises(ValueError, match="something else"):
+        metal.run_int8_gemm(metal.KernelSet(Broken()), mx.ones((40, 64), mx.int8), mx.ones((40, 64), mx.int8))
+
+
+def test_fallback_config_rule():
+    assert tiling.metal_fallback_config(tiling.METAL_LARGE, 1024) is None  # fits: nothing to do
+    assert tiling.metal_fallback_config(tiling.METAL_LARGE, 511) == tiling.METAL_MEDIUM
+    assert tiling.metal_fallback_config(tiling.METAL_WIDE8, 255) == tiling.METAL_SMALL
+    assert tiling.metal_fallback_config(tiling.METAL_SMALL, 127) is None
+    strict = tiling.metal_fallback_config(replace(tiling.METAL_LARGE, relaxed_precision=False), 300)
+    assert strict.name == tiling.METAL_MEDIUM.name and strict.relaxed_precision is False
+    for cfg in (tiling.METAL_MEDIUM, tiling.METAL_SMALL):  # the same per-simdgroup sub-tile as cider's
+        assert (cfg.sm, cfg.sn) == (tiling.METAL_LARGE.sm, tiling.METAL_LARGE.sn)
+    assert tiling.METAL_FALLBACK_THREADS == 256
+
+
+def test_warm_builds_every_form_a_request_could_ask_for(recorded):
+    """MetalBackend.warm(): every kernel the serving variant launches for the given dtypes is
+    built once, up front (each a catalogue entry), and a second warm builds nothing."""
+    factory, kernels = recorded
+    backend = metal.MetalBackend(kernels=kernels, machine=lambda: (True, "applegpu_g17s", "26.4"))
+    ops = metal.VariantOps(kernels, metal.KernelVariant(), "s", tiling.METAL_MEDIUM)
+    backend._ready = lambda: ops
+    made = backend.warm((mx.bfloat16,))
+    names = sorted({label.split("<")[0] for label in made})
+    assert names == ["int8nax_int8_gemm", "int8nax_int8_gemv", "int8nax_quantize_rows", "int8nax_w8a8_decode",
+                     "int8nax_w8a8_gemm"]
+    # raw: gemv + 2 tiles; w8a8: decode + 2 tiles, each with and without a bias; one quantizer
+    assert len(made) == 3 + 6 + 1
+    assert any("BM=64" in label and "int8nax_w8a8_gemm" in label for label in made)  # the chosen large tile
+    catalogue = {i.label() for i in metal_source.instantiations()}
+    assert set(made) <= catalogue
+    assert backend.warm((mx.bfloat16,)) == []
+    with pytest.raises(RuntimeError, match="cannot run here"):
+        metal.MetalBackend(machine=lambda: (False, None, "")).warm()

@@ -17,7 +17,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import exactness
+from int8nax import exactness, quant
 from int8nax import nax_emulator as emu
 from int8nax.backends import cpu, metal
 
@@ -31,6 +31,13 @@ pytestmark = pytest.mark.skipif(shim.GXX is None and not IN_CI, reason="g++ is n
 SERVED = metal.KernelVariant(metal.LOAD_MLX_LAYOUT)
 EXAMPLE_ROW = np.array([[1e-37, 1e-38, 0, 5e-39]], np.float32)
 """int8nax.quant's documented tiny row: a subnormal scale and codes [127, 13, 0, 6]."""
+
+
+_rng = np.random.default_rng(41)
+DECODE_X = exactness.tiny_rows(_rng, 37)
+"""[4, 37] tiny rows (subnormal scales): the W8A8 decode kernel quantizes them in registers."""
+DECODE_W, DECODE_SW = quant.quantize_weight_np((_rng.standard_normal((9, 37)) * 0.05).astype(np.float32))
+DECODE_BIAS = (_rng.standard_normal(9) * 1e-37).astype(np.float32)
 
 
 def m5_on_the_stand_in(factory) -> metal.MetalBackend:
@@ -48,6 +55,7 @@ def flushing_gpu():
     ops = metal.VariantOps(metal.KernelSet(factory), SERVED, "s")
     ops.self_test()  # records what it launches (the kernels return zeros for now)
     ops.quantize_activations(mx.array(EXAMPLE_ROW))
+    ops.w8a8_linear(mx.array(DECODE_X), mx.array(DECODE_W), mx.array(DECODE_SW), mx.array(DECODE_BIAS))
     metal.run_subnormal_probe(ops.kernels)
     factory.build()
     return factory
@@ -96,3 +104,20 @@ def test_subnormal_probe_tells_the_two_gpus_apart(flushing_gpu):
     flushed = metal.subnormal_verdict(np.array(metal.run_subnormal_probe(metal.KernelSet(flushing_gpu))))
     assert kept["summary"] == "keeps float32 subnormals", kept
     assert flushed["summary"] == "flushes float32 subnormals", flushed
+
+
+def test_decode_quantizes_tiny_rows_exactly_on_a_flushing_gpu(flushing_gpu):
+    """The W8A8 decode kernel (M <= 4) quantizes in registers with the quantizer's bit-level
+    arithmetic: on tiny rows, on a flushing GPU, its output is the two-launch path's (int8nax.quant's
+    codes and scales, then the epilogue's model) bit for bit, except outputs that are themselves
+    float32 subnormals, which the flushing GPU writes as 0 (docs/metal.md)."""
+    ops = metal.VariantOps(metal.KernelSet(flushing_gpu), SERVED, "s")
+    y = np.array(ops.w8a8_linear(mx.array(DECODE_X), mx.array(DECODE_W), mx.array(DECODE_SW), mx.array(DECODE_BIAS)))
+    q, s_x = quant.quantize_activations_np(DECODE_X)
+    assert (s_x < np.finfo(np.float32).tiny).any()  # subnormal scales are in play
+    acc = q.astype(np.int64) @ DECODE_W.T.astype(np.int64)
+    model = emu.dequantize_model(acc, s_x[:, None], DECODE_SW[None, :], DECODE_BIAS[None, :])
+    normal = np.abs(model) >= np.finfo(np.float32).tiny
+    assert normal.sum() > model.size // 2
+    np.testing.assert_array_equal(y[normal].view(np.uint32), model[normal].view(np.uint32))
+    assert (y[~normal] == 0).all() or np.array_equal(y[~normal], model[~normal])

@@ -1,6 +1,8 @@
-"""The small-M kernel (kernels/metal/gemv.metal, M <= tiling.METAL_MV_MAX_M): the real source
+"""The small-M kernels (M <= tiling.METAL_MV_MAX_M): the int8 GEMV (kernels/metal/gemv.metal)
+and the W8A8 decode kernel (w8a8_decode.metal, x quantized in registers), the real sources
 through the g++ stand-in under AddressSanitizer (exact int32, each output written once, no load
-outside its buffer, the W8A8 epilogue within 1 ulp), and its walk in the emulator."""
+outside its buffer, the decode kernel's numbers the two-launch path's bit for bit), and their
+walks in the emulator."""
 
 from __future__ import annotations
 
@@ -36,6 +38,10 @@ MUTANTS = {  # bugs put back into the source: the harness must catch them
     "no-store-mask": ("m < M && n0 + r < N) {", "m < M) {"),
 }
 
+DECODE_MUTANTS = {  # the decode kernel's own bugs: each must be caught
+    "lane-absmax": ("row_scale<QMAX, TINY>(simd_max(amax), simd_any(bad))", "row_scale<QMAX, TINY>(amax, bad)"),
+    "no-k-mask": ("(m < M && j < k_left) ? code_of", "(m < M) ? code_of"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +57,31 @@ def build():
         assert header.count(old) == 1, f"mutant {name} no longer applies"
         out.append(shim.Variant(f"gemv-{name}", header.replace(old, new), body, GEMM_INPUTS, (("c", "int32"),),
                                 template, frozenset(("params",))))
-    header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_w8a8_gemv"])
+    # the W8A8 decode kernel, and the two-launch path it must equal bit for bit: the quantizer,
+    # then the W8A8 GEMM (NAX small tile, MLX layout) on its codes and padded scales
+    dec_header, dec_body = metal_source.kernel_source(metal_source.KERNELS["int8nax_w8a8_decode"])
+    dec_template = tuple(metal_source.template_key(tiling.metal_decode_dispatch(1, 1, 1).template))
+    q_header, q_body = metal_source.kernel_source(metal_source.KERNELS["int8nax_quantize_rows"])
+    g_header, g_body = metal_source.kernel_source(metal_source.KERNELS["int8nax_w8a8_gemm"])
+    g_template = tuple(tiling.METAL_SMALL.template()) + (("MLX_LAYOUT", True),)
     for dtype in ("float16", "bfloat16", "float32"):
         for with_bias in (True, False):
             constant = frozenset({"params"} | (set() if with_bias else {"bias"}))
-            out.append(shim.Variant(f"w8a8-gemv-{dtype}-{with_bias}", header, body, W8A8_INPUTS, (("y", dtype),),
-                                    template + (("OutT", dtype), ("HAS_BIAS", with_bias)), constant))
+            inputs = (("x", dtype), ("w", "int8"), ("s_w", "float32"), ("bias", dtype if with_bias else "float32"),
+                      ("params", "int32"))
+            out.append(shim.Variant(f"decode-{dtype}-{with_bias}", dec_header, dec_body, inputs, (("y", dtype),),
+                                    (("OutT", dtype), ("HAS_BIAS", with_bias)) + dec_template, constant))
+            g_inputs = W8A8_INPUTS[:4] + (("bias", dtype if with_bias else "float32"), ("params", "int32"))
+            out.append(shim.Variant(f"staged-{dtype}-{with_bias}", g_header, g_body, g_inputs, (("y", dtype),),
+                                    g_template + (("OutT", dtype), ("HAS_BIAS", with_bias)), constant))
+        out.append(shim.Variant(f"quant-{dtype}", q_header, q_body, (("x", dtype),), (("q", "int8"), ("s", "float32")),
+                                tuple(tiling.metal_quant_dispatch(1).template), frozenset()))
+    for name, (old, new) in DECODE_MUTANTS.items():
+        assert dec_header.count(old) == 1, f"mutant {name} no longer applies"
+        out.append(shim.Variant(f"decode-{name}", dec_header.replace(old, new), dec_body,
+                                (("x", "float32"), ("w", "int8"), ("s_w", "float32"), ("bias", "float32"),
+                                 ("params", "int32")), (("y", "float32"),),
+                                (("OutT", "float32"), ("HAS_BIAS", True)) + dec_template, frozenset({"params"})))
     return shim.ShimBuild(out)
 
 
@@ -94,29 +119,109 @@ def test_gemv_bugs_are_caught(build, rng):
             run_gemv(build, a, b, f"gemv-{mutant}")
 
 
+MX_DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+
+
+def decode_rows(rng, m, k, dtype) -> np.ndarray:
+    """float32 [m, K] activations exactly representable in `dtype`, the awkward rows first: a row
+    with a NaN, a tiny row (subnormal scale; zero in float16), an all-zero row, then normal rows
+    with an inf in the last when m == 4 (a row of codes 0 and a NaN scale)."""
+    x32 = (rng.standard_normal((m, k)) * 3).astype(np.float32)
+    awkward = [lambda r: r.__setitem__(min(5, k - 1), np.nan), lambda r: r.__imul__(np.float32(1e-39)),
+               lambda r: r.__imul__(0)]
+    for i in range(min(m - 1, len(awkward))):
+        awkward[i](x32[i])
+    if m == 4:
+        x32[3, 0] = np.inf
+    return np.array(mx.array(x32).astype(MX_DTYPES[dtype]).astype(mx.float32))
+
+
+def as_bits(y: np.ndarray) -> np.ndarray:
+    return y.view(np.uint16) if y.dtype.itemsize == 2 else y.view(np.uint32)
+
+
+def run_decode(build, x32, w, s_w, bias, dtype, key=None):
+    m, k = x32.shape
+    d = tiling.metal_decode_dispatch(m, w.shape[0], k)
+    x = np.array(mx.array(x32).astype(MX_DTYPES[dtype]).view(mx.uint16)) if dtype == "bfloat16" else \
+        x32.astype(dtype)
+    b = np.zeros(1, np.float32) if bias is None else bias
+    if bias is not None and dtype != "float32":
+        b = np.array(mx.array(bias).astype(MX_DTYPES[dtype]).view(mx.uint16)) if dtype == "bfloat16" else \
+            bias.astype(dtype)
+    (y,) = build.run(key or f"decode-{dtype}-{bias is not None}", [x, w, s_w, b, np.array(d.params, np.int32)],
+                     [(m, w.shape[0])], d.grid, d.threadgroup, emu.mlx_float_layout())
+    return y, x, b
+
+
 @needs_gxx
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_w8a8_gemv_source_is_within_one_ulp(build, rng, dtype, with_bias):
-    m, k, n = 3, 301, 21
-    x32 = (rng.standard_normal((m, k)) * 3).astype(np.float32)
-    x32[1, 5] = np.nan
-    x = np.array(mx.array(x32).astype({"float16": mx.float16, "bfloat16": mx.bfloat16,
-                                       "float32": mx.float32}[dtype]).astype(mx.float32))
+@pytest.mark.parametrize("m,k", [(1, 300), (2, 37), (3, 1030), (4, 2049)])
+def test_w8a8_decode_is_the_two_launch_path_bit_for_bit(build, rng, dtype, with_bias, m, k):
+    """The decode kernel (x quantized in registers) against the quantizer + W8A8 GEMM it replaces,
+    on the same inputs: the same bits, NaN and inf rows, tiny and zero rows included; and for
+    float32 the emulator's model of it bit for bit, and within 1 ulp of float64 on finite rows."""
+    n = 21
+    x32 = decode_rows(rng, m, k, dtype)
     w, s_w = quant.quantize_weight_np((rng.standard_normal((n, k)) * 0.05).astype(np.float32))
     bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
+    if bias is not None:
+        bias = np.array(mx.array(bias).astype(MX_DTYPES[dtype]).astype(mx.float32))
+    y, x, b = run_decode(build, x32, w, s_w, bias, dtype)
+    # the two-launch path on the same stand-in
+    qd = tiling.metal_quant_dispatch(m)
+    q, s_x = build.run(f"quant-{dtype}", [x], [(m, k), (8,)], qd.grid, qd.threadgroup, emu.mlx_float_layout())
+    gd = tiling.metal_gemm_dispatch(m, n, k, config=tiling.METAL_SMALL)
+    (y2,) = build.run(f"staged-{dtype}-{with_bias}", [q, w, s_x, s_w, b, np.array(gd.params, np.int32)], [(m, n)],
+                      gd.grid, gd.threadgroup, emu.mlx_float_layout())
+    np.testing.assert_array_equal(as_bits(y), as_bits(y2))
+    # the codes and scales are int8nax.quant's (the contract)
     with np.errstate(invalid="ignore"):
-        q, s_x = quant.quantize_activations_np(x)
-    s_x = np.concatenate([s_x, np.zeros(8 - m, np.float32)])  # padded, as the runtime passes it
-    d = tiling.metal_gemv_dispatch(m, n, k)
-    args = [q, w, s_x, s_w, bias if with_bias else np.zeros(1, np.float32), np.array(d.params, np.int32)]
-    (y,) = build.run(f"w8a8-gemv-{dtype}-{with_bias}", args, [(m, n)], d.grid, d.threadgroup, emu.mlx_float_layout())
-    got = (y.astype(np.uint32) << 16).view(np.float32).astype(np.float64) if dtype == "bfloat16" else y.astype(np.float64)
-    ref = w8a8_linear_ref(x, w, s_w, bias)
-    assert np.isnan(got[1]).all() and np.isfinite(got[[0, 2]]).all()
-    keep = [0, 2]
-    spacing = np.maximum(ulp(ref[keep], dtype), ulp(got[keep], dtype))
-    assert (np.abs(got[keep] - ref[keep]) / spacing).max() <= 1.0
+        q_ref, s_ref = quant.quantize_activations_np(x32)
+    np.testing.assert_array_equal(q, q_ref)
+    np.testing.assert_array_equal(s_x[:m].view(np.uint32), s_ref.view(np.uint32))
+    if dtype == "float32":
+        model, walk = emu.emulate_w8a8_decode(x32, w, s_w, bias)
+        np.testing.assert_array_equal(model.view(np.uint32), y.view(np.uint32))
+        assert (walk.writes == 1).all() and walk.out_of_bounds == {"a": 0, "b": 0}
+    got = (y.astype(np.uint32) << 16).view(np.float32).astype(np.float64) if dtype == "bfloat16" else \
+        y.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        ref = w8a8_linear_ref(x32, w, s_w, bias)
+    finite = np.isfinite(x32).all(axis=1)
+    assert np.isnan(got[~finite]).all()
+    if finite.any():
+        spacing = np.maximum(ulp(ref[finite], dtype), ulp(got[finite], dtype))
+        assert (np.abs(got[finite] - ref[finite]) / spacing).max() <= 1.0
+
+
+@needs_gxx
+def test_w8a8_decode_bugs_are_caught(build, rng):
+    """A lane's own absmax instead of the row's gives other codes; reading past K overflows."""
+    m, k, n = 2, 300, 9
+    x32 = (rng.standard_normal((m, k)) * 3).astype(np.float32)
+    w, s_w = quant.quantize_weight_np((rng.standard_normal((n, k)) * 0.05).astype(np.float32))
+    bias = np.zeros(n, np.float32)
+    y, _, _ = run_decode(build, x32, w, s_w, bias, "float32")
+    bad, _, _ = run_decode(build, x32, w, s_w, bias, "float32", "decode-lane-absmax")
+    assert (y.view(np.uint32) != bad.view(np.uint32)).any()
+    with pytest.raises(RuntimeError, match="heap-buffer-overflow"):
+        run_decode(build, x32[:, :37].copy(), w[:, :37].copy(), s_w, bias, "float32", "decode-no-k-mask")
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (2, 7, 9), (4, 300, 40), (3, 4097, 17)])
+def test_w8a8_decode_walk_emulated(rng, m, k, n):
+    """The emulator's walk of the decode kernel: each output once, loads in bounds, each weight
+    byte read once, and its numbers the model's of the two-launch path."""
+    x32 = (rng.standard_normal((m, k)) * 3).astype(np.float32)
+    w, s_w = quant.quantize_weight_np((rng.standard_normal((n, k)) * 0.05).astype(np.float32))
+    y, walk = emu.emulate_w8a8_decode(x32, w, s_w)
+    assert (walk.writes == 1).all() and walk.out_of_bounds == {"a": 0, "b": 0} and walk.loads["b"] == n * k
+    q, s_x = quant.quantize_activations_np(x32)
+    two_launch = emu.dequantize_model(int8_matmul_ref(q, w), s_x[:, None], s_w[None, :])
+    np.testing.assert_array_equal(y.view(np.uint32), two_launch.view(np.uint32))
+    assert dict(tiling.metal_decode_dispatch(m, n, k).template)["MV_PIECE"] == 8  # 8 bytes a lane, as cider
 
 
 @pytest.mark.parametrize("m,k,n", GEMV_CASES + [(4, 4097, 33)])

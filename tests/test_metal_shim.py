@@ -32,7 +32,8 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 pytestmark = pytest.mark.skipif(shim.GXX is None and not IN_CI, reason="g++ is not installed: the Metal shim cannot be built")
 
 LAYOUTS = {"mlx-float": emu.mlx_float_layout(), "shuffled": emu.shuffled_layout(np.random.default_rng(11))}
-CONFIGS = {"small": tiling.METAL_SMALL, "large": tiling.METAL_LARGE}
+CONFIGS = {"small": tiling.METAL_SMALL, "large": tiling.METAL_LARGE, "medium": tiling.METAL_MEDIUM,
+           "wide8": tiling.METAL_WIDE8}
 PATHS = {"generic": metal.KernelVariant(metal.LOAD_GENERIC), "mlx": metal.KernelVariant(metal.LOAD_MLX_LAYOUT)}
 # (M, K, N, output dtype, bias, load path); M = 5 puts s_x in the constant address space.
 W8A8_CASES = [(33, 520, 40, "float16", True, "mlx"), (70, 300, 33, "float32", False, "generic"),
@@ -125,10 +126,10 @@ def config_name(cfg) -> str:
     return next(name for name, c in CONFIGS.items() if c.name == cfg.name)
 
 
-def run_gemm(build, a, b, layout, path="generic", mutant="", gpu=None):
+def run_gemm(build, a, b, layout, path="generic", mutant="", gpu=None, config=None):
     m, k = a.shape
     n = b.shape[0]
-    d = tiling.metal_gemm_dispatch(m, n, k, gpu)
+    d = tiling.metal_gemm_dispatch(m, n, k, gpu, config=config)
     key = f"gemm-{config_name(d.config)}-{path}" + (f"-{mutant}" if mutant else "")
     (c,) = build.run(key, [a, b, np.array(d.params, np.int32)], [(m, n)], d.grid, d.threadgroup, layout)
     return c, d
@@ -166,8 +167,24 @@ def test_mlx_layout_gemm_source_is_exact(build, rng, m, k, n, gpu):
     assert build.barriers() == threadgroups * d.config.threads * tiling.ceil_div(k, d.config.bk)
 
 
+@pytest.mark.parametrize("config", tiling.METAL_LARGE_CANDIDATES, ids=lambda c: c.name)
+@pytest.mark.parametrize("m,k,n", [(65, 1030, 130), (200, 300, 100), (513, 530, 257)])
+def test_every_tile_candidate_source_is_exact(build, rng, config, m, k, n):
+    """The on-device tile choice's candidates (and the 256-thread fallback) compiled from the
+    real source under AddressSanitizer, both load paths (the generic one also under another
+    layout): exact, every thread at every barrier."""
+    a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(n, k), dtype=np.int8)
+    for path, layout in (("mlx", "mlx-float"), ("generic", "mlx-float"), ("generic", "shuffled")):
+        c, d = run_gemm(build, a, b, LAYOUTS[layout], path, gpu="s", config=config)
+        assert d.config == config
+        np.testing.assert_array_equal(c.astype(np.int64), int8_matmul_ref(a, b))
+        threadgroups = d.launch.tiles_m * d.launch.tiles_n
+        assert build.barriers() == threadgroups * d.config.threads * tiling.ceil_div(k, d.config.bk)
+
+
 def test_mlx_layout_gemm_is_wrong_under_another_layout(build, rng):
-    """Why the probe gates the fast path: under a layout that is not MLX's, it returns wrong
+    """Why the self-test guards the fast path: under a layout that is not MLX's, it returns wrong
     numbers (and the generic path, on the same hardware model, does not)."""
     a = rng.integers(-128, 128, size=(33, 64), dtype=np.int8)
     b = rng.integers(-128, 128, size=(40, 64), dtype=np.int8)

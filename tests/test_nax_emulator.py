@@ -26,11 +26,11 @@ TILE_MULTIPLES = [(128, 512, 128), (256, 1024, 256), (64, 512, 128), (32, 512, 1
 LAYOUTS = {"mlx-float": emu.mlx_float_layout(), "shuffled": emu.shuffled_layout(np.random.default_rng(7))}
 
 
-def walk_and_check(a, b, layout, path="generic", gpu=None):
-    walk = emu.emulate_gemm(a, b, layout, path=path, gpu=gpu)
+def walk_and_check(a, b, layout, path="generic", gpu=None, config=None):
+    walk = emu.emulate_gemm(a, b, layout, path=path, gpu=gpu, config=config)
     m, k = a.shape
     n = b.shape[0]
-    d = tiling.metal_gemm_dispatch(m, n, k, gpu)
+    d = tiling.metal_gemm_dispatch(m, n, k, gpu, config=config)
     assert (walk.writes == 1).all(), f"writes per element range {walk.writes.min()}..{walk.writes.max()}"
     assert walk.out_of_bounds == {"a": 0, "b": 0}
     blocks = tiling.ceil_div(k, d.config.bk)
@@ -74,6 +74,18 @@ def test_swizzled_grids_walk_exactly(rng, gpu, m, k, n):
         walk = walk_and_check(a, b, LAYOUTS["mlx-float"], path, gpu)
         d = tiling.metal_gemm_dispatch(m, n, k, gpu)
         assert walk.padding_threadgroups == (d.launch.grid_x * d.launch.grid_y - d.launch.tiles_m * d.launch.tiles_n)
+
+
+@pytest.mark.parametrize("config", tiling.METAL_CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("m,k,n", [(65, 1030, 130), (200, 300, 100), (513, 33, 257), (128, 512, 128)])
+def test_every_tile_candidate_walks_exactly(rng, config, m, k, n):
+    """Every tile the GEMMs can launch in (the candidates of the on-device choice and the
+    threadgroup-limit fallbacks), both load paths: exact, in bounds, every output once, every
+    barrier met, on interior tiles, M/N edges, K remainders and swizzled grids."""
+    a, b = random_int8(rng, (m, k)), random_int8(rng, (n, k))
+    for path in emu.PATHS:
+        walk_and_check(a, b, LAYOUTS["mlx-float"], path, "s", config)
+    walk_and_check(a, b, LAYOUTS["shuffled"], "generic", "s", config)
 
 
 def test_mlx_layout_walk_needs_the_mlx_layout(rng):

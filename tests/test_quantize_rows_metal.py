@@ -55,8 +55,8 @@ HALF_BITS_BODY = """if (thread_position_in_grid.x == 0) {
 
 # The tiny rows scaled by a float multiply instead of from their bits: exact while subnormals are
 # kept, wrong on a flushing GPU (which is why the kernel works on the bits).
-FLOAT_SCALING_MUTANT = ("const float v = shift != 0 ? scaled_up(bits, shift) : as_type<float>(bits);",
-                        "const float v = as_type<float>(bits) * (shift != 0 ? pow2(shift) : 1.0f);")
+FLOAT_SCALING_MUTANT = ("const float v = rs.shift != 0 ? scaled_up(bits, rs.shift) : as_type<float>(bits);",
+                        "const float v = as_type<float>(bits) * (rs.shift != 0 ? pow2(rs.shift) : 1.0f);")
 
 
 def kernel_input(x32: np.ndarray, dtype: str) -> np.ndarray:

@@ -200,6 +200,8 @@ def test_metal_report_lists_probe_choice_and_every_variant(monkeypatch, capsys, 
     names = [v["name"] for v in section["variants"]]
     assert names == [v.name for v in metal.variants()] and len(names) == 4
     chosen = section["selection"]["variant"]
+    assert section["selection"]["probe"] == "matches"
+    assert section["selection"]["decided_by"] == ("probe and self-test" if broken_load is None else "self-test")
     if broken_load is None:
         assert rc == 0 and chosen == "mlx_layout/relaxed_precision=true"
         assert all(t["failed"] == 0 for v in section["variants"] for t in v["exactness"])
@@ -211,7 +213,7 @@ def test_metal_report_lists_probe_choice_and_every_variant(monkeypatch, capsys, 
         assert bad["mlx_layout/relaxed_precision=true"] == 8 and bad["generic/relaxed_precision=true"] == 0
     rc = cli.main(["selftest", "--backend", "metal", "--sizes", "1,7", "--no-timing"])
     md = capsys.readouterr().out
-    assert "### Metal NAX" in md and f"variant serving this process: **{chosen}**" in md
+    assert "### Metal NAX" in md and f"variant serving this process: **{chosen}** (layout probe matches" in md
     assert md.count("| mlx_layout/") == 2 and md.count("| generic/") == 2
 
 

@@ -21,12 +21,13 @@ Two load paths, as in nax_gemm.metal (path="generic" | "mlx_layout"):
   SK / FK fragments, no masks on sub-tiles wholly inside C, row masks on edge sub-tiles, K
   masks in the remainder block. `layout` is then what the hardware does with the elements
   (where the MMA takes each lane's element from): with MLX's layout the result is exact, with
-  any other it is wrong, which is why the kernels build this path only after the probe.
+  any other it is wrong, which is why that path must pass the bit-exact first-use self-test.
 
-emulate_gemv walks the small-M kernel (gemv.metal) the same way. Beyond the walks,
-dequantize_model mirrors the W8A8 epilogue's float32 arithmetic line by line (w8a8_gemm.metal)
-and quantize_model the quantization kernel (quantize_rows.metal), also as a GPU that flushes
-float32 subnormals would run it.
+emulate_gemv walks the small-M kernel (gemv.metal) the same way, and emulate_w8a8_decode the
+W8A8 decode kernel (w8a8_decode.metal). Beyond the walks, dequantize_model mirrors the W8A8
+epilogue's float32 arithmetic line by line (dequantize.metal) and quantize_model the
+quantization (quantize_core.metal, quantize_rows.metal), also as a GPU that flushes float32
+subnormals would run it.
 """
 
 from __future__ import annotations
@@ -235,9 +236,10 @@ def _launched_tiles(d, walk: GemmWalk):
 
 
 def emulate_gemm(a, b, layout: FragmentLayout | None = None, epilogue=None, path: str = "generic",
-                 gpu: str | None = None) -> GemmWalk:
+                 gpu: str | None = None, config: tiling.NaxTileConfig | None = None) -> GemmWalk:
     """Emulate the NAX GEMM launch for a int8 [M, K], b int8 [N, K] on a GPU of class `gpu`
-    (tiling.metal_gemm_dispatch), with the load path `path` (see the module docstring).
+    (tiling.metal_gemm_dispatch; in tile `config` when given, e.g. a candidate of the on-device
+    tile choice), with the load path `path` (see the module docstring).
 
     epilogue(m, n, acc) -> values, vectorized over the stored elements; None stores acc as the
     raw GEMM does. Generic path: simdgroups of one row of the threadgroup issue the same A
@@ -250,7 +252,7 @@ def emulate_gemm(a, b, layout: FragmentLayout | None = None, epilogue=None, path
         raise ValueError(f"emulate_gemm: path must be one of {PATHS}, got {path!r}")
     m_rows, k_len = a.shape
     n_cols = b.shape[0]
-    d = tiling.metal_gemm_dispatch(m_rows, n_cols, k_len, gpu)
+    d = tiling.metal_gemm_dispatch(m_rows, n_cols, k_len, gpu, config=config)
     if path == "mlx_layout":
         return _emulate_mlx_layout(a, b, layout, epilogue, d)
     cfg = d.config
@@ -499,7 +501,7 @@ def _tail(a_hi, a_lo, s_hi, s_lo):
 
 
 def dequantize_model(acc, sx, sw, bias=None) -> np.ndarray:
-    """float32 y = acc * sx * sw (+ bias) as w8a8_gemm.metal's dequantize() computes it: the
+    """float32 y = acc * sx * sw (+ bias) as dequantize.metal's dequantize() computes it: the
     usual path (normal scales, product in [2^-102, 2^79]) and dequantize_wide for every other
     finite input (integer significands, powers of two applied once at the end)."""
     f32 = np.float32
@@ -559,8 +561,8 @@ def _bit_width(n: int) -> int:
 
 
 def quantize_model(x32: np.ndarray, flush_subnormals: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """quantize_rows.metal on float32 [R, K]: (int8 codes, float32 scales, int [R, K] how many
-    times each code was written), with the kernel's thread partition (thread t of QT takes
+    """quantize_rows.metal (row_scale and code_of of quantize_core.metal) on float32 [R, K]: (int8
+    codes, float32 scales, int [R, K] how many times each code was written), with the kernel's thread partition (thread t of QT takes
     k = t, t + QT, ...) and its arithmetic: absmax on the magnitude bits, small scales as an
     integer quotient, rows below 2^-TINY scaled from their bits. flush_subnormals: every float
     operation reads and writes subnormals as zero, as a flushing GPU would (moves and bit casts
@@ -625,19 +627,21 @@ def quantize_model(x32: np.ndarray, flush_subnormals: bool = False) -> tuple[np.
 # ---------------------------------------------------------------------------------------------
 
 
-def emulate_gemv(a, b, epilogue=None) -> GemmWalk:
-    """Emulate gemv.metal's launch (tiling.metal_gemv_dispatch) for a int8 [M, K], b int8 [N, K]:
-    per simdgroup, each lane's ROW_PIECE-byte pieces at k = lane * ROW_PIECE + step * SIMD *
-    ROW_PIECE, masked to m < M, n < N and k < K, exact int sums per lane, then the simdgroup's
-    sum handed to the epilogue by lane r * MV_MAX_M + m. Counts every element load (A once per
-    simdgroup, B once) and every store."""
+def emulate_gemv(a, b, epilogue=None, dispatch=None) -> GemmWalk:
+    """Emulate gemv.metal's launch (tiling.metal_gemv_dispatch, or `dispatch`, e.g.
+    tiling.metal_decode_dispatch's) for a int8 [M, K], b int8 [N, K]: per simdgroup, each lane's
+    ROW_PIECE-byte (MV_PIECE) pieces at k = lane * ROW_PIECE + step * SIMD * ROW_PIECE, masked to
+    m < M, n < N and k < K, exact int sums per lane, then the simdgroup's sum handed to the
+    epilogue by lane r * MV_MAX_M + m. Counts every element load (A once per simdgroup, B once)
+    and every store."""
     a = np.ascontiguousarray(a, dtype=np.int8)
     b = np.ascontiguousarray(b, dtype=np.int8)
     m_rows, k_len = a.shape
     n_cols = b.shape[0]
-    d = tiling.metal_gemv_dispatch(m_rows, n_cols, k_len)
+    d = dispatch or tiling.metal_gemv_dispatch(m_rows, n_cols, k_len)
     t = dict(d.template)
-    rows, sgs, max_m, piece = t["MV_ROWS"], t["MV_SG"], t["MV_MAX_M"], t["ROW_PIECE"]
+    rows, sgs, max_m = t["MV_ROWS"], t["MV_SG"], t["MV_MAX_M"]
+    piece = t.get("MV_PIECE", t.get("ROW_PIECE"))
     if rows * max_m > SIMD:
         raise AssertionError("one lane per output element of a simdgroup")
     walk = GemmWalk(out=np.zeros((m_rows, n_cols), dtype=np.float64 if epilogue else np.int64),
@@ -672,3 +676,22 @@ def emulate_gemv(a, b, epilogue=None) -> GemmWalk:
             np.add.at(walk.writes, (mm, nn), 1)
             walk.out[mm, nn] = epilogue(mm, nn, vals) if epilogue else vals
     return walk
+
+
+def emulate_w8a8_decode(x32, w, s_w, bias=None, flush_subnormals: bool = False) -> tuple[np.ndarray, GemmWalk]:
+    """w8a8_decode.metal on float32 x [M, K] (M <= METAL_MV_MAX_M), int8 w [N, K], float32 s_w
+    [N]: (float32 y [M, N] before the cast to the output dtype, the walk). Each simdgroup's row
+    scales and codes are quantize_model's (the same row_scale and code_of, and a max of bits does
+    not depend on the partition), walked over tiling.metal_decode_dispatch's lanes and
+    MV_PIECE-byte steps, then dequantize_model: the two-launch path's numbers by construction."""
+    x32 = np.ascontiguousarray(x32, dtype=np.float32)
+    codes, scales, _ = quantize_model(x32, flush_subnormals)
+    m_rows, k_len = x32.shape
+    d = tiling.metal_decode_dispatch(m_rows, w.shape[0], k_len)
+    b = None if bias is None else np.asarray(bias, np.float32)
+
+    def epilogue(m, n, acc):
+        return dequantize_model(acc, scales[m], np.asarray(s_w, np.float32)[n], None if b is None else b[n])
+
+    walk = emulate_gemv(codes, w, epilogue, d)
+    return walk.out.astype(np.float32), walk

@@ -301,7 +301,16 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
             np.save(layout_out, dump)
             section["layout"]["dump_file"] = layout_out
     section["selection"] = {"variant": selection.variant.name if selection.variant else None,
+                            "probe": selection.probe, "decided_by": selection.decided_by,
                             "reason": selection.reason, "self_tests": dict(selection.self_tests)}
+    section["decode"] = {
+        "kernel": backend.describe("w8a8_linear", 1, 4096, 4096, dtype=mx.float16),
+        "against": "cider's M = 1 kernel (w8a8_int8_mv.metal: float16 activations, no quantization, 8 bytes a "
+                   "lane): the timing table's rows with M <= 4 put int8nax w8a8_linear next to cider linear (w8a8)"}
+    tiles = backend.tiles
+    if tiles is not None:
+        section["tiles"] = {"tile": tiles.config.name, "source": tiles.source, "timings_ms": dict(tiles.timings_ms),
+                            "shape": list(tiles.shape), "notes": list(tiles.notes), "summary": tiles.summary()}
     backend.kernels.time_builds = True  # the builds below are timed too (first launch + eval)
     section["subnormals"] = metal.probe_subnormals(backend.kernels)
     section["variants"] = []
@@ -316,6 +325,7 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
             entry["exactness"] = [vars(t) for t in tallies]
         section["variants"].append(entry)
     section["builds"] = [{"build": inst.label(), "seconds": seconds} for inst, seconds in backend.kernels.builds()]
+    section["thread_limits"] = backend.kernels.thread_limits()
     section["build_bound"] = len(metal_source.instantiations())
     return section
 
@@ -331,7 +341,12 @@ def render_metal(section: dict) -> list[str]:
         lines.append(f"- layout fingerprint {lay['fingerprint']}" + (f" (dump: {lay['dump_file']})" if "dump_file" in lay
                                                                     else " (full dump: --layout-out FILE.npy)"))
     sel = section["selection"]
-    lines.append(f"- variant serving this process: **{sel['variant'] or 'none (NAX refused)'}**: {sel['reason']}")
+    lines.append(f"- variant serving this process: **{sel['variant'] or 'none (NAX refused)'}** (layout probe "
+                 f"{sel.get('probe', '?')}, chosen by: {sel.get('decided_by', '?')}): {sel['reason']}")
+    if "tiles" in section:
+        lines.append(f"- {section['tiles']['summary']}")
+    if "decode" in section:
+        lines.append(f"- decode path: {section['decode']['kernel']}; against {section['decode']['against']}")
     sub = section.get("subnormals", {})
     lines.append(f"- float32 subnormals: {sub.get('summary', 'not probed')}"
                  + "".join(f"; {op}: {v}" for op, v in sub.items() if op != "summary" and v != "kept"))
@@ -346,6 +361,10 @@ def render_metal(section: dict) -> list[str]:
         else:
             fails, first = ["not run"] * 3, "; ".join(f"{k}: {e}" for k, e in errors.items())
         lines.append(f"| {v['name']} | {built} | {' | '.join(fails)} | {first} |")
+    limits = section.get("thread_limits", {})
+    lines.append("- threadgroup limits: " + ("; ".join(f"`{b}` allows {n} threads, served by a smaller tile"
+                                                      for b, n in limits.items())
+                                             if limits else "every build launched at its own threadgroup size"))
     builds = section.get("builds", [])
     if builds:
         lines += ["", f"Metal library builds in this process: {len(builds)} (the runtime can build at most "

@@ -157,18 +157,48 @@ class NaxTileConfig(TileConfig):
 
 
 METAL_LARGE = NaxTileConfig("metal_128x128", bm=128, bn=128, bk=512, wm=4, wn=4)
-"""The tile for M > METAL_SMALL_MAX_M on every M5 class: 16 simdgroups (512 threads), 32 x 32 per
+"""The default tile for M > METAL_SMALL_MAX_M: 16 simdgroups (512 threads), 32 x 32 per
 simdgroup, K in blocks of 512. MLX's default NAX tile, and the int8 tile cider measured on an
-M5 Pro (class 's'), where BK 512 beat BK 128 by 1.12x. MLX switches its float GEMM to 64-row
-tiles on the 's', 'c', 'd' classes; nobody has measured that for int8, so int8nax keeps the
-measured tile on every class until an M5 owner measures otherwise (metal_config takes the
-class for that)."""
+M5 Pro (class 's'), where BK 512 beat BK 128 by 1.12x. The backend times it against the other
+METAL_LARGE_CANDIDATES on the device at first use and serves the fastest
+(backends/metal_tiles.py); this one serves until then, and whenever nothing could be timed."""
 
 METAL_SMALL = NaxTileConfig("metal_32x128", bm=32, bn=128, bk=512, wm=1, wn=4)
 """Small-M tile (4 simdgroups, 128 threads): a 128-row tile would leave most simdgroups idle."""
 
-METAL_CONFIGS = (METAL_SMALL, METAL_LARGE)
-"""Every tile metal_config can return (the bounded set of GEMM builds is made of these)."""
+METAL_MEDIUM = NaxTileConfig("metal_64x128", bm=64, bn=128, bk=256, wm=2, wn=4)
+"""8 simdgroups (256 threads) of the same 32 x 32 sub-tile: the tile MLX's float NAX GEMM takes
+on the larger M5 classes ('s', 'c', 'd': BM 64, WM 2, BK 256), a candidate of the on-device tile
+choice, and the 256-thread form a 512-thread tile falls back to when a pipeline allows fewer
+threads (metal_fallback_config)."""
+
+METAL_WIDE8 = NaxTileConfig("metal_128x128_8sg", bm=128, bn=128, bk=512, wm=4, wn=2)
+"""8 simdgroups (256 threads) of 32 x 64 each over cider's 128 x 128 x 512 tile: the best int8
+form of the M5 Max study used 8 simdgroups; a candidate of the on-device tile choice."""
+
+METAL_LARGE_CANDIDATES = (METAL_LARGE, METAL_MEDIUM, METAL_WIDE8)
+"""The tiles timed against each other at first use on the GPU for M > METAL_SMALL_MAX_M
+(backends/metal_tiles.py); METAL_LARGE, the measured one, comes first and is the default."""
+
+METAL_CONFIGS = (METAL_SMALL, METAL_LARGE, METAL_MEDIUM, METAL_WIDE8)
+"""Every tile the Metal GEMMs can launch (the bounded set of GEMM builds is made of these)."""
+
+METAL_FALLBACK_THREADS = METAL_MEDIUM.threads
+"""Threads of the tile a larger one falls back to when a pipeline allows fewer threads per
+threadgroup (MLX raises "Thread group size ... is greater than the maximum allowed")."""
+
+
+def metal_fallback_config(cfg: NaxTileConfig, max_threads: int) -> NaxTileConfig | None:
+    """The tile to launch instead of `cfg` when its pipeline allows only `max_threads` threads per
+    threadgroup: the largest of METAL_MEDIUM (256 threads) and METAL_SMALL (128) that fits, both
+    made of the 32 x 32 sub-tile, so no thread holds more than in cider's tile; None when none fits
+    (or `cfg` already fits). relaxed_precision is kept."""
+    if cfg.threads <= max_threads:
+        return None
+    for smaller in (METAL_MEDIUM, METAL_SMALL):
+        if smaller.threads <= max_threads and smaller.threads < cfg.threads:
+            return replace(smaller, relaxed_precision=cfg.relaxed_precision)
+    return None
 
 METAL_SMALL_MAX_M = 64
 """Largest M that takes METAL_SMALL (cider's threshold)."""
@@ -189,8 +219,9 @@ def gpu_class(architecture: str | None) -> str | None:
 
 
 def metal_config(m: int, n: int = 0, k: int = 0, gpu: str | None = None) -> NaxTileConfig:
-    """The tile for an [M, K] x [N, K] GEMM on a GPU of class `gpu` (None: unknown): small M
-    takes METAL_SMALL, the rest METAL_LARGE on every class (see METAL_LARGE)."""
+    """The default tile for an [M, K] x [N, K] GEMM on a GPU of class `gpu` (None: unknown):
+    small M takes METAL_SMALL, the rest METAL_LARGE on every class (the backend replaces it by
+    the tile chosen on the device: metal_gemm_dispatch's `config`)."""
     return METAL_SMALL if m <= METAL_SMALL_MAX_M else METAL_LARGE
 
 
@@ -225,9 +256,10 @@ class MetalGemmDispatch:
 
 
 def metal_gemm_dispatch(m: int, n: int, k: int, gpu: str | None = None,
-                        relaxed_precision: bool = True) -> MetalGemmDispatch:
-    """The launch of an [M, K] x [N, K] NAX GEMM on a GPU of class `gpu` (see metal_config)."""
-    cfg = metal_config(m, n, k, gpu)
+                        relaxed_precision: bool = True, config: NaxTileConfig | None = None) -> MetalGemmDispatch:
+    """The launch of an [M, K] x [N, K] NAX GEMM on a GPU of class `gpu` (see metal_config), or in
+    tile `config` when given (the tile chosen on the device, or a threadgroup-limit fallback)."""
+    cfg = config or metal_config(m, n, k, gpu)
     if cfg.relaxed_precision != relaxed_precision:
         cfg = replace(cfg, relaxed_precision=relaxed_precision)
     tiles_m, tiles_n = ceil_div(m, cfg.bm), ceil_div(n, cfg.bn)
@@ -280,6 +312,20 @@ def metal_gemv_dispatch(m: int, n: int, k: int) -> MetalGemvDispatch:
     return MetalGemvDispatch((groups * threads, 1, 1), (threads, 1, 1), template, (m, n, k, 0, 1))
 
 
+METAL_DECODE_PIECE = 8
+"""Contiguous weight bytes each lane reads per step in the W8A8 decode kernel
+(kernels/metal/w8a8_decode.metal): cider's decode kernel reads 8 a lane (VPT = 8)."""
+
+
+def metal_decode_dispatch(m: int, n: int, k: int) -> MetalGemvDispatch:
+    """The W8A8 decode launch (M <= METAL_MV_MAX_M): the small-M kernel's threadgroups and columns,
+    METAL_DECODE_PIECE bytes a lane, and the quantizer's constants (it quantizes in registers)."""
+    d = metal_gemv_dispatch(m, n, k)
+    template = [("MV_ROWS", METAL_MV_ROWS), ("MV_SG", METAL_MV_SIMDGROUPS), ("MV_MAX_M", METAL_MV_MAX_M),
+                ("SIMD", SIMD_WIDTH), ("MV_PIECE", METAL_DECODE_PIECE), ("QMAX", QMAX), ("TINY", TINY_SHIFT)]
+    return MetalGemvDispatch(d.grid, d.threadgroup, template, d.params)
+
+
 @dataclass(frozen=True)
 class MetalQuantDispatch:
     """Launch of the activation-quantization kernel: one threadgroup of QT threads per row."""
@@ -289,7 +335,16 @@ class MetalQuantDispatch:
     template: list[tuple[str, int]]
 
 
-def metal_quant_dispatch(rows: int) -> MetalQuantDispatch:
-    qt = METAL_QUANT_THREADS
+METAL_QUANT_FALLBACK_THREADS = SIMD_WIDTH
+"""Threads per row of the quantizer when a pipeline refuses METAL_QUANT_THREADS: one simdgroup,
+which every Metal pipeline allows."""
+
+
+def metal_quant_dispatch(rows: int, threads: int = METAL_QUANT_THREADS) -> MetalQuantDispatch:
+    """One threadgroup of `threads` (METAL_QUANT_THREADS, or METAL_QUANT_FALLBACK_THREADS) per row."""
+    if threads not in (METAL_QUANT_THREADS, METAL_QUANT_FALLBACK_THREADS):
+        raise ValueError(f"metal_quant_dispatch: threads must be {METAL_QUANT_THREADS} or "
+                         f"{METAL_QUANT_FALLBACK_THREADS}, got {threads}")
+    qt = threads
     return MetalQuantDispatch((qt, rows, 1), (qt, 1, 1),
                               [("QT", qt), ("SIMD", SIMD_WIDTH), ("QMAX", QMAX), ("TINY", TINY_SHIFT)])

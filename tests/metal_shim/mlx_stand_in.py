@@ -59,3 +59,37 @@ class StandInFactory:
             return [_to_mx(o, d) for o, d in zip(outs, output_dtypes)]
 
         return kernel
+
+
+class ThreadLimited:
+    """Wraps a factory as a GPU whose pipelines allow `max_threads` threads per threadgroup (for
+    kernels whose names start with `prefix`): a launch over it returns outputs whose evaluation
+    raises MLX's ValueError, as CustomKernel::eval_gpu does. Pass `evaluate` to the KernelSet."""
+
+    MESSAGE = "Thread group size ({}) is greater than  the maximum allowed threads per threadgroup ({})."
+
+    def __init__(self, factory, max_threads: int, prefix: str = ""):
+        self.factory, self.max_threads, self.prefix = factory, max_threads, prefix
+        self.refused: list = []
+        self._doomed: dict = {}
+
+    def __call__(self, **spec):
+        kernel = self.factory(**spec)
+        name = spec["name"]
+
+        def limited(**call):
+            outs = kernel(**call)
+            threads = int(np.prod(call["threadgroup"]))
+            if name.startswith(self.prefix) and threads > self.max_threads:
+                self.refused.append((name, threads))
+                # the arrays are kept alive, so that their ids are never reused by other outputs
+                self._doomed.update({id(o): (o, threads) for o in outs})
+            return outs
+
+        return limited
+
+    def evaluate(self, outs) -> None:
+        for o in outs:
+            if id(o) in self._doomed:
+                raise ValueError(self.MESSAGE.format(self._doomed[id(o)][1], self.max_threads))
+        mx.eval(outs)

@@ -35,6 +35,12 @@ GEMV_CORE = "gemv.metal"
 FLOAT_BITS = "float_bits.metal"
 """float32 fields and exact bit-level helpers shared by the quantizer and the W8A8 epilogue."""
 
+QUANT_CORE = "quantize_core.metal"
+"""A row's scale and each element's code: the quantizer's and the decode kernel's."""
+
+DEQUANT = "dequantize.metal"
+"""The W8A8 dequantizing epilogue (DequantStore), shared by the W8A8 kernels."""
+
 MLX_CONSTANT_MAX_ELEMENTS = 8
 """mx.fast.metal_kernel declares an input with fewer elements than this `const constant T*`
 (a different signature, so a different library build)."""
@@ -60,12 +66,12 @@ KERNELS = {
     k.name: k
     for k in (
         MetalKernel("int8nax_int8_gemm", (GEMM_CORE, "int8_gemm.metal"), ("a", "b", "params"), ("c",)),
-        MetalKernel("int8nax_w8a8_gemm", (GEMM_CORE, FLOAT_BITS, "w8a8_gemm.metal"),
+        MetalKernel("int8nax_w8a8_gemm", (GEMM_CORE, FLOAT_BITS, DEQUANT, "w8a8_gemm.metal"),
                     ("q", "w", "s_x", "s_w", "bias", "params"), ("y",)),
         MetalKernel("int8nax_int8_gemv", (GEMV_CORE, "int8_gemm.metal"), ("a", "b", "params"), ("c",)),
-        MetalKernel("int8nax_w8a8_gemv", (GEMV_CORE, FLOAT_BITS, "w8a8_gemm.metal"),
-                    ("q", "w", "s_x", "s_w", "bias", "params"), ("y",)),
-        MetalKernel("int8nax_quantize_rows", (FLOAT_BITS, "quantize_rows.metal"), ("x",), ("q", "s")),
+        MetalKernel("int8nax_w8a8_decode", (FLOAT_BITS, QUANT_CORE, DEQUANT, "w8a8_decode.metal"),
+                    ("x", "w", "s_w", "bias", "params"), ("y",)),
+        MetalKernel("int8nax_quantize_rows", (FLOAT_BITS, QUANT_CORE, "quantize_rows.metal"), ("x",), ("q", "s")),
         MetalKernel("int8nax_nax_layout", (GEMM_CORE, "nax_layout.metal"), ("dummy",), ("out",)),
         MetalKernel("int8nax_subnormal_probe", ("subnormal_probe.metal",), ("x",), ("out",)),
     )
@@ -215,7 +221,7 @@ W8A8_INPUTS = (("q", "int8"), ("w", "int8"), ("s_x", "float32"), ("s_w", "float3
 ALWAYS_CONSTANT = frozenset({"params"})
 """Inputs that always arrive in the constant address space (params has 5 values)."""
 TINY_INPUTS = {"int8nax_int8_gemm": ("a", "b"), "int8nax_w8a8_gemm": ("q", "w", "s_w", "bias"),
-               "int8nax_int8_gemv": ("a", "b"), "int8nax_w8a8_gemv": ("q", "w", "s_w", "bias"),
+               "int8nax_int8_gemv": ("a", "b"), "int8nax_w8a8_decode": ("x", "w", "s_w", "bias"),
                "int8nax_quantize_rows": ("x",)}
 """Inputs that arrive as `constant` only for toy shapes (fewer than 8 elements: M * K, N * K or N
 below 8); each such shape is one more build of the same instantiation's source."""
@@ -253,11 +259,20 @@ def instantiations() -> list[Instantiation]:
     mv = tuple(tiling.metal_gemv_dispatch(1, 1, 1).template)
     out.append(Instantiation("int8nax_int8_gemv", mv, GEMV_INPUTS, (("c", "int32"),), ALWAYS_CONSTANT,
                              f"int8_matmul, M <= {tiling.METAL_MV_MAX_M} (every variant)"))
-    out += _w8a8_instantiations("int8nax_w8a8_gemv", mv, f"M <= {tiling.METAL_MV_MAX_M} (every variant)")
-    quant = tiling.metal_quant_dispatch(1)
-    for dtype in FLOAT_DTYPES:
-        out.append(Instantiation("int8nax_quantize_rows", template_key(quant.template), (("x", dtype),),
-                                 (("q", "int8"), ("s", "float32")), frozenset(), f"quantize {dtype}"))
+    decode = tuple(template_key(tiling.metal_decode_dispatch(1, 1, 1).template))
+    for dtype in FLOAT_DTYPES:  # y in x's dtype
+        for bias in (None,) + FLOAT_DTYPES:
+            inputs = (("x", dtype), ("w", "int8"), ("s_w", "float32"), ("bias", bias or "float32"), ("params", "int32"))
+            out.append(Instantiation("int8nax_w8a8_decode", (("OutT", dtype), ("HAS_BIAS", bias is not None)) + decode,
+                                     inputs, (("y", dtype),), ALWAYS_CONSTANT | ({"bias"} if bias is None else set()),
+                                     f"w8a8_linear {dtype}, bias {bias or 'none'}, M <= {tiling.METAL_MV_MAX_M} "
+                                     "(every variant)"))
+    for threads in (tiling.METAL_QUANT_THREADS, tiling.METAL_QUANT_FALLBACK_THREADS):
+        quant = tiling.metal_quant_dispatch(1, threads)
+        fallback = "" if threads == tiling.METAL_QUANT_THREADS else " (threadgroup-limit fallback)"
+        for dtype in FLOAT_DTYPES:
+            out.append(Instantiation("int8nax_quantize_rows", template_key(quant.template), (("x", dtype),),
+                                     (("q", "int8"), ("s", "float32")), frozenset(), f"quantize {dtype}{fallback}"))
     for relaxed in (True, False):
         out.append(Instantiation("int8nax_nax_layout", layout_template(relaxed), (("dummy", "int32"),),
                                  (("out", "int32"),), frozenset({"dummy"}),
@@ -273,7 +288,7 @@ def instantiations_tiny() -> list[Instantiation]:
     out = []
     for inst in instantiations():
         tiny = TINY_INPUTS.get(inst.kernel, ())
-        small_m = "metal_32x128" in inst.why or inst.kernel.endswith("_gemv")
+        small_m = "metal_32x128" in inst.why or inst.kernel.endswith(("_gemv", "_decode"))
         if tiny and (small_m or inst.kernel == "int8nax_quantize_rows"):
             out.append(replace(inst, constant=inst.constant | set(tiny), why=inst.why + ", toy shape"))
     return out

@@ -4,7 +4,8 @@
 // them (Metal documents neither; Apple GPUs expose no float-control setting).
 //
 // Global-scope code only: int8nax/backends/metal_source.py puts it into the `header` of the
-// kernels that need it (quantize_rows.metal, w8a8_gemm.metal).
+// kernels that need it (the quantizer, quantize_core.metal, and the W8A8 epilogue,
+// dequantize.metal, with the kernels that include them).
 
 #include <metal_stdlib>
 
