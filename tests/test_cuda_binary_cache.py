@@ -389,3 +389,55 @@ def test_a_fresh_process_loads_what_warm_up_built(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     second = json.loads(run.stdout.strip().splitlines()[-1])
     assert second["built"] == 0 and second["failed"] == 0 and second["found"] > 0
+
+
+def _tiny_qwen2(mx, layers=2):
+    qwen2 = pytest.importorskip("mlx_lm.models.qwen2")
+    args = qwen2.ModelArgs(model_type="qwen2", hidden_size=64, num_hidden_layers=layers, intermediate_size=192,
+                           num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, vocab_size=96)
+    model = qwen2.Model(args)
+    model.set_dtype(mx.bfloat16)
+    return model
+
+
+def test_a_model_warmed_up_builds_nothing_inside_a_forward_at_any_length(stand_in_cuda, monkeypatch):
+    # nn.warm_up(model, 8192) prebuilds every instance the model's W8A8 calls meet; a forward at 50
+    # random prompt lengths in 1..8192 then asks only for those (nothing compiled in a request).
+    mx, cuda = stand_in_cuda
+    import random
+
+    from int8nax import backends, nn as inn
+
+    rec = _Recorder()
+    monkeypatch.setattr(cuda, "binary_cache", lambda: rec)
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: cuda.BACKEND)
+    model = _tiny_qwen2(mx)
+    assert inn.quantize_linears(model) == 14
+    calls = inn.kernel_calls(model)
+    assert sorted(calls[None]) == sorted([("w8a8_linear", 64 + 2 * 32, 64, mx.float32), ("w8a8_linear", 64, 64, None),
+                                          ("w8a8_linear", 2 * 192, 64, None), ("w8a8_linear", 64, 192, None)])
+    inn.warm_up(model, 8192)
+    wanted = set(rec.prebuilt[0])
+    rec.ensured.clear()
+    rng = random.Random(47)
+    for length in sorted(rng.sample(range(1, 8193), 50)):
+        model(mx.zeros((1, length), dtype=mx.int32))
+    assert rec.ensured and set(rec.ensured) <= wanted
+
+
+def test_a_model_warmed_up_on_the_gpu_compiles_nothing_later(tmp_path, monkeypatch):
+    mx, cuda = _cuda_or_skip()
+    import random
+
+    from int8nax import nn as inn
+
+    monkeypatch.setenv(cbc.CACHE_ENV, str(tmp_path))  # effective only where MLX has not read it yet
+    model = _tiny_qwen2(mx)
+    inn.quantize_linears(model)
+    inn.warm_up(model, 8192)
+    cache = cuda.binary_cache()
+    built, failed = cache.counts.built, cache.counts.failed
+    rng = random.Random(47)
+    for length in sorted(rng.sample(range(1, 8193), 50)):
+        mx.eval(model(mx.zeros((1, length), dtype=mx.int32)))
+    assert (cache.counts.built, cache.counts.failed) == (built, failed) == (built, 0)

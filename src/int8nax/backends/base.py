@@ -96,6 +96,14 @@ class Backend:
         a backend with one kernel for h's quantization overrides this with the same bits."""
         return self.w8a8_linear(swiglu_of(gate_up), w, scale_w, bias)
 
+    def warm_up(self, layers, max_rows: int, dtype, *, jobs: int | None = None, progress=None) -> int:
+        """Make ready every kernel the calls `layers` ((op, n, k, bias dtype or None): op
+        "w8a8_linear", "swiglu_w8a8_linear" (k: the width of h) or "int8_matmul" on a weight
+        [n, k]) launch for x of 1 .. max_rows rows in `dtype`, so that no kernel is compiled
+        inside a later call; jobs: compiles at once; progress(done, total). Returns how many
+        kernels this built. Here: nothing to build (the CPU backend compiles no kernel)."""
+        return 0
+
     def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
         """What one call runs, in words recorded with each benchmark result.
 

@@ -893,6 +893,10 @@ class CUDABackend(Backend):
     def swiglu_one_step(self) -> bool:
         return swiglu_choice() != "split"
 
+    def warm_up(self, layers, max_rows: int, dtype, *, jobs: int | None = None, progress=None) -> int:
+        return warm_up_layers([WarmLayer(*layer) for layer in layers], max_rows, dtype=dtype, jobs=jobs,
+                              progress=progress)
+
     def swiglu_w8a8_linear(self, gate_up: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         if swiglu_choice() != "split":
             return swiglu_w8a8(gate_up, w, scale_w, bias)

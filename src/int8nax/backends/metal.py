@@ -780,6 +780,10 @@ class MetalBackend(Backend):
         finally:
             self.kernels.time_builds = timing
 
+    def warm_up(self, layers, max_rows: int, dtype, *, jobs: int | None = None, progress=None) -> int:
+        # Metal's kernels do not depend on the layer's shape or M beyond the forms warm() builds.
+        return len(self.warm((dtype,)))
+
     def warm(self, dtypes=(mx.float16, mx.bfloat16, mx.float32)) -> list[str]:
         """Build, and run once, every kernel the serving variant launches for activations of
         `dtypes` (every schedule: decode, the 32-row tile, the chosen large tile; with and
