@@ -86,7 +86,7 @@ case "$part" in
     tail -n 30 "$OUT/asv_record.txt"
     ;;
   binaries)
-    INT8NAX_REQUIRE_GPU=1 timeout -s INT -k 30 $(left 300) $PYTEST tests/test_cuda_binary_cache.py \
+    INT8NAX_REQUIRE_GPU=1 timeout -s INT -k 30 $(left $(( END - 200 ))) $PYTEST tests/test_cuda_binary_cache.py \
       > "$OUT/tests_binaries.txt" 2>&1
     echo "test_cuda_binary_cache rc=$? $(el) s" >> "$S"
     export MLX_PTX_CACHE_DIR=$(mktemp -d)   # an empty cache: the first process builds
