@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from int8nax import backends, cli, compare
+from int8nax import backends
+from int8nax.commands import cli, compare
 
 from fakes import fake_cider, pypi_cider
 

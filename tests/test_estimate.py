@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from int8nax import compare
+from int8nax.commands import compare
 from int8nax.bench import contenders, estimate
 from int8nax.bench.problems import ops
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from int8nax import cli
+from int8nax.commands import cli
 from int8nax.backends import cuda_choice as C
 from int8nax.backends import cuda_plans as P
 from int8nax.bench import cupti
@@ -473,7 +473,7 @@ def test_on_cuda_a_small_run_times_and_checks_every_plan(tmp_path):
     import sys
 
     out = tmp_path / "plans.json"
-    proc = subprocess.run([sys.executable, "-m", "int8nax.cli", "compare", "--mode", "kernel", "--plans", "--raw-plans",
+    proc = subprocess.run([sys.executable, "-m", "int8nax", "compare", "--mode", "kernel", "--plans", "--raw-plans",
                            "--shapes", "16x512x256,130x1040x200", "--w8a8", "bfloat16+bias", "--launches", "5",
                            "--json", str(out)], capture_output=True, text=True, timeout=500, env=os.environ)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -13,7 +13,7 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from int8nax import cli
+from int8nax.commands import cli
 from int8nax.bench import cupti
 from int8nax.bench import kernel_cases as kc
 from int8nax.bench import kernel_time as kt
@@ -352,7 +352,7 @@ def test_on_cuda_a_small_run_measures_checks_and_names_every_item(tmp_path):
     import sys
 
     out = tmp_path / "kernel.json"
-    proc = subprocess.run([sys.executable, "-m", "int8nax.cli", "compare", "--mode", "kernel", "--shapes",
+    proc = subprocess.run([sys.executable, "-m", "int8nax", "compare", "--mode", "kernel", "--shapes",
                            "64x512x256,130x1040x200", "--w8a8", "float16+bias,bfloat16", "--launches", "5",
                            "--json", str(out)], capture_output=True, text=True, timeout=300, env=os.environ)
     assert proc.returncode == 0, proc.stdout + proc.stderr

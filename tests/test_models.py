@@ -332,7 +332,7 @@ def test_a_bogus_profile_makes_every_figure_na_instead_of_failing(monkeypatch):
 # --- int8nax compare --model ---------------------------------------------------------------
 
 def _cli(*argv):
-    from int8nax import cli
+    from int8nax.commands import cli
 
     return cli.main(list(argv))
 
@@ -360,7 +360,7 @@ def test_compare_model_prints_the_table_and_writes_json(tmp_path, capsys):
 
 def test_compare_model_counts_progress_across_configurations(monkeypatch, capsys):
     # each configuration is measured, printed and saved on its own; the [n/total] count runs on
-    from int8nax import compare_model
+    from int8nax.commands import compare_model
 
     def fake(configs, tokens, forms, modes, layers, context, repeat, progress, breakdown=False):
         rows = []

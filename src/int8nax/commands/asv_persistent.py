@@ -1,6 +1,6 @@
 """asv with one long-lived benchmark process per environment instead of one per benchmark.
 
-    python src/int8nax/asv_persistent.py run|continuous|... [asv arguments]
+    python src/int8nax/commands/asv_persistent.py run|continuous|... [asv arguments]
 
 The command line is asv's own (`python -m asv ...`); only how benchmark processes are launched
 changes. asv's "spawn" starts a new Python for every (benchmark, parameter, round), and its

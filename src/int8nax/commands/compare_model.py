@@ -36,10 +36,10 @@ import time
 from dataclasses import asdict, dataclass
 
 from . import compare
-from .bench import argtypes, generate, model_folder, models
-from .bench.checks import MismatchError
-from .bench.peers import Unavailable
-from .bench.text import table_lines
+from ..bench import argtypes, generate, model_folder, models
+from ..bench.checks import MismatchError
+from ..bench.peers import Unavailable
+from ..bench.text import table_lines
 
 GIB = 2.0**30
 
@@ -136,7 +136,7 @@ def _fill(row: Row, prepared: models.Prepared, repeat: int) -> None:
 
 
 def _breakdown(prepared: models.Prepared, tokens: int) -> dict:
-    from .bench import model_profile
+    from ..bench import model_profile
 
     got, why = model_profile.measured(prepared, tokens)
     return {"n/a": why} if got is None else asdict(got)
@@ -214,7 +214,7 @@ def render(rows: list[Row], markdown: bool) -> str:
 def breakdown_lines(rows: list[Row], markdown: bool) -> list[str]:
     """The --breakdown table of a group (ms per layer; bench.model_profile) and each row's
     largest kernels; nothing where no row has one."""
-    from .bench import model_profile
+    from ..bench import model_profile
 
     have = [r for r in rows if r.breakdown and "wall_ms" in r.breakdown]
     if not have:
@@ -327,7 +327,7 @@ def extend(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    from .bench import problems
+    from ..bench import problems
 
     if args.shapes or args.contenders or args.profile:
         print("int8nax compare: error: --model does not take --shapes, --contenders or --profile", file=sys.stderr)
@@ -347,7 +347,7 @@ def main(args) -> int:
     context = args.context or profile.context
     forms = args.forms or models.FORMS
     if args.breakdown:
-        from .bench import model_profile
+        from ..bench import model_profile
 
         model_profile.start()
     meta = compare.environment()
@@ -474,7 +474,7 @@ def generate_json(rows: list[generate.Row], meta: dict) -> dict:
 
 
 def generate_main(args) -> int:
-    from .bench import problems
+    from ..bench import problems
 
     given = [o for o in NOT_WITH_GENERATE if getattr(args, o, None) not in (None, False)]
     if given or args.model_modes != ("eager",):

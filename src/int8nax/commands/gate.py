@@ -11,7 +11,7 @@ whatever the outcome, because asv continuous prints none when a benchmark failed
 changed rows otherwise.
 
 Settings (benchmarks/gate.json, one entry per asv machine name plus "default"; written by
-int8nax.gate_calibrate, which measures false alarms and detection on the machine):
+int8nax.commands.gate_calibrate, which measures false alarms and detection on the machine):
     factor        asv's --factor: the slowdown that counts, derived from the measured noise
     rounds        asv rounds, interleaved between the two commits (each round a new process)
     repeat        asv's repeat per round: N, or "(min,max,seconds)"; the ratio benchmarks
@@ -24,11 +24,11 @@ int8nax.gate_calibrate, which measures false alarms and detection on the machine
     cpu_affinity  asv's --cpu-affinity for the benchmark processes ("0", "0-1"), or null
     launch        how benchmark processes start: "spawn" (asv's default, a new Python per
                   benchmark and round), "forkserver", or "persistent" (one worker per commit
-                  and round, src/int8nax/asv_persistent.py: for GPU boxes, where a new
+                  and round, src/int8nax/commands/asv_persistent.py: for GPU boxes, where a new
                   process costs ~10 s and forkserver cannot be used under CUDA)
 
 This module uses the standard library only, so CI can run it as a script
-(`python src/int8nax/gate.py ...`) from a virtualenv that holds asv but not int8nax or MLX.
+(`python src/int8nax/commands/gate.py ...`) from a virtualenv that holds asv but not int8nax or MLX.
 """
 
 from __future__ import annotations

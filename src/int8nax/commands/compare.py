@@ -34,9 +34,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from . import backends
-from .bench import argtypes, contenders, estimate, host, kernel_plans, kernel_time, problems, timing
-from .bench.text import table_lines
+from .. import backends
+from ..bench import argtypes, contenders, estimate, host, kernel_plans, kernel_time, problems, timing
+from ..bench.text import table_lines
 
 TITLES: dict[str, str] = {}
 """Column titles that differ from the contender's name (none: each names what runs on every backend)."""
