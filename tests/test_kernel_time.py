@@ -1,6 +1,6 @@
-"""int8nax.bench.kernel_time (`int8nax compare --mode kernel`): what runs on a CPU box: the items
-and shapes, rotation sizing and the checks of a timed output (bench.kernel_cases), the CUPTI
-record arithmetic (bench.cupti), the worker supervision (bench.kernel_worker), the tables, the
+"""int8nax.bench.kernel.mode (`int8nax compare --mode kernel`): what runs on a CPU box: the items
+and shapes, rotation sizing and the checks of a timed output (bench.kernel.cases), the CUPTI
+record arithmetic (bench.kernel.cupti), the worker supervision (bench.kernel.worker), the tables, the
 JSON, and the refusal without CUDA."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import mlx.core as mx
 import pytest
 
 from int8nax.commands import cli
-from int8nax.bench import cupti
-from int8nax.bench import kernel_cases as kc
-from int8nax.bench import kernel_time as kt
-from int8nax.bench import kernel_worker as kw
+from int8nax.bench.kernel import cupti
+from int8nax.bench.kernel import cases as kc
+from int8nax.bench.kernel import mode as kt
+from int8nax.bench.kernel import worker as kw
 from int8nax.bench import problems
 
 

@@ -471,7 +471,8 @@ def test_fast_cells_are_sampled_for_a_minimum_time(monkeypatch):
 
 
 def test_gpu_time_is_na_with_the_reason_off_cuda_and_the_busy_time_on_it(monkeypatch):
-    from int8nax.bench import cupti, model_profile
+    from int8nax.bench import model_profile
+    from int8nax.bench.kernel import cupti
 
     class Entry(bench_model.Bf16ModelFigures):
         pass

@@ -125,7 +125,10 @@ for name in ("Kernel", "KernelTime"):
     if bench_kernel is None or not hasattr(bench_kernel, name) or not re.search(sys.argv[1], name):
         continue
     if name == "KernelTime":
-        from int8nax.bench.cupti import skip_reason
+        try:
+            from int8nax.bench.kernel.cupti import skip_reason
+        except ModuleNotFoundError:  # a tree of a commit from before bench/kernel/
+            from int8nax.bench.cupti import skip_reason
         why = skip_reason()
         if why:
             print(f"left out {name}: kernel time {why}", file=sys.stderr)

@@ -45,7 +45,7 @@
 #   bash tools/hopper_verify.sh profile  # ~300 s (estimated; never run): Nsight Compute on W8A8 against the raw GEMM
 #                                      #   (+-bias) where W8A8 costs > 1.15x it, the Qwen2.5-7B layers at 128 tokens and
 #                                      #   at decode against bfloat16, the 4096-token gate/up GEMM and the SwiGLU
-#                                      #   quantization, fused against staged (int8nax.bench.ncu:
+#                                      #   quantization, fused against staged (int8nax.bench.kernel.ncu:
 #                                      #   profile.txt is the summary, profile.ncu-rep the report; PROFILE_SETS: others)
 #   bash tools/hopper_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
@@ -116,7 +116,7 @@ case "$part" in
     # tokens equals bfloat16's at half the weight bytes: which plans do better there)
     shapes=()
     if [ -n "${PLANS_TOKENS:-}" ]; then
-      shapes=(--shapes "$(python3 -c "from int8nax.bench.kernel_plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=tuple(map(int, '$PLANS_TOKENS'.split(',')))))))")")
+      shapes=(--shapes "$(python3 -c "from int8nax.bench.kernel.plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=tuple(map(int, '$PLANS_TOKENS'.split(',')))))))")")
     fi
     timeout $(left $END) python3 -m int8nax compare --mode kernel --plans --time-limit $(( $(left $END) - 40 )) \
       "${shapes[@]}" --json "$OUT/plans.json" > "$OUT/plans.txt" 2> "$OUT/plans.log"
@@ -158,7 +158,7 @@ case "$part" in
     grep -h -A6 "ms/layer" "$OUT"/decode_*.txt
     # With the time left: the models' decode layers (M = 1 and 16) in kernel time on every plan,
     # each GEMV width and form among them (the kernel-level evidence next to the model's).
-    shapes=$(python3 -c "from int8nax.bench.kernel_plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=(1, 16)))))")
+    shapes=$(python3 -c "from int8nax.bench.kernel.plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=(1, 16)))))")
     budget=$(left $(( END - 10 )))
     if [ "${DECODE_PLANS:-1}" = 1 ] && [ "$budget" -gt 90 ]; then
       timeout "$budget" python3 -m int8nax compare --mode kernel --plans --shapes "$shapes" \
@@ -206,7 +206,7 @@ case "$part" in
       int8_matmul,w8a8:bfloat16@4096x3584x37888"}
     args=$(for s in $sets; do printf -- '--set %s ' "$s"; done)
     budget=$(left $(( END - 10 )))
-    MLX_USE_CUDA_GRAPHS=0 timeout "$budget" python3 -m int8nax.bench.ncu --profile "$OUT/profile" \
+    MLX_USE_CUDA_GRAPHS=0 timeout "$budget" python3 -m int8nax.bench.kernel.ncu --profile "$OUT/profile" \
       --manifest "$OUT/profile_manifest.json" --time-limit $(( budget - 30 )) $args \
       > "$OUT/profile.txt" 2> "$OUT/profile.log"
     echo "ncu profile rc=$? $(el) s" >> "$S"

@@ -741,7 +741,8 @@ def profile_figures(profile: str, form: str, mode: str, repeat: int = 3) -> dict
     asv calls it from setup_cache, where an exception fails the whole class."""
     prof = PROFILES[profile]
     out: dict = {}
-    from . import cupti, model_profile
+    from . import model_profile
+    from .kernel import cupti
 
     if cupti.skip_reason() is None:
         model_profile.start()  # torch's CUDA context (and CUPTI's) first, as compare --breakdown

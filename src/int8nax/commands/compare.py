@@ -12,8 +12,8 @@ Apple M5, CUDA, or the CPU); full/raw is cider-full / cider-raw and X/gemm is X'
 int8nax-gemm's (above 1: int8nax is faster).
 `--contenders` chooses other columns (numpy-sgemm, say, on a CPU box); `--mode` chooses the
 figure (int8nax.bench.timing): one call + eval, per call in a dependent chain, or host build
-time; `--mode kernel` is a run of its own on CUDA (int8nax.bench.kernel_time), and with
-`--plans` it times W8A8 on every plan the dispatch could give (int8nax.bench.kernel_plans). Times are medians in ms per call. A contender that cannot run shows n/a with its reason
+time; `--mode kernel` is a run of its own on CUDA (int8nax.bench.kernel.mode), and with
+`--plans` it times W8A8 on every plan the dispatch could give (int8nax.bench.kernel.plans). Times are medians in ms per call. A contender that cannot run shows n/a with its reason
 below the table; one whose output is wrong shows MISMATCH, is not timed, and makes the
 command exit 1, as does an int8nax contender that fails.
 
@@ -35,7 +35,9 @@ import time
 from dataclasses import asdict, dataclass
 
 from .. import backends
-from ..bench import argtypes, contenders, estimate, host, kernel_plans, kernel_time, problems, timing
+from ..bench import argtypes, contenders, estimate, host, problems, timing
+from ..bench.kernel import mode as kernel_mode
+from ..bench.kernel import plans as kernel_plans
 from ..bench.text import table_lines
 
 TITLES: dict[str, str] = {}
@@ -381,7 +383,7 @@ _contenders_arg = names_arg(contenders.CONTENDERS, "names")
 
 def _modes_arg(text: str):
     modes = [t.strip() for t in text.split(",")]  # an empty one is refused below, as in names_arg
-    if "kernel" in modes:  # kernel time is its own run (int8nax.bench.kernel_time)
+    if "kernel" in modes:  # kernel time is its own run (int8nax.bench.kernel.mode)
         if modes != ["kernel"]:
             raise argparse.ArgumentTypeError(f"mode kernel runs alone, got {text!r}")
         return ("kernel",)
@@ -405,7 +407,7 @@ def main(args) -> int:
     if getattr(args, "plans", False) or getattr(args, "raw_plans", False):
         return kernel_plans.main(args)
     if args.mode == ("kernel",):
-        return kernel_time.main(args)
+        return kernel_mode.main(args)
     profile = None
     if args.shapes:
         shapes = args.shapes
@@ -467,7 +469,7 @@ def add_parser(sub) -> None:
                         f"all: {','.join(contenders.CONTENDERS)})")
     p.add_argument("--mode", type=_modes_arg, default=("call",),
                    help="comma-separated figures: call (one call + eval, the default), chain, host; or kernel "
-                        "alone (CUDA kernel time against cuBLASLt, int8nax.bench.kernel_time; it reads --shapes, "
+                        "alone (CUDA kernel time against cuBLASLt, int8nax.bench.kernel.mode; it reads --shapes, "
                         "--w8a8, --bf16, --time-limit, --launches, --markdown and --json)")
     p.add_argument("--chain-calls", type=_positive_int, default=100, help="calls per chain (modes chain, host; 100)")
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed samples per contender and shape (default 5)")
@@ -482,6 +484,6 @@ def add_parser(sub) -> None:
     p.add_argument("--progress", nargs="?", const="bar", choices=("bar", "lines", "none"),
                    help="progress on stderr: a bar per timed sample (default on a terminal), a line per "
                         "cell (default otherwise), or none")
-    kernel_time.add_arguments(p)
+    kernel_mode.add_arguments(p)
     kernel_plans.add_arguments(p)
     p.set_defaults(func=main)
