@@ -672,7 +672,7 @@ def _projections(model: nn.Module) -> dict:
 
 def _check_compilable(model: nn.Module) -> None:
     """Unavailable where int8nax's backend here cannot run inside mx.compile, with int8nax's own
-    reason (every backend can now: the CPU backend's cpu_graph path, the GPUs' kernels)."""
+    reason (every backend can: the CPU backend's cpu_graph path, the GPUs' kernels)."""
     layer = model.model.layers[0].mlp.up_proj
     x = mx.zeros((1, layer.input_dims), dtype=mx.bfloat16)
     try:

@@ -50,7 +50,8 @@ SETTINGS_FILE = Path("benchmarks") / "gate.json"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
                     # int8nax's CPU engine (onnxruntime) starts one thread per core otherwise, two
-                    # on the CPU the gate pins to: the A/A noise of 2026-12-01 (gate-cpu-2core-*-onnx)
+                    # on the CPU the gate pins to, which gives false alarms in A/A runs
+                    # (docs/results/gate-cpu-2core.md)
                     "INT8NAX_CPU_THREADS")
 
 # asv marks a failed benchmark with the word "failed" ("... time_x   failed", "setup_cache
