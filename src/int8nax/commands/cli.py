@@ -53,10 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
     p_info.set_defaults(func=_cmd_info)
     _add_selftest(sub)
-    from . import compare, compare_model, gate, site, soak
+    from . import compare, gate, site, soak
 
     compare.add_parser(sub)
-    compare_model.extend(sub.choices["compare"])
     site.add_parser(sub)
     gate.add_parser(sub)
     soak.add_parser(sub)
