@@ -124,7 +124,7 @@ def _evaluated(*arrays: mx.array) -> tuple[mx.array, ...]:
 @mx.compile
 def _link(x: mx.array, prev: mx.array) -> mx.array:
     # compiled: the slice, multiply, cast and add fuse into one elementwise kernel (uncompiled
-    # they were 3-4 graph nodes per call, which dominated a chain at small M on the H200)
+    # they are 3-4 graph nodes per call, which dominate a chain at small M on the H200)
     return x + (prev[:, :1] * 0).astype(x.dtype)
 
 
