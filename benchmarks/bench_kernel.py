@@ -13,8 +13,8 @@ These are records, not speeds: nothing is timed, no data is made, and the regres
 
 KernelTime, on CUDA only, is the speed beside them: the kernel time of one call in µs (what the
 GPU spends in the call's kernels, operands cold in L2), measured exactly as `int8nax compare
---mode kernel` measures it (int8nax.bench.kernel_cases.measure: CUPTI through torch.profiler,
-median of kernel_worker.LAUNCHES launches, the output checked after), for int8nax's GEMM, for
+--mode kernel` measures it (int8nax.bench.kernel.cases.measure: CUPTI through torch.profiler,
+median of kernel.worker.LAUNCHES launches, the output checked after), for int8nax's GEMM, for
 cuBLASLt's int8 GEMM beside it (the README's headline is their ratio), and for W8A8 on float16
 x. Elsewhere (no MLX CUDA backend, no torch with CUDA) it is skipped with the reason.
 """
@@ -67,13 +67,13 @@ class Kernel:
 
 @lru_cache(maxsize=None)
 def _kernel_context() -> dict:
-    """What kernel_cases.measure needs, made once per benchmark process (the worker's own set-up:
+    """What kernel.cases.measure needs, made once per benchmark process (the worker's own set-up:
     torch's CUDA context and CUPTI before MLX's first kernel)."""
     import mlx.core as mx
     import torch
 
-    from int8nax.bench.cupti import Profiler
-    from int8nax.bench.kernel_worker import LAUNCHES, l2_bytes
+    from int8nax.bench.kernel.cupti import Profiler
+    from int8nax.bench.kernel.worker import LAUNCHES, l2_bytes
 
     torch.zeros(1, device="cuda")
     mx.eval(mx.zeros(1))
@@ -82,10 +82,10 @@ def _kernel_context() -> dict:
 
 
 def _kernel_us(subject: str, shape) -> float:
-    """Kernel µs of one call of `subject` (a kernel_time subject) at `shape`; MismatchError (the
+    """Kernel µs of one call of `subject` (a kernel mode subject, bench.kernel.mode) at `shape`; MismatchError (the
     benchmark fails with the reason) when its output is wrong, RuntimeError when it cannot run."""
-    from int8nax.bench.kernel_cases import measure
-    from int8nax.bench.kernel_worker import Item
+    from int8nax.bench.kernel.cases import measure
+    from int8nax.bench.kernel.worker import Item
 
     rec = measure(Item(subject, tuple(shape)), _kernel_context())
     if "mismatch" in rec:
@@ -112,7 +112,7 @@ class KernelTime:
         name, shapes, _ = profile()
         if shape not in shapes:
             raise NotImplementedError(f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
-        from int8nax.bench.cupti import skip_reason
+        from int8nax.bench.kernel.cupti import skip_reason
 
         why = skip_reason()
         if why:

@@ -97,8 +97,8 @@ class ModelTime:
     version = "1"  # pinned: editing a comment must not hide the history (bump on purpose)
     # Untimed forwards first, as the measuring layer's own timing does (models.seconds): setup's
     # check runs on the CPU for seconds while the GPU idles, and its two forwards are too short
-    # for the GPU's clocks to leave idle (on the H200 at dc00a10, time_ read W8A8 at 2048 tokens
-    # 20 % slower than the tracks, which warm up first).
+    # for the GPU's clocks to leave idle (without them, time_ read W8A8 on the H200 at 2048
+    # tokens 20 % slower than the tracks, which warm up first).
     warmup_time = models.MIN_WARMUP_SECONDS
     rounds = 1  # every round is a new process and a new model; bench_ratio's ModelRatio is gated
     repeat = (2, 5, 1.0)

@@ -39,7 +39,12 @@ import os
 import time
 from functools import partial
 
-from int8nax import gate
+try:
+    from int8nax.commands import gate
+except ImportError:
+    # asv runs this checkout's suite against each commit it measures: the gate's base may be a
+    # commit from before int8nax.commands, whose gate sits at the package's top level.
+    from int8nax import gate
 from int8nax.bench.problems import CPU_SHAPES
 
 from .common import ContenderBenchmark, profile
@@ -115,8 +120,8 @@ class RatioBenchmark(ContenderBenchmark):
     def setup(self, shape):
         name, shapes, _ = profile()
         if name == "cpu" and shape in shapes and shape not in CPU_SHAPES:
-            # One sample there is a few 100-ms calls of each side: the two classes cost ~80 s of
-            # the CPU box's `asv run` (2026-12-01) and the gate reads only the small shapes.
+            # One sample there is a few 100-ms calls of each side: the two classes would cost
+            # ~80 s of the CPU box's `asv run`, and the gate reads only the small shapes.
             raise NotImplementedError(
                 f"{shape}: on the cpu profile the ratio benchmarks measure {', '.join(map(str, CPU_SHAPES))} "
                 "(the gated ones); at the seed shapes compare Int8naxGemm/Int8naxFull with NumpySgemm")

@@ -1,7 +1,7 @@
 """The asv suite driven by asv itself, in a temporary clone of this repository:
 
 - `asv check` imports the suite and finds nothing wrong;
-- the regression gate (`int8nax gate`, src/int8nax/gate.py): exit 1 for a commit that plants
+- the regression gate (`int8nax gate`, src/int8nax/commands/gate.py): exit 1 for a commit that plants
   a slowdown in int8nax's GEMM, 0 for a harmless commit, 2 for a GEMM that fails its check,
   with the comparison table printed each time;
 - the site: `asv publish && int8nax site .asv/html` (the README's steps, nothing else), then
@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "tools"))
 GATED = r"GemmRatio\.track_int8nax_gemm_ratio\(\(16, 1344, 256\)\)"
 GATED_NAME = "bench_ratio.GemmRatio.track_int8nax_gemm_ratio"
 CPU_PROFILE = r"\(\((16, 512, 512|16, 256, 1344|16, 1344, 256)\)\)"
-PLANTED_FACTOR = 2.0  # far above the noise of two rounds; int8nax.gate_calibrate measures 1.2x
+PLANTED_FACTOR = 2.0  # far above the noise of two rounds; int8nax.commands.gate_calibrate measures 1.2x
 # A wrong product: the benchmark's first setup must fail its exactness check (exit 2, not 1).
 PLANTED_MISMATCH = """
 
@@ -79,7 +79,7 @@ class Project:
         self.clone = root / "int8nax"
         home = root / "home"
         home.mkdir()
-        from int8nax.gate_calibrate import sandbox_env
+        from int8nax.commands.gate_calibrate import sandbox_env
 
         self.env = {
             **sandbox_env(home, "asv test"),
@@ -122,9 +122,9 @@ class Project:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """main: HEAD, then a harmless commit; branch `slow`: a planted slowdown of int8nax's GEMM
-    (int8nax.gate_calibrate's, whichever backend and CPU path run); branch `wrong`: a GEMM
+    (int8nax.commands.gate_calibrate's, whichever backend and CPU path run); branch `wrong`: a GEMM
     that is off by one."""
-    from int8nax import gate_calibrate
+    from int8nax.commands import gate_calibrate
 
     require_asv()
     project = Project(tmp_path_factory.mktemp("asv"))
@@ -148,7 +148,7 @@ def test_asv_check_finds_no_problem(project):
 def gate(project, base, head):
     """The gate command as users run it (int8nax gate, the repository's settings for this
     machine), narrowed to one benchmark and two rounds."""
-    return project.python("-m", "int8nax.cli", "gate", "--machine", "asv-test", "--bench", GATED, "--rounds", "2",
+    return project.python("-m", "int8nax", "gate", "--machine", "asv-test", "--bench", GATED, "--rounds", "2",
                           base, head, check=False)
 
 
@@ -215,7 +215,7 @@ def test_published_site_in_headless_chromium(project, tmp_path):
     # else makes the site work offline, which check() verifies with no host resolving
     project.asv("publish")
     html = project.clone / ".asv" / "html"
-    project.python("-m", "int8nax.cli", "site", ".asv/html")
+    project.python("-m", "int8nax", "site", ".asv/html")
     # A graph every machine has (the committed H200 results have classes a CPU box cannot run).
     report = asv_site.check(html, screenshot=tmp_path / "asv-site.png", bench="bench_gemm.Int8naxGemm.time_int8nax_gemm",
                             compare_screenshot=tmp_path / "compare.png", offline=True)

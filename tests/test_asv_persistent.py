@@ -1,4 +1,4 @@
-"""asv through src/int8nax/asv_persistent.py: asv's results from one long-lived worker, and a
+"""asv through src/int8nax/commands/asv_persistent.py: asv's results from one long-lived worker, and a
 benchmark that crashes its worker or runs past its timeout fails alone.
 
 A toy suite (no MLX) in a throwaway git repository, run with asv's "existing" environment (this
@@ -17,7 +17,7 @@ import pytest
 
 asv = pytest.importorskip("asv", reason="asv is not installed (pip install -e '.[test]')")
 
-LAUNCHER = Path(__file__).resolve().parents[1] / "src" / "int8nax" / "asv_persistent.py"
+LAUNCHER = Path(__file__).resolve().parents[1] / "src" / "int8nax" / "commands" / "asv_persistent.py"
 
 SUITE = '''
 import os

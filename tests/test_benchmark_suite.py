@@ -197,7 +197,7 @@ def test_kernel_records_skip_outside_the_profile_and_where_int8nax_cannot_run(mo
 
 def test_kernel_time_is_skipped_with_its_reason_where_it_cannot_be_measured(monkeypatch):
     from benchmarks import bench_kernel
-    from int8nax.bench import cupti
+    from int8nax.bench.kernel import cupti
 
     monkeypatch.setattr(cupti, "skip_reason", lambda: "needs an NVIDIA GPU with MLX's CUDA backend")
     with pytest.raises(NotImplementedError, match="kernel time needs an NVIDIA GPU"):
@@ -209,7 +209,7 @@ def test_kernel_time_is_skipped_with_its_reason_where_it_cannot_be_measured(monk
 
 def test_kernel_time_tracks_the_measuring_layers_figure_and_fails_a_wrong_output(monkeypatch):
     # The CPU backend and a stub profiler stand in for CUDA and CUPTI (as in test_kernel_time):
-    # the track returns kernel_cases.measure's µs, and a wrong output fails the benchmark.
+    # the track returns kernel.cases.measure's µs, and a wrong output fails the benchmark.
     import int8nax
     from benchmarks import bench_kernel
     from int8nax.bench import checks

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import int8nax
-from int8nax import backends, cli
+from int8nax import backends
+from int8nax.commands import cli
 
 WARNING = "warning: every API call without an explicit backend= fails until this is fixed"
 
@@ -55,7 +56,7 @@ def test_a_bad_cpu_engine_variable_end_to_end(monkeypatch):
     if backends.choose(None)[0] != "cpu":
         pytest.skip("auto mode picks a GPU backend here, not the CPU fallback")
     env = {k: v for k, v in os.environ.items() if k != backends.ENV_VAR}
-    result = subprocess.run([sys.executable, "-m", "int8nax.cli", "info"], env={**env, "INT8NAX_CPU_GEMM": "fast"},
+    result = subprocess.run([sys.executable, "-m", "int8nax", "info"], env={**env, "INT8NAX_CPU_GEMM": "fast"},
                             capture_output=True, text=True, timeout=300)
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stderr

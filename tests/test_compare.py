@@ -6,12 +6,13 @@ import sys
 
 import pytest
 
-from int8nax import backends, cli, compare
+from int8nax import backends
+from int8nax.commands import cli, compare_gemm
 
 from fakes import fake_cider, pypi_cider
 
 SHAPE = "8x64x48"
-TABLE = ",".join(c for c in compare.DEFAULT_CONTENDERS if c != "mlx-q8")
+TABLE = ",".join(c for c in compare_gemm.DEFAULT_CONTENDERS if c != "mlx-q8")
 """The default contenders but mlx-q8, for the tests of the table's layout and exit status: MLX
 0.32.4's CUDA quantized_matmul returned a wrong product at SHAPE on the H200 (normwise error
 1.0-1.3, different from run to run, 2026-12-01), so compare rightly said MISMATCH and exited 1
@@ -234,13 +235,13 @@ def test_the_table_and_json_name_the_kernel_each_int8nax_contender_ran(capsys, m
 
 
 def test_w8a8_faster_than_the_raw_gemm_on_the_cpu_is_explained():
-    cells = {"int8nax-gemm": compare.timing.Cell(seconds=4.68e-3, detail="int8nax backend cpu (auto)"),
-             "int8nax-full": compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cpu (auto)")}
-    lines = compare.notes({(16, 4096, 4096): cells}, ["int8nax-gemm", "int8nax-full"])
-    assert lines == [f"full/gemm below 1 at 16x4096x4096: {compare.W8A8_ON_CPU}"]
-    assert "prepares its weight once" in compare.W8A8_ON_CPU
-    cells["int8nax-full"] = compare.timing.Cell(seconds=1.39e-3, detail="int8nax backend cuda (auto)")
-    assert compare.notes({(16, 4096, 4096): cells}, ["int8nax-gemm", "int8nax-full"]) == []
+    cells = {"int8nax-gemm": compare_gemm.timing.Cell(seconds=4.68e-3, detail="int8nax backend cpu (auto)"),
+             "int8nax-full": compare_gemm.timing.Cell(seconds=1.39e-3, detail="int8nax backend cpu (auto)")}
+    lines = compare_gemm.notes({(16, 4096, 4096): cells}, ["int8nax-gemm", "int8nax-full"])
+    assert lines == [f"full/gemm below 1 at 16x4096x4096: {compare_gemm.W8A8_ON_CPU}"]
+    assert "prepares its weight once" in compare_gemm.W8A8_ON_CPU
+    cells["int8nax-full"] = compare_gemm.timing.Cell(seconds=1.39e-3, detail="int8nax backend cuda (auto)")
+    assert compare_gemm.notes({(16, 4096, 4096): cells}, ["int8nax-gemm", "int8nax-full"]) == []
 
 
 @pytest.mark.parametrize("path,message", [
@@ -282,27 +283,61 @@ def test_a_k_over_int8nax_limit_is_a_usage_error_before_anything_runs(capsys, sh
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1
     assert f"argument --shapes: expected K (the middle of MxKxN) at most {MAX_K}, got {MAX_K + 1} in " in err
-    assert compare._shapes_arg(f"16x{MAX_K}x16") == [(16, MAX_K, 16)]  # the limit itself is allowed
+    assert compare_gemm._shapes_arg(f"16x{MAX_K}x16") == [(16, MAX_K, 16)]  # the limit itself is allowed
 
 
 def test_a_reason_is_noted_once_with_every_shape_it_applies_to(monkeypatch):
     from int8nax.bench import contenders, problems
 
     monkeypatch.setattr(contenders.mx, "default_device", lambda: "cpu")  # skip_reason's reasons, on any box
-    ran = compare.timing.Cell(seconds=1e-3)
-    per_shape = {shape: {"mlx-fp16": ran, "cider-raw": compare.timing.Cell(unavailable="cider is not installed"),
+    ran = compare_gemm.timing.Cell(seconds=1e-3)
+    per_shape = {shape: {"mlx-fp16": ran, "cider-raw": compare_gemm.timing.Cell(unavailable="cider is not installed"),
                          "int8nax-gemm": ran}
                  for shape in problems.CPU_SHAPES}
     for shape in problems.CPU_SEED_SHAPES:
-        per_shape[shape] = {"mlx-fp16": compare.timing.Cell(unavailable=contenders.skip_reason("mlx-fp16", shape)),
-                            "cider-raw": compare.timing.Cell(unavailable="cider is not installed"),
-                            "int8nax-gemm": compare.timing.Cell(error="RuntimeError: out of memory")}
-    per_shape[problems.CPU_SEED_SHAPES[0]]["int8nax-gemm"] = compare.timing.Cell(error="ValueError: K")
-    lines = compare.notes(per_shape, ["mlx-fp16", "cider-raw", "int8nax-gemm"])
-    seeds = [compare.estimate.shape_text(s) for s in problems.CPU_SEED_SHAPES]
+        per_shape[shape] = {"mlx-fp16": compare_gemm.timing.Cell(unavailable=contenders.skip_reason("mlx-fp16", shape)),
+                            "cider-raw": compare_gemm.timing.Cell(unavailable="cider is not installed"),
+                            "int8nax-gemm": compare_gemm.timing.Cell(error="RuntimeError: out of memory")}
+    per_shape[problems.CPU_SEED_SHAPES[0]]["int8nax-gemm"] = compare_gemm.timing.Cell(error="ValueError: K")
+    lines = compare_gemm.notes(per_shape, ["mlx-fp16", "cider-raw", "int8nax-gemm"])
+    seeds = [compare_gemm.estimate.shape_text(s) for s in problems.CPU_SEED_SHAPES]
     assert lines == [
         f"mlx-fp16: n/a at {', '.join(seeds)}: {contenders.CONTENDERS['mlx-fp16'].slow_on_cpu}",
         "cider-raw: n/a at every shape: cider is not installed",
         f"int8nax-gemm: n/a: failed at {problems.CPU_SEED_SHAPES[0]}: ValueError: K",
         f"int8nax-gemm: n/a: failed at {', '.join(map(str, problems.CPU_SEED_SHAPES[1:]))}: RuntimeError: out of memory",
     ]
+
+
+@pytest.mark.parametrize("argv, mode", [
+    ([], "gemm"),
+    (["--mode", "chain", "--w8a8", "none"], "gemm"),
+    (["--mode", "kernel"], "kernel"),
+    (["--mode", "kernel", "--plans"], "plans"),
+    (["--raw-plans"], "plans"),
+    (["--model", "qwen2.5-0.5b", "--mode", "kernel", "--plans"], "model"),
+    (["--generate", "--model", "qwen2.5-0.5b"], "generate"),
+])
+def test_the_options_choose_one_mode_and_only_its_module_runs(monkeypatch, argv, mode):
+    from int8nax.bench.kernel import mode as kernel_mode
+    from int8nax.bench.kernel import plans as kernel_plans
+    from int8nax.commands import compare, compare_model
+
+    ran = []
+    for name, module, attr in (("gemm", compare_gemm, "main"), ("kernel", kernel_mode, "main"),
+                               ("plans", kernel_plans, "main"), ("model", compare_model, "main"),
+                               ("generate", compare_model, "generate_main")):
+        monkeypatch.setattr(module, attr, lambda args, name=name: ran.append(name) or 0)
+    assert cli.main(["compare", *argv]) == 0
+    assert ran == [mode] and compare.MODES.count(mode) == 1
+
+
+def test_an_option_of_a_mode_not_chosen_is_refused_before_any_mode_runs(capsys, monkeypatch):
+    from int8nax.commands import compare
+
+    monkeypatch.setattr(compare_gemm, "main", lambda args: pytest.fail("the gemm mode ran"))
+    assert cli.main(["compare", "--mode", "kernel", "--tokens", "1"]) == 2
+    assert capsys.readouterr().err == "int8nax compare: error: --tokens needs --model\n"
+    assert cli.main(["compare", "--model", "qwen2.5-0.5b", "--batch", "2"]) == 2
+    assert capsys.readouterr().err == "int8nax compare: error: --batch needs --generate\n"
+    assert compare.misplaced(cli.build_parser().parse_args(["compare", "--generate", "--batch", "2"]), "generate") is None

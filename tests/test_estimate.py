@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from int8nax import compare
+from int8nax.commands import compare_gemm
 from int8nax.bench import contenders, estimate
 from int8nax.bench.problems import ops
 
@@ -59,8 +59,8 @@ def test_a_fixed_cost_per_call_is_not_scaled_up_as_work(fake, work):
 def test_a_contender_of_a_tenth_of_a_second_is_not_skipped_for_the_budget(fake, monkeypatch):
     cost = FakeCost(LOADED_WAITS, 0.1 / ops(TARGET))
     monkeypatch.setattr(estimate, "expected_seconds", functools.partial(estimate.expected_seconds, time_call=cost))
-    for budget in (compare.DEFAULT_BUDGET_S, 0.25):
-        tasks = compare.plan([TARGET, (64, 4096, 4096), (16, 4096, 4096)], (fake,), budget=budget)
+    for budget in (compare_gemm.DEFAULT_BUDGET_S, 0.25):
+        tasks = compare_gemm.plan([TARGET, (64, 4096, 4096), (16, 4096, 4096)], (fake,), budget=budget)
         assert [t.skip for t in tasks] == [None, None, None], budget
         assert all(t.estimate <= budget for t in tasks), [t.estimate for t in tasks]
 

@@ -1,4 +1,4 @@
-"""The regression gate (`int8nax gate`, src/int8nax/gate.py), its settings file, the ratio
+"""The regression gate (`int8nax gate`, src/int8nax/commands/gate.py), its settings file, the ratio
 benchmarks' clock and the calibration script's planted slowdown, without running asv: a fake
 `python -m asv` stands in for it (what it prints and its exit status are asv 0.6.6's, as seen
 in tests/test_ci_scripts.py and docs/workflows.md). tests/test_asv.py runs the gate on asv itself.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from int8nax import cli, gate
+from int8nax.commands import cli, gate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -345,7 +345,7 @@ def test_gate_runs_as_a_script_without_the_package(project, monkeypatch):
     env = {**os.environ, "FAKE_ASV_SCENARIO": "regression", "PYTHONPATH": ""}
     code = ("import sys; sys.modules['mlx'] = None; sys.modules['int8nax'] = None; "
             f"sys.argv = ['gate.py', '--config', {str(repo / 'asv.conf.json')!r}, '--machine', 'box', "
-            f"'--python', {str(fake)!r}]; exec(open({str(ROOT / 'src/int8nax/gate.py')!r}).read())")
+            f"'--python', {str(fake)!r}]; exec(open({str(ROOT / 'src/int8nax/commands/gate.py')!r}).read())")
     result = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "REGRESSION (exit 1)" in result.stdout
@@ -441,7 +441,7 @@ def test_ratio_benchmark_uses_this_profiles_reference_and_sizes_its_sample(monke
 def test_planted_slowdown_multiplies_each_call_by_the_factor():
     import functools
 
-    from int8nax import gate_calibrate
+    from int8nax.commands import gate_calibrate
 
     clock = FakeClock()
 
@@ -477,7 +477,7 @@ def test_planted_slowdown_multiplies_each_call_by_the_factor():
 
 
 def test_plant_target_still_has_the_hook():
-    from int8nax import gate_calibrate
+    from int8nax.commands import gate_calibrate
 
     text = (ROOT / gate_calibrate.PLANT_TARGET).read_text()
     assert "def get(name" in text and "lru_cache" in text and "import mlx.core as mx" in text
@@ -517,7 +517,7 @@ def test_workflow_verdict_is_the_gates_own(status):
 def test_calibration_report_counts_false_alarms_and_detections_by_asvs_rule():
     import random
 
-    from int8nax import gate_calibrate as gc
+    from int8nax.commands import gate_calibrate as gc
 
     rng = random.Random(14)
 

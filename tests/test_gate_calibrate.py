@@ -1,4 +1,4 @@
-"""int8nax.gate_calibrate's existing-environment variant (--existing, for a GPU box without
+"""int8nax.commands.gate_calibrate's existing-environment variant (--existing, for a GPU box without
 network): the order of the commits in the interleaved rounds, the pairs a repetition yields, the
 asv run command of one round, each commit's sources on the path, the budget, the raw points
 and --merge; and one short calibration end to end in this Python, from a copy of the working
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from int8nax import gate
+from int8nax.commands import gate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from int8nax import gate_calibrate as gc  # noqa: E402
+from int8nax.commands import gate_calibrate as gc  # noqa: E402
 
 A, A2, B12, B11 = (gc.Commit("A", 1.0, "a" * 40), gc.Commit("A'", 1.0, "b" * 40),
                    gc.Commit("B 1.2", 1.2, "c" * 40), gc.Commit("B 1.1", 1.1, "d" * 40))
@@ -259,7 +259,7 @@ def test_a_calibration_in_the_existing_environment_from_a_copy_without_git(tmp_p
            "INT8NAX_BENCH_PROFILE": "cpu",
            "INT8NAX_BACKEND": "cpu"}
     proc = subprocess.run(
-        [sys.executable, "-m", "int8nax.gate_calibrate", "--existing", "--machine", "int8nax-cuda", "--runs", "1",
+        [sys.executable, "-m", "int8nax.commands.gate_calibrate", "--existing", "--machine", "int8nax-cuda", "--runs", "1",
          "--slowdowns", "2.0", "--budget-min", "5", "--out-dir", str(out), "--",
          "--rounds", "2", "--bench", r"GemmRatio\.track_int8nax_gemm_ratio\(\(16, 1344, 256\)\)"],
         cwd=copy, env=env, capture_output=True, text=True, timeout=300)

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("mlx_lm", reason="mlx-lm (the `bench` and `test` extras) is not installed")
 pytest.importorskip("transformers", reason="mlx-lm's generation front end needs transformers")
 
-from int8nax import cli, compare_model  # noqa: E402
+from int8nax.commands import cli, compare_model  # noqa: E402
 from int8nax.bench import generate, model_folder, models  # noqa: E402
 from int8nax.bench.checks import MismatchError  # noqa: E402
 

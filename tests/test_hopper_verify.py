@@ -106,11 +106,11 @@ def test_the_models_part_starts_a_group_only_with_its_own_time_left(tmp_path):
 
 
 def test_the_profile_part_gives_the_ncu_runner_sets_it_takes(tmp_path):
-    from int8nax.bench import ncu
+    from int8nax.bench.kernel import ncu
 
     out = run_part(tmp_path, "profile", LIMIT="400")
     args = (out / "profile.txt").read_text().split()
-    assert args[:4] == ["-m", "int8nax.bench.ncu", "--profile", f"{out}/profile"]
+    assert args[:4] == ["-m", "int8nax.bench.kernel.ncu", "--profile", f"{out}/profile"]
     limit = int(args[args.index("--time-limit") + 1])
     assert 300 < limit < 400  # the call's budget less the report's writing
     items = ncu.parse_sets([args[i + 1] for i, a in enumerate(args) if a == "--set"])
@@ -124,7 +124,7 @@ def test_the_profile_part_gives_the_ncu_runner_sets_it_takes(tmp_path):
 
 
 def test_the_plans_part_takes_the_model_layers_at_plans_tokens(tmp_path):
-    from int8nax.bench.kernel_plans import model_shapes
+    from int8nax.bench.kernel.plans import model_shapes
 
     # python3 -c (the shapes) runs; anything else prints its arguments
     python3 = f'if [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\necho "$@"'

@@ -1,4 +1,4 @@
-"""int8nax.bench.kernel_plans (`int8nax compare --mode kernel --plans`) on a CPU box: the plan
+"""int8nax.bench.kernel.plans (`int8nax compare --mode kernel --plans`) on a CPU box: the plan
 candidates, the default shapes, the items, the worker's checks (CPU stand-in for the GPU), the
 tables from recorded H200 records (tests/data/kernel_plans_h200.json), and the command line."""
 
@@ -11,13 +11,13 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from int8nax import cli
+from int8nax.commands import cli
 from int8nax.backends import cuda_choice as C
 from int8nax.backends import cuda_plans as P
-from int8nax.bench import cupti
-from int8nax.bench import kernel_plans as kp
-from int8nax.bench import kernel_time as kt
-from int8nax.bench import kernel_worker as kw
+from int8nax.bench.kernel import cupti
+from int8nax.bench.kernel import mode as kt
+from int8nax.bench.kernel import plans as kp
+from int8nax.bench.kernel import worker as kw
 from int8nax.bench import problems
 
 FIXTURE = Path(__file__).parent / "data" / "kernel_plans_h200.json"
@@ -413,7 +413,7 @@ def test_the_command_runs_its_items_in_its_own_worker_and_prints_and_writes_the_
         "int8_matmul 512x3584x4608", "plans:bfloat16 512x3584x4608", "plans:bfloat16+bias 512x3584x4608",
         "int8_matmul 16x4096x4096", "plans:bfloat16 16x4096x4096", "plans:bfloat16+bias 16x4096x4096"]
     assert (seen["budget"], seen["launches"]) == (99.0, 7)
-    assert seen["spawn"].keywords == {"module": "int8nax.bench.kernel_plans"}
+    assert seen["spawn"].keywords == {"module": "int8nax.bench.kernel.plans"}
     assert "6 items over 2 shapes, plans of bfloat16, bfloat16+bias; " in text
     assert "geometric mean gain" in text
     doc = json.loads(out.read_text())
@@ -473,7 +473,7 @@ def test_on_cuda_a_small_run_times_and_checks_every_plan(tmp_path):
     import sys
 
     out = tmp_path / "plans.json"
-    proc = subprocess.run([sys.executable, "-m", "int8nax.cli", "compare", "--mode", "kernel", "--plans", "--raw-plans",
+    proc = subprocess.run([sys.executable, "-m", "int8nax", "compare", "--mode", "kernel", "--plans", "--raw-plans",
                            "--shapes", "16x512x256,130x1040x200", "--w8a8", "bfloat16+bias", "--launches", "5",
                            "--json", str(out)], capture_output=True, text=True, timeout=500, env=os.environ)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

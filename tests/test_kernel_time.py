@@ -1,6 +1,6 @@
-"""int8nax.bench.kernel_time (`int8nax compare --mode kernel`): what runs on a CPU box: the items
-and shapes, rotation sizing and the checks of a timed output (bench.kernel_cases), the CUPTI
-record arithmetic (bench.cupti), the worker supervision (bench.kernel_worker), the tables, the
+"""int8nax.bench.kernel.mode (`int8nax compare --mode kernel`): what runs on a CPU box: the items
+and shapes, rotation sizing and the checks of a timed output (bench.kernel.cases), the CUPTI
+record arithmetic (bench.kernel.cupti), the worker supervision (bench.kernel.worker), the tables, the
 JSON, and the refusal without CUDA."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from int8nax import cli
-from int8nax.bench import cupti
-from int8nax.bench import kernel_cases as kc
-from int8nax.bench import kernel_time as kt
-from int8nax.bench import kernel_worker as kw
+from int8nax.commands import cli
+from int8nax.bench.kernel import cupti
+from int8nax.bench.kernel import cases as kc
+from int8nax.bench.kernel import mode as kt
+from int8nax.bench.kernel import worker as kw
 from int8nax.bench import problems
 
 
@@ -352,7 +352,7 @@ def test_on_cuda_a_small_run_measures_checks_and_names_every_item(tmp_path):
     import sys
 
     out = tmp_path / "kernel.json"
-    proc = subprocess.run([sys.executable, "-m", "int8nax.cli", "compare", "--mode", "kernel", "--shapes",
+    proc = subprocess.run([sys.executable, "-m", "int8nax", "compare", "--mode", "kernel", "--shapes",
                            "64x512x256,130x1040x200", "--w8a8", "float16+bias,bfloat16", "--launches", "5",
                            "--json", str(out)], capture_output=True, text=True, timeout=300, env=os.environ)
     assert proc.returncode == 0, proc.stdout + proc.stderr

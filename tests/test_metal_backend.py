@@ -333,7 +333,7 @@ def test_selftest_section_reports_subnormals_and_builds(monkeypatch):
     """int8nax selftest's Metal section on a pretend M5 whose GPU kernels answer from a
     recorder: the subnormal verdict comes from the probe's output, and every kernel launch of the
     process is listed as a build, timed."""
-    from int8nax import selftest
+    from int8nax.commands import selftest
 
     class Probe:
         def __call__(self, **call):

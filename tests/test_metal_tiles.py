@@ -188,7 +188,7 @@ def test_time_tiles_on_the_stand_in_times_every_candidate(variant):
 
 
 def test_selftest_reports_the_tile_choice(monkeypatch, tmp_path):
-    from int8nax import selftest
+    from int8nax.commands import selftest
 
     monkeypatch.setenv(metal_tiles.CACHE_ENV, str(tmp_path))
     backend = fake_m5()

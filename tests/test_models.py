@@ -332,7 +332,7 @@ def test_a_bogus_profile_makes_every_figure_na_instead_of_failing(monkeypatch):
 # --- int8nax compare --model ---------------------------------------------------------------
 
 def _cli(*argv):
-    from int8nax import cli
+    from int8nax.commands import cli
 
     return cli.main(list(argv))
 
@@ -360,7 +360,7 @@ def test_compare_model_prints_the_table_and_writes_json(tmp_path, capsys):
 
 def test_compare_model_counts_progress_across_configurations(monkeypatch, capsys):
     # each configuration is measured, printed and saved on its own; the [n/total] count runs on
-    from int8nax import compare_model
+    from int8nax.commands import compare_model
 
     def fake(configs, tokens, forms, modes, layers, context, repeat, progress, breakdown=False):
         rows = []
@@ -471,7 +471,8 @@ def test_fast_cells_are_sampled_for_a_minimum_time(monkeypatch):
 
 
 def test_gpu_time_is_na_with_the_reason_off_cuda_and_the_busy_time_on_it(monkeypatch):
-    from int8nax.bench import cupti, model_profile
+    from int8nax.bench import model_profile
+    from int8nax.bench.kernel import cupti
 
     class Entry(bench_model.Bf16ModelFigures):
         pass

@@ -1,4 +1,4 @@
-"""int8nax.bench.ncu: the items it takes, the ncu command it builds, the run's order of markers
+"""int8nax.bench.kernel.ncu: the items it takes, the ncu command it builds, the run's order of markers
 and calls (on the CPU backend, the profiler stood in), and the summary of a details CSV in
 ncu's format (the GPU step itself needs ncu on the H200: tools/hopper_verify.sh profile)."""
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from int8nax.bench import ncu
-from int8nax.bench.kernel_worker import Item
+from int8nax.bench.kernel import ncu
+from int8nax.bench.kernel.worker import Item
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
           '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
@@ -68,7 +68,7 @@ def test_a_bad_set_names_the_option_and_what_came(value, says):
 
 def test_the_ncu_command_profiles_only_the_runs_window_with_the_summarys_sections():
     cmd = ncu.ncu_command("/o/prof", ["--set", "bf16@1x64x64", "--manifest", "/o/m.json"])
-    assert cmd[0] == "ncu" and cmd[-7:] == ["python3", "-m", "int8nax.bench.ncu", "--set", "bf16@1x64x64", "--manifest",
+    assert cmd[0] == "ncu" and cmd[-7:] == ["python3", "-m", "int8nax.bench.kernel.ncu", "--set", "bf16@1x64x64", "--manifest",
                                            "/o/m.json"]
     text = " ".join(cmd)
     assert "--profile-from-start off" in text and "--clock-control none" in text and "--export /o/prof" in text
@@ -145,7 +145,7 @@ def test_the_command_line_says_what_is_wrong(capsys):
 
 
 def test_without_a_cuda_gpu_the_run_says_why_and_exits_3(tmp_path, capsys):
-    from int8nax.bench.cupti import skip_reason
+    from int8nax.bench.kernel.cupti import skip_reason
 
     if skip_reason() is None:
         pytest.skip("a CUDA GPU is here: the run would profile")
@@ -215,7 +215,7 @@ def test_the_swiglu_quantization_kernel_is_a_subject_on_either_schedule(monkeypa
 
     import int8nax
     from int8nax.backends import cuda, cuda_plans
-    from int8nax.bench import kernel_cases as kc
+    from int8nax.bench.kernel import cases as kc
 
     launches = []
 

@@ -9,7 +9,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax import backends, cli, exactness, selftest
+from int8nax import backends, exactness
+from int8nax.commands import cli, selftest
 from int8nax._checks import MAX_K
 from int8nax.backends import cpu
 
@@ -230,7 +231,7 @@ class _no_warning:
 
 
 def test_the_grid_follows_the_backend_and_progress_goes_to_stderr(capsys, monkeypatch):
-    from int8nax import selftest
+    from int8nax.commands import selftest
 
     assert selftest.choose_grid("auto", "cpu")[0].name == "cpu"
     assert selftest.choose_grid("auto", "cuda")[0].name == "full"
@@ -247,7 +248,7 @@ def test_the_grid_follows_the_backend_and_progress_goes_to_stderr(capsys, monkey
 
 
 def test_a_timed_contender_over_the_budget_is_left_out_with_its_estimate(monkeypatch):
-    from int8nax import selftest
+    from int8nax.commands import selftest
     from int8nax.bench import estimate
 
     real = estimate.expected_seconds

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from int8nax import cli, site, site_vendor
+from int8nax.commands import cli, site, site_vendor
 from int8nax.bench import contenders, machines
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The comparison page's model section (int8nax.site_models), from synthetic asv result files:
+"""The comparison page's model section (int8nax.commands.site_models), from synthetic asv result files:
 tokens/s per form and machine at the latest commit, the speed-ups over bf16 computed here from
 the inputs, and model results kept out of the GEMM contenders' section."""
 
@@ -9,7 +9,7 @@ import re
 from html import escape
 from pathlib import Path
 
-from int8nax import site, site_models
+from int8nax.commands import site, site_models
 
 NAN = float("nan")
 COLUMNS = ["result", "params", "version", "started_at", "duration"]

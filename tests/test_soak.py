@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from int8nax import cli, soak
+from int8nax.commands import cli, soak
 
 
 def _report(capsys, *argv) -> tuple[int, dict]:

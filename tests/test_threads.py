@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import int8nax
-from int8nax import api, per_thread, soak
+from int8nax import api, per_thread
+from int8nax.commands import soak
 from int8nax.backends import cpu, cpu_engines
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -54,7 +55,7 @@ def test_eight_threads_mixed_calls_exit_cleanly_every_run():
         for run in range(first, min(RUNS, first + jobs)):
             env = _env(INT8NAX_CPU_GEMM=engines[run % len(engines)])
             wave.append((run, env["INT8NAX_CPU_GEMM"], subprocess.Popen(
-                [sys.executable, "-m", "int8nax.cli", "soak", "--calls", "2", "--threads", "8", "--max-dim", "48",
+                [sys.executable, "-m", "int8nax", "soak", "--calls", "2", "--threads", "8", "--max-dim", "48",
                  "--seed", str(run)],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
         for run, engine, proc in wave:

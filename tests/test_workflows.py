@@ -316,7 +316,7 @@ def test_pr_gate_compares_the_full_history_base_against_the_pr_on_fixed_machines
     assert job["env"]["ASV_MACHINE"] == "${{ matrix.machine }}"
     (setup,) = steps_using(job, "./.github/actions/setup-asv")
     assert setup["with"]["machine"] == "${{ matrix.machine }}"
-    command = " ".join(one_step_running(job, "src/int8nax/gate.py")["run"].replace("\\\n", " ").split())
+    command = " ".join(one_step_running(job, "src/int8nax/commands/gate.py")["run"].replace("\\\n", " ").split())
     assert re.search(r'"\$BASE_SHA" "\$HEAD_SHA"', command), "base first, then the PR"
     for flag in ('--config "$ASV_CONF"', '--machine "$ASV_MACHINE"', "--split", "--log asv-continuous.log"):
         assert flag in command, flag
@@ -325,7 +325,7 @@ def test_pr_gate_compares_the_full_history_base_against_the_pr_on_fixed_machines
 
 
 def test_pr_gate_benchmarks_only_time_benchmarks():
-    from int8nax import gate
+    from int8nax.commands import gate
 
     for entry in workflow("bench-pr.yml")["jobs"]["asv-continuous"]["strategy"]["matrix"]["include"]:
         settings = gate.load_settings(ROOT / gate.SETTINGS_FILE, entry["machine"])

@@ -19,6 +19,14 @@ here=$PWD
 export MACHINE_SCRIPT=$here/.github/scripts/asv_machine.py
 MACHINE=$(PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" "$MACHINE_SCRIPT" --name "${MACHINE:-card}" --print-name) || exit 2
 mkdir -p ".asv/results/$MACHINE"
+# The launcher every tree runs with: LAUNCHER, else this checkout's (src/int8nax/commands/, or
+# src/int8nax/ where this checkout is older than that folder).
+launcher=${LAUNCHER:-}
+if [ -z "$launcher" ]; then
+  for launcher in "$here/src/int8nax/commands/asv_persistent.py" "$here/src/int8nax/asv_persistent.py"; do
+    [ -f "$launcher" ] && break
+  done
+fi
 status=0
 for tree in $(ls -d "$TREES"/*/ | sort -t- -k2 -n -r); do
   name=$(basename "$tree")
@@ -30,7 +38,7 @@ for tree in $(ls -d "$TREES"/*/ | sort -t- -k2 -n -r); do
   mkdir -p "$tree/.asv/results/$MACHINE"
   cp "$here/.asv/results/$MACHINE/${sha:0:8}"-*.json "$tree/.asv/results/$MACHINE/" 2>/dev/null
   cp "$here/tools/asv_offline_gpu.sh" "$tree/tools/asv_offline_gpu.sh"
-  (cd "$tree" && SHA=$sha COMMIT_DATE=$date MACHINE=$MACHINE LAUNCHER=${LAUNCHER:-$here/src/int8nax/asv_persistent.py} \
+  (cd "$tree" && SHA=$sha COMMIT_DATE=$date MACHINE=$MACHINE LAUNCHER=$launcher \
      bash tools/asv_offline_gpu.sh "$@")
   rc=$?
   [ "$rc" -eq 0 ] || { echo "asv_offline_commits: $sha: asv_offline_gpu.sh exited $rc"; status=$rc; }

@@ -20,12 +20,13 @@
 # .github/scripts/asv_machine.py --name card), so that two cards never share a history; a card's
 # name given by hand (MACHINE=h200) must be this GPU's, another name (a test's) is taken as it is.
 #
-# LAUNCH=persistent (the default) runs asv through src/int8nax/asv_persistent.py: one benchmark
+# LAUNCH=persistent (the default) runs asv through src/int8nax/commands/asv_persistent.py: one benchmark
 # process per environment instead of one per benchmark, because a new process costs ~10 s on
 # the H200 (CUDA and MLX start-up, the torch import, NVRTC compiles) and asv's forkserver cannot
 # be used under CUDA. LAUNCH=spawn runs plain `python -m asv` (then pass --launch-method).
-# LAUNCHER: the asv_persistent.py to use (default: this checkout's; asv_offline_commits.sh
-# passes its own, so that trees of commits older than the file still get it).
+# LAUNCHER: the asv_persistent.py to use (default: this checkout's, src/int8nax/commands/ or, in
+# an older tree, src/int8nax/; asv_offline_commits.sh passes its own, so that trees of commits
+# older than the file still get it).
 #
 # SHA: the commit these sources are (default: git HEAD). Without a git history here (a copy of
 # the working tree), SHA is required, and COMMIT_DATE (its `git log -1 --format=%ct`) is
@@ -40,7 +41,12 @@ MACHINE=${MACHINE:-card}
 BENCH=${BENCH:-.}
 METHODS=${METHODS:-'\w+'}   # a regex of method names: 'time_\w+' leaves the TOPS tracks out
 LAUNCH=${LAUNCH:-persistent}
-LAUNCHER=${LAUNCHER:-$PWD/src/int8nax/asv_persistent.py}
+if [ -z "${LAUNCHER:-}" ]; then
+  # this tree's launcher: src/int8nax/commands/, or src/int8nax/ in trees of older commits
+  for LAUNCHER in "$PWD/src/int8nax/commands/asv_persistent.py" "$PWD/src/int8nax/asv_persistent.py"; do
+    [ -f "$LAUNCHER" ] && break
+  done
+fi
 # MACHINE_SCRIPT: the asv_machine.py to use (default: this checkout's; asv_offline_commits.sh passes
 # its own, which knows card names where an older commit's does not)
 MACHINE_SCRIPT=${MACHINE_SCRIPT:-$PWD/.github/scripts/asv_machine.py}
@@ -119,7 +125,10 @@ for name in ("Kernel", "KernelTime"):
     if bench_kernel is None or not hasattr(bench_kernel, name) or not re.search(sys.argv[1], name):
         continue
     if name == "KernelTime":
-        from int8nax.bench.cupti import skip_reason
+        try:
+            from int8nax.bench.kernel.cupti import skip_reason
+        except ModuleNotFoundError:  # a tree of a commit from before bench/kernel/
+            from int8nax.bench.cupti import skip_reason
         why = skip_reason()
         if why:
             print(f"left out {name}: kernel time {why}", file=sys.stderr)

@@ -45,7 +45,7 @@
 #   bash tools/hopper_verify.sh profile  # ~300 s (estimated; never run): Nsight Compute on W8A8 against the raw GEMM
 #                                      #   (+-bias) where W8A8 costs > 1.15x it, the Qwen2.5-7B layers at 128 tokens and
 #                                      #   at decode against bfloat16, the 4096-token gate/up GEMM and the SwiGLU
-#                                      #   quantization, fused against staged (int8nax.bench.ncu:
+#                                      #   quantization, fused against staged (int8nax.bench.kernel.ncu:
 #                                      #   profile.txt is the summary, profile.ncu-rep the report; PROFILE_SETS: others)
 #   bash tools/hopper_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
@@ -100,13 +100,13 @@ case "$part" in
     cat "$OUT/first_call.jsonl"
     ;;
   generate)
-    timeout $(left $END) python3 -m int8nax.cli compare --generate --model ${GENERATE_MODEL:-qwen2.5-7b} \
+    timeout $(left $END) python3 -m int8nax compare --generate --model ${GENERATE_MODEL:-qwen2.5-7b} \
       ${GENERATE_ARGS:-} --json "$OUT/generate.json" > "$OUT/generate.txt" 2> "$OUT/generate.log"
     echo "compare --generate ${GENERATE_MODEL:-qwen2.5-7b} rc=$? $(el) s" >> "$S"
     cat "$OUT/generate.txt"
     ;;
   kernel)
-    timeout 560 python3 -m int8nax.cli compare --mode kernel --json "$OUT/kernel.json" \
+    timeout 560 python3 -m int8nax compare --mode kernel --json "$OUT/kernel.json" \
       > "$OUT/kernel.txt" 2> "$OUT/kernel.log"
     echo "compare --mode kernel rc=$? $(el) s" >> "$S"
     cat "$OUT/kernel.txt"
@@ -116,9 +116,9 @@ case "$part" in
     # tokens equals bfloat16's at half the weight bytes: which plans do better there)
     shapes=()
     if [ -n "${PLANS_TOKENS:-}" ]; then
-      shapes=(--shapes "$(python3 -c "from int8nax.bench.kernel_plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=tuple(map(int, '$PLANS_TOKENS'.split(',')))))))")")
+      shapes=(--shapes "$(python3 -c "from int8nax.bench.kernel.plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=tuple(map(int, '$PLANS_TOKENS'.split(',')))))))")")
     fi
-    timeout $(left $END) python3 -m int8nax.cli compare --mode kernel --plans --time-limit $(( $(left $END) - 40 )) \
+    timeout $(left $END) python3 -m int8nax compare --mode kernel --plans --time-limit $(( $(left $END) - 40 )) \
       "${shapes[@]}" --json "$OUT/plans.json" > "$OUT/plans.txt" 2> "$OUT/plans.log"
     echo "compare --mode kernel --plans rc=$? $(el) s" >> "$S"
     sed -n '/^Default plan against the fastest/,$p' "$OUT/plans.txt"
@@ -150,7 +150,7 @@ case "$part" in
     # the GEMV (the default since 2026-12-05) against the tiled kernels. (INT8NAX_CUDA_BIAS has
     # nothing to change here: int8nax.nn's biases are float32; the bias part times it.)
     for kernel in ${DECODE_VARIANTS:-gemv cpasync}; do
-      INT8NAX_CUDA_KERNEL=$kernel timeout $(left $(( END - 20 ))) python3 -m int8nax.cli compare \
+      INT8NAX_CUDA_KERNEL=$kernel timeout $(left $(( END - 20 ))) python3 -m int8nax compare \
         --model qwen2.5-7b,qwen3-8b --tokens 1,16 --forms bf16,w8a8 --model-modes eager,compiled --breakdown \
         > "$OUT/decode_$kernel.txt" 2>> "$OUT/models.log"
       echo "compare --model decode, kernel $kernel rc=$? $(el) s" >> "$S"
@@ -158,10 +158,10 @@ case "$part" in
     grep -h -A6 "ms/layer" "$OUT"/decode_*.txt
     # With the time left: the models' decode layers (M = 1 and 16) in kernel time on every plan,
     # each GEMV width and form among them (the kernel-level evidence next to the model's).
-    shapes=$(python3 -c "from int8nax.bench.kernel_plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=(1, 16)))))")
+    shapes=$(python3 -c "from int8nax.bench.kernel.plans import model_shapes, shape_text; print(','.join(map(shape_text, model_shapes(tokens=(1, 16)))))")
     budget=$(left $(( END - 10 )))
     if [ "${DECODE_PLANS:-1}" = 1 ] && [ "$budget" -gt 90 ]; then
-      timeout "$budget" python3 -m int8nax.cli compare --mode kernel --plans --shapes "$shapes" \
+      timeout "$budget" python3 -m int8nax compare --mode kernel --plans --shapes "$shapes" \
         --time-limit $(( budget - 30 )) --json "$OUT/plans_decode.json" > "$OUT/plans_decode.txt" 2>> "$OUT/models.log"
       echo "compare --mode kernel --plans at the decode layers rc=$? $(el) s" >> "$S"
       sed -n '/^Default plan against the fastest/,$p' "$OUT/plans_decode.txt"
@@ -174,7 +174,7 @@ case "$part" in
     ;;
   swiglu-model)
     for mode in ${SWIGLU_MODES:-split fused staged}; do
-      INT8NAX_CUDA_SWIGLU=$mode timeout $(left $END) python3 -m int8nax.cli compare --model qwen2.5-7b \
+      INT8NAX_CUDA_SWIGLU=$mode timeout $(left $END) python3 -m int8nax compare --model qwen2.5-7b \
         --tokens ${SWIGLU_TOKENS:-16,512,4096} --forms bf16,w8a8 --breakdown > "$OUT/swiglu_$mode.txt" 2>> "$OUT/models.log"
       echo "compare --model, SwiGLU $mode rc=$? $(el) s" >> "$S"
     done
@@ -186,7 +186,7 @@ case "$part" in
     for mode in cast own; do
       [ "$mode" = cast ] && share=2 || share=1
       budget=$(( ($(left $END) - 20) / share ))
-      INT8NAX_CUDA_BIAS=$mode timeout "$budget" python3 -m int8nax.cli compare --mode kernel --w8a8 bfloat16+bias \
+      INT8NAX_CUDA_BIAS=$mode timeout "$budget" python3 -m int8nax compare --mode kernel --w8a8 bfloat16+bias \
         --shapes 16x4096x4096,128x4096x4096,512x4096x4096,2048x4096x4096,128x3584x18944,128x18944x3584 \
         --time-limit $(( budget - 20 )) --json "$OUT/bias_$mode.json" > "$OUT/bias_$mode.txt" 2> "$OUT/bias_$mode.log"
       echo "compare --mode kernel --w8a8 bfloat16+bias, bias $mode rc=$? $(el) s" >> "$S"
@@ -206,7 +206,7 @@ case "$part" in
       int8_matmul,w8a8:bfloat16@4096x3584x37888"}
     args=$(for s in $sets; do printf -- '--set %s ' "$s"; done)
     budget=$(left $(( END - 10 )))
-    MLX_USE_CUDA_GRAPHS=0 timeout "$budget" python3 -m int8nax.bench.ncu --profile "$OUT/profile" \
+    MLX_USE_CUDA_GRAPHS=0 timeout "$budget" python3 -m int8nax.bench.kernel.ncu --profile "$OUT/profile" \
       --manifest "$OUT/profile_manifest.json" --time-limit $(( budget - 30 )) $args \
       > "$OUT/profile.txt" 2> "$OUT/profile.log"
     echo "ncu profile rc=$? $(el) s" >> "$S"

@@ -1,6 +1,6 @@
 """The PR benchmark gate's verdict, for the job summary and the job's status.
 
-The decision itself is `int8nax gate`'s (src/int8nax/gate.py: 0 quiet, 1 regression, 2 could
+The decision itself is `int8nax gate`'s (src/int8nax/commands/gate.py: 0 quiet, 1 regression, 2 could
 not measure); this script only reads it back from the gate's log (its last verdict line) and
 writes it as Markdown. A log without a verdict line is a raw `asv continuous` log, and is
 judged by the gate's own rule (gate.classify) from asv's exit status, so the two cannot disagree.
@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-GATE_PY = Path(__file__).resolve().parents[2] / "src" / "int8nax" / "gate.py"
+GATE_PY = Path(__file__).resolve().parents[2] / "src" / "int8nax" / "commands" / "gate.py"
 
 
 def _load_gate():

@@ -1,7 +1,7 @@
-"""`python -m int8nax ...`: the `int8nax` command (int8nax.cli)."""
+"""`python -m int8nax ...`: the `int8nax` command (int8nax.commands.cli)."""
 
 import sys
 
-from .cli import main
+from .commands.cli import main
 
 sys.exit(main())

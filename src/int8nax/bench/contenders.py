@@ -84,8 +84,8 @@ class Prepared:
     def build(self, calls: int) -> list:
         """`calls` lazy calls on the prepared inputs, nothing evaluated: their (unevaluated)
         outputs. Independent calls, so that the figure is the call's own host cost: a chain
-        would add the link's build (a compiled call of its own, several µs on the H200,
-        2026-12-01), and nothing runs anyway."""
+        would add the link's build (a compiled call of its own, several µs on the H200), and
+        nothing runs anyway."""
         if not self.lazy:
             raise Unavailable("host build time applies only to lazy contenders (MLX ops on a GPU "
                               "backend); this one computes when called")
@@ -124,7 +124,7 @@ def _evaluated(*arrays: mx.array) -> tuple[mx.array, ...]:
 @mx.compile
 def _link(x: mx.array, prev: mx.array) -> mx.array:
     # compiled: the slice, multiply, cast and add fuse into one elementwise kernel (uncompiled
-    # they were 3-4 graph nodes per call, which dominated a chain at small M on the H200)
+    # they are 3-4 graph nodes per call, which dominate a chain at small M on the H200)
     return x + (prev[:, :1] * 0).astype(x.dtype)
 
 
@@ -132,8 +132,8 @@ def _after(x: mx.array, prev) -> mx.array:
     """x, made from `prev` (the previous call's output) by one elementwise pass: the link of a
     dependent chain. The values are x's (it adds 0 times one column of prev), but the data
     edge forces the GPU to finish the previous call first. mx.depends would be free, but on
-    MLX's CUDA backend it orders nothing on the device (two dependent 150 µs kernels were
-    seen to finish in 235 µs, 2026-12-01), so a chain built with it would flatter."""
+    MLX's CUDA backend it orders nothing on the device (two dependent 150 µs kernels finish in
+    235 µs with it on the H200), so a chain built with it would flatter."""
     return x if prev is None else _link(x, prev)
 
 

@@ -4,7 +4,7 @@
     python -m int8nax.bench.first_call first --model qwen2.5-7b --tokens 300,777,1500,4096
 
 `warm` builds every kernel instance the model's layers (sibling-fused, as int8nax.nn runs them:
-kernel_plans.layer_shapes) meet for 1 .. max-tokens rows into MLX's kernel cache
+kernel.plans.layer_shapes) meet for 1 .. max-tokens rows into MLX's kernel cache
 (backends/cuda.py, warm_up_layers) and prints how long that took. `first`, in a new process,
 calls each layer once at each token count (bfloat16 activations, one evaluation a layer) and
 prints the seconds each token count's first calls took: milliseconds where the kernels were
@@ -19,7 +19,7 @@ import json
 import time
 
 from .argtypes import count, sizes
-from .kernel_plans import layer_shapes
+from .kernel.plans import layer_shapes
 from .models import CONFIGS
 
 

@@ -134,10 +134,10 @@ CPU_2CORE = Machine(
             "int8": "derived: 2 cores x 2.596 GHz x 128 int8 ops/cycle (one 512-bit AVX-512 VNNI "
                     "vpdpbusd per cycle on Zen 4's 2 x 256-bit units); /proc/cpuinfo flags and MHz",
             "fp32": "derived: 2 cores x 2.596 GHz x 32 flops/cycle (2 x 256-bit FMA); numpy sgemm "
-                    "reached 125 GFLOP/s = 0.75 of it at (512, 4096, 4096) (README, 2026-11-29)",
+                    "reached 125 GFLOP/s = 0.75 of it at (512, 4096, 4096)",
             "fp16": "no fp16 arithmetic on this CPU (no avx512_fp16): MLX computes it in float32, "
                     "so the float32 ceiling",
-            "memory": "measured 2026-12-01: numpy add.reduce of a 1 GiB float64 array split over "
+            "memory": "measured: numpy add.reduce of a 1 GiB float64 array split over "
                       "2 threads, best of 5: 50.6 GB/s (1 thread: 28 GB/s); a shared VM, so approximate",
         },
         estimate=True,  # the compute ceilings are derived, not measured; the bandwidth is measured

@@ -85,7 +85,7 @@ def forward_figures(gpu: list[dict], ranges: list[dict], layers: int) -> Breakdo
     """The median forward's Breakdown from GPU activities and the forwards' host ranges (both
     {name, ts, dur}, µs, as cupti.gpu_events reads them): an activity belongs to the range
     its start falls in (each forward ends in mx.eval, so its kernels end inside it)."""
-    from .cupti import short_name
+    from .kernel.cupti import short_name
 
     if not ranges:
         raise ValueError("no forward ranges in the profile")
@@ -109,7 +109,7 @@ def forward_figures(gpu: list[dict], ranges: list[dict], layers: int) -> Breakdo
 def measured(prepared, tokens: int, forwards: int = 3) -> tuple[Breakdown | None, str | None]:
     """(breakdown(...), None), or (None, why there is none: no CUDA or torch here, or the
     profile failed); never raises, so the figures measured without it stand."""
-    from .cupti import skip_reason
+    from .kernel.cupti import skip_reason
 
     why = skip_reason()
     if why:
@@ -122,7 +122,7 @@ def measured(prepared, tokens: int, forwards: int = 3) -> tuple[Breakdown | None
 
 def start() -> None:
     """Create torch's CUDA context (and CUPTI's) before MLX launches its first kernel, as
-    kernel mode's worker does (kernel_worker.worker); nothing where torch has no CUDA."""
+    kernel mode's worker does (kernel.worker); nothing where torch has no CUDA."""
     try:
         import torch
 
@@ -137,7 +137,7 @@ def breakdown(prepared, tokens: int, forwards: int = 3) -> Breakdown:
     untimed run) on the GPU: their median Breakdown. Needs torch with CUDA (cupti.skip_reason)."""
     import torch
 
-    from .cupti import record
+    from .kernel.cupti import record
 
     prepared.prepare(tokens)
     prepared.run(tokens)

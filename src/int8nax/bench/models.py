@@ -672,7 +672,7 @@ def _projections(model: nn.Module) -> dict:
 
 def _check_compilable(model: nn.Module) -> None:
     """Unavailable where int8nax's backend here cannot run inside mx.compile, with int8nax's own
-    reason (every backend can now: the CPU backend's cpu_graph path, the GPUs' kernels)."""
+    reason (every backend can: the CPU backend's cpu_graph path, the GPUs' kernels)."""
     layer = model.model.layers[0].mlp.up_proj
     x = mx.zeros((1, layer.input_dims), dtype=mx.bfloat16)
     try:
@@ -741,7 +741,8 @@ def profile_figures(profile: str, form: str, mode: str, repeat: int = 3) -> dict
     asv calls it from setup_cache, where an exception fails the whole class."""
     prof = PROFILES[profile]
     out: dict = {}
-    from . import cupti, model_profile
+    from . import model_profile
+    from .kernel import cupti
 
     if cupti.skip_reason() is None:
         model_profile.start()  # torch's CUDA context (and CUPTI's) first, as compare --breakdown

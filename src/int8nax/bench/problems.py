@@ -44,8 +44,8 @@ EXTRA_SHAPES: tuple[Shape, ...] = ((8192, 8192, 8192),)
 CPU_SEED_SHAPES: tuple[Shape, ...] = ((16, 4096, 4096), (512, 4096, 4096), (128, 3584, 18944), (128, 18944, 3584))
 """The seed shapes a CPU box measures: each family at its small and large M. int8nax's CPU
 engines run a seed shape in 5-110 ms, but each benchmark process also builds the problem and
-its exact reference (1-3 s at the largest, on 2 cores): all 11 made `asv run` take 9 min there
-(2026-12-01), these 4 keep it near the 5-minute budget. INT8NAX_BENCH_PROFILE=full runs all."""
+its exact reference (1-3 s at the largest, on 2 cores): all 11 make `asv run` take 9 min there,
+these 4 keep it near the 5-minute budget. INT8NAX_BENCH_PROFILE=full runs all."""
 
 PROFILES: dict[str, tuple[Shape, ...]] = {"full": SEED_SHAPES, "cpu": CPU_SHAPES + CPU_SEED_SHAPES}
 """Contenders too slow on MLX's CPU device measure only CPU_SHAPES there (contenders.skip_reason)."""

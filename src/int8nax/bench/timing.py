@@ -13,7 +13,7 @@
             graphs freed after the clock stops)
 
 Kernel time (CUPTI records, cold L2) is another kind of figure, measured in worker processes
-next to cuBLASLt: bench.kernel_time (`int8nax compare --mode kernel`, CUDA only).
+next to cuBLASLt: bench.kernel.mode (`int8nax compare --mode kernel`, CUDA only).
 """
 
 from __future__ import annotations

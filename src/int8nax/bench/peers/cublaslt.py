@@ -361,7 +361,7 @@ def _time_algo(torch, lt, algo, sets, out, ws, runs: int, repeat: int = 5) -> fl
 
 def _warm_up(torch, lt, algo, a, b, out, ws, seconds: float = 0.05) -> None:
     """Run the first algorithm for a while first, so that the clocks are up before any is timed
-    (on 2026-12-01 the first algorithms timed from an idle H200 looked 1.3-1.6x slower)."""
+    (the first algorithms timed from an idle H200 look 1.3-1.6x slower otherwise)."""
     stream = torch.cuda.current_stream().cuda_stream
     start = torch.cuda.Event(enable_timing=True)
     stop = torch.cuda.Event(enable_timing=True)

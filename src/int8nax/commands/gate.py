@@ -11,7 +11,7 @@ whatever the outcome, because asv continuous prints none when a benchmark failed
 changed rows otherwise.
 
 Settings (benchmarks/gate.json, one entry per asv machine name plus "default"; written by
-int8nax.gate_calibrate, which measures false alarms and detection on the machine):
+int8nax.commands.gate_calibrate, which measures false alarms and detection on the machine):
     factor        asv's --factor: the slowdown that counts, derived from the measured noise
     rounds        asv rounds, interleaved between the two commits (each round a new process)
     repeat        asv's repeat per round: N, or "(min,max,seconds)"; the ratio benchmarks
@@ -24,11 +24,11 @@ int8nax.gate_calibrate, which measures false alarms and detection on the machine
     cpu_affinity  asv's --cpu-affinity for the benchmark processes ("0", "0-1"), or null
     launch        how benchmark processes start: "spawn" (asv's default, a new Python per
                   benchmark and round), "forkserver", or "persistent" (one worker per commit
-                  and round, src/int8nax/asv_persistent.py: for GPU boxes, where a new
+                  and round, src/int8nax/commands/asv_persistent.py: for GPU boxes, where a new
                   process costs ~10 s and forkserver cannot be used under CUDA)
 
 This module uses the standard library only, so CI can run it as a script
-(`python src/int8nax/gate.py ...`) from a virtualenv that holds asv but not int8nax or MLX.
+(`python src/int8nax/commands/gate.py ...`) from a virtualenv that holds asv but not int8nax or MLX.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ SETTINGS_FILE = Path("benchmarks") / "gate.json"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
                     # int8nax's CPU engine (onnxruntime) starts one thread per core otherwise, two
-                    # on the CPU the gate pins to: the A/A noise of 2026-12-01 (gate-cpu-2core-*-onnx)
+                    # on the CPU the gate pins to, which gives false alarms in A/A runs
+                    # (docs/results/gate-cpu-2core.md)
                     "INT8NAX_CPU_THREADS")
 
 # asv marks a failed benchmark with the word "failed" ("... time_x   failed", "setup_cache

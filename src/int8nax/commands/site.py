@@ -11,12 +11,12 @@ and writes, into the published site,
     compare.json  the same entries, machine-readable (tools/asv_site.py checks the page and
                   this file against asv's own graph files)
 and links the page from asv's index.html. asv 0.6.6's index loads its JavaScript from CDNs:
-the command copies the same libraries, shipped with int8nax (int8nax.site_vendor), into the
+the command copies the same libraries, shipped with int8nax (int8nax.commands.site_vendor), into the
 site and points index.html at them, so that the graphs work offline. Should they still fail
 to load, asv sends the browser to error.html; the command points that fallback at
 compare.html#offline instead, which says why the interactive graphs are missing.
 
-asv's result files are read through int8nax.asv_format (format version 2): a number is a
+asv's result files are read through int8nax.commands.asv_format (format version 2): a number is a
 result, NaN n/a (skipped), null a failure; a benchmark absent from a file was not run at
 that commit.
 """
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import asv_format, site_models, site_vendor
-from .bench import contenders as bench_contenders
-from .bench import machines as machine_ceilings
-from .bench import problems, timing
+from ..bench import contenders as bench_contenders
+from ..bench import machines as machine_ceilings
+from ..bench import problems, timing
 
 MODES = ("call", "chain")
 MODE_TITLES = {"call": "one call", "chain": "per call, chained"}
@@ -97,7 +97,7 @@ _KERNEL = re.compile(r"^(?P<prefix>.+)\.track_(?P<stem>\w+)_kernel$")
 NOT_CONTENDERS = ("bench_ratio.", "bench_model.")
 """Benchmark modules whose time_ values are not times of a contender: the regression gate's
 ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py); the
-model benchmarks (benchmarks/bench_model.py) have their own section (int8nax.site_models)."""
+model benchmarks (benchmarks/bench_model.py) have their own section (int8nax.commands.site_models)."""
 
 
 class SiteError(Exception):
@@ -144,7 +144,7 @@ def _param_text(combo: tuple[str, ...]) -> str:
 
 
 def read_result_file(path: Path) -> ResultFile:
-    """One asv result file (int8nax.asv_format) -> its time_ values by benchmark and parameter."""
+    """One asv result file (int8nax.commands.asv_format) -> its time_ values by benchmark and parameter."""
     try:
         raw = asv_format.read(path)
     except asv_format.NotAResultFile as exc:
@@ -313,7 +313,7 @@ def _ceilings_for(declared: machine_ceilings.Machine | None, info: ContenderInfo
     if declared is None:
         return None, why_not
     if info is None:
-        return None, "number format of this contender not declared (int8nax/site.py CONTENDERS)"
+        return None, "number format of this contender not declared (int8nax/commands/site.py CONTENDERS)"
     ceilings = declared.host if info.fmt.on_host else declared.device
     if ceilings is None:
         return None, "the host CPU's ceilings are not declared"
@@ -443,7 +443,7 @@ def skip_reasons(names: list[str]) -> dict[str, str]:
     """Why each contender of `names` cannot run on this computer, as the benchmark suite's setup
     finds it (int8nax.bench.contenders: prepared at a tiny shape); a contender that can run is
     left out. asv records a skip as n/a without its reason, so the reasons are found again here."""
-    from .bench import contenders
+    from ..bench import contenders
 
     reasons = {}
     for name in names:
@@ -461,7 +461,7 @@ def skip_reasons(names: list[str]) -> dict[str, str]:
 def skipped_shapes(block: MachineBlock) -> dict[str, dict[str, list[str]]]:
     """{why: {contender: [shape, ...]}} for the skipped (n/a) entries of this computer's block
     that the suite skips by rule (int8nax.bench.contenders.skip_reason: too slow here)."""
-    from .bench import contenders
+    from ..bench import contenders
 
     out: dict[str, dict[str, list[str]]] = {}
     for sb in block.shapes:
@@ -1023,7 +1023,7 @@ def publish(html_dir: Path, results_dir: Path, first: str | None = None, here: s
     commits = published_commits(html_dir)
     blocks = compare(results_dir, commits, first or here, here)
     page = render(blocks, str(results_dir))
-    # The model section (int8nax.site_models) goes at the end of the page.
+    # The model section (int8nax.commands.site_models) goes at the end of the page.
     page = page.replace("</body></html>", site_models.section(results_dir, commits, first or here) + "\n</body></html>")
     (html_dir / "compare.html").write_text(page)
     data = to_json(blocks)

@@ -1,4 +1,5 @@
-"""`int8nax compare`: contenders side by side, measured here, in one run.
+"""`int8nax compare`'s GEMM comparison (its default mode): contenders side by side, measured
+here, in one run.
 
 Every contender (int8nax.bench.contenders) gets the same problem per (M, K, N), is checked
 once against the exact reference, and only then timed. The default columns are the seed's
@@ -12,9 +13,9 @@ Apple M5, CUDA, or the CPU); full/raw is cider-full / cider-raw and X/gemm is X'
 int8nax-gemm's (above 1: int8nax is faster).
 `--contenders` chooses other columns (numpy-sgemm, say, on a CPU box); `--mode` chooses the
 figure (int8nax.bench.timing): one call + eval, per call in a dependent chain, or host build
-time; `--mode kernel` is a run of its own on CUDA (int8nax.bench.kernel_time), and with
-`--plans` it times W8A8 on every plan the dispatch could give (int8nax.bench.kernel_plans). Times are medians in ms per call. A contender that cannot run shows n/a with its reason
-below the table; one whose output is wrong shows MISMATCH, is not timed, and makes the
+time; `--mode kernel` is a mode of its own (int8nax.commands.compare lists the modes). Times
+are medians in ms per call. A contender that cannot run shows n/a with its reason below the
+table; one whose output is wrong shows MISMATCH, is not timed, and makes the
 command exit 1, as does an int8nax contender that fails.
 
 It finishes in minutes on any machine: a short probe first estimates each contender's time
@@ -34,9 +35,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from . import backends
-from .bench import argtypes, contenders, estimate, host, kernel_plans, kernel_time, problems, timing
-from .bench.text import table_lines
+from .. import backends
+from ..bench import argtypes, contenders, estimate, host, problems, timing
+from ..bench.text import table_lines
 
 TITLES: dict[str, str] = {}
 """Column titles that differ from the contender's name (none: each names what runs on every backend)."""
@@ -381,7 +382,7 @@ _contenders_arg = names_arg(contenders.CONTENDERS, "names")
 
 def _modes_arg(text: str):
     modes = [t.strip() for t in text.split(",")]  # an empty one is refused below, as in names_arg
-    if "kernel" in modes:  # kernel time is its own run (int8nax.bench.kernel_time)
+    if "kernel" in modes:  # kernel time is its own run (int8nax.bench.kernel.mode)
         if modes != ["kernel"]:
             raise argparse.ArgumentTypeError(f"mode kernel runs alone, got {text!r}")
         return ("kernel",)
@@ -402,10 +403,8 @@ def _positive_int(text: str) -> int:
 
 
 def main(args) -> int:
-    if getattr(args, "plans", False) or getattr(args, "raw_plans", False):
-        return kernel_plans.main(args)
-    if args.mode == ("kernel",):
-        return kernel_time.main(args)
+    """The GEMM comparison (args: compare's parsed options). Exit status: 0 every cell measured
+    or n/a, 1 a wrong output or a failed int8nax contender, 2 a usage error."""
     profile = None
     if args.shapes:
         shapes = args.shapes
@@ -454,11 +453,9 @@ def main(args) -> int:
     return 1 if failed(results) else 0
 
 
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("compare", help="side-by-side timings of int8nax, cider and baselines",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The GEMM comparison's options; the other modes read some of them too (--shapes, --repeat,
+    --markdown, --json, --progress: each mode's module says which)."""
     p.add_argument("--shapes", type=_shapes_arg, help="comma-separated MxKxN (default: the benchmark profile's shapes)")
     p.add_argument("--profile", choices=sorted(problems.PROFILES),
                    help="shape profile (default: chosen by backend, INT8NAX_BENCH_PROFILE overrides)")
@@ -467,7 +464,7 @@ def add_parser(sub) -> None:
                         f"all: {','.join(contenders.CONTENDERS)})")
     p.add_argument("--mode", type=_modes_arg, default=("call",),
                    help="comma-separated figures: call (one call + eval, the default), chain, host; or kernel "
-                        "alone (CUDA kernel time against cuBLASLt, int8nax.bench.kernel_time; it reads --shapes, "
+                        "alone (CUDA kernel time against cuBLASLt, int8nax.bench.kernel.mode; it reads --shapes, "
                         "--w8a8, --bf16, --time-limit, --launches, --markdown and --json)")
     p.add_argument("--chain-calls", type=_positive_int, default=100, help="calls per chain (modes chain, host; 100)")
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed samples per contender and shape (default 5)")
@@ -482,6 +479,3 @@ def add_parser(sub) -> None:
     p.add_argument("--progress", nargs="?", const="bar", choices=("bar", "lines", "none"),
                    help="progress on stderr: a bar per timed sample (default on a terminal), a line per "
                         "cell (default otherwise), or none")
-    kernel_time.add_arguments(p)
-    kernel_plans.add_arguments(p)
-    p.set_defaults(func=main)

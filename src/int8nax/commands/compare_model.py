@@ -35,11 +35,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from . import compare
-from .bench import argtypes, generate, model_folder, models
-from .bench.checks import MismatchError
-from .bench.peers import Unavailable
-from .bench.text import table_lines
+from . import compare_gemm
+from ..bench import argtypes, generate, model_folder, models
+from ..bench.checks import MismatchError
+from ..bench.peers import Unavailable
+from ..bench.text import table_lines
 
 GIB = 2.0**30
 
@@ -136,7 +136,7 @@ def _fill(row: Row, prepared: models.Prepared, repeat: int) -> None:
 
 
 def _breakdown(prepared: models.Prepared, tokens: int) -> dict:
-    from .bench import model_profile
+    from ..bench import model_profile
 
     got, why = model_profile.measured(prepared, tokens)
     return {"n/a": why} if got is None else asdict(got)
@@ -214,7 +214,7 @@ def render(rows: list[Row], markdown: bool) -> str:
 def breakdown_lines(rows: list[Row], markdown: bool) -> list[str]:
     """The --breakdown table of a group (ms per layer; bench.model_profile) and each row's
     largest kernels; nothing where no row has one."""
-    from .bench import model_profile
+    from ..bench import model_profile
 
     have = [r for r in rows if r.breakdown and "wall_ms" in r.breakdown]
     if not have:
@@ -263,21 +263,24 @@ def _tokens_arg(text: str):
     return tuple(dict.fromkeys(int(p) for p in parts))
 
 
-def extend(parser: argparse.ArgumentParser) -> None:
-    """Add the --model options to `int8nax compare`'s parser: with --model the command measures
-    models (main below); without, it is the GEMM comparison it was."""
-    gemm = parser.get_default("func")
+MODEL_ONLY = ("tokens", "forms", "layers", "context", "breakdown")
+"""Options that only --model and --generate read (int8nax.commands.compare refuses them elsewhere)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `int8nax compare`'s model modes: --model (main below) and --generate
+    (generate_main), each in its group of the help."""
     group = parser.add_argument_group(
         "models", "with --model: whole models (mlx-lm's Qwen decoder layers) form by form instead of GEMMs")
-    group.add_argument("--model", type=compare.names_arg(tuple(models.CONFIGS), "configurations"),
+    group.add_argument("--model", type=compare_gemm.names_arg(tuple(models.CONFIGS), "configurations"),
                        help=f"comma-separated configurations: {', '.join(models.CONFIGS)}")
     group.add_argument("--tokens", type=_tokens_arg,
                        help="comma-separated token counts: 1 is one decode step, more a prefill (default: "
                             "the benchmark profile's)")
-    group.add_argument("--forms", type=compare.names_arg(models.ALL_FORMS, "forms"),
+    group.add_argument("--forms", type=compare_gemm.names_arg(models.ALL_FORMS, "forms"),
                        help=f"comma-separated, in order (default: {','.join(models.FORMS)}; with --generate "
                             f"{','.join(generate.FORMS)})")
-    group.add_argument("--model-modes", type=compare.names_arg(models.MODES, "modes"), default=("eager",),
+    group.add_argument("--model-modes", type=compare_gemm.names_arg(models.MODES, "modes"), default=("eager",),
                        help="eager (the default), compiled (under mx.compile), or eager,compiled")
     group.add_argument("--layers", type=argtypes.count(1, 64),
                        help="decoder layers (default: the benchmark profile's, 4 on a GPU; with --generate the "
@@ -308,26 +311,9 @@ def extend(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("--first-token", action="store_true",
                      help="also time each form's first token in a fresh process (one process per form)")
 
-    def dispatch(args) -> int:
-        if args.generate:
-            return generate_main(args)
-        for option in GENERATE_ONLY:
-            if getattr(args, option) not in (None, False):
-                print(f"int8nax compare: error: --{option.replace('_', '-')} needs --generate", file=sys.stderr)
-                return 2
-        if args.model:
-            return main(args)
-        for option in ("tokens", "forms", "layers", "context", "breakdown"):
-            if getattr(args, option) not in (None, False):
-                print(f"int8nax compare: error: --{option} needs --model", file=sys.stderr)
-                return 2
-        return gemm(args)
-
-    parser.set_defaults(func=dispatch)
-
 
 def main(args) -> int:
-    from .bench import problems
+    from ..bench import problems
 
     if args.shapes or args.contenders or args.profile:
         print("int8nax compare: error: --model does not take --shapes, --contenders or --profile", file=sys.stderr)
@@ -347,16 +333,16 @@ def main(args) -> int:
     context = args.context or profile.context
     forms = args.forms or models.FORMS
     if args.breakdown:
-        from .bench import model_profile
+        from ..bench import model_profile
 
         model_profile.start()
-    meta = compare.environment()
+    meta = compare_gemm.environment()
     print(f"int8nax compare --model: backend {meta['backend']} ({meta['backend_reason']}); {layers} layers, "
           f"mlx-lm's classes with random seeded weights; median of {args.repeat}")
     # One line per measured cell on stderr (a model cell takes seconds: no bar needed), unless
     # --progress none.
     total = len(args.model) * len(forms) * len(args.model_modes) * len(tokens)
-    lines = compare.Progress(sys.stderr, "none" if args.progress == "none" else "lines")
+    lines = compare_gemm.Progress(sys.stderr, "none" if args.progress == "none" else "lines")
     counter = itertools.count(1)
 
     def step(label: str) -> None:
@@ -378,7 +364,7 @@ def main(args) -> int:
 # --- --generate: the generation benchmark (int8nax.bench.generate) ---------------------------
 
 GENERATE_ONLY = ("prompt_tokens", "generation_tokens", "batch", "trials", "vocab", "first_token")
-"""Options that only --generate reads."""
+"""Options that only --generate reads (int8nax.commands.compare refuses them elsewhere)."""
 NOT_WITH_GENERATE = ("shapes", "contenders", "profile", "tokens", "context", "breakdown")
 
 
@@ -474,7 +460,7 @@ def generate_json(rows: list[generate.Row], meta: dict) -> dict:
 
 
 def generate_main(args) -> int:
-    from .bench import problems
+    from ..bench import problems
 
     given = [o for o in NOT_WITH_GENERATE if getattr(args, o, None) not in (None, False)]
     if given or args.model_modes != ("eager",):
@@ -495,7 +481,7 @@ def generate_main(args) -> int:
     trials = args.trials or profile.trials
     layers = args.layers or profile.layers
     vocab = args.vocab or profile.vocab
-    meta = {**compare.environment(), **generate.versions(), "command": "int8nax " + " ".join(sys.argv[1:]),
+    meta = {**compare_gemm.environment(), **generate.versions(), "command": "int8nax " + " ".join(sys.argv[1:]),
             "profile": profile_name, "settings": {
                 "forms": list(forms), "prompt_tokens": list(prompt_tokens), "generation_tokens": generation_tokens,
                 "batches": list(batches), "trials": trials, "layers": layers, "vocab": vocab,
@@ -503,7 +489,7 @@ def generate_main(args) -> int:
     print(f"int8nax compare --generate: backend {meta['backend']} ({meta['backend_reason']}); profile {profile_name} "
           f"({why}); mlx-lm {meta['mlx_lm']}'s stream_generate / batch_generate, prefill step "
           f"{generate.PREFILL_STEP_SIZE}; random seeded weights", flush=True)
-    lines = compare.Progress(sys.stderr, "none" if args.progress == "none" else "lines")
+    lines = compare_gemm.Progress(sys.stderr, "none" if args.progress == "none" else "lines")
     t0 = time.perf_counter()
 
     def step(text: str) -> None:

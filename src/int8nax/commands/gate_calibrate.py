@@ -12,7 +12,7 @@ the gate's exit status and wall time, and from asv's result files every gated be
 ratio (head median / base median) and asv's significance test, so that the false-alarm and
 detection rates can be given per benchmark and for other factors than the one run.
 
-    python -m int8nax.gate_calibrate --machine cpu-2core --runs 10 --slowdowns 1.2,1.1 \
+    python -m int8nax.commands.gate_calibrate --machine cpu-2core --runs 10 --slowdowns 1.2,1.1 \
         --out docs/results/gate-cpu-2core.md [--write-settings]
 
 Runs anywhere asv runs (a CPU box, an H200 with asv.cuda.conf.json, an M5 with
@@ -22,7 +22,7 @@ environment (or a pip cache / wheelhouse).
 --existing [PYTHON] is the variant for a machine without network or package index (the lent
 H200): no virtualenv is built. Each commit is checked out in a worktree of the clone, and
 `asv run -E existing:PYTHON --set-commit-hash C -a rounds=1` measures it with that tree's src/
-on PYTHONPATH (and ASV_PYTHONPATH), through src/int8nax/asv_persistent.py when the machine's
+on PYTHONPATH (and ASV_PYTHONPATH), through src/int8nax/commands/asv_persistent.py when the machine's
 `launch` is "persistent". The script interleaves the rounds itself, as `asv continuous
 --interleave-rounds` does (asv refuses to with an existing environment): the first round of a
 repetition records fresh samples, the later ones --append-samples, so each commit ends with
@@ -34,7 +34,7 @@ not finish in time (the report covers the complete ones); --out-dir collects, in
 (a device call brings back eight at most), the report, the console log (calibrate.log), every
 asv log (logs.tar.gz) and the raw points (runs.json):
 
-    PYTHONPATH=/tmp/site:$PWD/src python3 -m int8nax.gate_calibrate --existing \
+    PYTHONPATH=/tmp/site:$PWD/src python3 -m int8nax.commands.gate_calibrate --existing \
         --config asv.cuda.conf.json --machine int8nax-cuda --runs 5 --slowdowns 1.1 \
         --budget-min 9 --out-dir "$OUT/gate"
 
@@ -66,13 +66,13 @@ from pathlib import Path
 
 from . import gate
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 """The checkout this module runs from (src/int8nax/ two levels down): the calibration clones it."""
 
 PLANT_TARGET = "src/int8nax/backends/__init__.py"
 PLANT = '''
 
-# --- Planted by int8nax.gate_calibrate: a slowdown of {factor}x of int8nax's GEMM and W8A8 ---
+# --- Planted by int8nax.commands.gate_calibrate: a slowdown of {factor}x of int8nax's GEMM and W8A8 ---
 # Every backend's int8_matmul and w8a8_linear waits, after computing, for ({factor} - 1) times
 # the time the call took, whichever backend and whichever CPU path runs.
 import time as _planted_time
@@ -267,7 +267,7 @@ class Run:
 
 
 def gate_run(clone: Clone, head: str, args, log_dir: Path, label: str) -> tuple[int, float, str]:
-    command = [sys.executable, str(clone.path / "src/int8nax/gate.py"), "--config",
+    command = [sys.executable, str(clone.path / "src/int8nax/commands/gate.py"), "--config",
                str(clone.path / args.config), "--machine", args.machine, *args.gate_args, clone.base, head]
     t0 = time.monotonic()
     result = subprocess.run(command, cwd=clone.path, env=clone.env, capture_output=True, text=True)
@@ -437,7 +437,7 @@ def measure_existing(clone: Clone, args, settings: gate.Settings, log_dir: Path,
     and abandons one that reaches it; `after_each(runs, command)` follows each complete one."""
     commits = commits_of(clone, args.slowdowns)
     results_dir = clone.path / ".asv" / "results" / args.machine
-    launcher = clone.path / "src" / "int8nax" / "asv_persistent.py"
+    launcher = clone.path / "src" / "int8nax" / "commands" / "asv_persistent.py"
     config = str(clone.path / args.config)
     envs = {c.label: commit_env(clone, settings, clone.tree(c.sha)) for c in commits}
     runs: list[Run] = []
@@ -527,7 +527,7 @@ def load_runs(path: Path) -> tuple[list[Run], dict]:
     """runs.json (runs_json) back: the runs, and the rest of the document."""
     document = json.loads(path.read_text())
     if not isinstance(document, dict) or "runs" not in document:
-        raise SystemExit(f"--merge: {path} is not a runs.json of int8nax.gate_calibrate --out-dir")
+        raise SystemExit(f"--merge: {path} is not a runs.json of int8nax.commands.gate_calibrate --out-dir")
     runs = []
     for r in document.pop("runs"):
         run = Run(r["kind"], r["planted"], r["status"], r["seconds"], tuple(r["load"]),
@@ -628,7 +628,7 @@ def existing_lines(args, settings: gate.Settings) -> list[str]:
             "commit's own sources (a worktree of the clone at that commit) were on PYTHONPATH / "
             "ASV_PYTHONPATH. Each round of each commit is one `asv run -E existing:PYTHON --set-commit-hash "
             "C -a rounds=1` (the first round records fresh samples, the later ones `--append-samples`), "
-            f"launched through {'src/int8nax/asv_persistent.py' if settings.launch == 'persistent' else 'asv'}; "
+            f"launched through {'src/int8nax/commands/asv_persistent.py' if settings.launch == 'persistent' else 'asv'}; "
             f"the script interleaves the rounds as `asv continuous --interleave-rounds` does ({settings.rounds} "
             f"rounds, the order of the {commits} commits A, A', B_f rotated every round). So every commit "
             "ends with the samples of asv continuous's rounds in one result file, and the ratio, the "
@@ -644,14 +644,14 @@ def report(runs: list[Run], args, settings: gate.Settings, command: str, started
     existing = getattr(args, "existing", None)
     if not runs:
         return (f"# Gate calibration on `{args.machine}`, {started}\n\n"
-                f"`python -m int8nax.gate_calibrate {' '.join(args.argv)}`\n\n"
+                f"`python -m int8nax.commands.gate_calibrate {' '.join(args.argv)}`\n\n"
                 "No repetition completed (see the logs).\n", settings.factor)
     aa = [r for r in runs if r.kind == "A/A"]
     names = sorted({n for r in runs for n in r.points})
     factor = settings.factor
     suggested, sigma, worst = suggest_factor(aa, names)
     lines = [f"# Gate calibration on `{args.machine}`, {started}", "",
-             f"`python -m int8nax.gate_calibrate {' '.join(args.argv)}`", ""]
+             f"`python -m int8nax.commands.gate_calibrate {' '.join(args.argv)}`", ""]
     lines += getattr(args, "machine_info", None) or machine_lines(args)
     load_end = getattr(args, "load_end", None) or os.getloadavg()
     lines += [f"- load average (1, 5, 15 min) at the start: {', '.join(f'{x:.2f}' for x in load0)}; "
@@ -661,7 +661,7 @@ def report(runs: list[Run], args, settings: gate.Settings, command: str, started
               (f"- asv command of each round (the last one run): `{command}`" if existing
                else f"- gate command of each run: `{command}`"),
               "- planted slowdown: every backend's int8_matmul and w8a8_linear wait (f - 1) times their own "
-              "time after computing (int8nax.gate_calibrate PLANT)", ""]
+              "time after computing (int8nax.commands.gate_calibrate PLANT)", ""]
     lines += ["## Gate verdicts", "",
               "| pair | runs | exit 0 (quiet) | exit 1 (regression) | exit 2 (could not measure) | minutes per run (median, max) |",
               "|---|---|---|---|---|---|"]
@@ -824,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.merge:
         text, suggested = report(runs, args, settings, command, started, load0)
-        text += "\nMerged from " + ", ".join(f"`{m}`" for m in args.merge) + " (int8nax.gate_calibrate --merge).\n"
+        text += "\nMerged from " + ", ".join(f"`{m}`" for m in args.merge) + " (int8nax.commands.gate_calibrate --merge).\n"
         publish(runs, text, suggested)
         return 0
     load0 = os.getloadavg()

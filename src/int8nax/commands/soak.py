@@ -32,12 +32,12 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from . import api, backends
-from .bench import argtypes
-from .exactness import check_int8_matmul, check_quantize, check_w8a8, special_rows
-from .nn import W8A8Linear
-from .quant import quantize_weight_np
-from .reference import to_numpy
+from .. import api, backends
+from ..bench import argtypes
+from ..exactness import check_int8_matmul, check_quantize, check_w8a8, special_rows
+from ..nn import W8A8Linear
+from ..quant import quantize_weight_np
+from ..reference import to_numpy
 
 KINDS = ("int8_matmul", "w8a8_linear", "w8a8_linear_bias", "quantize_activations", "layer_forward",
          "layer_grad")

@@ -1,17 +1,17 @@
 """Nsight Compute (ncu) profiles of kernel-mode items: where a kernel's time goes, not only how
-long it takes (bench.kernel_time gives that).
+long it takes (bench.kernel.mode gives that).
 
-    python -m int8nax.bench.ncu --profile prof --set w8a8:bfloat16,int8_matmul@512x4096x4096 \\
+    python -m int8nax.bench.kernel.ncu --profile prof --set w8a8:bfloat16,int8_matmul@512x4096x4096 \\
         --manifest manifest.json
 
 runs the three steps (each also on its own):
 
     ncu --clock-control none --profile-from-start off --print-units base --section ... \\
-        --export prof python -m int8nax.bench.ncu --set ... --manifest manifest.json
+        --export prof python -m int8nax.bench.kernel.ncu --set ... --manifest manifest.json
     ncu --import prof.ncu-rep --csv --page details --print-units base > prof.csv
-    python -m int8nax.bench.ncu --summarize prof.csv --manifest manifest.json
+    python -m int8nax.bench.kernel.ncu --summarize prof.csv --manifest manifest.json
 
-The run (on the GPU, under ncu) prepares every item as kernel mode does (bench.kernel_cases:
+The run (on the GPU, under ncu) prepares every item as kernel mode does (bench.kernel.cases:
 the same operands, calls and checks), runs WARMUP calls of each and checks its output (kernel
 builds and first-use checks stay outside the profile), then starts the profiler and runs each
 item's `launches` calls, one call + mx.eval each, with a one-thread boundary kernel (MARKER)
@@ -39,10 +39,10 @@ import time
 from pathlib import Path
 
 from .cupti import short_name
-from .estimate import shape_text
-from .kernel_cases import SWIGLU_QUANTIZE, WARMUP, prepare
-from .kernel_worker import DEFAULT_L2_BYTES, Item
-from .problems import parse_shapes
+from ..estimate import shape_text
+from .cases import SWIGLU_QUANTIZE, WARMUP, prepare
+from .worker import DEFAULT_L2_BYTES, Item
+from ..problems import parse_shapes
 
 MARKER = "int8nax_ncu_boundary"
 """The boundary kernel's name (MLX calls it custom_kernel_<this>...)."""
@@ -75,14 +75,14 @@ def parse_sets(values: list[str]) -> list[Item]:
 
 
 def ncu_command(report: str, run_args: list[str], python: str = "python3") -> list[str]:
-    """The ncu command line that profiles `python -m int8nax.bench.ncu <run_args>` into `report`
+    """The ncu command line that profiles `python -m int8nax.bench.kernel.ncu <run_args>` into `report`
     (.ncu-rep): SECTIONS, base units, the clocks left alone (the GPU machines' advice), only the
     window the run opens."""
     cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--print-units", "base",
            "--force-overwrite", "--export", report]
     for section in SECTIONS:
         cmd += ["--section", section]
-    return cmd + [python, "-m", "int8nax.bench.ncu", *run_args]
+    return cmd + [python, "-m", "int8nax.bench.kernel.ncu", *run_args]
 
 
 # ---- the run (on the GPU, under ncu) --------------------------------------------------------------
@@ -302,7 +302,7 @@ def _env_line() -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m int8nax.bench.ncu", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m int8nax.bench.kernel.ncu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", action="append", default=[], metavar="SUBJECTS@SHAPES",
                         help="subjects (int8_matmul, bf16, w8a8:<dtype>[+bias], swiglu_quantize:<fused|staged>:<dtype> "
                              "at MxHxN, N unused) at shapes, e.g. "
@@ -334,7 +334,7 @@ def main(argv=None) -> int:
 
     why = skip_reason()
     if why:
-        print(f"int8nax.bench.ncu: {why}", file=sys.stderr)
+        print(f"int8nax.bench.kernel.ncu: {why}", file=sys.stderr)
         return 3
     start, stop = _profiler()
     t0 = time.time()
@@ -351,7 +351,7 @@ def _summarize(csv_path: Path, manifest_path: Path) -> int:
         manifest = json.loads(manifest_path.read_text())
         print(summary(read_kernels(csv_path.read_text()), manifest), end="")
     except (OSError, ValueError, KeyError) as exc:
-        print(f"int8nax.bench.ncu: {exc}", file=sys.stderr)
+        print(f"int8nax.bench.kernel.ncu: {exc}", file=sys.stderr)
         return 2
     return 0
 
@@ -359,21 +359,21 @@ def _summarize(csv_path: Path, manifest_path: Path) -> int:
 def profile(report: str, run_args: list[str], manifest: Path, runner=subprocess.run) -> int:
     """The three steps (module docstring): the run under ncu, its details as `report`.csv, the summary."""
     if shutil.which("ncu") is None and runner is subprocess.run:
-        print("int8nax.bench.ncu: needs Nsight Compute's ncu on the PATH", file=sys.stderr)
+        print("int8nax.bench.kernel.ncu: needs Nsight Compute's ncu on the PATH", file=sys.stderr)
         return 3
     # ncu writes numbers in the locale's format ("9,00" under a comma-decimal one); read_kernels
     # takes C's, so both ncu steps run under it
     env = {**os.environ, "LC_ALL": "C"}
     rc = runner(ncu_command(report, run_args, sys.executable), env=env).returncode
     if rc != 0:
-        print(f"int8nax.bench.ncu: the profiled run exited {rc}", file=sys.stderr)
+        print(f"int8nax.bench.kernel.ncu: the profiled run exited {rc}", file=sys.stderr)
         return rc
     csv_path = Path(f"{report}.csv")
     with open(csv_path, "w") as fh:
         rc = runner(["ncu", "--import", f"{report}.ncu-rep", "--csv", "--page", "details", "--print-units", "base"],
                     stdout=fh, env=env).returncode
     if rc != 0:
-        print(f"int8nax.bench.ncu: ncu --import exited {rc}", file=sys.stderr)
+        print(f"int8nax.bench.kernel.ncu: ncu --import exited {rc}", file=sys.stderr)
         return rc
     return _summarize(csv_path, manifest)
 

@@ -11,7 +11,7 @@ import sys
 def _cmd_info(args) -> int:
     """The report, and exit status 0 whatever it says (a diagnostic: the first lines say when
     calls without an explicit backend= will fail)."""
-    from . import info
+    from .. import info
 
     report = info()
     if args.json:
@@ -42,7 +42,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     parser = Parser(prog="int8nax", description=__doc__)
     parser.add_argument("--version", action="version", version=f"int8nax {__version__}")
@@ -53,10 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
     p_info.set_defaults(func=_cmd_info)
     _add_selftest(sub)
-    from . import compare, compare_model, gate, site, soak
+    from . import compare, gate, site, soak
 
     compare.add_parser(sub)
-    compare_model.extend(sub.choices["compare"])
     site.add_parser(sub)
     gate.add_parser(sub)
     soak.add_parser(sub)
@@ -71,7 +70,7 @@ def _cmd_selftest(args) -> int:
 
 def _add_selftest(sub) -> None:
     from . import selftest
-    from .bench import argtypes
+    from ..bench import argtypes
 
     p = sub.add_parser(
         "selftest",

@@ -1,13 +1,13 @@
 """asv with one long-lived benchmark process per environment instead of one per benchmark.
 
-    python src/int8nax/asv_persistent.py run|continuous|... [asv arguments]
+    python src/int8nax/commands/asv_persistent.py run|continuous|... [asv arguments]
 
 The command line is asv's own (`python -m asv ...`); only how benchmark processes are launched
 changes. asv's "spawn" starts a new Python for every (benchmark, parameter, round), and its
 "forkserver" forks one that has imported the suite. Neither suits a CUDA box:
 - spawn pays Python start, MLX + CUDA initialisation, the torch import of the peers and one
-  NVRTC compile per kernel variant in every process: ~10 s each on the H200 (2026-12-01), so
-  the whole suite costs ~22 minutes per commit;
+  NVRTC compile per kernel variant in every process: ~10 s each on the H200, so the whole
+  suite costs ~22 minutes per commit;
 - forkserver's children inherit a CUDA context initialised by importing MLX in the server,
   which a forked child cannot use (`cudaMallocManaged ... initialization error`).
 Here each environment gets one worker, started with that environment's Python, which runs

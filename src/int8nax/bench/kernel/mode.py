@@ -17,13 +17,13 @@ headline alone problems.EXTRA_SHAPES, 8192^3, shown but outside the geometric me
 
 Method. Each launch is one call and one mx.eval (cuBLASLt: one enqueue and one synchronize), so
 no two launches overlap. The CUPTI activity records of the launches' kernels (memsets and copies
-included) are read through torch.profiler (int8nax.bench.cupti): MLX launches on its own stream
+included) are read through torch.profiler (int8nax.bench.kernel.cupti): MLX launches on its own stream
 from CUDA graphs, so CUDA events cannot bracket its kernels; cuBLASLt is timed the same way for a
 like-for-like figure. A launch's time is the sum of its kernels' durations; the figure is the
 median over `launches` launches (after 3 untimed ones), which rotate through copies of the inputs
 covering ROTATE_L2 times the L2 (read from the device), so that the operands come from HBM.
 
-Every timed output is checked after the timing (int8nax.bench.kernel_cases), on the same inputs
+Every timed output is checked after the timing (int8nax.bench.kernel.cases), on the same inputs
 (copies are bit-identical): integers bit-exactly against the int64 product, W8A8 within 1 ulp of
 the float64 model of its quantization (problems.py, int8nax.reference); on up to CHECK_ROWS rows
 (first and last halves) for M above that. A wrong output is shown as MISMATCH and its time
@@ -35,11 +35,11 @@ Other kernels. The environment chooses what int8nax runs, as for any call (the w
 it, and the JSON records it): INT8NAX_CUDA_KERNEL=<variant> times another GEMM kernel variant
 (`--w8a8 none` for the raw GEMM alone), INT8NAX_CUDA_EPILOGUE=eft W8A8's other epilogue,
 INT8NAX_CUDA_BIAS=own a 16-bit bias read by the kernels in its own type (no cast first).
-`--plans` times every plan the dispatch could give instead (int8nax.bench.kernel_plans, on this
+`--plans` times every plan the dispatch could give instead (int8nax.bench.kernel.plans, on this
 mode's worker, operands and checks).
 
-Robustness. The items run in a worker process (python -m int8nax.bench.kernel_time --worker;
-int8nax.bench.kernel_worker), which writes one JSON line per item as it goes; if it dies (a kernel
+Robustness. The items run in a worker process (python -m int8nax.bench.kernel.mode --worker;
+int8nax.bench.kernel.worker), which writes one JSON line per item as it goes; if it dies (a kernel
 fault kills the CUDA context), the item it was on is recorded as failed and a fresh worker takes
 the rest. A budget in seconds (compile time included) stops the run; items not reached are
 listed as not run.
@@ -56,13 +56,13 @@ import sys
 import time
 from functools import partial
 
-from . import argtypes
+from .. import argtypes
 from .cupti import skip_reason
-from .estimate import shape_text
-from .kernel_cases import CHECK_ROWS, ROTATE_L2, WARMUP, measure
-from .kernel_worker import LAUNCHES, Item, run_items, spawn_worker, worker_main
-from .text import table_lines
-from .problems import EXTRA_SHAPES, SEED_SHAPES, Shape
+from ..estimate import shape_text
+from .cases import CHECK_ROWS, ROTATE_L2, WARMUP, measure
+from .worker import LAUNCHES, Item, run_items, spawn_worker, worker_main
+from ..text import table_lines
+from ..problems import EXTRA_SHAPES, SEED_SHAPES, Shape
 
 BUDGET_S = 330.0
 """Default seconds for the whole run, compile time included (one device call is 600 s at most)."""
@@ -251,7 +251,7 @@ def to_json(records: list[dict], meta: dict) -> dict:
 
 
 def environment() -> dict:
-    from . import host
+    from .. import host
 
     env = {**host.environment(), "method": METHOD,
            "rotate_l2": ROTATE_L2, "warmup": WARMUP, "check_rows": CHECK_ROWS,
@@ -348,9 +348,9 @@ def report(text: str, payload: dict, meta: dict, launches: int, json_path: str |
             json.dump(payload, f, indent=1)
 
 
-WORKER_MODULE = "int8nax.bench.kernel_time"
+WORKER_MODULE = "int8nax.bench.kernel.mode"
 """The module a kernel-mode worker runs (python -m): this one, whose entry point below hands
-the worker kernel_cases.measure."""
+the worker cases.measure."""
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ the GPU model configurations, model_shapes()):
 
 Method and operands are kernel mode's (CUPTI kernel time, median of --launches launches rotating
 over input copies covering ROTATE_L2 x the L2, the same x, w, scales and bias as its W8A8 items,
-kernel_cases; a worker process writing one JSON line per item, kernel_worker; --time-limit).
+cases; a worker process writing one JSON line per item, worker; --time-limit).
 Checks: the default plan's output within 1 ulp of the float64 model on kernel mode's checked
 rows, and every other plan's output bit-identical to the default's over the whole output; a plan that differs is MISMATCH and its
 time is dropped (all of them where the default itself is off the model).
@@ -30,14 +30,14 @@ import time
 from dataclasses import dataclass
 from functools import partial
 
-from ..backends import cuda_choice, cuda_plans
+from ...backends import cuda_choice, cuda_plans
 from . import cupti
-from . import kernel_cases as kc
-from . import kernel_time as kt
-from . import kernel_worker as kw
-from .estimate import shape_text
-from .text import table_lines
-from .problems import SEED_SHAPES, Shape
+from . import cases as kc
+from . import mode as kt
+from . import worker as kw
+from ..estimate import shape_text
+from ..text import table_lines
+from ..problems import SEED_SHAPES, Shape
 
 PLANS = "plans:"
 """Subject prefix of an item that times every plan of one W8A8 variant (or the raw GEMM) at one
@@ -55,7 +55,7 @@ MODEL_CONFIGS = ("qwen2.5-7b", "qwen3-8b")
 MODEL_TOKENS = (512, 2048, 4096)
 """The M (prefill tokens) of the model layers among the default shapes."""
 
-WORKER_MODULE = "int8nax.bench.kernel_plans"
+WORKER_MODULE = "int8nax.bench.kernel.plans"
 
 PROG = "int8nax compare --mode kernel --plans"
 
@@ -159,7 +159,7 @@ def layer_shapes(config) -> list[tuple[str, int, int]]:
 
 def model_shapes(configs=MODEL_CONFIGS, tokens=MODEL_TOKENS) -> dict[Shape, list[str]]:
     """{(M, K, N): ["qwen2.5-7b q|k|v", ...]} of each configuration's fused layers at each M."""
-    from .models import CONFIGS
+    from ..models import CONFIGS
 
     out: dict[Shape, list[str]] = {}
     for name in configs:
@@ -193,7 +193,7 @@ class CudaDispatch:
     (Tests stand in another.)"""
 
     def __init__(self):
-        from ..backends import cuda
+        from ...backends import cuda
 
         self.cuda = cuda
 
@@ -277,7 +277,7 @@ def measure_plans(item: kw.Item, ctx: dict) -> dict:
 
 
 def measure(item: kw.Item, ctx: dict) -> dict:
-    """The worker's measure: plans items here, the raw GEMM by kernel mode's (kernel_cases)."""
+    """The worker's measure: plans items here, the raw GEMM by kernel mode's (cases)."""
     return measure_plans(item, ctx) if item.subject.startswith(PLANS) else kc.measure(item, ctx)
 
 

@@ -8,9 +8,9 @@ as failed and starts a fresh worker on the rest, within a budget in seconds (com
 included); items not reached are listed as not run. A worker that finds the context poisoned
 after an item (_healthy) exits with CONTEXT_LOST, so that a fresh one takes the rest.
 
-What is measured is the mode's: each mode (bench.kernel_time, bench.kernel_plans) calls
+What is measured is the mode's: each mode (bench.kernel.mode, bench.kernel.plans) calls
 worker_main with its own measure(item, ctx) from its `python -m` entry point; ctx carries torch,
-the CUPTI Profiler (bench.cupti), the launches per item and the device's L2 size.
+the CUPTI Profiler (bench.kernel.cupti), the launches per item and the device's L2 size.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cupti import Profiler
-from .estimate import shape_text
-from .problems import Shape
+from ..estimate import shape_text
+from ..problems import Shape
 
 DEFAULT_L2_BYTES = 50 << 20
 """The H200's L2, used when the device does not report its own."""

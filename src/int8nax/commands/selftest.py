@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from . import quant
-from ._checks import MAX_K
-from .bench import argtypes, estimate, host, timing
-from .bench.peers import Unavailable
-from .exactness import DTYPES, check_int8_matmul, check_quantize, check_w8a8, special_rows
+from .. import quant
+from .._checks import MAX_K
+from ..bench import argtypes, estimate, host, timing
+from ..bench.peers import Unavailable
+from ..exactness import DTYPES, check_int8_matmul, check_quantize, check_w8a8, special_rows
 
 # ---------------------------------------------------------------------------------------------
 # `int8nax selftest`
@@ -243,7 +243,7 @@ def collect(backend: str, sizes, timing_shapes, warmup: int, repeat: int,
             budget: float | None = 1.0) -> dict:
     """Everything the report says, as plain data (the --json output); `exit` is the status:
     0 all exact, 1 a check failed, 2 backend unavailable."""
-    from . import backends
+    from .. import backends
 
     report: dict = host.environment()
     report["backends"] = {n: {"available": backends.probe(n).available, "reason": backends.probe(n).reason}
@@ -280,7 +280,7 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
     the hardware verdict, the layout probe, the variant chosen and why (with each self-test's
     failures), then per variant (both load paths x both relaxed_precision values) whether each
     kernel built (the compiler's message if not) and exactness over the shape grid."""
-    from .backends import metal, metal_source
+    from ..backends import metal, metal_source
 
     backend = metal.BACKEND
     hardware = backend.hardware()
@@ -419,7 +419,7 @@ def run_selftest(backend: str, sizes, timing_shapes, warmup: int, repeat: int, o
 
 
 def main(args) -> int:
-    from . import backends
+    from .. import backends
 
     name = args.backend
     if name == "auto":

@@ -1,12 +1,12 @@
 """Kernel mode's items on the device: what each subject runs, on which operands, how its
-launches are timed and how its output is checked (int8nax.bench.kernel_time describes the mode).
+launches are timed and how its output is checked (int8nax.bench.kernel.mode describes the mode).
 
-measure(item, ctx) is what the worker (bench.kernel_worker) runs for one item of kernel mode:
+measure(item, ctx) is what the worker (bench.kernel.worker) runs for one item of kernel mode:
 the operands of problems.py as bit-identical copies computed on the device, covering ROTATE_L2
 times the L2 so that they come from HBM; WARMUP untimed launches, then ctx's CUPTI Profiler
-(bench.cupti) over ctx's launches; then the output checked on checked_rows: integers bit-exactly
+(bench.kernel.cupti) over ctx's launches; then the output checked on checked_rows: integers bit-exactly
 against the int64 product, W8A8 within 1 ulp of the float64 model, the bfloat16 peer within 5 %
-of the float32 product. The --plans sweep (bench.kernel_plans) times its plans on the same cases
+of the float32 product. The --plans sweep (bench.kernel.plans) times its plans on the same cases
 (raw_case, w8a8_case).
 """
 
@@ -16,8 +16,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .kernel_worker import Item
-from .problems import Shape, ops
+from .worker import Item
+from ..problems import Shape, ops
 
 ROTATE_L2 = 4
 """Input copies cover this many times the L2 (more than 3x: no operand stays cached)."""
@@ -86,8 +86,8 @@ def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
 
     import int8nax  # the public API, as a user calls it
 
-    from .. import backends
-    from . import problems
+    from ... import backends
+    from .. import problems
 
     m, k, n = item.shape
     rows = checked_rows(m)
@@ -136,7 +136,7 @@ def _swiglu_quantize(item: Item, l2: int) -> Prepared:
     import mlx.core as mx
     import numpy as np
 
-    from ..backends import base, cuda, cuda_plans
+    from ...backends import base, cuda, cuda_plans
 
     parts = item.subject.split(":")
     if len(parts) != 3 or parts[1] not in ("fused", "staged") or parts[2] not in ("float16", "bfloat16", "float32"):
@@ -173,15 +173,15 @@ def measure(item: Item, ctx: dict) -> dict:
     import mlx.core as mx
     import numpy as np
 
-    from ..reference import exact_int_product
-    from . import problems
+    from ...reference import exact_int_product
+    from .. import problems
 
     m, k, n = item.shape
     rows = checked_rows(m)
     rec = {"subject": item.subject, "shape": list(item.shape)}
     prof, launches, l2 = ctx["profiler"], ctx["launches"], ctx["l2_bytes"]
     if item.subject == "cublaslt":
-        from .peers import cublaslt
+        from ..peers import cublaslt
 
         a_np, b_np = problems.raw_problem(m, k, n)
         run = cublaslt.prepare(a_np, b_np)
@@ -243,7 +243,7 @@ class RawCase:
         import mlx.core as mx
         import numpy as np
 
-        from ..reference import exact_int_product
+        from ...reference import exact_int_product
 
         got = np.array(out[mx.array(rows)]).astype(np.int64)
         bad = int((got != exact_int_product(self.a_np[rows], self.b_np)).sum())
@@ -255,7 +255,7 @@ def raw_case(shape: Shape, l2: int) -> RawCase:
     an L2 of `l2` bytes."""
     import mlx.core as mx
 
-    from . import problems
+    from .. import problems
 
     m, k, n = shape
     a_np, b_np = problems.raw_problem(m, k, n)
@@ -290,7 +290,7 @@ class W8A8Case:
         """None where `out` rows `rows` are within 1 ulp of the float64 model, else what is wrong."""
         import mlx.core as mx
 
-        from ..reference import max_ulp_error, w8a8_linear_ref
+        from ...reference import max_ulp_error, w8a8_linear_ref
 
         idx = mx.array(rows)
         want = w8a8_linear_ref(self.x[idx], self.w_np, self.s_np, self.bias)
@@ -303,7 +303,7 @@ def w8a8_case(variant: str, shape: Shape, l2: int) -> W8A8Case:
     evaluated on the device, with copies for an L2 of `l2` bytes."""
     import mlx.core as mx
 
-    from . import problems
+    from .. import problems
 
     m, k, n = shape
     dtype_name, has_bias = variant.split("+")[0], variant.endswith("+bias")
