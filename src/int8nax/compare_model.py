@@ -23,6 +23,11 @@ is the generation benchmark (int8nax.bench.generate): whole models at their real
 mlx-lm folders, every form timed through mlx-lm's stream_generate / batch_generate, printed as
 mlx-lm's table (Precision | Prompt (P) tok/sec | Generation (G) tok/sec | Memory GB) with each
 form's tokens/s over bf16's and over mlx-q8's, and the greedy agreement with bf16.
+
+`int8nax compare --generate --breakdown [--forms bf16,w8a8[,mlx-q8]]` explains the gap between the
+two: per prompt length, batch 1, each form's prompt tokens/s on a ladder from mlx-lm's loop to one
+bare forward (generate.RUNGS: loop, no-clear, one-chunk, forward), forms interleaved in one process,
+with each rung's ratio over bf16 and its peak memory: where the ratio changes, that step costs it.
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ user of a new server waits: kernel builds included) and the load + conversion be
 
 Ratios (`ratios`): each form's prompt and generation tokens/s over bf16's and over mlx-q8's from
 the same run (above 1: faster), at the same (P, G, B).
+`breakdown` (compare --generate --breakdown): the prompt phase of the same folder on a ladder of
+RUNGS from mlx-lm's loop to one bare forward, every form loaded at once and interleaved, so that
+the rung where W8A8's ratio over bf16 changes names what costs it.
 """
 
 from __future__ import annotations
