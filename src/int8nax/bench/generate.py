@@ -526,6 +526,9 @@ def rung_call(model, tokenizer, prompt: list[int], rung: str) -> float:
         response = None
         for response in front_end().stream_generate(model, tokenizer, prompt, max_tokens=1, prefill_step_size=step):
             pass
+    # generate_step has already queued the next token's step; stream_generate waits for it only
+    # where it set a wired limit (Metal), so wait here, untimed: no call runs into the next one.
+    mx.synchronize(sys.modules["mlx_lm.generate"].generation_stream)
     return response.prompt_tps
 
 
