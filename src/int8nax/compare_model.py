@@ -578,7 +578,8 @@ def breakdown_render(result: generate.Breakdown, markdown: bool) -> str:
                f"{generate.PREFILL_STEP_SIZE}) as users run it; no-clear = loop with mlx_lm.generate's "
                "mx.clear_cache() a no-op; one-chunk = no-clear with prefill step = prompt length (P - 1 tokens "
                "in one chunk, then the last-token step); forward = the decoder stack on all P tokens with a fresh "
-               "KV cache, the LM head on the last position, default stream")
+               "KV cache, the LM head on the last position, default stream (it also runs the last layer's attention and MLP "
+               "on every token, which the loop's chunks skip: 1/layers of the work more)")
     for f, info in result.forms.items():
         for k, v in info.items():
             out.append(prefix + (f"{f}: checked before timing (every projection on {generate.CHECK_TOKENS} prompt "
