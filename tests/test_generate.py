@@ -278,3 +278,116 @@ def test_the_suite_can_measure_one_model_of_the_profile(monkeypatch):
     figures = generate.profile_figures("cpu")
     assert figures[("qwen2.5-0.5b p64 g16 b1", "bf16")] == {
         "skip": f"qwen2.5-0.5b is not in {generate.CONFIGS_ENV}=qwen2.5-7b"}
+
+
+# --- the breakdown (compare --generate --breakdown) ----------------------------------------------
+
+def _stack_calls(monkeypatch) -> list[int]:
+    """Token counts of every call of the tiny model's decoder stack, from now on."""
+    cls = models.mlx_lm_module("qwen2").Qwen2Model
+    real, seen = cls.__call__, []
+
+    def recorded(self, inputs, *args, **kw):
+        seen.append(inputs.shape[1])
+        return real(self, inputs, *args, **kw)
+
+    monkeypatch.setattr(cls, "__call__", recorded)
+    return seen
+
+
+def test_the_breakdown_times_every_rung_of_every_form_interleaved():
+    result = generate.breakdown(TINY, ("bf16", "w8a8"), (12, 20), trials=2)
+    assert [(c.prompt_tokens, c.rung, c.form) for c in result.rungs] == [
+        (p, r, f) for p in (12, 20) for r in generate.RUNGS for f in ("bf16", "w8a8")]
+    for c in result.rungs:
+        assert len(c.trials) == 2 and all(t > 0 for t in c.trials)
+        assert c.prompt_tps.low <= c.prompt_tps.median <= c.prompt_tps.high
+        assert c.peak_memory_gb > 0
+    by = {(c.form, c.prompt_tokens, c.rung): c for c in result.rungs}
+    for p in (12, 20):
+        for r in generate.RUNGS:
+            assert by[("bf16", p, r)].vs_bf16 == 1.0
+            assert by[("w8a8", p, r)].vs_bf16 == pytest.approx(
+                by[("w8a8", p, r)].prompt_tps.median / by[("bf16", p, r)].prompt_tps.median)
+    # the peak counts each form's own parameters: W8A8's int8 weights are smaller than bf16's
+    assert by[("w8a8", 12, "forward")].peak_memory_gb < by[("bf16", 12, "forward")].peak_memory_gb
+    assert result.forms["w8a8"]["check"].endswith("ulp") and "W8A8Linear" in result.forms["w8a8"]["detail"]
+
+
+def test_each_rung_is_the_call_it_names(monkeypatch):
+    import mlx.core as core
+    import mlx_lm.generate  # noqa: F401 - the module the rungs patch
+
+    original = core.clear_cache
+    clears = []
+    monkeypatch.setattr(core, "clear_cache", lambda: clears.append(1) or original())
+    monkeypatch.setattr(generate, "PREFILL_STEP_SIZE", 5)
+    from mlx_lm import load
+
+    model, tokenizer = load(str(model_folder.folder(TINY)))
+    prompt = generate.prompts(12, 1, TINY.vocab)[0]
+    seen = _stack_calls(monkeypatch)
+    got = {}
+    for rung in generate.RUNGS:
+        seen.clear(), clears.clear()
+        assert generate.rung_call(model, tokenizer, prompt, rung) > 0
+        got[rung] = (list(seen), len(clears))
+    # loop: mlx-lm's chunks of 5 of the first 11 tokens, a clear after each, the last token, the next step
+    assert got["loop"] == ([5, 5, 1, 1, 1], 3)
+    assert got["no-clear"] == ([5, 5, 1, 1, 1], 0)
+    assert got["one-chunk"] == ([11, 1, 1], 0)
+    assert got["forward"] == ([12], 0)
+    assert sys.modules["mlx_lm.generate"].mx is core
+
+
+def test_no_clear_is_restored_after_an_exception():
+    import mlx.core as core
+
+    module = generate.front_end() and sys.modules["mlx_lm.generate"]
+    original = core.clear_cache
+    with pytest.raises(RuntimeError, match="boom"):
+        with generate.no_clear() as proxy:
+            assert module.mx is proxy and module.mx.clear_cache is not original
+            module.mx.clear_cache()
+            assert proxy.skipped == 1 and module.mx.array is core.array
+            raise RuntimeError("boom")
+    assert module.mx is core and core.clear_cache is original
+
+
+def test_the_breakdown_of_a_form_that_cannot_run_says_why():
+    result = generate.breakdown(TINY, ("bf16", "mlx-q8"), (8,), trials=1)
+    assert set(result.forms) == {"bf16", "mlx-q8"} and "check" in result.forms["mlx-q8"]
+    with pytest.raises(ValueError, match="^forms: "):
+        generate.breakdown(TINY, ("bf16", "cider"), (8,))
+    with pytest.raises(ValueError, match="^prompt_tokens: "):
+        generate.breakdown(TINY, ("bf16",), (0,))
+
+
+def test_compare_generate_breakdown_prints_the_ladder_and_writes_json(tmp_path, capsys):
+    out_json = tmp_path / "gap.json"
+    rc, got = _cli(capsys, "--generate", "--breakdown", "--model", TINY.name, "--prompt-tokens", "12",
+                   "--trials", "1", "--layers", "2", "--vocab", "256", "--json", str(out_json), "--markdown")
+    assert rc == 0, got.err
+    lines = got.out.splitlines()
+    header = next(line for line in lines if line.startswith("| rung"))
+    assert header == ("| rung | w8a8 vs bf16 | bf16 tok/s | w8a8 tok/s | bf16 peak GB | w8a8 peak GB |")
+    table = lines[lines.index(header) + 2:][:4]
+    assert [line.split(" | ")[0].lstrip("| ") for line in table] == list(generate.RUNGS)
+    data = json.loads(out_json.read_text())
+    assert data["meta"]["settings"]["breakdown"] is True and data["meta"]["settings"]["forms"] == ["bf16", "w8a8"]
+    (result,) = data["breakdown"]
+    assert len(result["rungs"]) == 8 and set(result["forms"]) == {"bf16", "w8a8"}
+    assert set(result["rungs"][0]) >= {"form", "prompt_tokens", "rung", "prompt_tps", "peak_memory_gb", "trials",
+                                       "vs_bf16"}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--breakdown",), "--breakdown needs --model"),
+    (("--generate", "--breakdown", "--batch", "1,8"), "does not take --batch other than 1"),
+    (("--generate", "--breakdown", "--first-token"), "does not take --first-token"),
+    (("--generate", "--breakdown", "--generation-tokens", "4"), "does not take --generation-tokens"),
+    (("--generate", "--breakdown", "--forms", "bf16,cider"), "does not take --forms with cider"),
+    (("--generate", "--breakdown", "--tokens", "16"), "--generate does not take --tokens"),
+])
+def test_bad_breakdown_options_exit_2_with_one_line(argv, words, capsys):
+    test_bad_options_exit_2_with_one_line(argv, words, capsys)

@@ -23,6 +23,11 @@ is the generation benchmark (int8nax.bench.generate): whole models at their real
 mlx-lm folders, every form timed through mlx-lm's stream_generate / batch_generate, printed as
 mlx-lm's table (Precision | Prompt (P) tok/sec | Generation (G) tok/sec | Memory GB) with each
 form's tokens/s over bf16's and over mlx-q8's, and the greedy agreement with bf16.
+
+`int8nax compare --generate --breakdown [--forms bf16,w8a8[,mlx-q8]]` explains the gap between the
+two: per prompt length, batch 1, each form's prompt tokens/s on a ladder from mlx-lm's loop to one
+bare forward (generate.RUNGS: loop, no-clear, one-chunk, forward), forms interleaved in one process,
+with each rung's ratio over bf16 and its peak memory: where the ratio changes, that step costs it.
 """
 
 from __future__ import annotations
@@ -289,7 +294,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="prompt tokens before a decode step (default: the profile's, 512 on a GPU)")
     group.add_argument("--breakdown", action="store_true",
                        help="also profile each timed cell on a CUDA GPU: host wall against GPU busy time and the "
-                            "kernels' time by category (int8nax GEMM, quantization, float GEMM, attention...)")
+                            "kernels' time by category (int8nax GEMM, quantization, float GEMM, attention...); "
+                            "with --generate: prompt tokens/s of each form on a ladder from mlx-lm's loop to one "
+                            "bare forward (loop, no-clear, one-chunk, forward), batch 1, forms interleaved "
+                            f"(default forms {','.join(generate.BREAKDOWN_FORMS)})")
 
     gen = parser.add_argument_group(
         "generation", "with --generate: whole models at their real depth through mlx-lm's stream_generate / "
@@ -365,7 +373,9 @@ def main(args) -> int:
 
 GENERATE_ONLY = ("prompt_tokens", "generation_tokens", "batch", "trials", "vocab", "first_token")
 """Options that only --generate reads (int8nax.commands.compare refuses them elsewhere)."""
-NOT_WITH_GENERATE = ("shapes", "contenders", "profile", "tokens", "context", "breakdown")
+NOT_WITH_GENERATE = ("shapes", "contenders", "profile", "tokens", "context")
+NOT_WITH_BREAKDOWN = ("generation_tokens", "first_token")
+"""--generate options that --generate --breakdown (prompt phase, batch 1) does not read."""
 
 
 def _counts_arg(text: str) -> tuple[int, ...]:
@@ -473,8 +483,17 @@ def generate_main(args) -> int:
         print(f"int8nax compare: error: {exc}", file=sys.stderr)
         return 2
     profile = generate.PROFILES[profile_name]
+    if args.breakdown:
+        bad = [o for o in NOT_WITH_BREAKDOWN if getattr(args, o) not in (None, False)]
+        bad += ["forms"] if args.forms and "cider" in args.forms else []
+        bad += ["batch"] if args.batch and args.batch != (1,) else []
+        if bad:
+            what = {"forms": "--forms with cider", "batch": "--batch other than 1"}.get(bad[0], f"--{bad[0]}")
+            print(f"int8nax compare: error: --generate --breakdown (prompt phase, batch 1) does not take "
+                  f"{what.replace('_', '-')}", file=sys.stderr)
+            return 2
     configs = args.model or profile.configs
-    forms = args.forms or generate.FORMS
+    forms = args.forms or (generate.BREAKDOWN_FORMS if args.breakdown else generate.FORMS)
     prompt_tokens = args.prompt_tokens or profile.prompt_tokens
     generation_tokens = args.generation_tokens or profile.generation_tokens
     batches = args.batch or profile.batches
@@ -485,7 +504,8 @@ def generate_main(args) -> int:
             "profile": profile_name, "settings": {
                 "forms": list(forms), "prompt_tokens": list(prompt_tokens), "generation_tokens": generation_tokens,
                 "batches": list(batches), "trials": trials, "layers": layers, "vocab": vocab,
-                "prefill_step_size": generate.PREFILL_STEP_SIZE, "first_token": args.first_token}}
+                "prefill_step_size": generate.PREFILL_STEP_SIZE, "first_token": args.first_token,
+                "breakdown": args.breakdown}}
     print(f"int8nax compare --generate: backend {meta['backend']} ({meta['backend_reason']}); profile {profile_name} "
           f"({why}); mlx-lm {meta['mlx_lm']}'s stream_generate / batch_generate, prefill step "
           f"{generate.PREFILL_STEP_SIZE}; random seeded weights", flush=True)
@@ -502,6 +522,8 @@ def generate_main(args) -> int:
             with open(args.json, "w") as f:
                 json.dump(generate_json(rows + current, meta), f, indent=1)
 
+    if args.breakdown:
+        return breakdown_main(args, profile, configs, meta, step)
     for config in configs:  # saved after every form, printed per model: a run cut short keeps what it had
         got = generate.measure(config, forms, prompt_tokens, generation_tokens, batches, trials, layers, vocab,
                                args.first_token, progress=step, on_form=save)
@@ -510,3 +532,65 @@ def generate_main(args) -> int:
         save([])
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     return 1 if generate.failed(rows) else 0
+
+
+# --- --generate --breakdown: the ladder from mlx-lm's loop to the bare forward ---------------
+
+def breakdown_render(result: generate.Breakdown, markdown: bool) -> str:
+    """Per prompt length one table: a row per rung, per form its prompt tokens/s (median,
+    min-max) and peak GB, each form's ratio over bf16; then the forms' notes."""
+    out = []
+    forms = list(dict.fromkeys(c.form for c in result.rungs))
+    others = [f for f in forms if f != "bf16"]
+    for p in dict.fromkeys(c.prompt_tokens for c in result.rungs):
+        cells = {(c.form, c.rung): c for c in result.rungs if c.prompt_tokens == p}
+        out.append(f"\n{'### ' if markdown else ''}{result.config} ({result.layers} layers, vocab {result.vocab}): "
+                   f"prompt {p}, batch 1, ladder from mlx-lm's loop to the bare forward (median of "
+                   f"{result.trials} trials, min-max; forms interleaved)\n")
+        header = (["rung"] + [f"{f} vs bf16" for f in others if "bf16" in forms]
+                  + [f"{f} tok/s" for f in forms] + [f"{f} peak GB" for f in forms])
+        rows = []
+        for r in generate.RUNGS:
+            row = [r]
+            row += [f"{cells[(f, r)].vs_bf16:.2f}" if (f, r) in cells and cells[(f, r)].vs_bf16 else ""
+                    for f in others if "bf16" in forms]
+            row += [_tps(cells[(f, r)].prompt_tps) if (f, r) in cells else "n/a" for f in forms]
+            row += [f"{cells[(f, r)].peak_memory_gb:.3g}" if (f, r) in cells else "n/a" for f in forms]
+            rows.append(row)
+        out += table_lines(header, rows, markdown)
+    out.append("")
+    prefix = "- " if markdown else ""
+    out.append(prefix + "rungs: loop = stream_generate (max_tokens 1, prefill step "
+               f"{generate.PREFILL_STEP_SIZE}) as users run it; no-clear = loop with mlx_lm.generate's "
+               "mx.clear_cache() a no-op; one-chunk = no-clear with prefill step = prompt length (P - 1 tokens "
+               "in one chunk, then the last-token step); forward = the decoder stack on all P tokens with a fresh "
+               "KV cache, the LM head on the last position, default stream (it also runs the last layer's attention and MLP "
+               "on every token, which the loop's chunks skip: 1/layers of the work more)")
+    for f, info in result.forms.items():
+        for k, v in info.items():
+            out.append(prefix + (f"{f}: checked before timing (every projection on {generate.CHECK_TOKENS} prompt "
+                                 f"tokens against float64, worst): {v}" if k == "check" else
+                                 f"{f} ran as: {v}" if k == "detail" else f"{f}: {k}: {v}"))
+    return "\n".join(out)
+
+
+def breakdown_main(args, profile, configs, meta, step) -> int:
+    prompt_tokens = args.prompt_tokens or profile.prompt_tokens
+    trials = args.trials or profile.trials
+    layers = args.layers or profile.layers
+    vocab = args.vocab or profile.vocab
+    forms = args.forms or generate.BREAKDOWN_FORMS
+    meta["settings"].update(forms=list(forms), batches=[1], generation_tokens=None)
+    t0 = time.perf_counter()
+    results = []
+    failed = False
+    for config in configs:
+        got = generate.breakdown(config, forms, prompt_tokens, trials, layers, vocab, progress=step)
+        results.append(got)
+        print(breakdown_render(got, args.markdown), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"meta": meta, "breakdown": [asdict(r) for r in results]}, f, indent=1)
+        failed |= any("MISMATCH" in info or (form == "w8a8" and "failed" in info) for form, info in got.forms.items())
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+    return 1 if failed else 0
