@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -335,28 +334,31 @@ def test_the_source_is_mlxs_byte_for_byte():
     assert body == cbc.mlx_source(inst)
 
 
-def _toy_spec(value: int, name: str) -> KernelSpec:
-    return KernelSpec(name, ("a",), ("out",), f"out[threadIdx.x] = a[threadIdx.x] + {value};", "", 0)
-
-
-def test_mlx_runs_the_entry_the_cache_wrote(monkeypatch, tmp_path):
+def test_mlx_runs_the_entry_the_cache_wrote(tmp_path):
     # An entry holding another body's binary under this kernel's module name: MLX runs it, so
-    # MLX reads the entries the cache writes under the names it computes.
-    mx, cuda = _cuda_or_skip()
-    monkeypatch.setenv(cbc.CACHE_ENV, str(tmp_path))
-    cache = cbc.BinaryCache(cbc.arch_of(cuda.compute_capability()), cbc.mlx_package_dir(), mx.__version__)
-    name = "int8nax_toy_" + uuid.uuid4().hex[:8]  # a module this process has not loaded
-    a = mx.arange(32, dtype=mx.int32)
-    honest, other = _toy_spec(1, name), _toy_spec(7, name)
-    inst = cbc.Instance.of(honest, [a], [mx.int32], [])
-    job = cache._missing(cbc.Instance.of(other, [a], [mx.int32], []))
-    cbc.build(cbc.Job(job.source, job.kernel, job.module, str(cache.entry(inst)), job.arch, job.package,
-                      job.includes, job.headers))
-    if not Path(cbc.cache_dir(mx.__version__)).samefile(tmp_path):
-        pytest.skip("MLX read its cache folder before this test set MLX_PTX_CACHE_DIR")
-    kernel = mx.fast.cuda_kernel(name=name, input_names=["a"], output_names=["out"], source=honest.source)
-    out = kernel(inputs=[a], output_shapes=[(32,)], output_dtypes=[mx.int32], grid=(32, 1, 1), threadgroup=(32, 1, 1))[0]
-    assert out.tolist() == [i + 7 for i in range(32)]
+    # MLX reads the entries the cache writes under the names it computes. In a process of its
+    # own: MLX reads MLX_PTX_CACHE_DIR once, at its first build.
+    _cuda_or_skip()
+    script = tmp_path / "poison.py"
+    script.write_text(
+        "import mlx.core as mx\n"
+        "from int8nax.backends import cuda, cuda_binary_cache as cbc\n"
+        "from int8nax.backends.kernel_spec import KernelSpec\n"
+        "def spec(v):\n"
+        "    return KernelSpec('int8nax_toy', ('a',), ('out',), f'out[threadIdx.x] = a[threadIdx.x] + {v};', '', 0)\n"
+        "cache = cbc.BinaryCache(cbc.arch_of(cuda.compute_capability()), cbc.mlx_package_dir(), mx.__version__)\n"
+        "a = mx.arange(32, dtype=mx.int32)\n"
+        "honest = cbc.Instance.of(spec(1), [a], [mx.int32], [])\n"
+        "other = cache._missing(cbc.Instance.of(spec(7), [a], [mx.int32], []))\n"
+        "cbc.build(cbc.Job(other.source, other.kernel, other.module, str(cache.entry(honest)), other.arch,\n"
+        "                  other.package, other.includes, other.headers))\n"
+        "kernel = mx.fast.cuda_kernel(name='int8nax_toy', input_names=['a'], output_names=['out'], source=spec(1).source)\n"
+        "out = kernel(inputs=[a], output_shapes=[(32,)], output_dtypes=[mx.int32], grid=(32, 1, 1), threadgroup=(32, 1, 1))[0]\n"
+        "print(out.tolist())\n")
+    env = dict(os.environ, MLX_PTX_CACHE_DIR=str(tmp_path / "ptx"))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [i + 7 for i in range(32)]
 
 
 def test_a_fresh_process_loads_what_warm_up_built(tmp_path):
@@ -368,7 +370,8 @@ def test_a_fresh_process_loads_what_warm_up_built(tmp_path):
         "from int8nax import reference\n"
         "n, k = 384, 1024\n"
         "if sys.argv[1] == 'warm':\n"
-        "    cuda.warm_up(n, k, 300, dtype=mx.bfloat16, jobs=4)\n"
+        "    layers = [cuda.WarmLayer('w8a8_linear', n, k), cuda.WarmLayer('int8_matmul', n, k)]\n"
+        "    cuda.warm_up_layers(layers, 300, dtype=mx.bfloat16, jobs=4)\n"
         "else:\n"
         "    rng = np.random.default_rng(0)\n"
         "    w = rng.integers(-127, 128, (n, k), dtype=np.int8)\n"
