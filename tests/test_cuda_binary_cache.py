@@ -444,3 +444,34 @@ def test_a_model_warmed_up_on_the_gpu_compiles_nothing_later(tmp_path, monkeypat
     for length in sorted(rng.sample(range(1, 8193), 50)):
         mx.eval(model(mx.zeros((1, length), dtype=mx.int32)))
     assert (cache.counts.built, cache.counts.failed) == (built, failed) == (built, 0)
+
+
+def test_the_warm_command_loads_a_folder_quantizes_and_warms(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("mlx.core")
+    from int8nax import backends
+    from int8nax.backends import base
+    from int8nax.bench import generate, model_folder
+    from int8nax.commands import cli
+
+    try:
+        generate.front_end()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"no mlx-lm front end: {exc}")
+    monkeypatch.setenv(model_folder.CACHE_ENV, str(tmp_path))
+    path = model_folder.folder("qwen2.5-0.5b", layers=1, vocab=256)
+    seen = []
+
+    def warm_up(self, layers, max_rows, dtype, *, jobs=None, progress=None):
+        seen.append((sorted(layers), max_rows, dtype, jobs))
+        return 3
+
+    monkeypatch.setattr(base.Backend, "warm_up", warm_up)
+    assert cli.main(["warm", "--model", str(path), "--max-tokens", "100", "--batch", "2", "--jobs", "3",
+                     "--skip-lm-head"]) == 0
+    out = capsys.readouterr().out
+    assert "7 W8A8 layers" in out and "up to 200 rows" in out and "3 kernels built" in out
+    (layers, rows, dtype, jobs), = seen
+    assert rows == 200 and jobs == 3 and len(layers) == 4 and str(dtype).endswith("bfloat16")
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["warm", "--model", str(tmp_path / "nowhere")])
+    assert stop.value.code == 2 and "expected an mlx-lm model folder" in capsys.readouterr().err

@@ -1,0 +1,66 @@
+"""`int8nax warm --model FOLDER`: every kernel a model's W8A8 layers need, built before a server starts.
+
+Loads an mlx-lm model folder (`mlx_lm.load`), swaps its linears for W8A8 ones as a server would
+(int8nax.nn.quantize_linears: every nn.Linear, or --skip-lm-head), and makes every kernel they
+launch for 1 .. max-tokens x batch rows ready (int8nax.nn.warm_up). On CUDA each kernel instance is
+compiled once per machine into MLX's kernel cache (MLX_PTX_CACHE_DIR), in parallel, so a later
+process answers its first request without compiling; a second run finds them all and builds
+nothing. Prints what it built and where kernels now come from; exit 0, 1 where a build was left to
+MLX, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ..bench import argtypes
+
+
+def add_parser(sub) -> None:
+    """Register `int8nax warm` on the CLI's subparsers."""
+    p = sub.add_parser("warm", help="build every kernel a model's W8A8 layers need, once per machine",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, type=_folder, metavar="FOLDER", help="an mlx-lm model folder")
+    p.add_argument("--max-tokens", type=argtypes.count(1), default=8192,
+                   help="longest prompt (or prefill chunk) to prepare for (8192)")
+    p.add_argument("--batch", type=argtypes.count(1), default=1, help="largest batch served (1)")
+    p.add_argument("--jobs", type=argtypes.count(1), default=None, help="compiles at once (default: the CPUs)")
+    p.add_argument("--skip-lm-head", action="store_true", help="leave the lm_head unquantized, as the server will")
+    p.set_defaults(func=main)
+
+
+def _folder(text: str) -> str:
+    if not (Path(text) / "config.json").is_file():
+        raise argparse.ArgumentTypeError(f"expected an mlx-lm model folder (with a config.json), got {text!r}")
+    return text
+
+
+def main(args) -> int:
+    from .. import backends, nn
+    from ..backends import cuda, cuda_binary_cache
+    from ..bench.generate import front_end
+    from ..bench.peers import Unavailable
+
+    try:
+        load = front_end().load
+    except Unavailable as exc:
+        print(f"int8nax warm: mlx-lm cannot load models here: {exc}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    model, _ = load(args.model)
+    skip = (lambda path, module: not path.endswith("lm_head")) if args.skip_lm_head else None
+    count = nn.quantize_linears(model, predicate=skip)
+    rows = args.max_tokens * args.batch
+    built = nn.warm_up(model, rows, jobs=args.jobs, progress=cuda_binary_cache.terminal_progress("building kernels"))
+    backend = backends.resolve(None)
+    print(f"int8nax warm: {count} W8A8 layers of {args.model}, up to {rows} rows on the {backend.name} backend: "
+          f"{built} kernels built in {time.perf_counter() - start:.1f} s")
+    if backend.name == "cuda":
+        print(f"kernels: {cuda.binary_cache_status()}")
+        cache = cuda.binary_cache()
+        if cache is not None and cache.counts.failed:
+            return 1
+    return 0
