@@ -33,7 +33,7 @@ def test_one_results_row_per_platform_each_with_its_page():
     results = text[text.index("## Results"):text.index("## API")]
     table = results[results.index("| platform"):].split("\n\n")[0]  # the first table (a model table may follow)
     rows = [l for l in table.splitlines() if l.startswith("| ") and not l.startswith("| platform")]
-    assert [r.split("|")[1].strip() for r in rows] == ["NVIDIA H200", "2-core CPU box", "Apple M5"]
+    assert [r.split("|")[1].strip() for r in rows] == ["NVIDIA H100", "NVIDIA H200", "2-core CPU box", "Apple M5"]
     for row in rows:
         page = re.search(r"\]\((docs/results/[\w-]+\.md)\)", row)
         assert page and (README.parent / page.group(1)).is_file(), row
