@@ -103,3 +103,33 @@ def test_activation_quant_property(backend, m, k, seed, scale):
     q_ref, s_ref = quantize_activations_ref(x)
     np.testing.assert_array_equal(np.array(s), s_ref)
     np.testing.assert_array_equal(np.array(q), q_ref)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_weight_quant_in_blocks_is_the_whole_arrays_formula(monkeypatch, rng, threads):
+    # blocks of 2 rows (of 300 float32s) and threads change nothing: every element gets the
+    # formula's float32 operations; ties and a zero row land in later blocks too
+    monkeypatch.setattr(quant, "WEIGHT_BLOCK_BYTES", 2 * 300 * 4)
+    w = rng.standard_normal((37, 300)).astype(np.float32)
+    w[20] = 0
+    w[33, :4] = [127.0, 0.5, -1.5, 2.5]
+    w[33, 4:] = 0
+    scale = np.max(np.abs(w), axis=1) / np.float32(127)
+    scale[scale == 0] = 1
+    expect = np.clip(np.round(w / scale[:, None]), -127, 127).astype(np.int8)
+    q, s = quant.quantize_weight_np(w, threads=threads)
+    assert np.array_equal(q, expect) and np.array_equal(s, scale.astype(np.float32))
+    assert list(q[33, :4]) == [127, 0, -2, 2] and not q[20].any() and s[20] == 1
+    wide = w.astype(np.float64)
+    q64, s64 = quant.quantize_weight_np(wide, threads=threads)
+    assert np.array_equal(q64, expect) and np.array_equal(s64, s)
+
+
+def test_weight_quant_names_the_first_bad_value_in_a_later_block(monkeypatch, rng):
+    monkeypatch.setattr(quant, "WEIGHT_BLOCK_BYTES", 4 * 64)
+    w = rng.standard_normal((40, 16)).astype(np.float32)
+    w[29, 7], w[31, 2] = np.inf, np.nan
+    with pytest.raises(ValueError, match=r"row 29 holds inf \(at column 7\)"):
+        int8nax.quantize_weight_int8(w)
+    with pytest.raises(ValueError, match=r"row 31 holds nan \(at column 2\)"):
+        int8nax.quantize_weight_int8(mx.array(np.where(np.isinf(w), 0, w)))

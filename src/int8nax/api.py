@@ -432,18 +432,25 @@ def quantize_weight_int8(w):
         raise TypeError(f"{func}: 'w' must be an mlx.core.array or numpy.ndarray, got {type(w).__name__}")
     if wide.ndim != 2:
         raise ValueError(f"{func}: 'w' must be 2-D [N, K], got {wide.ndim}-D with shape {wide.shape}")
-    finite = np.isfinite(wide)
-    if not finite.all():
-        row, col = (int(i) for i in np.argwhere(~finite)[0])
-        raise ValueError(
-            f"{func}: 'w' must be finite, but row {row} holds {float(wide[row, col])!r} (at column {col})"
-        )
-    check_float32_range(wide, "w", func)
-    w32 = np.ascontiguousarray(wide, dtype=np.float32)
-    q, scale = quant.quantize_weight_np(w32)
+    if wide.dtype.itemsize > 4:  # only a wider type can hold finite values float32 cannot
+        _check_finite(wide, func)
+        check_float32_range(wide, "w", func)
+    q, scale = quant.quantize_weight_np(wide)
+    if wide.dtype.itemsize <= 4 and np.isnan(scale).any():  # a row holding NaN or inf (quant.row_scales)
+        _check_finite(wide[int(np.argmax(np.isnan(scale)))][None], func, first_row=int(np.argmax(np.isnan(scale))))
     if was_mx:
         return mx.array(q), mx.array(scale)
     return q, scale
+
+
+def _check_finite(w: np.ndarray, func: str, first_row: int = 0) -> None:
+    """ValueError naming the first NaN or inf of w [R, K] (its rows counted from first_row)."""
+    finite = np.isfinite(w)
+    if not finite.all():
+        row, col = (int(i) for i in np.argwhere(~finite)[0])
+        raise ValueError(
+            f"{func}: 'w' must be finite, but row {row + first_row} holds {float(w[row, col])!r} (at column {col})"
+        )
 
 
 def _rows(x: mx.array) -> tuple[mx.array, tuple[int, ...]]:

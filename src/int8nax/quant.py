@@ -36,6 +36,9 @@ Dequantization (W8A8 epilogue)
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 QMAX = 127
@@ -115,8 +118,39 @@ def quantize_activations_np(x32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q.astype(np.int8), scale
 
 
-def quantize_weight_np(w32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-output-channel weight quantization of float32 [N, K] -> (int8 [N, K], float32 [N])."""
-    scale = row_scales(w32)
-    q = np.clip(np.round(w32 / scale[:, None]), -QMAX, QMAX).astype(np.int8)
+WEIGHT_BLOCK_BYTES = 1 << 20
+"""Rows of a weight are quantized in blocks of about this many float32 bytes: each block's
+passes (abs, max, divide, round, clip, cast) then run in the CPU's cache, not through memory."""
+
+
+def quantize_weight_np(w: np.ndarray, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-output-channel weight quantization of float [N, K] -> (int8 [N, K], float32 [N]).
+
+    w is rounded to float32 first (a float32 w is used as it is). Rows are quantized in blocks
+    (WEIGHT_BLOCK_BYTES) on `threads` threads (default: the CPUs, at most 16; numpy lets go of
+    the GIL), each element with the same float32 operations whatever the block: the result does
+    not depend on the blocking or the threads."""
+    n, k = w.shape
+    q = np.empty((n, k), dtype=np.int8)
+    scale = np.empty(n, dtype=np.float32)
+    rows = max(1, WEIGHT_BLOCK_BYTES // (4 * max(k, 1)))
+
+    def block(r0: int) -> None:
+        w32 = np.asarray(w[r0:r0 + rows], dtype=np.float32)
+        s = row_scales(w32)
+        with np.errstate(invalid="ignore"):  # a NaN row (callers refuse them) stays quiet
+            v = w32 / s[:, None]
+            np.round(v, out=v)
+            np.clip(v, -QMAX, QMAX, out=v)
+        q[r0:r0 + rows] = v
+        scale[r0:r0 + rows] = s
+
+    starts = range(0, n, rows)
+    threads = min(threads or os.cpu_count() or 1, 16, len(starts))
+    if threads <= 1:
+        for r0 in starts:
+            block(r0)
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(block, starts))
     return q, scale
