@@ -54,9 +54,10 @@
 #
 # A pytest part stopped by its limit gets SIGINT: pytest then prints the summary of what ran.
 #
-# Each part writes env.txt (date, GPU, driver, versions, commit: the device's copy has no .git,
-# so pass COMMIT=<hash>), steps.txt (each step's exit status and seconds) and its logs; at most 8
-# files come back.
+# Each part writes env.txt (date, GPU, driver, versions, commit), steps.txt (each step's exit
+# status and seconds) and its logs; at most 8 files come back. Pass COMMIT=<hash> from this
+# machine's git: the device's copy may carry a .git of the session's starting commit, not of the
+# tree that runs (git rev-parse there named the wrong commit once).
 set -u
 part=${1:?usage: hopper_verify.sh record|binaries|generate|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
