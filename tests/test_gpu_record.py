@@ -1,0 +1,76 @@
+"""The GPU record keeps up with the code: the newest change to a CUDA kernel, plan rule or epilogue
+is in a commit that a committed GPU asv record covers (the record's commit has it in its history),
+or a CUDA results page names it as pending. Read from git: a copy without history skips."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_MACHINES = ("h100", "h200")
+KERNEL_PATHS = ("src/int8nax/kernels/cuda", "src/int8nax/backends/cuda_plans.py", "src/int8nax/backends/cuda_choice.py",
+                "src/int8nax/backends/cuda/plans.py", "src/int8nax/backends/cuda/choice.py")
+"""What decides which GPU code runs and how: the kernels' sources, the plan rules, the dispatch."""
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def history_or_skip() -> None:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("no git history here")
+    if git("rev-parse", "--is-shallow-repository") == "true":
+        pytest.skip("a shallow clone: the kernels' history is cut")
+
+
+def recorded_commits() -> set[str]:
+    found = set()
+    for machine in GPU_MACHINES:
+        for path in (ROOT / ".asv" / "results" / machine).glob("*.json"):
+            if path.name != "machine.json":
+                found.add(json.loads(path.read_text())["commit_hash"])
+    return found
+
+
+def covered(change: str, records: set[str]) -> bool:
+    known = [r for r in records if subprocess.run(["git", "cat-file", "-e", f"{r}^{{commit}}"], cwd=ROOT).returncode == 0]
+    return any(subprocess.run(["git", "merge-base", "--is-ancestor", change, r], cwd=ROOT).returncode == 0
+               for r in known)
+
+
+def pending_on_results_pages(change: str) -> bool:
+    short = change[:7]
+    for page in (ROOT / "docs" / "results").glob("cuda-*.md"):
+        for line in page.read_text().splitlines():
+            if short in line and re.search(r"\bpending\b", line, re.I):
+                return True
+    return False
+
+
+def test_the_newest_kernel_change_has_its_gpu_record_or_is_pending():
+    history_or_skip()
+    paths = [p for p in KERNEL_PATHS if (ROOT / p).exists()]
+    change = git("log", "-1", "--format=%H", "--", *paths)
+    assert change, "no commit touches the CUDA kernels"
+    records = recorded_commits()
+    assert records, "no GPU machine has a committed asv record"
+    assert covered(change, records) or pending_on_results_pages(change), (
+        f"{change[:7]} ({git('log', '-1', '--format=%s', change)}) changed the CUDA kernels or their plans after "
+        f"every committed GPU record: run `tools/hopper_verify.sh record` on a GPU and commit .asv/results/<card>, "
+        f"or name {change[:7]} as pending on docs/results/cuda-<card>.md")
+
+
+def test_the_check_sees_a_change_no_record_covers(tmp_path):
+    # the rule can fail: a record at the change's parent does not cover the change
+    history_or_skip()
+    change = git("log", "-1", "--format=%H", "--", "src/int8nax/kernels/cuda")
+    parent = git("rev-parse", f"{change}^")
+    assert not covered(change, {parent}) and covered(change, {change})
+    assert not pending_on_results_pages("0" * 40)
