@@ -31,7 +31,7 @@ from functools import lru_cache
 from int8nax.bench import generate
 from int8nax.bench.checks import MismatchError
 
-from .common import profile
+from .common import peak_bytes, profile, tokens_per_s
 
 GB = generate.GB
 
@@ -72,16 +72,6 @@ class _Generation:
         except NotImplementedError as exc:  # a bogus INT8NAX_BENCH_PROFILE: every cell n/a
             return {"profile": str(exc)}
         return generate.profile_figures(name)
-
-
-def tokens_per_s(func):
-    func.unit = "tokens/s"
-    return func
-
-
-def peak_bytes(func):
-    func.unit = "bytes"
-    return func
 
 
 def ratio(func):

@@ -41,7 +41,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 from int8nax.bench import models
 from int8nax.bench.checks import MismatchError
 
-from .common import profile
+from .common import peak_bytes, profile, tokens_per_s
 
 _prepared: dict[tuple[str, str, str], models.Prepared] = {}
 
@@ -156,16 +156,6 @@ class ModelFigures:
 def per_layer(func):
     """Mark a time_ method as seconds per decoder layer."""
     func.timer = per_layer_clock
-    return func
-
-
-def tokens_per_s(func):
-    func.unit = "tokens/s"
-    return func
-
-
-def peak_bytes(func):
-    func.unit = "bytes"
     return func
 
 

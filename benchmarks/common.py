@@ -97,6 +97,18 @@ def chained(func):
     return func
 
 
+def tokens_per_s(func):
+    """Mark a track_ method as tokens per second (higher is better: not gated)."""
+    func.unit = "tokens/s"
+    return func
+
+
+def peak_bytes(func):
+    """Mark a track_ method as peak memory in bytes."""
+    func.unit = "bytes"
+    return func
+
+
 def throughput(func):
     """Mark a track_ method as a TOPS display: one round (a median of calls inside), and
     higher is better, so regression gates must ignore it (asv thinks higher is worse)."""
