@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from int8nax.backends import cuda_source
+from int8nax.backends.cuda import source as cuda_source
 
 CXX = shutil.which("g++") or shutil.which("clang++")
 

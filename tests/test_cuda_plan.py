@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from int8nax import backends, quant
-from int8nax.backends import cuda_plans, cuda_source
+from int8nax.backends.cuda import plans as cuda_plans, source as cuda_source
 from int8nax.bench import problems
 
 SEED = list(problems.SEED_SHAPES + problems.EXTRA_SHAPES)  # (M, K, N)
@@ -166,14 +166,14 @@ def test_cuda_probe_explains_itself():
 
 
 def test_row_chunks_respect_the_grid_limit():
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import graphs as cuda_graphs
 
     cfg = cuda_plans.CUDA_CONFIGS["wg1_64x64"]
-    chunks = cuda._row_chunks(10_000_000, cfg)
-    assert chunks[0] == (0, cuda.MAX_GRID_Y * cfg.bm) and chunks[-1][1] == 10_000_000
-    assert all(hi - lo <= cuda.MAX_GRID_Y * cfg.bm for lo, hi in chunks)
+    chunks = cuda_graphs._row_chunks(10_000_000, cfg)
+    assert chunks[0] == (0, cuda_graphs.MAX_GRID_Y * cfg.bm) and chunks[-1][1] == 10_000_000
+    assert all(hi - lo <= cuda_graphs.MAX_GRID_Y * cfg.bm for lo, hi in chunks)
     assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
-    assert cuda._row_chunks(5, cfg) == [(0, 5)]
+    assert cuda_graphs._row_chunks(5, cfg) == [(0, 5)]
 
 
 # ---- the quantization kernel's launch (cuda_plans.cuda_quant_launch) ----

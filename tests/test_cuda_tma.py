@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from int8nax import backends
-from int8nax.backends import cuda_choice, cuda_plans
+from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans
 from int8nax.reference import int8_matmul_ref, to_numpy
 
 from conftest import random_int8, within_one_ulp
@@ -30,10 +30,10 @@ pytestmark = [
 ]
 
 if CUDA.available:
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import device as cuda_device, probe as cuda_probe, backend as cuda
 
-    SM90 = cuda.family_for(cuda.compute_capability()) == "sm90"
-    SMS = cuda.sm_count() if SM90 else 132
+    SM90 = cuda_device.family_for(cuda_device.compute_capability()) == "sm90"
+    SMS = cuda_probe.sm_count() if SM90 else 132
 else:
     SM90, SMS = False, 132
 
@@ -85,7 +85,7 @@ def view(x, shift):
 @pytest.mark.parametrize("shift_a,shift_b", [(0, 0), (3, 0), (0, 5), (8, 1)])
 def test_public_int8_matmul_on_the_tma_kernel_with_offset_views(rng, shift_a, shift_b):
     import int8nax
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import backend as cuda
 
     m, k, n = 77, 4096, 200
     assert cuda.choice(m, n, k).variant == cuda_choice.TMA

@@ -12,7 +12,8 @@ import pytest
 import int8nax
 from int8nax import backends
 from int8nax import nax_emulator as emu
-from int8nax.backends import cpu, metal, metal_source
+from int8nax.backends.cpu import backend as cpu
+from int8nax.backends.metal import backend as metal, source as metal_source
 
 
 @pytest.mark.parametrize(
@@ -259,7 +260,7 @@ def registry_on_gpu(monkeypatch):
         backends.probe.cache_clear()
 
     # An M5 has no CUDA: on a CUDA machine auto mode would otherwise fall back to it, not the CPU.
-    from int8nax.backends import cuda as cuda_backend
+    from int8nax.backends.cuda import backend as cuda_backend
     from int8nax.backends.base import Probe
 
     monkeypatch.setattr(cuda_backend.BACKEND, "probe", lambda: Probe(False, "no CUDA device on an Apple M5"))

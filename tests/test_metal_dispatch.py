@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from int8nax import quant, tiling
-from int8nax.backends import metal, metal_source
+from int8nax.backends.metal import backend as metal, source as metal_source
 
 # What mx.fast.metal_kernel 0.32.4 adds to the signature when the name occurs in `source`.
 MLX_ATTRIBUTES = {

@@ -19,7 +19,8 @@ import pytest
 
 from int8nax import exactness, quant
 from int8nax import nax_emulator as emu
-from int8nax.backends import cpu, metal
+from int8nax.backends.cpu import backend as cpu
+from int8nax.backends.metal import backend as metal
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 import mlx_stand_in  # noqa: E402

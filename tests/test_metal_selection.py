@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from int8nax import nax_emulator as emu
-from int8nax.backends import metal
+from int8nax.backends.metal import backend as metal
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 import mlx_stand_in  # noqa: E402

@@ -1,4 +1,4 @@
-"""The Metal GEMM tile chosen on the device (backends/metal_tiles.py and metal.time_tiles): the
+"""The Metal GEMM tile chosen on the device (backends/metal/tiles.py and metal.time_tiles): the
 choice, its on-disk cache (round trip, a corrupt file ignored and rewritten, atomic writes),
 the forced tile, the backend recording the winner, and the timing function itself run on the
 g++ stand-in (every candidate exact) and on a recorder (a wrong candidate left out). No timing
@@ -17,7 +17,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import tiling
-from int8nax.backends import metal, metal_tiles
+from int8nax.backends.metal import backend as metal, tiles as metal_tiles
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 sys.path.insert(0, str(Path(__file__).parent))

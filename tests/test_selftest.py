@@ -12,7 +12,7 @@ import pytest
 from int8nax import backends, exactness
 from int8nax.commands import cli, selftest
 from int8nax._checks import MAX_K
-from int8nax.backends import cpu
+from int8nax.backends.cpu import backend as cpu
 
 from fakes import fake_cider, pypi_cider
 
@@ -168,7 +168,7 @@ class _FakeVariantOps:
 
 def fake_m5_backend(broken_load=None):
     from int8nax import nax_emulator
-    from int8nax.backends import metal
+    from int8nax.backends.metal import backend as metal
 
     return metal.MetalBackend(
         machine=lambda: (True, "applegpu_g17s", "26.4"),
@@ -187,7 +187,7 @@ def fresh_registry():
 def test_metal_report_lists_probe_choice_and_every_variant(monkeypatch, capsys, broken_load, fresh_registry):
     import json
 
-    from int8nax.backends import metal
+    from int8nax.backends.metal import backend as metal
 
     monkeypatch.setattr(metal, "BACKEND", fake_m5_backend(broken_load))
     monkeypatch.setattr(backends, "probe", lambda name: metal.BACKEND.probe() if name == "metal"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.backends import cuda_plans, cuda_source
+from int8nax.backends.cuda import plans as cuda_plans, source as cuda_source
 
 NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or shutil.which("nvcc", path="/usr/local/cuda/bin")
 MLX_JIT_HEADERS = os.environ.get("INT8NAX_MLX_JIT_HEADERS")

@@ -280,7 +280,7 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
     the hardware verdict, the layout probe, the variant chosen and why (with each self-test's
     failures), then per variant (both load paths x both relaxed_precision values) whether each
     kernel built (the compiler's message if not) and exactness over the shape grid."""
-    from ..backends import metal, metal_source
+    from ..backends.metal import backend as metal, source as metal_source
 
     backend = metal.BACKEND
     hardware = backend.hardware()

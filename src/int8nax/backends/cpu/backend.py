@@ -32,8 +32,8 @@ import weakref
 import mlx.core as mx
 import numpy as np
 
-from . import cpu_engines, cpu_graph, cpu_quant
-from .base import Backend, Probe, refused_by_trace
+from . import engines as cpu_engines, graph as cpu_graph, quant as cpu_quant
+from ..base import Backend, Probe, refused_by_trace
 
 ENGINE_WORDS = {"onnx": "onnxruntime MatMulInteger", "numpy": f"numpy float32 BLAS, K blocks of {cpu_engines.K_BLOCK}"}
 """How describe() names each engine of cpu_engines in the benchmark record."""

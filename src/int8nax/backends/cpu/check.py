@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import exact_int_product
+from ...reference import exact_int_product
 
 MAX_K = 131071
 

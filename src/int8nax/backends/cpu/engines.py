@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import cpu_check
-from .cpu_onnx import OnnxEngine
+from . import check as cpu_check
+from .onnx import OnnxEngine
 
 ENV_VAR = "INT8NAX_CPU_GEMM"
 ENGINE_NAMES = ("onnx", "numpy")
@@ -155,7 +155,7 @@ def select() -> Selection:
     """The engine for this process: the forced one (tests), else INT8NAX_CPU_GEMM, else auto."""
     global _selection
     if _forced:
-        return _select(_forced[-1], "forced by int8nax.backends.cpu_engines.using")
+        return _select(_forced[-1], "forced by int8nax.backends.cpu.engines.using")
     if _selection is None:
         requested = (os.environ.get(ENV_VAR) or "auto").strip().lower()
         _selection = _select(requested, f"{ENV_VAR}={requested}")

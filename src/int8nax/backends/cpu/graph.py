@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from ..quant import FLT_MIN, QMAX, TINY_SHIFT
-from .cpu_engines import K_BLOCK
+from ...quant import FLT_MIN, QMAX, TINY_SHIFT
+from .engines import K_BLOCK
 
 
 def quantize_rows(x: mx.array) -> tuple[mx.array, mx.array]:

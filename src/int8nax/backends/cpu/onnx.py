@@ -9,7 +9,7 @@ the true result fits int32 (K <= 131071), so the wrap cancels and the result is 
 
 Without VNNI/AMX/dot-product the same kernels multiply-add pairs of uint8 x int8 into
 int16 with saturation (x86 vpmaddubsw) and are wrong on full-range int8, which is why
-the CPU backend serves a process through this engine only after int8nax.backends.cpu_check
+the CPU backend serves a process through this engine only after int8nax.backends.cpu.check
 has reproduced a set of products exactly (see cpu_engines.select).
 
 MatMulInteger takes B as [K, N]; int8nax's weights are [N, K]. Transposing N*K bytes per
@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from .cpu_quant import in_row_blocks
+from .quant import in_row_blocks
 
 NAME = "onnx"
 THREADS_ENV_VAR = "INT8NAX_CPU_THREADS"

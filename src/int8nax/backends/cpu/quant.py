@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 import mlx.core as mx
 import numpy as np
 
-from .. import quant
+from ... import quant
 
 _BELOW_HALF = np.float32(0.5) - np.float32(2.0**-25)
 _SMALLEST_NORMAL = np.float32(2.0**-126)

@@ -18,7 +18,7 @@ write). This module writes the entry MLX would have written:
 
 A miss costs what it cost before (NVRTC, in this process or in `prebuild`'s parallel threads), a
 hit a file read; where anything here cannot work (no NVRTC, no libmlx symbols, a read-only folder),
-MLX compiles as it always did, and the counts say why (backends/cuda.py, binary_cache_status). Entries are written whole (a temporary file
+MLX compiles as it always did, and the counts say why (kernels.py, binary_cache_status). Entries are written whole (a temporary file
 renamed into place, the `.txt` before the `.ptx` MLX tests for), so processes filling the folder at
 once never expose half an entry; each carries a sidecar (`.int8nax`: the cubin's SHA-256 and
 architecture) by which a corrupt or foreign entry is found and rebuilt.
@@ -44,7 +44,7 @@ from functools import lru_cache
 from importlib import util as importlib_util
 from pathlib import Path
 
-from .kernel_spec import KernelSpec
+from ..kernel_spec import KernelSpec
 
 CACHE_ENV = "MLX_PTX_CACHE_DIR"
 """MLX's own setting for its kernel cache folder (read once, at MLX's first JIT build)."""

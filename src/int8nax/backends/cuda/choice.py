@@ -4,7 +4,7 @@
         -> Choice(variant, plan)
 
 Everything the choice depends on comes in as an argument (the SM count, the GPU's family, the
-INT8NAX_CUDA_KERNEL override), so it runs without MLX or a GPU; backends/cuda.py calls it once per
+INT8NAX_CUDA_KERNEL override), so it runs without MLX or a GPU; backends/cuda/backend.py calls it once per
 shape and launches what it returns: the launch is read from the variant's row (its kernel
 sources, template arguments, and whether it is persistent).
 
@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..tiling import ceil_div
-from . import cuda_plans as plans
-from . import cuda_source
+from ...tiling import ceil_div
+from . import plans
+from . import source as cuda_source
 
 SIMT = "simt"
 CPASYNC = "cpasync"
@@ -296,7 +296,7 @@ def reachable(n: int, k: int, m_max: int, *, w8a8: bool = False, bias: bool = Fa
     """Every kernel instance an [M, K] x [N, K] layer meets for M = 1 .. m_max, as (the first M that
     meets it, its Choice): one per (variant, tile, split or not). Each is an NVRTC compile the first
     time a process launches it (per output dtype and bias), whatever M; a server can launch these
-    once at start (backends/cuda.py, warm_up). The GEMV's fused and two-kernel W8A8 forms count
+    once at start (backends/cuda/backend.py, warm_up). The GEMV's fused and two-kernel W8A8 forms count
     apart."""
     first: dict[tuple, tuple[int, Choice]] = {}
     for m in range(1, m_max + 1):

@@ -2,7 +2,7 @@
 and the quantization kernel's launch. Pure Python: no MLX, no GPU, so every rule runs on any
 machine with the SM count as an argument (132, the H200's, by default).
 
-Which variant runs a problem is backends/cuda_choice.py's business; this module says how each
+Which variant runs a problem is backends/cuda/choice.py's business; this module says how each
 variant tiles a problem once chosen. The generic launch math (ceil_div, TileConfig, the swizzled
 grid) is int8nax.tiling's, shared with the Metal kernels and the emulator.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..tiling import Launch, TileConfig, ceil_div, launch
+from ...tiling import Launch, TileConfig, ceil_div, launch
 
 # The CUDA GEMM runs warpgroups (4 warps, 128 threads) that issue wgmma m64nBNk32 s8 from shared
 # memory. A block is WM warpgroups stacked along M (BM = 64 * WM, WN = 1: each warpgroup spans
@@ -223,7 +223,7 @@ MIN_SPLIT_BLOCKS = 8
 
 
 # ----------------------------------------------------------------------------------------------
-# CUDA activation quantization (kernels/cuda/quantize.cuh; launched by backends/cuda.py)
+# CUDA activation quantization (kernels/cuda/quantize.cuh; launched by backends/cuda/graphs.py)
 # ----------------------------------------------------------------------------------------------
 #
 # One block per row. A row of whole 8-value groups (16-byte loads) that fits in THREADS * HELD
@@ -425,7 +425,7 @@ def cuda_swiglu_staged_launch(m: int, hidden: int, itemsize: int, sms: int = 132
 
 
 # ----------------------------------------------------------------------------------------------
-# CUDA TMA GEMMs (kernels/cuda/gemm_tma_*.cuh; which one runs: backends/cuda_choice.py)
+# CUDA TMA GEMMs (kernels/cuda/gemm_tma_*.cuh; which one runs: backends/cuda/choice.py)
 # ----------------------------------------------------------------------------------------------
 #
 # The three variants load their stages with cp.async.bulk.tensor.2d from tensor maps each block

@@ -47,10 +47,10 @@ from dataclasses import dataclass, replace
 import mlx.core as mx
 import numpy as np
 
-from .. import exactness, nax_emulator, quant, tiling
-from . import metal_source, metal_tiles
-from .base import Backend, Probe, refused_by_trace
-from .metal_source import LOAD_GENERIC, LOAD_MLX_LAYOUT, KernelVariant, variant_named, variants
+from ... import exactness, nax_emulator, quant, tiling
+from . import source as metal_source, tiles as metal_tiles
+from ..base import Backend, Probe, refused_by_trace
+from .source import LOAD_GENERIC, LOAD_MLX_LAYOUT, KernelVariant, variant_named, variants
 
 
 # ---------------------------------------------------------------------------------------------

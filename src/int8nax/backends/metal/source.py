@@ -6,7 +6,7 @@ BODY_MARKER and the kernel body. A kernel's KernelSpec (backends/kernel_spec.py,
 CUDA) gets as `header` the global parts of its files in order, and as `source` the body of its
 last file. mx.fast.metal_kernel then builds one Metal library per distinct (template arguments,
 input dtypes, inputs in the `constant` address space); `instantiations()` lists every one the
-runtime (backends/metal.py) can ask for, so that the set is bounded, listed by
+runtime (backends/metal/backend.py) can ask for, so that the set is bounded, listed by
 `int8nax selftest`, and compiled one by one by the address-space check in the tests.
 """
 
@@ -17,8 +17,8 @@ from importlib import resources
 
 import mlx.core as mx
 
-from .. import tiling
-from .kernel_spec import KernelSpec
+from ... import tiling
+from ..kernel_spec import KernelSpec
 
 BODY_MARKER = "// ==== kernel body ===="
 """Splits a .metal file into global-scope code (metal_kernel's `header`) and the kernel body."""

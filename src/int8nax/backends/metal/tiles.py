@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import tiling
+from ... import tiling
 
 CACHE_ENV = "INT8NAX_CACHE_DIR"
 """A folder to keep the cache in, instead of the user's cache folder."""

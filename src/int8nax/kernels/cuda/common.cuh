@@ -3,8 +3,8 @@
 //
 // Everything lives in namespace int8nax and is called qualified from the kernel bodies: MLX
 // places the bodies in namespace mlx::core::cu, whose own helpers would otherwise hide ours.
-// Tile sizes arrive as template parameters (the body's constexprs, from backends/cuda_plans.py).
-// The headers include nothing of each other: backends/cuda_source.py lists each kernel's headers
+// Tile sizes arrive as template parameters (the body's constexprs, from backends/cuda/plans.py).
+// The headers include nothing of each other: backends/cuda/source.py lists each kernel's headers
 // in dependency order (one #include line each), and each header names what it needs.
 #pragma once
 

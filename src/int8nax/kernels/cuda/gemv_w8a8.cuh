@@ -254,7 +254,7 @@ __device__ void gemv_w8a8(const int8_t* q, const int8_t* w, int M, int N, int K,
 // each lane's 16 values of rows g and g + 8 into codes (code_of, codes8) in place of loading codes.
 // The codes and scales are the quantization kernel's bit for bit, so y is the two-kernel path's.
 // Each block reads x twice (from L2 or L1): worth it while x is small against the weight
-// (backends/cuda_plans.py, gemv_x_ok).
+// (backends/cuda/plans.py, gemv_x_ok).
 
 namespace gemv {
 

@@ -17,7 +17,7 @@
 // for the codes), 16 bytes at a time where the vector path allows, else one value at a time.
 // The row functions read the values through a row source (PlainRow: x as stored), so that
 // kernels whose values are computed on the way (swiglu_quantize.cuh) share this code and its bits.
-// The launch (THREADS, HELD) is backends/cuda_plans.py's cuda_quant_launch. Needs common.cuh.
+// The launch (THREADS, HELD) is backends/cuda/plans.py's cuda_quant_launch. Needs common.cuh.
 #pragma once
 
 namespace int8nax {
