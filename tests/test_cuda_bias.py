@@ -1,5 +1,5 @@
 """W8A8 with a float16 / bfloat16 bias read by the CUDA kernels in its own type
-(INT8NAX_CUDA_BIAS=own, kernels/cuda/epilogue.cuh's load_pair and to_float) on a GPU: bit for bit
+(INT8NAX_CUDA_BIAS=own, kernels/cuda/epilogue/epilogue.cuh's load_pair and to_float) on a GPU: bit for bit
 the outputs of the same bias cast to float32 first, on every kind of dequantizing launch (each
 variant's fused epilogue, the split-K reduction, the GEMV with and without its own quantization),
 with the bias's base aligned and 2 bytes off (the pair loads need 4).

@@ -1,4 +1,4 @@
-"""The GEMV (cuda_choice's "gemv" variant, kernels/cuda/gemv_w8a8.cuh) on a CUDA GPU: its int32
+"""The GEMV (cuda_choice's "gemv" variant, kernels/cuda/gemm/gemv_w8a8.cuh) on a CUDA GPU: its int32
 product exact, and its W8A8 outputs bit for bit those of the tiled W8A8 GEMM (the cp.async
 variant) on the same codes and on the same x, for M = 1..16, every output type, with and without
 a bias, on both epilogues; aligned, misaligned and K % 16 != 0 operands; both slice widths; and the

@@ -1,4 +1,4 @@
-"""The SwiGLU quantization kernel (kernels/cuda/swiglu_quantize.cuh) against the unfused graph, bit
+"""The SwiGLU quantization kernel (kernels/cuda/quant/swiglu_quantize.cuh) against the unfused graph, bit
 for bit: for y [M, 2H], cuda_graphs._swiglu_quantize_graph(y) must give the codes and scales that the
 quantization kernel (cuda_graphs._quantize_graph) gives for h = silu(y[:, :H]) * y[:, H:] as mlx-lm
 computes it (nn.silu(gate) * up under mx.compile, shapeless). Every launch the kernel may take is
@@ -179,7 +179,7 @@ def test_views_of_y(dtype, launch, h, view):
     _assert_same_bits(got, want)
 
 
-# ---- the staged kernel (kernels/cuda/swiglu_quantize_staged.cuh): persistent blocks, rows copied
+# ---- the staged kernel (kernels/cuda/quant/swiglu_quantize_staged.cuh): persistent blocks, rows copied
 # into shared memory while the previous one is quantized; same bits. Few blocks make every block
 # reuse both buffers; rows its buffers cannot hold (or off the vector path) it quantizes from y.
 # One launch with the widest buffers serves every width (each STAGE_BYTES is an NVRTC build of

@@ -235,7 +235,7 @@ def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
                          ids=plan_id)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_narrow_epilogue_on_every_tma_plan(variant, plan, rng, dtype):
-    # INT8NAX_CUDA_EPILOGUE=narrow's path (kernels/cuda/dequantize.cuh, dequantize_narrow), fused or in
+    # INT8NAX_CUDA_EPILOGUE=narrow's path (kernels/cuda/epilogue/dequantize.cuh, dequantize_narrow), fused or in
     # the dequantizing reduction: within 1 ulp of the float64 model and, since each narrow output
     # is one function of its inputs on every path (DequantStore::value), bit-identical to the
     # cp.async kernel's narrow W8A8 on another plan.

@@ -1,4 +1,4 @@
-"""The small-M W8A8 GEMM, the GEMV (kernels/cuda/gemv_w8a8.cuh; its cuda_choice row "gemv") without a
+"""The small-M W8A8 GEMM, the GEMV (kernels/cuda/gemm/gemv_w8a8.cuh; its cuda_choice row "gemv") without a
 GPU: its index arithmetic compiled as host C++ and run through an emulation of mma.sync.m16n8k32.s8
 written from the PTX ISA's fragment tables (not from the kernel's own helpers), over the kernel's
 loop structure, against the exact integer product; its plans and where the choice takes it; its
@@ -19,7 +19,7 @@ from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans, so
 
 CXX = shutil.which("g++") or shutil.which("clang++")
 NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or (shutil.which("nvcc", path="/usr/local/cuda/bin"))
-HEADER = Path(cuda_source.__file__).resolve().parents[2] / "kernels" / "cuda" / "gemv_w8a8.cuh"
+HEADER = Path(cuda_source.__file__).resolve().parents[2] / "kernels" / "cuda" / "gemm/gemv_w8a8.cuh"
 
 PROGRAM = r"""
 #include <cstdint>
@@ -177,12 +177,12 @@ def test_a_planted_fragment_error_is_caught(tmp_path):
 
 def test_kernel_specs_plans_and_the_choice():
     int32, w8a8, fused = cuda_source.gemv_int32(), cuda_source.gemv_w8a8(), cuda_source.gemv_w8a8_x()
-    assert fused.input_names == ("x", "w", "scale_w", "bias") and "quantize.cuh" in fused.header
+    assert fused.input_names == ("x", "w", "scale_w", "bias") and "quant/quantize.cuh" in cuda_source.walk("gemv")
     assert w8a8.input_names == ("q", "w", "scale_x", "scale_w", "bias") and w8a8.output_names == ("y",)
     assert int32.input_names == ("a", "w") and int32.output_names == ("out",)
     assert len({int32.name, w8a8.name, fused.name}) == 3
-    assert all(cuda_source.digest("gemv") in s.name and "gemv_w8a8.cuh" in s.header and "epilogue.cuh" in s.header
-               for s in (int32, w8a8, fused))
+    assert all(cuda_source.digest("gemv") in s.name and s.header.endswith('/gemm/gemv_w8a8.cuh"\n') for s in (int32, w8a8, fused))
+    assert "epilogue/epilogue.cuh" in cuda_source.walk("gemv")
     assert "DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{" in w8a8.source
     row = cuda_choice.VARIANTS[cuda_choice.GEMV]
     assert row.specs(cuda_plans.GEMV_CONFIGS["gemv_16x8"]) == (int32, w8a8) and row.quantizing() == fused

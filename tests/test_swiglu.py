@@ -321,8 +321,8 @@ def _on_cuda() -> bool:
 @pytest.mark.parametrize("schedule", ["fused", "staged"])
 @pytest.mark.parametrize("make", [lambda: qwen2.MLP(3584, 18944), lambda: qwen3.MLP(4096, 12288)], ids=["qwen2.5-7b", "qwen3-8b"])
 def test_model_sized_mlp_fused_on_the_gpu(monkeypatch, make, schedule):
-    """INT8NAX_CUDA_SWIGLU=fused (kernels/cuda/swiglu_quantize.cuh) and staged (its rows staged in
-    shared memory where 2 x SMs rows or more: swiglu_quantize_staged.cuh) against the model's own
+    """INT8NAX_CUDA_SWIGLU=fused (kernels/cuda/quant/swiglu_quantize.cuh) and staged (its rows staged in
+    shared memory where 2 x SMs rows or more: quant/swiglu_quantize_staged.cuh) against the model's own
     call, bit for bit, at decode (the GEMV where it is the default) and prefill row counts."""
     from int8nax.backends.cuda import probe as cuda_probe, settings as cuda_settings, backend as cuda
 

@@ -18,7 +18,7 @@ def test_ws_configs_fit_the_hardware(cfg):
     assert cfg.threads == 384 and cfg.bk == 128 and cfg.bn <= 256  # TMA box rows <= 256
     producer, consumer = cuda_plans.CUDA_WS_REGISTERS
     assert 128 * producer + 256 * consumer <= 65536 and producer % 8 == 0 and consumer % 8 == 0
-    assert cfg.consumer_width in (64, 128, 256)  # wgmma wrappers exist for these (wgmma_s8.cuh)
+    assert cfg.consumer_width in (64, 128, 256)  # wgmma wrappers exist for these (ptx/wgmma_s8.cuh)
     assert cfg.consumer_width in cuda_source.wgmma_widths()
     assert dict(cfg.template()) == {"BM": cfg.bm, "BN": cfg.bn, "STAGES": cfg.stages, "CHUNK": cuda_plans.EPILOGUE_CHUNK}
 
@@ -103,9 +103,9 @@ def test_persistent_specs(configs, specs, call):
         assert fused.output_names == ("y", "maps") and fused.shared_memory == raw.shared_memory == c.shared_bytes
         for s in (raw, fused):
             assert "plan_shape[0], plan_shape[1]" in s.source and call in s.source
-            assert s.header.rstrip().splitlines()[-1].endswith('launch_bounds_384.cuh"')
+            assert s.header.rstrip().splitlines()[-1] == "#define __global__ __location__(global) __launch_bounds__(384, 1)"
         assert "SplitInt32{out, a_shape[0], b_shape[0]}" in raw.source
-        if configs is cuda_plans.COOPERATIVE_CONFIGS:  # the exact path per chunk: W8A8 only (store_accumulators.cuh, CHUNK_EXACT)
+        if configs is cuda_plans.COOPERATIVE_CONFIGS:  # the exact path per chunk: W8A8 only (epilogue/store_accumulators.cuh, CHUNK_EXACT)
             assert "CHUNK, false>" in raw.source and "CHUNK, true>" in fused.source
         assert "same_epilogue(int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{y, scale_x, scale_w, bias" in fused.source
 
@@ -177,7 +177,7 @@ def test_tma_specs():
     for s, c in zip(simple, cuda_plans.CUDA_CONFIGS.values()):
         assert s.output_names == ("out", "maps") and s.shared_memory == c.tma_shared_bytes
         assert "gemm_tma_unspecialized<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>" in s.source and "a_shape[1]" in s.source
-        assert "launch_bounds_384.cuh" not in s.header
+        assert "__launch_bounds__" not in s.header
         # The in-kernel fallback for misaligned bases runs gemm_cpasync's main loop in this kernel's shared memory.
         assert c.tma_shared_bytes >= c.shared_bytes
     for s, c in zip(w8a8, cuda_plans.CUDA_CONFIGS.values()):
@@ -186,8 +186,8 @@ def test_tma_specs():
         assert "(q, w, q_shape[0], w_shape[0], q_shape[1], maps, int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{" in s.source
     for s, c in zip(ws, cuda_plans.COOPERATIVE_CONFIGS.values()):
         assert s.input_names == ("a", "b", "plan") and s.shared_memory == c.shared_bytes
-        # The launch-bound header redefines __global__: it must come last, after every other include.
-        assert s.header.rstrip().splitlines()[-1].endswith('launch_bounds_384.cuh"')
+        # The launch bound redefines __global__: it comes last, after every include.
+        assert s.header.rstrip().splitlines()[-1] == "#define __global__ __location__(global) __launch_bounds__(384, 1)"
     for part in ("cooperative", "pingpong"):
         text = cuda_source.header_text(part)
         assert text.index("sw128_descriptor(uint32_t") < text.index("void gemm_tma_ws_")
@@ -469,7 +469,7 @@ def test_the_narrow_epilogue_reaches_every_w8a8_launch(recorded, monkeypatch, m,
 def test_the_bias_reaches_every_w8a8_launch_in_its_own_dtype(recorded, monkeypatch, m, k, n, gemv, mode):
     # INT8NAX_CUDA_BIAS=own: a float16 / bfloat16 bias goes to the launch that dequantizes (fused
     # GEMM, reduction, GEMV) as it is, with no cast to float32 before the call (one MLX node and
-    # copy kernel less a call); the kernels read it exactly (epilogue.cuh, load_pair / to_float).
+    # copy kernel less a call); the kernels read it exactly (epilogue/epilogue.cuh, load_pair / to_float).
     # cast (BIAS_DEFAULT, where unset): the launch gets it in float32. A float32 bias goes as it
     # is either way; no bias: the float32 placeholder.
     import mlx.core as mx

@@ -152,7 +152,7 @@ def instances(arch: str):
 
 def mlx_headers(spec) -> list[str]:
     """The MLX headers a kernel's header includes by their JIT names (mlx/...)."""
-    return re.findall(r'#include "(mlx/[^"]+)"', spec.header)
+    return cuda_source.mlx_headers(spec.header)
 
 
 def stem(label: str) -> str:

@@ -9,14 +9,14 @@ shape and launches what it returns: the launch is read from the variant's row (i
 sources, template arguments, and whether it is persistent).
 
 The variants, named by their schedule as CUTLASS names its sm90 kernels:
-  simt                portable __dp4a GEMM (GPUs without wgmma; kernels/cuda/gemm_simt.cuh)
-  cpasync             wgmma fed by cp.async, one block per tile and split (gemm_cpasync.cuh)
+  simt                portable __dp4a GEMM (GPUs without wgmma; kernels/cuda/gemm/simt.cuh)
+  cpasync             wgmma fed by cp.async, one block per tile and split (gemm/cpasync.cuh)
   tma-unspecialized   wgmma fed by TMA + mbarriers, no warp specialisation, one block per tile
   tma-ws-cooperative  a producer warpgroup and two consumer warpgroups sharing each tile,
                       persistent blocks walking the tiles
   tma-ws-pingpong     the same producer, each consumer on whole tiles, the two taking turns
   gemv                M <= 16: the weight streamed once, mma.sync on 8- or 16-row slices of w
-                      (sm_80 and newer; gemv_w8a8.cuh); W8A8's default there where GEMV_DEFAULT
+                      (sm_80 and newer; gemm/gemv_w8a8.cuh); W8A8's default there where GEMV_DEFAULT
                       (off until timed), quantizing x inside the kernel where x is small
                       (cuda_plans.gemv_x_ok)
 

@@ -20,7 +20,7 @@ from ...tiling import Launch, TileConfig, ceil_div, launch
 # exactly the wgmma 128-byte swizzle atom. STAGES shared-memory stages are filled by cp.async,
 # AHEAD stages ahead of the one being multiplied: STAGES - 2 lets one wgmma batch stay in flight
 # across the next barrier, STAGES - 1 keeps one more stage of loads in flight instead
-# (kernels/cuda/gemm_cpasync.cuh).
+# (kernels/cuda/gemm/cpasync.cuh).
 #
 # Split-K: grid z = splits, each split owns a contiguous range of K blocks and writes its int32
 # partial sums to slice z of a [splits, M, N] workspace; a reduction kernel sums the slices
@@ -68,7 +68,7 @@ class CudaTileConfig(TileConfig):
 
     @property
     def tma_shared_bytes(self) -> int:
-        """Dynamic shared memory of this tile in the TMA kernel (kernels/cuda/gemm_tma_unspecialized.cuh):
+        """Dynamic shared memory of this tile in the TMA kernel (kernels/cuda/gemm/tma_unspecialized.cuh):
         the stages, STAGES full mbarriers rounded up to 128 bytes, 256 bytes of tensor-map scratch,
         plus 1 KB so the kernel can align to 1024 bytes."""
         return tma_shared_bytes(self, self.stages)
@@ -97,7 +97,7 @@ def tma_shared_bytes(cfg, barriers: int) -> int:
 
 EPILOGUE_CHUNK = 8
 """Column groups (8 columns each) whose epilogue factors (W8A8: s_w, bias) a thread loads before
-storing any of them (kernels/cuda/store_accumulators.cuh): each chunk costs one L2 round trip,
+storing any of them (kernels/cuda/epilogue/store_accumulators.cuh): each chunk costs one L2 round trip,
 since a load cannot pass a store to an output that might alias it."""
 
 
@@ -223,7 +223,7 @@ MIN_SPLIT_BLOCKS = 8
 
 
 # ----------------------------------------------------------------------------------------------
-# CUDA activation quantization (kernels/cuda/quantize.cuh; launched by backends/cuda/graphs.py)
+# CUDA activation quantization (kernels/cuda/quant/quantize.cuh; launched by backends/cuda/graphs.py)
 # ----------------------------------------------------------------------------------------------
 #
 # One block per row. A row of whole 8-value groups (16-byte loads) that fits in THREADS * HELD
@@ -231,7 +231,7 @@ MIN_SPLIT_BLOCKS = 8
 # bases take the kernel's two-pass loop (correct at any launch).
 
 QUANT_GROUP = 8
-"""Values in one of quantize.cuh's register groups: 16 bytes of float16/bfloat16, 32 of float32."""
+"""Values in one of quant/quantize.cuh's register groups: 16 bytes of float16/bfloat16, 32 of float32."""
 
 
 @dataclass(frozen=True)
@@ -314,7 +314,7 @@ SWIGLU_QUANT_LAUNCHES = CUDA_QUANT_LAUNCHES + (SWIGLU_PAIR_LAUNCH,)
 
 
 def cuda_swiglu_quant_launch(m: int, hidden: int, itemsize: int, sms: int = 132) -> CudaQuantLaunch:
-    """The SwiGLU quantization kernel's launch (kernels/cuda/swiglu_quantize.cuh) for y [M, 2H]
+    """The SwiGLU quantization kernel's launch (kernels/cuda/quant/swiglu_quantize.cuh) for y [M, 2H]
     (H = hidden; itemsize 2 for float16/bfloat16, 4 for float32) on `sms` SMs: one of
     SWIGLU_QUANT_LAUNCHES.
 
@@ -365,7 +365,7 @@ memory once); longer rows take the one-row-a-block kernel."""
 
 @dataclass(frozen=True)
 class CudaStagedLaunch:
-    """The staged SwiGLU quantization's launch (kernels/cuda/swiglu_quantize_staged.cuh): `blocks`
+    """The staged SwiGLU quantization's launch (kernels/cuda/quant/swiglu_quantize_staged.cuh): `blocks`
     persistent blocks of `threads`, each quantizing every blocks-th row with up to `held` groups a
     thread in registers, over two row buffers of 2H values of `itemsize` bytes in shared memory."""
 
@@ -401,7 +401,7 @@ def cuda_swiglu_staged_launch(m: int, hidden: int, itemsize: int, sms: int = 132
     """The staged SwiGLU quantization's launch for y [M, 2H] (H = hidden) on `sms` SMs, or None
     where it does not apply (then cuda_swiglu_quant_launch's one-row-a-block kernel runs).
 
-    Why (swiglu_quantize_staged.cuh): the one-row-a-block kernel's blocks load, then compute,
+    Why (quant/swiglu_quantize_staged.cuh): the one-row-a-block kernel's blocks load, then compute,
     and an SM's blocks do so in step, so its time is the loads' plus the arithmetic's; a
     persistent block that copies its next row into shared memory while it quantizes this one
     overlaps them. Predicted at 4096 tokens of Qwen2.5-7B on the H200: ~0.09 ms a layer (the
@@ -411,7 +411,7 @@ def cuda_swiglu_staged_launch(m: int, hidden: int, itemsize: int, sms: int = 132
       (staged_max_hidden: H <= 29048), and h's row held in registers (H <= 512 x 8 x 8).
     - 512 threads (the fused kernel's long-row launch), held = the fewest groups a thread that
       hold the row, one block an SM: ptxas wants 112-136 registers a thread (CUDA 13.0, sm_90a),
-      so kernels/cuda/launch_bounds_512.cuh bounds it to 128, an SM's whole register file.
+      so the kernel's launch bound (cuda_source.LAUNCH_BOUNDS) bounds it to 128, an SM's whole register file.
       Qwen2.5-7B's H = 18944 stages 148 KB; Qwen3-8B's 12288, 96 KB.
     - At least two rows a block (M >= 2 x SMs): with one, nothing is loaded while it computes,
       and the one-row-a-block kernel does as well.
@@ -445,7 +445,7 @@ TMA_MAP_SLOT_BYTES = 256
 """Bytes of the `maps` output per block: the tensor maps of A and B, 128 bytes each."""
 
 CUDA_WS_THREADS = 384
-"""Producer warpgroup + 2 consumer warpgroups (kernels/cuda/launch_bounds_384.cuh sets the launch
+"""Producer warpgroup + 2 consumer warpgroups (cuda_source.LAUNCH_BOUNDS sets the launch
 bound)."""
 
 CUDA_WS_REGISTERS = (40, 232)
@@ -593,7 +593,7 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
 
 @dataclass(frozen=True)
 class PersistentConfig(TileConfig):
-    """What the persistent TMA GEMMs' tiles share (kernels/cuda/tma_ws_common.cuh,
+    """What the persistent TMA GEMMs' tiles share (kernels/cuda/gemm/tma_ws_common.cuh,
     persistent_start): 384
     threads, BK = 128 bytes, STAGES full/empty stage pairs, EXTRA_BARRIERS more mbarriers."""
 
@@ -756,7 +756,7 @@ def persistent_plan(m: int, n: int, k: int, cfg: TileConfig, sms: int = 132, spl
 
 
 def ws_unit(u: int, m: int, n: int, k: int, cfg: TileConfig, splits: int, group: int) -> tuple[int, int, int, int, int]:
-    """(m0, n0, split, first K block, K blocks) of work unit u; mirrors gemm_tma.cuh's ws_unit."""
+    """(m0, n0, split, first K block, K blocks) of work unit u; mirrors tile/scheduler.cuh's ws_unit."""
     tiles_m, tiles_n = ceil_div(m, cfg.bm), ceil_div(n, cfg.bn)
     tile, z = divmod(u, splits)
     band, r = divmod(tile, group * tiles_n)
@@ -779,7 +779,7 @@ def pingpong_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) ->
     return persistent_plan(m, n, k, cfg, sms, split=not w8a8)
 
 
-# ---- the small-M GEMV (kernels/cuda/gemv_w8a8.cuh) ----
+# ---- the small-M GEMV (kernels/cuda/gemm/gemv_w8a8.cuh) ----
 #
 # At M <= 16 a GEMM is a stream of the int8 weight. A block of GEMV_WARPS warps owns 8 x NT rows
 # of w (NT tiles of mma.m16n8k32's eight columns) and its warps split K in 64-byte steps; the

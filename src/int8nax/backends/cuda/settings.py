@@ -24,7 +24,7 @@ def kernel_choice() -> str:
 #            to the output type;
 #   narrow   float32 with only the exactness the output type's ulp needs (11-15 fewer PTX
 #            instructions a value); the rare pairs where it could miss 1 ulp take the eft path
-#            (kernels/cuda/dequantize.cuh, dequantize_narrow). Checked on the CPU against long
+#            (kernels/cuda/epilogue/dequantize.cuh, dequantize_narrow). Checked on the CPU against long
 #            double (tests/test_cuda_epilogue.py).
 # float32 outputs always take eft. Read once per process (clear_caches()).
 
@@ -64,11 +64,11 @@ def _narrow(epilogue: str | None = None) -> bool:
 
 # ---- SwiGLU's quantization: one kernel, or swiglu then the quantization kernel ----
 #
-#   fused   kernels/cuda/swiglu_quantize.cuh: h = silu(gate) * up with MLX's own device functors,
+#   fused   kernels/cuda/quant/swiglu_quantize.cuh: h = silu(gate) * up with MLX's own device functors,
 #           quantized from the registers; h never reaches memory (at 4096 tokens of Qwen2.5-7B,
 #           0.39 GB a layer read and written instead of 0.70). Same bits as split.
 #   staged  fused's kernel with persistent blocks that copy each row into shared memory while
-#           they quantize the previous one (kernels/cuda/swiglu_quantize_staged.cuh), where
+#           they quantize the previous one (kernels/cuda/quant/swiglu_quantize_staged.cuh), where
 #           cuda_plans.cuda_swiglu_staged_launch takes the shape (many rows of 2-byte types);
 #           elsewhere fused's. Same bits.
 #   split   MLX's fused swiglu kernel writes h, the quantization kernel reads it.
@@ -95,7 +95,7 @@ def swiglu_choice() -> str:
 # ---- W8A8's bias: in its own type, or cast to float32 before the call ----
 #
 #   own   the dequantizing kernels read a float16 / bfloat16 bias as it is (kernels/cuda/
-#         epilogue.cuh, load_pair and to_float: exact), so a call makes no extra node;
+#         epilogue/epilogue.cuh, load_pair and to_float: exact), so a call makes no extra node;
 #   cast  MLX casts it to float32 first: one more node and copy kernel a call (1.4-3.6 µs of
 #         kernel time on the H200, 2026-12-04), the same bits.
 # A float32 bias (int8nax.nn's layers hold theirs so) goes as it is either way. Read once per

@@ -1,5 +1,5 @@
-"""CUDA kernel sources for mx.fast.cuda_kernel: which headers (kernels/cuda/*.cuh) each kernel
-includes, the kernel bodies, and the generated wgmma wrappers (kernels/cuda/wgmma_s8.cuh, written
+"""CUDA kernel sources for mx.fast.cuda_kernel: which header (kernels/cuda/<role>/*.cuh) each kernel
+includes, the kernel bodies, and the generated wgmma wrappers (kernels/cuda/ptx/wgmma_s8.cuh, written
 by write_wgmma_header()).
 
 No MLX or GPU here, so the CPU tests can check what is sent to NVRTC. MLX builds each kernel as
@@ -7,22 +7,26 @@ No MLX or GPU here, so the CPU tests can check what is sent to NVRTC. MLX builds
     outputs...) { constexpr int <template args>; ... body } }
 so every helper lives in the headers (namespace int8nax) and the bodies are one call each.
 
-The `header` is one `#include "<absolute path>/x.cuh"` line per header, not the files' text: MLX
+The headers are in folders by role (ptx/, tile/, epilogue/, gemm/, quant/; common.cuh and
+sm_count.cuh at the top); each has `#pragma once` and includes what it needs by relative path, so
+a kernel names only its own header (_HEADERS) and the order of the rest follows from the includes.
+The `header` is one `#include "<absolute path>/x.cuh"` line a header, not the files' text: MLX
 hashes the whole source of a custom kernel on every evaluation and copies it on every call (~22
-KB cost ~5 µs a call on the H200's host), and NVRTC resolves absolute includes itself. MLX caches
+KB cost ~5 µs a call on the H200's host), and NVRTC resolves the includes itself. MLX caches
 compiled modules by kernel name + hash(source) within a process, and the source no longer
-changes when a header does, so every kernel name carries a digest of its headers' text. Where
-the package's kernels are not plain files (a zip import), the text is inlined instead. Our
-headers include none of each other (common.cuh includes only the CUDA toolkit's type headers):
-each part below lists them in dependency order. An entry under mlx/ (MLX_BINARY_OPS) is one of
-MLX's own device headers, which MLX registers with NVRTC under that name for every program, its
-custom kernels' included: it stays a verbatim `#include "mlx/..."` line in both forms, and the
-digest covers our files' text and that line (the MLX version is part of the module cache already).
+changes when a header does, so every kernel name carries a digest of the text of every file its
+header reaches, found by walking the includes (walk()). Where the package's kernels are not plain
+files (a zip import), the walked text is inlined instead. An include under mlx/ (MLX_BINARY_OPS)
+names one of MLX's own device headers, which MLX registers with NVRTC under that name for every
+program, its custom kernels' included: it stays a verbatim `#include "mlx/..."` line in both forms,
+and the digest covers that line (the MLX version is part of the module cache already).
 """
 
 from __future__ import annotations
 
 import hashlib
+import posixpath
+import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -35,37 +39,41 @@ FAMILIES = ("sm90", "simt")
 """The tiled GEMMs' families: sm90, wgmma tensor cores (compute capability 9.0, NVRTC's sm_90a);
 simt: __dp4a anywhere. (The GEMV's mma.sync needs 8.0: cuda_choice.RUNS.)"""
 
-WGMMA_HEADER = "wgmma_s8.cuh"
+WGMMA_HEADER = "ptx/wgmma_s8.cuh"
 """The generated wgmma wrappers (one per tile width in cuda_plans.CUDA_CONFIGS), kept as a file."""
-
-_EPILOGUES = ("common.cuh", "tile_scheduler.cuh", "dequantize.cuh", "epilogue.cuh")
-_WGMMA = ("common.cuh", "ptx_cpasync.cuh", "smem_tile.cuh", "tile_scheduler.cuh", "dequantize.cuh", "epilogue.cuh",
-          WGMMA_HEADER, "ptx_wgmma.cuh", "store_accumulators.cuh")
-_TMA_WS = _WGMMA + ("ptx_mbarrier.cuh", "ptx_tma.cuh", "tma_ws_common.cuh")
 
 MLX_BINARY_OPS = "mlx/backend/cuda/device/binary_ops.cuh"
 """MLX's device functors (Multiply; Sigmoid from the unary_ops.cuh it includes) by their JIT name:
 the code MLX's compiled kernels run for elementwise graphs, so a kernel calling them computes
-those graphs' values bit for bit (kernels/cuda/swiglu_quantize.cuh)."""
+those graphs' values bit for bit (kernels/cuda/quant/swiglu_quantize.cuh)."""
 
 _HEADERS = {
-    "simt": _EPILOGUES + ("gemm_simt.cuh",),
-    "cpasync": _WGMMA + ("gemm_cpasync.cuh",),
-    "tma": _WGMMA + ("gemm_cpasync.cuh", "ptx_mbarrier.cuh", "ptx_tma.cuh", "gemm_tma_unspecialized.cuh"),
-    # The warp-specialised kernels end with launch_bounds_384.cuh, which gives the kernel its
-    # launch bound by redefining __global__: nothing may follow it.
-    "cooperative": _TMA_WS + ("gemm_tma_ws_cooperative.cuh", "launch_bounds_384.cuh"),
-    "pingpong": _TMA_WS + ("gemm_tma_ws_pingpong.cuh", "launch_bounds_384.cuh"),
-    "quantize": ("common.cuh", "quantize.cuh"),
-    "swiglu_quantize": ("common.cuh", "quantize.cuh", MLX_BINARY_OPS, "swiglu_quantize.cuh"),
-    # launch_bounds_512.cuh, last for the same reason as launch_bounds_384.cuh above
-    "swiglu_quantize_staged": ("common.cuh", "ptx_cpasync.cuh", "quantize.cuh", MLX_BINARY_OPS, "swiglu_quantize.cuh",
-                               "swiglu_quantize_staged.cuh", "launch_bounds_512.cuh"),
-    "reduce": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "reduce_splits.cuh"),
-    "count_sms": ("common.cuh", "sm_count.cuh"),
-    "gemv": ("common.cuh", "dequantize.cuh", "epilogue.cuh", "quantize.cuh", "gemv_w8a8.cuh"),
+    "simt": ("gemm/simt.cuh",),
+    "cpasync": ("gemm/cpasync.cuh",),
+    "tma": ("gemm/tma_unspecialized.cuh",),
+    "cooperative": ("gemm/tma_ws_cooperative.cuh",),
+    "pingpong": ("gemm/tma_ws_pingpong.cuh",),
+    "quantize": ("quant/quantize.cuh",),
+    "swiglu_quantize": ("quant/swiglu_quantize.cuh",),
+    "swiglu_quantize_staged": ("quant/swiglu_quantize_staged.cuh",),
+    "reduce": ("epilogue/reduce_splits.cuh",),
+    "count_sms": ("sm_count.cuh",),
+    "gemv": ("gemm/gemv_w8a8.cuh",),
 }
-"""The headers of each kind of kernel, in the order they must be included."""
+"""The header of each kind of kernel (a path under kernels/cuda); it includes the rest."""
+
+LAUNCH_BOUNDS = {"cooperative": (384, 1), "pingpong": (384, 1), "swiglu_quantize_staged": (512, 1)}
+"""(threads, blocks an SM) of the kinds whose kernels need a launch bound. MLX writes the kernel as
+`__global__ void custom_kernel_<name>(...)` right after the user header, with no
+__launch_bounds__, so the header ends (launch_bound_lines, after every include) by redefining
+__global__ (crt/host_defines.h: __location__(global)) to carry the bound; nothing in the
+translation unit is declared __global__ after it but the kernel. The warp-specialised TMA GEMMs
+(384 threads, 1 block): setmaxnreg needs ptxas to know the register count at entry (otherwise it
+is ignored, warning C7508), and 384 threads x 255 registers would not launch at all. The staged
+SwiGLU quantization (512 threads, 1 block an SM): without a bound ptxas gives it up to 136
+registers a thread (CUDA 13.0, sm_90a), and 512 x 136 exceed an SM's 65536; with it, 128."""
+
+_INCLUDE = re.compile(r'^#include "([^"]+)"[ \t]*$', re.M)
 
 
 @lru_cache(maxsize=None)
@@ -83,12 +91,57 @@ def kernels_dir() -> Path | None:
     return path if path.is_dir() and (path / "common.cuh").is_file() else None
 
 
+def includes(filename: str) -> list[str]:
+    """The quoted #include entries of one of our headers, as paths under kernels/cuda (relative
+    ones resolved from the header's folder); MLX's headers by their JIT names."""
+    here = posixpath.dirname(filename)
+    return [inc if is_mlx_header(inc) else posixpath.normpath(posixpath.join(here, inc))
+            for inc in _INCLUDE.findall(_read(filename))]
+
+
+def walk(part: str) -> tuple[str, ...]:
+    """Every file the part's header reaches (walk_files)."""
+    return walk_files(_HEADERS[part])
+
+
+@lru_cache(maxsize=None)
+def walk_files(tops: tuple[str, ...]) -> tuple[str, ...]:
+    """Every file the headers `tops` reach, each once, in the order the compiler meets it (a file
+    after what it includes): paths under kernels/cuda, MLX's headers by their JIT names."""
+    order: list[str] = []
+    open_: list[str] = []  # the files being visited: one met again includes itself
+
+    def visit(filename: str) -> None:
+        if filename in order:
+            return
+        if filename in open_:
+            raise ValueError(f"kernels/cuda: {' -> '.join(open_ + [filename])} is an include cycle")
+        open_.append(filename)
+        if not is_mlx_header(filename):
+            for inc in includes(filename):
+                visit(inc)
+        open_.pop()
+        order.append(filename)
+
+    for top in tops:
+        visit(top)
+    return tuple(order)
+
+
+def launch_bound_lines(part: str) -> str:
+    """The lines ending a part's header that give its kernel its launch bound (LAUNCH_BOUNDS), or ""."""
+    if part not in LAUNCH_BOUNDS:
+        return ""
+    threads, blocks = LAUNCH_BOUNDS[part]
+    return f"#undef __global__\n#define __global__ __location__(global) __launch_bounds__({threads}, {blocks})\n"
+
+
 def wgmma_widths() -> list[int]:
     return sorted({cfg.bn for cfg in cuda_plans.CUDA_CONFIGS.values()})
 
 
 def write_wgmma_header(path: Path | None = None) -> Path:
-    """(Re)write kernels/cuda/wgmma_s8.cuh from wgmma_wrappers(); run after changing a tile width:
+    """(Re)write kernels/cuda/ptx/wgmma_s8.cuh from wgmma_wrappers(); run after changing a tile width:
     python -c "from int8nax.backends import cuda_source as c; c.write_wgmma_header()" """
     path = path or Path(__file__).resolve().parents[2] / "kernels" / "cuda" / WGMMA_HEADER
     path.write_text(wgmma_header_text())
@@ -97,7 +150,7 @@ def write_wgmma_header(path: Path | None = None) -> Path:
 
 def wgmma_header_text() -> str:
     return ("// Generated by int8nax.backends.cuda.source.write_wgmma_header(): do not edit.\n"
-            "#pragma once\n" + wgmma_wrappers(wgmma_widths()))
+            '#pragma once\n\n#include "../common.cuh"\n\n' + wgmma_wrappers(wgmma_widths()))
 
 
 def wgmma_wrappers(widths) -> str:
@@ -140,27 +193,48 @@ def _include(path: str) -> str:
     return f'#include "{path}"\n'
 
 
+def _without_includes(text: str) -> str:
+    """A header's text with its quoted #include lines taken out (walk() places what they name)."""
+    return _INCLUDE.sub("", text)
+
+
 @lru_cache(maxsize=None)
 def header_text(part: str) -> str:
-    """The concatenated text of the header files of one part (a key of _HEADERS); MLX's headers
-    as their #include lines."""
-    return "\n".join(_include(f) if is_mlx_header(f) else _read(f) for f in _HEADERS[part])
+    """The text of every file the part's header reaches (walk() order, each file without its quoted
+    includes; MLX's headers as their #include lines), then its launch bound lines."""
+    text = "\n".join(_include(f) if is_mlx_header(f) else _without_includes(_read(f)) for f in walk(part))
+    return text + launch_bound_lines(part)
 
 
 @lru_cache(maxsize=None)
 def digest(part: str) -> str:
-    """8 hex digits of the part's header text, for kernel names (module cache keys)."""
+    """8 hex digits of header_text (so of every file the part's header includes, directly or not),
+    for kernel names (module cache keys)."""
     return hashlib.sha1(header_text(part).encode()).hexdigest()[:8]
 
 
 @lru_cache(maxsize=None)
 def header(part: str) -> str:
-    """The `header` string for kernels of one part: absolute #include lines, else the text (MLX's
-    headers by their JIT names in both)."""
+    """The `header` string for kernels of one part: an absolute #include line for its header and
+    its launch bound lines, else header_text (MLX's headers by their JIT names in both)."""
     where = kernels_dir()
     if where is None or any(c in str(where) for c in '"\n\\'):
         return header_text(part)
-    return "".join(_include(f if is_mlx_header(f) else (where / f).as_posix()) for f in _HEADERS[part])
+    return "".join(_include((where / f).as_posix()) for f in _HEADERS[part]) + launch_bound_lines(part)
+
+
+def mlx_headers(header_string: str) -> list[str]:
+    """MLX's headers (JIT names) that a kernel's `header` reaches, through the files it includes."""
+    found: list[str] = []
+    for inc in _INCLUDE.findall(header_string):
+        if is_mlx_header(inc):
+            found.append(inc)
+            continue
+        where = kernels_dir()
+        if where is not None and inc.startswith(where.as_posix() + "/"):
+            rel = inc[len(where.as_posix()) + 1:]
+            found += [f for f in walk_files((rel,)) if is_mlx_header(f)]
+    return list(dict.fromkeys(found))
 
 
 def _part(family: str) -> str:
@@ -173,7 +247,7 @@ def _name(base: str, part: str) -> str:
 
 
 def _dequant_store(m: str, n: str) -> str:
-    """The W8A8 epilogue of a [m, n] output y (kernels/cuda/epilogue.cuh, DequantStore); template TOut
+    """The W8A8 epilogue of a [m, n] output y (kernels/cuda/epilogue/epilogue.cuh, DequantStore); template TOut
     (the output type), HAS_BIAS and NARROW (dequantize_narrow for float16/bfloat16 outputs;
     backends/cuda/graphs.py, epilogue_template); the bias read in its array's type."""
     return (f"int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>"
@@ -257,7 +331,7 @@ def gemm_tma_ws_cooperative(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
 @lru_cache(maxsize=None)
 def gemm_w8a8_tma_ws_cooperative(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the cooperative persistent kernel (unsplit plans only),
-    its exact path taken per chunk of columns (CHUNK_EXACT, kernels/cuda/store_accumulators.cuh): y [M, N] (TOut);
+    its exact path taken per chunk of columns (CHUNK_EXACT, kernels/cuda/epilogue/store_accumulators.cuh): y [M, N] (TOut);
     plan and maps as in gemm_tma_ws_cooperative; template TOut, HAS_BIAS, NARROW."""
     epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
     body = _persistent_call("gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, true>", "q", "w", f"int8nax::same_epilogue({epilogue})")
@@ -313,7 +387,7 @@ def quantize() -> KernelSpec:
 def swiglu_quantize() -> KernelSpec:
     """(q int8 [M, H], scale float32 [M]) = quantize()'s of h = silu(g) * u computed in T as MLX
     does, from y [M, 2H] (T) whose columns [0, H) are g and [H, 2H) are u (kernels/cuda/
-    swiglu_quantize.cuh); template T, THREADS, HELD (a cuda_plans.CudaQuantLaunch, by
+    quant/swiglu_quantize.cuh); template T, THREADS, HELD (a cuda_plans.CudaQuantLaunch, by
     cuda_plans.cuda_swiglu_quant_launch); one block per row."""
     body = "int8nax::quantize_swiglu_rows<T, THREADS, HELD>(y, y_shape[1] / 2, q, scale);"
     return KernelSpec(_name("int8nax_swiglu_quantize", "swiglu_quantize"), ("y",), ("q", "scale"), body,
@@ -324,7 +398,7 @@ def swiglu_quantize() -> KernelSpec:
 def swiglu_quantize_staged(stage_bytes: int) -> KernelSpec:
     """swiglu_quantize()'s codes and scales, bit for bit, by persistent blocks that stage each row
     of y in shared memory while quantizing the previous one (kernels/cuda/
-    swiglu_quantize_staged.cuh); template T, THREADS, HELD, STAGE_BYTES (a
+    quant/swiglu_quantize_staged.cuh); template T, THREADS, HELD, STAGE_BYTES (a
     cuda_plans.CudaStagedLaunch, whose stage_bytes this is: the dynamic shared memory)."""
     body = "int8nax::quantize_swiglu_rows_staged<T, THREADS, HELD, STAGE_BYTES>(y, y_shape[1] / 2, y_shape[0], q, scale);"
     return KernelSpec(_name("int8nax_swiglu_quantize_staged", "swiglu_quantize_staged"), ("y",), ("q", "scale"), body,
@@ -343,7 +417,7 @@ _GEMV_CALL = "int8nax::gemv_w8a8<NT, WARPS, UNROLL>({a}, w, {a}_shape[0], w_shap
 
 @lru_cache(maxsize=None)
 def gemv_int32() -> KernelSpec:
-    """int32 out [M, N] = a [M, K] . w [N, K]^T, M <= 16, by the GEMV (kernels/cuda/gemv_w8a8.cuh);
+    """int32 out [M, N] = a [M, K] . w [N, K]^T, M <= 16, by the GEMV (kernels/cuda/gemm/gemv_w8a8.cuh);
     template NT, WARPS, UNROLL (cuda_plans.GemvConfig)."""
     body = _GEMV_CALL.format(a="a", epilogue="int8nax::StoreInt32{out, a_shape[0], w_shape[0]}")
     return KernelSpec(_name("int8nax_gemv_i32", "gemv"), ("a", "w"), ("out",), body, header("gemv"), 0)

@@ -1,6 +1,9 @@
 // Epilogues: what a GEMM does with each pair of int32 results (int32 stores, the split-K
-// workspace, W8A8's fused dequantization). Needs common.cuh, dequantize.cuh.
+// workspace, W8A8's fused dequantization).
 #pragma once
+
+#include "../common.cuh"
+#include "dequantize.cuh"
 
 namespace int8nax {
 

@@ -9,7 +9,7 @@
 // and B itself (tensormap.replace on a zeroed 128-byte shared buffer), publishes them to its
 // 256-byte slot of the uint8 output `maps` and acquires them before the first TMA
 // (a sequence verified on the H200 with a minimal kernel).
-// The maps use the 128-byte swizzle, so every stage holds the layout of ptx_wgmma.cuh's
+// The maps use the 128-byte swizzle, so every stage holds the layout of ptx/wgmma.cuh's
 // sw128_descriptor (16-byte chunk j of row r at chunk j ^ (r % 8); stages 1024-byte aligned).
 // Boxes are 128 bytes (one swizzle row) x the tile's rows; rows and columns past the matrix are
 // zero-filled by the TMA and still count toward complete_tx.
@@ -18,8 +18,11 @@
 // inside its buffer can break the second (MLX passes such views without a copy): gemm_tma_unspecialized
 // then runs the cp.async kernel's main loop instead (same grid, same tile, its byte-wise loads);
 // the persistent kernels' consumers load their own K blocks one at a time instead.
-// Needs gemm_cpasync.cuh and what it needs, ptx_mbarrier.cuh, ptx_tma.cuh.
 #pragma once
+
+#include "cpasync.cuh"
+#include "../ptx/mbarrier.cuh"
+#include "../ptx/tma.cuh"
 
 namespace int8nax {
 

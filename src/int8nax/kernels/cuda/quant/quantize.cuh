@@ -16,9 +16,11 @@
 // row is read once. Longer rows and rows off the vector path are read twice (for the scale, then
 // for the codes), 16 bytes at a time where the vector path allows, else one value at a time.
 // The row functions read the values through a row source (PlainRow: x as stored), so that
-// kernels whose values are computed on the way (swiglu_quantize.cuh) share this code and its bits.
-// The launch (THREADS, HELD) is backends/cuda/plans.py's cuda_quant_launch. Needs common.cuh.
+// kernels whose values are computed on the way (quant/swiglu_quantize.cuh) share this code and its bits.
+// The launch (THREADS, HELD) is backends/cuda/plans.py's cuda_quant_launch.
 #pragma once
+
+#include "../common.cuh"
 
 namespace int8nax {
 
@@ -37,7 +39,7 @@ __device__ __forceinline__ uint32_t abs_bits(float v) {
 
 // How one 8-value group of T is held: WORDS 32-bit words (one 16-byte load for 2-byte types, two
 // for float), folded into a running maximum (`acc`, in the type's own bits) and turned into floats;
-// get/set read and write value i in T itself (a kernel that computes in T, swiglu_quantize.cuh).
+// get/set read and write value i in T itself (a kernel that computes in T, quant/swiglu_quantize.cuh).
 template <typename T>
 struct Group;
 
@@ -127,7 +129,7 @@ __device__ __forceinline__ void load_group(const T* p, uint32_t (&w)[Group<T>::W
   }
 }
 
-// The same from shared memory (a row a kernel staged there: swiglu_quantize_staged.cuh); a generic
+// The same from shared memory (a row a kernel staged there: quant/swiglu_quantize_staged.cuh); a generic
 // load the compiler sees is shared.
 template <typename T>
 __device__ __forceinline__ void load_shared_group(const T* p, uint32_t (&w)[Group<T>::WORDS]) {
@@ -226,7 +228,7 @@ __device__ __forceinline__ uint2 codes8(const Value& value, float up, float inv)
 // ---- where a row's values come from ----
 //
 // The row functions below read their values through a row source, so that a kernel whose values
-// are computed from its inputs (swiglu_quantize.cuh) quantizes them with this file's code, bit
+// are computed from its inputs (quant/swiglu_quantize.cuh) quantizes them with this file's code, bit
 // for bit, without writing them out first. A source `Row` for values of type T has
 //   Row::Loaded          the registers of one 8-value group while its loads are in flight;
 //   row.load(g, l)       issues the loads of group g (whole groups on 16-byte boundaries);

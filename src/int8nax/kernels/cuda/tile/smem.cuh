@@ -1,6 +1,9 @@
 // Shared-memory tiles: the 128-byte swizzle layout, the cp.async / byte-wise tile loader and the
-// aligned base of the dynamic shared memory. Needs common.cuh, ptx_cpasync.cuh.
+// aligned base of the dynamic shared memory.
 #pragma once
+
+#include "../common.cuh"
+#include "../ptx/cpasync.cuh"
 
 namespace int8nax {
 

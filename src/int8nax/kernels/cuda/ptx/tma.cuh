@@ -1,6 +1,8 @@
 // PTX wrappers: tensor maps encoded on the device and the 2-D TMA load.
-// Needs common.cuh, ptx_mbarrier.cuh.
 #pragma once
+
+#include "../common.cuh"
+#include "mbarrier.cuh"
 
 namespace int8nax {
 

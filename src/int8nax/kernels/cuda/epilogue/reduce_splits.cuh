@@ -1,6 +1,8 @@
 // The split-K reduction: sums a [splits, M, N] int32 workspace through an epilogue.
-// Needs common.cuh, epilogue.cuh.
 #pragma once
+
+#include "../common.cuh"
+#include "epilogue.cuh"
 
 namespace int8nax {
 

@@ -3,9 +3,14 @@
 // The fallback where wgmma does not exist (everything but sm_90a), and a second, independent
 // implementation the tests hold against the wgmma kernel. No tensor cores, so it is slow; it
 // shares the tile decode, split-K and epilogues with gemm_cpasync.
-// Needs common.cuh, tile_scheduler.cuh, dequantize.cuh, epilogue.cuh.
+//
 // A block of WM x WN warps owns a BM x BN tile; each lane computes a 4 x 4 block of outputs.
 #pragma once
+
+#include "../common.cuh"
+#include "../tile/scheduler.cuh"
+#include "../epilogue/dequantize.cuh"
+#include "../epilogue/epilogue.cuh"
 
 namespace int8nax {
 

@@ -13,12 +13,19 @@
 //    the instruction's fragments name: the kernel lets each mma see a permutation of K, the same
 //    one for both operands (gemv_k_of below), which leaves every dot product unchanged;
 //  * the warps' partial sums meet in shared memory, and each output goes through the epilogue's
-//    store1 (DequantStore::value, epilogue.cuh): the same function of (acc, s_x, s_w,
+//    store1 (DequantStore::value, epilogue/epilogue.cuh): the same function of (acc, s_x, s_w,
 //    bias) as every other W8A8 path, hence the same bits as the tiled GEMMs for the same epilogue.
 //
 // The index arithmetic is plain C++ (GEMV_HD functions), which tests/test_gemv_w8a8.py compiles on
 // the host against the PTX ISA's definition of the mma fragments.
 #pragma once
+
+#ifdef __CUDACC__  // the kernels' needs; the index arithmetic below them needs nothing
+#include "../common.cuh"
+#include "../epilogue/dequantize.cuh"
+#include "../epilogue/epilogue.cuh"
+#include "../quant/quantize.cuh"
+#endif
 
 #ifndef GEMV_HD
 #define GEMV_HD __host__ __device__ __forceinline__
@@ -249,7 +256,7 @@ __device__ void gemv_w8a8(const int8_t* q, const int8_t* w, int M, int N, int K,
 // ---- the same with the quantization fused: y = epi(quant(x) [M, K] . w [N, K]^T) ----
 //
 // For decode the quantization kernel costs as much as a third of the GEMM and one more graph node.
-// Here every block quantizes x itself: its warps find the rows' scales (quantize.cuh's RowScale from
+// Here every block quantizes x itself: its warps find the rows' scales (quant/quantize.cuh's RowScale from
 // the rows' absolute maxima, as the quantization kernel computes them), then the main loop turns
 // each lane's 16 values of rows g and g + 8 into codes (code_of, codes8) in place of loading codes.
 // The codes and scales are the quantization kernel's bit for bit, so y is the two-kernel path's.

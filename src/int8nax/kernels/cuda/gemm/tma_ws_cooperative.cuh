@@ -1,14 +1,24 @@
 // The warp-specialised persistent TMA GEMM, cooperative schedule (sm_90a): 384 threads = a producer
 // warpgroup (one thread issues the TMA, setmaxnreg.dec) + 2 consumer warpgroups (setmaxnreg.inc)
 // that multiply from full/empty mbarrier pairs per stage, both on each tile; gridDim.x blocks walk
-// the (tile, split) work units in a rasterised order (tile_scheduler.cuh, ws_unit).
-// Needs tma_ws_common.cuh and what it needs, dequantize.cuh, epilogue.cuh, wgmma_s8.cuh,
-// ptx_wgmma.cuh, store_accumulators.cuh; launch_bounds_384.cuh last.
+// the (tile, split) work units in a rasterised order (tile/scheduler.cuh, ws_unit).
 #pragma once
+
+#include "../common.cuh"
+#include "../tile/smem.cuh"
+#include "../tile/scheduler.cuh"
+#include "../epilogue/dequantize.cuh"
+#include "../epilogue/epilogue.cuh"
+#include "../ptx/wgmma_s8.cuh"
+#include "../ptx/wgmma.cuh"
+#include "../epilogue/store_accumulators.cuh"
+#include "../ptx/mbarrier.cuh"
+#include "../ptx/tma.cuh"
+#include "tma_ws_common.cuh"
 
 namespace int8nax {
 
-// The work units and their order: tile_scheduler.cuh (ws_unit).
+// The work units and their order: tile/scheduler.cuh (ws_unit).
 // BM = 128: consumer c owns rows 64c .. 64c + 63 over the whole BN; BM = 64: both own the 64 rows
 // and consumer c the columns c BN/2 .. (c + 1) BN/2 - 1. Each consumer stores its share of a unit
 // of split z through epis(z) (SplitInt32, SameEpilogue) while the producer already fills the
@@ -17,7 +27,8 @@ namespace int8nax {
 // pairs never ask for the exact path).
 // Shared memory: STAGES x (BM + BN) x 128 bytes (1024-aligned), STAGES full + STAGES empty
 // barriers, 2 x 128 bytes of map scratch (cuda_plans.PersistentConfig.shared_bytes).
-// The body's launch bound (384 threads, 1 block) comes from launch_bounds_384.cuh. splits and group
+// The body's launch bound (384 threads, 1 block) ends the header (backends/cuda/source.py,
+// LAUNCH_BOUNDS). splits and group
 // arrive as the shape of the launch's `plan` input (kernel arguments), not as data: a load from
 // an array made on the host (managed memory) held up every warp's first instruction.
 

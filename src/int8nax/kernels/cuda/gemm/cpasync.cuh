@@ -12,9 +12,16 @@
 // thread has waited for before the barrier iff INFLIGHT = STAGES - 1 - AHEAD (0 or 1): either
 // one wgmma batch overlaps the next barrier (AHEAD = STAGES - 2), or one more stage of loads is
 // in flight instead (AHEAD = STAGES - 1).
-// Needs common.cuh, ptx_cpasync.cuh, smem_tile.cuh, tile_scheduler.cuh, epilogue.cuh, wgmma_s8.cuh,
-// ptx_wgmma.cuh, store_accumulators.cuh.
 #pragma once
+
+#include "../common.cuh"
+#include "../ptx/cpasync.cuh"
+#include "../tile/smem.cuh"
+#include "../tile/scheduler.cuh"
+#include "../epilogue/epilogue.cuh"
+#include "../ptx/wgmma_s8.cuh"
+#include "../ptx/wgmma.cuh"
+#include "../epilogue/store_accumulators.cuh"
 
 namespace int8nax {
 

@@ -1,4 +1,4 @@
-// The SwiGLU quantization of swiglu_quantize.cuh with rows staged in shared memory, so that a
+// The SwiGLU quantization of quant/swiglu_quantize.cuh with rows staged in shared memory, so that a
 // row's loads overlap the previous row's arithmetic.
 //
 // Why: quantize_swiglu_rows gives each block one row: it loads the row (2H values), then computes
@@ -11,14 +11,19 @@
 // Here `gridDim.x` persistent blocks take rows blockIdx.x, blockIdx.x + gridDim.x, ...; a row's
 // g and u (contiguous in y, 2H values) are copied by cp.async into one of two buffers of
 // dynamic shared memory while the block quantizes the row in the other one. The row code is
-// quantize.cuh's quantize_row_at over swiglu_quantize.cuh's row source of h = swiglu(g, u), reading
+// quant/quantize.cuh's quantize_row_at over quant/swiglu_quantize.cuh's row source of h = swiglu(g, u), reading
 // shared memory, with its functors: the same values, the same codes and scales bit for bit.
 // The launch (THREADS, HELD, STAGE_BYTES = both buffers' bytes) is backends/cuda/plans.py's
 // cuda_swiglu_staged_launch, which takes only rows that fit one buffer and THREADS x HELD
 // groups; other rows (and bases off 16 bytes) are quantized here straight from y, one after the
-// other, as quantize_swiglu_rows does. Needs common.cuh, ptx_cpasync.cuh, quantize.cuh, MLX's
-// binary_ops.cuh and swiglu_quantize.cuh before it.
+// other, as quantize_swiglu_rows does.
 #pragma once
+
+#include "../common.cuh"
+#include "../ptx/cpasync.cuh"
+#include "quantize.cuh"
+#include "mlx/backend/cuda/device/binary_ops.cuh"
+#include "swiglu_quantize.cuh"
 
 namespace int8nax {
 

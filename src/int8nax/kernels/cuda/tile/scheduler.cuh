@@ -1,6 +1,8 @@
 // Which output tile and which K blocks a block owns: the swizzled grid of the one-block-per-tile
-// kernels and the rasterised walk of the persistent ones. Needs common.cuh.
+// kernels and the rasterised walk of the persistent ones.
 #pragma once
+
+#include "../common.cuh"
 
 namespace int8nax {
 

@@ -2,23 +2,26 @@
 //
 //   y [M, 2H] (T) holds g = y[:, :H] (the gate projection) and u = y[:, H:] (the up projection);
 //   h[m, j] = Multiply(Multiply(g, Sigmoid(g)), u) in T, each product rounded to T;
-//   (q int8 [M, H], scale float32 [M]) = quantize.cuh's quantize_rows of h, bit for bit.
+//   (q int8 [M, H], scale float32 [M]) = quant/quantize.cuh's quantize_rows of h, bit for bit.
 //
 // Why the same bits as the unfused graph: mlx-lm's MLP computes nn.silu(g) * u, which MLX's
 // compiled CUDA kernels evaluate as exactly these calls of MLX's own device functors
 // (mlx::core::cu::Sigmoid and ::Multiply, mlx/backend/cuda/device/binary_ops.cuh, which includes
 // unary_ops.cuh) with every intermediate in T, built by the same NVRTC with the same options as
 // this kernel. Calling the same functors on the same types gives the same h; h then goes through
-// quantize.cuh's row code (SwigluRow is one of its row sources), so q and scale are the
+// quant/quantize.cuh's row code (SwigluRow is one of its row sources), so q and scale are the
 // quantization kernel's for that h. silu(g) = g * sigmoid(g): the operand order MLX's nn.silu
 // has (a product of two values commutes exactly anyway).
 //
 // h never leaves the registers: the held path loads all of its g and u groups first (the whole
 // row's 2H values in flight), then computes h and quantizes it; longer rows and rows off the
 // vector path read g and u twice and compute h on each pass (arithmetic again, in place of
-// writing h out and reading it back). Needs common.cuh, quantize.cuh and MLX's binary_ops.cuh
-// before it.
+// writing h out and reading it back).
 #pragma once
+
+#include "../common.cuh"
+#include "quantize.cuh"
+#include "mlx/backend/cuda/device/binary_ops.cuh"
 
 namespace int8nax {
 
@@ -30,8 +33,8 @@ __device__ __forceinline__ T swiglu(T g, T u) {
   return mlx::core::cu::Multiply{}(gs, u);
 }
 
-// The row source (quantize.cuh) of h = swiglu(g, u) for one row: g at gr, u at ur (H values each),
-// in global memory, or with STAGED in shared memory (swiglu_quantize_staged.cuh).
+// The row source (quant/quantize.cuh) of h = swiglu(g, u) for one row: g at gr, u at ur (H values each),
+// in global memory, or with STAGED in shared memory (quant/swiglu_quantize_staged.cuh).
 template <typename T, bool STAGED = false>
 struct SwigluRow {
   struct Loaded {

@@ -1,6 +1,7 @@
 // PTX wrappers: mbarriers (init, arrive, expect_tx, wait with a deadlock trap) and named barriers.
-// Needs common.cuh.
 #pragma once
+
+#include "../common.cuh"
 
 namespace int8nax {
 

@@ -1,7 +1,12 @@
 // What the warp-specialised persistent TMA kernels share: the producer, the start (maps,
 // barriers, register hand-over) and the consumers' own loads for bases the TMA cannot take.
-// Needs common.cuh, ptx_mbarrier.cuh, ptx_tma.cuh, smem_tile.cuh, tile_scheduler.cuh.
 #pragma once
+
+#include "../common.cuh"
+#include "../ptx/mbarrier.cuh"
+#include "../ptx/tma.cuh"
+#include "../tile/smem.cuh"
+#include "../tile/scheduler.cuh"
 
 namespace int8nax {
 

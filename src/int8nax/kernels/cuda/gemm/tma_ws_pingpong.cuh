@@ -3,8 +3,19 @@
 // alternating between the two, their main loops taking turns, so one's epilogue overlaps the
 // other's main loop (cuBLASLt's kernels at 2048 x 4096^2 and 8192^3 are named for one warpgroup
 // per 128 x 128 tile and launch 384 threads: this schedule).
-// Needs what gemm_tma_ws_cooperative.cuh needs; launch_bounds_384.cuh last.
 #pragma once
+
+#include "../common.cuh"
+#include "../tile/smem.cuh"
+#include "../tile/scheduler.cuh"
+#include "../epilogue/dequantize.cuh"
+#include "../epilogue/epilogue.cuh"
+#include "../ptx/wgmma_s8.cuh"
+#include "../ptx/wgmma.cuh"
+#include "../epilogue/store_accumulators.cuh"
+#include "../ptx/mbarrier.cuh"
+#include "../ptx/tma.cuh"
+#include "tma_ws_common.cuh"
 
 namespace int8nax {
 

@@ -1,6 +1,9 @@
 // PTX wrappers: wgmma's shared-memory descriptors, fences, commit and wait, and the 4 wgmma of
-// one 128-byte K block. Needs common.cuh, wgmma_s8.cuh.
+// one 128-byte K block.
 #pragma once
+
+#include "../common.cuh"
+#include "wgmma_s8.cuh"
 
 namespace int8nax {
 

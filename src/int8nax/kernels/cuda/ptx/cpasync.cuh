@@ -1,6 +1,7 @@
 // PTX wrappers: cp.async copies, the generic-to-async proxy fence, 16-byte shared stores.
-// Needs common.cuh.
 #pragma once
+
+#include "../common.cuh"
 
 namespace int8nax {
 

@@ -1,6 +1,8 @@
 // W8A8 dequantization of an int32 accumulator into float32, float16 or bfloat16, within 1 ulp of
-// the float64 model. Needs common.cuh.
+// the float64 model.
 #pragma once
+
+#include "../common.cuh"
 
 namespace int8nax {
 

@@ -1,6 +1,9 @@
 // A warpgroup's wgmma accumulators (the m64nN register layout) through an epilogue, interior
-// tiles branch-free. Needs common.cuh, epilogue.cuh.
+// tiles branch-free.
 #pragma once
+
+#include "../common.cuh"
+#include "epilogue.cuh"
 
 namespace int8nax {
 
@@ -66,9 +69,9 @@ __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], 
   const float f1 = epi.row_factor(row + 8);
   // Interior tiles: every pair on the branch-free path first, then (rarely) the exact path for
   // the thread's whole share (CHUNK_EXACT: the chunk's) when one pair asked for it; edge tiles:
-  // the exact path, bounds checked (epilogue.cuh, "epilogues").
+  // the exact path, bounds checked (epilogue/epilogue.cuh, "epilogues").
   // Column factors are loaded CHUNK groups of 8 columns at a time, before the chunk's stores
-  // (epilogue.cuh, "epilogues": one L2 round trip per chunk instead of per group).
+  // (epilogue/epilogue.cuh, "epilogues": one L2 round trip per chunk instead of per group).
   constexpr int GROUPS = WIDTH / 8;
   constexpr int C = GROUPS < CHUNK ? GROUPS : CHUNK;
   bool exact = !epi.fast_ok(r0, c0, 64, WIDTH);
