@@ -15,7 +15,7 @@ from int8nax import backends
 
 
 def _backend_params():
-    from int8nax.backends import cpu_engines
+    from int8nax.backends.cpu import engines as cpu_engines
 
     params = []
     for name in backends.NAMES:
@@ -35,7 +35,7 @@ def backend(request):
     if engine is None:
         yield name
         return
-    from int8nax.backends import cpu_engines
+    from int8nax.backends.cpu import engines as cpu_engines
 
     status = cpu_engines.engine_status(engine)
     if status.engine is None:
@@ -127,7 +127,7 @@ def within_one_ulp(y, ref, name):
 def gemv_default(monkeypatch):
     """The decode GEMV as W8A8's default at M <= 16 (cuda_choice.GEMV_DEFAULT, set here too so that
     the tests of the rule hold whatever the module's default)."""
-    from int8nax.backends import cuda, cuda_choice
+    from int8nax.backends.cuda import backend as cuda, choice as cuda_choice
 
     monkeypatch.setattr(cuda_choice, "GEMV_DEFAULT", True)
     cuda.clear_caches()

@@ -308,7 +308,7 @@ def kernel_params(spec) -> set[str]:
 
 def lint_kernels() -> list[Finding]:
     """Every kernel file, and every kernel as metal_kernel receives it (header + body)."""
-    from int8nax.backends import metal_source
+    from int8nax.backends.metal import source as metal_source
 
     findings = []
     bodies = {spec.file for spec in metal_source.KERNELS.values()}

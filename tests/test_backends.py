@@ -57,7 +57,7 @@ def test_the_cuda_probe_is_asked_once_per_process(monkeypatch):
     pytest.importorskip("mlx.core")
     import types
 
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import backend as cuda
 
     asked = []
     fake = types.SimpleNamespace(is_available=lambda: asked.append(1) or False)

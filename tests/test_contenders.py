@@ -259,7 +259,7 @@ def test_the_floor_checks_what_its_kernel_wrote(monkeypatch):
 
 @pytest.mark.parametrize("name, op", [("int8nax-gemm", "int8_matmul"), ("int8nax-full", "w8a8_linear")])
 def test_int8nax_contenders_carry_the_backends_description_of_their_shape(name, op, monkeypatch):
-    from int8nax.backends import cpu
+    from int8nax.backends.cpu import backend as cpu
 
     asked = []
 
@@ -278,7 +278,7 @@ def test_int8nax_contenders_carry_the_backends_description_of_their_shape(name, 
 
 
 def test_the_cpu_backend_names_its_engine_and_prepared_weights(monkeypatch):
-    from int8nax.backends import cpu, cpu_engines
+    from int8nax.backends.cpu import backend as cpu, engines as cpu_engines
 
     with cpu_engines.using("numpy"):
         assert cpu.BACKEND.describe("int8_matmul", 3, 5, 7) == "cpu numpy float32 BLAS, K blocks of 1024"

@@ -13,7 +13,7 @@ import pytest
 
 import int8nax
 from int8nax import backends
-from int8nax.backends import cpu, cpu_check, cpu_engines
+from int8nax.backends.cpu import backend as cpu, check as cpu_check, engines as cpu_engines
 from int8nax.reference import exact_int_product
 
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None

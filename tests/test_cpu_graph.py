@@ -1,4 +1,4 @@
-"""The CPU backend inside mx.compile and mx.vmap (backends/cpu_graph.py): the numerics of its
+"""The CPU backend inside mx.compile and mx.vmap (backends/cpu/graph.py): the numerics of its
 eager path as MLX operations. Codes, scales and int32 products must be bit-identical to
 int8nax.quant / the exact product; W8A8 within 1 ulp of the float64 model, float32 outputs
 bit-identical to eager, float16 / bfloat16 ones too except where a double rounding through
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import int8nax
-from int8nax.backends import cpu_graph
+from int8nax.backends.cpu import graph as cpu_graph
 from int8nax.quant import quantize_activations_np, quantize_weight_np
 from int8nax.reference import int8_matmul_ref, quantize_activations_ref, to_numpy, w8a8_linear_ref
 

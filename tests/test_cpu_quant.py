@@ -12,7 +12,7 @@ import pytest
 
 from int8nax import quant
 from int8nax.reference import max_ulp_error
-from int8nax.backends import cpu, cpu_engines, cpu_quant
+from int8nax.backends.cpu import backend as cpu, engines as cpu_engines, quant as cpu_quant
 
 
 def assert_same_as_definition(x32: np.ndarray) -> None:

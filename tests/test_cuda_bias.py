@@ -1,5 +1,5 @@
 """W8A8 with a float16 / bfloat16 bias read by the CUDA kernels in its own type
-(INT8NAX_CUDA_BIAS=own, kernels/cuda/epilogue.cuh's load_pair and to_float) on a GPU: bit for bit
+(INT8NAX_CUDA_BIAS=own, kernels/cuda/epilogue/epilogue.cuh's load_pair and to_float) on a GPU: bit for bit
 the outputs of the same bias cast to float32 first, on every kind of dequantizing launch (each
 variant's fused epilogue, the split-K reduction, the GEMV with and without its own quantization),
 with the bias's base aligned and 2 bytes off (the pair loads need 4).
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from int8nax import backends
-from int8nax.backends import cuda_choice, cuda_plans
+from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans
 
 from conftest import random_int8
 
@@ -23,9 +23,9 @@ CUDA = backends.probe("cuda")
 pytestmark = pytest.mark.skipif(not CUDA.available, reason=f"backend cuda unavailable here: {CUDA.reason}")
 
 if CUDA.available:
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import device as cuda_device, settings as cuda_settings, backend as cuda
 
-    SM90 = cuda.family_for(cuda.compute_capability()) == "sm90"
+    SM90 = cuda_device.family_for(cuda_device.compute_capability()) == "sm90"
 else:
     SM90 = False
 
@@ -54,10 +54,10 @@ def case_id(case):
 
 @pytest.fixture
 def own_bias(monkeypatch):
-    monkeypatch.setenv(cuda.BIAS_ENV, "own")
+    monkeypatch.setenv(cuda_settings.BIAS_ENV, "own")
     cuda.clear_caches()
     yield
-    monkeypatch.delenv(cuda.BIAS_ENV)
+    monkeypatch.delenv(cuda_settings.BIAS_ENV)
     cuda.clear_caches()
 
 

@@ -1,4 +1,4 @@
-"""The CUDA binary cache (int8nax.backends.cuda_binary_cache): MLX's names, sources and folder
+"""The CUDA binary cache (int8nax.backends.cuda.binary_cache): MLX's names, sources and folder
 reproduced, entries written whole and checked, and on a GPU, MLX running what the cache wrote."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.backends import cuda_binary_cache as cbc
+from int8nax.backends.cuda import binary_cache as cbc
+from int8nax.backends.cuda import graphs as cuda_graphs, kernels as cuda_kernels, source as cuda_source
 from int8nax.backends.kernel_spec import KernelSpec
 
 TOY = KernelSpec("toy_k", ("a", "b"), ("out",), "out[0] = a[0] + b_shape[0];", '#include "x.cuh"\n', 0)
@@ -204,13 +205,15 @@ class _Kernel:
 @pytest.fixture
 def stand_in_cuda(monkeypatch):
     mx = pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import (
+        device as cuda_device, probe as cuda_probe, settings as cuda_settings, backend as cuda,
+    )
 
     monkeypatch.setattr(cuda.mx.fast, "cuda_kernel", lambda **_: _Kernel())
-    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
-    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda_device, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda_probe, "sm_count", lambda: 132)
     monkeypatch.setattr(cuda, "COMPILE", False)
-    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(cuda_settings.KERNEL_ENV, raising=False)
     cuda.clear_caches()
     yield mx, cuda
     cuda.clear_caches()
@@ -231,11 +234,11 @@ class _Recorder:
 def test_each_launch_asks_the_cache_for_its_instance(stand_in_cuda, monkeypatch):
     mx, cuda = stand_in_cuda
     rec = _Recorder()
-    monkeypatch.setattr(cuda, "binary_cache", lambda: rec)
+    monkeypatch.setattr(cuda_kernels, "binary_cache", lambda: rec)
     x, w = mx.zeros((512, 1024), dtype=mx.bfloat16), mx.zeros((256, 1024), dtype=mx.int8)
     cuda.w8a8(x, w, mx.ones((256,)), None)
     names = [i.spec.name for i in rec.ensured]
-    assert names[0] == cuda.cuda_source.quantize().name and len(names) == 2
+    assert names[0] == cuda_source.quantize().name and len(names) == 2
     quant = rec.ensured[0]
     assert quant.inputs == (("bfloat16", 2),) and quant.outputs == ("int8", "float32")
     assert quant.template[0] == ("T", "bfloat16")
@@ -244,7 +247,7 @@ def test_each_launch_asks_the_cache_for_its_instance(stand_in_cuda, monkeypatch)
 def test_warm_up_collects_then_prebuilds_every_instance(stand_in_cuda, monkeypatch):
     mx, cuda = stand_in_cuda
     rec = _Recorder()
-    monkeypatch.setattr(cuda, "binary_cache", lambda: rec)
+    monkeypatch.setattr(cuda_kernels, "binary_cache", lambda: rec)
     layers = [cuda.WarmLayer("w8a8_linear", 4608, 3584, mx.float32), cuda.WarmLayer("w8a8_linear", 3584, 18944),
               cuda.WarmLayer("int8_matmul", 512, 1024)]
     cuda.warm_up_layers(layers, 600, dtype=mx.bfloat16)
@@ -267,8 +270,8 @@ def test_warm_up_collects_then_prebuilds_every_instance(stand_in_cuda, monkeypat
 def test_collecting_notes_instead_of_building(stand_in_cuda, monkeypatch):
     mx, cuda = stand_in_cuda
     rec = _Recorder()
-    monkeypatch.setattr(cuda, "binary_cache", lambda: rec)
-    with cuda.collect_instances() as found:
+    monkeypatch.setattr(cuda_kernels, "binary_cache", lambda: rec)
+    with cuda_kernels.collect_instances() as found:
         cuda.gemm_int32(mx.zeros((64, 1024), dtype=mx.int8), mx.zeros((256, 1024), dtype=mx.int8))
     assert found and not rec.ensured
     cuda.gemm_int32(mx.zeros((64, 1024), dtype=mx.int8), mx.zeros((256, 1024), dtype=mx.int8))
@@ -277,15 +280,15 @@ def test_collecting_notes_instead_of_building(stand_in_cuda, monkeypatch):
 
 def test_the_cache_can_be_turned_off(monkeypatch):
     pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import kernels as cuda_kernels
 
-    monkeypatch.setenv(cuda.BINARY_CACHE_ENV, "off")
-    cuda.binary_cache.cache_clear()
+    monkeypatch.setenv(cuda_kernels.BINARY_CACHE_ENV, "off")
+    cuda_kernels.binary_cache.cache_clear()
     try:
-        assert cuda.binary_cache() is None
-        assert f"{cuda.BINARY_CACHE_ENV}=off" in cuda.binary_cache_status()
+        assert cuda_kernels.binary_cache() is None
+        assert f"{cuda_kernels.BINARY_CACHE_ENV}=off" in cuda_kernels.binary_cache_status()
     finally:
-        cuda.binary_cache.cache_clear()
+        cuda_kernels.binary_cache.cache_clear()
 
 
 # ---- with MLX's NVRTC: a CUDA build of MLX (and, for what runs, an NVIDIA GPU) ----
@@ -296,7 +299,7 @@ def _cuda_or_skip():
         if os.environ.get("INT8NAX_REQUIRE_GPU"):
             pytest.fail("INT8NAX_REQUIRE_GPU is set but MLX sees no CUDA device")
         pytest.skip("needs MLX's CUDA backend and an NVIDIA GPU")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import backend as cuda
 
     return mx, cuda
 
@@ -318,13 +321,13 @@ def _stdout_of(fn):
 
 def test_the_source_is_mlxs_byte_for_byte():
     mx, cuda = _cuda_or_skip()
-    from int8nax.backends import cuda_source
+    from int8nax.backends.cuda import source as cuda_source
 
     spec = cuda_source.quantize()
     kernel = mx.fast.cuda_kernel(name=spec.name, input_names=list(spec.input_names),
                                  output_names=list(spec.output_names), source=spec.source, header=spec.header)
     x = mx.zeros((3, 40), dtype=mx.bfloat16)
-    launch = cuda.quant_launch(3, 40)
+    launch = cuda_graphs.quant_launch(3, 40)
     template = [("T", mx.bfloat16)] + launch.template()
     grid, block = launch.grid(3)
     printed, _ = _stdout_of(lambda: kernel(inputs=[x], output_shapes=[(3, 40), (3,)], output_dtypes=[mx.int8, mx.float32],
@@ -342,11 +345,11 @@ def test_mlx_runs_the_entry_the_cache_wrote(tmp_path):
     script = tmp_path / "poison.py"
     script.write_text(
         "import mlx.core as mx\n"
-        "from int8nax.backends import cuda, cuda_binary_cache as cbc\n"
+        "from int8nax.backends.cuda import device as cuda_device, binary_cache as cbc\n"
         "from int8nax.backends.kernel_spec import KernelSpec\n"
         "def spec(v):\n"
         "    return KernelSpec('int8nax_toy', ('a',), ('out',), f'out[threadIdx.x] = a[threadIdx.x] + {v};', '', 0)\n"
-        "cache = cbc.BinaryCache(cbc.arch_of(cuda.compute_capability()), cbc.mlx_package_dir(), mx.__version__)\n"
+        "cache = cbc.BinaryCache(cbc.arch_of(cuda_device.compute_capability()), cbc.mlx_package_dir(), mx.__version__)\n"
         "a = mx.arange(32, dtype=mx.int32)\n"
         "honest = cbc.Instance.of(spec(1), [a], [mx.int32], [])\n"
         "other = cache._missing(cbc.Instance.of(spec(7), [a], [mx.int32], []))\n"
@@ -366,7 +369,7 @@ def test_a_fresh_process_loads_what_warm_up_built(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(
         "import sys, json, numpy as np, mlx.core as mx\n"
-        "from int8nax.backends import cuda\n"
+        "from int8nax.backends.cuda import kernels as cuda_kernels, backend as cuda\n"
         "from int8nax import reference\n"
         "n, k = 384, 1024\n"
         "if sys.argv[1] == 'warm':\n"
@@ -381,7 +384,7 @@ def test_a_fresh_process_loads_what_warm_up_built(tmp_path):
         "        assert (got == a.astype(np.int64) @ w.T.astype(np.int64)).all()\n"
         "        x = mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16)\n"
         "        mx.eval(cuda.w8a8(x, mx.array(w), mx.ones((n,)), None))\n"
-        "c = cuda.binary_cache().counts\n"
+        "c = cuda_kernels.binary_cache().counts\n"
         "print(json.dumps(dict(found=c.found, built=c.built, failed=c.failed)))\n")
     env = dict(os.environ, MLX_PTX_CACHE_DIR=str(tmp_path / "ptx"))
     warm = subprocess.run([sys.executable, str(script), "warm"], env=env, capture_output=True, text=True, timeout=900)
@@ -412,7 +415,7 @@ def test_a_model_warmed_up_builds_nothing_inside_a_forward_at_any_length(stand_i
     from int8nax import backends, nn as inn
 
     rec = _Recorder()
-    monkeypatch.setattr(cuda, "binary_cache", lambda: rec)
+    monkeypatch.setattr(cuda_kernels, "binary_cache", lambda: rec)
     monkeypatch.setattr(backends, "resolve", lambda requested=None: cuda.BACKEND)
     model = _tiny_qwen2(mx)
     assert inn.quantize_linears(model) == 14
@@ -438,7 +441,7 @@ def test_a_model_warmed_up_on_the_gpu_compiles_nothing_later(tmp_path, monkeypat
     model = _tiny_qwen2(mx)
     inn.quantize_linears(model)
     inn.warm_up(model, 8192)
-    cache = cuda.binary_cache()
+    cache = cuda_kernels.binary_cache()
     built, failed = cache.counts.built, cache.counts.failed
     rng = random.Random(47)
     for length in sorted(rng.sample(range(1, 8193), 50)):

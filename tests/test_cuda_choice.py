@@ -1,4 +1,4 @@
-"""The CUDA kernel choice (backends/cuda_choice.py): pure Python, so it runs on every machine."""
+"""The CUDA kernel choice (backends/cuda/choice.py): pure Python, so it runs on every machine."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.backends import cuda_choice, cuda_plans
+from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -133,13 +133,13 @@ def test_describe_names_variant_tile_and_splits():
 
 def test_backend_describe_launches_nothing(monkeypatch):
     pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import kernels as cuda_kernels, probe as cuda_probe, backend as cuda
 
     launched = []
-    monkeypatch.setattr(cuda, "_kernel", lambda spec: launched.append(spec))
+    monkeypatch.setattr(cuda_kernels, "_kernel", lambda spec: launched.append(spec))
     got = cuda.BACKEND.describe("w8a8_linear", 8192, 8192, 8192, bias=True, dtype="float16")
     assert got.startswith("cuda tma-ws-cooperative 128x256 splits=1") and not launched
-    if cuda.known_sm_count() is None:
+    if cuda_probe.known_sm_count() is None:
         assert got.endswith("(132 SMs assumed)")
     assert cuda.BACKEND.describe("int8_matmul", 16, 4096, 4104).startswith("cuda cpasync 64x64 splits=")
     with pytest.raises(ValueError, match="op: expected"):

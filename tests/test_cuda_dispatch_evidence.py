@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.backends import cuda_choice, cuda_plans
+from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans
 
 ENTRIES = json.loads((Path(__file__).resolve().parent / "data" / "cuda_dispatch_evidence.json").read_text())["entries"]
 

@@ -1,4 +1,4 @@
-"""The W8A8 epilogues of kernels/cuda/dequantize.cuh, run on the CPU: their device functions
+"""The W8A8 epilogues of kernels/cuda/epilogue/dequantize.cuh, run on the CPU: their device functions
 (FloatPair ... dequantize_narrow) are compiled as host C++ with the CUDA intrinsics mapped to IEEE
 float operations (no contraction), and checked against long double on random, subnormal-s_x,
 huge-s_x, cancelling-bias, typical-layer and non-finite inputs: the eft path within 1 float32 ulp
@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from int8nax.backends import cuda_source
+from int8nax.backends.cuda import source as cuda_source
 
 CXX = shutil.which("g++") or shutil.which("clang++")
 
@@ -193,7 +193,7 @@ int main(){
 
 
 def device_part() -> str:
-    text = cuda_source._read("dequantize.cuh")
+    text = cuda_source._read("epilogue/dequantize.cuh")
     return text[text.index("struct FloatPair {"):text.index("__device__ __forceinline__ void store_rounded(float* p")]
 
 

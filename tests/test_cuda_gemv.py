@@ -1,4 +1,4 @@
-"""The GEMV (cuda_choice's "gemv" variant, kernels/cuda/gemv_w8a8.cuh) on a CUDA GPU: its int32
+"""The GEMV (cuda_choice's "gemv" variant, kernels/cuda/gemm/gemv_w8a8.cuh) on a CUDA GPU: its int32
 product exact, and its W8A8 outputs bit for bit those of the tiled W8A8 GEMM (the cp.async
 variant) on the same codes and on the same x, for M = 1..16, every output type, with and without
 a bias, on both epilogues; aligned, misaligned and K % 16 != 0 operands; both slice widths; and the
@@ -14,7 +14,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from int8nax.backends import cuda_choice, cuda_plans
+from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans
 from int8nax.reference import exact_int_product, to_numpy
 
 
@@ -62,7 +62,7 @@ def same_bits(got, want, what):
 @pytest.mark.parametrize("shift", [False, True])
 @pytest.mark.parametrize("slices", sorted(cuda_plans.GEMV_CONFIGS))
 def test_int32_product_is_exact(rng, shift, slices):
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import backend as cuda
 
     plan = cuda_plans.GemvPlan(cuda_plans.GEMV_CONFIGS[slices])
     for n, k in SHAPES:
@@ -74,7 +74,7 @@ def test_int32_product_is_exact(rng, shift, slices):
 
 
 def test_int32_product_at_the_extremes():
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import backend as cuda
 
     k = 4096
     q = mx.full((16, k), -127, dtype=mx.int8)
@@ -88,7 +88,7 @@ CONFIGS = [(d, b, e) for d in DTYPES for b in (False, True) for e in ("eft", "na
 
 @pytest.mark.parametrize("dtype, has_bias, epilogue", CONFIGS, ids=lambda v: str(v))
 def test_w8a8_bits_equal_the_tiled_w8a8_gemm(rng, dtype, has_bias, epilogue):
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import backend as cuda
 
     out = DTYPES[dtype]
     for n, k in SHAPES:
@@ -131,7 +131,7 @@ def activations(rng, m, k, special):
 def test_fused_quantization_bits_equal_the_tiled_pipeline(rng, dtype, has_bias, epilogue):
     """gemv_w8a8_x (x quantized inside, forced at every size by the plan) against quantization
     kernel + tiled W8A8 GEMM."""
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import probe as cuda_probe, backend as cuda
 
     t = DTYPES[dtype]
     for n, k in SHAPES + [(64, 72)]:  # K % 16 == 8: the x rows' 8-value groups, byte-wise codes
@@ -144,7 +144,7 @@ def test_fused_quantization_bits_equal_the_tiled_pipeline(rng, dtype, has_bias, 
                 x = mx.array(np.concatenate([np.zeros(1, np.float32), x_np.ravel()])).astype(t)[1:].reshape(m, k)
             else:
                 x = mx.array(x_np).astype(t)
-            plan = dataclasses.replace(cuda_plans.gemv_plan(m, n, k, cuda.sm_count()), fused=True)
+            plan = dataclasses.replace(cuda_plans.gemv_plan(m, n, k, cuda_probe.sm_count()), fused=True)
             got = cuda.w8a8(x, w_mx, sw, bias, GEMV, plan, epilogue=epilogue)
             want = cuda.w8a8(x, w_mx, sw, bias, TILED, epilogue=epilogue)
             same_bits(got, want, f"M={m} N={n} K={k}")
@@ -161,7 +161,7 @@ def test_w8a8_linear_takes_the_gemv_with_the_tiled_kernels_bits(rng, monkeypatch
     queued on unevaluated inputs (x and w are lazy) before one mx.eval. Results are keyed by
     layer, not by N: two of the layers share N = 3584."""
     import int8nax
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import settings as cuda_settings, backend as cuda
 
     layers = []
     for n, k in QWEN:
@@ -170,7 +170,7 @@ def test_w8a8_linear_takes_the_gemv_with_the_tiled_kernels_bits(rng, monkeypatch
         bias = mx.array(rng.uniform(-1, 1, n).astype(np.float32)) if has_bias else None
         xs = [mx.array(rng.standard_normal((m, k)).astype(np.float32)).astype(mx.bfloat16) for m in range(1, 17)]
         layers.append((n, k, w, sw, bias, xs))
-    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(cuda_settings.KERNEL_ENV, raising=False)
     cuda.clear_caches()
     try:
         got = {}
@@ -182,7 +182,7 @@ def test_w8a8_linear_takes_the_gemv_with_the_tiled_kernels_bits(rng, monkeypatch
                 got[i, m] = int8nax.w8a8_linear(x, w, sw, bias, backend="cuda")
         assert len(got) == 16 * len(layers)
         mx.eval(list(got.values()))
-        monkeypatch.setenv(cuda.KERNEL_ENV, "cpasync")
+        monkeypatch.setenv(cuda_settings.KERNEL_ENV, "cpasync")
         cuda.clear_caches()
         for i, (n, k, w, sw, bias, xs) in enumerate(layers):
             for x in xs:
@@ -190,5 +190,5 @@ def test_w8a8_linear_takes_the_gemv_with_the_tiled_kernels_bits(rng, monkeypatch
                 assert not cuda.BACKEND.describe("w8a8_linear", m, n, k, dtype=mx.bfloat16).startswith("cuda gemv ")
                 same_bits(got[i, m], int8nax.w8a8_linear(x, w, sw, bias, backend="cuda"), f"M={m} N={n} K={k}")
     finally:
-        monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+        monkeypatch.delenv(cuda_settings.KERNEL_ENV, raising=False)
         cuda.clear_caches()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from int8nax import backends, quant
-from int8nax.backends import cuda_plans
+from int8nax.backends.cuda import plans as cuda_plans, source as cuda_source
 from int8nax.reference import int8_matmul_ref, to_numpy, ulp, w8a8_linear_ref
 
 from conftest import random_int8, within_one_ulp
@@ -18,9 +18,12 @@ CUDA = backends.probe("cuda")
 pytestmark = pytest.mark.skipif(not CUDA.available, reason=f"backend cuda unavailable here: {CUDA.reason}")
 
 if CUDA.available:
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import (
+        device as cuda_device, kernels as cuda_kernels, probe as cuda_probe,
+        settings as cuda_settings, graphs as cuda_graphs, backend as cuda,
+    )
 
-    FAMILY = cuda.family_for(cuda.compute_capability())
+    FAMILY = cuda_device.family_for(cuda_device.compute_capability())
     PLANS = [cuda_plans.CudaPlan(cuda_plans.CUDA_SIMT_CONFIG, s) for s in (1, 3)]
     if FAMILY == "sm90":
         PLANS += [cuda_plans.CudaPlan(c, s) for c in cuda_plans.CUDA_CONFIGS.values() for s in (1, 3)]
@@ -73,10 +76,10 @@ def test_unaligned_base_pointer(plan, rng):
 
 
 def test_tall_problems_are_launched_in_row_chunks(monkeypatch, rng):
-    monkeypatch.setattr(cuda, "MAX_GRID_Y", 2)
+    monkeypatch.setattr(cuda_graphs, "MAX_GRID_Y", 2)
     a, b = random_int8(rng, (300, 48)), random_int8(rng, (20, 48))
     plan = cuda.choice(300, 20, 48).plan
-    assert len(cuda._row_chunks(300, plan.cfg)) > 1
+    assert len(cuda_graphs._row_chunks(300, plan.cfg)) > 1
     assert_exact(cuda.gemm_int32(mx.array(a), mx.array(b)), a, b)
 
 
@@ -102,38 +105,38 @@ def test_w8a8_epilogues(plan, rng, dtype):
 
 
 def test_sm_count_is_plausible():
-    assert 1 <= cuda.sm_count() <= cuda.SM_ID_CAPACITY
+    assert 1 <= cuda_probe.sm_count() <= cuda_probe.SM_ID_CAPACITY
 
 
 def test_kernel_objects_do_not_grow_with_the_token_count(rng):
     # Serving meets every token count M: w8a8_linear at M = 1 .. 96 on one layer builds one kernel
     # object per (variant, tile) its choices meet, whatever M, and a second pass over the same M
     # builds none (each object is compiled by NVRTC once per template instance).
-    from int8nax.backends import cuda_choice
+    from int8nax.backends.cuda import choice as cuda_choice
 
     n, k = 512, 1024
     w = mx.array(random_int8(rng, (n, k)))
     s = mx.array(rng.uniform(1e-3, 1e-2, n).astype(np.float32))
     x = mx.array(rng.standard_normal((96, k)).astype(np.float16))
     mx.eval(w, s, x)
-    family, sms = cuda.family_for(cuda.compute_capability()), cuda.sm_count()
-    specs = {cuda.cuda_source.quantize().name}
+    family, sms = cuda_device.family_for(cuda_device.compute_capability()), cuda_probe.sm_count()
+    specs = {cuda_source.quantize().name}
     for m in range(1, 97):
-        c = cuda_choice.choose(m, n, k, w8a8=True, sms=sms, family=family, override=cuda.kernel_choice())
+        c = cuda_choice.choose(m, n, k, w8a8=True, sms=sms, family=family, override=cuda_settings.kernel_choice())
         row = cuda_choice.VARIANTS[c.variant]
         if row.quantizing is not None and cuda_plans.gemv_x_ok(m, k, 2):  # the GEMV quantizing x itself
             specs.add(row.quantizing().name)
             continue
         raw, fused = row.specs(c.plan.cfg)
-        specs |= {fused.name} if c.plan.splits == 1 else {raw.name, cuda.cuda_source.reduce_w8a8().name}
-    before = cuda.kernels_built()
+        specs |= {fused.name} if c.plan.splits == 1 else {raw.name, cuda_source.reduce_w8a8().name}
+    before = cuda_kernels.kernels_built()
     counts = []
     for _ in range(2):
         for m in range(1, 97):
             mx.eval(cuda.w8a8(x[:m], w, s, None))
-        counts.append(cuda.kernels_built())
+        counts.append(cuda_kernels.kernels_built())
     assert counts[0] - before <= len(specs) <= 6, (counts, before, sorted(specs))
-    assert counts[1] == counts[0] and set(cuda._built) >= specs
+    assert counts[1] == counts[0] and set(cuda_kernels._built) >= specs
 
 
 # ---- the float32 W8A8 epilogue at the edges of float32 (the numerics spec) ----------------
@@ -305,7 +308,7 @@ def _assert_quantized_per_spec(q, s, x):
 def test_quantize_launch_is_bit_exact(rng, launch, dtype, case):
     k = _quant_k(launch, case)
     x = _quant_input(_quant_rows(rng, k, dtype), dtype, case)
-    q, s = cuda._quantize_graph(x, launch)
+    q, s = cuda_graphs._quantize_graph(x, launch)
     _assert_quantized_per_spec(q, s, x)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from int8nax import backends, quant
-from int8nax.backends import cuda_plans, cuda_source
+from int8nax.backends.cuda import plans as cuda_plans, source as cuda_source
 from int8nax.bench import problems
 
 SEED = list(problems.SEED_SHAPES + problems.EXTRA_SHAPES)  # (M, K, N)
@@ -88,52 +88,91 @@ def test_sm90_header_has_a_wrapper_for_every_tile_width():
 def test_committed_wgmma_header_is_current():
     path = cuda_source.kernels_dir() / cuda_source.WGMMA_HEADER
     assert path.read_text() == cuda_source.wgmma_header_text(), (
-        "kernels/cuda/wgmma_s8.cuh is stale: run cuda_source.write_wgmma_header()")
+        "kernels/cuda/ptx/wgmma_s8.cuh is stale: run cuda_source.write_wgmma_header()")
 
 
 @pytest.mark.parametrize("part", sorted(cuda_source._HEADERS))
-def test_header_is_a_few_absolute_includes(part):
+def test_header_is_its_kernels_absolute_include_then_its_launch_bound(part):
     text = cuda_source.header(part)
     lines = text.splitlines()
-    # one line per header (about 100 bytes each), shorter than the text (1.5-60 KB); MLX's own
-    # headers by their JIT names, verbatim
-    mlx_lines = [f'#include "{f}"' for f in cuda_source._HEADERS[part] if cuda_source.is_mlx_header(f)]
-    ours = [l for l in lines if l not in mlx_lines]
-    assert len(text) < min(1600, len(cuda_source.header_text(part))) and all(l.startswith('#include "/') and l.endswith('.cuh"') for l in ours)
-    assert len(ours) + len(mlx_lines) == len(lines)
-    # Every included file exists and together they are the part's text.
-    from pathlib import Path
-
-    def text_of(line):
-        return line + "\n" if line in mlx_lines else Path(line[len('#include "'):-1]).read_text()
-
-    assert "\n".join(text_of(l) for l in lines) == cuda_source.header_text(part)
+    tops = cuda_source._HEADERS[part]
+    # one line for the kind's own header (about 100 bytes), shorter than the text it reaches (1.5-60 KB)
+    assert len(text) < min(1600, len(cuda_source.header_text(part)))
+    assert lines[:len(tops)] == [f'#include "{(cuda_source.kernels_dir() / f).as_posix()}"' for f in tops]
+    assert all((cuda_source.kernels_dir() / f).is_file() for f in tops)
+    # the launch bound, where the kind has one, after every include: nothing it includes can follow it
+    assert lines[len(tops):] == cuda_source.launch_bound_lines(part).splitlines()
+    assert (part in cuda_source.LAUNCH_BOUNDS) == bool(lines[len(tops):])
 
 
-def test_kernel_names_change_with_the_header_text(monkeypatch):
-    spec = cuda_source.gemm_int32("sm90", cuda_plans.CUDA_CONFIGS["wg1_64x64"])
+@pytest.mark.parametrize("part", sorted(cuda_source._HEADERS))
+def test_header_text_is_every_file_the_includes_reach_each_once_after_its_own(part):
+    order = cuda_source.walk(part)
+    assert order[0] == "common.cuh" and order[-1] == cuda_source._HEADERS[part][-1] and len(set(order)) == len(order)
+    for i, f in enumerate(order):
+        if not cuda_source.is_mlx_header(f):
+            assert set(cuda_source.includes(f)) <= set(order[:i]), f  # what a file includes comes before it
+    text = cuda_source.header_text(part)
+    ours = [f for f in order if not cuda_source.is_mlx_header(f)]
+    assert all('#include "' + f + '"' not in text for f in ours)  # inlined, not included
+    assert all(text.count(f'#include "{f}"') == 1 for f in order if cuda_source.is_mlx_header(f))
+
+
+@pytest.mark.parametrize("edited", ["gemm/cpasync.cuh", "tile/smem.cuh"])
+def test_kernel_names_change_with_the_text_of_every_header_they_reach(monkeypatch, edited):
+    # tile/smem.cuh reaches the cp.async GEMM only through gemm/cpasync.cuh's includes; the SIMT
+    # GEMM includes neither
+    cfg = cuda_plans.CUDA_CONFIGS["wg1_64x64"]
+    spec, simt = cuda_source.gemm_int32("sm90", cfg), cuda_source.gemm_int32("simt", cuda_plans.CUDA_SIMT_CONFIG)
     assert spec.name.endswith("_" + cuda_source.digest("cpasync"))
-    for fn in (cuda_source.header_text, cuda_source.digest, cuda_source.gemm_int32):
+    cached = (cuda_source.header_text, cuda_source.digest, cuda_source.gemm_int32)
+    for fn in cached:
         fn.cache_clear()
     real = cuda_source._read
-    monkeypatch.setattr(cuda_source, "_read", lambda f: real(f) + ("// edited\n" if f == "gemm_cpasync.cuh" else ""))
+    monkeypatch.setattr(cuda_source, "_read", lambda f: real(f) + ("// edited\n" if f == edited else ""))
     try:
-        assert cuda_source.gemm_int32("sm90", cuda_plans.CUDA_CONFIGS["wg1_64x64"]).name != spec.name
+        assert cuda_source.gemm_int32("sm90", cfg).name != spec.name
+        assert cuda_source.gemm_int32("simt", cuda_plans.CUDA_SIMT_CONFIG).name == simt.name
     finally:
-        for fn in (cuda_source.header_text, cuda_source.digest, cuda_source.gemm_int32):
+        for fn in cached:
             fn.cache_clear()
 
 
-def test_every_cuda_header_is_used_and_comes_after_common():
+def test_every_cuda_header_is_reached_has_an_include_guard_and_redefines_nothing_global():
     folder = cuda_source.kernels_dir()
-    used = {f for files in cuda_source._HEADERS.values() for f in files if not cuda_source.is_mlx_header(f)}
-    assert used == {p.name for p in folder.glob("*.cuh")}
-    for part, files in cuda_source._HEADERS.items():
-        assert files[0] == "common.cuh" and len(set(files)) == len(files), part
-        assert all(cuda_source.is_mlx_header(f) == ("/" in f) for f in files), part
-        # launch_bounds_384.cuh redefines __global__: last, and only after a warp-specialised kernel
-        if "launch_bounds_384.cuh" in files:
-            assert files[-1] == "launch_bounds_384.cuh" and files[-2].startswith("gemm_tma_ws_"), part
+    reached = {f for part in cuda_source._HEADERS for f in cuda_source.walk(part) if not cuda_source.is_mlx_header(f)}
+    assert reached == {p.relative_to(folder).as_posix() for p in folder.rglob("*.cuh")}
+    for f in reached:
+        text = cuda_source._read(f)
+        assert "#pragma once" in text and "__global__" not in text.replace("__launch_bounds__", ""), f
+        assert all(cuda_source.is_mlx_header(i) or (folder / i).is_file() for i in cuda_source.includes(f)), f
+    # the warp-specialised GEMMs and the staged SwiGLU quantization carry their launch bounds
+    assert set(cuda_source.LAUNCH_BOUNDS) == {"cooperative", "pingpong", "swiglu_quantize_staged"}
+
+
+HEADERS = sorted(p.relative_to(cuda_source.kernels_dir()).as_posix() for p in cuda_source.kernels_dir().rglob("*.cuh"))
+
+
+@pytest.mark.parametrize("header", HEADERS)
+def test_each_header_compiles_on_its_own(header, tmp_path):
+    # Each header includes what it needs: one alone in a translation unit compiles (PTX, sm_90a).
+    # Those reaching MLX's own headers need them (INT8NAX_MLX_JIT_HEADERS, as test_swiglu_quantize).
+    import os
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found: the per-header compile needs the CUDA toolkit")
+    mlx = cuda_source.mlx_headers(f'#include "{(cuda_source.kernels_dir() / header).as_posix()}"')
+    jit = os.environ.get("INT8NAX_MLX_JIT_HEADERS")
+    if mlx and not jit:
+        pytest.skip(f"{header} includes MLX's {mlx[0]}: set INT8NAX_MLX_JIT_HEADERS to a folder holding it")
+    unit = tmp_path / "alone.cu"
+    unit.write_text(f'#include "{(cuda_source.kernels_dir() / header).as_posix()}"\n')
+    cmd = [nvcc, "-std=c++17", "-arch=sm_90a", "-ptx", "-o", str(tmp_path / "alone.ptx"), str(unit)]
+    proc = subprocess.run(cmd + (["-I", jit] if mlx else []), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_header_falls_back_to_the_text_without_a_kernels_folder(monkeypatch):
@@ -166,14 +205,14 @@ def test_cuda_probe_explains_itself():
 
 
 def test_row_chunks_respect_the_grid_limit():
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import graphs as cuda_graphs
 
     cfg = cuda_plans.CUDA_CONFIGS["wg1_64x64"]
-    chunks = cuda._row_chunks(10_000_000, cfg)
-    assert chunks[0] == (0, cuda.MAX_GRID_Y * cfg.bm) and chunks[-1][1] == 10_000_000
-    assert all(hi - lo <= cuda.MAX_GRID_Y * cfg.bm for lo, hi in chunks)
+    chunks = cuda_graphs._row_chunks(10_000_000, cfg)
+    assert chunks[0] == (0, cuda_graphs.MAX_GRID_Y * cfg.bm) and chunks[-1][1] == 10_000_000
+    assert all(hi - lo <= cuda_graphs.MAX_GRID_Y * cfg.bm for lo, hi in chunks)
     assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
-    assert cuda._row_chunks(5, cfg) == [(0, 5)]
+    assert cuda_graphs._row_chunks(5, cfg) == [(0, 5)]
 
 
 # ---- the quantization kernel's launch (cuda_plans.cuda_quant_launch) ----
@@ -244,7 +283,7 @@ def test_quant_launch_of_the_seed_shapes(m, k):
     assert (launch.threads, launch.held) == QUANT_SEED[(m, k)]
 
 
-# ---- the quantization kernel's arithmetic (kernels/cuda/quantize.cuh, code_of), in numpy ----
+# ---- the quantization kernel's arithmetic (kernels/cuda/quant/quantize.cuh, code_of), in numpy ----
 
 def test_normal_scale_codes_need_no_clamp():
     # code_of skips the clamp when the scale is normal: |fl(x * fl(1 / fl(amax / 127)))| < 127.5 for

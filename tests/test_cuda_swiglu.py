@@ -1,6 +1,6 @@
-"""The SwiGLU quantization kernel (kernels/cuda/swiglu_quantize.cuh) against the unfused graph, bit
-for bit: for y [M, 2H], cuda._swiglu_quantize_graph(y) must give the codes and scales that the
-quantization kernel (cuda._quantize_graph) gives for h = silu(y[:, :H]) * y[:, H:] as mlx-lm
+"""The SwiGLU quantization kernel (kernels/cuda/quant/swiglu_quantize.cuh) against the unfused graph, bit
+for bit: for y [M, 2H], cuda_graphs._swiglu_quantize_graph(y) must give the codes and scales that the
+quantization kernel (cuda_graphs._quantize_graph) gives for h = silu(y[:, :H]) * y[:, H:] as mlx-lm
 computes it (nn.silu(gate) * up under mx.compile, shapeless). Every launch the kernel may take is
 forced, on the held, streamed (row longer than the registers) and one-value-at-a-time (H % 8 != 0,
 misaligned base) paths, with rows of NaN, inf, zeros, tiny values and products that overflow.
@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from int8nax import backends
-from int8nax.backends import cuda_plans
+from int8nax.backends.cuda import plans as cuda_plans
 
 CUDA = backends.probe("cuda")
 pytestmark = pytest.mark.skipif(not CUDA.available, reason=f"backend cuda unavailable here: {CUDA.reason}")
 
 if CUDA.available:
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import probe as cuda_probe, graphs as cuda_graphs
 
 
 SWIGLU = mx.compile(lambda g, u: nn.silu(g) * u, shapeless=True)
@@ -112,14 +112,14 @@ def _case(dtype, h: int, m: int):
 def _unfused(y):
     """The codes and scales of the graph the kernel replaces: h = swiglu(g, u), then quantize."""
     h = y.shape[1] // 2
-    q, s = cuda._quantize_graph(SWIGLU(y[:, :h], y[:, h:]))
+    q, s = cuda_graphs._quantize_graph(SWIGLU(y[:, :h], y[:, h:]))
     mx.eval(q, s)
     return np.array(q), np.array(s)
 
 
 def _fused(y, launch):
-    fn = getattr(cuda, "_swiglu_quantize_graph", None)
-    assert fn is not None, "int8nax.backends.cuda._swiglu_quantize_graph(y, launch=None) is missing"
+    fn = getattr(cuda_graphs, "_swiglu_quantize_graph", None)
+    assert fn is not None, "int8nax.backends.cuda.graphs._swiglu_quantize_graph(y, launch=None) is missing"
     q, s = fn(y, launch)
     mx.eval(q, s)
     assert q.dtype == mx.int8 and s.dtype == mx.float32
@@ -179,7 +179,7 @@ def test_views_of_y(dtype, launch, h, view):
     _assert_same_bits(got, want)
 
 
-# ---- the staged kernel (kernels/cuda/swiglu_quantize_staged.cuh): persistent blocks, rows copied
+# ---- the staged kernel (kernels/cuda/quant/swiglu_quantize_staged.cuh): persistent blocks, rows copied
 # into shared memory while the previous one is quantized; same bits. Few blocks make every block
 # reuse both buffers; rows its buffers cannot hold (or off the vector path) it quantizes from y.
 # One launch with the widest buffers serves every width (each STAGE_BYTES is an NVRTC build of
@@ -205,9 +205,9 @@ def test_staged_swiglu_quantize_is_the_unfused_graph_bit_for_bit(dtype, h, m, bl
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=_case_id)
 @pytest.mark.parametrize("h", [4864, 12288, 18944])
 def test_the_dispatched_staged_launch_is_the_unfused_graph_bit_for_bit(dtype, h):
-    m = 2 * cuda.sm_count() + 5
-    launch = cuda_plans.cuda_swiglu_staged_launch(m, h, 2, cuda.sm_count())
-    assert launch is not None and launch.hidden == h and launch.blocks == cuda.sm_count()
+    m = 2 * cuda_probe.sm_count() + 5
+    launch = cuda_plans.cuda_swiglu_staged_launch(m, h, 2, cuda_probe.sm_count())
+    assert launch is not None and launch.hidden == h and launch.blocks == cuda_probe.sm_count()
     y, want = _case(dtype, h, m)
     _assert_same_bits(_fused(y, launch), want)
 
@@ -229,8 +229,8 @@ def test_staged_views_of_y(dtype, h, view):
 
 def test_the_staged_first_use_check_passes_and_probes_more_rows_than_blocks():
     launch = _widest_launch(4)
-    cuda.swiglu_kernel_ok.cache_clear()
+    cuda_graphs.swiglu_kernel_ok.cache_clear()
     try:
-        assert cuda.swiglu_kernel_ok(mx.bfloat16, launch)
+        assert cuda_graphs.swiglu_kernel_ok(mx.bfloat16, launch)
     finally:
-        cuda.swiglu_kernel_ok.cache_clear()
+        cuda_graphs.swiglu_kernel_ok.cache_clear()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from int8nax import backends
-from int8nax.backends import cuda_choice, cuda_plans
+from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans
 from int8nax.reference import int8_matmul_ref, to_numpy
 
 from conftest import random_int8, within_one_ulp
@@ -30,10 +30,10 @@ pytestmark = [
 ]
 
 if CUDA.available:
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import device as cuda_device, probe as cuda_probe, backend as cuda
 
-    SM90 = cuda.family_for(cuda.compute_capability()) == "sm90"
-    SMS = cuda.sm_count() if SM90 else 132
+    SM90 = cuda_device.family_for(cuda_device.compute_capability()) == "sm90"
+    SMS = cuda_probe.sm_count() if SM90 else 132
 else:
     SM90, SMS = False, 132
 
@@ -85,7 +85,7 @@ def view(x, shift):
 @pytest.mark.parametrize("shift_a,shift_b", [(0, 0), (3, 0), (0, 5), (8, 1)])
 def test_public_int8_matmul_on_the_tma_kernel_with_offset_views(rng, shift_a, shift_b):
     import int8nax
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import backend as cuda
 
     m, k, n = 77, 4096, 200
     assert cuda.choice(m, n, k).variant == cuda_choice.TMA
@@ -235,7 +235,7 @@ def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
                          ids=plan_id)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_narrow_epilogue_on_every_tma_plan(variant, plan, rng, dtype):
-    # INT8NAX_CUDA_EPILOGUE=narrow's path (kernels/cuda/dequantize.cuh, dequantize_narrow), fused or in
+    # INT8NAX_CUDA_EPILOGUE=narrow's path (kernels/cuda/epilogue/dequantize.cuh, dequantize_narrow), fused or in
     # the dequantizing reduction: within 1 ulp of the float64 model and, since each narrow output
     # is one function of its inputs on every path (DequantStore::value), bit-identical to the
     # cp.async kernel's narrow W8A8 on another plan.

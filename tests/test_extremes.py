@@ -212,7 +212,7 @@ def test_model_tiny_row_rule_does_not_depend_on_k(rng, k):
 
 def test_first_use_check_covers_tiny_rows():
     from int8nax import exactness
-    from int8nax.backends import cpu
+    from int8nax.backends.cpu import backend as cpu
 
     rows = exactness.tiny_rows(np.random.default_rng(0), 37)
     q, s = quant.quantize_activations_np(rows)

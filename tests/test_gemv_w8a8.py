@@ -1,4 +1,4 @@
-"""The small-M W8A8 GEMM, the GEMV (kernels/cuda/gemv_w8a8.cuh; its cuda_choice row "gemv") without a
+"""The small-M W8A8 GEMM, the GEMV (kernels/cuda/gemm/gemv_w8a8.cuh; its cuda_choice row "gemv") without a
 GPU: its index arithmetic compiled as host C++ and run through an emulation of mma.sync.m16n8k32.s8
 written from the PTX ISA's fragment tables (not from the kernel's own helpers), over the kernel's
 loop structure, against the exact integer product; its plans and where the choice takes it; its
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.backends import cuda_choice, cuda_plans, cuda_source
+from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans, source as cuda_source
 
 CXX = shutil.which("g++") or shutil.which("clang++")
 NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or (shutil.which("nvcc", path="/usr/local/cuda/bin"))
-HEADER = Path(cuda_source.__file__).resolve().parents[1] / "kernels" / "cuda" / "gemv_w8a8.cuh"
+HEADER = Path(cuda_source.__file__).resolve().parents[2] / "kernels" / "cuda" / "gemm/gemv_w8a8.cuh"
 
 PROGRAM = r"""
 #include <cstdint>
@@ -177,12 +177,12 @@ def test_a_planted_fragment_error_is_caught(tmp_path):
 
 def test_kernel_specs_plans_and_the_choice():
     int32, w8a8, fused = cuda_source.gemv_int32(), cuda_source.gemv_w8a8(), cuda_source.gemv_w8a8_x()
-    assert fused.input_names == ("x", "w", "scale_w", "bias") and "quantize.cuh" in fused.header
+    assert fused.input_names == ("x", "w", "scale_w", "bias") and "quant/quantize.cuh" in cuda_source.walk("gemv")
     assert w8a8.input_names == ("q", "w", "scale_x", "scale_w", "bias") and w8a8.output_names == ("y",)
     assert int32.input_names == ("a", "w") and int32.output_names == ("out",)
     assert len({int32.name, w8a8.name, fused.name}) == 3
-    assert all(cuda_source.digest("gemv") in s.name and "gemv_w8a8.cuh" in s.header and "epilogue.cuh" in s.header
-               for s in (int32, w8a8, fused))
+    assert all(cuda_source.digest("gemv") in s.name and s.header.endswith('/gemm/gemv_w8a8.cuh"\n') for s in (int32, w8a8, fused))
+    assert "epilogue/epilogue.cuh" in cuda_source.walk("gemv")
     assert "DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{" in w8a8.source
     row = cuda_choice.VARIANTS[cuda_choice.GEMV]
     assert row.specs(cuda_plans.GEMV_CONFIGS["gemv_16x8"]) == (int32, w8a8) and row.quantizing() == fused
@@ -235,10 +235,10 @@ def test_reachable_counts_the_fused_and_two_kernel_forms_apart(gemv_default):
 
 def test_a_call_naming_the_gemv_beyond_16_rows_is_refused(monkeypatch):
     pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import device as cuda_device, probe as cuda_probe, backend as cuda
 
-    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
-    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda_device, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda_probe, "sm_count", lambda: 132)
     with pytest.raises(ValueError, match=r"variant 'gemv' cannot run M=17, K=64 .*1 <= M <= 16"):
         cuda._explicit("gemv", None, 17, 8, 64, True)
     assert cuda._explicit("small-m", None, 3, 8, 64, True)[0] == cuda_choice.GEMV
@@ -246,9 +246,9 @@ def test_a_call_naming_the_gemv_beyond_16_rows_is_refused(monkeypatch):
 
 def test_backend_describe_names_the_gemv(monkeypatch, gemv_default):
     pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import kernels as cuda_kernels, backend as cuda
 
-    monkeypatch.setattr(cuda, "_kernel", lambda spec: pytest.fail("describe launched a kernel"))
+    monkeypatch.setattr(cuda_kernels, "_kernel", lambda spec: pytest.fail("describe launched a kernel"))
     got = cuda.BACKEND.describe("w8a8_linear", 1, 37888, 3584, dtype="bfloat16")
     if not cuda.BACKEND.probe().available:
         assert got == "cuda gemv 16x16 splits=1 quantize=fused (132 SMs assumed)"
@@ -311,15 +311,18 @@ def test_w8a8_linear_launches_one_gemv_kernel_at_decode(monkeypatch, family, gem
     itself, alone; at M = 16, K = 3584 (112 KB of bfloat16 x) the quantization kernel and the GEMV;
     at M = 17 the tiled kernels (dp4a where there is no wgmma)."""
     mx = pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import (
+        device as cuda_device, kernels as cuda_kernels, probe as cuda_probe,
+        settings as cuda_settings, backend as cuda,
+    )
 
     launches = []
-    monkeypatch.setattr(cuda, "_kernel", lambda spec: _Recorder(spec, launches))
-    monkeypatch.setattr(cuda, "_family", lambda: family)
-    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda_kernels, "_kernel", lambda spec: _Recorder(spec, launches))
+    monkeypatch.setattr(cuda_device, "_family", lambda: family)
+    monkeypatch.setattr(cuda_probe, "sm_count", lambda: 132)
     monkeypatch.setattr(cuda, "COMPILE", False)
-    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
-    monkeypatch.delenv(cuda.EPILOGUE_ENV, raising=False)
+    monkeypatch.delenv(cuda_settings.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(cuda_settings.EPILOGUE_ENV, raising=False)
     cuda.clear_caches()
     try:
         n, k = 4608, 3584
@@ -338,7 +341,7 @@ def test_w8a8_linear_launches_one_gemv_kernel_at_decode(monkeypatch, family, gem
         assert grid == ((n // 16) * 256, 1, 1)
         assert template == {"T": mx.bfloat16, "NT": 2, "WARPS": 8, "UNROLL": 2, "HAS_BIAS": False, "NARROW": True}
         # the environment forces the previous kernels at small M
-        monkeypatch.setenv(cuda.KERNEL_ENV, "cpasync")
+        monkeypatch.setenv(cuda_settings.KERNEL_ENV, "cpasync")
         cuda.clear_caches()
         launches.clear()
         mx.eval(cuda.w8a8(mx.zeros((1, k), dtype=mx.bfloat16), w, s, None))

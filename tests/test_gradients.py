@@ -389,7 +389,7 @@ def test_a_backend_outside_the_graph_inside_compile_or_vmap_says_so(monkeypatch,
 def test_the_backend_sees_the_callers_weight_array(monkeypatch, rng):
     # Per-weight state in a backend (the CPU backend's prepared weights) is keyed by the array:
     # the forward must get the caller's object, which MLX's custom_function body would not.
-    from int8nax.backends import cpu
+    from int8nax.backends.cpu import backend as cpu
 
     seen = []
     real = cpu.BACKEND.w8a8_linear

@@ -117,7 +117,7 @@ def test_the_profile_part_gives_the_ncu_runner_sets_it_takes(tmp_path):
     assert len(items) == 29 and {i.subject for i in items} == {
         "int8_matmul", "w8a8:bfloat16", "w8a8:bfloat16+bias", "bf16", "swiglu_quantize:fused:bfloat16",
         "swiglu_quantize:staged:bfloat16"}
-    from int8nax.backends import cuda_plans  # the staged items are shapes its launch takes on the H200
+    from int8nax.backends.cuda import plans as cuda_plans  # the staged items are shapes its launch takes on the H200
 
     assert all(cuda_plans.cuda_swiglu_staged_launch(i.shape[0], i.shape[1], 2, 132) is not None
                for i in items if "staged" in i.subject)

@@ -102,7 +102,7 @@ def test_the_common_call_is_the_backends_own_output(lazy):
 def test_the_default_cpu_call_sees_the_callers_weight_array(monkeypatch, rng):
     # The CPU backend keys its prepared weights by the array object (weights_by_identity), on
     # the common call (no backend=) as on the checked one.
-    from int8nax.backends import cpu
+    from int8nax.backends.cpu import backend as cpu
 
     monkeypatch.setattr(backends, "resolve", lambda requested=None: cpu.BACKEND)
     monkeypatch.delenv(backends.ENV_VAR, raising=False)

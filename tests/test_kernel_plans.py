@@ -12,8 +12,8 @@ import mlx.core as mx
 import pytest
 
 from int8nax.commands import cli
-from int8nax.backends import cuda_choice as C
-from int8nax.backends import cuda_plans as P
+from int8nax.backends.cuda import choice as C
+from int8nax.backends.cuda import plans as P
 from int8nax.bench.kernel import cupti
 from int8nax.bench.kernel import mode as kt
 from int8nax.bench.kernel import plans as kp
@@ -283,12 +283,14 @@ def test_the_raw_gemms_plans_are_checked_against_the_int64_product_and_the_defau
 
 def test_the_cuda_dispatch_glue_asks_the_backend_for_its_choice_and_calls_each_plan(monkeypatch):
     # backends.cuda on an H200 as this process would see it (SM count, family, override), no GPU.
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import (
+        device as cuda_device, probe as cuda_probe, settings as cuda_settings, backend as cuda,
+    )
 
-    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
-    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
-    monkeypatch.setattr(cuda, "compute_capability", lambda: (9, 0))
-    monkeypatch.setattr(cuda, "kernel_choice", lambda: "auto")
+    monkeypatch.setattr(cuda_probe, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda_device, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda_device, "compute_capability", lambda: (9, 0))
+    monkeypatch.setattr(cuda_settings, "kernel_choice", lambda: "auto")
     calls = []
     monkeypatch.setattr(cuda, "w8a8", lambda x, w, s, b, variant, plan: calls.append(("w8a8", b, variant, plan)))
     monkeypatch.setattr(cuda, "gemm_int32", lambda a, b, variant, plan: calls.append(("int32", variant, plan)))

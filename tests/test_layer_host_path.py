@@ -189,7 +189,7 @@ def test_the_cuda_marked_entry_builds_w8a8_graph_of_the_rows_and_marks_traced_ca
     # choice, quantization launch and epilogue it hands w8a8_graph are those of the 2-D entry
     # (_w8a8_for_shape) for M = the product of x's leading dims; its flag is set at a signature's
     # first call and for tracers only. The kernels themselves run only on a GPU.
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import settings as cuda_settings, graphs as cuda_graphs, backend as cuda
 
     seen = []
 
@@ -198,9 +198,9 @@ def test_the_cuda_marked_entry_builds_w8a8_graph_of_the_rows_and_marks_traced_ca
         return KernelLikeBackend().w8a8_linear(rows, w, s, bias)
 
     monkeypatch.setattr(cuda, "choice", lambda m, n, k, w8a8, bias: type("C", (), {"variant": f"v{m}", "plan": (n, k)}))
-    monkeypatch.setattr(cuda, "quant_launch", lambda m, k: ("quant", m, k))
-    monkeypatch.setattr(cuda, "_narrow", lambda: True)
-    monkeypatch.setattr(cuda, "w8a8_graph", graph)
+    monkeypatch.setattr(cuda_graphs, "quant_launch", lambda m, k: ("quant", m, k))
+    monkeypatch.setattr(cuda_settings, "_narrow", lambda: True)
+    monkeypatch.setattr(cuda_graphs, "w8a8_graph", graph)
     cuda._w8a8_any_rows.cache_clear()
     try:
         layer, w_deq = _layer(rng)

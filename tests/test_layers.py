@@ -93,11 +93,11 @@ def test_no_module_imports_a_layer_above_its_own(path):
 
 def test_the_rule_catches_a_planted_violation(tmp_path):
     # The scanner must see a function-level import of the measuring layer from a backend.
-    fake = PACKAGE / "backends" / "cpu.py"
-    source = fake.read_text() + "\n\ndef _bad():\n    from ..bench import contenders\n"
-    planted = tmp_path / "cpu.py"
+    fake = PACKAGE / "backends" / "cpu" / "backend.py"
+    source = fake.read_text() + "\n\ndef _bad():\n    from ...bench import contenders\n"
+    planted = tmp_path / "backend.py"
     planted.write_text(source)
-    mods = {real_module(m) for m in imported_modules(planted, "int8nax.backends.cpu")} - {None}
+    mods = {real_module(m) for m in imported_modules(planted, "int8nax.backends.cpu.backend")} - {None}
     assert "int8nax.bench.contenders" in mods
     assert any(LAYERS[layer_of(m)] > LAYERS["library"] for m in mods)
 

@@ -12,7 +12,11 @@ import pytest
 import int8nax
 from int8nax import backends
 from int8nax import nax_emulator as emu
-from int8nax.backends import cpu, metal, metal_source
+from int8nax.backends.cpu import backend as cpu
+from int8nax.backends.metal import (
+    backend as metal, device as metal_device, kernel_set as metal_kernel_set,
+    launch as metal_launch, selection as metal_selection, source as metal_source,
+)
 
 
 @pytest.mark.parametrize(
@@ -34,7 +38,7 @@ from int8nax.backends import cpu, metal, metal_source
     ],
 )
 def test_nax_support(report, available, words):
-    probe = metal.nax_support(*report)
+    probe = metal_device.nax_support(*report)
     assert probe.available is available
     for word in words:
         assert word in probe.reason, probe.reason
@@ -56,7 +60,7 @@ def cpu_ops():
 
 
 class FakeOps:
-    """Stands in for metal.VariantOps: CPU code (optionally broken) for every variant, or per
+    """Stands in for metal_launch.VariantOps: CPU code (optionally broken) for every variant, or per
     load path; records which variants were built."""
 
     built: list = []
@@ -70,7 +74,7 @@ class FakeOps:
         self.w8a8_linear = w8a8 or ok_w8a8
 
     def self_test(self):
-        return metal.VariantOps.self_test(self)
+        return metal_launch.VariantOps.self_test(self)
 
     def compile_report(self):
         return {}
@@ -78,7 +82,7 @@ class FakeOps:
 
 def fake_probe(layout):
     """A layout probe that reports `layout` (through the real dump format and verdict)."""
-    return lambda kernels, relaxed: metal.layout_result(emu.probe_dump(layout))
+    return lambda kernels, relaxed: metal_selection.layout_result(emu.probe_dump(layout))
 
 
 def fake_m5(monkeypatch=None, gemm=None, quantize=None, w8a8=None, failing=None, layout=None, broken_paths=None,
@@ -101,9 +105,9 @@ def test_self_test_passes_on_exact_kernels(monkeypatch):
     probe = backend.probe()
     assert probe.available and "self-test passed" in probe.reason and "applegpu_g17s" in probe.reason
     assert "variant mlx_layout/relaxed_precision=true" in probe.reason and "MLX's BaseNAXFrag layout" in probe.reason
-    assert (backend.selection().probe, backend.selection().decided_by) == (metal.PROBE_MATCHES, "probe and self-test")
+    assert (backend.selection().probe, backend.selection().decided_by) == (metal_selection.PROBE_MATCHES, "probe and self-test")
     assert FakeOps.built == ["mlx_layout/relaxed_precision=true"] * 2  # self-tested, then serving
-    assert backend.selection().variant == metal.KernelVariant(metal.LOAD_MLX_LAYOUT, True)
+    assert backend.selection().variant == metal_source.KernelVariant(metal_source.LOAD_MLX_LAYOUT, True)
     assert backend.gpu == "s"
     out = backend.int8_matmul(mx.array(np.ones((2, 3), np.int8)), mx.array(np.ones((4, 3), np.int8)))
     assert (np.array(out) == 3).all()
@@ -165,13 +169,13 @@ def test_probe_other_layout_still_builds_the_fast_path():
     assert "variant mlx_layout/relaxed_precision=true" in probe.reason and "another layout than MLX's" in probe.reason
     assert "built anyway" in probe.reason and "self-test decided" in probe.reason
     sel = backend.selection()
-    assert sel.variant == metal.KernelVariant(metal.LOAD_MLX_LAYOUT, True)
-    assert (sel.probe, sel.decided_by) == (metal.PROBE_DIFFERS, "self-test")
+    assert sel.variant == metal_source.KernelVariant(metal_source.LOAD_MLX_LAYOUT, True)
+    assert (sel.probe, sel.decided_by) == (metal_selection.PROBE_DIFFERS, "self-test")
     assert list(sel.self_tests) == ["mlx_layout/relaxed_precision=true"]
 
 
 @pytest.mark.parametrize("probe_fails", [
-    lambda kernels, relaxed: metal.probe_layout(None),  # probe_layout catches: "not run"
+    lambda kernels, relaxed: metal_selection.probe_layout(None),  # probe_layout catches: "not run"
     lambda kernels, relaxed: (_ for _ in ()).throw(RuntimeError("Unable to build metal library: nax_layout")),
 ])
 def test_probe_failure_still_builds_the_fast_path(probe_fails):
@@ -181,7 +185,7 @@ def test_probe_failure_still_builds_the_fast_path(probe_fails):
     assert probe.available and "layout probe failed" in probe.reason, probe.reason
     assert "variant mlx_layout/relaxed_precision=true" in probe.reason and "self-test decided" in probe.reason
     sel = backend.selection()
-    assert (sel.probe, sel.decided_by) == (metal.PROBE_FAILED, "self-test")
+    assert (sel.probe, sel.decided_by) == (metal_selection.PROBE_FAILED, "self-test")
     assert FakeOps.built == ["mlx_layout/relaxed_precision=true"] * 2  # self-tested, then serving
 
 
@@ -191,12 +195,12 @@ def test_generic_path_is_the_fallback_whatever_the_probe(layout):
     probe and after a disagreeing one alike."""
     lay = emu.shuffled_layout(np.random.default_rng(4)) if layout else None
     with pytest.warns(RuntimeWarning, match="mlx_layout/relaxed_precision=true failed its self-test"):
-        backend = fake_m5(gemm=drop_k_remainder, broken_paths={metal.LOAD_MLX_LAYOUT}, layout=lay)
+        backend = fake_m5(gemm=drop_k_remainder, broken_paths={metal_source.LOAD_MLX_LAYOUT}, layout=lay)
         probe = backend.probe()
     assert probe.available and "variant generic/relaxed_precision=true" in probe.reason
     sel = backend.selection()
     assert list(sel.self_tests) == ["mlx_layout/relaxed_precision=true", "generic/relaxed_precision=true"]
-    assert sel.decided_by == "self-test" and sel.probe == (metal.PROBE_DIFFERS if layout else metal.PROBE_MATCHES)
+    assert sel.decided_by == "self-test" and sel.probe == (metal_selection.PROBE_DIFFERS if layout else metal_selection.PROBE_MATCHES)
 
 
 def test_transposed_right_report_still_builds_the_fast_path():
@@ -210,7 +214,7 @@ def test_transposed_right_report_still_builds_the_fast_path():
 
 def test_fast_path_failing_its_self_test_falls_back_to_generic():
     with pytest.warns(RuntimeWarning, match="mlx_layout/relaxed_precision=true failed its self-test"):
-        backend = fake_m5(gemm=drop_k_remainder, broken_paths={metal.LOAD_MLX_LAYOUT})
+        backend = fake_m5(gemm=drop_k_remainder, broken_paths={metal_source.LOAD_MLX_LAYOUT})
         probe = backend.probe()
     assert probe.available and "variant generic/relaxed_precision=true" in probe.reason
     sel = backend.selection()
@@ -233,17 +237,17 @@ def test_no_selection_without_hardware():
 
 
 def test_variant_api():
-    names = [v.name for v in metal.variants()]
+    names = [v.name for v in metal_source.variants()]
     assert names == ["mlx_layout/relaxed_precision=true", "generic/relaxed_precision=true",
                      "mlx_layout/relaxed_precision=false", "generic/relaxed_precision=false"]
-    assert metal.variant_named("generic/relaxed_precision=false") == metal.KernelVariant("generic", False)
+    assert metal_source.variant_named("generic/relaxed_precision=false") == metal_source.KernelVariant("generic", False)
     with pytest.raises(ValueError, match="variant_named: unknown variant"):
-        metal.variant_named("fast")
+        metal_source.variant_named("fast")
     with pytest.raises(ValueError, match="KernelVariant: load must be one of"):
-        metal.KernelVariant("fast")
+        metal_source.KernelVariant("fast")
     # every variant's raw ops can be built and self-tested by a report (here CPU stand-ins)
     backend = fake_m5()
-    for v in metal.variants():
+    for v in metal_source.variants():
         assert backend.variant_ops(v).self_test() == []
     assert backend.layout().matches_mlx
 
@@ -259,7 +263,7 @@ def registry_on_gpu(monkeypatch):
         backends.probe.cache_clear()
 
     # An M5 has no CUDA: on a CUDA machine auto mode would otherwise fall back to it, not the CPU.
-    from int8nax.backends import cuda as cuda_backend
+    from int8nax.backends.cuda import backend as cuda_backend
     from int8nax.backends.base import Probe
 
     monkeypatch.setattr(cuda_backend.BACKEND, "probe", lambda: Probe(False, "no CUDA device on an Apple M5"))
@@ -308,8 +312,8 @@ def test_compile_report_names_the_kernel_that_fails():
                 raise RuntimeError("Unable to build metal library from source: error: program scope variable")
             return [mx.zeros(s, dtype=d) for s, d in zip(call["output_shapes"], call["output_dtypes"])]
 
-    kernels = metal.KernelSet(lambda **spec: Kernel(spec["name"]))
-    report = metal.VariantOps(kernels, metal.KernelVariant()).compile_report()
+    kernels = metal_kernel_set.KernelSet(lambda **spec: Kernel(spec["name"]))
+    report = metal_launch.VariantOps(kernels, metal_source.KernelVariant()).compile_report()
     assert report["int8nax_w8a8_gemm (large tile)"].startswith("RuntimeError: Unable to build metal library")
     assert {k for k, v in report.items() if v is None} == {
         "int8nax_int8_gemv (small M)", "int8nax_w8a8_decode (small M)",
@@ -318,12 +322,12 @@ def test_compile_report_names_the_kernel_that_fails():
 
 
 def test_forced_variant(monkeypatch):
-    monkeypatch.setenv(metal.VARIANT_ENV, "generic/relaxed_precision=false")
+    monkeypatch.setenv(metal_selection.VARIANT_ENV, "generic/relaxed_precision=false")
     backend = fake_m5()
     probe = backend.probe()
     assert probe.available and "variant generic/relaxed_precision=false: forced by INT8NAX_METAL_VARIANT" in probe.reason
     assert set(FakeOps.built) == {"generic/relaxed_precision=false"}
-    monkeypatch.setenv(metal.VARIANT_ENV, "fastest")
+    monkeypatch.setenv(metal_selection.VARIANT_ENV, "fastest")
     backend = fake_m5()
     probe = backend.probe()
     assert not probe.available and "INT8NAX_METAL_VARIANT='fastest'" in probe.reason and "unknown variant" in probe.reason
@@ -337,11 +341,11 @@ def test_selftest_section_reports_subnormals_and_builds(monkeypatch):
 
     class Probe:
         def __call__(self, **call):
-            flushed = np.zeros(len(metal.SUBNORMAL_PROBE_OPS), np.float32)
+            flushed = np.zeros(len(metal_launch.SUBNORMAL_PROBE_OPS), np.float32)
             return [mx.array(flushed)]
 
     backend = fake_m5()
-    backend.kernels = metal.KernelSet(lambda **spec: Probe())
+    backend.kernels = metal_kernel_set.KernelSet(lambda **spec: Probe())
     monkeypatch.setattr(metal, "BACKEND", backend)
     section = selftest.metal_section([1, 7])
     assert section["subnormals"]["summary"] == "flushes float32 subnormals"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.backends import metal_source
+from int8nax.backends.metal import source as metal_source
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 import clang_check  # noqa: E402

@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 
 from int8nax import quant, tiling
-from int8nax.backends import metal, metal_source
+from int8nax.backends.metal import (
+    backend as metal, kernel_set as metal_kernel_set, launch as metal_launch,
+    source as metal_source,
+)
 
 # What mx.fast.metal_kernel 0.32.4 adds to the signature when the name occurs in `source`.
 MLX_ATTRIBUTES = {
@@ -74,14 +77,14 @@ class RefusingFactory(RecordingFactory):
                                  f"threads per threadgroup ({self.max_threads}).")
         mx.eval(outs)
 
-    def kernel_set(self) -> metal.KernelSet:
-        return metal.KernelSet(self, evaluate=self.evaluate)
+    def kernel_set(self) -> metal_kernel_set.KernelSet:
+        return metal_kernel_set.KernelSet(self, evaluate=self.evaluate)
 
 
 @pytest.fixture
 def recorded():
     factory = RecordingFactory()
-    return factory, metal.KernelSet(factory)
+    return factory, metal_kernel_set.KernelSet(factory)
 
 
 @pytest.mark.parametrize(
@@ -165,7 +168,7 @@ def test_int8_gemm_launch(recorded):
     factory, kernels = recorded
     a = mx.zeros((33, 513), dtype=mx.int8)
     b = mx.zeros((7, 513), dtype=mx.int8)
-    c = metal.run_int8_gemm(kernels, a, b)
+    c = metal_launch.run_int8_gemm(kernels, a, b)
     assert c.shape == (33, 7) and c.dtype == mx.int32
     kernel = factory.kernels["int8nax_int8_gemm"]
     assert kernel.spec["input_names"] == ["a", "b", "params"] and kernel.spec["output_names"] == ["c"]
@@ -179,8 +182,8 @@ def test_int8_gemm_launch(recorded):
     assert call["grid"] == d.grid and call["threadgroup"] == d.threadgroup
     assert call["template"] == d.template + [("MLX_LAYOUT", True)] and call["stream"] == mx.gpu
     # the generic variant, relaxed_precision off, on an M5 Pro class GPU
-    variant = metal.KernelVariant(metal.LOAD_GENERIC, relaxed_precision=False)
-    metal.run_int8_gemm(kernels, mx.zeros((100, 513), dtype=mx.int8), b, variant, gpu="s")
+    variant = metal_source.KernelVariant(metal_source.LOAD_GENERIC, relaxed_precision=False)
+    metal_launch.run_int8_gemm(kernels, mx.zeros((100, 513), dtype=mx.int8), b, variant, gpu="s")
     d = tiling.metal_gemm_dispatch(100, 7, 513, "s", relaxed_precision=False)
     call = kernel.calls[-1]
     assert call["template"] == d.template + [("MLX_LAYOUT", False)] and dict(call["template"])["BM"] == 128
@@ -195,7 +198,7 @@ def test_w8a8_launches(recorded, dtype, with_bias):
     w = mx.zeros((33, 300), dtype=mx.int8)
     s_w = mx.ones((33,), dtype=mx.float32)
     bias = mx.ones((33,), dtype=mx.float16) if with_bias else None
-    y = metal.run_w8a8(kernels, x, w, s_w, bias)
+    y = metal_launch.run_w8a8(kernels, x, w, s_w, bias)
     assert y.shape == (70, 33) and y.dtype == dtype
 
     (qcall,) = factory.kernels["int8nax_quantize_rows"].calls
@@ -210,7 +213,7 @@ def test_w8a8_launches(recorded, dtype, with_bias):
     assert q.shape == (70, 300) and q.dtype == mx.int8 and w_in is w and s_w_in is s_w
     assert s_x.shape == (70,) and s_x.dtype == mx.float32
     # the caller's bias as it is (no cast kernel), or the one [1] placeholder of the process
-    assert bias_in is bias if with_bias else (bias_in is metal._no_bias() and bias_in.shape == (1,))
+    assert bias_in is bias if with_bias else (bias_in is metal_launch._no_bias() and bias_in.shape == (1,))
     d = tiling.metal_gemm_dispatch(70, 33, 300)
     assert np.array(params).tolist() == list(d.params)
     assert gcall["output_dtypes"] == [dtype] and gcall["output_shapes"] == [(70, 33)]
@@ -229,7 +232,7 @@ def test_small_m_and_repeated_shapes_rebuild_nothing(recorded):
     xs = {}
     for m in (1, 3, 7, 8, 40, 3, 7):
         xs[m] = mx.ones((m, 300), dtype=mx.float16)
-        metal.run_w8a8(kernels, xs[m], w, s_w, None)
+        metal_launch.run_w8a8(kernels, xs[m], w, s_w, None)
     decode = factory.kernels["int8nax_w8a8_decode"].calls
     gemm = factory.kernels["int8nax_w8a8_gemm"].calls
     assert [c["output_shapes"] for c in decode] == [[(1, 33)], [(3, 33)], [(3, 33)]]
@@ -241,7 +244,7 @@ def test_small_m_and_repeated_shapes_rebuild_nothing(recorded):
     assert decode[1]["template"] == [("OutT", mx.float16), ("HAS_BIAS", False)] + d.template
     assert dict(d.template)["MV_PIECE"] == 8 and dict(d.template)["QMAX"] == quant.QMAX
     x_in, w_in, s_w_in, bias_in, params = decode[2]["inputs"]  # the last M = 3 call
-    assert x_in is xs[3] and w_in is w and s_w_in is s_w and bias_in is metal._no_bias()
+    assert x_in is xs[3] and w_in is w and s_w_in is s_w and bias_in is metal_launch._no_bias()
     assert np.array(params).tolist() == [3, 33, 300, 0, 1]
     quant_calls = factory.kernels["int8nax_quantize_rows"].calls
     assert [c["output_shapes"][1] for c in quant_calls] == [(8,), (8,), (40,), (8,)]  # M > 4 only
@@ -250,7 +253,7 @@ def test_small_m_and_repeated_shapes_rebuild_nothing(recorded):
     catalogue = {i.key for i in metal_source.instantiations()}
     assert all(i.key in catalogue for i in builds)
     # the public quantization returns M scales
-    q, s = metal.VariantOps(kernels, metal.KernelVariant()).quantize_activations(mx.ones((3, 300), dtype=mx.float16))
+    q, s = metal_launch.VariantOps(kernels, metal_source.KernelVariant()).quantize_activations(mx.ones((3, 300), dtype=mx.float16))
     assert s.shape == (3,)
 
 
@@ -274,8 +277,8 @@ def test_every_launch_is_in_the_catalogue(recorded):
     and bias lands on an instantiation metal_source.instantiations() lists."""
     factory, kernels = recorded
     catalogue = {i.key for i in metal_source.instantiations()}
-    for variant, large in itertools.product(metal.variants(), tiling.METAL_LARGE_CANDIDATES):
-        ops = metal.VariantOps(kernels, variant, "s", large)
+    for variant, large in itertools.product(metal_source.variants(), tiling.METAL_LARGE_CANDIDATES):
+        ops = metal_launch.VariantOps(kernels, variant, "s", large)
         for m in (1, 33, 65):  # small-M kernel, small tile, large tile (each candidate)
             a = mx.zeros((m, 64), dtype=mx.int8)
             b = mx.zeros((40, 64), dtype=mx.int8)
@@ -283,20 +286,20 @@ def test_every_launch_is_in_the_catalogue(recorded):
             for dtype in (mx.float16, mx.bfloat16, mx.float32):
                 for bias in (None, mx.zeros((40,), mx.float16), mx.zeros((40,), mx.bfloat16), mx.zeros((40,), mx.float32)):
                     ops.w8a8_linear(mx.ones((m, 64), dtype=dtype), b, mx.ones((40,), mx.float32), bias)
-        metal.run_layout_probe(kernels, variant.relaxed_precision)
-    metal.run_subnormal_probe(kernels)
+        metal_launch.run_layout_probe(kernels, variant.relaxed_precision)
+    metal_launch.run_subnormal_probe(kernels)
     made = {inst.key for inst, _ in kernels.builds()}
     # the quantizer's threadgroup-limit fallback, on a GPU that refuses its 256 threads
     refusing = RefusingFactory(128, only="int8nax_quantize_rows").kernel_set()
     for dtype in (mx.float16, mx.bfloat16, mx.float32):
-        metal.run_quantize_rows(refusing, mx.ones((3, 64), dtype=dtype))
+        metal_launch.run_quantize_rows(refusing, mx.ones((3, 64), dtype=dtype))
     made |= {inst.key for inst, _ in refusing.builds()}
     assert made <= catalogue and len(made) == len(catalogue)
 
 
 def test_layout_probe_launch(recorded):
     factory, kernels = recorded
-    out = metal.run_layout_probe(kernels)
+    out = metal_launch.run_layout_probe(kernels)
     assert out.shape == (3, 32, 1 + 3 * 16)
     (call,) = factory.kernels["int8nax_nax_layout"].calls
     assert call["grid"] == (32, 1, 1) and call["threadgroup"] == (32, 1, 1)
@@ -347,10 +350,10 @@ def test_sources_fit_metal_kernel(recorded, name):
 def test_mlx_threadgroup_message_is_recognised():
     # CustomKernel::eval_gpu's text (two spaces after "than"), and the one-space form too
     text = "Thread group size (512) is greater than  the maximum allowed threads per threadgroup (448)."
-    assert metal.threadgroup_limit(ValueError(text)) == 448
-    assert metal.threadgroup_limit(ValueError(text.replace("  ", " "))) == 448
-    assert metal.threadgroup_limit(RuntimeError(text)) is None  # MLX raises std::invalid_argument: ValueError
-    assert metal.threadgroup_limit(ValueError("Unable to build metal library from source")) is None
+    assert metal_kernel_set.threadgroup_limit(ValueError(text)) == 448
+    assert metal_kernel_set.threadgroup_limit(ValueError(text.replace("  ", " "))) == 448
+    assert metal_kernel_set.threadgroup_limit(RuntimeError(text)) is None  # MLX raises std::invalid_argument: ValueError
+    assert metal_kernel_set.threadgroup_limit(ValueError("Unable to build metal library from source")) is None
 
 
 @pytest.mark.parametrize("limit, served", [(448, tiling.METAL_MEDIUM), (256, tiling.METAL_MEDIUM),
@@ -363,7 +366,7 @@ def test_a_refused_large_tile_falls_back_without_raising(limit, served):
     kernels = factory.kernel_set()
     a, b = mx.ones((130, 64), dtype=mx.int8), mx.ones((40, 64), dtype=mx.int8)
     for _ in range(3):
-        c = metal.run_int8_gemm(kernels, a, b, metal.KernelVariant(), "s")
+        c = metal_launch.run_int8_gemm(kernels, a, b, metal_source.KernelVariant(), "s")
         assert c.shape == (130, 40)
     assert factory.refused == [("int8nax_int8_gemm", 512)]  # refused once, then remembered
     last = factory.kernels["int8nax_int8_gemm"].calls[-1]
@@ -378,8 +381,8 @@ def test_w8a8_and_quantizer_fall_back_too():
     factory = RefusingFactory(128)
     kernels = factory.kernel_set()
     x = mx.ones((70, 64), dtype=mx.bfloat16)
-    y = metal.run_w8a8(kernels, x, mx.ones((40, 64), mx.int8), mx.ones((40,), mx.float32), None,
-                       metal.KernelVariant(metal.LOAD_GENERIC), "s", tiling.METAL_WIDE8)
+    y = metal_launch.run_w8a8(kernels, x, mx.ones((40, 64), mx.int8), mx.ones((40,), mx.float32), None,
+                       metal_source.KernelVariant(metal_source.LOAD_GENERIC), "s", tiling.METAL_WIDE8)
     assert y.shape == (70, 40) and y.dtype == mx.bfloat16
     assert factory.refused == [("int8nax_quantize_rows", 256), ("int8nax_w8a8_gemm", 256)]
     quant = factory.kernels["int8nax_quantize_rows"].calls[-1]
@@ -392,8 +395,8 @@ def test_w8a8_and_quantizer_fall_back_too():
 
 def test_no_form_fits_is_a_clear_error_not_a_crash():
     kernels = RefusingFactory(64, only="int8nax_int8_gemm").kernel_set()
-    with pytest.raises(metal.ThreadgroupLimitError, match="allows 64 threads per threadgroup"):
-        metal.run_int8_gemm(kernels, mx.ones((40, 64), mx.int8), mx.ones((40, 64), mx.int8))
+    with pytest.raises(metal_kernel_set.ThreadgroupLimitError, match="allows 64 threads per threadgroup"):
+        metal_launch.run_int8_gemm(kernels, mx.ones((40, 64), mx.int8), mx.ones((40, 64), mx.int8))
 
 
 def test_other_errors_of_a_first_launch_propagate():
@@ -404,7 +407,7 @@ def test_other_errors_of_a_first_launch_propagate():
             return kernel
 
     with pytest.raises(ValueError, match="something else"):
-        metal.run_int8_gemm(metal.KernelSet(Broken()), mx.ones((40, 64), mx.int8), mx.ones((40, 64), mx.int8))
+        metal_launch.run_int8_gemm(metal_kernel_set.KernelSet(Broken()), mx.ones((40, 64), mx.int8), mx.ones((40, 64), mx.int8))
 
 
 def test_fallback_config_rule():
@@ -424,7 +427,7 @@ def test_warm_builds_every_form_a_request_could_ask_for(recorded):
     built once, up front (each a catalogue entry), and a second warm builds nothing."""
     factory, kernels = recorded
     backend = metal.MetalBackend(kernels=kernels, machine=lambda: (True, "applegpu_g17s", "26.4"))
-    ops = metal.VariantOps(kernels, metal.KernelVariant(), "s", tiling.METAL_MEDIUM)
+    ops = metal_launch.VariantOps(kernels, metal_source.KernelVariant(), "s", tiling.METAL_MEDIUM)
     backend._ready = lambda: ops
     made = backend.warm((mx.bfloat16,))
     names = sorted({label.split("<")[0] for label in made})

@@ -19,7 +19,11 @@ import pytest
 
 from int8nax import exactness, quant
 from int8nax import nax_emulator as emu
-from int8nax.backends import cpu, metal
+from int8nax.backends.cpu import backend as cpu
+from int8nax.backends.metal import (
+    backend as metal, kernel_set as metal_kernel_set, launch as metal_launch,
+    selection as metal_selection, source as metal_source,
+)
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 import mlx_stand_in  # noqa: E402
@@ -28,7 +32,7 @@ import shim  # noqa: E402
 IN_CI = os.environ.get("CI", "").lower() == "true"
 pytestmark = pytest.mark.skipif(shim.GXX is None and not IN_CI, reason="g++ is not installed: the Metal shim cannot be built")
 
-SERVED = metal.KernelVariant(metal.LOAD_MLX_LAYOUT)
+SERVED = metal_source.KernelVariant(metal_source.LOAD_MLX_LAYOUT)
 EXAMPLE_ROW = np.array([[1e-37, 1e-38, 0, 5e-39]], np.float32)
 """int8nax.quant's documented tiny row: a subnormal scale and codes [127, 13, 0, 6]."""
 
@@ -41,8 +45,8 @@ DECODE_BIAS = (_rng.standard_normal(9) * 1e-37).astype(np.float32)
 
 
 def m5_on_the_stand_in(factory) -> metal.MetalBackend:
-    return metal.MetalBackend(kernels=metal.KernelSet(factory), machine=lambda: (True, "applegpu_g17s", "26.4"),
-                              layout_probe=lambda kernels, relaxed: metal.layout_result(
+    return metal.MetalBackend(kernels=metal_kernel_set.KernelSet(factory), machine=lambda: (True, "applegpu_g17s", "26.4"),
+                              layout_probe=lambda kernels, relaxed: metal_selection.layout_result(
                                   emu.probe_dump(emu.mlx_float_layout())))
 
 
@@ -52,17 +56,17 @@ def flushing_gpu():
     if shim.GXX is None:
         pytest.fail("g++ is required in CI to build the Metal stand-in")
     factory = mlx_stand_in.StandInFactory(emu.mlx_float_layout(), flush_subnormals=True)
-    ops = metal.VariantOps(metal.KernelSet(factory), SERVED, "s")
+    ops = metal_launch.VariantOps(metal_kernel_set.KernelSet(factory), SERVED, "s")
     ops.self_test()  # records what it launches (the kernels return zeros for now)
     ops.quantize_activations(mx.array(EXAMPLE_ROW))
     ops.w8a8_linear(mx.array(DECODE_X), mx.array(DECODE_W), mx.array(DECODE_SW), mx.array(DECODE_BIAS))
-    metal.run_subnormal_probe(ops.kernels)
+    metal_launch.run_subnormal_probe(ops.kernels)
     factory.build()
     return factory
 
 
 def test_nax_stays_served_on_a_flushing_gpu(flushing_gpu, monkeypatch):
-    monkeypatch.setenv(metal.VARIANT_ENV, SERVED.name)
+    monkeypatch.setenv(metal_selection.VARIANT_ENV, SERVED.name)
     backend = m5_on_the_stand_in(flushing_gpu)
     probe = backend.probe()
     assert probe.available, probe.reason
@@ -72,7 +76,7 @@ def test_nax_stays_served_on_a_flushing_gpu(flushing_gpu, monkeypatch):
 def test_tiny_rows_exact_on_a_flushing_gpu(flushing_gpu):
     """The first-use check's tiny rows by themselves, compared with int8nax.quant bit for bit:
     the documented example row gives [127, 13, 0, 6] with its subnormal scale."""
-    ops = metal.VariantOps(metal.KernelSet(flushing_gpu), SERVED, "s")
+    ops = metal_launch.VariantOps(metal_kernel_set.KernelSet(flushing_gpu), SERVED, "s")
     rng = np.random.default_rng(3)
     for dtype in exactness.FIRST_USE_TINY_DTYPES:
         x = exactness.tiny_rows(rng, 37)
@@ -100,8 +104,8 @@ def test_subnormal_probe_tells_the_two_gpus_apart(flushing_gpu):
     """What `int8nax selftest` reports: the probe kernel, on the stand-in kept and flushed."""
     keeping = mlx_stand_in.StandInFactory(emu.mlx_float_layout(), flush_subnormals=False)
     keeping.binary = flushing_gpu.binary
-    kept = metal.subnormal_verdict(np.array(metal.run_subnormal_probe(metal.KernelSet(keeping))))
-    flushed = metal.subnormal_verdict(np.array(metal.run_subnormal_probe(metal.KernelSet(flushing_gpu))))
+    kept = metal_launch.subnormal_verdict(np.array(metal_launch.run_subnormal_probe(metal_kernel_set.KernelSet(keeping))))
+    flushed = metal_launch.subnormal_verdict(np.array(metal_launch.run_subnormal_probe(metal_kernel_set.KernelSet(flushing_gpu))))
     assert kept["summary"] == "keeps float32 subnormals", kept
     assert flushed["summary"] == "flushes float32 subnormals", flushed
 
@@ -111,7 +115,7 @@ def test_decode_quantizes_tiny_rows_exactly_on_a_flushing_gpu(flushing_gpu):
     arithmetic: on tiny rows, on a flushing GPU, its output is the two-launch path's (int8nax.quant's
     codes and scales, then the epilogue's model) bit for bit, except outputs that are themselves
     float32 subnormals, which the flushing GPU writes as 0 (docs/metal.md)."""
-    ops = metal.VariantOps(metal.KernelSet(flushing_gpu), SERVED, "s")
+    ops = metal_launch.VariantOps(metal_kernel_set.KernelSet(flushing_gpu), SERVED, "s")
     y = np.array(ops.w8a8_linear(mx.array(DECODE_X), mx.array(DECODE_W), mx.array(DECODE_SW), mx.array(DECODE_BIAS)))
     q, s_x = quant.quantize_activations_np(DECODE_X)
     assert (s_x < np.finfo(np.float32).tiny).any()  # subnormal scales are in play

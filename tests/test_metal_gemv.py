@@ -16,7 +16,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import quant, tiling
-from int8nax.backends import metal_source
+from int8nax.backends.metal import source as metal_source
 from int8nax.reference import int8_matmul_ref, ulp, w8a8_linear_ref
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))

@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 
 from int8nax import nax_emulator as emu
-from int8nax.backends import metal
+from int8nax.backends.metal import (
+    backend as metal, kernel_set as metal_kernel_set, launch as metal_launch,
+    selection as metal_selection, source as metal_source,
+)
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 import mlx_stand_in  # noqa: E402
@@ -24,8 +27,8 @@ import shim  # noqa: E402
 IN_CI = os.environ.get("CI", "").lower() == "true"
 pytestmark = pytest.mark.skipif(shim.GXX is None and not IN_CI, reason="g++ is not installed: the Metal shim cannot be built")
 
-FAST = metal.KernelVariant(metal.LOAD_MLX_LAYOUT)
-GENERIC = metal.KernelVariant(metal.LOAD_GENERIC)
+FAST = metal_source.KernelVariant(metal_source.LOAD_MLX_LAYOUT)
+GENERIC = metal_source.KernelVariant(metal_source.LOAD_GENERIC)
 SHUFFLED = emu.shuffled_layout(np.random.default_rng(23))
 
 
@@ -36,15 +39,15 @@ def stand_in():
         pytest.fail("g++ is required in CI to build the Metal stand-in")
     factory = mlx_stand_in.StandInFactory(emu.mlx_float_layout())
     for variant in (FAST, GENERIC):
-        metal.VariantOps(metal.KernelSet(factory), variant, "s").self_test()
-    metal.run_layout_probe(metal.KernelSet(factory))
+        metal_launch.VariantOps(metal_kernel_set.KernelSet(factory), variant, "s").self_test()
+    metal_launch.run_layout_probe(metal_kernel_set.KernelSet(factory))
     factory.build()
     return factory
 
 
 def on_the_stand_in(factory, layout_probe=None) -> metal.MetalBackend:
-    return metal.MetalBackend(kernels=metal.KernelSet(factory), machine=lambda: (True, "applegpu_g17s", "26.4"),
-                              layout_probe=layout_probe or metal.probe_layout)
+    return metal.MetalBackend(kernels=metal_kernel_set.KernelSet(factory), machine=lambda: (True, "applegpu_g17s", "26.4"),
+                              layout_probe=layout_probe or metal_selection.probe_layout)
 
 
 def failing_probe(kernels, relaxed):
@@ -52,8 +55,8 @@ def failing_probe(kernels, relaxed):
 
 
 @pytest.mark.parametrize("probe, outcome", [
-    (failing_probe, metal.PROBE_FAILED),
-    (lambda kernels, relaxed: metal.layout_result(emu.probe_dump(SHUFFLED)), metal.PROBE_DIFFERS),
+    (failing_probe, metal_selection.PROBE_FAILED),
+    (lambda kernels, relaxed: metal_selection.layout_result(emu.probe_dump(SHUFFLED)), metal_selection.PROBE_DIFFERS),
 ])
 def test_fast_path_serves_when_the_probe_fails_or_disagrees(stand_in, probe, outcome):
     stand_in.layout = emu.mlx_float_layout()
@@ -73,7 +76,7 @@ def test_fast_path_serves_when_the_probe_fails_or_disagrees(stand_in, probe, out
 def test_the_real_probe_on_the_stand_in_matches(stand_in):
     stand_in.layout = emu.mlx_float_layout()
     sel = on_the_stand_in(stand_in).selection()
-    assert sel.variant == FAST and (sel.probe, sel.decided_by) == (metal.PROBE_MATCHES, "probe and self-test")
+    assert sel.variant == FAST and (sel.probe, sel.decided_by) == (metal_selection.PROBE_MATCHES, "probe and self-test")
 
 
 def test_another_hardware_layout_falls_back_to_generic(stand_in):
@@ -86,7 +89,7 @@ def test_another_hardware_layout_falls_back_to_generic(stand_in):
             p = backend.probe()
         sel = backend.selection()
         assert p.available and sel.variant == GENERIC, p.reason
-        assert sel.probe == metal.PROBE_DIFFERS and sel.self_tests[FAST.name] and sel.self_tests[GENERIC.name] == []
+        assert sel.probe == metal_selection.PROBE_DIFFERS and sel.self_tests[FAST.name] and sel.self_tests[GENERIC.name] == []
     finally:
         stand_in.layout = emu.mlx_float_layout()
 
@@ -99,7 +102,7 @@ def limited_stand_in():
         pytest.fail("g++ is required in CI to build the Metal stand-in")
     factory = mlx_stand_in.StandInFactory(emu.mlx_float_layout())
     limited = mlx_stand_in.ThreadLimited(factory, 384, prefix="int8nax_int8_gemm")
-    ops = metal.VariantOps(metal.KernelSet(limited, evaluate=limited.evaluate), FAST, "s")
+    ops = metal_launch.VariantOps(metal_kernel_set.KernelSet(limited, evaluate=limited.evaluate), FAST, "s")
     ops.self_test()
     ops.int8_matmul(mx.zeros((130, 300), mx.int8), mx.zeros((33, 300), mx.int8))
     factory.build()
@@ -110,9 +113,9 @@ def test_a_threadgroup_over_the_pipeline_limit_falls_back_exactly(limited_stand_
     """MLX refuses the 512-thread tile (the pipeline allows 384): the first use neither raises nor
     refuses NAX; the int8 GEMM runs in the 256-thread tile of the same sub-tile, exactly."""
     limited = mlx_stand_in.ThreadLimited(limited_stand_in, 384, prefix="int8nax_int8_gemm")
-    backend = metal.MetalBackend(kernels=metal.KernelSet(limited, evaluate=limited.evaluate),
+    backend = metal.MetalBackend(kernels=metal_kernel_set.KernelSet(limited, evaluate=limited.evaluate),
                                  machine=lambda: (True, "applegpu_g17s", "26.4"),
-                                 layout_probe=lambda kernels, relaxed: metal.layout_result(
+                                 layout_probe=lambda kernels, relaxed: metal_selection.layout_result(
                                      emu.probe_dump(emu.mlx_float_layout())))
     p = backend.probe()
     assert p.available and backend.selection().variant == FAST, p.reason

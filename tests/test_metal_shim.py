@@ -21,7 +21,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import quant, tiling
-from int8nax.backends import metal, metal_source
+from int8nax.backends.metal import launch as metal_launch, source as metal_source
 from int8nax.reference import int8_matmul_ref, to_numpy, ulp, w8a8_linear_ref
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(shim.GXX is None and not IN_CI, reason="g++ is n
 LAYOUTS = {"mlx-float": emu.mlx_float_layout(), "shuffled": emu.shuffled_layout(np.random.default_rng(11))}
 CONFIGS = {"small": tiling.METAL_SMALL, "large": tiling.METAL_LARGE, "medium": tiling.METAL_MEDIUM,
            "wide8": tiling.METAL_WIDE8}
-PATHS = {"generic": metal.KernelVariant(metal.LOAD_GENERIC), "mlx": metal.KernelVariant(metal.LOAD_MLX_LAYOUT)}
+PATHS = {"generic": metal_source.KernelVariant(metal_source.LOAD_GENERIC), "mlx": metal_source.KernelVariant(metal_source.LOAD_MLX_LAYOUT)}
 # (M, K, N, output dtype, bias, load path); M = 5 puts s_x in the constant address space.
 W8A8_CASES = [(33, 520, 40, "float16", True, "mlx"), (70, 300, 33, "float32", False, "generic"),
               (33, 520, 40, "bfloat16", False, "mlx"), (70, 300, 33, "bfloat16", True, "mlx"),
@@ -110,7 +110,7 @@ def variants() -> list[shim.Variant]:
                                     tuple(tiling.metal_quant_dispatch(1).template), frozenset(constant)))
     header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_nax_layout"])
     out.append(shim.Variant("layout", header, body, (("dummy", "int32"),), (("out", "int32"),),
-                            (("FM", 16), ("FN", 32), ("FK", 16), ("SIMD", 32), ("CAP", metal.LAYOUT_CAPACITY),
+                            (("FM", 16), ("FN", 32), ("FK", 16), ("SIMD", 32), ("CAP", metal_launch.LAYOUT_CAPACITY),
                              ("RELAXED", True)), frozenset({"dummy"})))
     return out
 
@@ -350,7 +350,7 @@ def test_w8a8_epilogue_on_awkward_scales(build, rng, with_bias):
 
 def test_layout_probe_source(build):
     simd = tiling.SIMD_WIDTH
-    shape = (3, simd, 1 + 3 * metal.LAYOUT_CAPACITY)
+    shape = (3, simd, 1 + 3 * metal_launch.LAYOUT_CAPACITY)
     for layout in LAYOUTS.values():
         (dump,) = build.run("layout", [np.zeros(1, np.int32)], [shape], (simd, 1, 1), (simd, 1, 1), layout)
         parsed = emu.layout_from_probe(dump)

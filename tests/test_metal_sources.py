@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 
 from int8nax import tiling
-from int8nax.backends import metal, metal_source
+from int8nax.backends.metal import source as metal_source
 
 KERNEL_DIR = resources.files("int8nax").joinpath(*metal_source.KERNEL_DIR)
 METAL_FILES = sorted(p.name for p in KERNEL_DIR.iterdir() if p.name.endswith(".metal"))

@@ -1,4 +1,4 @@
-"""The Metal GEMM tile chosen on the device (backends/metal_tiles.py and metal.time_tiles): the
+"""The Metal GEMM tile chosen on the device (backends/metal/tiles.py and metal_timing.time_tiles): the
 choice, its on-disk cache (round trip, a corrupt file ignored and rewritten, atomic writes),
 the forced tile, the backend recording the winner, and the timing function itself run on the
 g++ stand-in (every candidate exact) and on a recorder (a wrong candidate left out). No timing
@@ -17,7 +17,8 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import tiling
-from int8nax.backends import metal, metal_tiles
+from int8nax.backends.metal import backend as metal, kernel_set as metal_kernel_set, launch as metal_launch
+from int8nax.backends.metal import source as metal_source, tiles as metal_tiles, timing as metal_timing
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 sys.path.insert(0, str(Path(__file__).parent))
@@ -159,8 +160,8 @@ def test_forced_tile(monkeypatch):
 def test_time_tiles_leaves_a_wrong_candidate_out():
     """A recorder's kernels return zeros: no candidate matches the exact reference, so none is
     timed (and choose_tile would keep METAL_LARGE)."""
-    kernels = metal.KernelSet(RecordingFactory())
-    got = metal.time_tiles(kernels, metal.KernelVariant(), "s", tiling.METAL_LARGE_CANDIDATES, shape=(70, 64, 40))
+    kernels = metal_kernel_set.KernelSet(RecordingFactory())
+    got = metal_timing.time_tiles(kernels, metal_source.KernelVariant(), "s", tiling.METAL_LARGE_CANDIDATES, shape=(70, 64, 40))
     assert got == {n: "not exact at the timing shape: left out" for n in NAMES}
 
 
@@ -168,20 +169,20 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 @pytest.mark.skipif(shim.GXX is None and not IN_CI, reason="g++ is not installed: the Metal shim cannot be built")
-@pytest.mark.parametrize("variant", [metal.KernelVariant(metal.LOAD_MLX_LAYOUT), metal.KernelVariant(metal.LOAD_GENERIC)],
+@pytest.mark.parametrize("variant", [metal_source.KernelVariant(metal_source.LOAD_MLX_LAYOUT), metal_source.KernelVariant(metal_source.LOAD_GENERIC)],
                          ids=lambda v: v.load)
 def test_time_tiles_on_the_stand_in_times_every_candidate(variant):
     """The timing function on the real sources (g++ stand-in): every candidate builds, is exact
     against the reference at the timing shape, and is timed; a budget of 0 times only the first."""
     factory = mlx_stand_in.StandInFactory(emu.mlx_float_layout())
     shape = (130, 300, 72)
-    metal.time_tiles(metal.KernelSet(factory), variant, "s", tiling.METAL_LARGE_CANDIDATES, shape, repeat=1)
+    metal_timing.time_tiles(metal_kernel_set.KernelSet(factory), variant, "s", tiling.METAL_LARGE_CANDIDATES, shape, repeat=1)
     factory.build()
     # the stand-in runs every thread on a CPU: a budget far above the GPU's 0.3 s
-    got = metal.time_tiles(metal.KernelSet(factory), variant, "s", tiling.METAL_LARGE_CANDIDATES, shape, repeat=1,
+    got = metal_timing.time_tiles(metal_kernel_set.KernelSet(factory), variant, "s", tiling.METAL_LARGE_CANDIDATES, shape, repeat=1,
                            budget=600)
     assert set(got) == set(NAMES) and all(isinstance(v, float) and v > 0 for v in got.values()), got
-    got = metal.time_tiles(metal.KernelSet(factory), variant, "s", tiling.METAL_LARGE_CANDIDATES, shape, repeat=1,
+    got = metal_timing.time_tiles(metal_kernel_set.KernelSet(factory), variant, "s", tiling.METAL_LARGE_CANDIDATES, shape, repeat=1,
                            budget=0)
     assert isinstance(got["metal_128x128"], float)
     assert got["metal_64x128"] == got["metal_128x128_8sg"] == "not timed: the 0 s budget was spent"
@@ -196,9 +197,9 @@ def test_selftest_reports_the_tile_choice(monkeypatch, tmp_path):
 
     class Probe:
         def __call__(self, **call):
-            return [mx.array(np.zeros(len(metal.SUBNORMAL_PROBE_OPS), np.float32))]
+            return [mx.array(np.zeros(len(metal_launch.SUBNORMAL_PROBE_OPS), np.float32))]
 
-    backend.kernels = metal.KernelSet(lambda **spec: Probe())
+    backend.kernels = metal_kernel_set.KernelSet(lambda **spec: Probe())
     monkeypatch.setattr(metal, "BACKEND", backend)
     section = selftest.metal_section([1, 7])
     tiles = section["tiles"]

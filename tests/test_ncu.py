@@ -209,12 +209,12 @@ def test_the_2025_csv_format_reads_the_same():
 
 
 def test_the_swiglu_quantization_kernel_is_a_subject_on_either_schedule(monkeypatch):
-    """swiglu_quantize:<fused|staged>:<dtype> runs cuda._swiglu_quantize_graph with that schedule's
+    """swiglu_quantize:<fused|staged>:<dtype> runs cuda_graphs._swiglu_quantize_graph with that schedule's
     launch and checks it bit for bit against the unfused graph (CUDA stood in by the CPU backend)."""
     import mlx.core as mx
 
     import int8nax
-    from int8nax.backends import cuda, cuda_plans
+    from int8nax.backends.cuda import probe as cuda_probe, graphs as cuda_graphs, plans as cuda_plans
     from int8nax.bench.kernel import cases as kc
 
     launches = []
@@ -225,9 +225,9 @@ def test_the_swiglu_quantization_kernel_is_a_subject_on_either_schedule(monkeypa
         q, s = int8nax.quantize_activations(int8nax.backends.swiglu(y[:, :k], y[:, k:]), backend="cpu")
         return (q, s * 2) if wrong else (q, s)
 
-    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
-    monkeypatch.setattr(cuda, "_quantize_graph", lambda x: int8nax.quantize_activations(x, backend="cpu"))
-    monkeypatch.setattr(cuda, "_swiglu_quantize_graph", swiglu_quantize)
+    monkeypatch.setattr(cuda_probe, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda_graphs, "_quantize_graph", lambda x: int8nax.quantize_activations(x, backend="cpu"))
+    monkeypatch.setattr(cuda_graphs, "_swiglu_quantize_graph", swiglu_quantize)
     assert ncu.parse_sets(["swiglu_quantize:staged:bfloat16@300x24x24"]) == [
         Item("swiglu_quantize:staged:bfloat16", (300, 24, 24))]
     for schedule, want in (("staged", cuda_plans.cuda_swiglu_staged_launch(300, 24, 2, 132)),
@@ -236,9 +236,9 @@ def test_the_swiglu_quantization_kernel_is_a_subject_on_either_schedule(monkeypa
         out = p.call(p.sets[0])
         mx.eval(out)
         assert launches[-1] == want and p.check(out) is None and schedule in p.describe
-        monkeypatch.setattr(cuda, "_swiglu_quantize_graph", lambda y, l: swiglu_quantize(y, l, wrong=True))
+        monkeypatch.setattr(cuda_graphs, "_swiglu_quantize_graph", lambda y, l: swiglu_quantize(y, l, wrong=True))
         assert "differ from the unfused graph" in p.check(p.call(p.sets[0]))
-        monkeypatch.setattr(cuda, "_swiglu_quantize_graph", swiglu_quantize)
+        monkeypatch.setattr(cuda_graphs, "_swiglu_quantize_graph", swiglu_quantize)
     with pytest.raises(ValueError, match="the staged schedule does not take M = 100"):
         kc.prepare(Item("swiglu_quantize:staged:bfloat16", (100, 24, 24)), 1 << 16, "cpu")
     with pytest.raises(ValueError, match="swiglu_quantize:<fused|staged>"):

@@ -221,7 +221,7 @@ def test_siblings_give_the_bits_of_separate_layers(backend, dtype):
 
 
 def count_backend_calls(monkeypatch):
-    from int8nax.backends import cpu
+    from int8nax.backends.cpu import backend as cpu
 
     seen = []
     real = cpu.BACKEND.w8a8_linear

@@ -19,7 +19,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import quant, tiling
-from int8nax.backends import metal, metal_source
+from int8nax.backends.metal import source as metal_source
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 import shim  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 from int8nax import backends, exactness
 from int8nax.commands import cli, selftest
 from int8nax._checks import MAX_K
-from int8nax.backends import cpu
+from int8nax.backends.cpu import backend as cpu
 
 from fakes import fake_cider, pypi_cider
 
@@ -168,12 +168,12 @@ class _FakeVariantOps:
 
 def fake_m5_backend(broken_load=None):
     from int8nax import nax_emulator
-    from int8nax.backends import metal
+    from int8nax.backends.metal import backend as metal, selection as metal_selection
 
     return metal.MetalBackend(
         machine=lambda: (True, "applegpu_g17s", "26.4"),
         ops_factory=lambda k, v, g: _FakeVariantOps(k, v, g, broken=v.load == broken_load),
-        layout_probe=lambda kernels, relaxed: metal.layout_result(nax_emulator.probe_dump(nax_emulator.mlx_float_layout())))
+        layout_probe=lambda kernels, relaxed: metal_selection.layout_result(nax_emulator.probe_dump(nax_emulator.mlx_float_layout())))
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ def fresh_registry():
 def test_metal_report_lists_probe_choice_and_every_variant(monkeypatch, capsys, broken_load, fresh_registry):
     import json
 
-    from int8nax.backends import metal
+    from int8nax.backends.metal import backend as metal, source as metal_source
 
     monkeypatch.setattr(metal, "BACKEND", fake_m5_backend(broken_load))
     monkeypatch.setattr(backends, "probe", lambda name: metal.BACKEND.probe() if name == "metal"
@@ -199,7 +199,7 @@ def test_metal_report_lists_probe_choice_and_every_variant(monkeypatch, capsys, 
     assert section["hardware"]["available"] and section["layout"]["matches_mlx"]
     assert section["layout"]["fingerprint"].startswith("sha256:")
     names = [v["name"] for v in section["variants"]]
-    assert names == [v.name for v in metal.variants()] and len(names) == 4
+    assert names == [v.name for v in metal_source.variants()] and len(names) == 4
     chosen = section["selection"]["variant"]
     assert section["selection"]["probe"] == "matches"
     assert section["selection"]["decided_by"] == ("probe and self-test" if broken_load is None else "self-test")

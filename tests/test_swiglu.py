@@ -130,7 +130,7 @@ def test_recognises_exactly_mlx_lms_swiglu_call():
 
 def force_one_step(monkeypatch, value: bool) -> None:
     """Every backend's swiglu_one_step answers `value` (CUDA's own answer included)."""
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import backend as cuda
 
     for cls in (backends.Backend, cuda.CUDABackend):
         monkeypatch.setattr(cls, "swiglu_one_step", lambda self: value)
@@ -291,25 +291,25 @@ def test_computes_swiglu_refuses_other_functions():
 # ---- CUDA: the switch, and the one-kernel path on a GPU ----
 
 def test_cuda_switch_is_read_and_checked(monkeypatch):
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import settings as cuda_settings, backend as cuda
 
     seen = []
     monkeypatch.setattr(cuda, "swiglu_w8a8", lambda *a: seen.append("fused") or "fused")
     monkeypatch.setattr(backends.Backend, "swiglu_w8a8_linear", lambda self, *a: seen.append("split") or "split")
     try:
-        default = "split" if cuda.SWIGLU_DEFAULT == "split" else "fused"
+        default = "split" if cuda_settings.SWIGLU_DEFAULT == "split" else "fused"
         for value, want in (("", default), ("fused", "fused"), (" Split ", "split"), ("staged", "fused")):
-            monkeypatch.setenv(cuda.SWIGLU_ENV, value)
+            monkeypatch.setenv(cuda_settings.SWIGLU_ENV, value)
             cuda.clear_caches()
             assert cuda.BACKEND.swiglu_w8a8_linear(None, None, None, None) == want
             assert cuda.BACKEND.swiglu_one_step() == (want == "fused")
-        monkeypatch.setenv(cuda.SWIGLU_ENV, "fast")
+        monkeypatch.setenv(cuda_settings.SWIGLU_ENV, "fast")
         cuda.clear_caches()
         with pytest.raises(ValueError, match=r"INT8NAX_CUDA_SWIGLU: expected one of \['fused', 'staged', 'split'\], "
                                              r"got 'fast'"):
             cuda.BACKEND.swiglu_w8a8_linear(None, None, None, None)
     finally:
-        monkeypatch.delenv(cuda.SWIGLU_ENV)
+        monkeypatch.delenv(cuda_settings.SWIGLU_ENV)
         cuda.clear_caches()
 
 
@@ -321,17 +321,17 @@ def _on_cuda() -> bool:
 @pytest.mark.parametrize("schedule", ["fused", "staged"])
 @pytest.mark.parametrize("make", [lambda: qwen2.MLP(3584, 18944), lambda: qwen3.MLP(4096, 12288)], ids=["qwen2.5-7b", "qwen3-8b"])
 def test_model_sized_mlp_fused_on_the_gpu(monkeypatch, make, schedule):
-    """INT8NAX_CUDA_SWIGLU=fused (kernels/cuda/swiglu_quantize.cuh) and staged (its rows staged in
-    shared memory where 2 x SMs rows or more: swiglu_quantize_staged.cuh) against the model's own
+    """INT8NAX_CUDA_SWIGLU=fused (kernels/cuda/quant/swiglu_quantize.cuh) and staged (its rows staged in
+    shared memory where 2 x SMs rows or more: quant/swiglu_quantize_staged.cuh) against the model's own
     call, bit for bit, at decode (the GEMV where it is the default) and prefill row counts."""
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import probe as cuda_probe, settings as cuda_settings, backend as cuda
 
-    monkeypatch.setenv(cuda.SWIGLU_ENV, schedule)
+    monkeypatch.setenv(cuda_settings.SWIGLU_ENV, schedule)
     cuda.clear_caches()
     try:
         mlp, _ = pair(make)
         mlp.set_dtype(mx.bfloat16)
-        for m in (1, 16, 300, 512, 2 * cuda.sm_count() + 7):
+        for m in (1, 16, 300, 512, 2 * cuda_probe.sm_count() + 7):
             x = (mx.random.normal((m, mlp.gate_proj.input_dims)) * 2).astype(mx.bfloat16)
             assert mx.array_equal(mlp(x), mlp.own_call(x)).item(), m
     finally:
@@ -360,9 +360,9 @@ def test_the_model_check_compares_one_step_calls_with_the_models_own(one_step, m
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
 def test_cuda_first_use_check_compares_the_kernel_with_the_two_steps(monkeypatch, dtype):
-    """cuda.swiglu_kernel_ok's decision and probe, with the GPU kernel stood in by swiglu and the
+    """cuda_graphs.swiglu_kernel_ok's decision and probe, with the GPU kernel stood in by swiglu and the
     CPU backend's quantization (the real comparison runs in the GPU cases of test_cuda_swiglu.py)."""
-    from int8nax.backends import cuda, cuda_plans
+    from int8nax.backends.cuda import graphs as cuda_graphs, plans as cuda_plans
 
     launch = cuda_plans.CUDA_QUANT_LAUNCHES[0]
     seen = []
@@ -373,9 +373,9 @@ def test_cuda_first_use_check_compares_the_kernel_with_the_two_steps(monkeypatch
         q, s = int8nax.quantize_activations(backends.swiglu(y[:, :k], y[:, k:]), backend="cpu")
         return (q, s * 2) if wrong else (q, s)
 
-    monkeypatch.setattr(cuda, "_swiglu_quantize_graph", one_step)
-    cuda.swiglu_kernel_ok.cache_clear()
-    assert cuda.swiglu_kernel_ok(dtype, launch)
+    monkeypatch.setattr(cuda_graphs, "_swiglu_quantize_graph", one_step)
+    cuda_graphs.swiglu_kernel_ok.cache_clear()
+    assert cuda_graphs.swiglu_kernel_ok(dtype, launch)
     assert [y.shape[1] // 2 for y in seen] == [8 * launch.threads + 8, launch.capacity + 8, 13]
     k = seen[0].shape[1] // 2
     h = backends.swiglu(seen[0][:, :k], seen[0][:, k:])
@@ -384,15 +384,15 @@ def test_cuda_first_use_check_compares_the_kernel_with_the_two_steps(monkeypatch
     scales = np.array(int8nax.quantize_activations(h, backend="cpu")[1])
     if dtype == mx.float32:  # quant's tiny-row rule is on the probe
         assert (scales[np.isfinite(scales)] < 2.0 ** -126).any()
-    monkeypatch.setattr(cuda, "_swiglu_quantize_graph", lambda y, l: one_step(y, l, wrong=True))
-    cuda.swiglu_kernel_ok.cache_clear()
+    monkeypatch.setattr(cuda_graphs, "_swiglu_quantize_graph", lambda y, l: one_step(y, l, wrong=True))
+    cuda_graphs.swiglu_kernel_ok.cache_clear()
     with pytest.warns(RuntimeWarning, match="SwiGLU MLPs take the two steps in this process"):
-        assert not cuda.swiglu_kernel_ok(dtype, launch)
-    cuda.swiglu_kernel_ok.cache_clear()
+        assert not cuda_graphs.swiglu_kernel_ok(dtype, launch)
+    cuda_graphs.swiglu_kernel_ok.cache_clear()
 
 
 def test_cuda_one_step_falls_back_to_two_steps_where_the_check_failed(monkeypatch):
-    from int8nax.backends import cuda, cuda_plans
+    from int8nax.backends.cuda import graphs as cuda_graphs, backend as cuda, plans as cuda_plans
 
     launch = cuda_plans.CUDA_QUANT_LAUNCHES[1]
     calls = []
@@ -401,7 +401,7 @@ def test_cuda_one_step_falls_back_to_two_steps_where_the_check_failed(monkeypatc
     monkeypatch.setattr(cuda, "w8a8", lambda x, w, s, b: calls.append(("two", x.shape)))
     gate_up, w, s, _ = problem(m=3, k=16, n=8)
     for ok in (True, False):
-        monkeypatch.setattr(cuda, "swiglu_kernel_ok", lambda dtype, l, ok=ok: ok and l is launch)
+        monkeypatch.setattr(cuda_graphs, "swiglu_kernel_ok", lambda dtype, l, ok=ok: ok and l is launch)
         cuda.swiglu_w8a8(gate_up, w, s, None)
     assert calls == [("one", 3, 8, 16, False), ("two", (3, 16))]
 
@@ -410,7 +410,7 @@ def test_cuda_first_use_check_of_a_staged_launch_probes_its_width_over_more_rows
     """A staged launch is probed at its own row width (staged) and at two widths it quantizes from y,
     each with rows enough that every block refills its buffers, and no two neighbouring rows alike
     (a row quantized from the wrong buffer must show)."""
-    from int8nax.backends import cuda, cuda_plans
+    from int8nax.backends.cuda import graphs as cuda_graphs, plans as cuda_plans
 
     launch = cuda_plans.CudaStagedLaunch(512, 1, 24, 2, 4)
     seen = []
@@ -421,19 +421,19 @@ def test_cuda_first_use_check_of_a_staged_launch_probes_its_width_over_more_rows
         q, s = int8nax.quantize_activations(backends.swiglu(y[:, :k], y[:, k:]), backend="cpu")
         return (q[::-1], s[::-1]) if wrong else (q, s)  # wrong: each row given another row's result
 
-    monkeypatch.setattr(cuda, "_swiglu_quantize_graph", stand_in)
-    cuda.swiglu_kernel_ok.cache_clear()
+    monkeypatch.setattr(cuda_graphs, "_swiglu_quantize_graph", stand_in)
+    cuda_graphs.swiglu_kernel_ok.cache_clear()
     try:
-        assert cuda.swiglu_kernel_ok(mx.bfloat16, launch)
+        assert cuda_graphs.swiglu_kernel_ok(mx.bfloat16, launch)
         assert [(y.shape[0], y.shape[1] // 2) for y in seen] == [(11, 24), (11, launch.capacity + 8), (11, 13)]
         y = np.array(seen[0].astype(mx.float32))
         assert not any(np.array_equal(y[i], y[i + 1], equal_nan=True) for i in range(10) if np.abs(y[i]).max() > 0)
-        monkeypatch.setattr(cuda, "_swiglu_quantize_graph", lambda y, l: stand_in(y, l, wrong=True))
-        cuda.swiglu_kernel_ok.cache_clear()
+        monkeypatch.setattr(cuda_graphs, "_swiglu_quantize_graph", lambda y, l: stand_in(y, l, wrong=True))
+        cuda_graphs.swiglu_kernel_ok.cache_clear()
         with pytest.warns(RuntimeWarning, match="SwiGLU MLPs take the two steps"):
-            assert not cuda.swiglu_kernel_ok(mx.bfloat16, launch)
+            assert not cuda_graphs.swiglu_kernel_ok(mx.bfloat16, launch)
     finally:
-        cuda.swiglu_kernel_ok.cache_clear()
+        cuda_graphs.swiglu_kernel_ok.cache_clear()
 
 
 class RecordingKernel:
@@ -455,16 +455,20 @@ def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, 
     the first-use check passed): the SwiGLU quantization kernel on y [M, 2H] with its launch, then
     the dequantizing GEMM on its codes; where the GEMV quantizes its own input (decode with
     GEMV_DEFAULT), swiglu then that one kernel."""
-    from int8nax.backends import cuda, cuda_choice, cuda_plans
+    from int8nax.backends.cuda import (
+        device as cuda_device, kernels as cuda_kernels, probe as cuda_probe,
+        settings as cuda_settings, graphs as cuda_graphs, backend as cuda, choice as cuda_choice,
+        plans as cuda_plans,
+    )
 
     launches = []
-    monkeypatch.setattr(cuda, "_kernel", lambda spec: RecordingKernel(spec, launches))
-    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
-    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda_kernels, "_kernel", lambda spec: RecordingKernel(spec, launches))
+    monkeypatch.setattr(cuda_device, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda_probe, "sm_count", lambda: 132)
     asked = []  # the first-use check: only where the SwiGLU kernel will run
-    monkeypatch.setattr(cuda, "swiglu_kernel_ok", lambda dtype, launch: asked.append(launch) or True)
+    monkeypatch.setattr(cuda_graphs, "swiglu_kernel_ok", lambda dtype, launch: asked.append(launch) or True)
     monkeypatch.setattr(cuda_choice, "GEMV_DEFAULT", gemv)
-    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(cuda_settings.KERNEL_ENV, raising=False)
     cuda.clear_caches()
     try:
         n, h = 3584, 18944
@@ -494,15 +498,18 @@ def test_cuda_staged_entry_launches_the_staged_kernel_where_its_launch_takes_the
     """INT8NAX_CUDA_SWIGLU=staged for Qwen2.5-7B's down projection (kernels stood in, the first-use
     check passed): the staged kernel with cuda_swiglu_staged_launch's launch and its buffers'
     template where that takes (M, H, dtype), else the fused kernel's launch."""
-    from int8nax.backends import cuda, cuda_plans
+    from int8nax.backends.cuda import (
+        device as cuda_device, kernels as cuda_kernels, probe as cuda_probe,
+        settings as cuda_settings, graphs as cuda_graphs, backend as cuda, plans as cuda_plans,
+    )
 
     launches = []
-    monkeypatch.setattr(cuda, "_kernel", lambda spec: RecordingKernel(spec, launches))
-    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
-    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda_kernels, "_kernel", lambda spec: RecordingKernel(spec, launches))
+    monkeypatch.setattr(cuda_device, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda_probe, "sm_count", lambda: 132)
     asked = []
-    monkeypatch.setattr(cuda, "swiglu_kernel_ok", lambda dtype, launch: asked.append(launch) or True)
-    monkeypatch.setenv(cuda.SWIGLU_ENV, "staged")
+    monkeypatch.setattr(cuda_graphs, "swiglu_kernel_ok", lambda dtype, launch: asked.append(launch) or True)
+    monkeypatch.setenv(cuda_settings.SWIGLU_ENV, "staged")
     cuda.clear_caches()
     try:
         n, h = 3584, 18944
@@ -523,7 +530,7 @@ def test_cuda_staged_entry_launches_the_staged_kernel_where_its_launch_takes_the
             assert first["template"] == {"T": dtype, "THREADS": 512, "HELD": 5, "STAGE_BYTES": 4 * h * 2}
             assert launches[-1]["inputs"][0] == (m, h) and launches[-1]["outputs"][0] == (m, n)
     finally:
-        monkeypatch.delenv(cuda.SWIGLU_ENV)
+        monkeypatch.delenv(cuda_settings.SWIGLU_ENV)
         cuda.clear_caches()
 
 

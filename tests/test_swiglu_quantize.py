@@ -1,4 +1,4 @@
-"""The SwiGLU quantization kernel (kernels/cuda/swiglu_quantize.cuh) as it is sent to NVRTC, its
+"""The SwiGLU quantization kernel (kernels/cuda/quant/swiglu_quantize.cuh) as it is sent to NVRTC, its
 launch, and its build: no MLX CUDA and no GPU needed (the kernel's results: test_cuda_swiglu.py).
 
 The compile test needs nvcc and MLX's own JIT headers (the kernel calls MLX's device functors,
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.backends import cuda_plans, cuda_source
+from int8nax.backends.cuda import plans as cuda_plans, source as cuda_source
 
 NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or shutil.which("nvcc", path="/usr/local/cuda/bin")
 MLX_JIT_HEADERS = os.environ.get("INT8NAX_MLX_JIT_HEADERS")
@@ -47,10 +47,12 @@ def test_spec_calls_the_swiglu_rows_on_half_of_y():
 
 def test_header_includes_mlx_functors_by_their_jit_name():
     lines = cuda_source.header("swiglu_quantize").splitlines()
-    names = [Path(line[len('#include "'):-1]).name for line in lines]
-    assert names == ["common.cuh", "quantize.cuh", "binary_ops.cuh", "swiglu_quantize.cuh"]
-    # MLX's header verbatim (NVRTC resolves it from the headers MLX registers), ours absolute
-    assert lines[2] == MLX_LINE and all(line.startswith('#include "/') for i, line in enumerate(lines) if i != 2)
+    assert len(lines) == 1 and lines[0].startswith('#include "/') and lines[0].endswith('/quant/swiglu_quantize.cuh"')
+    # MLX's header verbatim in ours (NVRTC resolves it from the headers MLX registers), after what it needs
+    assert cuda_source.walk("swiglu_quantize") == ("common.cuh", "quant/quantize.cuh", cuda_source.MLX_BINARY_OPS,
+                                                   "quant/swiglu_quantize.cuh")
+    assert MLX_LINE in cuda_source._read("quant/swiglu_quantize.cuh").splitlines()
+    assert cuda_source.mlx_headers(cuda_source.header("swiglu_quantize")) == [cuda_source.MLX_BINARY_OPS]
     # The plain quantization kernel does not include MLX's header.
     assert "mlx/" not in cuda_source.header("quantize") and "mlx/" not in cuda_source.header_text("quantize")
 
@@ -64,13 +66,14 @@ def test_inlined_header_keeps_the_mlx_include_line(monkeypatch):
         cuda_source.header.cache_clear()
     assert text == cuda_source.header_text("swiglu_quantize")
     assert text.count(MLX_LINE + "\n") == 1 and '#include "/' not in text
-    quantize, swiglu = cuda_source._read("quantize.cuh"), cuda_source._read("swiglu_quantize.cuh")
-    # in dependency order: quantize.cuh's text, MLX's functors, then the kernel that uses both
+    quantize, swiglu = (cuda_source._without_includes(cuda_source._read(f))
+                        for f in ("quant/quantize.cuh", "quant/swiglu_quantize.cuh"))
+    # in dependency order: quant/quantize.cuh's text, MLX's functors, then the kernel that uses both
     assert text.index(quantize) < text.index(MLX_LINE) < text.index(swiglu)
     assert "quantize_swiglu_rows" in swiglu and "mlx::core::cu::Sigmoid" in swiglu
 
 
-@pytest.mark.parametrize("edited", ["swiglu_quantize.cuh", "quantize.cuh"])
+@pytest.mark.parametrize("edited", ["quant/swiglu_quantize.cuh", "quant/quantize.cuh"])
 def test_kernel_name_changes_with_our_header_text(monkeypatch, edited):
     before = cuda_source.swiglu_quantize().name
     cached = (cuda_source.header_text, cuda_source.digest, cuda_source.header, cuda_source.swiglu_quantize)
@@ -223,7 +226,7 @@ def test_ptx_comparison_ignores_only_the_source_digests_nvcc_puts_in_names(tmp_p
     assert normalized(str(a)) != normalized(str(c))
 
 
-# ---- the staged kernel (kernels/cuda/swiglu_quantize_staged.cuh, cuda_plans.cuda_swiglu_staged_launch) ----
+# ---- the staged kernel (kernels/cuda/quant/swiglu_quantize_staged.cuh, cuda_plans.cuda_swiglu_staged_launch) ----
 
 def test_staged_spec_asks_its_buffers_as_shared_memory_and_ends_with_its_launch_bound():
     spec = cuda_source.swiglu_quantize_staged(151552)
@@ -231,10 +234,13 @@ def test_staged_spec_asks_its_buffers_as_shared_memory_and_ends_with_its_launch_
     assert (spec.input_names, spec.output_names, spec.shared_memory) == (("y",), ("q", "scale"), 151552)
     assert spec.source == ("int8nax::quantize_swiglu_rows_staged<T, THREADS, HELD, STAGE_BYTES>"
                            "(y, y_shape[1] / 2, y_shape[0], q, scale);")
-    names = [Path(line[len('#include "'):-1]).name for line in spec.header.splitlines()]
-    assert names == ["common.cuh", "ptx_cpasync.cuh", "quantize.cuh", "binary_ops.cuh", "swiglu_quantize.cuh",
-                     "swiglu_quantize_staged.cuh", "launch_bounds_512.cuh"]
-    assert "__launch_bounds__(512, 1)" in cuda_source._read("launch_bounds_512.cuh")
+    assert cuda_source.walk("swiglu_quantize_staged") == (
+        "common.cuh", "ptx/cpasync.cuh", "quant/quantize.cuh", cuda_source.MLX_BINARY_OPS, "quant/swiglu_quantize.cuh",
+        "quant/swiglu_quantize_staged.cuh")
+    # the launch bound ends the header, after every include (cuda_source.LAUNCH_BOUNDS)
+    lines = spec.header.splitlines()
+    assert lines[0].endswith('/quant/swiglu_quantize_staged.cuh"') and lines[1:] == [
+        "#undef __global__", "#define __global__ __location__(global) __launch_bounds__(512, 1)"]
     assert cuda_source.swiglu_quantize_staged(98304).shared_memory == 98304
 
 
@@ -287,7 +293,7 @@ def test_compile_check_builds_the_staged_kernel_at_every_held():
 @pytest.mark.skipif(not MLX_JIT_HEADERS, reason="MLX's JIT headers not given (set INT8NAX_MLX_JIT_HEADERS)")
 def test_the_staged_kernel_compiles_within_its_launch_bound(tmp_path):
     """Every staged instance through nvcc for sm_90a: no spills, and at most 128 registers a thread
-    (the bound of launch_bounds_512.cuh: 512 threads x 128 = an SM's register file; without it
+    (the bound of cuda_source.LAUNCH_BOUNDS: 512 threads x 128 = an SM's register file; without it
     ptxas took up to 136, and the launch would fail)."""
     ccc = compile_check()
     cases = [i for i in ccc.instances("sm_90a") if i[0].startswith("swiglu_quantize_staged ")]

@@ -21,7 +21,7 @@ import pytest
 import int8nax
 from int8nax import api, per_thread
 from int8nax.commands import soak
-from int8nax.backends import cpu, cpu_engines
+from int8nax.backends.cpu import backend as cpu, engines as cpu_engines
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUNS = 20
@@ -187,16 +187,16 @@ def test_cuda_kernels_built_never_grow_with_m():
     if int8nax.info()["backend"] != "cuda":
         pytest.skip("needs the CUDA backend (an NVIDIA GPU with mlx-cuda); int8nax runs on "
                     f"{int8nax.info()['backend']} here")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import kernels as cuda_kernels
 
-    if not hasattr(cuda, "kernels_built"):
-        pytest.fail("int8nax.backends.cuda has no kernels_built(): the count this test needs")
+    if not hasattr(cuda_kernels, "kernels_built"):
+        pytest.fail("int8nax.backends.cuda.kernels has no kernels_built(): the count this test needs")
     # First the shape classes: M from 1 to 4096 in steps of 1 to 2**9 (powers of two and their
     # neighbours), which builds every kernel instance these (N, K) use; then 600 other M values in
     # the same range, which may build nothing more.
     seen = sorted({v for p in range(13) for v in (2**p - 1, 2**p, 2**p + 1) if 1 <= v <= 4096})
     soak.distinct_m(0, n=256, k=512, seed=3, ms=seen)
-    built = cuda.kernels_built()
+    built = cuda_kernels.kernels_built()
     rng = np.random.default_rng(4)
     others = rng.choice(np.setdiff1d(np.arange(1, 4097), seen), 600, replace=False)
     rows, failures = soak.distinct_m(0, n=256, k=512, samples=6, seed=4, ms=others)

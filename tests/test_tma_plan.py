@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from int8nax.backends import cuda_choice, cuda_plans, cuda_source
+from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans, source as cuda_source
+from int8nax.backends.cuda import kernels as cuda_kernels, settings as cuda_settings
 from int8nax.bench import problems
 
 SEED = list(problems.SEED_SHAPES + problems.EXTRA_SHAPES)  # (M, K, N)
@@ -17,7 +18,7 @@ def test_ws_configs_fit_the_hardware(cfg):
     assert cfg.threads == 384 and cfg.bk == 128 and cfg.bn <= 256  # TMA box rows <= 256
     producer, consumer = cuda_plans.CUDA_WS_REGISTERS
     assert 128 * producer + 256 * consumer <= 65536 and producer % 8 == 0 and consumer % 8 == 0
-    assert cfg.consumer_width in (64, 128, 256)  # wgmma wrappers exist for these (wgmma_s8.cuh)
+    assert cfg.consumer_width in (64, 128, 256)  # wgmma wrappers exist for these (ptx/wgmma_s8.cuh)
     assert cfg.consumer_width in cuda_source.wgmma_widths()
     assert dict(cfg.template()) == {"BM": cfg.bm, "BN": cfg.bn, "STAGES": cfg.stages, "CHUNK": cuda_plans.EPILOGUE_CHUNK}
 
@@ -102,9 +103,9 @@ def test_persistent_specs(configs, specs, call):
         assert fused.output_names == ("y", "maps") and fused.shared_memory == raw.shared_memory == c.shared_bytes
         for s in (raw, fused):
             assert "plan_shape[0], plan_shape[1]" in s.source and call in s.source
-            assert s.header.rstrip().splitlines()[-1].endswith('launch_bounds_384.cuh"')
+            assert s.header.rstrip().splitlines()[-1] == "#define __global__ __location__(global) __launch_bounds__(384, 1)"
         assert "SplitInt32{out, a_shape[0], b_shape[0]}" in raw.source
-        if configs is cuda_plans.COOPERATIVE_CONFIGS:  # the exact path per chunk: W8A8 only (store_accumulators.cuh, CHUNK_EXACT)
+        if configs is cuda_plans.COOPERATIVE_CONFIGS:  # the exact path per chunk: W8A8 only (epilogue/store_accumulators.cuh, CHUNK_EXACT)
             assert "CHUNK, false>" in raw.source and "CHUNK, true>" in fused.source
         assert "same_epilogue(int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{y, scale_x, scale_w, bias" in fused.source
 
@@ -176,7 +177,7 @@ def test_tma_specs():
     for s, c in zip(simple, cuda_plans.CUDA_CONFIGS.values()):
         assert s.output_names == ("out", "maps") and s.shared_memory == c.tma_shared_bytes
         assert "gemm_tma_unspecialized<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>" in s.source and "a_shape[1]" in s.source
-        assert "launch_bounds_384.cuh" not in s.header
+        assert "__launch_bounds__" not in s.header
         # The in-kernel fallback for misaligned bases runs gemm_cpasync's main loop in this kernel's shared memory.
         assert c.tma_shared_bytes >= c.shared_bytes
     for s, c in zip(w8a8, cuda_plans.CUDA_CONFIGS.values()):
@@ -185,8 +186,8 @@ def test_tma_specs():
         assert "(q, w, q_shape[0], w_shape[0], q_shape[1], maps, int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{" in s.source
     for s, c in zip(ws, cuda_plans.COOPERATIVE_CONFIGS.values()):
         assert s.input_names == ("a", "b", "plan") and s.shared_memory == c.shared_bytes
-        # The launch-bound header redefines __global__: it must come last, after every other include.
-        assert s.header.rstrip().splitlines()[-1].endswith('launch_bounds_384.cuh"')
+        # The launch bound redefines __global__: it comes last, after every include.
+        assert s.header.rstrip().splitlines()[-1] == "#define __global__ __location__(global) __launch_bounds__(384, 1)"
     for part in ("cooperative", "pingpong"):
         text = cuda_source.header_text(part)
         assert text.index("sw128_descriptor(uint32_t") < text.index("void gemm_tma_ws_")
@@ -197,19 +198,19 @@ def test_tma_specs():
 
 def test_kernel_choice_reads_the_environment(monkeypatch):
     pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import settings as cuda_settings
 
     for value, want in (("", "auto"), ("auto", "auto"), ("cpasync", cuda_choice.CPASYNC), ("tma", cuda_choice.COOPERATIVE),
                         ("TMA_SIMPLE", cuda_choice.TMA), ("wgmma", cuda_choice.CPASYNC),
                         ("tma-ws-pingpong", cuda_choice.PINGPONG)):
-        monkeypatch.setenv(cuda.KERNEL_ENV, value)
-        cuda.kernel_choice.cache_clear()
-        assert cuda.kernel_choice() == want
-    monkeypatch.setenv(cuda.KERNEL_ENV, "fast")
-    cuda.kernel_choice.cache_clear()
+        monkeypatch.setenv(cuda_settings.KERNEL_ENV, value)
+        cuda_settings.kernel_choice.cache_clear()
+        assert cuda_settings.kernel_choice() == want
+    monkeypatch.setenv(cuda_settings.KERNEL_ENV, "fast")
+    cuda_settings.kernel_choice.cache_clear()
     with pytest.raises(ValueError, match="INT8NAX_CUDA_KERNEL"):
-        cuda.kernel_choice()
-    cuda.kernel_choice.cache_clear()
+        cuda_settings.kernel_choice()
+    cuda_settings.kernel_choice.cache_clear()
 
 
 def test_variant_per_override(gemv_default):
@@ -306,16 +307,19 @@ class RecordingKernel:
 @pytest.fixture
 def recorded(monkeypatch):
     pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import (
+        device as cuda_device, kernels as cuda_kernels, probe as cuda_probe,
+        settings as cuda_settings, backend as cuda,
+    )
 
     launches = []
-    monkeypatch.setattr(cuda, "_kernel", lambda spec: RecordingKernel(spec, launches))
-    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
-    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda_kernels, "_kernel", lambda spec: RecordingKernel(spec, launches))
+    monkeypatch.setattr(cuda_device, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda_probe, "sm_count", lambda: 132)
     monkeypatch.setattr(cuda, "COMPILE", False)
-    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
-    monkeypatch.delenv(cuda.EPILOGUE_ENV, raising=False)
-    monkeypatch.delenv(cuda.BIAS_ENV, raising=False)
+    monkeypatch.delenv(cuda_settings.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(cuda_settings.EPILOGUE_ENV, raising=False)
+    monkeypatch.delenv(cuda_settings.BIAS_ENV, raising=False)
     cuda.clear_caches()
     yield cuda, launches
     cuda.clear_caches()
@@ -365,7 +369,7 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n, gemv_defaul
     blocks = lau.grid_x * lau.grid_y * plan.splits
     if plan.splits == 1:
         assert names[1:] == [cuda_source.gemm_w8a8_tma_unspecialized(plan.cfg).name]
-        assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", cuda.EPILOGUE_DEFAULT == "narrow")]
+        assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", cuda_settings.EPILOGUE_DEFAULT == "narrow")]
     else:
         assert names[1:] == [cuda_source.gemm_tma_unspecialized(plan.cfg).name, cuda_source.reduce_w8a8().name]
     assert launches[1]["outputs"][1] == (blocks * 256,)
@@ -399,7 +403,7 @@ def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
         w_plan, fused = plan, cuda_source.gemm_w8a8_tma_ws_cooperative
     assert w_plan.splits == 1
     assert names == [cuda_source.quantize().name, fused(w_plan.cfg).name]
-    assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", cuda.EPILOGUE_DEFAULT == "narrow")]
+    assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", cuda_settings.EPILOGUE_DEFAULT == "narrow")]
     assert launches[1]["outputs"] == [(m, n), (w_plan.blocks * 256,)]
     assert launches[1]["grid"] == (w_plan.blocks * 384, 1, 1)
 
@@ -425,14 +429,14 @@ def test_persistent_w8a8_splits_through_the_workspace(recorded, kernel):
         mx.eval(cuda.dequant_gemm(q, sx, w, sw, bias, mx.bfloat16, kernel, plan))
         assert [x["name"] for x in launches] == want
         assert launches[0]["outputs"][0] == ((m, n) if splits == 1 else (splits, m, n))
-        assert launches[-1]["template"][-3:] == [("TOut", mx.bfloat16), ("HAS_BIAS", True), ("NARROW", cuda.EPILOGUE_DEFAULT == "narrow")]
+        assert launches[-1]["template"][-3:] == [("TOut", mx.bfloat16), ("HAS_BIAS", True), ("NARROW", cuda_settings.EPILOGUE_DEFAULT == "narrow")]
 
 
 @pytest.mark.parametrize("m,k,n", [(16, 4096, 4096), (512, 4096, 4096), (128, 18944, 3584), (512, 3584, 18944)])
 def test_the_narrow_epilogue_reaches_every_w8a8_launch(recorded, monkeypatch, m, k, n):
     # INT8NAX_CUDA_EPILOGUE=narrow (or epilogue="narrow") sets NARROW on the launch that
     # dequantizes (fused GEMM or reduction) for float16 / bfloat16 outputs, never for float32;
-    # it is the default (cuda.EPILOGUE_DEFAULT), and INT8NAX_CUDA_EPILOGUE=eft turns it off.
+    # it is the default (cuda_settings.EPILOGUE_DEFAULT), and INT8NAX_CUDA_EPILOGUE=eft turns it off.
     import mlx.core as mx
 
     cuda, launches = recorded
@@ -445,10 +449,10 @@ def test_the_narrow_epilogue_reaches_every_w8a8_launch(recorded, monkeypatch, m,
 
     assert narrow_flags(mx.float16) == [True] and narrow_flags(mx.bfloat16) == [True]
     assert narrow_flags(mx.float32) == [False]
-    monkeypatch.setenv(cuda.EPILOGUE_ENV, "eft")
+    monkeypatch.setenv(cuda_settings.EPILOGUE_ENV, "eft")
     cuda.clear_caches()
     assert narrow_flags(mx.float16) == [False] and narrow_flags(mx.bfloat16) == [False]
-    monkeypatch.setenv(cuda.EPILOGUE_ENV, "narrow")
+    monkeypatch.setenv(cuda_settings.EPILOGUE_ENV, "narrow")
     cuda.clear_caches()
     assert narrow_flags(mx.float16) == [True]
     q, sx = mx.zeros((m, k), dtype=mx.int8), mx.ones((m,), dtype=mx.float32)
@@ -465,7 +469,7 @@ def test_the_narrow_epilogue_reaches_every_w8a8_launch(recorded, monkeypatch, m,
 def test_the_bias_reaches_every_w8a8_launch_in_its_own_dtype(recorded, monkeypatch, m, k, n, gemv, mode):
     # INT8NAX_CUDA_BIAS=own: a float16 / bfloat16 bias goes to the launch that dequantizes (fused
     # GEMM, reduction, GEMV) as it is, with no cast to float32 before the call (one MLX node and
-    # copy kernel less a call); the kernels read it exactly (epilogue.cuh, load_pair / to_float).
+    # copy kernel less a call); the kernels read it exactly (epilogue/epilogue.cuh, load_pair / to_float).
     # cast (BIAS_DEFAULT, where unset): the launch gets it in float32. A float32 bias goes as it
     # is either way; no bias: the float32 placeholder.
     import mlx.core as mx
@@ -473,11 +477,11 @@ def test_the_bias_reaches_every_w8a8_launch_in_its_own_dtype(recorded, monkeypat
     cuda, launches = recorded
     monkeypatch.setattr(cuda_choice, "GEMV_DEFAULT", gemv)
     if mode is None:
-        monkeypatch.delenv(cuda.BIAS_ENV, raising=False)
+        monkeypatch.delenv(cuda_settings.BIAS_ENV, raising=False)
     else:
-        monkeypatch.setenv(cuda.BIAS_ENV, mode)
+        monkeypatch.setenv(cuda_settings.BIAS_ENV, mode)
     cuda.clear_caches()
-    own = (mode or cuda.BIAS_DEFAULT) == "own"
+    own = (mode or cuda_settings.BIAS_DEFAULT) == "own"
     w, s = mx.zeros((n, k), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
     for x_dtype, bias_dtype in ((mx.bfloat16, mx.bfloat16), (mx.float16, mx.float16), (mx.bfloat16, mx.float32),
                                 (mx.float32, mx.bfloat16), (mx.float16, None)):
@@ -496,14 +500,14 @@ def test_the_bias_reaches_every_w8a8_launch_in_its_own_dtype(recorded, monkeypat
 def test_info_names_the_w8a8_choices(recorded, monkeypatch):
     # int8nax.info()'s CUDA reason ends with w8a8_settings(): what each INT8NAX_CUDA_* choice is now
     cuda, _ = recorded
-    monkeypatch.delenv(cuda.SWIGLU_ENV, raising=False)
-    assert cuda.w8a8_settings() == (
-        f"W8A8: {cuda.EPILOGUE_DEFAULT} epilogue (INT8NAX_CUDA_EPILOGUE), SwiGLU swiglu, then the quantization "
+    monkeypatch.delenv(cuda_settings.SWIGLU_ENV, raising=False)
+    assert cuda_settings.w8a8_settings() == (
+        f"W8A8: {cuda_settings.EPILOGUE_DEFAULT} epilogue (INT8NAX_CUDA_EPILOGUE), SwiGLU swiglu, then the quantization "
         f"(INT8NAX_CUDA_SWIGLU), a 16-bit bias cast to float32 first (INT8NAX_CUDA_BIAS)")
-    for env, value in ((cuda.EPILOGUE_ENV, "eft"), (cuda.SWIGLU_ENV, "fused"), (cuda.BIAS_ENV, "own")):
+    for env, value in ((cuda_settings.EPILOGUE_ENV, "eft"), (cuda_settings.SWIGLU_ENV, "fused"), (cuda_settings.BIAS_ENV, "own")):
         monkeypatch.setenv(env, value)
     cuda.clear_caches()
-    assert cuda.w8a8_settings() == ("W8A8: eft epilogue (INT8NAX_CUDA_EPILOGUE), SwiGLU quantized in one step "
+    assert cuda_settings.w8a8_settings() == ("W8A8: eft epilogue (INT8NAX_CUDA_EPILOGUE), SwiGLU quantized in one step "
                                     "(INT8NAX_CUDA_SWIGLU), a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS)")
 
 
@@ -514,14 +518,14 @@ def test_a_bad_epilogue_or_bias_choice_is_refused(recorded, monkeypatch):
     with pytest.raises(ValueError, match=r"epilogue: expected one of \['eft', 'narrow'\], got 'fast'"):
         cuda.dequant_gemm(mx.zeros((4, 16), dtype=mx.int8), mx.ones((4,)), mx.zeros((8, 16), dtype=mx.int8),
                           mx.ones((8,)), None, mx.float16, epilogue="fast")
-    monkeypatch.setenv(cuda.EPILOGUE_ENV, "fast")
+    monkeypatch.setenv(cuda_settings.EPILOGUE_ENV, "fast")
     cuda.clear_caches()
     with pytest.raises(ValueError, match=r"INT8NAX_CUDA_EPILOGUE: expected one of \['eft', 'narrow'\], got 'fast'"):
-        cuda.epilogue_choice()
-    monkeypatch.setenv(cuda.BIAS_ENV, "float")
+        cuda_settings.epilogue_choice()
+    monkeypatch.setenv(cuda_settings.BIAS_ENV, "float")
     cuda.clear_caches()
     with pytest.raises(ValueError, match=r"INT8NAX_CUDA_BIAS: expected one of \['cast', 'own'\], got 'float'"):
-        cuda.bias_choice()
+        cuda_settings.bias_choice()
 
 
 @pytest.mark.parametrize("m,k", [(16, 4096), (2048, 4096), (300, 8192), (512, 18944), (3, 40000)])
@@ -547,7 +551,7 @@ def test_odd_k_and_the_cpasync_choice_stay_on_the_cpasync_kernel(recorded, monke
 
     cuda, launches = recorded
     for (m, k, n), env in (((16, 4104, 4096), ""), ((512, 4104, 4096), ""), ((512, 4096, 4096), "wgmma")):
-        monkeypatch.setenv(cuda.KERNEL_ENV, env)
+        monkeypatch.setenv(cuda_settings.KERNEL_ENV, env)
         cuda.clear_caches()
         launches.clear()
         mx.eval(cuda.gemm_int32(mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)))
@@ -679,14 +683,16 @@ def counting_cuda(monkeypatch, compiled: bool):
     """(mx, cuda, factory): the CUDA backend on a stand-in sm90 with 132 SMs, its kernel objects
     counted by `factory` instead of built (no GPU needed), caches cleared."""
     mx = pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import (
+        device as cuda_device, probe as cuda_probe, settings as cuda_settings, backend as cuda,
+    )
 
     factory = CountingFactory()
     monkeypatch.setattr(cuda.mx.fast, "cuda_kernel", factory)
-    monkeypatch.setattr(cuda, "_family", lambda: "sm90")
-    monkeypatch.setattr(cuda, "sm_count", lambda: 132)
+    monkeypatch.setattr(cuda_device, "_family", lambda: "sm90")
+    monkeypatch.setattr(cuda_probe, "sm_count", lambda: 132)
     monkeypatch.setattr(cuda, "COMPILE", compiled)
-    monkeypatch.delenv(cuda.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(cuda_settings.KERNEL_ENV, raising=False)
     cuda.clear_caches()
     return mx, cuda, factory
 
@@ -709,25 +715,25 @@ def test_kernel_objects_do_not_grow_with_m(monkeypatch, compiled):
                 continue
             expected.add(row.specs(c.plan.cfg)[0 if c.plan.splits > 1 else 1].name)
             if c.plan.splits > 1:
-                expected.add(cuda.cuda_source.reduce_w8a8().name)
+                expected.add(cuda_source.reduce_w8a8().name)
             mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), w, s, None))
-        expected.add(cuda.cuda_source.quantize().name)
-        assert cuda.kernels_built() == len(set(factory.built)) == len(factory.built) == len(expected)
+        expected.add(cuda_source.quantize().name)
+        assert cuda_kernels.kernels_built() == len(set(factory.built)) == len(factory.built) == len(expected)
         assert set(factory.built) == expected
         assert len(expected) <= 6  # 300 token counts, a handful of kernels
     finally:
         cuda.clear_caches()
-    assert cuda.kernels_built() == 0
+    assert cuda_kernels.kernels_built() == 0
 
 
 def test_per_shape_caches_are_bounded():
     pytest.importorskip("mlx.core")
-    from int8nax.backends import cuda
+    from int8nax.backends.cuda import kernels as cuda_kernels, graphs as cuda_graphs, backend as cuda
 
     for fn in (cuda._gemm_for_shape, cuda._w8a8_for_shape, cuda._quantize_for_shape):
         assert fn.cache_parameters()["maxsize"] == cuda.SHAPE_CACHE_SIZE
-    assert cuda._kernel.cache_parameters()["maxsize"] == cuda.KERNEL_CACHE_SIZE
-    assert cuda._plan_array.cache_parameters()["maxsize"] == cuda.PLAN_ARRAY_CACHE_SIZE
+    assert cuda_kernels._kernel.cache_parameters()["maxsize"] == cuda_kernels.KERNEL_CACHE_SIZE
+    assert cuda_graphs._plan_array.cache_parameters()["maxsize"] == cuda_graphs.PLAN_ARRAY_CACHE_SIZE
 
 
 @pytest.mark.parametrize("bias_dtype", ["float32", "bfloat16"])
@@ -740,7 +746,7 @@ def test_warm_up_builds_what_every_token_count_needs(monkeypatch, bias_dtype):
         n, k, bias_dtype = 256, 4096, getattr(mx, bias_dtype)
         built = cuda.warm_up(n, k, 400, dtype=mx.bfloat16, bias=True, bias_dtype=bias_dtype)
         reach = cuda_choice.reachable(n, k, 400, w8a8=True, bias=True)
-        assert [m for m, _ in reach][:2] == [1, cuda_choice.TMA_MIN_M_W8A8] and built == cuda.kernels_built() >= len(reach)
+        assert [m for m, _ in reach][:2] == [1, cuda_choice.TMA_MIN_M_W8A8] and built == cuda_kernels.kernels_built() >= len(reach)
 
         def instances():
             return {(x["name"], tuple(x["template"]), tuple(x["dtypes"])) for x in factory.launches}
@@ -749,7 +755,7 @@ def test_warm_up_builds_what_every_token_count_needs(monkeypatch, bias_dtype):
         w = mx.zeros((n, k), dtype=mx.int8)
         for m in range(1, 401, 7):
             mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), w, mx.ones((n,)), mx.zeros((n,), dtype=bias_dtype)))
-        assert cuda.kernels_built() == built
+        assert cuda_kernels.kernels_built() == built
         assert instances() == warmed
     finally:
         cuda.clear_caches()

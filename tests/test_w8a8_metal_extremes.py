@@ -13,7 +13,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import quant, tiling
-from int8nax.backends import metal, metal_source
+from int8nax.backends.metal import source as metal_source
 from int8nax.reference import ulp, w8a8_linear_ref
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
@@ -28,7 +28,7 @@ def build():
     header, body = metal_source.kernel_source(metal_source.KERNELS["int8nax_w8a8_gemm"])
     out = []
     for dtype, with_bias in (("float32", False), ("float32", True), ("bfloat16", False)):
-        template = (tuple(tiling.METAL_SMALL.template()) + tuple(metal.variants()[0].template())
+        template = (tuple(tiling.METAL_SMALL.template()) + tuple(metal_source.variants()[0].template())
                     + (("OutT", dtype), ("HAS_BIAS", with_bias)))
         # Every test has M, N >= 8, so MLX passes only params (5 values) and the 1-element
         # placeholder bias in the constant address space.

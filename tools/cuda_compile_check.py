@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-from int8nax.backends import cuda_choice, cuda_plans, cuda_source
+from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans, source as cuda_source
 
 STAND_IN = """#pragma once
 #include <cuda_bf16.h>
@@ -72,7 +72,7 @@ W8A8_OUTPUTS = (("float16", False, True, "float32"), ("bfloat16", False, True, "
                 ("bfloat16", True, True, "float32"), ("float16", True, False, "float32"),
                 ("bfloat16", True, True, "bfloat16"), ("float16", False, True, "float16"))
 """(output type, NARROW, HAS_BIAS, the bias's type) of every W8A8 instance: the eft epilogue for
-each output type with a bias, the narrow one where it changes the code (backends/cuda.py,
+each output type with a bias, the narrow one where it changes the code (backends/cuda/graphs.py,
 epilogue_template) with a bias, and without one for float16 (the narrow path's other branch); the
 bias in float32 (int8nax.nn's layers, the placeholder), and in the output's own 16-bit type on
 each epilogue (the kernels read a bias in its own type)."""
@@ -152,7 +152,7 @@ def instances(arch: str):
 
 def mlx_headers(spec) -> list[str]:
     """The MLX headers a kernel's header includes by their JIT names (mlx/...)."""
-    return re.findall(r'#include "(mlx/[^"]+)"', spec.header)
+    return cuda_source.mlx_headers(spec.header)
 
 
 def stem(label: str) -> str:

@@ -161,7 +161,7 @@ METAL_LARGE = NaxTileConfig("metal_128x128", bm=128, bn=128, bk=512, wm=4, wn=4)
 simdgroup, K in blocks of 512. MLX's default NAX tile, and the int8 tile cider measured on an
 M5 Pro (class 's'), where BK 512 beat BK 128 by 1.12x. The backend times it against the other
 METAL_LARGE_CANDIDATES on the device at first use and serves the fastest
-(backends/metal_tiles.py); this one serves until then, and whenever nothing could be timed."""
+(backends/metal/tiles.py); this one serves until then, and whenever nothing could be timed."""
 
 METAL_SMALL = NaxTileConfig("metal_32x128", bm=32, bn=128, bk=512, wm=1, wn=4)
 """Small-M tile (4 simdgroups, 128 threads): a 128-row tile would leave most simdgroups idle."""
@@ -178,7 +178,7 @@ form of the M5 Max study used 8 simdgroups; a candidate of the on-device tile ch
 
 METAL_LARGE_CANDIDATES = (METAL_LARGE, METAL_MEDIUM, METAL_WIDE8)
 """The tiles timed against each other at first use on the GPU for M > METAL_SMALL_MAX_M
-(backends/metal_tiles.py); METAL_LARGE, the measured one, comes first and is the default."""
+(backends/metal/tiles.py); METAL_LARGE, the measured one, comes first and is the default."""
 
 METAL_CONFIGS = (METAL_SMALL, METAL_LARGE, METAL_MEDIUM, METAL_WIDE8)
 """Every tile the Metal GEMMs can launch (the bounded set of GEMM builds is made of these)."""

@@ -14,7 +14,7 @@ import numpy as np
 
 import shim
 
-from int8nax.backends.metal_source import DTYPE_NAMES, template_key
+from int8nax.backends.metal.source import DTYPE_NAMES, template_key
 
 
 def _to_numpy(a: mx.array) -> np.ndarray:

@@ -37,9 +37,9 @@ def env_set() -> bool:
 
 # name -> module holding a `BACKEND` instance; auto mode tries GPU backends in this order.
 _MODULES = {
-    "metal": "int8nax.backends.metal",
-    "cuda": "int8nax.backends.cuda",
-    "cpu": "int8nax.backends.cpu",
+    "metal": "int8nax.backends.metal.backend",
+    "cuda": "int8nax.backends.cuda.backend",
+    "cpu": "int8nax.backends.cpu.backend",
 }
 _GPU_ORDER = ("metal", "cuda")
 _ALIASES = {"nax": "metal"}
@@ -66,7 +66,7 @@ def get(name: str) -> Backend | None:
     try:
         module = importlib.import_module(_MODULES[name])
     except ModuleNotFoundError as exc:
-        if exc.name == _MODULES[name]:
+        if exc.name in (_MODULES[name], _MODULES[name].rpartition(".")[0]):  # the module or its package
             return None
         raise
     return module.BACKEND

@@ -5,7 +5,7 @@
 
 `warm` builds every kernel instance the model's layers (sibling-fused, as int8nax.nn runs them:
 kernel.plans.layer_shapes) meet for 1 .. max-tokens rows into MLX's kernel cache
-(backends/cuda.py, warm_up_layers) and prints how long that took. `first`, in a new process,
+(backends/cuda/backend.py, warm_up_layers) and prints how long that took. `first`, in a new process,
 calls each layer once at each token count (bfloat16 activations, one evaluation a layer) and
 prints the seconds each token count's first calls took: milliseconds where the kernels were
 found on disk, NVRTC's seconds where not. Each prints one JSON line (and the cache's counts).
@@ -31,19 +31,19 @@ def layers_of(config) -> list[tuple[str, int, int, bool]]:
 def warm(config, max_tokens: int, jobs: int | None) -> dict:
     import mlx.core as mx
 
-    from ..backends import cuda
+    from ..backends.cuda import kernels as cuda_kernels, backend as cuda
 
     layers = [cuda.WarmLayer("w8a8_linear", n, k, mx.float32 if bias else None) for _, n, k, bias in layers_of(config)]
     start = time.perf_counter()
     cuda.warm_up_layers(layers, max_tokens, dtype=mx.bfloat16, jobs=jobs)
     return {"step": "warm", "model": config.name, "max_tokens": max_tokens,
-            "seconds": round(time.perf_counter() - start, 3), "kernels": cuda.binary_cache_status()}
+            "seconds": round(time.perf_counter() - start, 3), "kernels": cuda_kernels.binary_cache_status()}
 
 
 def first(config, tokens) -> dict:
     import mlx.core as mx
 
-    from ..backends import cuda
+    from ..backends.cuda import kernels as cuda_kernels, backend as cuda
 
     weights = {name: (mx.zeros((n, k), dtype=mx.int8), mx.ones((n,)), mx.zeros((n,)) if bias else None)
                for name, n, k, bias in layers_of(config)}
@@ -55,7 +55,7 @@ def first(config, tokens) -> dict:
             w, s, b = weights[name]
             mx.eval(cuda.w8a8(mx.random.normal((m, k)).astype(mx.bfloat16), w, s, b))
         seconds[m] = round(time.perf_counter() - start, 4)
-    return {"step": "first", "model": config.name, "seconds_by_tokens": seconds, "kernels": cuda.binary_cache_status()}
+    return {"step": "first", "model": config.name, "seconds_by_tokens": seconds, "kernels": cuda_kernels.binary_cache_status()}
 
 
 def main(argv=None) -> int:

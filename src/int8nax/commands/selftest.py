@@ -280,7 +280,7 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
     the hardware verdict, the layout probe, the variant chosen and why (with each self-test's
     failures), then per variant (both load paths x both relaxed_precision values) whether each
     kernel built (the compiler's message if not) and exactness over the shape grid."""
-    from ..backends import metal, metal_source
+    from ..backends.metal import backend as metal, launch as metal_launch, source as metal_source
 
     backend = metal.BACKEND
     hardware = backend.hardware()
@@ -312,9 +312,9 @@ def metal_section(sizes, layout_out: str | None = None, progress=None) -> dict:
         section["tiles"] = {"tile": tiles.config.name, "source": tiles.source, "timings_ms": dict(tiles.timings_ms),
                             "shape": list(tiles.shape), "notes": list(tiles.notes), "summary": tiles.summary()}
     backend.kernels.time_builds = True  # the builds below are timed too (first launch + eval)
-    section["subnormals"] = metal.probe_subnormals(backend.kernels)
+    section["subnormals"] = metal_launch.probe_subnormals(backend.kernels)
     section["variants"] = []
-    for variant in metal.variants():
+    for variant in metal_source.variants():
         ops = backend.variant_ops(variant)
         built = ops.compile_report()
         entry = {"name": variant.name, "compile": built}

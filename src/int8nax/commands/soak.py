@@ -243,9 +243,9 @@ def first_call_costs(n: int, k: int, new_ms=(7, 333, 1000), warm: int = 5, backe
 # --- distinct M values ----------------------------------------------------------------------------
 
 def kernels_built() -> int | None:
-    """Distinct CUDA kernel objects built in this process (int8nax.backends.cuda.kernels_built),
+    """Distinct CUDA kernel objects built in this process (int8nax.backends.cuda.kernels.kernels_built),
     or None where that backend does not say (not loaded, or no such count)."""
-    cuda = sys.modules.get("int8nax.backends.cuda")
+    cuda = sys.modules.get("int8nax.backends.cuda.kernels")
     count = getattr(cuda, "kernels_built", None)
     return None if count is None else count()
 

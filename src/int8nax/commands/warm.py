@@ -40,7 +40,7 @@ def _folder(text: str) -> str:
 
 def main(args) -> int:
     from .. import backends, nn
-    from ..backends import cuda, cuda_binary_cache
+    from ..backends.cuda import binary_cache as cuda_binary_cache, kernels as cuda_kernels
     from ..bench.generate import front_end
     from ..bench.peers import Unavailable
 
@@ -59,8 +59,8 @@ def main(args) -> int:
     print(f"int8nax warm: {count} W8A8 layers of {args.model}, up to {rows} rows on the {backend.name} backend: "
           f"{built} kernels built in {time.perf_counter() - start:.1f} s")
     if backend.name == "cuda":
-        print(f"kernels: {cuda.binary_cache_status()}")
-        cache = cuda.binary_cache()
+        print(f"kernels: {cuda_kernels.binary_cache_status()}")
+        cache = cuda_kernels.binary_cache()
         if cache is not None and cache.counts.failed:
             return 1
     return 0

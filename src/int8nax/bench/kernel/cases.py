@@ -136,7 +136,8 @@ def _swiglu_quantize(item: Item, l2: int) -> Prepared:
     import mlx.core as mx
     import numpy as np
 
-    from ...backends import base, cuda, cuda_plans
+    from ...backends import base
+    from ...backends.cuda import graphs as cuda_graphs, plans as cuda_plans, probe as cuda_probe
 
     parts = item.subject.split(":")
     if len(parts) != 3 or parts[1] not in ("fused", "staged") or parts[2] not in ("float16", "bfloat16", "float32"):
@@ -145,15 +146,15 @@ def _swiglu_quantize(item: Item, l2: int) -> Prepared:
     schedule, dtype = parts[1], getattr(mx, parts[2])
     m, h = item.shape[0], item.shape[1]
     if schedule == "staged":
-        launch = cuda_plans.cuda_swiglu_staged_launch(m, h, dtype.size, cuda.sm_count())
+        launch = cuda_plans.cuda_swiglu_staged_launch(m, h, dtype.size, cuda_probe.sm_count())
         if launch is None:
             raise ValueError(f"item: the staged schedule does not take M = {m}, H = {h} of {parts[2]} "
                              "(cuda_plans.cuda_swiglu_staged_launch)")
     else:
-        launch = cuda_plans.cuda_swiglu_quant_launch(m, h, dtype.size, cuda.sm_count())
+        launch = cuda_plans.cuda_swiglu_quant_launch(m, h, dtype.size, cuda_probe.sm_count())
     y = mx.array(np.random.default_rng([20261205, m, h]).standard_normal((m, 2 * h), dtype=np.float32)).astype(dtype)
     copies = copies_for(y.nbytes, l2)
-    q0, s0 = cuda._quantize_graph(base.swiglu_of(y))
+    q0, s0 = cuda_graphs._quantize_graph(base.swiglu_of(y))
     mx.eval(q0, s0)
     want_q, want_s = np.array(q0), np.array(s0)
 
@@ -162,7 +163,7 @@ def _swiglu_quantize(item: Item, l2: int) -> Prepared:
         bad = int((q != want_q).sum()) + int((s.view(np.uint32) != want_s.view(np.uint32)).sum())
         return None if bad == 0 else f"{bad} codes and scales differ from the unfused graph's"
 
-    return Prepared(lambda st: cuda._swiglu_quantize_graph(st[0], launch), _device_copies(mx, (y,), copies), copies,
+    return Prepared(lambda st: cuda_graphs._swiglu_quantize_graph(st[0], launch), _device_copies(mx, (y,), copies), copies,
                     check, "bit for bit the unfused graph's (MLX's swiglu, then the quantization kernel)",
                     f"cuda swiglu quantize, {schedule}: {launch}")
 

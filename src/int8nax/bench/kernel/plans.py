@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 
-from ...backends import cuda_choice, cuda_plans
+from ...backends.cuda import choice as cuda_choice, plans as cuda_plans
 from . import cupti
 from . import cases as kc
 from . import mode as kt
@@ -193,22 +193,22 @@ class CudaDispatch:
     (Tests stand in another.)"""
 
     def __init__(self):
-        from ...backends import cuda
+        from ...backends.cuda import backend, device, probe, settings
 
-        self.cuda = cuda
+        self.cuda, self.device, self.probe, self.settings = backend, device, probe, settings
 
     @property
     def sms(self) -> int:
-        return self.cuda.sm_count()
+        return self.probe.sm_count()
 
     def candidates(self, m: int, n: int, k: int, w8a8: bool, bias: bool = False,
                    dtype=None) -> tuple[cuda_choice.Choice, list[Candidate]]:
         """(the dispatch's choice here, plan_candidates on this GPU) for int8_matmul or (w8a8)
         w8a8_linear with x of `dtype`."""
-        cuda = self.cuda
         name = None if dtype is None else str(dtype).split(".")[-1]
         cands = plan_candidates(m, n, k, self.sms, w8a8, bias=bias, out_dtype=name,
-                                family=cuda.family_for(cuda.compute_capability()), override=cuda.kernel_choice())
+                                family=self.device.family_for(self.device.compute_capability()),
+                                override=self.settings.kernel_choice())
         return cands[0].choice, cands  # plan_candidates lists the dispatch's choice first
 
     def call(self, operands, choice: cuda_choice.Choice):

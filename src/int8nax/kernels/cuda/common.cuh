@@ -3,9 +3,9 @@
 //
 // Everything lives in namespace int8nax and is called qualified from the kernel bodies: MLX
 // places the bodies in namespace mlx::core::cu, whose own helpers would otherwise hide ours.
-// Tile sizes arrive as template parameters (the body's constexprs, from backends/cuda_plans.py).
-// The headers include nothing of each other: backends/cuda_source.py lists each kernel's headers
-// in dependency order (one #include line each), and each header names what it needs.
+// Tile sizes arrive as template parameters (the body's constexprs, from backends/cuda/plans.py).
+// Every header has an include guard and includes what it needs by relative path; a kernel names
+// only its own header (backends/cuda/source.py, _HEADERS), whose includes bring the rest.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,5 +1,7 @@
-// The SM count, by where the blocks of a launch land. Needs common.cuh.
+// The SM count, by where the blocks of a launch land.
 #pragma once
+
+#include "common.cuh"
 
 namespace int8nax {
 

@@ -2,7 +2,7 @@
 // within 1 ulp of the float64 value, as the store of the W8A8 kernels (w8a8_gemm.metal on the
 // NAX tile or the small-M walk, and w8a8_decode.metal).
 //
-// Global-scope code only: int8nax/backends/metal_source.py puts it into the `header` of those
+// Global-scope code only: int8nax/backends/metal/source.py puts it into the `header` of those
 // kernels, after float_bits.metal.
 //
 // Accuracy (the numerics spec): within 1 ulp of the float64 value for every finite input,

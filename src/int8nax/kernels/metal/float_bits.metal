@@ -3,7 +3,7 @@
 // give the same answer on a GPU that flushes float32 subnormals to zero as on one that keeps
 // them (Metal documents neither; Apple GPUs expose no float-control setting).
 //
-// Global-scope code only: int8nax/backends/metal_source.py puts it into the `header` of the
+// Global-scope code only: int8nax/backends/metal/source.py puts it into the `header` of the
 // kernels that need it (the quantizer, quantize_core.metal, and the W8A8 epilogue,
 // dequantize.metal, with the kernels that include them).
 

@@ -2,7 +2,7 @@
 // matrix units. A 32-row NAX tile would carry 31 padding rows at M = 1; here every thread does
 // useful work, and B, the bulk of the traffic, is read once for all M rows.
 //
-// Global-scope code: int8nax/backends/metal_source.py puts it into the `header` of the
+// Global-scope code: int8nax/backends/metal/source.py puts it into the `header` of the
 // small-M kernels, in place of nax_gemm.metal; the bodies (int8_gemm.metal, w8a8_gemm.metal)
 // and their epilogues are the same. Every constant is a template parameter from
 // int8nax/tiling.py (metal_gemv_dispatch); int8nax/nax_emulator.py (emulate_gemv) walks the

@@ -1,6 +1,6 @@
 // int8nax int8 x int8 -> int32 GEMM: C[M, N] = A[M, K] @ B[N, K]^T, exact.
 //
-// Built by int8nax/backends/metal.py with mx.fast.metal_kernel: the part above the
+// Built by int8nax/backends/metal/backend.py with mx.fast.metal_kernel: the part above the
 // "kernel body" line goes into `header` (after the schedule: nax_gemm.metal, or gemv.metal
 // for M <= tiling.METAL_MV_MAX_M), the part below is `source`.
 //   inputs   a int8 [M, K], b int8 [N, K] (row-contiguous), params int32 [5] =

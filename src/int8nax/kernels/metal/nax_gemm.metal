@@ -1,7 +1,7 @@
 // int8nax NAX GEMM core (Apple M5, Metal 4): the tile walk shared by the int8 -> int32 GEMM
 // (int8_gemm.metal) and the W8A8 GEMM (w8a8_gemm.metal).
 //
-// Global-scope code: int8nax/backends/metal.py puts it into the `header` of every GEMM built
+// Global-scope code: int8nax/backends/metal/backend.py puts it into the `header` of every GEMM built
 // with mx.fast.metal_kernel. Every tile constant is a template parameter that comes from
 // int8nax/tiling.py (NaxTileConfig.template()); this file holds no tile size of its own, and
 // int8nax/nax_emulator.py walks the same grid, masks and K loop with the same constants.

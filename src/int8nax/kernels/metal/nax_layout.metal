@@ -1,9 +1,9 @@
 // int8nax layout probe: where the int8 cooperative tensors of the NAX GEMM's matmul2d put each
-// lane's elements. Run on first use by int8nax/backends/metal.py (one simdgroup), which builds
+// lane's elements. Run on first use by int8nax/backends/metal/backend.py (one simdgroup), which builds
 // the MLX-layout load path only if the dump equals MLX's BaseNAXFrag layout; `int8nax selftest`
 // prints it, and nax_emulator replays it.
 //
-// Built by int8nax/backends/metal.py: the part above the "kernel body" line goes into
+// Built by int8nax/backends/metal/backend.py: the part above the "kernel body" line goes into
 // `header` (after nax_gemm.metal), the part below is `source`.
 //   inputs   dummy int32 [1], unused (every custom kernel takes at least one input)
 //   output   out int32 [3, SIMD, 1 + 3 * CAP] for the left (A), right (B) and destination (C)

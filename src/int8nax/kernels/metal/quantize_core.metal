@@ -20,7 +20,7 @@
 // Divisions use precise::divide: plain `/` need not be correctly rounded even in safe math
 // mode, and numpy's float32 division is.
 //
-// Global-scope code only: int8nax/backends/metal_source.py puts it into the `header` of the
+// Global-scope code only: int8nax/backends/metal/source.py puts it into the `header` of the
 // kernels that quantize (quantize_rows.metal, and w8a8_decode.metal, which quantizes in
 // registers), after float_bits.metal. A row's scale comes from its absmax's bits (row_scale),
 // each code from an element's bits and the row's scale (code_of): both kernels share them, so

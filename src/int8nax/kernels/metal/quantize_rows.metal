@@ -2,7 +2,7 @@
 // absmax and NaN/inf flag, then writes the codes and the scale (quantize_core.metal has the
 // formula and why it is bit-for-bit int8nax.quant whether or not the GPU flushes subnormals).
 //
-// Built by int8nax/backends/metal.py with mx.fast.metal_kernel: the part above the
+// Built by int8nax/backends/metal/backend.py with mx.fast.metal_kernel: the part above the
 // "kernel body" line goes into `header` (after float_bits.metal and quantize_core.metal), the
 // part below is `source`.
 //   inputs   x float16 | bfloat16 | float32 [M, K] (row-contiguous)

@@ -3,7 +3,7 @@
 // kernels do not depend on the answer (quantize_rows.metal, float_bits.metal); an M5 owner's
 // report says which it is.
 //
-// Built by int8nax/backends/metal.py with mx.fast.metal_kernel: the part above the
+// Built by int8nax/backends/metal/backend.py with mx.fast.metal_kernel: the part above the
 // "kernel body" line goes into `header`, the part below is `source`.
 //   inputs   x float32 [8] = (s, FLT_MIN, 0.5, 1, 0, 0, 0, 0), s subnormal (from the host, so
 //            that nothing is folded at compile time)

@@ -21,7 +21,7 @@
 // No barrier, no threadgroup memory. int8nax/nax_emulator.py (emulate_w8a8_decode) walks the
 // same lanes and steps.
 //
-// Built by int8nax/backends/metal.py with mx.fast.metal_kernel: the part above the
+// Built by int8nax/backends/metal/backend.py with mx.fast.metal_kernel: the part above the
 // "kernel body" line goes into `header` (after float_bits.metal, quantize_core.metal and
 // dequantize.metal), the part below is `source`.
 //   inputs   x float16 | bfloat16 | float32 [M, K], w int8 [N, K], s_w float32 [N],

@@ -1,7 +1,7 @@
 // int8nax W8A8 GEMM on NAX with the dequantization fused into the epilogue:
 //   y[m, n] = acc[m, n] * s_x[m] * s_w[n] (+ bias[n]),  acc = sum_k q[m, k] * w[n, k] (int32)
 //
-// Built by int8nax/backends/metal.py with mx.fast.metal_kernel: the part above the
+// Built by int8nax/backends/metal/backend.py with mx.fast.metal_kernel: the part above the
 // "kernel body" line goes into `header` (after the schedule, nax_gemm.metal, then
 // float_bits.metal and dequantize.metal, the epilogue), the part below is `source`. M <=
 // tiling.METAL_MV_MAX_M takes w8a8_decode.metal instead (one launch, x quantized in registers).

@@ -1,0 +1,302 @@
+"""Launches and graphs: the GEMM, quantization, reduction and SwiGLU-quantization kernels launched
+on their grids (row chunks for gridDim.y, persistent plans, split-K workspaces), the W8A8 graphs
+built from them, and the SwiGLU kernel's first-use check. Nothing here chooses a variant or caches
+per shape (backend.py)."""
+
+from __future__ import annotations
+
+import warnings
+from functools import lru_cache
+
+import mlx.core as mx
+import numpy as np
+
+from ...quant import quantize_activations_np
+from ...tiling import ceil_div
+from ..base import swiglu_of
+from ..kernel_spec import KernelSpec
+from . import choice as cuda_choice
+from . import kernels, plans as cuda_plans, probe, settings
+from . import source as cuda_source
+
+MAX_GRID_Y = 65535
+"""CUDA's limit on gridDim.y; taller problems are launched in row chunks."""
+
+REDUCE_THREADS = 256
+MAX_REDUCE_BLOCKS = 4096
+"""The split-K reduction is a grid-stride loop over groups of four outputs."""
+
+PLAN_ARRAY_CACHE_SIZE = 64
+"""(splits, group) pairs whose plan array is kept (powers of two: a handful per GPU)."""
+
+
+def dtype_name(dtype) -> str | None:
+    return None if dtype is None else str(dtype).split(".")[-1]
+
+
+def epilogue_template(out_dtype, has_bias: bool, narrow: bool) -> list:
+    """The W8A8 kernels' epilogue template arguments (cuda_source._dequant_store): TOut, HAS_BIAS,
+    NARROW, which is set only where it changes the code (a float16 or bfloat16 output)."""
+    return [("TOut", out_dtype), ("HAS_BIAS", has_bias), ("NARROW", bool(narrow) and out_dtype != mx.float32)]
+
+
+# ---- launches ----
+
+@lru_cache(maxsize=1)
+def _no_bias() -> mx.array:
+    """The placeholder bound to the kernel's bias argument when HAS_BIAS is false."""
+    placeholder = mx.zeros((1,), dtype=mx.float32)
+    mx.eval(placeholder)
+    return placeholder
+
+
+@lru_cache(maxsize=PLAN_ARRAY_CACHE_SIZE)
+def _plan_array(shape: tuple[int, ...]) -> mx.array:
+    """An int8 array of `shape`: the persistent kernels read its shape (kernel arguments), never
+    its data, so no launch waits for a load from memory the host made."""
+    arr = mx.zeros(shape, dtype=mx.int8)
+    mx.eval(arr)
+    return arr
+
+
+def _row_chunks(m: int, cfg) -> list[tuple[int, int]]:
+    """[r0, r1) row ranges small enough for gridDim.y (each launch has at most 65535 M-tiles)."""
+    step = MAX_GRID_Y * cfg.bm
+    return [(r0, min(m, r0 + step)) for r0 in range(0, m, step)]
+
+
+def _row_slice(v, r0, r1):
+    return v if (r0, r1) == (0, v.shape[0]) else v[r0:r1]
+
+
+def _by_row_chunks(m, plan, row: cuda_choice.Variant, one_chunk):
+    """one_chunk(r0, r1) over row ranges that fit gridDim.y (one-block-per-tile launches; a
+    persistent grid is one-dimensional), joined along M."""
+    chunks = [(0, m)] if row.persistent else _row_chunks(m, plan.cfg)
+    if len(chunks) == 1:
+        return one_chunk(0, m)
+    return mx.concatenate([one_chunk(r0, r1) for r0, r1 in chunks], axis=0)
+
+
+def _launch_reduce(spec, inputs, out_dtype, template):
+    """Sum a [splits, M, N] workspace (inputs[0]) into [M, N] through the spec's epilogue."""
+    _, m, n = inputs[0].shape
+    blocks = max(1, min(ceil_div(m * n, 4 * REDUCE_THREADS), MAX_REDUCE_BLOCKS))
+    return kernels._kernel(spec)(
+        inputs=inputs,
+        output_shapes=[(m, n)],
+        output_dtypes=[out_dtype],
+        grid=(blocks * REDUCE_THREADS, 1, 1),
+        threadgroup=(REDUCE_THREADS, 1, 1),
+        template=template,
+    )[0]
+
+
+def _launch_grid(spec, inputs, out_dtype, plan: cuda_plans.CudaPlan, template, maps: bool):
+    """One block per tile and split: [M, N] out (M = inputs[0]'s rows), or the [splits, M, N]
+    workspace; maps: the TMA kernel's extra uint8 output, one 256-byte slot per block for its
+    tensor maps."""
+    m, n = inputs[0].shape[0], inputs[1].shape[0]
+    grid, block = plan.grid(m, n)
+    shapes, dtypes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
+    if maps:
+        shapes.append((plan.map_bytes(m, n),))
+        dtypes.append(mx.uint8)
+    return kernels._kernel(spec)(inputs=inputs, output_shapes=shapes, output_dtypes=dtypes, grid=grid, threadgroup=block,
+                         template=template)[0]
+
+
+def _launch_persistent(spec, inputs, out_dtype, plan: cuda_plans.PersistentPlan, template, maps: bool = True):
+    """`plan.blocks` blocks walking the tiles, the plan's (splits, group) as the shape of the last
+    input: [M, N] out (or the [splits, M, N] workspace) and an extra uint8 output with a 256-byte
+    slot per block for its tensor maps."""
+    m, n = inputs[0].shape[0], inputs[1].shape[0]
+    grid, block = plan.grid()
+    return kernels._kernel(spec)(
+        inputs=list(inputs) + [_plan_array(plan.plan_shape())],
+        output_shapes=[(m, n) if plan.splits == 1 else (plan.splits, m, n),
+                       (plan.blocks * cuda_plans.TMA_MAP_SLOT_BYTES,)],
+        output_dtypes=[out_dtype, mx.uint8],
+        grid=grid,
+        threadgroup=block,
+        template=template,
+    )[0]
+
+
+def _launch(row: cuda_choice.Variant):
+    """The launch of a variant's kernels: persistent blocks, or one block per tile and split."""
+    return _launch_persistent if row.persistent else _launch_grid
+
+
+def gemm_graph(a, b, variant: str, plan):
+    """int32 [M, N] = a [M, K] . b [N, K]^T on `variant` (a cuda_choice name or alias) with `plan`."""
+    row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
+    raw, _ = row.specs(plan.cfg)
+
+    def one_chunk(r0, r1):
+        out = _launch(row)(raw, [_row_slice(a, r0, r1), b], mx.int32, plan, row.template(plan.cfg), row.maps)
+        return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
+
+    return _by_row_chunks(a.shape[0], plan, row, one_chunk)
+
+
+def dequant_graph(q, scale_x, w, scale_w, bias_arg, out_dtype, variant: str, plan, has_bias: bool, narrow=False):
+    """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias[n]) on
+    `variant` with `plan` (bias_arg: _bias_arg's): the fused epilogue unsplit, else the int32
+    workspace and the dequantizing reduction; narrow: the narrow epilogue (epilogue_template)."""
+    row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
+    raw, fused = row.specs(plan.cfg)
+    epilogue = epilogue_template(out_dtype, has_bias, narrow)
+    tile = row.template(plan.cfg)
+
+    def one_chunk(r0, r1):
+        q_rows, sx_rows = _row_slice(q, r0, r1), _row_slice(scale_x, r0, r1)
+        if plan.splits == 1:
+            # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
+            return _launch(row)(fused, [q_rows, w, sx_rows, scale_w, bias_arg], out_dtype, plan, tile + epilogue,
+                                row.maps)
+        ws = _launch(row)(raw, [q_rows, w], mx.int32, plan, tile, row.maps)
+        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias_arg], out_dtype, epilogue)
+
+    return _by_row_chunks(q.shape[0], plan, row, one_chunk)
+
+
+def quant_launch(m: int, k: int) -> cuda_plans.CudaQuantLaunch:
+    """The quantization kernel's launch for x [M, K] on this GPU (cuda_plans.cuda_quant_launch)."""
+    return cuda_plans.cuda_quant_launch(m, k, probe.sm_count())
+
+
+def _rows_graph(spec: KernelSpec, x, k: int, launch: cuda_plans.CudaQuantLaunch | None):
+    """(q int8 [M, k], scale float32 [M]) by a one-block-per-row quantizing kernel of x [M, ...]."""
+    m = x.shape[0]
+    launch = launch or quant_launch(m, k)
+    grid, block = launch.grid(m)
+    q, s = kernels._kernel(spec)(
+        inputs=[x],
+        output_shapes=[(m, k), (m,)],
+        output_dtypes=[mx.int8, mx.float32],
+        grid=grid,
+        threadgroup=block,
+        template=[("T", x.dtype)] + launch.template(),
+    )
+    return q, s
+
+
+def _quantize_graph(x, launch: cuda_plans.CudaQuantLaunch | None = None):
+    """(q int8 [M, K], scale float32 [M]) of x float16/bfloat16/float32 [M, K]; launch: the
+    kernel's (threads, held), quant_launch's by default (tests force the others)."""
+    return _rows_graph(cuda_source.quantize(), x, x.shape[1], launch)
+
+
+def swiglu_quant_launch(m: int, k: int, dtype) -> cuda_plans.CudaQuantLaunch | cuda_plans.CudaStagedLaunch:
+    """The SwiGLU quantization kernel's launch for y [M, 2K] of `dtype` on this GPU: with
+    INT8NAX_CUDA_SWIGLU=staged cuda_plans.cuda_swiglu_staged_launch's where it takes the shape,
+    else cuda_plans.cuda_swiglu_quant_launch's."""
+    staged = (cuda_plans.cuda_swiglu_staged_launch(m, k, dtype.size, probe.sm_count())
+              if settings.swiglu_choice() == "staged" else None)
+    return staged or cuda_plans.cuda_swiglu_quant_launch(m, k, dtype.size, probe.sm_count())
+
+
+def _swiglu_quantize_graph(y, launch=None):
+    """(q int8 [M, K], scale float32 [M]) of h = swiglu(y[:, :K], y[:, K:]) for y float16/bfloat16/
+    float32 [M, 2K], with the bits of _quantize_graph(backends.base.swiglu(...)); launch:
+    swiglu_quant_launch's by default (tests force the others; one holding more than
+    cuda_plans.SWIGLU_HELD_BYTES of g and u a thread cannot start and is refused), a
+    cuda_plans.CudaStagedLaunch the staged kernel's (rows it cannot stage it quantizes from y)."""
+    m, k = y.shape[0], y.shape[1] // 2
+    if launch is None:
+        launch = swiglu_quant_launch(m, k, y.dtype)
+    if isinstance(launch, cuda_plans.CudaStagedLaunch):
+        return _rows_graph(cuda_source.swiglu_quantize_staged(launch.stage_bytes), y, k, launch)
+    if cuda_plans.swiglu_held_bytes(launch, y.dtype.size) > cuda_plans.SWIGLU_HELD_BYTES:
+        raise ValueError(f"launch: {launch} holds {cuda_plans.swiglu_held_bytes(launch, y.dtype.size)} bytes of g and u "
+                         f"a thread for {dtype_name(y.dtype)}, more than {cuda_plans.SWIGLU_HELD_BYTES}: its "
+                         "registers exceed an SM's")
+    return _rows_graph(cuda_source.swiglu_quantize(), y, k, launch)
+
+
+def _swiglu_probe(dtype, k: int) -> mx.array:
+    """y [9, 2K] of `dtype` for the first-use check: typical rows; gates where sigmoid saturates
+    both ways; a row each with an inf gate, a NaN up, zeros, tiny products (a subnormal scale in
+    float32) and the dtype's largest values (silu * up overflowing)."""
+    big = float(mx.finfo(dtype).max)
+    j = mx.arange(2 * k, dtype=mx.float32)
+    gate_half = j < k
+    rows = [mx.sin(j * 0.37 + r) * (3.0 + 5 * r) for r in range(3)]
+    rows.append(mx.where(gate_half, mx.sin(j) * 200, mx.cos(j)))
+    rows.append(mx.where(j == 1, mx.array(float("inf")), mx.sin(j)))
+    rows.append(mx.where(j == 2 * k - 1, mx.array(float("nan")), mx.cos(j)))
+    rows.append(mx.zeros_like(j))
+    rows.append(mx.where(gate_half, mx.sin(j) * (3e-38 if dtype == mx.float32 else 1e-4), 1.0))
+    rows.append(mx.where(j % 3 == 0, -big, big) * mx.sign(mx.sin(j) + 0.5))
+    return mx.stack(rows).astype(dtype)
+
+
+def _staged_probe(dtype, k: int, m: int) -> mx.array:
+    """y [m, 2K] of `dtype`: _swiglu_probe's rows over and over, each copy scaled apart (so that a
+    row quantized from another row's buffer shows)."""
+    base = _swiglu_probe(dtype, k)
+    rows = mx.tile(base, (-(-m // base.shape[0]), 1))[:m]
+    return rows * (1 + (mx.arange(m) % 61) / 64).astype(dtype)[:, None]
+
+
+@lru_cache(maxsize=16)
+def swiglu_kernel_ok(dtype, launch) -> bool:
+    """Whether the SwiGLU quantization kernel gives the two steps' bits (MLX's swiglu, then the
+    quantization) on this GPU and MLX for `dtype` with `launch`: checked once per process on a
+    probe of three row widths (below), before its first use. The quantization of MLX's h is
+    int8nax.quant's on the host, which the quantization kernel matches bit for bit: the probe
+    builds no kernel the model does not (an NVRTC build is seconds of a first call). Where the
+    bits differ, SwiGLU MLPs take the two steps in this process, with a warning saying so.
+    A staged launch (cuda_plans.CudaStagedLaunch) is probed at its own row width (staged) and
+    two it quantizes from y, each over more rows than it has blocks (every block reuses its
+    buffers)."""
+    if isinstance(launch, cuda_plans.CudaStagedLaunch):
+        widths, rows = (launch.hidden, launch.capacity + 8, 13), 2 * launch.blocks + 3
+    else:  # several groups a thread in registers, a row too long for them (read twice), single values
+        widths, rows = (8 * launch.threads + 8, launch.capacity + 8, 13), None
+    for k in widths:
+        y = _swiglu_probe(dtype, k) if rows is None else _staged_probe(dtype, k, rows)
+        q, s = _swiglu_quantize_graph(y, launch)
+        q2, s2 = quantize_activations_np(np.array(swiglu_of(y).astype(mx.float32)))
+        if not (np.array_equal(np.array(q), q2) and np.array_equal(np.array(s), s2, equal_nan=True)):
+            warnings.warn(f"int8nax: the CUDA SwiGLU quantization kernel ({dtype_name(dtype)}, {launch}) did not give "
+                          "the bits of swiglu then quantization on this GPU; SwiGLU MLPs take the two steps in this "
+                          "process", RuntimeWarning, stacklevel=2)
+            return False
+    return True
+
+
+def _quantizes_inside(row: cuda_choice.Variant, plan, m: int, k: int, dtype) -> bool:
+    """Whether the variant's own quantizing kernel takes x [m, k] of `dtype`: the plan's `fused`
+    where it says, else (a GEMV plan made without the dtype) cuda_plans.gemv_x_ok."""
+    if row.quantizing is None:
+        return False
+    fused = getattr(plan, "fused", None)
+    return cuda_plans.gemv_x_ok(m, k, dtype.size) if fused is None else fused
+
+
+def w8a8_graph(x, w, scale_w, bias_arg, variant: str, plan, has_bias: bool,
+               quant: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
+    """quantize(x) (with the launch `quant`, quant_launch's by default), then dequant_graph on
+    `variant` with `plan`: y [M, N] in x's dtype; or, where the variant quantizes x itself
+    (_quantizes_inside), its one kernel."""
+    row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
+    if _quantizes_inside(row, plan, *x.shape, x.dtype):
+        template = [("T", x.dtype)] + row.template(plan.cfg) + epilogue_template(x.dtype, has_bias, narrow)[1:]
+        return _launch(row)(row.quantizing(), [x, w, scale_w, bias_arg], x.dtype, plan, template, row.maps)
+    q, scale_x = _quantize_graph(x, quant)
+    return dequant_graph(q, scale_x, w, scale_w, bias_arg, x.dtype, variant, plan, has_bias, narrow)
+
+
+def swiglu_w8a8_graph(gate_up, w, scale_w, bias_arg, variant: str, plan, has_bias: bool,
+                      launch: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
+    """w8a8_graph of h = swiglu(gate_up[:, :K], gate_up[:, K:]), y [M, N] in gate_up's dtype: the
+    SwiGLU quantization kernel (with `launch`, swiglu_quant_launch's by default), then
+    dequant_graph; where the variant quantizes its input itself (the GEMV), swiglu then w8a8_graph."""
+    m, k = gate_up.shape[0], gate_up.shape[1] // 2
+    row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
+    if _quantizes_inside(row, plan, m, k, gate_up.dtype):
+        return w8a8_graph(swiglu_of(gate_up), w, scale_w, bias_arg, variant, plan, has_bias, None, narrow)
+    q, scale_x = _swiglu_quantize_graph(gate_up, launch)
+    return dequant_graph(q, scale_x, w, scale_w, bias_arg, gate_up.dtype, variant, plan, has_bias, narrow)

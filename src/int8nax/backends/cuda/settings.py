@@ -1,0 +1,123 @@
+"""The CUDA backend's environment choices, each read once per process (backend.clear_caches()
+forgets them): INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE, INT8NAX_CUDA_SWIGLU, INT8NAX_CUDA_BIAS."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from . import choice as cuda_choice
+
+# ---- the choice (INT8NAX_CUDA_KERNEL: cuda_choice.OVERRIDES; read once per process, clear_caches()) ----
+
+KERNEL_ENV = cuda_choice.KERNEL_ENV
+
+
+@lru_cache(maxsize=1)
+def kernel_choice() -> str:
+    """"auto" or the variant INT8NAX_CUDA_KERNEL names (its old names are aliases)."""
+    return cuda_choice.override_name(os.environ.get(KERNEL_ENV, ""))
+
+
+# INT8NAX_CUDA_EPILOGUE picks W8A8's dequantization into float16 / bfloat16 outputs:
+#   eft      float32 with error-free transformations, within 1 ulp of float32, then one rounding
+#            to the output type;
+#   narrow   float32 with only the exactness the output type's ulp needs (11-15 fewer PTX
+#            instructions a value); the rare pairs where it could miss 1 ulp take the eft path
+#            (kernels/cuda/epilogue/dequantize.cuh, dequantize_narrow). Checked on the CPU against long
+#            double (tests/test_cuda_epilogue.py).
+# float32 outputs always take eft. Read once per process (clear_caches()).
+
+EPILOGUE_ENV = "INT8NAX_CUDA_EPILOGUE"
+EPILOGUE_CHOICES = ("eft", "narrow")
+EPILOGUE_DEFAULT = "narrow"
+"""The epilogue when INT8NAX_CUDA_EPILOGUE is unset. narrow is within 1 ulp of the float64 model
+like eft (its GPU tests and kernel-time checks pass on the H200) and skips eft's cancellation test,
+which sends about 1 biased value in 250 to the exact path and so nearly every tile of a biased
+layer through its slow pass. INT8NAX_CUDA_EPILOGUE=eft keeps the previous epilogue."""
+
+
+def _check_choice(value: str, choices: tuple[str, ...], source: str) -> str:
+    if value not in choices:
+        raise ValueError(f"{source}: expected one of {list(choices)}, got {value!r}")
+    return value
+
+
+def _env_choice(env: str, choices: tuple[str, ...], default: str) -> str:
+    """The value of the environment variable `env` (trimmed, lower case), one of `choices`, or
+    `default` where it is unset or empty; a ValueError naming `env` otherwise."""
+    return _check_choice(os.environ.get(env, "").strip().lower() or default, choices, env)
+
+
+@lru_cache(maxsize=1)
+def epilogue_choice() -> str:
+    """"eft" or "narrow", from INT8NAX_CUDA_EPILOGUE (EPILOGUE_DEFAULT where unset)."""
+    return _env_choice(EPILOGUE_ENV, EPILOGUE_CHOICES, EPILOGUE_DEFAULT)
+
+
+def _narrow(epilogue: str | None = None) -> bool:
+    """Whether W8A8 takes the narrow epilogue: `epilogue` ("eft" or "narrow") where given, else
+    epilogue_choice()."""
+    chosen = epilogue_choice() if epilogue is None else _check_choice(epilogue, EPILOGUE_CHOICES, "epilogue")
+    return chosen == "narrow"
+
+
+# ---- SwiGLU's quantization: one kernel, or swiglu then the quantization kernel ----
+#
+#   fused   kernels/cuda/quant/swiglu_quantize.cuh: h = silu(gate) * up with MLX's own device functors,
+#           quantized from the registers; h never reaches memory (at 4096 tokens of Qwen2.5-7B,
+#           0.39 GB a layer read and written instead of 0.70). Same bits as split.
+#   staged  fused's kernel with persistent blocks that copy each row into shared memory while
+#           they quantize the previous one (kernels/cuda/quant/swiglu_quantize_staged.cuh), where
+#           cuda_plans.cuda_swiglu_staged_launch takes the shape (many rows of 2-byte types);
+#           elsewhere fused's. Same bits.
+#   split   MLX's fused swiglu kernel writes h, the quantization kernel reads it.
+# Read once per process (clear_caches()).
+
+SWIGLU_ENV = "INT8NAX_CUDA_SWIGLU"
+SWIGLU_CHOICES = ("fused", "staged", "split")
+SWIGLU_DEFAULT = "split"
+"""split, until the fused kernel's bit-for-bit test (tests/test_cuda_swiglu.py) has passed on a
+GPU. On the H200 (2026-12-05, results/cuda-h200.md) fused is the faster: with the 512x5 launch
+(cuda_plans.SWIGLU_PAIR_LAUNCH, two rows an SM) its kernel takes 0.161 ms a Qwen2.5-7B layer at
+4096 tokens against 0.226 for swiglu and the quantization, the layer's GPU time 2.070 ms against
+2.114, and its outputs were split's bits in the model at 512-4096 tokens; the test file's run was
+lost to another test that left the CPU as MLX's default device. staged (predicted ~0.09 ms where
+fused takes 0.161: cuda_plans.cuda_swiglu_staged_launch) has not run on a GPU."""
+
+
+@lru_cache(maxsize=1)
+def swiglu_choice() -> str:
+    """"fused", "staged" or "split", from INT8NAX_CUDA_SWIGLU (SWIGLU_DEFAULT where unset)."""
+    return _env_choice(SWIGLU_ENV, SWIGLU_CHOICES, SWIGLU_DEFAULT)
+
+
+# ---- W8A8's bias: in its own type, or cast to float32 before the call ----
+#
+#   own   the dequantizing kernels read a float16 / bfloat16 bias as it is (kernels/cuda/
+#         epilogue/epilogue.cuh, load_pair and to_float: exact), so a call makes no extra node;
+#   cast  MLX casts it to float32 first: one more node and copy kernel a call (1.4-3.6 µs of
+#         kernel time on the H200, 2026-12-04), the same bits.
+# A float32 bias (int8nax.nn's layers hold theirs so) goes as it is either way. Read once per
+# process (clear_caches()).
+
+BIAS_ENV = "INT8NAX_CUDA_BIAS"
+BIAS_CHOICES = ("cast", "own")
+BIAS_DEFAULT = "cast"
+"""cast until the own-type reads have run on a GPU (tools/hopper_verify.sh, part bias: its test and
+the kernel time; a model through int8nax.nn measures nothing here, its biases being float32)."""
+
+
+@lru_cache(maxsize=1)
+def bias_choice() -> str:
+    """"own" or "cast", from INT8NAX_CUDA_BIAS (BIAS_DEFAULT where unset)."""
+    return _env_choice(BIAS_ENV, BIAS_CHOICES, BIAS_DEFAULT)
+
+
+def w8a8_settings() -> str:
+    """W8A8's environment choices as int8nax.info() reports them (read once per process)."""
+    swiglu = {"fused": "quantized in one step", "staged": "quantized in one step, rows staged in shared memory",
+              "split": "swiglu, then the quantization"}[swiglu_choice()]
+    bias = {"own": "read in its own type", "cast": "cast to float32 first"}[bias_choice()]
+    return (f"W8A8: {epilogue_choice()} epilogue ({EPILOGUE_ENV}), SwiGLU {swiglu} ({SWIGLU_ENV}), "
+            f"a 16-bit bias {bias} ({BIAS_ENV})")
