@@ -22,8 +22,7 @@
 #include "../common.cuh"
 #include "../ptx/cpasync.cuh"
 #include "quantize.cuh"
-#include "mlx/backend/cuda/device/binary_ops.cuh"
-#include "swiglu_quantize.cuh"
+#include "swiglu_quantize.cuh"  // MLX's binary_ops.cuh through it: that header has no guard
 
 namespace int8nax {
 
