@@ -161,6 +161,7 @@ def test_ensure_builds_once_and_later_processes_find_it(fake_builds):
     assert built == [cbc.kernel_name(inst)] and (cache.counts.built, cache.counts.found) == (1, 0)
     assert cache.entry(inst).read_bytes() == cbc.mlx_source(inst).encode()
     later = cbc.BinaryCache("sm_90a", cache.package, "9.9")  # another process
+    assert later.ready() == 1 and cbc.BinaryCache("sm_100a", cache.package, "9.9").ready() == 0
     later.ensure(inst)
     assert built == [cbc.kernel_name(inst)] and (later.counts.found, later.counts.built) == (1, 0)
     cache.entry(inst).write_bytes(b"torn")  # a corrupt entry is rebuilt

@@ -328,7 +328,8 @@ class CUDABackend(Backend):
         how = {"sm90": "wgmma tensor-core GEMM (sm_90a)" + gemv,
                "sm80": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)" + gemv,
                "simt": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)"}[device.family_for(cc)]
-        return Probe(True, f"{name}, compute capability {cc[0]}.{cc[1]}: {how}; {settings.w8a8_settings()}")
+        return Probe(True, f"{name}, compute capability {cc[0]}.{cc[1]}: {how}; {settings.w8a8_settings()}; "
+                           f"kernels {kernels.binary_cache_status()}")
 
     def int8_matmul(self, a: mx.array, b: mx.array) -> mx.array:
         return gemm_int32(a, b)

@@ -531,6 +531,17 @@ class BinaryCache:
                 self._ready.add(inst)
         return sum(1 for _, error in results if not error)
 
+    def ready(self) -> int:
+        """Entries on disk this module wrote for this cache's architecture (what a new process
+        of this machine loads instead of compiling)."""
+        count = 0
+        for sidecar in self.folder.rglob("*" + SIDECAR) if self.folder.is_dir() else ():
+            try:
+                count += json.loads(sidecar.read_text()).get("arch") == self.arch
+            except (OSError, ValueError):
+                continue
+        return count
+
     def clear(self) -> None:
         """Forget what this process ensured (the entries on disk stay)."""
         with self._lock:

@@ -112,8 +112,9 @@ def binary_cache_status() -> str:
         return ("compiled by MLX (NVRTC) in every process: " +
                 (f"{BINARY_CACHE_ENV}={os.environ[BINARY_CACHE_ENV]}" if off else "no CUDA device"))
     c = cache.counts
-    text = (f"compiled once per machine for {cache.arch} into {cache.folder} (MLX's kernel cache): "
-            f"{c.found} loaded from there, {c.built} built by this process")
+    text = (f"compiled once per machine for {cache.arch} into {cache.folder} (MLX's kernel cache; "
+            f"`int8nax warm` fills it): {cache.ready()} ready there, {c.found} loaded from there and "
+            f"{c.built} built by this process")
     if c.failed:
         text += f", {c.failed} left to MLX's NVRTC ({cache.reason})"
     return text
