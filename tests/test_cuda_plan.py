@@ -324,3 +324,11 @@ def test_round_half_away_by_a_truncating_add():
     v = v[np.isfinite(v) & (np.abs(v) <= 191)]
     got = np.trunc(_add_toward_zero(v, np.copysign(np.float32(0.5), v).astype(np.float32)))
     assert np.array_equal(got, quant.round_half_away(v))
+
+
+def test_the_include_walk_reads_an_include_as_the_preprocessor_does():
+    # a trailing comment or indentation must not hide an include from the walk (the digest and
+    # the MLX headers a kernel needs come from it)
+    text = ('#include "a.cuh"  // why\n  #  include "b/c.cuh" /* note */\n#include <cuda/std/array>\n'
+            '// #include "commented.cuh" is not an include\n')
+    assert cuda_source._INCLUDE.findall(text) == ["a.cuh", "b/c.cuh"]

@@ -73,7 +73,9 @@ is ignored, warning C7508), and 384 threads x 255 registers would not launch at 
 SwiGLU quantization (512 threads, 1 block an SM): without a bound ptxas gives it up to 136
 registers a thread (CUDA 13.0, sm_90a), and 512 x 136 exceed an SM's 65536; with it, 128."""
 
-_INCLUDE = re.compile(r'^#include "([^"]+)"[ \t]*$', re.M)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*(?://.*|/\*.*)?$', re.M)
+"""A quoted #include line as the preprocessor reads it (a comment may follow): the include walk
+and the kernels' digests must see every one the compiler does."""
 
 
 @lru_cache(maxsize=None)

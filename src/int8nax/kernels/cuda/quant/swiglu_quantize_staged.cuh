@@ -22,7 +22,8 @@
 #include "../common.cuh"
 #include "../ptx/cpasync.cuh"
 #include "quantize.cuh"
-#include "swiglu_quantize.cuh"  // MLX's binary_ops.cuh through it: that header has no guard
+// MLX's binary_ops.cuh comes through swiglu_quantize.cuh only: it has no include guard.
+#include "swiglu_quantize.cuh"
 
 namespace int8nax {
 
