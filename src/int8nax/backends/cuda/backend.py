@@ -274,22 +274,22 @@ def _warm_calls(layer: WarmLayer, m_max: int, dtype) -> list:
 
 def warm_up_layers(layers, m_max: int, *, dtype=mx.float16, jobs: int | None = None, progress=None) -> int:
     """Make ready every kernel instance the layer calls `layers` (WarmLayer) meet for M = 1 ..
-    m_max with x of `dtype`: their compiled entries built in parallel (`jobs` NVRTC processes,
-    default the CPUs; progress(done, total) as they finish) into MLX's kernel cache where absent
-    (cuda_binary_cache), then one call of each run on zeros, which loads them. Later processes
-    find them on disk; a first call at a new M otherwise pays NVRTC (seconds per instance).
-    Returns the kernel objects built (kernels.kernels_built() after minus before)."""
+    m_max with x of `dtype`: one call of each built on zeros (graphs only) while their instances
+    are collected, the missing compiled entries built in parallel (`jobs` NVRTC threads, default
+    the CPUs; progress(done, total) as they finish) into MLX's kernel cache (binary_cache), then
+    the calls evaluated, which loads them. Later processes find them on disk; a first call at a new
+    M otherwise pays NVRTC (seconds per instance). Returns the kernel objects built
+    (kernels.kernels_built() after minus before)."""
     before = kernels.kernels_built()
     probe._sms()  # counts the SMs with a kernel it evaluates: outside the collection below
     calls = [c for layer in layers for c in _warm_calls(layer, m_max, dtype)]
     with kernels.collect_instances() as found:
-        for call in calls:
-            call()
+        outputs = [call() for call in calls]
     cache = kernels.binary_cache()
     if cache is not None:
         cache.prebuild(found, jobs, progress)
-    for call in calls:
-        mx.eval(call())
+    for out in outputs:
+        mx.eval(out)
     return kernels.kernels_built() - before
 
 

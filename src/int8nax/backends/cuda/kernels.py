@@ -77,7 +77,8 @@ def _provide(spec: KernelSpec, inputs, output_dtypes, template) -> None:
 @contextmanager
 def collect_instances():
     """Within it, this thread's launches note their kernel instances in the yielded list instead of
-    building them (graphs built there must not be evaluated: MLX would then compile each itself)."""
+    building them (evaluate graphs built there only after their entries are built: MLX would
+    otherwise compile each itself)."""
     found: list = []
     outer = getattr(_collecting, "instances", None)
     _collecting.instances = found
