@@ -93,6 +93,15 @@ def _float64_to_float32(value: np.ndarray, name: str, func: str) -> mx.array:
     return mx.array(np.ascontiguousarray(value, dtype=np.float32))
 
 
+def check_finite_rows(value: np.ndarray, name: str, func: str, first_row: int = 0) -> None:
+    """ValueError naming the first NaN or inf of a 2-D array (its rows counted from first_row)."""
+    finite = np.isfinite(value)
+    if not finite.all():
+        row, col = (int(i) for i in np.argwhere(~finite)[0])
+        raise ValueError(f"{func}: '{name}' must be finite, but row {row + first_row} holds "
+                         f"{float(value[row, col])!r} (at column {col})")
+
+
 def check_float32_range(value: np.ndarray, name: str, func: str) -> None:
     """ValueError if a float array holds finite values that float32 cannot hold (|v| > FLT_MAX)."""
     with np.errstate(invalid="ignore"):

@@ -50,6 +50,7 @@ from ._checks import (
     backend_env_set,
     check_backend,
     check_dtype,
+    check_finite_rows,
     check_float32_range,
     check_k,
     check_ndim,
@@ -433,24 +434,15 @@ def quantize_weight_int8(w):
     if wide.ndim != 2:
         raise ValueError(f"{func}: 'w' must be 2-D [N, K], got {wide.ndim}-D with shape {wide.shape}")
     if wide.dtype.itemsize > 4:  # only a wider type can hold finite values float32 cannot
-        _check_finite(wide, func)
+        check_finite_rows(wide, "w", func)
         check_float32_range(wide, "w", func)
     q, scale = quant.quantize_weight_np(wide)
-    if wide.dtype.itemsize <= 4 and np.isnan(scale).any():  # a row holding NaN or inf (quant.row_scales)
-        _check_finite(wide[int(np.argmax(np.isnan(scale)))][None], func, first_row=int(np.argmax(np.isnan(scale))))
+    bad = np.flatnonzero(np.isnan(scale))  # rows holding NaN or inf (quant.row_scales)
+    if bad.size:
+        check_finite_rows(wide[bad[0]:bad[0] + 1], "w", func, first_row=int(bad[0]))
     if was_mx:
         return mx.array(q), mx.array(scale)
     return q, scale
-
-
-def _check_finite(w: np.ndarray, func: str, first_row: int = 0) -> None:
-    """ValueError naming the first NaN or inf of w [R, K] (its rows counted from first_row)."""
-    finite = np.isfinite(w)
-    if not finite.all():
-        row, col = (int(i) for i in np.argwhere(~finite)[0])
-        raise ValueError(
-            f"{func}: 'w' must be finite, but row {row + first_row} holds {float(w[row, col])!r} (at column {col})"
-        )
 
 
 def _rows(x: mx.array) -> tuple[mx.array, tuple[int, ...]]:
