@@ -29,9 +29,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from int8nax.bench import generate
-from int8nax.bench.checks import MismatchError
 
-from .common import peak_bytes, profile, tokens_per_s
+from .common import measured, peak_bytes, profile, tokens_per_s
 
 GB = generate.GB
 
@@ -49,14 +48,7 @@ def _entry(figures: dict, case: str, form: str) -> dict:
     name = generate_profile()
     if case not in generate.profile_cases(name):
         raise NotImplementedError(f"{case} is not in the {name!r} profile ({', '.join(generate.profile_cases(name))})")
-    entry = figures.get((case, form), {"skip": "not measured"})
-    if "skip" in entry:
-        raise NotImplementedError(entry["skip"])
-    if "mismatch" in entry:
-        raise MismatchError(entry["mismatch"])
-    if "error" in entry:
-        raise RuntimeError(entry["error"])
-    return entry
+    return measured(figures.get((case, form), {"skip": "not measured"}))
 
 
 class _Generation:

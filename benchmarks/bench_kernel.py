@@ -27,7 +27,7 @@ from pathlib import Path
 
 from int8nax.bench import checks, contenders, problems
 
-from .common import profile
+from .common import require_profile_shape
 
 
 def _kernel_id(contender: str, shape) -> int:
@@ -52,9 +52,7 @@ class Kernel:
     version = "1"
 
     def setup(self, shape):
-        name, shapes, _ = profile()
-        if shape not in shapes:
-            raise NotImplementedError(f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
+        require_profile_shape(shape)
 
     @_record
     def track_int8nax_gemm_kernel(self, shape):
@@ -109,9 +107,7 @@ class KernelTime:
     version = "1"
 
     def setup(self, shape):
-        name, shapes, _ = profile()
-        if shape not in shapes:
-            raise NotImplementedError(f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
+        require_profile_shape(shape)
         from int8nax.bench.kernel.cupti import skip_reason
 
         why = skip_reason()

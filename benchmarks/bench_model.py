@@ -39,9 +39,8 @@ from functools import lru_cache
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from int8nax.bench import models
-from int8nax.bench.checks import MismatchError
 
-from .common import peak_bytes, profile, tokens_per_s
+from .common import measured, peak_bytes, profile, tokens_per_s
 
 _prepared: dict[tuple[str, str, str], models.Prepared] = {}
 
@@ -135,14 +134,7 @@ class ModelFigures:
         if "profile" in figures:
             raise NotImplementedError(figures["profile"])
         _in_profile(self.form, self.mode, config, tokens)
-        entry = figures.get((config, tokens), {"skip": "not measured"})
-        if "skip" in entry:
-            raise NotImplementedError(entry["skip"])
-        if "mismatch" in entry:
-            raise MismatchError(entry["mismatch"])
-        if "error" in entry:
-            raise RuntimeError(entry["error"])
-        self.entry = entry
+        self.entry = measured(figures.get((config, tokens), {"skip": "not measured"}))
 
     def gpu_seconds_per_layer(self) -> float:
         """The GPU's busy time per layer of one forward (models.gpu_time); n/a where not measured

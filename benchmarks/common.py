@@ -27,6 +27,7 @@ import time
 from functools import lru_cache
 
 from int8nax.bench import contenders, problems, timing
+from int8nax.bench.checks import MismatchError
 
 _prepared: dict[tuple[str, tuple[int, int, int]], contenders.Prepared] = {}
 
@@ -115,3 +116,23 @@ def throughput(func):
     func.unit = "TOPS"
     func.rounds = 1
     return func
+
+
+def measured(entry: dict) -> dict:
+    """A measured cell of a shared setup_cache, or the exception asv reports for it: n/a
+    (NotImplementedError) with the reason it was skipped, MismatchError where its check failed,
+    RuntimeError where it could not run."""
+    if "skip" in entry:
+        raise NotImplementedError(entry["skip"])
+    if "mismatch" in entry:
+        raise MismatchError(entry["mismatch"])
+    if "error" in entry:
+        raise RuntimeError(entry["error"])
+    return entry
+
+
+def require_profile_shape(shape) -> None:
+    """n/a (NotImplementedError) for a shape outside this run's profile."""
+    name, shapes, _ = profile()
+    if shape not in shapes:
+        raise NotImplementedError(f"{shape} is not in the {name!r} profile; set {problems.PROFILE_ENV} to run it")
