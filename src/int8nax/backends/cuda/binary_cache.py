@@ -542,11 +542,6 @@ class BinaryCache:
                 continue
         return count
 
-    def clear(self) -> None:
-        """Forget what this process ensured (the entries on disk stay)."""
-        with self._lock:
-            self._ready.clear()
-
 
 def _try_build(job: Job) -> str:
     """'' after building `job`, else the error (a worker's result)."""
