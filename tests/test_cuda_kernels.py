@@ -127,8 +127,8 @@ def test_kernel_objects_do_not_grow_with_the_token_count(rng):
         if row.quantizing is not None and cuda_plans.gemv_x_ok(m, k, 2):  # the GEMV quantizing x itself
             specs.add(row.quantizing().name)
             continue
-        raw, fused = row.specs(c.plan.cfg)
-        specs |= {fused.name} if c.plan.splits == 1 else {raw.name, cuda_source.reduce_w8a8().name}
+        kernels = row.specs(c.plan.cfg)
+        specs |= {kernels.w8a8.name} if c.plan.splits == 1 else {kernels.int32_packed.name, cuda_source.reduce_w8a8().name}
     before = cuda_kernels.kernels_built()
     counts = []
     for _ in range(2):

@@ -178,14 +178,14 @@ def test_a_planted_fragment_error_is_caught(tmp_path):
 def test_kernel_specs_plans_and_the_choice():
     int32, w8a8, fused = cuda_source.gemv_int32(), cuda_source.gemv_w8a8(), cuda_source.gemv_w8a8_x()
     assert fused.input_names == ("x", "w", "scale_w", "bias") and "quant/quantize.cuh" in cuda_source.walk("gemv")
-    assert w8a8.input_names == ("q", "w", "scale_x", "scale_w", "bias") and w8a8.output_names == ("y",)
+    assert w8a8.input_names == ("pack", "w", "scale_w", "bias") and w8a8.output_names == ("y",)
     assert int32.input_names == ("a", "w") and int32.output_names == ("out",)
     assert len({int32.name, w8a8.name, fused.name}) == 3
     assert all(cuda_source.digest("gemv") in s.name and s.header.endswith('/gemm/gemv_w8a8.cuh"\n') for s in (int32, w8a8, fused))
     assert "epilogue/epilogue.cuh" in cuda_source.walk("gemv")
     assert "DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{" in w8a8.source
     row = cuda_choice.VARIANTS[cuda_choice.GEMV]
-    assert row.specs(cuda_plans.GEMV_CONFIGS["gemv_16x8"]) == (int32, w8a8) and row.quantizing() == fused
+    assert row.specs(cuda_plans.GEMV_CONFIGS["gemv_16x8"]) == (int32, None, w8a8) and row.quantizing() == fused
     # Qwen2.5-7B's decode shapes on 132 SMs: 16 rows a block where that still leaves 1.5 blocks an SM
     assert [cuda_plans.gemv_plan(1, n, 3584).cfg.nt for n in (3584, 4608, 37888, 3000)] == [2, 2, 2, 1]
     assert cuda_plans.gemv_plan(1, 3584, 3584, sms=200).cfg.nt == 1

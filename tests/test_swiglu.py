@@ -458,7 +458,7 @@ def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, 
     from int8nax.backends.cuda import (
         device as cuda_device, kernels as cuda_kernels, probe as cuda_probe,
         settings as cuda_settings, graphs as cuda_graphs, backend as cuda, choice as cuda_choice,
-        plans as cuda_plans,
+        pack as cuda_pack, plans as cuda_plans,
     )
 
     launches = []
@@ -485,9 +485,11 @@ def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, 
             launch = cuda_plans.cuda_swiglu_quant_launch(m, h, dtype.size, 132)
             assert asked == [launch]
             assert first["name"] == "int8nax_swiglu_quantize" and first["inputs"] == [(m, 2 * h)]
-            assert first["outputs"] == [(m, h), (m,)] and (first["grid"], first["block"]) == launch.grid(m)
+            # its one output, the activation pack (codes, scales and the GEMM's scratch), is the GEMM's input
+            [(rows, cols)] = first["outputs"]
+            assert rows == m and cols >= cuda_pack.pack_shape(m, h)[1] and (first["grid"], first["block"]) == launch.grid(m)
             assert first["template"] == {"T": dtype, "THREADS": launch.threads, "HELD": launch.held}
-            assert "int8nax_quantize" not in names and launches[1]["inputs"][0] == (m, h)
+            assert "int8nax_quantize" not in names and launches[1]["inputs"][0] == (rows, cols)
             assert launches[-1]["outputs"][0] == (m, n) and launches[-1]["template"]["TOut"] == dtype
     finally:
         cuda.clear_caches()
@@ -500,7 +502,7 @@ def test_cuda_staged_entry_launches_the_staged_kernel_where_its_launch_takes_the
     template where that takes (M, H, dtype), else the fused kernel's launch."""
     from int8nax.backends.cuda import (
         device as cuda_device, kernels as cuda_kernels, probe as cuda_probe,
-        settings as cuda_settings, graphs as cuda_graphs, backend as cuda, plans as cuda_plans,
+        settings as cuda_settings, graphs as cuda_graphs, backend as cuda, pack as cuda_pack, plans as cuda_plans,
     )
 
     launches = []
@@ -525,10 +527,11 @@ def test_cuda_staged_entry_launches_the_staged_kernel_where_its_launch_takes_the
                 assert asked == [cuda_plans.cuda_swiglu_quant_launch(m, h, dtype.size, 132)]
                 continue
             assert first["name"] == "int8nax_swiglu_quantize_staged" and asked == [staged]
-            assert first["inputs"] == [(m, 2 * h)] and first["outputs"] == [(m, h), (m,)]
+            [(rows, cols)] = first["outputs"]  # the activation pack, the GEMM's input
+            assert first["inputs"] == [(m, 2 * h)] and rows == m and cols >= cuda_pack.pack_shape(m, h)[1]
             assert (first["grid"], first["block"]) == ((132 * 512, 1, 1), (512, 1, 1))
             assert first["template"] == {"T": dtype, "THREADS": 512, "HELD": 5, "STAGE_BYTES": 4 * h * 2}
-            assert launches[-1]["inputs"][0] == (m, h) and launches[-1]["outputs"][0] == (m, n)
+            assert launches[-1]["inputs"][0] == (rows, cols) and launches[-1]["outputs"][0] == (m, n)
     finally:
         monkeypatch.delenv(cuda_settings.SWIGLU_ENV)
         cuda.clear_caches()

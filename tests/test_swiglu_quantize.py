@@ -39,9 +39,10 @@ def compile_check():
 def test_spec_calls_the_swiglu_rows_on_half_of_y():
     spec = cuda_source.swiglu_quantize()
     assert spec.name == "int8nax_swiglu_quantize_" + cuda_source.digest("swiglu_quantize")
-    assert (spec.input_names, spec.output_names, spec.shared_memory) == (("y",), ("q", "scale"), 0)
-    # H = y's columns / 2: g = y[:, :H], u = y[:, H:]
-    assert spec.source == "int8nax::quantize_swiglu_rows<T, THREADS, HELD>(y, y_shape[1] / 2, q, scale);"
+    assert (spec.input_names, spec.output_names, spec.shared_memory) == (("y",), ("pack",), 0)
+    # H = y's columns / 2: g = y[:, :H], u = y[:, H:]; codes and scales into the activation pack
+    assert spec.source == ("int8nax::quantize_swiglu_rows<T, THREADS, HELD>(y, y_shape[1] / 2, "
+                           "int8nax::pack_codes(pack, y_shape[0]), int8nax::pack_scales(pack));")
     assert spec.header == cuda_source.header("swiglu_quantize")
 
 
@@ -49,8 +50,8 @@ def test_header_includes_mlx_functors_by_their_jit_name():
     lines = cuda_source.header("swiglu_quantize").splitlines()
     assert len(lines) == 1 and lines[0].startswith('#include "/') and lines[0].endswith('/quant/swiglu_quantize.cuh"')
     # MLX's header verbatim in ours (NVRTC resolves it from the headers MLX registers), after what it needs
-    assert cuda_source.walk("swiglu_quantize") == ("common.cuh", "quant/quantize.cuh", cuda_source.MLX_BINARY_OPS,
-                                                   "quant/swiglu_quantize.cuh")
+    assert cuda_source.walk("swiglu_quantize") == ("common.cuh", "quant/act_pack.cuh", "quant/quantize.cuh",
+                                                   cuda_source.MLX_BINARY_OPS, "quant/swiglu_quantize.cuh")
     assert MLX_LINE in cuda_source._read("quant/swiglu_quantize.cuh").splitlines()
     assert cuda_source.mlx_headers(cuda_source.header("swiglu_quantize")) == [cuda_source.MLX_BINARY_OPS]
     # The plain quantization kernel does not include MLX's header.
@@ -161,7 +162,7 @@ def test_compile_check_builds_every_launch_and_dtype():
     ccc = compile_check()
     got = [(label, ins, outs, tmpl) for label, spec, ins, outs, tmpl in ccc.instances("sm_90a")
            if spec is cuda_source.swiglu_quantize()]
-    want = [(f"swiglu_quantize {t} {x.threads}x{x.held}", [ccc.CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + x.template())
+    want = [(f"swiglu_quantize {t} {x.threads}x{x.held}", [ccc.CUDA_TYPES[t]], ["int8_t"], [("T", t)] + x.template())
             for x in cuda_plans.SWIGLU_QUANT_LAUNCHES for t in ("float16", "bfloat16", "float32")
             if cuda_plans.swiglu_held_bytes(x, 4 if t == "float32" else 2) <= cuda_plans.SWIGLU_HELD_BYTES]
     assert got == want and len(want) == 10  # float32 at 512x8 and 512x5 cannot start: never built
@@ -231,12 +232,13 @@ def test_ptx_comparison_ignores_only_the_source_digests_nvcc_puts_in_names(tmp_p
 def test_staged_spec_asks_its_buffers_as_shared_memory_and_ends_with_its_launch_bound():
     spec = cuda_source.swiglu_quantize_staged(151552)
     assert spec.name == "int8nax_swiglu_quantize_staged_" + cuda_source.digest("swiglu_quantize_staged")
-    assert (spec.input_names, spec.output_names, spec.shared_memory) == (("y",), ("q", "scale"), 151552)
+    assert (spec.input_names, spec.output_names, spec.shared_memory) == (("y",), ("pack",), 151552)
     assert spec.source == ("int8nax::quantize_swiglu_rows_staged<T, THREADS, HELD, STAGE_BYTES>"
-                           "(y, y_shape[1] / 2, y_shape[0], q, scale);")
+                           "(y, y_shape[1] / 2, y_shape[0], int8nax::pack_codes(pack, y_shape[0]), "
+                           "int8nax::pack_scales(pack));")
     assert cuda_source.walk("swiglu_quantize_staged") == (
-        "common.cuh", "ptx/cpasync.cuh", "quant/quantize.cuh", cuda_source.MLX_BINARY_OPS, "quant/swiglu_quantize.cuh",
-        "quant/swiglu_quantize_staged.cuh")
+        "common.cuh", "ptx/cpasync.cuh", "quant/act_pack.cuh", "quant/quantize.cuh", cuda_source.MLX_BINARY_OPS,
+        "quant/swiglu_quantize.cuh", "quant/swiglu_quantize_staged.cuh")
     # the launch bound ends the header, after every include (cuda_source.LAUNCH_BOUNDS)
     lines = spec.header.splitlines()
     assert lines[0].endswith('/quant/swiglu_quantize_staged.cuh"') and lines[1:] == [

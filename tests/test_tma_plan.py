@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans, source as cuda_source
-from int8nax.backends.cuda import kernels as cuda_kernels, settings as cuda_settings
+from int8nax.backends.cuda import kernels as cuda_kernels, pack as cuda_pack, settings as cuda_settings
 from int8nax.bench import problems
 
 SEED = list(problems.SEED_SHAPES + problems.EXTRA_SHAPES)  # (M, K, N)
@@ -92,19 +92,26 @@ def test_pp_plan_is_valid(m, k, n, w8a8):
 
 
 @pytest.mark.parametrize("configs,specs,call", [
-    (cuda_plans.COOPERATIVE_CONFIGS, (cuda_source.gemm_tma_ws_cooperative, cuda_source.gemm_w8a8_tma_ws_cooperative), "gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, "),
-    (cuda_plans.PINGPONG_CONFIGS, (cuda_source.gemm_tma_ws_pingpong, cuda_source.gemm_w8a8_tma_ws_pingpong), "gemm_tma_ws_pingpong<BN, STAGES, CHUNK>"),
+    (cuda_plans.COOPERATIVE_CONFIGS, (cuda_source.gemm_tma_ws_cooperative, cuda_source.gemm_tma_ws_cooperative_packed,
+                                      cuda_source.gemm_w8a8_tma_ws_cooperative), "gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, "),
+    (cuda_plans.PINGPONG_CONFIGS, (cuda_source.gemm_tma_ws_pingpong, cuda_source.gemm_tma_ws_pingpong_packed,
+                                   cuda_source.gemm_w8a8_tma_ws_pingpong), "gemm_tma_ws_pingpong<BN, STAGES, CHUNK>"),
 ], ids=["tma_ws", "tma_pp"])
 def test_persistent_specs(configs, specs, call):
     for c in configs.values():
-        raw, fused = (spec(c) for spec in specs)
+        raw, packed, fused = (spec(c) for spec in specs)
         assert raw.input_names == ("a", "b", "plan") and raw.output_names == ("out", "maps")
-        assert fused.input_names == ("q", "w", "scale_x", "scale_w", "bias", "plan")
-        assert fused.output_names == ("y", "maps") and fused.shared_memory == raw.shared_memory == c.shared_bytes
-        for s in (raw, fused):
+        # over an activation pack (backends/cuda/pack.py): no scratch output, the maps in the pack
+        assert packed.input_names == ("pack", "w", "plan") and packed.output_names == ("out",)
+        assert fused.input_names == ("pack", "w", "scale_w", "bias", "plan")
+        assert fused.output_names == ("y",) and fused.shared_memory == packed.shared_memory == raw.shared_memory == c.shared_bytes
+        for s in (raw, packed, fused):
             assert "plan_shape[0], plan_shape[1]" in s.source and call in s.source
             assert s.header.rstrip().splitlines()[-1] == "#define __global__ __location__(global) __launch_bounds__(384, 1)"
-        assert "SplitInt32{out, a_shape[0], b_shape[0]}" in raw.source
+        for s in (packed, fused):
+            assert "uint8_t* maps = int8nax::pack_maps(pack, pm, pk);" in s.source
+            assert "(q, w, pm, w_shape[0], pk, plan_shape[0], plan_shape[1], maps, " in s.source
+        assert "SplitInt32{out, a_shape[0], b_shape[0]}" in raw.source and "SplitInt32{out, pm, w_shape[0]}" in packed.source
         if configs is cuda_plans.COOPERATIVE_CONFIGS:  # the exact path per chunk: W8A8 only (epilogue/store_accumulators.cuh, CHUNK_EXACT)
             assert "CHUNK, false>" in raw.source and "CHUNK, true>" in fused.source
         assert "same_epilogue(int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{y, scale_x, scale_w, bias" in fused.source
@@ -171,8 +178,12 @@ def test_tma_specs():
     ws = [cuda_source.gemm_tma_ws_cooperative(c) for c in cuda_plans.COOPERATIVE_CONFIGS.values()]
     ws_w8a8 = [cuda_source.gemm_w8a8_tma_ws_cooperative(c) for c in cuda_plans.COOPERATIVE_CONFIGS.values()]
     pp = [f(c) for c in cuda_plans.PINGPONG_CONFIGS.values() for f in (cuda_source.gemm_tma_ws_pingpong, cuda_source.gemm_w8a8_tma_ws_pingpong)]
-    names = [s.name for s in simple + w8a8 + ws + ws_w8a8 + pp] + [cuda_source.gemm_int32("sm90", c).name
-                                                                    for c in cuda_plans.CUDA_CONFIGS.values()]
+    packed = ([cuda_source.gemm_tma_unspecialized_packed(c) for c in cuda_plans.CUDA_CONFIGS.values()]
+              + [cuda_source.gemm_tma_ws_cooperative_packed(c) for c in cuda_plans.COOPERATIVE_CONFIGS.values()]
+              + [cuda_source.gemm_tma_ws_pingpong_packed(c) for c in cuda_plans.PINGPONG_CONFIGS.values()]
+              + [cuda_source.gemm_int32_packed(f, c) for f in ("sm90", "simt") for c in cuda_plans.CUDA_CONFIGS.values()])
+    names = [s.name for s in simple + w8a8 + ws + ws_w8a8 + pp + packed] + [cuda_source.gemm_int32("sm90", c).name
+                                                                             for c in cuda_plans.CUDA_CONFIGS.values()]
     assert len(set(names)) == len(names)
     for s, c in zip(simple, cuda_plans.CUDA_CONFIGS.values()):
         assert s.output_names == ("out", "maps") and s.shared_memory == c.tma_shared_bytes
@@ -182,8 +193,8 @@ def test_tma_specs():
         assert c.tma_shared_bytes >= c.shared_bytes
     for s, c in zip(w8a8, cuda_plans.CUDA_CONFIGS.values()):
         assert s.input_names == cuda_source.gemm_w8a8("sm90", c).input_names
-        assert s.output_names == ("y", "maps") and s.shared_memory == c.tma_shared_bytes
-        assert "(q, w, q_shape[0], w_shape[0], q_shape[1], maps, int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{" in s.source
+        assert s.output_names == ("y",) and s.shared_memory == c.tma_shared_bytes
+        assert "(q, w, pm, w_shape[0], pk, maps, int8nax::DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{y, scale_x, " in s.source
     for s, c in zip(ws, cuda_plans.COOPERATIVE_CONFIGS.values()):
         assert s.input_names == ("a", "b", "plan") and s.shared_memory == c.shared_bytes
         # The launch bound redefines __global__: it comes last, after every include.
@@ -354,6 +365,7 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n, gemv_defaul
             assert launches[0]["template"] == [("T", mx.float16)] + gemv.cfg.template() + epilogue
         else:
             assert names == [cuda_source.quantize().name, cuda_source.gemv_w8a8().name]
+            assert launches[0]["outputs"] == [cuda_pack.pack_shape(m, k)]  # the GEMV has no scratch
             assert launches[1]["template"] == gemv.cfg.template() + [("TOut", mx.float16)] + epilogue
         assert (launches[-1]["grid"], launches[-1]["block"], launches[-1]["outputs"]) == (*gemv.grid(m, n), [(m, n)])
         return
@@ -370,9 +382,12 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n, gemv_defaul
     if plan.splits == 1:
         assert names[1:] == [cuda_source.gemm_w8a8_tma_unspecialized(plan.cfg).name]
         assert launches[1]["template"] == plan.cfg.tma_template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", cuda_settings.EPILOGUE_DEFAULT == "narrow")]
+        assert launches[1]["outputs"] == [(m, n)]
     else:
-        assert names[1:] == [cuda_source.gemm_tma_unspecialized(plan.cfg).name, cuda_source.reduce_w8a8().name]
-    assert launches[1]["outputs"][1] == (blocks * 256,)
+        assert names[1:] == [cuda_source.gemm_tma_unspecialized_packed(plan.cfg).name, cuda_source.reduce_w8a8().name]
+        assert launches[1]["outputs"] == [(plan.splits, m, n)]
+    # one allocation for the codes, the scales and the GEMM's tensor maps (a 256-byte slot a block)
+    assert launches[0]["outputs"] == [cuda_pack.pack_shape(m, k, blocks * 256)]
 
 
 @pytest.mark.parametrize("m,k,n", [(4096, 1024, 8192), (512, 3584, 18944)])
@@ -404,7 +419,8 @@ def test_default_dispatch_launches_the_persistent_kernels(recorded, m, k, n):
     assert w_plan.splits == 1
     assert names == [cuda_source.quantize().name, fused(w_plan.cfg).name]
     assert launches[1]["template"] == w_plan.cfg.template() + [("TOut", mx.float16), ("HAS_BIAS", False), ("NARROW", cuda_settings.EPILOGUE_DEFAULT == "narrow")]
-    assert launches[1]["outputs"] == [(m, n), (w_plan.blocks * 256,)]
+    assert launches[1]["outputs"] == [(m, n)]
+    assert launches[0]["outputs"] == [cuda_pack.pack_shape(m, k, w_plan.blocks * 256)]
     assert launches[1]["grid"] == (w_plan.blocks * 384, 1, 1)
 
 
@@ -419,7 +435,7 @@ def test_persistent_w8a8_splits_through_the_workspace(recorded, kernel):
     coop = kernel == "tma-ws-cooperative"  # one new name, one alias
     configs = cuda_plans.COOPERATIVE_CONFIGS if coop else cuda_plans.PINGPONG_CONFIGS
     cfg = next(iter(configs.values()))
-    raw = (cuda_source.gemm_tma_ws_cooperative if coop else cuda_source.gemm_tma_ws_pingpong)(cfg)
+    raw = (cuda_source.gemm_tma_ws_cooperative_packed if coop else cuda_source.gemm_tma_ws_pingpong_packed)(cfg)
     fused = (cuda_source.gemm_w8a8_tma_ws_cooperative if coop else cuda_source.gemm_w8a8_tma_ws_pingpong)(cfg)
     q, w = mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)
     sx, sw, bias = mx.ones((m,), dtype=mx.float32), mx.ones((n,), dtype=mx.float32), mx.zeros((n,), dtype=mx.float32)
@@ -543,7 +559,10 @@ def test_quantization_launch_is_the_tiling_rule(recorded, m, k):
     for q in quant:
         assert (q["grid"], q["block"]) == want.grid(m)
         assert q["template"] == [("T", mx.bfloat16)] + want.template()
-        assert q["outputs"] == [(m, k), (m,)]
+    # one pack: quantize's without scratch, w8a8's with what its GEMM's plan needs
+    assert quant[0]["outputs"] == [cuda_pack.pack_shape(m, k)]
+    [(rows, cols)] = quant[1]["outputs"]
+    assert rows == m and cols >= cuda_pack.pack_shape(m, k)[1]
 
 
 def test_odd_k_and_the_cpasync_choice_stay_on_the_cpasync_kernel(recorded, monkeypatch):
@@ -660,7 +679,7 @@ def test_w8a8_plan_is_what_w8a8_linear_launches(recorded, m, k, n):
         return
     # kernel names start with the variant's name: int8nax_tma_ws_cooperative_w8a8_ws_128x256_<digest>
     # (a split plan's GEMM is the int32 kernel: the reduction dequantizes)
-    kind = "w8a8" if plan.splits == 1 else "i32"
+    kind = "w8a8" if plan.splits == 1 else "i32pack"
     assert len(gemms) == 1 and gemms[0]["name"].startswith(f"int8nax_{kernel.replace('-', '_')}_{kind}_{plan.cfg.name}_")
     grid = plan.grid()[0] if isinstance(plan, cuda_plans.PersistentPlan) else plan.grid(m, n)[0]
     assert gemms[0]["grid"] == grid and ("BN", plan.cfg.bn) in gemms[0]["template"]
@@ -713,7 +732,8 @@ def test_kernel_objects_do_not_grow_with_m(monkeypatch, compiled):
                 expected.add(row.quantizing().name)
                 mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), w, s, None))
                 continue
-            expected.add(row.specs(c.plan.cfg)[0 if c.plan.splits > 1 else 1].name)
+            specs = row.specs(c.plan.cfg)
+            expected.add((specs.int32_packed if c.plan.splits > 1 else specs.w8a8).name)
             if c.plan.splits > 1:
                 expected.add(cuda_source.reduce_w8a8().name)
             mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), w, s, None))

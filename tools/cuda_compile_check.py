@@ -3,6 +3,7 @@
     python tools/cuda_compile_check.py [--nvcc nvcc] [--arch sm_90a] [--mlx-include DIR] [--only REGEX]
     python tools/cuda_compile_check.py --nvrtc /path/libnvrtc.so.13    # NVRTC with MLX's options
     python tools/cuda_compile_check.py --ptx --keep B [--same-as A]    # PTX only; same code as tree A's?
+    python tools/cuda_compile_check.py --prebuild [--jobs N]    # on a CUDA machine: fill its kernel cache
 
 MLX wraps each body as `__global__ void name(inputs..., outputs...) { constexprs; body }` inside
 namespace mlx::core::cu, after its header mlx/backend/cuda/device/utils.cuh (a header compiled into
@@ -86,8 +87,8 @@ def epilogue_tag(narrow: bool, has_bias: bool = True, bias_type: str = "float32"
 
 
 def w8a8_inputs(bias_type: str) -> list[str]:
-    """q, w, scale_x, scale_w, bias: the inputs of every fused W8A8 GEMM (the persistent ones add `plan`)."""
-    return ["int8_t", "int8_t", "float", "float", CUDA_TYPES[bias_type]]
+    """pack, w, scale_w, bias: the inputs of every fused W8A8 GEMM (the persistent ones add `plan`)."""
+    return ["int8_t", "int8_t", "float", CUDA_TYPES[bias_type]]
 
 
 OLD_LABELS = {"simt": "simt", "cpasync": "sm90", "tma-unspecialized": "tma_simple", "tma-ws-cooperative": "tma_ws",
@@ -96,13 +97,12 @@ OLD_LABELS = {"simt": "simt", "cpasync": "sm90", "tma-unspecialized": "tma_simpl
 kernel's PTX under its old label, so a tree from before the rename can be compared."""
 
 
-def w8a8_instances(prefix: str, spec, inputs, maps: bool, tmpl):
+def w8a8_instances(prefix: str, spec, inputs, tmpl):
     """One instance per W8A8_OUTPUTS entry of a fused W8A8 GEMM labelled `prefix`; inputs: those
-    after the bias (the persistent kernels' `plan`); maps: the TMA kernels' extra uint8 output."""
+    after the bias (the persistent kernels' `plan`)."""
     for out, narrow, has_bias, bias_type in W8A8_OUTPUTS:
         yield (f"{prefix} {out}{epilogue_tag(narrow, has_bias, bias_type)}", spec, w8a8_inputs(bias_type) + inputs,
-               [CUDA_TYPES[out]] + (["uint8_t"] if maps else []),
-               tmpl + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
+               [CUDA_TYPES[out]], tmpl + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
 
 
 def instances(arch: str):
@@ -117,10 +117,13 @@ def instances(arch: str):
         plan_input = ["int8_t"] if row.persistent else []  # the persistent kernels' `plan`
         maps = ["uint8_t"] if row.maps else []
         for cfg in row.configs:
-            raw, fused = row.specs(cfg)
+            specs = row.specs(cfg)
             tmpl = row.template(cfg)
-            yield (f"{row.name} i32 {cfg.name}", raw, ["int8_t", "int8_t"] + plan_input, ["int32_t"] + maps, tmpl)
-            yield from w8a8_instances(f"{row.name} w8a8 {cfg.name}", fused, plan_input, bool(maps), tmpl)
+            yield (f"{row.name} i32 {cfg.name}", specs.int32, ["int8_t", "int8_t"] + plan_input, ["int32_t"] + maps, tmpl)
+            if specs.int32_packed is not None:  # a split W8A8 plan's workspace, of an activation pack
+                yield (f"{row.name} i32pack {cfg.name}", specs.int32_packed, ["int8_t", "int8_t"] + plan_input,
+                       ["int32_t"], tmpl)
+            yield from w8a8_instances(f"{row.name} w8a8 {cfg.name}", specs.w8a8, plan_input, tmpl)
             if row.quantizing is not None:  # x, w, scale_w, bias; T is x's and y's type
                 for out, narrow, has_bias, bias_type in W8A8_OUTPUTS:
                     yield (f"{row.name} w8a8_x {cfg.name} {out}{epilogue_tag(narrow, has_bias, bias_type)}",
@@ -129,23 +132,23 @@ def instances(arch: str):
     for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
         for t in ("float16", "bfloat16", "float32"):
             yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],
-                   ["int8_t", "float"], [("T", t)] + launch.template())
+                   ["int8_t"], [("T", t)] + launch.template())
     for launch in cuda_plans.SWIGLU_QUANT_LAUNCHES:
         for t in ("float16", "bfloat16", "float32"):
             if cuda_plans.swiglu_held_bytes(launch, 4 if t == "float32" else 2) > cuda_plans.SWIGLU_HELD_BYTES:
                 continue  # cannot start (too many registers), so never built: cuda_swiglu_quant_launch
             yield (f"swiglu_quantize {t} {launch.threads}x{launch.held}", cuda_source.swiglu_quantize(),
-                   [CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + launch.template())
+                   [CUDA_TYPES[t]], ["int8_t"], [("T", t)] + launch.template())
     for held in range(1, cuda_plans.STAGED_MAX_HELD + 1):  # the staged kernel at each `held` the rule can give
         hidden = min(held * cuda_plans.STAGED_THREADS * 8, cuda_plans.staged_max_hidden(2))
         launch = cuda_plans.CudaStagedLaunch(cuda_plans.STAGED_THREADS, held, hidden, 2, 132)
         for t in ("float16", "bfloat16"):
             yield (f"swiglu_quantize_staged {t} {launch.threads}x{held}", cuda_source.swiglu_quantize_staged(
-                launch.stage_bytes), [CUDA_TYPES[t]], ["int8_t", "float"], [("T", t)] + launch.template())
+                launch.stage_bytes), [CUDA_TYPES[t]], ["int8_t"], [("T", t)] + launch.template())
     yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])
     for narrow, bias_type in ((False, "float32"), (True, "float32"), (True, "float16")):
         yield (f"reduce w8a8{epilogue_tag(narrow, True, bias_type)}", cuda_source.reduce_w8a8(),
-               ["int32_t", "float", "float", CUDA_TYPES[bias_type]], ["__half"],
+               ["int32_t", "int8_t", "float", CUDA_TYPES[bias_type]], ["__half"],
                [("TOut", "float16"), ("HAS_BIAS", True), ("NARROW", narrow)])
     yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])
 
@@ -199,6 +202,25 @@ def nvrtc_compile(lib_path: str, source: str, arch: str, include_dirs) -> tuple[
     return rc == 0, buf.value.decode(errors="replace")
 
 
+def prebuild(arch: str, only: str | None, jobs: int | None) -> int:
+    """Build every instance (matching `only`) into this CUDA machine's kernel cache
+    (backends/cuda/binary_cache.py, `jobs` NVRTC compiles at once), so that no later call or test
+    compiles one in its process; 1 where there is no cache here or a build failed."""
+    from int8nax.backends.cuda import binary_cache, kernels
+
+    cache = kernels.binary_cache()
+    if cache is None:
+        print(f"prebuild: no kernel cache here ({kernels.binary_cache_status()})")
+        return 1
+    names = {ctype: name for name, ctype in CUDA_TYPES.items()}
+    found = [binary_cache.Instance(spec, tuple((names[c], 1) for c in ins), tuple(names[c] for c in outs),
+                                   tuple(tmpl))
+             for label, spec, ins, outs, tmpl in instances(arch) if not only or re.search(only, label)]
+    built = cache.prebuild(found, jobs, binary_cache.terminal_progress("building CUDA kernels"))
+    print(f"prebuild: {len(found)} instances, {built} built; {kernels.binary_cache_status()}")
+    return 1 if cache.counts.failed else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nvcc", default="nvcc")
@@ -214,7 +236,14 @@ def main(argv=None) -> int:
                              "folder) instruction for instruction, names aside (each kernel's name carries its "
                              "header digest); exit 1 where any differs")
     parser.add_argument("--cuda-include", default="/usr/local/cuda/include", help="CUDA headers for --nvrtc")
+    parser.add_argument("--prebuild", action="store_true",
+                        help="on a CUDA machine: build every instance into its kernel cache (MLX's NVRTC and "
+                             "headers, --arch ignored: the GPU's), so no later process compiles one")
+    parser.add_argument("--jobs", type=int, help="with --prebuild: NVRTC compiles at once (default: the CPUs)")
     args = parser.parse_args(argv)
+    if args.prebuild:
+        from int8nax.backends.cuda import binary_cache, device
+        return prebuild(binary_cache.arch_of(device.compute_capability()), args.only, args.jobs)
     if args.ptx and not args.keep:
         parser.error("--ptx writes into --keep's folder: name one")
     if args.same_as and not args.ptx:

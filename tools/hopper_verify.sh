@@ -47,6 +47,9 @@
 #                                      #   at decode against bfloat16, the 4096-token gate/up GEMM and the SwiGLU
 #                                      #   quantization, fused against staged (int8nax.bench.kernel.ncu:
 #                                      #   profile.txt is the summary, profile.ncu-rep the report; PROFILE_SETS: others)
+#   bash tools/hopper_verify.sh prebuild # ~60-120 s: every kernel instance built into this machine's kernel
+#                                      #   cache on all its CPUs (cuda_compile_check --prebuild), so the parts
+#                                      #   after it in the same call compile nothing in their processes
 #   bash tools/hopper_verify.sh kernels  # ~300 s: every kernel variant (test_cuda_kernels), the
 #                                      #   narrow epilogue on every TMA plan
 #   bash tools/hopper_verify.sh tma      # ~300 s: tests/test_cuda_tma.py whole
@@ -59,7 +62,7 @@
 # machine's git: the device's copy may carry a .git of the session's starting commit, not of the
 # tree that runs (git rev-parse there named the wrong commit once).
 set -u
-part=${1:?usage: hopper_verify.sh record|binaries|generate|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|kernels|tma|suite}
+part=${1:?usage: hopper_verify.sh record|binaries|generate|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|prebuild|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=${T0:-$(date +%s)}   # export T0=$(date +%s) first where the call spent time before this script (the wheel install)
@@ -212,6 +215,11 @@ case "$part" in
       > "$OUT/profile.txt" 2> "$OUT/profile.log"
     echo "ncu profile rc=$? $(el) s" >> "$S"
     cat "$OUT/profile.txt"
+    ;;
+  prebuild)
+    timeout $(left $END) python3 tools/cuda_compile_check.py --prebuild --jobs "$(nproc)" > "$OUT/prebuild.txt" 2>&1
+    echo "prebuild rc=$? $(el) s" >> "$S"
+    tail -n 3 "$OUT/prebuild.txt"
     ;;
   kernels)
     timeout -s INT -k 30 $(left 330) $PYTEST tests/test_cuda_kernels.py > "$OUT/tests_kernels.txt" 2>&1

@@ -10,9 +10,10 @@ exact results, slowly. W8A8 at M <= 16 can take the GEMV
 (mma.sync, compute capability 8.0 and newer): by default (cuda_choice.GEMV_DEFAULT), or where
 INT8NAX_CUDA_KERNEL=gemv names it.
 
-W8A8: one kernel quantizes the activations per token (kernels/cuda/quant/quantize.cuh), then the GEMM with
-the dequantization fused into its epilogue writes y in x's dtype; the GEMV quantizes a small x
-itself (one kernel a call). When the plan splits K, each
+W8A8: one kernel quantizes the activations per token (kernels/cuda/quant/quantize.cuh) into an
+activation pack (pack.py: the codes, scales and the GEMM's tensor-map scratch in one buffer), then
+the GEMM with the dequantization fused into its epilogue writes y in x's dtype: two buffers a call;
+the GEMV quantizes a small x itself (one kernel a call). When the plan splits K, each
 split writes its int32 partial sums to a [splits, M, N] workspace and one more kernel sums them
 (and, for W8A8, dequantizes). A SwiGLU MLP's down projection can quantize its input in the kernel
 that computes it (kernels/cuda/quant/swiglu_quantize.cuh; INT8NAX_CUDA_SWIGLU, below).

@@ -27,7 +27,7 @@ one VARIANTS row here, and its tests.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ...tiling import ceil_div
 from . import plans
@@ -67,11 +67,12 @@ class Variant:
     """One row of the table: a kernel schedule and everything the backend needs to run it.
 
     supports(problem): whether it can run the problem at all; plan(problem): the plan it would run
-    it with; specs(cfg): its (int32, fused W8A8) cuda_source.KernelSpec for a tile; template(cfg):
+    it with; specs(cfg): its kernels for a tile (Specs); template(cfg):
     the tile's template arguments; configs: every tile it is built for (the compile check builds
     them all); persistent: launched as plan.blocks blocks walking the tiles (a
     cuda_plans.PersistentPlan, with the `plan` input), else one block per tile and split (a
-    cuda_plans.CudaPlan); maps: the kernel has the extra uint8 output for its tensor maps;
+    cuda_plans.CudaPlan); maps: the kernel builds tensor maps in a scratch (int8_matmul's: an
+    extra uint8 output; W8A8's: the activation pack's scratch region);
     quantizing: where the variant also has a W8A8 kernel that quantizes x itself, its
     cuda_source.KernelSpec (inputs x, w, scale_w, bias), taken where the plan's `fused` says so."""
 
@@ -98,28 +99,43 @@ def _tile_template(cfg) -> list:
     return cfg.template()
 
 
+class Specs(NamedTuple):
+    """A variant's kernels for one tile (cuda_source.KernelSpec): int32, int8_matmul's a . b^T;
+    int32_packed, the same product of an activation pack's codes (cuda_pack; a split W8A8
+    plan's workspace), None where no W8A8 plan splits; w8a8, the fused W8A8 kernel over a pack."""
+
+    int32: object
+    int32_packed: object
+    w8a8: object
+
+
 VARIANTS = {
     v.name: v
     for v in (
         Variant(SIMT, "simt", False, False, lambda p: True, lambda p: plans.CudaPlan(plans.CUDA_SIMT_CONFIG, 1),
-                lambda c: (cuda_source.gemm_int32("simt", c), cuda_source.gemm_w8a8("simt", c)), _tile_template,
+                lambda c: Specs(cuda_source.gemm_int32("simt", c), cuda_source.gemm_int32_packed("simt", c),
+                                cuda_source.gemm_w8a8("simt", c)), _tile_template,
                 (plans.CUDA_SIMT_CONFIG,)),
         Variant(CPASYNC, "sm90", False, False, lambda p: True, lambda p: plans.cpasync_plan(p.m, p.n, p.k, p.sms),
-                lambda c: (cuda_source.gemm_int32("sm90", c), cuda_source.gemm_w8a8("sm90", c)), _tile_template,
+                lambda c: Specs(cuda_source.gemm_int32("sm90", c), cuda_source.gemm_int32_packed("sm90", c),
+                                cuda_source.gemm_w8a8("sm90", c)), _tile_template,
                 tuple(plans.CUDA_CONFIGS.values()), aliases=("wgmma",)),
         Variant(TMA, "sm90", False, True, _tma_supports, lambda p: plans.tma_plan(p.m, p.n, p.k, p.sms, p.w8a8),
-                lambda c: (cuda_source.gemm_tma_unspecialized(c), cuda_source.gemm_w8a8_tma_unspecialized(c)),
+                lambda c: Specs(cuda_source.gemm_tma_unspecialized(c), cuda_source.gemm_tma_unspecialized_packed(c),
+                                cuda_source.gemm_w8a8_tma_unspecialized(c)),
                 lambda c: c.tma_template(), tuple(plans.CUDA_CONFIGS.values()), aliases=("tma_simple",)),
         Variant(COOPERATIVE, "sm90", True, True, _tma_supports, lambda p: plans.cooperative_plan(p.m, p.n, p.k, p.sms),
-                lambda c: (cuda_source.gemm_tma_ws_cooperative(c), cuda_source.gemm_w8a8_tma_ws_cooperative(c)),
+                lambda c: Specs(cuda_source.gemm_tma_ws_cooperative(c), cuda_source.gemm_tma_ws_cooperative_packed(c),
+                                cuda_source.gemm_w8a8_tma_ws_cooperative(c)),
                 _tile_template, tuple(plans.COOPERATIVE_CONFIGS.values()), aliases=("tma_ws", "tma")),
         Variant(PINGPONG, "sm90", True, True, _tma_supports,
                 lambda p: plans.pingpong_plan(p.m, p.n, p.k, p.sms, p.w8a8),
-                lambda c: (cuda_source.gemm_tma_ws_pingpong(c), cuda_source.gemm_w8a8_tma_ws_pingpong(c)),
+                lambda c: Specs(cuda_source.gemm_tma_ws_pingpong(c), cuda_source.gemm_tma_ws_pingpong_packed(c),
+                                cuda_source.gemm_w8a8_tma_ws_pingpong(c)),
                 _tile_template, tuple(plans.PINGPONG_CONFIGS.values()), aliases=("tma_pp",)),
         Variant(GEMV, "sm80", False, False, lambda p: plans.gemv_ok(p.m, p.k),
                 lambda p: plans.gemv_plan(p.m, p.n, p.k, p.sms, p.out_dtype if p.w8a8 else None),
-                lambda c: (cuda_source.gemv_int32(), cuda_source.gemv_w8a8()), _tile_template,
+                lambda c: Specs(cuda_source.gemv_int32(), None, cuda_source.gemv_w8a8()), _tile_template,
                 tuple(plans.GEMV_CONFIGS.values()), aliases=("small-m",), quantizing=cuda_source.gemv_w8a8_x),
     )
 }

@@ -16,7 +16,7 @@ from ...tiling import ceil_div
 from ..base import swiglu_of
 from ..kernel_spec import KernelSpec
 from . import choice as cuda_choice
-from . import kernels, plans as cuda_plans, probe, settings
+from . import kernels, pack as cuda_pack, plans as cuda_plans, probe, settings
 from . import source as cuda_source
 
 MAX_GRID_Y = 65535
@@ -94,8 +94,8 @@ def _launch_reduce(spec, inputs, out_dtype, template):
 
 def _launch_grid(spec, inputs, out_dtype, plan: cuda_plans.CudaPlan, template, maps: bool):
     """One block per tile and split: [M, N] out (M = inputs[0]'s rows), or the [splits, M, N]
-    workspace; maps: the TMA kernel's extra uint8 output, one 256-byte slot per block for its
-    tensor maps."""
+    workspace; maps: the extra uint8 output of int8_matmul's TMA kernel, one 256-byte slot per
+    block for its tensor maps (a kernel over a pack has its scratch there)."""
     m, n = inputs[0].shape[0], inputs[1].shape[0]
     grid, block = plan.grid(m, n)
     shapes, dtypes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
@@ -103,24 +103,21 @@ def _launch_grid(spec, inputs, out_dtype, plan: cuda_plans.CudaPlan, template, m
         shapes.append((plan.map_bytes(m, n),))
         dtypes.append(mx.uint8)
     return kernels._kernel(spec)(inputs=inputs, output_shapes=shapes, output_dtypes=dtypes, grid=grid, threadgroup=block,
-                         template=template)[0]
+                                 template=template)[0]
 
 
-def _launch_persistent(spec, inputs, out_dtype, plan: cuda_plans.PersistentPlan, template, maps: bool = True):
+def _launch_persistent(spec, inputs, out_dtype, plan: cuda_plans.PersistentPlan, template, maps: bool):
     """`plan.blocks` blocks walking the tiles, the plan's (splits, group) as the shape of the last
-    input: [M, N] out (or the [splits, M, N] workspace) and an extra uint8 output with a 256-byte
-    slot per block for its tensor maps."""
+    input: [M, N] out (or the [splits, M, N] workspace); maps as in _launch_grid (a 256-byte slot
+    a block)."""
     m, n = inputs[0].shape[0], inputs[1].shape[0]
     grid, block = plan.grid()
-    return kernels._kernel(spec)(
-        inputs=list(inputs) + [_plan_array(plan.plan_shape())],
-        output_shapes=[(m, n) if plan.splits == 1 else (plan.splits, m, n),
-                       (plan.blocks * cuda_plans.TMA_MAP_SLOT_BYTES,)],
-        output_dtypes=[out_dtype, mx.uint8],
-        grid=grid,
-        threadgroup=block,
-        template=template,
-    )[0]
+    shapes, dtypes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
+    if maps:
+        shapes.append((plan.blocks * cuda_plans.TMA_MAP_SLOT_BYTES,))
+        dtypes.append(mx.uint8)
+    return kernels._kernel(spec)(inputs=list(inputs) + [_plan_array(plan.plan_shape())], output_shapes=shapes,
+                                 output_dtypes=dtypes, grid=grid, threadgroup=block, template=template)[0]
 
 
 def _launch(row: cuda_choice.Variant):
@@ -128,10 +125,18 @@ def _launch(row: cuda_choice.Variant):
     return _launch_persistent if row.persistent else _launch_grid
 
 
+def scratch_bytes(row: cuda_choice.Variant, plan, m: int, n: int) -> int:
+    """Bytes of scratch the variant's GEMM over a pack needs for an [M, N] output with `plan`:
+    its blocks' tensor-map slots (cuda_pack)."""
+    if not row.maps:
+        return 0
+    return plan.blocks * cuda_plans.TMA_MAP_SLOT_BYTES if row.persistent else plan.map_bytes(m, n)
+
+
 def gemm_graph(a, b, variant: str, plan):
     """int32 [M, N] = a [M, K] . b [N, K]^T on `variant` (a cuda_choice name or alias) with `plan`."""
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
-    raw, _ = row.specs(plan.cfg)
+    raw = row.specs(plan.cfg).int32
 
     def one_chunk(r0, r1):
         out = _launch(row)(raw, [_row_slice(a, r0, r1), b], mx.int32, plan, row.template(plan.cfg), row.maps)
@@ -140,25 +145,49 @@ def gemm_graph(a, b, variant: str, plan):
     return _by_row_chunks(a.shape[0], plan, row, one_chunk)
 
 
-def dequant_graph(q, scale_x, w, scale_w, bias_arg, out_dtype, variant: str, plan, has_bias: bool, narrow=False):
-    """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias[n]) on
-    `variant` with `plan` (bias_arg: _bias_arg's): the fused epilogue unsplit, else the int32
-    workspace and the dequantizing reduction; narrow: the narrow epilogue (epilogue_template)."""
+def _chunked(row: cuda_choice.Variant, plan, m: int) -> bool:
+    """Whether an [M, ...] problem runs in row chunks (_by_row_chunks)."""
+    return not row.persistent and len(_row_chunks(m, plan.cfg)) > 1
+
+
+def pack_scratch(row: cuda_choice.Variant, plan, m: int, n: int) -> int:
+    """The scratch bytes the quantization gives the pack of x [M, K] for `plan`'s GEMM: none where
+    the GEMM runs in row chunks (each chunk's pack is built with its own)."""
+    return 0 if _chunked(row, plan, m) else scratch_bytes(row, plan, m, n)
+
+
+def dequant_packed(pack, k: int, w, scale_w, bias_arg, out_dtype, variant: str, plan, has_bias: bool, narrow=False):
+    """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias[n]) of an
+    activation pack (cuda_pack, with pack_scratch's scratch) on `variant` with `plan`
+    (bias_arg: backend._bias_arg's): the fused epilogue unsplit, else the int32 workspace and the
+    dequantizing reduction; narrow: the narrow epilogue (epilogue_template)."""
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
-    raw, fused = row.specs(plan.cfg)
+    specs = row.specs(plan.cfg)
     epilogue = epilogue_template(out_dtype, has_bias, narrow)
     tile = row.template(plan.cfg)
+    m, n = pack.shape[0], w.shape[0]
 
-    def one_chunk(r0, r1):
-        q_rows, sx_rows = _row_slice(q, r0, r1), _row_slice(scale_x, r0, r1)
+    def one_pack(p):
+        # Input order = spec.input_names: pack, w, scale_w, bias (then the persistent plan).
         if plan.splits == 1:
-            # Input order = spec.input_names: q, w, scale_x, scale_w, bias.
-            return _launch(row)(fused, [q_rows, w, sx_rows, scale_w, bias_arg], out_dtype, plan, tile + epilogue,
-                                row.maps)
-        ws = _launch(row)(raw, [q_rows, w], mx.int32, plan, tile, row.maps)
-        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, sx_rows, scale_w, bias_arg], out_dtype, epilogue)
+            return _launch(row)(specs.w8a8, [p, w, scale_w, bias_arg], out_dtype, plan, tile + epilogue, False)
+        ws = _launch(row)(specs.int32_packed, [p, w], mx.int32, plan, tile, False)
+        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, p, scale_w, bias_arg], out_dtype, epilogue)
 
-    return _by_row_chunks(q.shape[0], plan, row, one_chunk)
+    if not _chunked(row, plan, m):
+        return one_pack(pack)
+    q, scale_x = cuda_pack.unpack(pack, m, k)
+    return mx.concatenate([one_pack(cuda_pack.pack_of(q[r0:r1], scale_x[r0:r1], scratch_bytes(row, plan, r1 - r0, n)))
+                           for r0, r1 in _row_chunks(m, plan.cfg)], axis=0)
+
+
+def dequant_graph(q, scale_x, w, scale_w, bias_arg, out_dtype, variant: str, plan, has_bias: bool, narrow=False):
+    """dequant_packed of given codes q int8 [M, K] and scales scale_x float32 [M] (packed by a copy:
+    tests and tools; the layers' calls quantize into a pack)."""
+    row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
+    m, k = q.shape
+    pack = cuda_pack.pack_of(q, scale_x, pack_scratch(row, plan, m, w.shape[0]))
+    return dequant_packed(pack, k, w, scale_w, bias_arg, out_dtype, variant, plan, has_bias, narrow)
 
 
 def quant_launch(m: int, k: int) -> cuda_plans.CudaQuantLaunch:
@@ -166,26 +195,31 @@ def quant_launch(m: int, k: int) -> cuda_plans.CudaQuantLaunch:
     return cuda_plans.cuda_quant_launch(m, k, probe.sm_count())
 
 
-def _rows_graph(spec: KernelSpec, x, k: int, launch: cuda_plans.CudaQuantLaunch | None):
-    """(q int8 [M, k], scale float32 [M]) by a one-block-per-row quantizing kernel of x [M, ...]."""
+def _rows_pack(spec: KernelSpec, x, k: int, launch: cuda_plans.CudaQuantLaunch | None, scratch: int):
+    """The activation pack (int8 [M, P], cuda_pack) of a one-block-per-row quantizing kernel of
+    x [M, ...] into codes [M, k], with `scratch` bytes for its GEMM."""
     m = x.shape[0]
     launch = launch or quant_launch(m, k)
     grid, block = launch.grid(m)
-    q, s = kernels._kernel(spec)(
+    return kernels._kernel(spec)(
         inputs=[x],
-        output_shapes=[(m, k), (m,)],
-        output_dtypes=[mx.int8, mx.float32],
+        output_shapes=[cuda_pack.pack_shape(m, k, scratch)],
+        output_dtypes=[mx.int8],
         grid=grid,
         threadgroup=block,
         template=[("T", x.dtype)] + launch.template(),
-    )
-    return q, s
+    )[0]
+
+
+def _quantize_pack(x, launch: cuda_plans.CudaQuantLaunch | None = None, scratch: int = 0):
+    """The pack of x float16/bfloat16/float32 [M, K]; launch: the kernel's (threads, held),
+    quant_launch's by default (tests force the others)."""
+    return _rows_pack(cuda_source.quantize(), x, x.shape[1], launch, scratch)
 
 
 def _quantize_graph(x, launch: cuda_plans.CudaQuantLaunch | None = None):
-    """(q int8 [M, K], scale float32 [M]) of x float16/bfloat16/float32 [M, K]; launch: the
-    kernel's (threads, held), quant_launch's by default (tests force the others)."""
-    return _rows_graph(cuda_source.quantize(), x, x.shape[1], launch)
+    """(q int8 [M, K], scale float32 [M]) of x [M, K]: views of _quantize_pack's pack."""
+    return cuda_pack.unpack(_quantize_pack(x, launch), *x.shape)
 
 
 def swiglu_quant_launch(m: int, k: int, dtype) -> cuda_plans.CudaQuantLaunch | cuda_plans.CudaStagedLaunch:
@@ -197,22 +231,27 @@ def swiglu_quant_launch(m: int, k: int, dtype) -> cuda_plans.CudaQuantLaunch | c
     return staged or cuda_plans.cuda_swiglu_quant_launch(m, k, dtype.size, probe.sm_count())
 
 
-def _swiglu_quantize_graph(y, launch=None):
-    """(q int8 [M, K], scale float32 [M]) of h = swiglu(y[:, :K], y[:, K:]) for y float16/bfloat16/
-    float32 [M, 2K], with the bits of _quantize_graph(backends.base.swiglu(...)); launch:
-    swiglu_quant_launch's by default (tests force the others; one holding more than
+def _swiglu_quantize_pack(y, launch=None, scratch: int = 0):
+    """The pack (cuda_pack) of h = swiglu(y[:, :K], y[:, K:]) for y float16/bfloat16/float32
+    [M, 2K], with the bits of _quantize_pack(backends.base.swiglu(...)) and `scratch` bytes for its
+    GEMM; launch: swiglu_quant_launch's by default (tests force the others; one holding more than
     cuda_plans.SWIGLU_HELD_BYTES of g and u a thread cannot start and is refused), a
     cuda_plans.CudaStagedLaunch the staged kernel's (rows it cannot stage it quantizes from y)."""
     m, k = y.shape[0], y.shape[1] // 2
     if launch is None:
         launch = swiglu_quant_launch(m, k, y.dtype)
     if isinstance(launch, cuda_plans.CudaStagedLaunch):
-        return _rows_graph(cuda_source.swiglu_quantize_staged(launch.stage_bytes), y, k, launch)
+        return _rows_pack(cuda_source.swiglu_quantize_staged(launch.stage_bytes), y, k, launch, scratch)
     if cuda_plans.swiglu_held_bytes(launch, y.dtype.size) > cuda_plans.SWIGLU_HELD_BYTES:
         raise ValueError(f"launch: {launch} holds {cuda_plans.swiglu_held_bytes(launch, y.dtype.size)} bytes of g and u "
                          f"a thread for {dtype_name(y.dtype)}, more than {cuda_plans.SWIGLU_HELD_BYTES}: its "
                          "registers exceed an SM's")
-    return _rows_graph(cuda_source.swiglu_quantize(), y, k, launch)
+    return _rows_pack(cuda_source.swiglu_quantize(), y, k, launch, scratch)
+
+
+def _swiglu_quantize_graph(y, launch=None):
+    """(q int8 [M, K], scale float32 [M]) of swiglu(y): views of _swiglu_quantize_pack's pack."""
+    return cuda_pack.unpack(_swiglu_quantize_pack(y, launch), y.shape[0], y.shape[1] // 2)
 
 
 def _swiglu_probe(dtype, k: int) -> mx.array:
@@ -278,25 +317,26 @@ def _quantizes_inside(row: cuda_choice.Variant, plan, m: int, k: int, dtype) -> 
 
 def w8a8_graph(x, w, scale_w, bias_arg, variant: str, plan, has_bias: bool,
                quant: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
-    """quantize(x) (with the launch `quant`, quant_launch's by default), then dequant_graph on
-    `variant` with `plan`: y [M, N] in x's dtype; or, where the variant quantizes x itself
-    (_quantizes_inside), its one kernel."""
+    """quantize(x) into a pack (with the launch `quant`, quant_launch's by default), then
+    dequant_packed on `variant` with `plan`: y [M, N] in x's dtype; or, where the variant quantizes
+    x itself (_quantizes_inside), its one kernel."""
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
-    if _quantizes_inside(row, plan, *x.shape, x.dtype):
+    m, k = x.shape
+    if _quantizes_inside(row, plan, m, k, x.dtype):
         template = [("T", x.dtype)] + row.template(plan.cfg) + epilogue_template(x.dtype, has_bias, narrow)[1:]
         return _launch(row)(row.quantizing(), [x, w, scale_w, bias_arg], x.dtype, plan, template, row.maps)
-    q, scale_x = _quantize_graph(x, quant)
-    return dequant_graph(q, scale_x, w, scale_w, bias_arg, x.dtype, variant, plan, has_bias, narrow)
+    pack = _quantize_pack(x, quant, pack_scratch(row, plan, m, w.shape[0]))
+    return dequant_packed(pack, k, w, scale_w, bias_arg, x.dtype, variant, plan, has_bias, narrow)
 
 
 def swiglu_w8a8_graph(gate_up, w, scale_w, bias_arg, variant: str, plan, has_bias: bool,
                       launch: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
     """w8a8_graph of h = swiglu(gate_up[:, :K], gate_up[:, K:]), y [M, N] in gate_up's dtype: the
-    SwiGLU quantization kernel (with `launch`, swiglu_quant_launch's by default), then
-    dequant_graph; where the variant quantizes its input itself (the GEMV), swiglu then w8a8_graph."""
+    SwiGLU quantization kernel into a pack (with `launch`, swiglu_quant_launch's by default), then
+    dequant_packed; where the variant quantizes its input itself (the GEMV), swiglu then w8a8_graph."""
     m, k = gate_up.shape[0], gate_up.shape[1] // 2
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     if _quantizes_inside(row, plan, m, k, gate_up.dtype):
         return w8a8_graph(swiglu_of(gate_up), w, scale_w, bias_arg, variant, plan, has_bias, None, narrow)
-    q, scale_x = _swiglu_quantize_graph(gate_up, launch)
-    return dequant_graph(q, scale_x, w, scale_w, bias_arg, gate_up.dtype, variant, plan, has_bias, narrow)
+    pack = _swiglu_quantize_pack(gate_up, launch, pack_scratch(row, plan, m, w.shape[0]))
+    return dequant_packed(pack, k, w, scale_w, bias_arg, gate_up.dtype, variant, plan, has_bias, narrow)

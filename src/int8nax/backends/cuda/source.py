@@ -256,19 +256,37 @@ def _dequant_store(m: str, n: str) -> str:
             f"{{y, scale_x, scale_w, bias, {m}, {n}}}")
 
 
-def _gemm_call(family: str, a: str, b: str, epilogue: str) -> str:
+def _unpack(maps: bool = False) -> str:
+    """Body lines naming what a GEMM reads from its `pack` input (kernels/cuda/quant/act_pack.cuh;
+    backends/cuda/pack.py): pm rows and pk = K (w's width), the codes q, the scales scale_x and,
+    for the TMA kernels, the tensor-map scratch `maps`."""
+    lines = ("const int pm = pack_shape[0], pk = w_shape[1];\n"
+             "const int8_t* q = int8nax::pack_codes(pack, pm);\n"
+             "const float* scale_x = int8nax::pack_scales(pack);\n")
+    return lines + ("uint8_t* maps = int8nax::pack_maps(pack, pm, pk);\n" if maps else "")
+
+
+PACKED_W8A8_INPUTS = ("pack", "w", "scale_w", "bias")
+"""The inputs of every W8A8 kernel that reads a pack (a persistent one adds `plan`)."""
+
+_I32_EPILOGUE = "int8nax::StoreInt32{out, pm, w_shape[0]}"
+"""The int32 store of a GEMM over a pack (the [splits, M, N] workspace of a split W8A8 plan)."""
+
+
+def _gemm_call(family: str, a: str, b: str, m: str, n: str, k: str, epilogue: str) -> str:
     """Body calling the family's GEMM template with the tile constants MLX declares."""
     if family == "sm90":
         fn = "int8nax::gemm_cpasync<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>"
     else:
         fn = "int8nax::gemm_simt<BM, BN, BK, WM, WN>"
-    return f"{fn}({a}, {b}, {a}_shape[0], {b}_shape[0], {a}_shape[1], {epilogue});"
+    return f"{fn}({a}, {b}, {m}, {n}, {k}, {epilogue});"
 
 
 @lru_cache(maxsize=None)
 def gemm_int32(family: str, cfg: TileConfig) -> KernelSpec:
     """int32 out [M, N] = a [M, K] . b [N, K]^T; with split-K, out is the [splits, M, N] workspace."""
-    body = _gemm_call(family, "a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
+    body = _gemm_call(family, "a", "b", "a_shape[0]", "b_shape[0]", "a_shape[1]",
+                      "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(
         _name(f"int8nax_{_part(family)}_i32_{cfg.name}", _part(family)), ("a", "b"), ("out",), body, header(_part(family)),
         _smem(family, cfg)
@@ -276,47 +294,80 @@ def gemm_int32(family: str, cfg: TileConfig) -> KernelSpec:
 
 
 @lru_cache(maxsize=None)
+def gemm_int32_packed(family: str, cfg: TileConfig) -> KernelSpec:
+    """gemm_int32's out (the split-K workspace of a W8A8 plan) = q . w^T of a pack's codes."""
+    body = _unpack() + _gemm_call(family, "q", "w", "pm", "w_shape[0]", "pk", _I32_EPILOGUE)
+    return KernelSpec(_name(f"int8nax_{_part(family)}_i32pack_{cfg.name}", _part(family)), ("pack", "w"), ("out",),
+                      body, header(_part(family)), _smem(family, cfg))
+
+
+@lru_cache(maxsize=None)
 def gemm_w8a8(family: str, cfg: TileConfig) -> KernelSpec:
-    """y [M, N] (TOut) = dequant(q [M, K] . w [N, K]^T); template TOut, HAS_BIAS, NARROW."""
-    epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
-    body = _gemm_call(family, "q", "w", epilogue)
-    return KernelSpec(
-        _name(f"int8nax_{_part(family)}_w8a8_{cfg.name}", _part(family)),
-        ("q", "w", "scale_x", "scale_w", "bias"),
-        ("y",),
-        body,
-        header(_part(family)),
-        _smem(family, cfg),
-    )
+    """y [M, N] (TOut) = dequant(q [M, K] . w [N, K]^T) of a pack's codes and scales; template
+    TOut, HAS_BIAS, NARROW."""
+    body = _unpack() + _gemm_call(family, "q", "w", "pm", "w_shape[0]", "pk", _dequant_store("pm", "w_shape[0]"))
+    return KernelSpec(_name(f"int8nax_{_part(family)}_w8a8_{cfg.name}", _part(family)), PACKED_W8A8_INPUTS, ("y",),
+                      body, header(_part(family)), _smem(family, cfg))
 
 
-def _tma_unspecialized_call(a: str, b: str, epilogue: str) -> str:
-    return (f"int8nax::gemm_tma_unspecialized<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>({a}, {b}, {a}_shape[0], {b}_shape[0], "
-            f"{a}_shape[1], maps, {epilogue});")
+def _tma_unspecialized_call(a: str, b: str, m: str, n: str, k: str, epilogue: str) -> str:
+    return (f"int8nax::gemm_tma_unspecialized<BM, BN, BK, WM, STAGES, AHEAD, CHUNK>({a}, {b}, {m}, {n}, {k}, maps, "
+            f"{epilogue});")
 
 
 @lru_cache(maxsize=None)
 def gemm_tma_unspecialized(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
     """int32 out [M, N] (or the [splits, M, N] workspace) = a [M, K] . b [N, K]^T by the TMA +
     mbarrier kernel on a CudaPlan's grid (cuda_plans.tma_plan); maps: uint8 [blocks * 256], the blocks' tensor maps."""
-    body = _tma_unspecialized_call("a", "b", "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
+    body = _tma_unspecialized_call("a", "b", "a_shape[0]", "b_shape[0]", "a_shape[1]",
+                                   "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(_name(f"int8nax_tma_unspecialized_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
                       header("tma"), cfg.tma_shared_bytes)
 
 
 @lru_cache(maxsize=None)
+def gemm_tma_unspecialized_packed(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
+    """gemm_tma_unspecialized's out of a pack's codes, its tensor maps in the pack's scratch."""
+    body = _unpack(maps=True) + _tma_unspecialized_call("q", "w", "pm", "w_shape[0]", "pk", _I32_EPILOGUE)
+    return KernelSpec(_name(f"int8nax_tma_unspecialized_i32pack_{cfg.name}", "tma"), ("pack", "w"), ("out",), body,
+                      header("tma"), cfg.tma_shared_bytes)
+
+
+@lru_cache(maxsize=None)
 def gemm_w8a8_tma_unspecialized(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
-    """gemm_w8a8's product and epilogue by the TMA + mbarrier kernel: y [M, N] (TOut); maps as in
-    gemm_tma_unspecialized; template TOut, HAS_BIAS, NARROW."""
-    epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
-    return KernelSpec(_name(f"int8nax_tma_unspecialized_w8a8_{cfg.name}", "tma"), ("q", "w", "scale_x", "scale_w", "bias"),
-                      ("y", "maps"), _tma_unspecialized_call("q", "w", epilogue), header("tma"), cfg.tma_shared_bytes)
+    """gemm_w8a8's product and epilogue by the TMA + mbarrier kernel: y [M, N] (TOut), its tensor
+    maps in the pack's scratch; template TOut, HAS_BIAS, NARROW."""
+    body = _unpack(maps=True) + _tma_unspecialized_call("q", "w", "pm", "w_shape[0]", "pk",
+                                                        _dequant_store("pm", "w_shape[0]"))
+    return KernelSpec(_name(f"int8nax_tma_unspecialized_w8a8_{cfg.name}", "tma"), PACKED_W8A8_INPUTS, ("y",), body,
+                      header("tma"), cfg.tma_shared_bytes)
 
 
-def _persistent_call(fn: str, a: str, b: str, epilogue: str) -> str:
+def _persistent_call(fn: str, a: str, b: str, m: str, n: str, k: str, epilogue: str) -> str:
     """Body calling a persistent kernel: (splits, group) from the `plan` input's shape."""
-    return (f"int8nax::{fn}({a}, {b}, {a}_shape[0], {b}_shape[0], {a}_shape[1], plan_shape[0], plan_shape[1], "
-            f"maps, {epilogue});")
+    return f"int8nax::{fn}({a}, {b}, {m}, {n}, {k}, plan_shape[0], plan_shape[1], maps, {epilogue});"
+
+
+_COOPERATIVE = "gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, {exact}>"
+_PINGPONG = "gemm_tma_ws_pingpong<BN, STAGES, CHUNK>"
+
+
+def _persistent_int32(fn: str, name: str, part: str, shared: int) -> KernelSpec:
+    body = _persistent_call(fn, "a", "b", "a_shape[0]", "b_shape[0]", "a_shape[1]",
+                            "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
+    return KernelSpec(_name(name, part), ("a", "b", "plan"), ("out", "maps"), body, header(part), shared)
+
+
+def _persistent_int32_packed(fn: str, name: str, part: str, shared: int) -> KernelSpec:
+    body = _unpack(maps=True) + _persistent_call(fn, "q", "w", "pm", "w_shape[0]", "pk",
+                                                 "int8nax::SplitInt32{out, pm, w_shape[0]}")
+    return KernelSpec(_name(name, part), ("pack", "w", "plan"), ("out",), body, header(part), shared)
+
+
+def _persistent_w8a8(fn: str, name: str, part: str, shared: int) -> KernelSpec:
+    body = _unpack(maps=True) + _persistent_call(fn, "q", "w", "pm", "w_shape[0]", "pk",
+                                                 f"int8nax::same_epilogue({_dequant_store('pm', 'w_shape[0]')})")
+    return KernelSpec(_name(name, part), PACKED_W8A8_INPUTS + ("plan",), ("y",), body, header(part), shared)
 
 
 @lru_cache(maxsize=None)
@@ -324,42 +375,46 @@ def gemm_tma_ws_cooperative(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the warp-specialised persistent kernel;
     plan: an array whose shape is (splits, group), cuda_plans.PersistentPlan.plan_shape() (its data is never
     read); maps: uint8 [blocks * 256]."""
-    body = _persistent_call("gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, false>", "a", "b",
-                            "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
-    return KernelSpec(_name(f"int8nax_tma_ws_cooperative_i32_{cfg.name}", "cooperative"), ("a", "b", "plan"), ("out", "maps"), body,
-                      header("cooperative"), cfg.shared_bytes)
+    return _persistent_int32(_COOPERATIVE.format(exact="false"), f"int8nax_tma_ws_cooperative_i32_{cfg.name}",
+                             "cooperative", cfg.shared_bytes)
+
+
+@lru_cache(maxsize=None)
+def gemm_tma_ws_cooperative_packed(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
+    """gemm_tma_ws_cooperative's out of a pack's codes, its tensor maps in the pack's scratch."""
+    return _persistent_int32_packed(_COOPERATIVE.format(exact="false"),
+                                    f"int8nax_tma_ws_cooperative_i32pack_{cfg.name}", "cooperative", cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
 def gemm_w8a8_tma_ws_cooperative(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the cooperative persistent kernel (unsplit plans only),
     its exact path taken per chunk of columns (CHUNK_EXACT, kernels/cuda/epilogue/store_accumulators.cuh): y [M, N] (TOut);
-    plan and maps as in gemm_tma_ws_cooperative; template TOut, HAS_BIAS, NARROW."""
-    epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
-    body = _persistent_call("gemm_tma_ws_cooperative<BM, BN, STAGES, CHUNK, true>", "q", "w", f"int8nax::same_epilogue({epilogue})")
-    return KernelSpec(_name(f"int8nax_tma_ws_cooperative_w8a8_{cfg.name}", "cooperative"),
-                      ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("cooperative"),
-                      cfg.shared_bytes)
+    plan as in gemm_tma_ws_cooperative, the tensor maps in the pack's scratch; template TOut, HAS_BIAS, NARROW."""
+    return _persistent_w8a8(_COOPERATIVE.format(exact="true"), f"int8nax_tma_ws_cooperative_w8a8_{cfg.name}",
+                            "cooperative", cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
 def gemm_tma_ws_pingpong(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the ping-pong persistent kernel;
     plan and maps as in gemm_tma_ws_cooperative."""
-    body = _persistent_call("gemm_tma_ws_pingpong<BN, STAGES, CHUNK>", "a", "b", "int8nax::SplitInt32{out, a_shape[0], b_shape[0]}")
-    return KernelSpec(_name(f"int8nax_tma_ws_pingpong_i32_{cfg.name}", "pingpong"), ("a", "b", "plan"), ("out", "maps"), body,
-                      header("pingpong"), cfg.shared_bytes)
+    return _persistent_int32(_PINGPONG, f"int8nax_tma_ws_pingpong_i32_{cfg.name}", "pingpong", cfg.shared_bytes)
+
+
+@lru_cache(maxsize=None)
+def gemm_tma_ws_pingpong_packed(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
+    """gemm_tma_ws_pingpong's out of a pack's codes, its tensor maps in the pack's scratch."""
+    return _persistent_int32_packed(_PINGPONG, f"int8nax_tma_ws_pingpong_i32pack_{cfg.name}", "pingpong",
+                                    cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
 def gemm_w8a8_tma_ws_pingpong(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
     """gemm_w8a8's product and epilogue by the ping-pong persistent kernel (unsplit plans only):
-    y [M, N] (TOut); plan and maps as in gemm_tma_ws_cooperative; template TOut, HAS_BIAS, NARROW."""
-    epilogue = _dequant_store("q_shape[0]", "w_shape[0]")
-    body = _persistent_call("gemm_tma_ws_pingpong<BN, STAGES, CHUNK>", "q", "w", f"int8nax::same_epilogue({epilogue})")
-    return KernelSpec(_name(f"int8nax_tma_ws_pingpong_w8a8_{cfg.name}", "pingpong"),
-                      ("q", "w", "scale_x", "scale_w", "bias", "plan"), ("y", "maps"), body, header("pingpong"),
-                      cfg.shared_bytes)
+    y [M, N] (TOut); plan as in gemm_tma_ws_cooperative, the tensor maps in the pack's scratch;
+    template TOut, HAS_BIAS, NARROW."""
+    return _persistent_w8a8(_PINGPONG, f"int8nax_tma_ws_pingpong_w8a8_{cfg.name}", "pingpong", cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
@@ -371,39 +426,44 @@ def reduce_int32() -> KernelSpec:
 
 @lru_cache(maxsize=None)
 def reduce_w8a8() -> KernelSpec:
-    """y [M, N] (TOut) = dequant(sum over splits of ws int32 [splits, M, N]); template TOut, HAS_BIAS, NARROW."""
-    epilogue = _dequant_store("ws_shape[1]", "ws_shape[2]")
-    body = f"int8nax::reduce_splits(ws, ws_shape[0], ws_shape[1], ws_shape[2], {epilogue});"
-    return KernelSpec(_name("int8nax_reduce_w8a8", "reduce"), ("ws", "scale_x", "scale_w", "bias"), ("y",), body, header("reduce"), 0)
+    """y [M, N] (TOut) = dequant(sum over splits of ws int32 [splits, M, N]) with the scales of the
+    pack the workspace was computed from; template TOut, HAS_BIAS, NARROW."""
+    body = ("const float* scale_x = int8nax::pack_scales(pack);\n"
+            f"int8nax::reduce_splits(ws, ws_shape[0], ws_shape[1], ws_shape[2], {_dequant_store('ws_shape[1]', 'ws_shape[2]')});")
+    return KernelSpec(_name("int8nax_reduce_w8a8", "reduce"), ("ws", "pack", "scale_w", "bias"), ("y",), body,
+                      header("reduce"), 0)
 
 
 @lru_cache(maxsize=None)
 def quantize() -> KernelSpec:
-    """(q int8 [M, K], scale float32 [M]) from x [M, K]; template T, THREADS, HELD (a
-    cuda_plans.CudaQuantLaunch); one block per row."""
-    body = "int8nax::quantize_rows<T, THREADS, HELD>(x, x_shape[1], q, scale);"
-    return KernelSpec(_name("int8nax_quantize", "quantize"), ("x",), ("q", "scale"), body, header("quantize"), 0)
+    """The pack of x [M, K] (backends/cuda/pack.py: int8 [M, P], the codes and scales); template T,
+    THREADS, HELD (a cuda_plans.CudaQuantLaunch); one block per row."""
+    body = ("int8nax::quantize_rows<T, THREADS, HELD>(x, x_shape[1], int8nax::pack_codes(pack, x_shape[0]), "
+            "int8nax::pack_scales(pack));")
+    return KernelSpec(_name("int8nax_quantize", "quantize"), ("x",), ("pack",), body, header("quantize"), 0)
 
 
 @lru_cache(maxsize=None)
 def swiglu_quantize() -> KernelSpec:
-    """(q int8 [M, H], scale float32 [M]) = quantize()'s of h = silu(g) * u computed in T as MLX
-    does, from y [M, 2H] (T) whose columns [0, H) are g and [H, 2H) are u (kernels/cuda/
+    """The pack of h = silu(g) * u computed in T as MLX does (quantize()'s codes and scales), from
+    y [M, 2H] (T) whose columns [0, H) are g and [H, 2H) are u (kernels/cuda/
     quant/swiglu_quantize.cuh); template T, THREADS, HELD (a cuda_plans.CudaQuantLaunch, by
     cuda_plans.cuda_swiglu_quant_launch); one block per row."""
-    body = "int8nax::quantize_swiglu_rows<T, THREADS, HELD>(y, y_shape[1] / 2, q, scale);"
-    return KernelSpec(_name("int8nax_swiglu_quantize", "swiglu_quantize"), ("y",), ("q", "scale"), body,
+    body = ("int8nax::quantize_swiglu_rows<T, THREADS, HELD>(y, y_shape[1] / 2, int8nax::pack_codes(pack, y_shape[0]), "
+            "int8nax::pack_scales(pack));")
+    return KernelSpec(_name("int8nax_swiglu_quantize", "swiglu_quantize"), ("y",), ("pack",), body,
                       header("swiglu_quantize"), 0)
 
 
 @lru_cache(maxsize=None)
 def swiglu_quantize_staged(stage_bytes: int) -> KernelSpec:
-    """swiglu_quantize()'s codes and scales, bit for bit, by persistent blocks that stage each row
-    of y in shared memory while quantizing the previous one (kernels/cuda/
+    """swiglu_quantize()'s pack, bit for bit, by persistent blocks that stage each row of y in
+    shared memory while quantizing the previous one (kernels/cuda/
     quant/swiglu_quantize_staged.cuh); template T, THREADS, HELD, STAGE_BYTES (a
     cuda_plans.CudaStagedLaunch, whose stage_bytes this is: the dynamic shared memory)."""
-    body = "int8nax::quantize_swiglu_rows_staged<T, THREADS, HELD, STAGE_BYTES>(y, y_shape[1] / 2, y_shape[0], q, scale);"
-    return KernelSpec(_name("int8nax_swiglu_quantize_staged", "swiglu_quantize_staged"), ("y",), ("q", "scale"), body,
+    body = ("int8nax::quantize_swiglu_rows_staged<T, THREADS, HELD, STAGE_BYTES>(y, y_shape[1] / 2, y_shape[0], "
+            "int8nax::pack_codes(pack, y_shape[0]), int8nax::pack_scales(pack));")
+    return KernelSpec(_name("int8nax_swiglu_quantize_staged", "swiglu_quantize_staged"), ("y",), ("pack",), body,
                       header("swiglu_quantize_staged"), stage_bytes)
 
 
@@ -414,24 +474,24 @@ def count_sms() -> KernelSpec:
     return KernelSpec(_name("int8nax_count_sms", "count_sms"), ("dummy",), ("flags",), body, header("count_sms"), 0)
 
 
-_GEMV_CALL = "int8nax::gemv_w8a8<NT, WARPS, UNROLL>({a}, w, {a}_shape[0], w_shape[0], {a}_shape[1], {epilogue});"
+_GEMV_CALL = "int8nax::gemv_w8a8<NT, WARPS, UNROLL>({a}, w, {m}, w_shape[0], {k}, {epilogue});"
 
 
 @lru_cache(maxsize=None)
 def gemv_int32() -> KernelSpec:
     """int32 out [M, N] = a [M, K] . w [N, K]^T, M <= 16, by the GEMV (kernels/cuda/gemm/gemv_w8a8.cuh);
     template NT, WARPS, UNROLL (cuda_plans.GemvConfig)."""
-    body = _GEMV_CALL.format(a="a", epilogue="int8nax::StoreInt32{out, a_shape[0], w_shape[0]}")
+    body = _GEMV_CALL.format(a="a", m="a_shape[0]", k="a_shape[1]",
+                             epilogue="int8nax::StoreInt32{out, a_shape[0], w_shape[0]}")
     return KernelSpec(_name("int8nax_gemv_i32", "gemv"), ("a", "w"), ("out",), body, header("gemv"), 0)
 
 
 @lru_cache(maxsize=None)
 def gemv_w8a8() -> KernelSpec:
-    """gemm_w8a8's y [M, N] (TOut) by the GEMV, M <= 16, on given codes; template NT, WARPS, UNROLL,
-    TOut, HAS_BIAS, NARROW."""
-    body = _GEMV_CALL.format(a="q", epilogue=_dequant_store("q_shape[0]", "w_shape[0]"))
-    return KernelSpec(_name("int8nax_gemv_w8a8", "gemv"), ("q", "w", "scale_x", "scale_w", "bias"), ("y",), body,
-                      header("gemv"), 0)
+    """gemm_w8a8's y [M, N] (TOut) by the GEMV, M <= 16, of a pack's codes and scales; template NT,
+    WARPS, UNROLL, TOut, HAS_BIAS, NARROW."""
+    body = _unpack() + _GEMV_CALL.format(a="q", m="pm", k="pk", epilogue=_dequant_store("pm", "w_shape[0]"))
+    return KernelSpec(_name("int8nax_gemv_w8a8", "gemv"), PACKED_W8A8_INPUTS, ("y",), body, header("gemv"), 0)
 
 
 @lru_cache(maxsize=None)

@@ -3,6 +3,7 @@
 
 #include "../common.cuh"
 #include "epilogue.cuh"
+#include "../quant/act_pack.cuh"
 
 namespace int8nax {
 

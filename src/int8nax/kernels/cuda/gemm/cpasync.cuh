@@ -22,6 +22,7 @@
 #include "../ptx/wgmma_s8.cuh"
 #include "../ptx/wgmma.cuh"
 #include "../epilogue/store_accumulators.cuh"
+#include "../quant/act_pack.cuh"
 
 namespace int8nax {
 

@@ -25,6 +25,7 @@
 #include "../epilogue/dequantize.cuh"
 #include "../epilogue/epilogue.cuh"
 #include "../quant/quantize.cuh"
+#include "../quant/act_pack.cuh"
 #endif
 
 #ifndef GEMV_HD

@@ -11,6 +11,7 @@
 #include "../tile/scheduler.cuh"
 #include "../epilogue/dequantize.cuh"
 #include "../epilogue/epilogue.cuh"
+#include "../quant/act_pack.cuh"
 
 namespace int8nax {
 

@@ -23,6 +23,7 @@
 #include "cpasync.cuh"
 #include "../ptx/mbarrier.cuh"
 #include "../ptx/tma.cuh"
+#include "../quant/act_pack.cuh"
 
 namespace int8nax {
 

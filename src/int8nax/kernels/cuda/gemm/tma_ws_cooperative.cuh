@@ -15,6 +15,7 @@
 #include "../ptx/mbarrier.cuh"
 #include "../ptx/tma.cuh"
 #include "tma_ws_common.cuh"
+#include "../quant/act_pack.cuh"
 
 namespace int8nax {
 

@@ -21,6 +21,7 @@
 #pragma once
 
 #include "../common.cuh"
+#include "act_pack.cuh"
 
 namespace int8nax {
 

@@ -21,6 +21,7 @@
 
 #include "../common.cuh"
 #include "quantize.cuh"
+#include "act_pack.cuh"
 #include "mlx/backend/cuda/device/binary_ops.cuh"
 
 namespace int8nax {

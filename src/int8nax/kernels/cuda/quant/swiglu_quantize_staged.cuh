@@ -22,6 +22,7 @@
 #include "../common.cuh"
 #include "../ptx/cpasync.cuh"
 #include "quantize.cuh"
+#include "act_pack.cuh"
 // MLX's binary_ops.cuh comes through swiglu_quantize.cuh only: it has no include guard.
 #include "swiglu_quantize.cuh"
 
