@@ -779,3 +779,21 @@ def test_warm_up_builds_what_every_token_count_needs(monkeypatch, bias_dtype):
         assert instances() == warmed
     finally:
         cuda.clear_caches()
+
+
+@pytest.mark.parametrize("m", [1, 16, 17, 300, 511, 512, 2047, 2048, 4096])
+def test_a_w8a8_call_allocates_the_pack_and_y(recorded, m):
+    # mlx-lm empties MLX's buffer cache after every prefill chunk, so each output a call allocates
+    # costs a cudaMallocAsync: a W8A8 call allocates its activation pack and y (one buffer where
+    # the GEMV quantizes x itself), and a split plan its workspace. Qwen2.5-7B's fused layer calls.
+    import mlx.core as mx
+
+    cuda, launches = recorded
+    for n, k, bias in ((4608, 3584, True), (3584, 3584, False), (37888, 3584, False), (3584, 18944, False)):
+        launches.clear()
+        b = mx.zeros((n,), dtype=mx.float32) if bias else None
+        mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), mx.zeros((n, k), dtype=mx.int8), mx.ones((n,)), b))
+        chosen = cuda.choice(m, n, k, w8a8=True, bias=bias)
+        inside = chosen.variant == cuda_choice.GEMV and cuda_plans.gemv_x_ok(m, k, 2)
+        want = 1 if inside else 2 + (chosen.plan.splits > 1)
+        assert sum(len(x["outputs"]) for x in launches) == want, (n, k, chosen, launches)
