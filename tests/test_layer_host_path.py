@@ -8,6 +8,7 @@ served by it would fail or lose its gradient)."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import mlx.core as mx
@@ -246,3 +247,29 @@ def test_vmap_never_sees_the_dropped_graph_of_a_traced_call(monkeypatch, rng):
     yv = mx.vmap(layer)(x)
     assert impl.body_runs == runs + 1  # the body ran on the tracer, and its graph was dropped
     np.testing.assert_array_equal(np.array(yv), y0)
+
+
+def test_a_layer_takes_the_marked_entry_with_int8nax_backend_set(monkeypatch, rng):
+    # INT8NAX_BACKEND naming a backend that can run: the layer's calls take the same entry as
+    # auto's (resolve keeps the answer); one that cannot run: the call raises naming the variable
+    impl = MarkedBackend()
+    real_get = backends.get
+    monkeypatch.setattr(backends, "get", lambda name: impl if name == "cpu" else real_get(name))
+    real_get.cache_clear()
+    try:
+        monkeypatch.setenv(backends.ENV_VAR, "cpu")
+        layer, _ = _layer(rng)
+        x = mx.array(rng.standard_normal((2, 16)).astype(np.float32))
+        for _ in range(3):
+            layer(x)
+        assert impl.marked_calls == 3 and impl.plain_calls == 0
+        monkeypatch.setenv(backends.ENV_VAR, "cuda" if not backends.probe("cuda").available else "metal")
+        if backends.probe(backends.canonical(os.environ[backends.ENV_VAR])).available:
+            pytest.skip("every backend can run here")
+        with pytest.raises(RuntimeError, match=rf"requested \({backends.ENV_VAR}=\w+\) but cannot run here"):
+            layer(x)
+        monkeypatch.setenv(backends.ENV_VAR, "bogus")
+        with pytest.raises(ValueError, match=rf"unknown backend 'bogus' in the environment variable {backends.ENV_VAR}"):
+            layer(x)
+    finally:
+        real_get.cache_clear()
