@@ -273,3 +273,59 @@ def test_a_layer_takes_the_marked_entry_with_int8nax_backend_set(monkeypatch, rn
             layer(x)
     finally:
         real_get.cache_clear()
+
+
+def test_a_traced_call_runs_the_marked_entrys_body_once(marked, rng):
+    # the lone layer's inline path hands a call that the entry marked as traced to the general
+    # path directly, without asking the entry again
+    layer, _ = _layer(rng)
+    x = mx.array(rng.standard_normal((3, 16)).astype(np.float32))
+    layer(x), layer(x)
+    runs, calls = marked.body_runs, marked.marked_calls
+    mx.grad(lambda x: layer(x).sum())(x)
+    assert marked.body_runs == runs + 1 and marked.marked_calls == calls + 1
+
+
+class _Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = nn.Linear(16, 8), nn.Linear(16, 4), nn.Linear(16, 4)
+
+
+def test_siblings_take_a_waiting_result_once_each(marked, rng):
+    model = _Attn()
+    quantize_linears(model)
+    group = model.q_proj._group
+    x = mx.array(rng.standard_normal((2, 16)).astype(np.float32))
+    want = {name: np.array(KernelLikeBackend().w8a8_linear(x, model[name].weight, model[name].scales, model[name].bias))
+            for name in ("q_proj", "k_proj", "v_proj")}
+    for _ in range(2):
+        for name in ("q_proj", "k_proj", "v_proj"):
+            model[name](x)
+    marked.marked_calls = 0
+    hits, misses = group._hits, group._misses
+
+    def check(name):
+        np.testing.assert_allclose(np.array(model[name](x)), want[name], rtol=1e-6, atol=1e-6)
+
+    # any order: one fused call serves all three, and the result is dropped once all took theirs
+    for order in (("q_proj", "k_proj", "v_proj"), ("v_proj", "q_proj", "k_proj"), ("k_proj", "v_proj", "q_proj")):
+        for name in order:
+            check(name)
+    assert marked.marked_calls == 3 and group._hits == hits + 6 and group._misses == misses
+    assert group._local.pending is None
+    # a sibling called twice before the others: the second call computes anew (a miss: its
+    # columns were taken), and the others then take the new result
+    check("q_proj")
+    check("q_proj")
+    check("k_proj")
+    check("v_proj")
+    assert marked.marked_calls == 5 and group._misses == misses + 1 and group.shared
+    # another thread never takes this thread's waiting result
+    check("q_proj")
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(np.array(model.k_proj(x))))
+    t.start()
+    t.join()
+    np.testing.assert_allclose(seen[0], want["k_proj"], rtol=1e-6, atol=1e-6)
+    assert marked.marked_calls == 7
