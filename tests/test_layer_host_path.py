@@ -175,14 +175,39 @@ def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch):
         return y, ran
 
     monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked", counted)
-    real = backends.resolve
+    real_get, real_resolve = backends.get, backends.resolve
     us = host_work.host_us_per_call("w8a8", 64, 32, True, 5, calls=3, repeats=2)
-    assert us > 0 and backends.resolve is real
+    assert us > 0 and backends.get is real_get and backends.resolve is real_resolve
     # warm-up settles the first-call work; every measured call replays the compiled entry
     assert seen[-6:] == [((1, 5, 64), (1, 5, 32), False)] * 6
     assert host_work.host_backend().startswith("graph-only")
+    # the stand-in is what int8nax's own resolution hands out while measured, and only then
+    with host_work._w8a8_backend():
+        assert isinstance(backends.resolve(None), host_work.GraphOnlyBackend)
+    assert backends.resolve(None) is real_get(backends.choose(None)[0])
     with pytest.raises(ValueError, match="kind"):
         host_work.layer("w4a4", 64, 32, True)
+
+
+def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
+    if backends.choose(None)[0] not in host_work.EAGER:
+        pytest.skip("on a lazy backend the figure is that backend's own")
+    pytest.importorskip("mlx_lm")
+    from int8nax.nn import SiblingGroup, SwiGLUMLPCall
+
+    seen = []
+    marked = host_work.GraphOnlyBackend.w8a8_linear_marked
+    monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked",
+                        lambda self, x, w, s, b: seen.append(w.shape[0]) or marked(self, x, w, s, b))
+    for form in host_work.BLOCK_FORMS:
+        assert host_work.block_host_us(form, 1, calls=2, repeats=1) > 0
+    block = host_work.block("w8a8")
+    assert isinstance(block.mlp, SwiGLUMLPCall) and isinstance(block.self_attn.q_proj._group, SiblingGroup)
+    assert isinstance(host_work.block("q8").mlp.gate_proj, nn.QuantizedLinear)
+    # each W8A8 call of the layer on the stand-in: q|k|v, o, gate|up, down (896 wide, MLP 4864)
+    assert seen[-4:] == [896 + 2 * 128, 896, 2 * 4864, 896]
+    with pytest.raises(ValueError, match="form"):
+        host_work.block("w4a4")
 
 
 def test_the_cuda_marked_entry_builds_w8a8_graph_of_the_rows_and_marks_traced_calls(monkeypatch, rng):
