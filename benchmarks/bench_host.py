@@ -1,13 +1,15 @@
 """Host work per call (µs, graph built, no evaluation) of int8nax's W8A8Linear beside mlx.nn.Linear
-and MLX's 8-bit QuantizedLinear, on Qwen2.5-7B's linear shapes at M = 1 and 512: the Python time
-a call costs before the device can run it. Measured by int8nax.bench.host_work, which says what
-runs where (on a CPU box W8A8Linear's figure is its own layer and API work over a graph-only
-stand-in, because the CPU backend computes during the call). Lower is better; the regression
-gate (benchmarks/gate.json) does not read these."""
+and MLX's 8-bit QuantizedLinear, on Qwen2.5-7B's linear shapes at M = 1 and 512, and of a whole
+mlx-lm decoder layer in bf16, MLX 8-bit and W8A8 (sibling groups and the SwiGLU MLP's call
+included): the Python time a call costs before the device can run it. Measured by
+int8nax.bench.host_work, which says what runs where (on a CPU box W8A8's figures are int8nax's
+own layer and API work over a graph-only stand-in, because the CPU backend computes during the
+call). Lower is better; the regression gate (benchmarks/gate.json) does not read these."""
 
 from __future__ import annotations
 
 from int8nax.bench import host_work
+from int8nax.bench.peers import Unavailable
 
 
 def _us(func):
@@ -35,3 +37,32 @@ class HostWork:
     @_us
     def track_w8a8_host_us(self, shape, m):
         return host_work.host_us_per_call("w8a8", *shape, m)
+
+
+class DecoderLayerHostWork:
+    """track_<form>_layer_host_us: host_work.block_host_us of mlx-lm's Qwen2 decoder layer
+    (host_work.BLOCK_CONFIG) in each of host_work.BLOCK_FORMS, M of host_work.TOKENS; n/a
+    without mlx-lm."""
+
+    params = [list(host_work.TOKENS)]
+    param_names = ["M"]
+    timeout = 120
+    version = "1"
+
+    def setup(self, m):
+        try:
+            host_work.block("bf16")
+        except Unavailable as exc:
+            raise NotImplementedError(str(exc)) from None
+
+    @_us
+    def track_bf16_layer_host_us(self, m):
+        return host_work.block_host_us("bf16", m)
+
+    @_us
+    def track_q8_layer_host_us(self, m):
+        return host_work.block_host_us("q8", m)
+
+    @_us
+    def track_w8a8_layer_host_us(self, m):
+        return host_work.block_host_us("w8a8", m)

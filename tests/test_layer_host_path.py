@@ -8,6 +8,7 @@ served by it would fail or lose its gradient)."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import mlx.core as mx
@@ -174,14 +175,39 @@ def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch):
         return y, ran
 
     monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked", counted)
-    real = backends.resolve
+    real_get, real_resolve = backends.get, backends.resolve
     us = host_work.host_us_per_call("w8a8", 64, 32, True, 5, calls=3, repeats=2)
-    assert us > 0 and backends.resolve is real
+    assert us > 0 and backends.get is real_get and backends.resolve is real_resolve
     # warm-up settles the first-call work; every measured call replays the compiled entry
     assert seen[-6:] == [((1, 5, 64), (1, 5, 32), False)] * 6
     assert host_work.host_backend().startswith("graph-only")
+    # the stand-in is what int8nax's own resolution hands out while measured, and only then
+    with host_work._w8a8_backend():
+        assert isinstance(backends.resolve(None), host_work.GraphOnlyBackend)
+    assert backends.resolve(None) is real_get(backends.choose(None)[0])
     with pytest.raises(ValueError, match="kind"):
         host_work.layer("w4a4", 64, 32, True)
+
+
+def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
+    if backends.choose(None)[0] not in host_work.EAGER:
+        pytest.skip("on a lazy backend the figure is that backend's own")
+    pytest.importorskip("mlx_lm")
+    from int8nax.nn import SiblingGroup, SwiGLUMLPCall
+
+    seen = []
+    marked = host_work.GraphOnlyBackend.w8a8_linear_marked
+    monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked",
+                        lambda self, x, w, s, b: seen.append(w.shape[0]) or marked(self, x, w, s, b))
+    for form in host_work.BLOCK_FORMS:
+        assert host_work.block_host_us(form, 1, calls=2, repeats=1) > 0
+    block = host_work.block("w8a8")
+    assert isinstance(block.mlp, SwiGLUMLPCall) and isinstance(block.self_attn.q_proj._group, SiblingGroup)
+    assert isinstance(host_work.block("q8").mlp.gate_proj, nn.QuantizedLinear)
+    # each W8A8 call of the layer on the stand-in: q|k|v, o, gate|up, down (896 wide, MLP 4864)
+    assert seen[-4:] == [896 + 2 * 128, 896, 2 * 4864, 896]
+    with pytest.raises(ValueError, match="form"):
+        host_work.block("w4a4")
 
 
 def test_the_cuda_marked_entry_builds_w8a8_graph_of_the_rows_and_marks_traced_calls(monkeypatch, rng):
@@ -246,3 +272,85 @@ def test_vmap_never_sees_the_dropped_graph_of_a_traced_call(monkeypatch, rng):
     yv = mx.vmap(layer)(x)
     assert impl.body_runs == runs + 1  # the body ran on the tracer, and its graph was dropped
     np.testing.assert_array_equal(np.array(yv), y0)
+
+
+def test_a_layer_takes_the_marked_entry_with_int8nax_backend_set(monkeypatch, rng):
+    # INT8NAX_BACKEND naming a backend that can run: the layer's calls take the same entry as
+    # auto's (resolve keeps the answer); one that cannot run: the call raises naming the variable
+    impl = MarkedBackend()
+    real_get = backends.get
+    monkeypatch.setattr(backends, "get", lambda name: impl if name == "cpu" else real_get(name))
+    real_get.cache_clear()
+    try:
+        monkeypatch.setenv(backends.ENV_VAR, "cpu")
+        layer, _ = _layer(rng)
+        x = mx.array(rng.standard_normal((2, 16)).astype(np.float32))
+        for _ in range(3):
+            layer(x)
+        assert impl.marked_calls == 3 and impl.plain_calls == 0
+        monkeypatch.setenv(backends.ENV_VAR, "cuda" if not backends.probe("cuda").available else "metal")
+        if backends.probe(backends.canonical(os.environ[backends.ENV_VAR])).available:
+            pytest.skip("every backend can run here")
+        with pytest.raises(RuntimeError, match=rf"requested \({backends.ENV_VAR}=\w+\) but cannot run here"):
+            layer(x)
+        monkeypatch.setenv(backends.ENV_VAR, "bogus")
+        with pytest.raises(ValueError, match=rf"unknown backend 'bogus' in the environment variable {backends.ENV_VAR}"):
+            layer(x)
+    finally:
+        real_get.cache_clear()
+
+
+def test_a_traced_call_runs_the_marked_entrys_body_once(marked, rng):
+    # the lone layer's inline path hands a call that the entry marked as traced to the general
+    # path directly, without asking the entry again
+    layer, _ = _layer(rng)
+    x = mx.array(rng.standard_normal((3, 16)).astype(np.float32))
+    layer(x), layer(x)
+    runs, calls = marked.body_runs, marked.marked_calls
+    mx.grad(lambda x: layer(x).sum())(x)
+    assert marked.body_runs == runs + 1 and marked.marked_calls == calls + 1
+
+
+class _Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = nn.Linear(16, 8), nn.Linear(16, 4), nn.Linear(16, 4)
+
+
+def test_siblings_take_a_waiting_result_once_each(marked, rng):
+    model = _Attn()
+    quantize_linears(model)
+    group = model.q_proj._group
+    x = mx.array(rng.standard_normal((2, 16)).astype(np.float32))
+    want = {name: np.array(KernelLikeBackend().w8a8_linear(x, model[name].weight, model[name].scales, model[name].bias))
+            for name in ("q_proj", "k_proj", "v_proj")}
+    for _ in range(2):
+        for name in ("q_proj", "k_proj", "v_proj"):
+            model[name](x)
+    marked.marked_calls = 0
+    hits, misses = group._hits, group._misses
+
+    def check(name):
+        np.testing.assert_allclose(np.array(model[name](x)), want[name], rtol=1e-6, atol=1e-6)
+
+    # any order: one fused call serves all three, and the result is dropped once all took theirs
+    for order in (("q_proj", "k_proj", "v_proj"), ("v_proj", "q_proj", "k_proj"), ("k_proj", "v_proj", "q_proj")):
+        for name in order:
+            check(name)
+    assert marked.marked_calls == 3 and group._hits == hits + 6 and group._misses == misses
+    assert group._local.pending is None
+    # a sibling called twice before the others: the second call computes anew (a miss: its
+    # columns were taken), and the others then take the new result
+    check("q_proj")
+    check("q_proj")
+    check("k_proj")
+    check("v_proj")
+    assert marked.marked_calls == 5 and group._misses == misses + 1 and group.shared
+    # another thread never takes this thread's waiting result
+    check("q_proj")
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(np.array(model.k_proj(x))))
+    t.start()
+    t.join()
+    np.testing.assert_allclose(seen[0], want["k_proj"], rtol=1e-6, atol=1e-6)
+    assert marked.marked_calls == 7

@@ -66,7 +66,12 @@ def test_eight_threads_mixed_calls_exit_cleanly_every_run():
 
 
 def test_compiled_objects_are_released_when_their_thread_ends():
-    fn = per_thread.compile_per_thread(lambda x: x * 2 + 1)
+    def f(x):
+        return x * 2 + 1
+
+    alone = sys.getrefcount(f)
+    fn = per_thread.compile_per_thread(f)
+    held = sys.getrefcount(f) - alone  # by fn; each thread's compiled object holds one more
     results = []
 
     def work():
@@ -79,8 +84,19 @@ def test_compiled_objects_are_released_when_their_thread_ends():
         t.join()
     assert results == [[1, 3, 5, 7]] * 3
     assert fn.threads() == 0  # each thread's object went with its thread, before join() returned
+    assert sys.getrefcount(f) - alone == held  # the compiled objects themselves, not only fn's record
     assert np.array(fn(mx.arange(2))).tolist() == [1, 3]
     assert fn.threads() == 1  # the calling (main) thread's, released at interpreter exit
+    assert sys.getrefcount(f) - alone == held + 1
+    # a thread's object lives while its thread does
+    started, finish = threading.Event(), threading.Event()
+    worker = threading.Thread(target=lambda: (fn(mx.arange(2)), started.set(), finish.wait()))
+    worker.start()
+    started.wait()
+    assert fn.threads() == 2 and sys.getrefcount(f) - alone == held + 2
+    finish.set()
+    worker.join()
+    assert fn.threads() == 1 and sys.getrefcount(f) - alone == held + 1
 
 
 def test_max_signatures_bounds_the_traces_kept_per_thread():

@@ -716,48 +716,45 @@ class BoundLinear:
         self.width = op.halves * w.shape[1]
         self.n = w.shape[0]
         self.method = op.method
-        self.marked = op is _W8A8  # Backend.w8a8_linear_marked is W8A8's (swiglu takes the two checks)
+        # Backend.w8a8_linear_marked is W8A8's (swiglu takes the two checks), and its flag tells
+        # traced calls apart only where _detects() (asked by bind() before: _may_skip_custom)
+        self.marked = op is _W8A8 and _detects()
 
     def __reduce__(self):
         return (_nothing, ())
 
     def fast(self, x):
         """y [..., N] in x's dtype for x [..., width], or None where x needs the general path:
-        not an mx.array, another width or dtype, an empty problem, INT8NAX_BACKEND set (the
-        general path reads and checks it), a backend that cannot run (the general path says
-        why), or x traced by a transformation (the gradient needs the custom function). The
-        arrays of bind() are not tracers, so x is the only argument that can be one."""
+        not an mx.array, another width or dtype, an empty problem, a backend choice that cannot
+        run (the bound backend, INT8NAX_BACKEND's or auto's: the general path says why), or x
+        traced by a transformation (the gradient needs the custom function). The arrays of
+        bind() are not tracers, so x is the only argument that can be one."""
         if type(x) is not _ARRAY:
             return None
         xs = x.shape
         if not xs or xs[-1] != self.width or x.dtype not in _FLOATS or 0 in xs:
             return None
-        backend = self.backend
-        if backend is None:
-            if backend_env_set():
-                return None
-            impl = backends.resolve(None)
-        else:
-            try:
-                impl = backends.resolve(backend)
-            except (RuntimeError, ValueError):
-                return None
-        op = self.op
+        try:
+            impl = backends.resolve(self.backend)  # INT8NAX_BACKEND read in there, answers kept
+        except (RuntimeError, ValueError):
+            return None
         entry = getattr(impl, "w8a8_linear_marked", None) if self.marked else None  # stand-ins may lack it
-        if entry is not None and (_DETECTS[0] if _DETECTS else _detects()):  # a body runs only when it may trace
+        if entry is not None:
+            w, scale_w, bias = self.w, self.scale_w, self.bias
             try:
-                marked = entry(x, self.w, self.scale_w, self.bias)
+                marked = entry(x, w, scale_w, bias)
             except ValueError as exc:
-                _reraise_untraceable(op.func, impl, exc)
+                _reraise_untraceable(self.op.func, impl, exc)
             except RuntimeError as exc:
-                _reraise_foreign(op.func, exc, ((op.x_name, x), ("w_int8", self.w), ("scale_w", self.scale_w),
-                                                ("bias", self.bias)))
+                op = self.op
+                _reraise_foreign(op.func, exc, ((op.x_name, x), ("w_int8", w), ("scale_w", scale_w), ("bias", bias)))
             if marked is not None:
                 y, maybe_traced = marked
                 # the body ran: a signature's first call (y is right) or a tracer (y is dropped)
                 return y if not maybe_traced or _may_skip_custom(x) else None
         if not _may_skip_custom(x):
             return None
+        op = self.op
         call = getattr(impl, self.method)  # looked up per call: tests patch backends
         if len(xs) == 2:
             rows = x

@@ -195,6 +195,12 @@ class W8A8Linear(nn.Module):
         group = self._group
         if group is not None:
             return group.output(self._index, x)
+        bound = self._bound  # _own_output's first lines, inline: the call every lone layer makes
+        get = _DICT_GET
+        if (bound is not None and get(self, "weight") is bound.w and get(self, "scales") is bound.scale_w
+                and get(self, "bias") is bound.bias):
+            y = bound.fast(x)
+            return y if y is not None else self._general_output(x)
         return self._own_output(x)
 
     def _own_output(self, x) -> mx.array:
@@ -207,6 +213,10 @@ class W8A8Linear(nn.Module):
             y = bound.fast(x)
             if y is not None:
                 return y
+        return self._general_output(x)
+
+    def _general_output(self, x) -> mx.array:
+        """y through int8nax.w8a8_linear, which checks every argument and names what is wrong."""
         self._check_input(x)
         return w8a8_linear(x, self.weight, self.scales, self.get("bias"), backend=self._backend)
 
@@ -229,24 +239,25 @@ more often than it was used (its layers then do not share their input in this mo
 
 
 class _Fused:
-    """A group's concatenated arrays and the member arrays they were made of; bound: api.bind's
-    of the concatenated arrays (made at the first call that uses them; None where traced)."""
+    """A group's concatenated arrays and the member arrays they were made of (sources: weight,
+    scales, bias of each member in turn; checks: (member, its weight, scales, bias) for each);
+    bound: api.bind's of the concatenated arrays (made at the first call that uses them; None
+    where traced)."""
 
-    __slots__ = ("sources", "weight", "scales", "bias", "bound")
+    __slots__ = ("sources", "checks", "weight", "scales", "bias", "bound")
 
-    def __init__(self, sources, weight, scales, bias):
+    def __init__(self, members, sources, weight, scales, bias):
         self.sources, self.weight, self.scales, self.bias = sources, weight, scales, bias
+        self.checks = tuple(zip(members, sources[0::3], sources[1::3], sources[2::3]))
         self.bound = None
 
 
-class _Pending:
-    """One thread's fused result of input x, waiting for the siblings in `waiting`; version: the
-    group's when it was computed."""
+class _Waiting(threading.local):
+    """One thread's fused result that siblings have yet to take: pending is None, or
+    [x, version, outputs, waiting], where waiting has bit i set while member i's columns wait and
+    version is the group's when the result was computed."""
 
-    __slots__ = ("x", "version", "outputs", "waiting")
-
-    def __init__(self, x, version, outputs, waiting):
-        self.x, self.version, self.outputs, self.waiting = x, version, outputs, waiting
+    pending = None
 
 
 class SiblingGroup:
@@ -279,7 +290,8 @@ class SiblingGroup:
         self._hits = 0
         self._misses = 0
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._all = (1 << len(self.members)) - 1  # every member's bit (_Waiting)
+        self._local = _Waiting()
         self._fused = self._build(self._sources(), share=True)
         for i, m in enumerate(self.members):
             m._group, m._index = self, i
@@ -292,7 +304,8 @@ class SiblingGroup:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._all = (1 << len(self.members)) - 1  # also for a group pickled before it was kept
+        self._local = _Waiting()
 
     def _sources(self) -> tuple:
         return tuple(a for m in self.members for a in (m.weight, m.scales, m.get("bias")))
@@ -306,26 +319,23 @@ class SiblingGroup:
         # float32 holds every float16/bfloat16/float32 bias value exactly
         b = mx.concatenate([v.astype(mx.float32) for v in biases], axis=0) if self.has_bias else None
         if not share:
-            return _Fused(sources, w, s, b)
+            return _Fused(self.members, sources, w, s, b)
         mx.eval(w, s) if b is None else mx.eval(w, s, b)
         for m, lo, hi in zip(self.members, [0, *self.bounds], [*self.bounds, w.shape[0]]):
             m.weight, m.scales = w[lo:hi], s[lo:hi]
         views = [a for m in self.members for a in (m.weight, m.scales)]
         mx.eval(*views)  # a slice of an evaluated array shares its memory
-        return _Fused(self._sources(), w, s, b)
+        return _Fused(self.members, self._sources(), w, s, b)
 
     def _current(self) -> _Fused:
         """The fused arrays of the members' present parameters (rebuilt if one was replaced: by
         identity, which also sees the replacements that bypass __setitem__, such as mx.compile's
         of its captured state)."""
         fused = self._fused
-        src = fused.sources
-        get = dict.get
-        i = 0
-        for m in self.members:
-            if get(m, "weight") is not src[i] or get(m, "scales") is not src[i + 1] or get(m, "bias") is not src[i + 2]:
+        get = _DICT_GET
+        for m, w, s, b in fused.checks:
+            if get(m, "weight") is not w or get(m, "scales") is not s or get(m, "bias") is not b:
                 break
-            i += 3
         else:
             return fused
         with self._lock:
@@ -361,6 +371,11 @@ class SiblingGroup:
             y = bound.fast(x)
             if y is not None:
                 return y
+        return self._fused_general(fused, index, x)
+
+    def _fused_general(self, fused: _Fused, index: int, x):
+        """_fused_output through int8nax.w8a8_linear, which checks every argument (x's width
+        first, named by member index)."""
         self.members[index]._check_input(x)
         return w8a8_linear(x, fused.weight, fused.scales, fused.bias, backend=self.backend)
 
@@ -380,15 +395,18 @@ class SiblingGroup:
         if not self.shared:
             return self.members[index]._own_output(x)
         local = self._local
-        pending = getattr(local, "pending", None)
+        pending = local.pending
         if pending is not None:
-            waiting = pending.waiting
-            if pending.x is x and index in waiting and pending.version == self.version:
-                waiting.discard(index)
-                if not waiting:
+            waiting = pending[3]
+            bit = 1 << index
+            if pending[0] is x and waiting & bit and pending[1] == self.version:
+                waiting ^= bit
+                if waiting:
+                    pending[3] = waiting
+                else:
                     local.pending = None
                 self._hits += 1
-                return pending.outputs[index]
+                return pending[2][index]
             self.members[index]._check_input(x)
             if waiting:
                 self._misses += 1  # a fused result some siblings never took
@@ -396,11 +414,15 @@ class SiblingGroup:
                     self.shared = False
                     local.pending = None
                     return self.output(index, x)
-        y = self._fused_output(self._current(), index, x)
+        fused = self._current()
+        bound = fused.bound  # _fused_output, inline
+        if bound is None:
+            bound = self._bound_call(fused)
+        y = None if bound is None else bound.fast(x)
+        if y is None:
+            y = self._fused_general(fused, index, x)
         outputs = mx.split(y, self.bounds, axis=-1)
-        waiting = set(range(len(self.members)))
-        waiting.discard(index)
-        local.pending = _Pending(x, self.version, outputs, waiting)
+        local.pending = [x, self.version, outputs, self._all ^ (1 << index)]
         return outputs[index]
 
 
@@ -550,9 +572,14 @@ class SwiGLUMLPCall:
         return group, down
 
     def __call__(self, x):
+        # one_step()'s first test, inline: where the backend has no one-step kernel (the default
+        # everywhere) the model's own call follows at once
+        down = _DICT_GET(self, "down_proj")
+        if type(down) is not W8A8Linear or not backends.resolve(down._backend).swiglu_one_step():
+            return self._swiglu_base.__call__(self, x)
         fits = self.one_step()
         if fits is None:
-            return super().__call__(x)
+            return self._swiglu_base.__call__(self, x)
         group, down = fits
         group.members[0]._check_input(x)
         return swiglu_w8a8_linear(group.joint_output(x), down.weight, down.scales, down.get("bias"),

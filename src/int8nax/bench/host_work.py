@@ -17,6 +17,13 @@ host_backend() names; it says nothing of a real backend's kernels.
 Shapes: Qwen2.5-7B's linears (K, N, bias): q/k/v-sized 3584 -> 3584 with a bias, the MLP's
 3584 -> 18944 and 18944 -> 3584; M = 1 (decode) and 512 (a prefill chunk). Inputs are bfloat16
 [1, M, K], as mlx-lm passes them. Weights are zeros: host work does not depend on values.
+
+A whole decoder layer (block_host_us): mlx-lm's Qwen2 TransformerBlock at Qwen2.5-0.5B's sizes
+(BLOCK_CONFIG; host work does not depend on them), called as mlx-lm calls it without a cache (M = 1
+without a mask, 512 with the causal one), in bf16, after nn.quantize(bits=8) (MLX's 8-bit form)
+and after int8nax.nn.quantize_linears (W8A8: q/k/v and gate/up sibling groups, the SwiGLU MLP's
+call taken over), the W8A8 layers on the same backend as W8A8Linear's figure: the per-layer host
+work with the groups' split outputs and the MLP's own call included.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_map
 
 from .. import backends
 from ..backends.base import Backend, BodyRan, Probe
@@ -99,17 +107,25 @@ def host_backend() -> str:
 @contextlib.contextmanager
 def _w8a8_backend():
     """The backend W8A8Linear calls resolve to while measured: auto's own, or where that is eager
-    GraphOnlyBackend (backends.resolve replaced for the measurement, and put back: for the
+    GraphOnlyBackend, reached through int8nax's own resolution (backends.get hands it out under
+    the eager backend's name, and resolve's kept answers are forgotten before and after; for the
     benchmark's own process, never while other threads call int8nax)."""
-    if backends.choose(None)[0] not in EAGER:
+    name = backends.choose(None)[0]
+    if name not in EAGER:
         yield
         return
-    stand_in, real = GraphOnlyBackend(), backends.resolve
-    backends.resolve = lambda requested=None: stand_in
+    stand_in, real = GraphOnlyBackend(), backends.get
+
+    def get(requested: str):
+        return stand_in if requested == name else real(requested)
+
+    real.cache_clear()
+    backends.get = get
     try:
         yield
     finally:
-        backends.resolve = real
+        backends.get = real
+        real.cache_clear()
 
 
 @lru_cache(maxsize=len(LAYERS) * len(SHAPES))
@@ -145,5 +161,53 @@ def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int =
             start = time.perf_counter()
             for _ in range(calls):
                 f(x)
+            best = min(best, time.perf_counter() - start)
+    return best / calls * 1e6
+
+
+BLOCK_FORMS = ("bf16", "q8", "w8a8")
+"""A decoder layer's forms: bf16, nn.quantize(bits=8, group_size=64), int8nax.nn.quantize_linears."""
+
+BLOCK_CONFIG = "qwen2.5-0.5b"
+"""The decoder layer's sizes (bench.models.CONFIGS)."""
+
+BLOCK_CALLS = 100
+
+
+@lru_cache(maxsize=len(BLOCK_FORMS))
+def block(form: str) -> nn.Module:
+    """mlx-lm's Qwen2 TransformerBlock of BLOCK_CONFIG in `form` (BLOCK_FORMS), zero weights,
+    evaluated; kept for the process. Raises bench.peers.Unavailable without mlx-lm."""
+    if form not in BLOCK_FORMS:
+        raise ValueError(f"form: expected one of {BLOCK_FORMS}, got {form!r}")
+    from . import models
+    from ..nn import quantize_linears
+
+    config = models.CONFIGS[BLOCK_CONFIG]
+    made = models.mlx_lm_module(config.family).TransformerBlock(models.model_args(config, 1))
+    made.update(tree_map(lambda a: mx.zeros(a.shape, dtype=mx.bfloat16), made.parameters()))
+    if form == "q8":
+        nn.quantize(made, group_size=64, bits=8)
+    elif form == "w8a8":
+        quantize_linears(made)
+    mx.eval(made.parameters())
+    return made
+
+
+def block_host_us(form: str, m: int, calls: int = BLOCK_CALLS, repeats: int = REPEATS) -> float:
+    """Microseconds of host work per call of block(form) on x bfloat16 [1, m, hidden] (mask None
+    at m = 1, "causal" above), as host_us_per_call measures a layer."""
+    f = block(form)
+    x = mx.zeros((1, m, f.hidden_size), dtype=mx.bfloat16)
+    mask = None if m == 1 else "causal"
+    mx.eval(x)
+    with _w8a8_backend() if form == "w8a8" else contextlib.nullcontext():
+        for _ in range(WARM_UP):
+            f(x, mask)
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(calls):
+                f(x, mask)
             best = min(best, time.perf_counter() - start)
     return best / calls * 1e6
