@@ -291,3 +291,28 @@ def test_first_call_costs_on_the_cpu_leave_the_compiled_path_out_with_the_reason
     assert [(r["mode"], r.get("m")) for r in rows] == [("eager", 64), ("eager", 7), ("mx.compile", None)]
     assert all(r["first_s"] > 0 and r["warm_s"] > 0 for r in rows[:2])
     assert "MLX-operations path" in rows[2]["skipped"]
+
+
+def test_slot_table_gives_each_thread_its_own_compiled_object():
+    mx = pytest.importorskip("mlx.core")
+    from int8nax.per_thread import SlotTable, compile_per_thread
+
+    made = []
+
+    def factory(key):
+        made.append(key)
+        return compile_per_thread(lambda x: x * key)
+
+    table = SlotTable(factory, limit=2)
+    x = mx.array([1.0, 2.0])
+    first = table.get(3)
+    assert table.get(3) is first and made == [3]  # kept: one factory call a key
+    assert mx.array_equal(first(x), x * 3).item()
+    other = []
+    thread = threading.Thread(target=lambda: other.append(table.get(3)))
+    thread.start()
+    thread.join()
+    assert other[0] is not first and made == [3, 3]  # another thread: its own table, its own compiled object
+    table.get(4)
+    table.get(5)  # over the limit: this thread's keys start again
+    assert table.get(3) is not first and made.count(3) == 3

@@ -144,6 +144,26 @@ def compile_per_thread(fn, shapeless: bool = False, max_signatures: int | None =
     return PerThreadCompiled(fn, shapeless=shapeless, max_signatures=max_signatures)
 
 
+class SlotTable(threading.local):
+    """Per thread, key -> the compiled callable of the PerThreadCompiled factory(key) builds (its
+    slot for this thread, PerThreadCompiled.slot): a hot call finds its compiled object in one
+    dict lookup, without the factory's own cache or the object's thread lookup. At most `limit`
+    keys a thread (all dropped when full). Forget every thread's entries by making a new table.
+    The objects must not bound their signatures (max_signatures): their calls skip that check."""
+
+    def __init__(self, factory, limit: int):
+        self.factory, self.limit, self.table = factory, limit, {}
+
+    def get(self, key):
+        held = self.table.get(key)
+        if held is None or not held[1]:  # a new key, or the slot emptied at interpreter exit
+            if len(self.table) >= self.limit:
+                self.table.clear()
+            entry = self.factory(key)  # held here with its slot
+            held = self.table[key] = (entry, entry.slot())
+        return held[1][0]
+
+
 def release_all() -> None:
     """Release every thread's compiled objects; later calls run uncompiled (at interpreter exit)."""
     global _CLOSED

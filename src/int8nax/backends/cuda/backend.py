@@ -34,7 +34,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from ...per_thread import compile_per_thread
+from ...per_thread import SlotTable, compile_per_thread
 from ..base import Backend, BodyRan, Probe, swiglu_of
 from . import choice as cuda_choice
 from . import device, graphs, kernels, probe, settings
@@ -116,14 +116,23 @@ def _w8a8_any_rows(shape: tuple[int, ...], n: int, has_bias: bool):
     return compile_per_thread(body)
 
 
+def _entries() -> SlotTable:
+    return SlotTable(lambda key: _w8a8_any_rows(*key), SHAPE_CACHE_SIZE)
+
+
+_ENTRIES = _entries()
+"""This thread's compiled entry points of the layers' calls by (x shape, N, bias or not)."""
+
+
 def w8a8_marked(x, w, scale_w, bias):
     """(y [..., N], maybe_traced) of x [..., K] through _w8a8_any_rows (Backend.w8a8_linear_marked);
     None with COMPILE off (every call would run the body)."""
     if not COMPILE:
         return None
+    entry = _ENTRIES.get((x.shape, w.shape[0], bias is not None))
     body = _BODY
     body.ran = False
-    y = _w8a8_any_rows(x.shape, w.shape[0], bias is not None)(x, w, scale_w, _bias_arg(bias))
+    y = entry(x, w, scale_w, graphs._no_bias() if bias is None else _bias_arg(bias))
     return y, body.ran
 
 
@@ -155,6 +164,8 @@ def clear_caches() -> None:
         if hasattr(fn, "cache_clear"):  # tests put stand-ins in the place of some
             fn.cache_clear()
     kernels._built.clear()
+    global _ENTRIES
+    _ENTRIES = _entries()  # every thread's entries go with their table
     BACKEND._probe = None  # its reason names the choices (settings.w8a8_settings)
 
 
