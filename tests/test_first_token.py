@@ -1,7 +1,8 @@
 """The time to the first token of a fresh process (int8nax.bench.first_token), `int8nax compare
---generate --first-token`, and `int8nax warm --json`: the warm runs first into a new kernel cache,
-then MLX's first process, then one process per (prompt length, form) with the same cache; the
-options and the arguments fail with their names.
+--generate --first-token`, `int8nax warm --json` and benchmarks/bench_first_token.py: the warm runs
+first into a new kernel cache, then MLX's first process, then one process per (prompt length, form)
+with the same cache; the options and the arguments fail with their names; the suite reads each cell
+and says why one is not measured; the GPU script selects the suite's cells.
 
 Most tests stand in for the child processes (first_token.run_child); one measures a tiny model's
 real processes (a few seconds each on the 2-core CPU box)."""
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,12 @@ pytest.importorskip("mlx_lm", reason="mlx-lm (the `bench` and `test` extras) is 
 pytest.importorskip("transformers", reason="mlx-lm's generation front end needs transformers")
 
 from int8nax.bench import first_token, model_folder, models  # noqa: E402
+from int8nax.bench.checks import MismatchError  # noqa: E402
 from int8nax.commands import cli  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks import bench_first_token  # noqa: E402
 
 TINY = models.Config("tiny-first", "qwen2", 64, 128, 2, 1, 32, depth=2, vocab=256, tied=True)
 
@@ -312,3 +320,94 @@ def test_bad_first_token_options_exit_2_with_one_line_naming_the_option(argv, wo
     rc, got = _cli(capsys, *argv)
     assert rc == 2 and got.err.count("\n") == 1 and words in got.err, got.err
     assert not children.calls
+
+
+# --- the asv suite ------------------------------------------------------------------------------
+
+def test_the_suite_declares_every_profiles_cells():
+    assert first_token.profile_cases("full") == {f"qwen2.5-7b p{p}": ("qwen2.5-7b", p) for p in (300, 777, 1500, 4096)}
+    cpu = first_token.PROFILES["cpu"]
+    assert cpu.configs == ("qwen2.5-0.5b",) and cpu.layers == 2 and cpu.vocab == models.VOCAB
+    assert max(cpu.prompt_tokens) <= 64  # the README's `asv run` stays within its time
+    assert bench_first_token.FirstTokenFigures.params == [list(first_token.ALL_CASES), ["bf16", "w8a8"]]
+    assert bench_first_token.FirstTokenVsBf16.params == [list(first_token.ALL_CASES)]
+    assert bench_first_token.FirstTokenWarm.params == [["qwen2.5-7b", "qwen2.5-0.5b"]]
+    assert set(first_token.ALL_CASES) == {*first_token.profile_cases("cpu"), *first_token.profile_cases("full")}
+    classes = (bench_first_token.FirstTokenFigures, bench_first_token.FirstTokenVsBf16, bench_first_token.FirstTokenWarm)
+    for cls in classes:  # one measurement for all: asv keys setup_cache by the function's source line
+        assert cls.setup_cache is bench_first_token.FirstTokenFigures.setup_cache and cls.version == "1"
+    assert {getattr(cls, n).unit for cls in classes for n in vars(cls) if n.startswith("track_")} == {"seconds", "s"}
+    assert bench_first_token.FirstTokenVsBf16.track_w8a8_minus_bf16_s.unit == "s"  # may be negative
+
+
+def test_the_suite_reads_each_cell_and_says_why_one_is_not_measured():
+    case = "qwen2.5-0.5b p16"
+    figures = {(case, "bf16"): {"first_token_s": 0.2, "minus_bf16": 0.0},
+               (case, "w8a8"): {"first_token_s": 0.5, "minus_bf16": 0.30000000000000004},
+               ("qwen2.5-0.5b p64", "w8a8"): {"mismatch": "off by 3 ulp"},
+               ("qwen2.5-0.5b p64", "bf16"): {"first_token_s": 0.4, "minus_bf16": 0.0},
+               ("qwen2.5-0.5b", "warm"): {"seconds": 3.5, "built": 0}}
+    bench = bench_first_token.FirstTokenFigures()
+    bench.setup(figures, case, "w8a8")
+    assert bench.track_first_token_s(figures, case, "w8a8") == 0.5
+    diff = bench_first_token.FirstTokenVsBf16()
+    diff.setup(figures, case)
+    assert diff.track_w8a8_minus_bf16_s(figures, case) == 0.3
+    warm = bench_first_token.FirstTokenWarm()
+    warm.setup(figures, "qwen2.5-0.5b")
+    assert warm.track_w8a8_warm_s(figures, "qwen2.5-0.5b") == 3.5
+    with pytest.raises(MismatchError, match="3 ulp"):
+        diff.setup(figures, "qwen2.5-0.5b p64")
+    with pytest.raises(NotImplementedError, match="not in the 'cpu' profile"):
+        bench.setup(figures, "qwen2.5-7b p300", "bf16")
+    with pytest.raises(NotImplementedError, match="not in the 'cpu' profile"):
+        warm.setup(figures, "qwen2.5-7b")
+    with pytest.raises(NotImplementedError, match="INT8NAX_BENCH_PROFILE"):
+        bench.setup({"profile": "INT8NAX_BENCH_PROFILE: expected one of full, cpu, got 'x'"}, case, "bf16")
+
+
+def test_the_suites_measurement_keys_every_cell_and_the_warm(monkeypatch):
+    _stand_in(monkeypatch, lambda argv: {"n/a": "no", "process_s": 1.0} if argv[2:4] == ["w8a8", "64"] else None)
+    figures = first_token.profile_figures("cpu")
+    assert figures[("qwen2.5-0.5b p16", "w8a8")] == {"first_token_s": pytest.approx(0.116),
+                                                     "minus_bf16": pytest.approx(0.1)}
+    assert figures[("qwen2.5-0.5b p64", "w8a8")] == {"skip": "no"}
+    assert figures[("qwen2.5-0.5b", "warm")] == {"seconds": 44.0, "built": 26}
+    assert len(figures) == 5
+
+
+def test_a_bogus_profile_makes_every_cell_na(monkeypatch):
+    monkeypatch.setenv("INT8NAX_BENCH_PROFILE", "bogus")
+    bench_first_token.first_token_profile.cache_clear()
+    from benchmarks import common
+
+    common.profile.cache_clear()
+    try:
+        figures = bench_first_token.FirstTokenFigures().setup_cache()
+        assert "profile" in figures
+        with pytest.raises(NotImplementedError, match="bogus"):
+            bench_first_token.FirstTokenFigures().setup(figures, "qwen2.5-0.5b p16", "bf16")
+    finally:
+        bench_first_token.first_token_profile.cache_clear()
+        common.profile.cache_clear()
+
+
+def test_the_gpu_script_selects_the_suites_cells_at_its_profile(monkeypatch):
+    # tools/asv_offline_gpu.sh's -b regex (its Python part, run as the script runs it), matched
+    # against the names asv gives parameterised benchmarks: "<name>(<param reprs>, ...)"
+    script = (ROOT / "tools" / "asv_offline_gpu.sh").read_text()
+    code = script.split("""regex=$("$py" - "$BENCH" "$METHODS" <<'PY'\n""", 1)[1].split("\nPY\n", 1)[0]
+    env = dict(os.environ, INT8NAX_BENCH_PROFILE="full", PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
+    done = subprocess.run([sys.executable, "-", "FirstToken", r"\w+"], input=code, capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    regex = done.stdout.strip().splitlines()[-1]
+    wanted = ["bench_first_token.FirstTokenFigures.track_first_token_s('qwen2.5-7b p300', 'bf16')",
+              "bench_first_token.FirstTokenFigures.track_first_token_s('qwen2.5-7b p4096', 'w8a8')",
+              "bench_first_token.FirstTokenVsBf16.track_w8a8_minus_bf16_s('qwen2.5-7b p1500')",
+              "bench_first_token.FirstTokenWarm.track_w8a8_warm_s('qwen2.5-7b')"]
+    assert all(re.search(regex, name) for name in wanted), regex
+    unwanted = ["bench_first_token.FirstTokenFigures.track_first_token_s('qwen2.5-0.5b p16', 'bf16')",
+                "bench_first_token.FirstTokenWarm.track_w8a8_warm_s('qwen2.5-0.5b')",
+                "bench_gemm.Int8naxGemm.time_int8nax_gemm((512, 4096, 4096))"]
+    assert not any(re.search(regex, name) for name in unwanted), regex

@@ -151,6 +151,7 @@ def test_the_record_part_runs_every_suite_class_but_the_models_on_the_cards_mach
     bench, = re.findall(r"^BENCH=(\S+) SHA=abc1234 MACHINE=h100$", (out / "asv_record.txt").read_text(), re.M)
     assert re.search(bench, "Int8naxGemm") and re.search(bench, "CublasLtGemm")
     assert not re.search(bench, "W8A8ModelCompiled") and not re.search(bench, "ModelRatio")
+    assert not re.search(bench, "FirstTokenFigures")  # a call of its own (RECORD_BENCH=FirstToken)
     assert "asv record rc=0" in (out / "steps.txt").read_text()
 
 
