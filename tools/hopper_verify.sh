@@ -13,6 +13,11 @@
 #                                      #   `first_call warm` (every instance to 8192 tokens), and with the cache off
 #   bash tools/hopper_verify.sh generate  # mlx-lm's own loop (int8nax compare --generate) for GENERATE_MODEL,
 #                                      #   GENERATE_ARGS as given (forms, prompt tokens, batch), JSON and table
+#   bash tools/hopper_verify.sh first-token  # ~540 s (estimated; never run): the time to the first token of a
+#                                      #   fresh process, bf16 and W8A8 (compare --generate --first-token) for
+#                                      #   FIRST_TOKEN_MODEL (qwen2.5-7b) at FIRST_TOKENS (300,777,1500,4096), after
+#                                      #   `int8nax warm` into a new kernel cache (the first run on a new machine);
+#                                      #   FIRST_TOKEN_ARGS: more options (--forms bf16,mlx-q8,w8a8); JSON and table
 #
 #   bash tools/hopper_verify.sh kernel   # ~360 s: kernel time (int8nax compare --mode kernel): int8_matmul
 #                                      #   against cuBLASLt, W8A8 (float16/bfloat16, +-bias) against it
@@ -60,7 +65,7 @@
 # machine's git: the device's copy may carry a .git of the session's starting commit, not of the
 # tree that runs (git rev-parse there named the wrong commit once).
 set -u
-part=${1:?usage: hopper_verify.sh record|binaries|generate|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|kernels|tma|suite}
+part=${1:?usage: hopper_verify.sh record|binaries|generate|first-token|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=${T0:-$(date +%s)}   # export T0=$(date +%s) first where the call spent time before this script (the wheel install)
@@ -106,6 +111,14 @@ case "$part" in
       ${GENERATE_ARGS:-} --json "$OUT/generate.json" > "$OUT/generate.txt" 2> "$OUT/generate.log"
     echo "compare --generate ${GENERATE_MODEL:-qwen2.5-7b} rc=$? $(el) s" >> "$S"
     cat "$OUT/generate.txt"
+    ;;
+  first-token)
+    # SIGINT at the limit: the command stops its current process, and the JSON holds every process before it
+    timeout -s INT -k 30 $(left $END) python3 -m int8nax compare --generate --first-token \
+      --model ${FIRST_TOKEN_MODEL:-qwen2.5-7b} --prompt-tokens ${FIRST_TOKENS:-300,777,1500,4096} ${FIRST_TOKEN_ARGS:-} \
+      --markdown --json "$OUT/first_token.json" > "$OUT/first_token.txt" 2> "$OUT/first_token.log"
+    echo "compare --generate --first-token ${FIRST_TOKEN_MODEL:-qwen2.5-7b} ${FIRST_TOKENS:-300,777,1500,4096} rc=$? $(el) s" >> "$S"
+    cat "$OUT/first_token.txt"
     ;;
   kernel)
     timeout 560 python3 -m int8nax compare --mode kernel --json "$OUT/kernel.json" \
