@@ -201,12 +201,13 @@ def test_published_site_in_headless_chromium(project, tmp_path):
     for stale in (project.clone / ".asv" / "results").glob("*/*virtualenv*.json"):
         stale.unlink()
     # Every benchmark at the CPU-profile shapes, one quick sample each, one form's model figures
-    # (GPU time n/a here, from a benchmark's body) and the generation benchmark (no machine's
-    # committed record has it: without a run of its own its summary graphs would not exist),
-    # recorded for main's head.
+    # (GPU time n/a here, from a benchmark's body), the generation and first-token benchmarks (no
+    # machine's committed record has them: without a run of their own their summary graphs would
+    # not exist), recorded for main's head.
     result = project.asv("run", "-E", f"existing:{sys.executable}", "--set-commit-hash", project.harmless,
                          "--quick", "--show-stderr", "-b",
-                         CPU_PROFILE + r"|bench_model\.Bf16ModelFigures|bench_generate\.", check=False)
+                         CPU_PROFILE + r"|bench_model\.Bf16ModelFigures|bench_generate\.|bench_first_token\.",
+                         check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     recorded = json.loads(next((project.clone / ".asv" / "results" / "asv-test").glob(
         f"{project.harmless[:8]}-existing*.json")).read_text())["results"]

@@ -174,13 +174,6 @@ def test_a_wrong_projection_is_a_mismatch_and_nothing_is_timed(monkeypatch):
     assert generate.failed(list(rows.values()))
 
 
-def test_a_fresh_process_times_its_first_token():
-    rows = _measure(forms=("bf16",), fresh=True)
-    fresh = rows[0].fresh
-    assert set(fresh) == {"first_token_s", "load_s", "convert_s", "process_s"}, fresh
-    assert 0 < fresh["first_token_s"] < fresh["process_s"]
-
-
 # --- the command --------------------------------------------------------------------------------
 
 def _cli(capsys, *argv):
@@ -234,13 +227,11 @@ def test_bad_options_exit_2_with_one_line(argv, words, capsys):
     assert got.err.count("\n") == 1 and words in got.err, got.err
 
 
-def test_the_table_shows_the_fresh_first_token_and_failures():
-    row = generate.Row("qwen2.5-7b", "w8a8", 512, 128, 8, 28, 152064, error="RuntimeError: out of memory",
-                       fresh={"n/a": "the fresh process failed (exit 1): boom"})
-    text = compare_model.generate_render([row], markdown=False, fresh=True)
+def test_the_table_shows_failures():
+    row = generate.Row("qwen2.5-7b", "w8a8", 512, 128, 8, 28, 152064, error="RuntimeError: out of memory")
+    text = compare_model.generate_render([row], markdown=False)
     assert "qwen2.5-7b (28 layers, vocab 152064): prompt 512, generation 128, batch 8 (batch_generate" in text
-    assert "first token s" in text and "failed" in text
-    assert "w8a8: failed: RuntimeError: out of memory" in text and "fresh process: n/a: the fresh process failed" in text
+    assert "failed" in text and "w8a8: failed: RuntimeError: out of memory" in text
     assert generate.failed([row])
 
 

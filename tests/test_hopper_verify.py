@@ -151,6 +151,7 @@ def test_the_record_part_runs_every_suite_class_but_the_models_on_the_cards_mach
     bench, = re.findall(r"^BENCH=(\S+) SHA=abc1234 MACHINE=h100$", (out / "asv_record.txt").read_text(), re.M)
     assert re.search(bench, "Int8naxGemm") and re.search(bench, "CublasLtGemm")
     assert not re.search(bench, "W8A8ModelCompiled") and not re.search(bench, "ModelRatio")
+    assert not re.search(bench, "FirstTokenFigures")  # a call of its own (RECORD_BENCH=FirstToken)
     assert "asv record rc=0" in (out / "steps.txt").read_text()
 
 
@@ -171,3 +172,18 @@ def test_the_binaries_part_builds_in_one_process_and_loads_in_the_next(tmp_path)
         "first --tokens 300"]
     steps = (out / "steps.txt").read_text()
     assert "first_call INT8NAX_CUDA_BINARY_CACHE=off first --tokens 300 rc=0" in steps
+
+
+def test_the_first_token_part_measures_the_issues_prompt_lengths_in_one_command(tmp_path):
+    out = run_part(tmp_path, "first-token")  # the stand-in python3 prints its arguments
+    args = (out / "first_token.txt").read_text().split()
+    assert args[:5] == ["-m", "int8nax", "compare", "--generate", "--first-token"]
+    assert args[args.index("--model") + 1] == "qwen2.5-7b"
+    assert args[args.index("--prompt-tokens") + 1] == "300,777,1500,4096"
+    assert args[args.index("--json") + 1] == f"{out}/first_token.json" and "--markdown" in args
+    assert "compare --generate --first-token qwen2.5-7b 300,777,1500,4096 rc=0" in (out / "steps.txt").read_text()
+    out = run_part(tmp_path / "more", "first-token", FIRST_TOKENS="300", FIRST_TOKEN_ARGS="--forms bf16,mlx-q8,w8a8")
+    args = (out / "first_token.txt").read_text().split()
+    assert args[args.index("--prompt-tokens") + 1] == "300" and args[args.index("--forms") + 1] == "bf16,mlx-q8,w8a8"
+    # the header lists the part
+    assert "bash tools/hopper_verify.sh first-token" in SCRIPT.read_text()

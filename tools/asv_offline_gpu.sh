@@ -12,7 +12,9 @@
 # are the CPU-profile shapes, so no process is spawned just to say "n/a". The model benchmarks
 # (benchmarks/bench_model.py's classes and bench_ratio's ModelRatio, which need mlx-lm: its wheel
 # alone, without dependencies, on PYTHONPATH) run at the profile's (configuration, tokens) in the
-# same way; BENCH='Model' selects only them, BENCH='W8A8Model$|ModelRatio' a few. Results land in
+# same way; BENCH='Model' selects only them, BENCH='W8A8Model$|ModelRatio' a few. The fresh-process
+# first token (benchmarks/bench_first_token.py, about 9 minutes for Qwen2.5-7B) runs at its profile's
+# cases and models; BENCH=FirstToken selects only it. Results land in
 # .asv/results/$MACHINE/ (plus .asv/results/benchmarks.json), ready to commit; the log in
 # .asv/asv-run-$MACHINE.log.
 #
@@ -162,12 +164,29 @@ if bench_model is not None:
         model_classes.append(name)
     prof = models.PROFILES[problems.choose_profile()[0]]
     runs = "|".join(re.escape(f"{c!r}, {t}") for c in prof.configs for t in prof.tokens)
-if not classes and not model_classes:
+# The fresh-process first token (bench_first_token's classes), where this commit has them: their
+# parameters are this profile's cases and models (first_token.PROFILES).
+first_classes, cells = [], ""
+try:
+    bench_first_token = importlib.import_module("benchmarks.bench_first_token")
+    from int8nax.bench import first_token
+except ModuleNotFoundError:
+    bench_first_token = None
+if bench_first_token is not None:
+    base = bench_first_token._FirstToken
+    first_classes = [n for n, c in vars(bench_first_token).items()
+                     if isinstance(c, type) and issubclass(c, base) and c is not base and re.search(sys.argv[1], n)]
+    name = problems.choose_profile()[0]
+    keys = [*first_token.profile_cases(name), *first_token.PROFILES[name].configs]
+    cells = "|".join(re.escape(repr(k)) for k in keys)
+if not classes and not model_classes and not first_classes:
     sys.exit(f"asv_offline_gpu: no runnable benchmark class matches {sys.argv[1]!r}")
 shapes = "|".join(re.escape(", ".join(map(str, s))) for s in problems.profile_shapes())
 parts = [rf"^bench_\w+\.(?:{'|'.join(classes)})\.(?:{sys.argv[2]})\(\((?:{shapes})\)\)$"] if classes else []
 if model_classes:
     parts.append(rf"^bench_\w+\.(?:{'|'.join(model_classes)})\.(?:{sys.argv[2]})\((?:{runs})\)$")
+if first_classes:
+    parts.append(rf"^bench_first_token\.(?:{'|'.join(first_classes)})\.(?:{sys.argv[2]})\((?:{cells})(?:, '\w+')?\)$")
 print("|".join(parts))
 PY
 )

@@ -5,13 +5,19 @@
 # card: CARD (h100 or h200, read from nvidia-smi where not given) names the asv machine.
 #
 #   bash tools/hopper_verify.sh record # ~450 s: the asv record of this commit (COMMIT, COMMIT_DATE) on the card's
-#                                      #   machine: GEMM, linear and kernel-time benchmarks (RECORD_BENCH: others),
+#                                      #   machine: GEMM, linear and kernel-time benchmarks (RECORD_BENCH: others;
+#                                      #   RECORD_BENCH=FirstToken: the fresh-process first token, ~540 s estimated),
 #                                      #   as $OUT/asv_results_$CARD.tgz to unpack into the tree and commit
 #   bash tools/hopper_verify.sh binaries  # ~200 s: the CUDA binary cache (test_cuda_binary_cache), then a
 #                                      #   model's layers' first calls in fresh processes: cold, after
 #                                      #   `first_call warm` (every instance to 8192 tokens), and with the cache off
 #   bash tools/hopper_verify.sh generate  # mlx-lm's own loop (int8nax compare --generate) for GENERATE_MODEL,
 #                                      #   GENERATE_ARGS as given (forms, prompt tokens, batch), JSON and table
+#   bash tools/hopper_verify.sh first-token  # ~540 s (estimated; never run): the time to the first token of a
+#                                      #   fresh process, bf16 and W8A8 (compare --generate --first-token) for
+#                                      #   FIRST_TOKEN_MODEL (qwen2.5-7b) at FIRST_TOKENS (300,777,1500,4096), after
+#                                      #   `int8nax warm` into a new kernel cache (the first run on a new machine);
+#                                      #   FIRST_TOKEN_ARGS: more options (--forms bf16,mlx-q8,w8a8); JSON and table
 #
 #   bash tools/hopper_verify.sh kernel   # ~360 s: kernel time (int8nax compare --mode kernel): int8_matmul
 #                                      #   against cuBLASLt, W8A8 (float16/bfloat16, +-bias) against it
@@ -62,7 +68,7 @@
 # machine's git: the device's copy may carry a .git of the session's starting commit, not of the
 # tree that runs (git rev-parse there named the wrong commit once).
 set -u
-part=${1:?usage: hopper_verify.sh record|binaries|generate|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|prebuild|kernels|tma|suite}
+part=${1:?usage: hopper_verify.sh record|binaries|generate|first-token|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|prebuild|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=${T0:-$(date +%s)}   # export T0=$(date +%s) first where the call spent time before this script (the wheel install)
@@ -83,7 +89,7 @@ PYTEST="python3 -m pytest -q -p no:cacheprovider -rfE --tb=short"
 
 case "$part" in
   record)
-    SHA=${COMMIT:?set COMMIT} MACHINE=$CARD BENCH="${RECORD_BENCH:-^(?!.*Model)}" timeout $(left $(( END - 10 ))) \
+    SHA=${COMMIT:?set COMMIT} MACHINE=$CARD BENCH="${RECORD_BENCH:-^(?!.*(Model|FirstToken))}" timeout $(left $(( END - 10 ))) \
       bash tools/asv_offline_gpu.sh > "$OUT/asv_record.txt" 2>&1
     echo "asv record rc=$? $(el) s" >> "$S"
     tar -czf "$OUT/asv_results_$CARD.tgz" .asv/results/$CARD .asv/results/benchmarks.json 2>/dev/null
@@ -108,6 +114,14 @@ case "$part" in
       ${GENERATE_ARGS:-} --json "$OUT/generate.json" > "$OUT/generate.txt" 2> "$OUT/generate.log"
     echo "compare --generate ${GENERATE_MODEL:-qwen2.5-7b} rc=$? $(el) s" >> "$S"
     cat "$OUT/generate.txt"
+    ;;
+  first-token)
+    # SIGINT at the limit: the command stops its current process, and the JSON holds every process before it
+    timeout -s INT -k 30 $(left $END) python3 -m int8nax compare --generate --first-token \
+      --model ${FIRST_TOKEN_MODEL:-qwen2.5-7b} --prompt-tokens ${FIRST_TOKENS:-300,777,1500,4096} ${FIRST_TOKEN_ARGS:-} \
+      --markdown --json "$OUT/first_token.json" > "$OUT/first_token.txt" 2> "$OUT/first_token.log"
+    echo "compare --generate --first-token ${FIRST_TOKEN_MODEL:-qwen2.5-7b} ${FIRST_TOKENS:-300,777,1500,4096} rc=$? $(el) s" >> "$S"
+    cat "$OUT/first_token.txt"
     ;;
   kernel)
     timeout 560 python3 -m int8nax compare --mode kernel --json "$OUT/kernel.json" \

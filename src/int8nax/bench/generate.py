@@ -25,12 +25,8 @@ Checked before anything is timed, per form:
   projection recorded and checked against float64 on its own inputs (models.check_projections:
   W8A8 within 1 ulp, float and weight-only forms normwise). A failure is MISMATCH: nothing timed.
 That greedy request is also the form's first request in this process (first_request_s: kernel
-builds included) and the warm-up of the first (P, 1).
-
-Optionally (first_token) each form's time to first token in a fresh process: a child Python
-(`python -m int8nax.bench.generate`) loads the folder, converts, and answers one request of the
-first prompt length; its figures are the request's time to the first token (what the first
-user of a new server waits: kernel builds included) and the load + conversion before it.
+builds included) and the warm-up of the first (P, 1). The time to the first token of a fresh
+process, per prompt length, is bench.first_token's (`compare --generate --first-token`).
 
 Ratios (`ratios`): each form's prompt and generation tokens/s over bf16's and over mlx-q8's from
 the same run (above 1: faster), at the same (P, G, B).
@@ -42,7 +38,6 @@ the rung where W8A8's ratio over bf16 changes names what costs it.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import statistics
 import subprocess
@@ -160,8 +155,6 @@ class Row:
     detail: str | None = None
     first_request_s: float | None = None
     """This form's first request in the benchmark's process (batch 1, first prompt length)."""
-    fresh: dict | None = None
-    """first_token: {"first_token_s", "load_s", "convert_s", "process_s"} of a fresh process, or {"n/a": why}."""
     ratios: dict = field(default_factory=dict)
     """{"prompt_vs_bf16", "generation_vs_bf16", "prompt_vs_mlx-q8", "generation_vs_mlx-q8"}."""
     unavailable: str | None = None
@@ -262,8 +255,8 @@ def agreement(tokens, reference) -> int:
 # --- a whole run ----------------------------------------------------------------------------
 
 def measure(config: str | models.Config, forms=FORMS, prompt_tokens=(64,), generation_tokens: int = 16, batches=(1,),
-            trials: int = 3, layers: int | None = None, vocab: int | None = None, fresh: bool = False,
-            cache: Path | None = None, progress=None, on_form=None) -> list[Row]:
+            trials: int = 3, layers: int | None = None, vocab: int | None = None, cache: Path | None = None,
+            progress=None, on_form=None) -> list[Row]:
     """Every (form, prompt tokens, batch) of `config` as a Row, forms in FORMS order (module
     doc). Never raises for a form: a form that cannot run is n/a with the reason, one whose
     check fails MISMATCH, one that raises failed with the error. on_form(rows so far), if
@@ -309,11 +302,6 @@ def measure(config: str | models.Config, forms=FORMS, prompt_tokens=(64,), gener
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory: failed, with the reason
             _mark(mine, error=f"{type(exc).__name__}: {exc}")
         _free()
-        if fresh and not (mine[0].unavailable or mine[0].mismatch):
-            say(f"{config} {form}: first token in a fresh process")
-            got = fresh_first_token(path, form, prompt_tokens[0], vocab)
-            for r in mine:
-                r.fresh = got
         if on_form:
             ratios(rows)
             on_form(rows)
@@ -656,55 +644,3 @@ def breakdown(config: str | models.Config, forms=BREAKDOWN_FORMS, prompt_tokens=
     del loaded
     _free()
     return out
-
-
-# --- time to first token in a fresh process ---------------------------------------------------
-
-FRESH_TIMEOUT_S = 600
-
-
-def fresh_first_token(path: Path, form: str, prompt_tokens: int, vocab: int) -> dict:
-    """{"first_token_s", "load_s", "convert_s", "process_s"} of a new Python process that loads
-    `path`, converts it to `form` and answers one request of `prompt_tokens` (module doc), or
-    {"n/a": why}."""
-    src = str(Path(__file__).resolve().parents[2])  # the int8nax this process runs
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
-    cmd = [sys.executable, "-m", "int8nax.bench.generate", str(path), form, str(prompt_tokens), str(vocab)]
-    t0 = time.perf_counter()
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=FRESH_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return {"n/a": f"the fresh process took more than {FRESH_TIMEOUT_S} s"}
-    took = time.perf_counter() - t0
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"n/a": f"the fresh process failed (exit {done.returncode}): {tail}"}
-    out = json.loads(lines[-1])
-    if "n/a" not in out:
-        out["process_s"] = took
-    return out
-
-
-def _fresh_main(argv: list[str]) -> int:
-    """The child of fresh_first_token: prints one JSON line."""
-    path, form, prompt_tokens, vocab = Path(argv[0]), argv[1], int(argv[2]), int(argv[3])
-    t0 = time.perf_counter()
-    try:
-        model, tokenizer = front_end().load(str(path))
-        mx.eval(model.parameters())
-        t1 = time.perf_counter()
-        models.convert(model, form)
-        mx.eval(model.parameters())
-        t2 = time.perf_counter()
-    except Unavailable as exc:
-        print(json.dumps({"n/a": str(exc)}))
-        return 0
-    tokenizer._eos_token_ids = set()
-    seconds = first_token(model, tokenizer, prompts(prompt_tokens, 1, vocab)[0])
-    print(json.dumps({"first_token_s": seconds, "load_s": t1 - t0, "convert_s": t2 - t1}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_fresh_main(sys.argv[1:]))

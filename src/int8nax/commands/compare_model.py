@@ -28,6 +28,9 @@ form's tokens/s over bf16's and over mlx-q8's, and the greedy agreement with bf1
 two: per prompt length, batch 1, each form's prompt tokens/s on a ladder from mlx-lm's loop to one
 bare forward (generate.RUNGS: loop, no-clear, one-chunk, forward), forms interleaved in one process,
 with each rung's ratio over bf16 and its peak memory: where the ratio changes, that step costs it.
+
+`int8nax compare --generate --first-token [--prompt-tokens P,P] [--forms bf16,w8a8[,mlx-q8]]` is the
+time to the first token of a fresh process (int8nax.bench.first_token; compare_first_token prints it).
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from . import compare_gemm
-from ..bench import argtypes, generate, model_folder, models
+from . import compare_first_token, compare_gemm
+from ..bench import argtypes, first_token, generate, model_folder, models
 from ..bench.checks import MismatchError
 from ..bench.peers import Unavailable
 from ..bench.text import table_lines
@@ -317,7 +320,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("--vocab", type=argtypes.count(len(model_folder.ALPHABET)),
                      help="vocabulary of the saved model (default: the profile's: the real one on a GPU)")
     gen.add_argument("--first-token", action="store_true",
-                     help="also time each form's first token in a fresh process (one process per form)")
+                     help="instead: the time to the first token of a fresh process, each form at each prompt length "
+                          "in its own process, after W8A8's kernels were built once (`int8nax warm`, timed: the "
+                          "first run on a new machine) into a new kernel cache (default forms "
+                          f"{','.join(first_token.DEFAULT_FORMS)}; prompt lengths 300,777,1500,4096 on a GPU, "
+                          "16,64 on a CPU)")
 
 
 def main(args) -> int:
@@ -390,15 +397,13 @@ def _tps(fig) -> str:
     return f"{fig.median:.1f} ({fig.low:.1f}-{fig.high:.1f})"
 
 
-def generate_header(prompt_tokens: int, generation_tokens: int, fresh: bool) -> list[str]:
-    """mlx-lm's BENCHMARKS.md columns, then the ratios, the greedy agreement and (--first-token)
-    the fresh process's time to first token."""
+def generate_header(prompt_tokens: int, generation_tokens: int) -> list[str]:
+    """mlx-lm's BENCHMARKS.md columns, then the ratios and the greedy agreement."""
     return (["Precision", f"Prompt ({prompt_tokens}) tok/sec", f"Generation ({generation_tokens}) tok/sec",
-             "Memory GB"] + [f"{w} vs {b}" for b in generate.RATIO_BASES for w in ("P", "G")]
-            + ["agree"] + (["first token s"] if fresh else []))
+             "Memory GB"] + [f"{w} vs {b}" for b in generate.RATIO_BASES for w in ("P", "G")] + ["agree"])
 
 
-def generate_cells(r: generate.Row, fresh: bool) -> list[str]:
+def generate_cells(r: generate.Row) -> list[str]:
     if r.prompt_tps is None:
         cells = [r.form, r.status(), r.status(), r.status()]
     else:
@@ -408,15 +413,11 @@ def generate_cells(r: generate.Row, fresh: bool) -> list[str]:
             v = r.ratios.get(f"{w}_vs_{b}")
             cells.append("" if v is None else f"{v:.2f}")
     cells.append("" if r.agree_tokens is None else f"{r.agree_tokens}/{r.generation_tokens}")
-    if fresh:
-        f = r.fresh or {}
-        cells.append(f"{f['first_token_s']:.2f}" if "first_token_s" in f else "n/a" if f else "")
     return cells
 
 
 def generate_notes(rows: list[generate.Row]) -> list[str]:
-    """Per form, once: why it did not run, its check, what it ran as, its first request here and
-    its fresh process (--first-token)."""
+    """Per form, once: why it did not run, its check, what it ran as and its first request here."""
     lines, seen = [], set()
     for r in rows:
         if r.form in seen:
@@ -435,15 +436,10 @@ def generate_notes(rows: list[generate.Row]) -> list[str]:
             lines.append(f"{r.form} ran as: {r.detail}")
         if r.first_request_s is not None:
             lines.append(f"{r.form}: first request in this process {r.first_request_s:.2f} s")
-        if r.fresh:
-            f = r.fresh
-            lines.append(f"{r.form}: fresh process: n/a: {f['n/a']}" if "n/a" in f else
-                         f"{r.form}: fresh process: load {f['load_s']:.2f} s, convert {f['convert_s']:.2f} s, "
-                         f"first token {f['first_token_s']:.2f} s ({f['process_s']:.1f} s in all)")
     return lines
 
 
-def generate_render(rows: list[generate.Row], markdown: bool, fresh: bool = False) -> str:
+def generate_render(rows: list[generate.Row], markdown: bool) -> str:
     """One mlx-lm table per (configuration, prompt tokens, batch), then the notes."""
     out = []
     groups: dict[tuple, list[generate.Row]] = {}
@@ -458,7 +454,7 @@ def generate_render(rows: list[generate.Row], markdown: bool, fresh: bool = Fals
         trials = max((len(r.trials) for r in group), default=0)
         out.append(f"\n{'### ' if markdown else ''}{config} ({depth}, {vocab}): prompt {p}, generation {g}, "
                    f"batch {b} ({loop}; median of {trials} trials, min-max)\n")
-        out += table_lines(generate_header(p, g, fresh), [generate_cells(r, fresh) for r in group], markdown)
+        out += table_lines(generate_header(p, g), [generate_cells(r) for r in group], markdown)
     out.append("")
     prefix = "- " if markdown else ""
     out += [prefix + line for line in generate_notes(rows)]
@@ -483,6 +479,8 @@ def generate_main(args) -> int:
         print(f"int8nax compare: error: {exc}", file=sys.stderr)
         return 2
     profile = generate.PROFILES[profile_name]
+    if args.first_token and not args.breakdown:
+        return compare_first_token.main(args, profile_name, why)
     if args.breakdown:
         bad = [o for o in NOT_WITH_BREAKDOWN if getattr(args, o) not in (None, False)]
         bad += ["forms"] if args.forms and "cider" in args.forms else []
@@ -504,8 +502,7 @@ def generate_main(args) -> int:
             "profile": profile_name, "settings": {
                 "forms": list(forms), "prompt_tokens": list(prompt_tokens), "generation_tokens": generation_tokens,
                 "batches": list(batches), "trials": trials, "layers": layers, "vocab": vocab,
-                "prefill_step_size": generate.PREFILL_STEP_SIZE, "first_token": args.first_token,
-                "breakdown": args.breakdown}}
+                "prefill_step_size": generate.PREFILL_STEP_SIZE, "breakdown": args.breakdown}}
     print(f"int8nax compare --generate: backend {meta['backend']} ({meta['backend_reason']}); profile {profile_name} "
           f"({why}); mlx-lm {meta['mlx_lm']}'s stream_generate / batch_generate, prefill step "
           f"{generate.PREFILL_STEP_SIZE}; random seeded weights", flush=True)
@@ -526,9 +523,9 @@ def generate_main(args) -> int:
         return breakdown_main(args, profile, configs, meta, step)
     for config in configs:  # saved after every form, printed per model: a run cut short keeps what it had
         got = generate.measure(config, forms, prompt_tokens, generation_tokens, batches, trials, layers, vocab,
-                               args.first_token, progress=step, on_form=save)
+                               progress=step, on_form=save)
         rows += got
-        print(generate_render(got, args.markdown, args.first_token), flush=True)
+        print(generate_render(got, args.markdown), flush=True)
         save([])
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     return 1 if generate.failed(rows) else 0

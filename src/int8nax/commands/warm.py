@@ -5,15 +5,18 @@ Loads an mlx-lm model folder (`mlx_lm.load`), swaps its linears for W8A8 ones as
 launch for 1 .. max-tokens x batch rows ready (int8nax.nn.warm_up). On CUDA each kernel instance is
 compiled once per machine into MLX's kernel cache (MLX_PTX_CACHE_DIR), in parallel, so a later
 process answers its first request without compiling; a second run finds them all and builds
-nothing. Prints what it built and where kernels now come from; exit 0, 1 where a build was left to
-MLX, 2 on a usage error.
+nothing. Prints what it built, how long loading, quantizing and building took, and where kernels
+now come from (--json: one JSON line of the same); exit 0, 1 where a build was left to MLX, 2 on a
+usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from ..bench import argtypes
@@ -29,6 +32,9 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=argtypes.count(1), default=1, help="largest batch served (1)")
     p.add_argument("--jobs", type=argtypes.count(1), default=None, help="compiles at once (default: the CPUs)")
     p.add_argument("--skip-lm-head", action="store_true", help="leave the lm_head unquantized, as the server will")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON line instead: layers, rows, backend, kernels built, seconds of each step "
+                        "(load_s, quantize_s, build_s) and in all, and where kernels come from")
     p.set_defaults(func=main)
 
 
@@ -51,16 +57,26 @@ def main(args) -> int:
         return 2
     start = time.perf_counter()
     model, _ = load(args.model)
+    loaded = time.perf_counter()
     skip = (lambda path, module: not path.endswith("lm_head")) if args.skip_lm_head else None
     count = nn.quantize_linears(model, predicate=skip)
+    quantized = time.perf_counter()
     rows = args.max_tokens * args.batch
-    built = nn.warm_up(model, rows, jobs=args.jobs, progress=cuda_binary_cache.terminal_progress("building kernels"))
+    progress = None if args.json else cuda_binary_cache.terminal_progress("building kernels")
+    built = nn.warm_up(model, rows, jobs=args.jobs, progress=progress)
+    end = time.perf_counter()
     backend = backends.resolve(None)
-    print(f"int8nax warm: {count} W8A8 layers of {args.model}, up to {rows} rows on the {backend.name} backend: "
-          f"{built} kernels built in {time.perf_counter() - start:.1f} s")
-    if backend.name == "cuda":
-        print(f"kernels: {cuda_kernels.binary_cache_status()}")
-        cache = cuda_kernels.binary_cache()
-        if cache is not None and cache.counts.failed:
-            return 1
-    return 0
+    cache = cuda_kernels.binary_cache() if backend.name == "cuda" else None
+    status = cuda_kernels.binary_cache_status() if backend.name == "cuda" else None
+    if args.json:
+        print(json.dumps({"model": args.model, "layers": count, "rows": rows, "backend": backend.name, "built": built,
+                          "seconds": end - start, "load_s": loaded - start, "quantize_s": quantized - loaded,
+                          "build_s": end - quantized, "kernels": status,
+                          "counts": None if cache is None else asdict(cache.counts)}))
+    else:
+        print(f"int8nax warm: {count} W8A8 layers of {args.model}, up to {rows} rows on the {backend.name} backend: "
+              f"{built} kernels built in {end - start:.1f} s (load {loaded - start:.1f} s, quantize "
+              f"{quantized - loaded:.1f} s, kernels {end - quantized:.1f} s)")
+        if status:
+            print(f"kernels: {status}")
+    return 1 if cache is not None and cache.counts.failed else 0
