@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.commands import cli, site, site_vendor
+from int8nax.commands import cli, site, site_models, site_vendor
+from int8nax.commands.site import comparison
 from int8nax.bench import contenders, machines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,7 +119,7 @@ class PageReader(HTMLParser):
             s = a["data-seconds"]
             self.row["seconds"][a["data-mode"]] = None if s == "None" else float(s)
         elif tag == "td" and "ratio" in cls.split() and "self" not in cls.split():
-            self.row["ratios"][a["data-peer"]] = {m: float(a[f"data-{m}"]) for m in site.MODES if f"data-{m}" in a}
+            self.row["ratios"][a["data-peer"]] = {m: float(a[f"data-{m}"]) for m in comparison.MODES if f"data-{m}" in a}
         elif tag == "rect" and "bar" in cls.split():
             self.block["bars"].append((a["data-contender"], a["data-mode"], float(a["data-tops"])))
 
@@ -185,7 +186,7 @@ def assert_page(blocks: dict, machine: str, expected: dict, peers_of: set[str]) 
                     continue
                 cell = row["ratios"].get(peer)
                 assert cell is not None, f"{contender}: no ratio to {peer}"
-                for mode in site.MODES:
+                for mode in comparison.MODES:
                     mine, theirs = times.get(mode), timed[peer].get(mode)
                     if mine is None or theirs is None:
                         assert mode not in cell, f"{contender} vs {peer} {mode}: a ratio without two times"
@@ -196,7 +197,7 @@ def assert_page(blocks: dict, machine: str, expected: dict, peers_of: set[str]) 
             assert not extra, f"{contender}: ratios to {extra}, which have no time here"
 
 
-PEERS = {c.name for c in site.CONTENDERS if c.peer}
+PEERS = {c.name for c in comparison.CONTENDERS if c.peer}
 
 
 # --- the tests --------------------------------------------------------------------------------
@@ -217,7 +218,7 @@ def test_page_shows_the_latest_commit_with_exact_times_ratios_and_missing_rows(r
     # cider, which runs only on an M5 and which no machine has reported: a row at every shape
     # saying so, with the command an M5 owner runs
     cider = blocks[("h200", S64)]["rows"]["cider-raw"]
-    assert cider["kind"] == "missing" and f"{site.M5_ONLY}: an M5 owner runs {site.M5_COMMAND}" in cider["text"]
+    assert cider["kind"] == "missing" and f"{site_models.M5_ONLY}: an M5 owner runs {site_models.M5_COMMAND}" in cider["text"]
     absent = re.search(r'<details class="absent".*?</details>', page.split('data-machine="h200"')[1], re.S).group(0)
     assert "cider-raw, cublaslt-int8" not in absent  # cuBLASLt has results on h200
     assert re.search(r"<b>[^<]*cider-raw[^<]*torch-int8[^<]*</b>: no result at this commit here", absent)
@@ -236,14 +237,14 @@ def test_every_contender_of_the_suite_is_listed_on_every_machine(results, html_d
     # the suite's contenders in order, then an unknown benchmark stem under its own name: at
     # each shape those with a result somewhere on the machine (missing where they have none);
     # the rest once, in the machine's "not measured" list
-    names = [c.name for c in site.CONTENDERS] + ["other_kernel"]
+    names = [c.name for c in comparison.CONTENDERS] + ["other_kernel"]
     h200 = ["int8nax-gemm", "cublaslt-int8", "mlx-fp16"]
-    assert list(blocks[("h200", S16)]["rows"]) == list(blocks[("h200", S64)]["rows"]) == h200 + list(site.CIDER)
+    assert list(blocks[("h200", S16)]["rows"]) == list(blocks[("h200", S64)]["rows"]) == h200 + list(comparison.CIDER)
     assert blocks[("h200", S64)]["rows"]["int8nax-gemm"]["kind"] == "missing"
     data = json.loads((html_dir / "compare.json").read_text())["machines"]
     assert list(data["h200"]["absent"]) == [n for n in names if n not in h200]
     mystery = blocks[("mystery", "(16, 512, 512)")]
-    assert list(mystery["rows"]) == ["int8nax-gemm", "other_kernel", *site.CIDER] and mystery["rows"]["other_kernel"]["kind"] == "result"
+    assert list(mystery["rows"]) == ["int8nax-gemm", "other_kernel", *comparison.CIDER] and mystery["rows"]["other_kernel"]["kind"] == "result"
     assert close(mystery["rows"]["int8nax-gemm"]["ratios"]["other_kernel"]["call"], 4e-3 / 1e-3)
 
 
@@ -293,7 +294,7 @@ def test_the_page_check_catches_a_damaged_page(results, html_dir, damage):
 
 def test_a_wrong_generator_is_caught(results, html_dir, monkeypatch):
     """The same check against the generator itself: a ratio computed upside down fails it."""
-    real = site.compare_machine
+    real = comparison.compare_machine
 
     def upside_down(*args, **kwargs):
         block = real(*args, **kwargs)
@@ -303,7 +304,7 @@ def test_a_wrong_generator_is_caught(results, html_dir, monkeypatch):
                     e.ratios[peer] = {m: (1 / r if r else r) for m, r in modes.items()}
         return block
 
-    monkeypatch.setattr(site, "compare_machine", upside_down)
+    monkeypatch.setattr(comparison, "compare_machine", upside_down)
     site.publish(html_dir, results)
     with pytest.raises(AssertionError, match="vs"):
         assert_page(read_page((html_dir / "compare.html").read_text()), "h200", expected_h200(), PEERS)
@@ -380,7 +381,7 @@ def test_roster_matches_the_asv_suite_and_the_contenders():
 
     classes = [c for mod in (bench_gemm, bench_linear) for _, c in inspect.getmembers(mod, inspect.isclass)
                if issubclass(c, common.ContenderBenchmark) and c is not common.ContenderBenchmark]
-    by_name = {c.name: c for c in site.CONTENDERS}
+    by_name = {c.name: c for c in comparison.CONTENDERS}
     assert sorted(by_name) == sorted(contenders.SUITE)
     for cls in classes:
         info = by_name[cls.contender]
@@ -392,7 +393,7 @@ def test_roster_matches_the_asv_suite_and_the_contenders():
         else:
             assert info.fmt.a in (2, 4) and info.fmt.out in (2, 4), cls
     assert not by_name["int8nax-gemm"].peer and not by_name["int8nax-full"].peer
-    assert all(c.peer for c in site.CONTENDERS if not c.name.startswith("int8nax-"))
+    assert all(c.peer for c in comparison.CONTENDERS if not c.name.startswith("int8nax-"))
 
 
 def test_ceilings_are_not_used_for_other_hardware_under_a_declared_name(results, html_dir):

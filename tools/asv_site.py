@@ -392,7 +392,7 @@ def check_compare(html_dir: Path, index: dict, driver, url: str, screenshot: Pat
         problems.append(f"compare.html has {dom['scripts']} script element(s); it must work without JavaScript")
     if dom["external"]:
         problems.append(f"compare.html loads from outside the site: {dom['external'][:3]}")
-    from int8nax.commands.site import NOT_CONTENDERS  # the gate's ratio benchmarks: ratios, not times
+    from int8nax.commands.site.results import NOT_CONTENDERS  # the gate's ratio benchmarks: ratios, not times
 
     time_benches = {b for b in index["benchmarks"] if ".time_" in b and not b.startswith(NOT_CONTENDERS)}
     # 0. every machine with a time on the site is on the page, at its latest such commit
