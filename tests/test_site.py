@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.commands import cli, site, site_models, site_vendor
-from int8nax.commands.site import comparison
+from int8nax.commands import cli, site
+from int8nax.commands.site import comparison, model_section, vendor
 from int8nax.bench import contenders, machines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -218,7 +218,7 @@ def test_page_shows_the_latest_commit_with_exact_times_ratios_and_missing_rows(r
     # cider, which runs only on an M5 and which no machine has reported: a row at every shape
     # saying so, with the command an M5 owner runs
     cider = blocks[("h200", S64)]["rows"]["cider-raw"]
-    assert cider["kind"] == "missing" and f"{site_models.M5_ONLY}: an M5 owner runs {site_models.M5_COMMAND}" in cider["text"]
+    assert cider["kind"] == "missing" and f"{model_section.M5_ONLY}: an M5 owner runs {model_section.M5_COMMAND}" in cider["text"]
     absent = re.search(r'<details class="absent".*?</details>', page.split('data-machine="h200"')[1], re.S).group(0)
     assert "cider-raw, cublaslt-int8" not in absent  # cuBLASLt has results on h200
     assert re.search(r"<b>[^<]*cider-raw[^<]*torch-int8[^<]*</b>: no result at this commit here", absent)
@@ -445,7 +445,7 @@ def test_offline_without_its_libraries_the_site_falls_back_to_the_comparison_pag
     html = tmp_path / "site"
     shutil.copytree(Path(importlib.util.find_spec("asv").origin).parent / "www", html)
     site.publish(html, results)
-    shutil.rmtree(html / site_vendor.VENDOR)
+    shutil.rmtree(html / vendor.VENDOR)
     report = asv_site.check_offline(html)
     assert report == {"vendored": False, "page": "compare", "hash": "#offline", "notice": True, "rows": 7}  # h200 3 + 2, mystery 2
 
@@ -454,17 +454,17 @@ def test_site_vendors_the_shipped_libraries_into_asvs_index(results, tmp_path):
     html = tmp_path / "site"
     shutil.copytree(Path(importlib.util.find_spec("asv").origin).parent / "www", html)
     before = (html / "index.html").read_text()
-    assert len(site_vendor.unlinked(before)) == len(site_vendor.CDN_FILES)  # asv 0.6.6's own links
+    assert len(vendor.unlinked(before)) == len(vendor.CDN_FILES)  # asv 0.6.6's own links
     site.publish(html, results)
     after = (html / "index.html").read_text()
-    assert site_vendor.unlinked(after) == []
-    for pkg, path in site_vendor.CDN_FILES.values():
+    assert vendor.unlinked(after) == []
+    for pkg, path in vendor.CDN_FILES.values():
         kind = "css" if path.endswith(".css") else "js"
-        copy = html / site_vendor.VENDOR / kind / Path(path).name
-        assert f'"{site_vendor.VENDOR}/{kind}/{copy.name}"' in after
-        assert copy.read_bytes() == (site_vendor.assets() / pkg / path).read_bytes()
-    assert sorted(p.name for p in (html / site_vendor.VENDOR / "fonts").iterdir()) == sorted(site_vendor.FONT_FILES)
-    assert len(list((html / site_vendor.VENDOR / "licenses").iterdir())) == len(site_vendor.LICENSES)
+        copy = html / vendor.VENDOR / kind / Path(path).name
+        assert f'"{vendor.VENDOR}/{kind}/{copy.name}"' in after
+        assert copy.read_bytes() == (vendor.assets() / pkg / path).read_bytes()
+    assert sorted(p.name for p in (html / vendor.VENDOR / "fonts").iterdir()) == sorted(vendor.FONT_FILES)
+    assert len(list((html / vendor.VENDOR / "licenses").iterdir())) == len(vendor.LICENSES)
     site.publish(html, results)  # again: nothing left to replace, same page
     assert (html / "index.html").read_text() == after
     (html / "index.html").write_text(before.replace("</head>", '<script src="https://cdn.example/x.js"></script></head>'))
@@ -476,17 +476,17 @@ def test_the_shipped_libraries_are_the_pinned_versions_files():
     """site_assets holds exactly the files its manifest lists, with those SHA-256s, of the
     versions tools/asv-site/package-lock.json pins; and where npm has installed them, the same
     bytes as npm's (so a changed pin without `python tools/asv_site.py ship` fails)."""
-    data = site_vendor.manifest()
+    data = vendor.manifest()
     lock = json.loads((REPO / "tools/asv-site/package-lock.json").read_text())["packages"]
     assert data["packages"] == {p: lock[f"node_modules/{p}"]["version"] for p in data["packages"]}
-    assert set(data["packages"]) == {p for p, _ in site_vendor.CDN_FILES.values()}
-    root = site_vendor.assets()
-    shipped = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != site_vendor.MANIFEST)
-    assert shipped == sorted(data["sha256"]) == site_vendor.shipped_paths()
-    assert {rel: site_vendor.sha256(root / rel) for rel in shipped} == data["sha256"]
-    for pkg, path in site_vendor.CDN_FILES.values():  # licence headers or files travel with the code
+    assert set(data["packages"]) == {p for p, _ in vendor.CDN_FILES.values()}
+    root = vendor.assets()
+    shipped = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != vendor.MANIFEST)
+    assert shipped == sorted(data["sha256"]) == vendor.shipped_paths()
+    assert {rel: vendor.sha256(root / rel) for rel in shipped} == data["sha256"]
+    for pkg, path in vendor.CDN_FILES.values():  # licence headers or files travel with the code
         head = (root / pkg / path).read_text(errors="replace")[:400]
-        assert "MIT" in head or "license" in head.lower() or pkg in site_vendor.LICENSES, (pkg, path)
+        assert "MIT" in head or "license" in head.lower() or pkg in vendor.LICENSES, (pkg, path)
     node_modules = REPO / "tools/asv-site/node_modules"
     if not node_modules.is_dir():
         pytest.skip("npm's copies are not installed (npm ci --prefix tools/asv-site); checked against the manifest only")

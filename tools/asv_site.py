@@ -8,7 +8,7 @@
     python tools/asv_site.py ship
 
 vendor: points index.html at asv's JavaScript/CSS libraries copied into <html>/vendor/
-    (int8nax.commands.site_vendor; `int8nax site` does it too, so the README's command gives a site
+    (int8nax.commands.site.vendor; `int8nax site` does it too, so the README's command gives a site
     that works offline).
 
 ship: copies those libraries from `npm ci --prefix tools/asv-site` (the pin:
@@ -52,7 +52,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
-from int8nax.commands import site_vendor
+from int8nax.commands.site import vendor as site_vendor
 
 ASSETS = Path(__file__).resolve().parent / "asv-site" / "node_modules"
 """npm's install of the pinned libraries (only `ship` needs it)."""
@@ -63,7 +63,7 @@ class SiteError(Exception):
 
 
 def vendor(html_dir: Path) -> list[str]:
-    """int8nax.commands.site_vendor.vendor, its errors as SiteError; returns the URLs replaced."""
+    """int8nax.commands.site.vendor.vendor, its errors as SiteError; returns the URLs replaced."""
     try:
         return site_vendor.vendor(html_dir)
     except site_vendor.VendorError as exc:

@@ -11,21 +11,23 @@ and writes, into the published site,
     compare.json  the same entries, machine-readable (tools/asv_site.py checks the page and
                   this file against asv's own graph files)
 and links the page from asv's index.html. asv 0.6.6's index loads its JavaScript from CDNs:
-the command copies the same libraries, shipped with int8nax (int8nax.commands.site_vendor), into the
+the command copies the same libraries, shipped with int8nax (int8nax.commands.site.vendor), into the
 site and points index.html at them, so that the graphs work offline. Should they still fail
 to load, asv sends the browser to error.html; the command points that fallback at
 compare.html#offline instead, which says why the interactive graphs are missing.
 
-asv's result files are read through int8nax.commands.asv_format (format version 2): a number is a
+asv's result files are read through int8nax.commands.site.asv_format (format version 2): a number is a
 result, NaN n/a (skipped), null a failure; a benchmark absent from a file was not run at
 that commit.
 """
 
 # The docstring above is the command's --help. The package, by step:
-#     results     each machine's latest results, read from asv's result files
-#     comparison  the contenders side by side per shape: ceilings, ratios, kernels, what is absent
-#     page        compare.html
-#     asv_pages   what asv published (its commits), and the edits of its index.html and graph page
+#     results        each machine's latest results, read from asv's result files (asv_format)
+#     comparison     the contenders side by side per shape: ceilings, ratios, kernels, what is absent
+#     page           compare.html
+#     model_section  the model benchmarks' section of the page
+#     asv_pages      what asv published (its commits), and the edits of its index.html and graph page
+#     vendor         asv's JavaScript and CSS libraries, shipped with int8nax and served with the site
 # and the command itself (publish, main) here.
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ import json
 import sys
 from pathlib import Path
 
-from .. import site_models, site_vendor
 from ...bench import problems
+from . import model_section, vendor
 from .asv_pages import link_index, published_commits, tune_graphs
 from .comparison import compare, to_json
 from .page import render
@@ -66,18 +68,18 @@ def publish(html_dir: Path, results_dir: Path, first: str | None = None, here: s
     commits = published_commits(html_dir)
     blocks = compare(results_dir, commits, first or here, here)
     page = render(blocks, str(results_dir))
-    # The model section (int8nax.commands.site_models) goes at the end of the page.
-    page = page.replace("</body></html>", site_models.section(results_dir, commits, first or here) + "\n</body></html>")
+    # The model section (model_section) goes at the end of the page.
+    page = page.replace("</body></html>", model_section.section(results_dir, commits, first or here) + "\n</body></html>")
     (html_dir / "compare.html").write_text(page)
     data = to_json(blocks)
-    data["models"] = site_models.to_json(site_models.read(results_dir, commits))
+    data["models"] = model_section.to_json(model_section.read(results_dir, commits))
     (html_dir / "compare.json").write_text(json.dumps(data, indent=1, allow_nan=False))
     tuned, untuned = tune_graphs(html_dir, first or (here if here in data["machines"] else None))
     changed = link_index(index) + tuned
     try:
-        if site_vendor.vendor(html_dir):
+        if vendor.vendor(html_dir):
             changed.append("libraries served with the site (vendor/)")
-    except site_vendor.VendorError as exc:
+    except vendor.VendorError as exc:
         raise SiteError(str(exc)) from None
     return {"page": str(html_dir / "compare.html"), "index": changed, "untuned": untuned,
             "machines": {m: sum(e["has_result"] for e in v["entries"]) for m, v in data["machines"].items()},

@@ -13,7 +13,7 @@ from ... import backends
 from ...bench import contenders as bench_contenders
 from ...bench import machines as machine_ceilings
 from ...bench import problems, timing
-from ..site_models import M5_COMMAND, M5_ONLY
+from .model_section import M5_COMMAND, M5_ONLY
 from .results import _BENCH, MachineResults, Value, read_results
 
 MODES = ("call", "chain")

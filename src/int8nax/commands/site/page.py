@@ -10,8 +10,8 @@ import time
 
 from ...bench import contenders as bench_contenders
 from ...bench import machines as machine_ceilings
-from ..site_models import M5_COMMAND, M5_ONLY
 from .comparison import MODES, Entry, MachineBlock, ShapeBlock
+from .model_section import M5_COMMAND, M5_ONLY
 from .results import RATIO_BENCH, MachineResults, Value
 
 MODE_TITLES = {"call": "one call", "chain": "per call, chained"}

@@ -1,6 +1,6 @@
-"""Each machine's latest results, read from asv's result files through int8nax.commands.asv_format
-(format version 2): a number is a result, NaN n/a (skipped), null a failure; a benchmark absent
-from a file was not run at that commit."""
+"""Each machine's latest results, read from asv's result files (asv_format, format version 2): a
+number is a result, NaN n/a (skipped), null a failure; a benchmark absent from a file was not run
+at that commit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import asv_format
+from . import asv_format
 
 
 _BENCH = re.compile(r"^(?P<prefix>.+)\.time_(?P<stem>\w+?)(?P<chain>_chain)?$")
@@ -23,7 +23,7 @@ _KERNEL = re.compile(r"^(?P<prefix>.+)\.track_(?P<stem>\w+)_kernel$")
 NOT_CONTENDERS = ("bench_ratio.", "bench_model.")
 """Benchmark modules whose time_ values are not times of a contender: the regression gate's
 ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py); the
-model benchmarks (benchmarks/bench_model.py) have their own section (int8nax.commands.site_models)."""
+model benchmarks (benchmarks/bench_model.py) have their own section (model_section)."""
 
 
 class SiteError(Exception):
@@ -68,7 +68,7 @@ def _param_text(combo: tuple[str, ...]) -> str:
 
 
 def read_result_file(path: Path) -> ResultFile:
-    """One asv result file (int8nax.commands.asv_format) -> its time_ values by benchmark and parameter."""
+    """One asv result file (asv_format) -> its time_ values by benchmark and parameter."""
     try:
         raw = asv_format.read(path)
     except asv_format.NotAResultFile as exc:

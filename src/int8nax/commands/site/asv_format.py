@@ -1,5 +1,5 @@
 """asv's result files (format version 2, asv 0.6), read once for the comparison page
-(int8nax.commands.site) and its model section (int8nax.commands.site_models).
+(results) and its model section (model_section).
 
 A file holds "commit_hash", "date" (commit date, ms), "env_name", "params" (the machine's),
 "result_columns" and "results": {benchmark name: [column values in result_columns order]}.
