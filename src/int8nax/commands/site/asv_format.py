@@ -61,6 +61,12 @@ def machine_info(folder: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def hardware(info: dict) -> str:
+    """A machine.json's hardware in words, as the page heads each machine: "cpu X, num_cpu 2, gpu Y"
+    (the keys it has)."""
+    return ", ".join(f"{k} {info[k]}" for k in ("cpu", "num_cpu", "gpu") if info.get(k))
+
+
 def finite(value) -> bool:
     """Whether a raw value is a measurement (not NaN: skipped, nor None: failed)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -208,7 +208,7 @@ def section(results_dir: Path, commits: set[str] | None = None, first: str | Non
         out.append("<p>No model results yet: run the suite with benchmarks/bench_model.py.</p>")
     for b in blocks:
         name = html.escape(b.name)
-        hw = ", ".join(f"{k} {b.info[k]}" for k in ("cpu", "num_cpu", "gpu") if b.info.get(k))
+        hw = asv_format.hardware(b.info)
         mine = " (your run)" if first and b.name == first else ""
         out.append(f'<h3 id="models-{name}">{name}{mine}</h3><p class="small">{html.escape(hw)}. '
                    f'Commit <code>{html.escape(b.commit[:8])}</code>.</p>')

@@ -10,6 +10,7 @@ import time
 
 from ...bench import contenders as bench_contenders
 from ...bench import machines as machine_ceilings
+from . import asv_format
 from .comparison import MODES, Entry, MachineBlock, ShapeBlock
 from .model_section import M5_COMMAND, M5_ONLY
 from .results import RATIO_BENCH, MachineResults, Value
@@ -339,7 +340,7 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
         r = b.results
         name = html.escape(r.name)
         date = time.strftime("%Y-%m-%d", time.gmtime(r.date / 1000)) if r.date else "?"
-        hw = ", ".join(f"{k} {r.info[k]}" for k in ("cpu", "num_cpu", "gpu") if r.info.get(k))
+        hw = asv_format.hardware(r.info)
         out.append(f'<section class="machine" id="machine-{name}" data-machine="{name}" '
                    f'data-commit="{html.escape(r.commit)}"><h2>{name}</h2>'
                    f'<p class="small">{html.escape(hw)}. Commit <code>{html.escape(r.commit[:8])}</code> '
