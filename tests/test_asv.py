@@ -79,7 +79,7 @@ class Project:
         self.clone = root / "int8nax"
         home = root / "home"
         home.mkdir()
-        from int8nax.commands.gate_calibrate import sandbox_env
+        from int8nax.commands.gate_calibrate.sandbox import sandbox_env
 
         self.env = {
             **sandbox_env(home, "asv test"),
@@ -124,18 +124,18 @@ def project(tmp_path_factory):
     """main: HEAD, then a harmless commit; branch `slow`: a planted slowdown of int8nax's GEMM
     (int8nax.commands.gate_calibrate's, whichever backend and CPU path run); branch `wrong`: a GEMM
     that is off by one."""
-    from int8nax.commands import gate_calibrate
+    from int8nax.commands.gate_calibrate import sandbox
 
     require_asv()
     project = Project(tmp_path_factory.mktemp("asv"))
     project.base = project.run("git", "rev-parse", "HEAD").stdout.strip()
     project.harmless = project.commit("A harmless change", "docs/asv-test-note.txt", "no code changed\n")
     project.run("git", "checkout", "-q", "-b", "slow")
-    gate_calibrate.plant(project.clone, PLANTED_FACTOR)
+    sandbox.plant(project.clone, PLANTED_FACTOR)
     project.run("git", "commit", "-q", "-am", "Planted slowdown")
     project.slow = project.run("git", "rev-parse", "HEAD").stdout.strip()
     project.run("git", "checkout", "-q", "-b", "wrong", project.harmless)
-    project.wrong = project.commit("Planted mismatch", gate_calibrate.PLANT_TARGET, PLANTED_MISMATCH, append=True)
+    project.wrong = project.commit("Planted mismatch", sandbox.PLANT_TARGET, PLANTED_MISMATCH, append=True)
     project.run("git", "checkout", "-q", "main")
     return project
 

@@ -1,4 +1,4 @@
-"""int8nax.commands.asv_format: asv's result files as the site reads them (hand-written files)."""
+"""int8nax.commands.site.asv_format: asv's result files as the site reads them (hand-written files)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from int8nax.commands import asv_format
+from int8nax.commands.site import asv_format
 
 COLUMNS = ["result", "params", "version", "started_at", "duration"]
 

@@ -441,7 +441,7 @@ def test_ratio_benchmark_uses_this_profiles_reference_and_sizes_its_sample(monke
 def test_planted_slowdown_multiplies_each_call_by_the_factor():
     import functools
 
-    from int8nax.commands import gate_calibrate
+    from int8nax.commands.gate_calibrate import sandbox
 
     clock = FakeClock()
 
@@ -458,7 +458,7 @@ def test_planted_slowdown_multiplies_each_call_by_the_factor():
     evaluated = []
     namespace = {"get": lambda name: backend, "lru_cache": functools.lru_cache,
                  "mx": argparse.Namespace(eval=evaluated.append)}
-    exec(gate_calibrate.PLANT.format(factor=1.2), namespace)
+    exec(sandbox.PLANT.format(factor=1.2), namespace)
 
     def tick():
         clock.now += 0.001  # the busy wait reads the clock
@@ -477,9 +477,9 @@ def test_planted_slowdown_multiplies_each_call_by_the_factor():
 
 
 def test_plant_target_still_has_the_hook():
-    from int8nax.commands import gate_calibrate
+    from int8nax.commands.gate_calibrate import sandbox
 
-    text = (ROOT / gate_calibrate.PLANT_TARGET).read_text()
+    text = (ROOT / sandbox.PLANT_TARGET).read_text()
     assert "def get(name" in text and "lru_cache" in text and "import mlx.core as mx" in text
 
 
@@ -517,28 +517,29 @@ def test_workflow_verdict_is_the_gates_own(status):
 def test_calibration_report_counts_false_alarms_and_detections_by_asvs_rule():
     import random
 
-    from int8nax.commands import gate_calibrate as gc
+    from int8nax.commands.gate_calibrate.points import Point, Run, flagged
+    from int8nax.commands.gate_calibrate.reporting import report
 
     rng = random.Random(14)
 
     def point(center, spread=0.005, n=40):
         samples = [center * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
         median = sorted(samples)[n // 2]
-        return gc.Point(median, {"ci_99_a": min(samples), "ci_99_b": max(samples), "q_25": median,
-                                 "q_75": median, "repeat": n, "number": 1}, samples)
+        return Point(median, {"ci_99_a": min(samples), "ci_99_b": max(samples), "q_25": median,
+                              "q_75": median, "repeat": n, "number": 1}, samples)
 
     name = "bench_ratio.GemmRatio.track_int8nax_gemm_ratio((16, 512, 512))"
     runs = []
     for head_center, kind, planted, status in [(1.0, "A/A", 1.0, 0), (1.09, "A/A", 1.0, 1),
                                                (1.2, "A/B 1.2", 1.2, 1), (1.2, "A/B 1.2", 1.2, 1)]:
         base, head = {name: point(1.0)}, {name: point(head_center)}
-        run = gc.Run(kind, planted, status, 90.0, (2.0, 2.0, 2.0), raw=(base, head))
-        ratio, significant, _ = gc.flagged(base[name], head[name], 1.08)
+        run = Run(kind, planted, status, 90.0, (2.0, 2.0, 2.0), raw=(base, head))
+        ratio, significant, _ = flagged(base[name], head[name], 1.08)
         run.points[name] = (ratio, significant)
         runs.append(run)
     args = argparse.Namespace(machine="box", argv=["--machine", "box"], factors=[1.05, 1.10, 1.15])
     settings = gate.Settings(factor=1.08, source="test")
-    text, suggested = gc.report(runs, args, settings, "gate ...", "2026-12-01 10:00 UTC", (1.0, 1.0, 1.0))
+    text, suggested = report(runs, args, settings, "gate ...", "2026-12-01 10:00 UTC", (1.0, 1.0, 1.0))
     # Per benchmark at the factor run (1.08): the 1.09x A/A run is a false alarm, both A/B runs detected.
     row = next(line for line in text.splitlines() if line.startswith(f"| `{name}`"))
     assert "| 1/2 |" in row and "2/2" in row

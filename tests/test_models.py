@@ -22,6 +22,7 @@ pytest.importorskip("mlx_lm", reason="mlx-lm (the `bench` and `test` extras) is 
 
 from int8nax.bench import models  # noqa: E402
 from int8nax.bench.checks import MismatchError  # noqa: E402
+from int8nax.bench.models import prepared  # noqa: E402
 from int8nax.bench.peers import Unavailable  # noqa: E402
 from int8nax.nn import W8A8Linear  # noqa: E402
 
@@ -159,13 +160,13 @@ def test_compiled_is_checked_against_eager_in_prefill_and_decode():
 
 
 def test_a_wrong_compiled_decode_step_fails_its_check(monkeypatch):
-    real = models._compiled_decode_step
+    real = prepared._compiled_decode_step
 
     def off_by_one(model, context, cache_module):  # a step that attends at the wrong position
         step = real(model, context + 40, cache_module)
         return lambda ids, buffers: 2 * step(ids, buffers)
 
-    monkeypatch.setattr(models, "_compiled_decode_step", off_by_one)
+    monkeypatch.setattr(prepared, "_compiled_decode_step", off_by_one)
     compiled = models.prepare(TINY["qwen3"], "bf16", "compiled", layers=1, context=4)
     with pytest.raises(MismatchError, match="decode after 4.*from the same form run eager"):
         compiled.prepare(1)
@@ -449,7 +450,7 @@ def test_fast_cells_are_sampled_for_a_minimum_time(monkeypatch):
     # A 1 ms forward: 5 samples would span 5 ms; the median comes from enough samples to cover
     # MIN_SAMPLE_SECONDS (at most MAX_REPEAT), after MIN_WARMUP_SECONDS of untimed runs.
     now = [0.0]
-    monkeypatch.setattr(models.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(prepared.time, "perf_counter", lambda: now[0])
 
     class Fake:
         runs = 0

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from int8nax.commands import cli, site, site_vendor
+from int8nax.commands import cli, site
+from int8nax.commands.site import comparison, model_section, vendor
 from int8nax.bench import contenders, machines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,7 +119,7 @@ class PageReader(HTMLParser):
             s = a["data-seconds"]
             self.row["seconds"][a["data-mode"]] = None if s == "None" else float(s)
         elif tag == "td" and "ratio" in cls.split() and "self" not in cls.split():
-            self.row["ratios"][a["data-peer"]] = {m: float(a[f"data-{m}"]) for m in site.MODES if f"data-{m}" in a}
+            self.row["ratios"][a["data-peer"]] = {m: float(a[f"data-{m}"]) for m in comparison.MODES if f"data-{m}" in a}
         elif tag == "rect" and "bar" in cls.split():
             self.block["bars"].append((a["data-contender"], a["data-mode"], float(a["data-tops"])))
 
@@ -185,7 +186,7 @@ def assert_page(blocks: dict, machine: str, expected: dict, peers_of: set[str]) 
                     continue
                 cell = row["ratios"].get(peer)
                 assert cell is not None, f"{contender}: no ratio to {peer}"
-                for mode in site.MODES:
+                for mode in comparison.MODES:
                     mine, theirs = times.get(mode), timed[peer].get(mode)
                     if mine is None or theirs is None:
                         assert mode not in cell, f"{contender} vs {peer} {mode}: a ratio without two times"
@@ -196,7 +197,7 @@ def assert_page(blocks: dict, machine: str, expected: dict, peers_of: set[str]) 
             assert not extra, f"{contender}: ratios to {extra}, which have no time here"
 
 
-PEERS = {c.name for c in site.CONTENDERS if c.peer}
+PEERS = {c.name for c in comparison.CONTENDERS if c.peer}
 
 
 # --- the tests --------------------------------------------------------------------------------
@@ -217,7 +218,7 @@ def test_page_shows_the_latest_commit_with_exact_times_ratios_and_missing_rows(r
     # cider, which runs only on an M5 and which no machine has reported: a row at every shape
     # saying so, with the command an M5 owner runs
     cider = blocks[("h200", S64)]["rows"]["cider-raw"]
-    assert cider["kind"] == "missing" and f"{site.M5_ONLY}: an M5 owner runs {site.M5_COMMAND}" in cider["text"]
+    assert cider["kind"] == "missing" and f"{model_section.M5_ONLY}: an M5 owner runs {model_section.M5_COMMAND}" in cider["text"]
     absent = re.search(r'<details class="absent".*?</details>', page.split('data-machine="h200"')[1], re.S).group(0)
     assert "cider-raw, cublaslt-int8" not in absent  # cuBLASLt has results on h200
     assert re.search(r"<b>[^<]*cider-raw[^<]*torch-int8[^<]*</b>: no result at this commit here", absent)
@@ -236,14 +237,14 @@ def test_every_contender_of_the_suite_is_listed_on_every_machine(results, html_d
     # the suite's contenders in order, then an unknown benchmark stem under its own name: at
     # each shape those with a result somewhere on the machine (missing where they have none);
     # the rest once, in the machine's "not measured" list
-    names = [c.name for c in site.CONTENDERS] + ["other_kernel"]
+    names = [c.name for c in comparison.CONTENDERS] + ["other_kernel"]
     h200 = ["int8nax-gemm", "cublaslt-int8", "mlx-fp16"]
-    assert list(blocks[("h200", S16)]["rows"]) == list(blocks[("h200", S64)]["rows"]) == h200 + list(site.CIDER)
+    assert list(blocks[("h200", S16)]["rows"]) == list(blocks[("h200", S64)]["rows"]) == h200 + list(comparison.CIDER)
     assert blocks[("h200", S64)]["rows"]["int8nax-gemm"]["kind"] == "missing"
     data = json.loads((html_dir / "compare.json").read_text())["machines"]
     assert list(data["h200"]["absent"]) == [n for n in names if n not in h200]
     mystery = blocks[("mystery", "(16, 512, 512)")]
-    assert list(mystery["rows"]) == ["int8nax-gemm", "other_kernel", *site.CIDER] and mystery["rows"]["other_kernel"]["kind"] == "result"
+    assert list(mystery["rows"]) == ["int8nax-gemm", "other_kernel", *comparison.CIDER] and mystery["rows"]["other_kernel"]["kind"] == "result"
     assert close(mystery["rows"]["int8nax-gemm"]["ratios"]["other_kernel"]["call"], 4e-3 / 1e-3)
 
 
@@ -293,7 +294,7 @@ def test_the_page_check_catches_a_damaged_page(results, html_dir, damage):
 
 def test_a_wrong_generator_is_caught(results, html_dir, monkeypatch):
     """The same check against the generator itself: a ratio computed upside down fails it."""
-    real = site.compare_machine
+    real = comparison.compare_machine
 
     def upside_down(*args, **kwargs):
         block = real(*args, **kwargs)
@@ -303,7 +304,7 @@ def test_a_wrong_generator_is_caught(results, html_dir, monkeypatch):
                     e.ratios[peer] = {m: (1 / r if r else r) for m, r in modes.items()}
         return block
 
-    monkeypatch.setattr(site, "compare_machine", upside_down)
+    monkeypatch.setattr(comparison, "compare_machine", upside_down)
     site.publish(html_dir, results)
     with pytest.raises(AssertionError, match="vs"):
         assert_page(read_page((html_dir / "compare.html").read_text()), "h200", expected_h200(), PEERS)
@@ -380,7 +381,7 @@ def test_roster_matches_the_asv_suite_and_the_contenders():
 
     classes = [c for mod in (bench_gemm, bench_linear) for _, c in inspect.getmembers(mod, inspect.isclass)
                if issubclass(c, common.ContenderBenchmark) and c is not common.ContenderBenchmark]
-    by_name = {c.name: c for c in site.CONTENDERS}
+    by_name = {c.name: c for c in comparison.CONTENDERS}
     assert sorted(by_name) == sorted(contenders.SUITE)
     for cls in classes:
         info = by_name[cls.contender]
@@ -392,7 +393,7 @@ def test_roster_matches_the_asv_suite_and_the_contenders():
         else:
             assert info.fmt.a in (2, 4) and info.fmt.out in (2, 4), cls
     assert not by_name["int8nax-gemm"].peer and not by_name["int8nax-full"].peer
-    assert all(c.peer for c in site.CONTENDERS if not c.name.startswith("int8nax-"))
+    assert all(c.peer for c in comparison.CONTENDERS if not c.name.startswith("int8nax-"))
 
 
 def test_ceilings_are_not_used_for_other_hardware_under_a_declared_name(results, html_dir):
@@ -444,7 +445,7 @@ def test_offline_without_its_libraries_the_site_falls_back_to_the_comparison_pag
     html = tmp_path / "site"
     shutil.copytree(Path(importlib.util.find_spec("asv").origin).parent / "www", html)
     site.publish(html, results)
-    shutil.rmtree(html / site_vendor.VENDOR)
+    shutil.rmtree(html / vendor.VENDOR)
     report = asv_site.check_offline(html)
     assert report == {"vendored": False, "page": "compare", "hash": "#offline", "notice": True, "rows": 7}  # h200 3 + 2, mystery 2
 
@@ -453,17 +454,17 @@ def test_site_vendors_the_shipped_libraries_into_asvs_index(results, tmp_path):
     html = tmp_path / "site"
     shutil.copytree(Path(importlib.util.find_spec("asv").origin).parent / "www", html)
     before = (html / "index.html").read_text()
-    assert len(site_vendor.unlinked(before)) == len(site_vendor.CDN_FILES)  # asv 0.6.6's own links
+    assert len(vendor.unlinked(before)) == len(vendor.CDN_FILES)  # asv 0.6.6's own links
     site.publish(html, results)
     after = (html / "index.html").read_text()
-    assert site_vendor.unlinked(after) == []
-    for pkg, path in site_vendor.CDN_FILES.values():
+    assert vendor.unlinked(after) == []
+    for pkg, path in vendor.CDN_FILES.values():
         kind = "css" if path.endswith(".css") else "js"
-        copy = html / site_vendor.VENDOR / kind / Path(path).name
-        assert f'"{site_vendor.VENDOR}/{kind}/{copy.name}"' in after
-        assert copy.read_bytes() == (site_vendor.assets() / pkg / path).read_bytes()
-    assert sorted(p.name for p in (html / site_vendor.VENDOR / "fonts").iterdir()) == sorted(site_vendor.FONT_FILES)
-    assert len(list((html / site_vendor.VENDOR / "licenses").iterdir())) == len(site_vendor.LICENSES)
+        copy = html / vendor.VENDOR / kind / Path(path).name
+        assert f'"{vendor.VENDOR}/{kind}/{copy.name}"' in after
+        assert copy.read_bytes() == (vendor.assets() / pkg / path).read_bytes()
+    assert sorted(p.name for p in (html / vendor.VENDOR / "fonts").iterdir()) == sorted(vendor.FONT_FILES)
+    assert len(list((html / vendor.VENDOR / "licenses").iterdir())) == len(vendor.LICENSES)
     site.publish(html, results)  # again: nothing left to replace, same page
     assert (html / "index.html").read_text() == after
     (html / "index.html").write_text(before.replace("</head>", '<script src="https://cdn.example/x.js"></script></head>'))
@@ -475,17 +476,17 @@ def test_the_shipped_libraries_are_the_pinned_versions_files():
     """site_assets holds exactly the files its manifest lists, with those SHA-256s, of the
     versions tools/asv-site/package-lock.json pins; and where npm has installed them, the same
     bytes as npm's (so a changed pin without `python tools/asv_site.py ship` fails)."""
-    data = site_vendor.manifest()
+    data = vendor.manifest()
     lock = json.loads((REPO / "tools/asv-site/package-lock.json").read_text())["packages"]
     assert data["packages"] == {p: lock[f"node_modules/{p}"]["version"] for p in data["packages"]}
-    assert set(data["packages"]) == {p for p, _ in site_vendor.CDN_FILES.values()}
-    root = site_vendor.assets()
-    shipped = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != site_vendor.MANIFEST)
-    assert shipped == sorted(data["sha256"]) == site_vendor.shipped_paths()
-    assert {rel: site_vendor.sha256(root / rel) for rel in shipped} == data["sha256"]
-    for pkg, path in site_vendor.CDN_FILES.values():  # licence headers or files travel with the code
+    assert set(data["packages"]) == {p for p, _ in vendor.CDN_FILES.values()}
+    root = vendor.assets()
+    shipped = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != vendor.MANIFEST)
+    assert shipped == sorted(data["sha256"]) == vendor.shipped_paths()
+    assert {rel: vendor.sha256(root / rel) for rel in shipped} == data["sha256"]
+    for pkg, path in vendor.CDN_FILES.values():  # licence headers or files travel with the code
         head = (root / pkg / path).read_text(errors="replace")[:400]
-        assert "MIT" in head or "license" in head.lower() or pkg in site_vendor.LICENSES, (pkg, path)
+        assert "MIT" in head or "license" in head.lower() or pkg in vendor.LICENSES, (pkg, path)
     node_modules = REPO / "tools/asv-site/node_modules"
     if not node_modules.is_dir():
         pytest.skip("npm's copies are not installed (npm ci --prefix tools/asv-site); checked against the manifest only")

@@ -1,4 +1,4 @@
-"""The comparison page's model section (int8nax.commands.site_models), from synthetic asv result files:
+"""The comparison page's model section (int8nax.commands.site.model_section), from synthetic asv result files:
 tokens/s per form and machine at the latest commit, the speed-ups over bf16 computed here from
 the inputs, and model results kept out of the GEMM contenders' section."""
 
@@ -9,7 +9,8 @@ import re
 from html import escape
 from pathlib import Path
 
-from int8nax.commands import site, site_models
+from int8nax.commands import site
+from int8nax.commands.site import model_section
 
 NAN = float("nan")
 COLUMNS = ["result", "params", "version", "started_at", "duration"]
@@ -52,23 +53,23 @@ def results(root: Path) -> Path:
 
 
 def test_latest_commit_speedups_and_missing_cells(tmp_path):
-    (block,) = site_models.read(results(tmp_path))
+    (block,) = model_section.read(results(tmp_path))
     assert block.name == "h200" and block.commit == "b" * 40
     assert block.tokens_per_s[("qwen2.5-7b", "eager", "w8a8", 512)] == 12000.0
-    assert site_models.speedup(block, "qwen2.5-7b", "eager", "w8a8", 512) == 12000.0 / 9000.0
-    assert site_models.speedup(block, "qwen2.5-7b", "eager", "w8a8", 1) == 0.5
+    assert model_section.speedup(block, "qwen2.5-7b", "eager", "w8a8", 512) == 12000.0 / 9000.0
+    assert model_section.speedup(block, "qwen2.5-7b", "eager", "w8a8", 1) == 0.5
     # compiled has no bf16 compiled reference here: no speed-up rather than a wrong one
-    assert site_models.speedup(block, "qwen2.5-7b", "compiled", "w8a8", 512) is None
+    assert model_section.speedup(block, "qwen2.5-7b", "compiled", "w8a8", 512) is None
     assert ("qwen2.5-7b", "eager", "cider", 1) not in block.tokens_per_s  # n/a is missing, not zero
-    html = site_models.section(tmp_path)
+    html = model_section.section(tmp_path)
     assert "h200" in html and "cpu</h3>" not in html
     # one figure per cell: tokens/s and the same as ms per forward (512 tokens at 12,000 tok/s)
     assert "1.33x" in html and "0.50x" in html and "12,000.0 tok/s" in html and "42.7 ms a forward" in html
     assert "ms/layer" not in html
     # cider: one column saying no M5 has reported, with the command
-    assert f"{site_models.M5_ONLY}</b>: an M5 owner runs <code>{escape(site_models.M5_COMMAND)}</code>" in html
+    assert f"{model_section.M5_ONLY}</b>: an M5 owner runs <code>{escape(model_section.M5_COMMAND)}</code>" in html
     assert html.count("<polyline") == 3  # bf16, w8a8, w8a8 compiled
-    rows = site_models.to_json([block])["h200"]["rows"]
+    rows = model_section.to_json([block])["h200"]["rows"]
     (w,) = [r for r in rows if (r["form"], r["mode"], r["tokens"]) == ("w8a8", "eager", 512)]
     assert w["ms_per_layer"] == 10.0 and w["speed_vs_bf16"] == 12000.0 / 9000.0
 
@@ -88,11 +89,11 @@ def test_the_page_gets_the_model_section_and_keeps_models_out_of_the_contenders(
 
 
 def test_no_model_results_says_so(tmp_path):
-    assert "No model results yet" in site_models.section(tmp_path / "absent")
+    assert "No model results yet" in model_section.section(tmp_path / "absent")
 
 
 def test_every_form_of_the_benchmarks_has_a_colour_and_a_name_stem():
     from int8nax.bench import models
 
-    assert site_models.FORMS == models.FORMS and set(site_models.COLORS) == set(models.FORMS)
-    assert set(site_models.STEMS.values()) == set(models.FORMS)
+    assert model_section.FORMS == models.FORMS and set(model_section.COLORS) == set(models.FORMS)
+    assert set(model_section.STEMS.values()) == set(models.FORMS)

@@ -339,7 +339,8 @@ def test_model_sized_mlp_fused_on_the_gpu(monkeypatch, make, schedule):
 
 
 def test_the_model_check_compares_one_step_calls_with_the_models_own(one_step, monkeypatch):
-    from int8nax.bench import models
+    from int8nax.bench.checks import MismatchError
+    from int8nax.bench.models import projections
 
     args = qwen2.ModelArgs(model_type="qwen2", hidden_size=64, num_hidden_layers=2, intermediate_size=160,
                            num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, vocab_size=97)
@@ -347,15 +348,15 @@ def test_the_model_check_compares_one_step_calls_with_the_models_own(one_step, m
     model = qwen2.Model(args)
     inn.quantize_linears(model)
     ids = mx.array([[1, 2, 3, 4, 5]])
-    with models._recording(model) as recorders:
+    with projections._recording(model) as recorders:
         mx.eval(model(ids))
-    assert models._check_swiglu_calls(model, recorders, "m") == " (2 SwiGLU MLP calls bit-identical)"
+    assert projections._check_swiglu_calls(model, recorders, "m") == " (2 SwiGLU MLP calls bit-identical)"
     real = inn.swiglu_w8a8_linear  # the one step, made wrong on whichever backend runs it
     monkeypatch.setattr(inn, "swiglu_w8a8_linear", lambda g, w, s, b, backend=None: real(g, w, s * 1.001, b))
-    with pytest.raises(models.MismatchError, match=r"the MLP model\.layers\.[01]\.mlp's one-step SwiGLU call differs"):
-        models._check_swiglu_calls(model, recorders, "m")
+    with pytest.raises(MismatchError, match=r"the MLP model\.layers\.[01]\.mlp's one-step SwiGLU call differs"):
+        projections._check_swiglu_calls(model, recorders, "m")
     force_one_step(monkeypatch, False)
-    assert models._check_swiglu_calls(model, recorders, "m") == ""  # the model's own call ran: nothing to compare
+    assert projections._check_swiglu_calls(model, recorders, "m") == ""  # the model's own call ran: nothing to compare
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])

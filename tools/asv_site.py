@@ -8,7 +8,7 @@
     python tools/asv_site.py ship
 
 vendor: points index.html at asv's JavaScript/CSS libraries copied into <html>/vendor/
-    (int8nax.commands.site_vendor; `int8nax site` does it too, so the README's command gives a site
+    (int8nax.commands.site.vendor; `int8nax site` does it too, so the README's command gives a site
     that works offline).
 
 ship: copies those libraries from `npm ci --prefix tools/asv-site` (the pin:
@@ -52,7 +52,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
-from int8nax.commands import site_vendor
+from int8nax.commands.site import vendor as site_vendor
 
 ASSETS = Path(__file__).resolve().parent / "asv-site" / "node_modules"
 """npm's install of the pinned libraries (only `ship` needs it)."""
@@ -63,7 +63,7 @@ class SiteError(Exception):
 
 
 def vendor(html_dir: Path) -> list[str]:
-    """int8nax.commands.site_vendor.vendor, its errors as SiteError; returns the URLs replaced."""
+    """int8nax.commands.site.vendor.vendor, its errors as SiteError; returns the URLs replaced."""
     try:
         return site_vendor.vendor(html_dir)
     except site_vendor.VendorError as exc:
@@ -392,7 +392,7 @@ def check_compare(html_dir: Path, index: dict, driver, url: str, screenshot: Pat
         problems.append(f"compare.html has {dom['scripts']} script element(s); it must work without JavaScript")
     if dom["external"]:
         problems.append(f"compare.html loads from outside the site: {dom['external'][:3]}")
-    from int8nax.commands.site import NOT_CONTENDERS  # the gate's ratio benchmarks: ratios, not times
+    from int8nax.commands.site.results import NOT_CONTENDERS  # the gate's ratio benchmarks: ratios, not times
 
     time_benches = {b for b in index["benchmarks"] if ".time_" in b and not b.startswith(NOT_CONTENDERS)}
     # 0. every machine with a time on the site is on the page, at its latest such commit

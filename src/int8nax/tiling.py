@@ -101,7 +101,7 @@ def tile_of(gx: int, gy: int, s: int) -> tuple[int, int]:
 # SM x SN sub-tile (TM = SM/FM by TN = SN/FN fragments). K advances BK elements between
 # threadgroup barriers (a full block needs no K mask); a last partial block handles the K
 # remainder with masked loads. Loads go straight from device memory (no threadgroup staging).
-# The nax_emulator module walks exactly this grid with these constants.
+# The emulator (int8nax.nax_emulator) walks exactly this grid with these constants.
 
 SIMD_WIDTH = 32
 """Threads per Apple GPU simdgroup."""

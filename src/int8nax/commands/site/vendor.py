@@ -102,7 +102,7 @@ def vendor(html_dir: Path) -> list[str]:
         tag, url = match.group(1), match.group(2)
         if url not in CDN_FILES:
             if tag == "script" or "stylesheet" in match.group(0):
-                raise VendorError(f"index.html loads {url}, which int8nax.commands.site_vendor does not ship; "
+                raise VendorError(f"index.html loads {url}, which int8nax.commands.site.vendor does not ship; "
                                   "add it to CDN_FILES (and to tools/asv-site/package.json)")
             return match.group(0)
         pkg, path = CDN_FILES[url]

@@ -1,7 +1,7 @@
 """The model section of the comparison page (`int8nax site`): tokens per second against tokens,
 per form and machine, from the asv results of benchmarks/bench_model.py, with the speed-up table.
 
-Read from asv's result files (int8nax.commands.asv_format): for each machine, the latest
+Read from asv's result files (asv_format): for each machine, the latest
 commit (by commit date) with any model result, its environments merged. Figures:
     track_<form>[_compiled]_tokens_per_s   the plotted value
     time_<form>[_compiled]                 seconds per decoder layer (the table's ms/layer)
@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import asv_format
-from ..bench.models import FORMS, MODES
+from ...bench.models import FORMS, MODES
 
 M5_ONLY = "M5 only: no report yet"
 M5_COMMAND = ("asv machine --machine int8nax-m5 --yes && asv run --config asv.m5.conf.json "
               "(cider installed as docs/results/m5.md says), or int8nax selftest --json and "
               "int8nax compare --markdown in an issue")
 """cider runs only on an Apple M5: what its columns say until an M5 owner's results are committed,
-and what that owner runs (docs/results/m5.md). int8nax.commands.site's contender tables say the same."""
+and what that owner runs (docs/results/m5.md). The contender tables (comparison, page) say the same."""
 
 STEMS = {f.replace("-", "_"): f for f in FORMS}
 COLORS = {"bf16": "#444444", "fp16": "#888888", "mlx-q8": "#1f77b4", "w8a8": "#d62728", "cider": "#2ca02c"}
@@ -58,7 +58,7 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineModels
         try:
             raw = asv_format.read(path)
         except asv_format.NotAResultFile:
-            continue  # int8nax.commands.site reports unreadable files; this section only leaves them out
+            continue  # results reports unreadable files; this section only leaves them out
         if commits is not None and raw.commit not in commits:
             continue
         tps, spl = {}, {}
@@ -208,7 +208,7 @@ def section(results_dir: Path, commits: set[str] | None = None, first: str | Non
         out.append("<p>No model results yet: run the suite with benchmarks/bench_model.py.</p>")
     for b in blocks:
         name = html.escape(b.name)
-        hw = ", ".join(f"{k} {b.info[k]}" for k in ("cpu", "num_cpu", "gpu") if b.info.get(k))
+        hw = asv_format.hardware(b.info)
         mine = " (your run)" if first and b.name == first else ""
         out.append(f'<h3 id="models-{name}">{name}{mine}</h3><p class="small">{html.escape(hw)}. '
                    f'Commit <code>{html.escape(b.commit[:8])}</code>.</p>')

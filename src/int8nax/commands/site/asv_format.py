@@ -1,5 +1,5 @@
 """asv's result files (format version 2, asv 0.6), read once for the comparison page
-(int8nax.commands.site) and its model section (int8nax.commands.site_models).
+(results) and its model section (model_section).
 
 A file holds "commit_hash", "date" (commit date, ms), "env_name", "params" (the machine's),
 "result_columns" and "results": {benchmark name: [column values in result_columns order]}.
@@ -59,6 +59,12 @@ def machine_info(folder: Path) -> dict:
     """The machine folder's machine.json ({} where it has none)."""
     path = Path(folder) / MACHINE_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def hardware(info: dict) -> str:
+    """A machine.json's hardware in words, as the page heads each machine: "cpu X, num_cpu 2, gpu Y"
+    (the keys it has)."""
+    return ", ".join(f"{k} {info[k]}" for k in ("cpu", "num_cpu", "gpu") if info.get(k))
 
 
 def finite(value) -> bool:
