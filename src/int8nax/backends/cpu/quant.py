@@ -184,8 +184,9 @@ def _dequantize_float32(acc, scale_x, scale_w, dtype, to_float16, transposed, th
     def block(lo, hi):
         # int32 -> float32 inside the first multiply (one pass instead of a cast and a multiply).
         yb = y[lo:hi]
-        np.multiply(a[lo:hi], s_row[lo:hi, None], out=yb, dtype=np.float32, casting="unsafe")
-        yb *= s_col[None, :]
+        with np.errstate(over="ignore"):  # a product past float32's range is recomputed below
+            np.multiply(a[lo:hi], s_row[lo:hi, None], out=yb, dtype=np.float32, casting="unsafe")
+            yb *= s_col[None, :]
         # Within 2**-22 of the dtype's largest value the last float32 rounding could send a
         # finite result to inf: those few elements are recomputed from float64. Two reductions
         # first (no temporary; fmax/fmin skip NaN, which would hide a large value from max/min).
