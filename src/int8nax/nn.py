@@ -47,7 +47,8 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map_with_path
 
 from ._checks import check_backend, dtype_name
-from .api import _may_skip_custom, bind, quantize_weight_int8, swiglu_w8a8_linear, w8a8_linear
+from .api import bind, quantize_weight_int8, swiglu_w8a8_linear, w8a8_linear
+from .api.tracing import _may_skip_custom
 from . import backends
 from .backends import swiglu as _swiglu
 
