@@ -1,5 +1,5 @@
 """The API's host path (int8nax.api): a call that no transformation traces goes straight to
-the backend, and how int8nax.api._untraced tells (the gradients on every path are in
+the backend, and how int8nax.api.tracing._untraced tells (the gradients on every path are in
 test_gradients.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import int8nax
-from int8nax import api, backends
+from int8nax import backends
+from int8nax.api import tracing
 from test_gradients import KernelLikeBackend, check_int8_matmul_refusals
 
 
@@ -45,15 +46,15 @@ def test_this_mlx_tells_traced_calls_apart():
     # The fast path rests on this: a compiled function's body runs for tracer inputs (and at
     # a signature's first call) and not on replays. If an MLX release changes it, the first
     # call's check turns the fast path off (correct, ~4 us slower per call): this test says so.
-    assert api._detects_tracers(), "int8nax.api._untraced cannot tell traced calls apart with this MLX"
+    assert tracing._detects_tracers(), "int8nax.api.tracing._untraced cannot tell traced calls apart with this MLX"
     x = mx.ones((3, 4), dtype=mx.float16)
     c = mx.ones((3, 4), dtype=mx.float16)
-    api._untraced(x)
-    assert api._untraced(x) and api._untraced(mx.zeros((7, 5), dtype=mx.float16))  # shapeless
+    tracing._untraced(x)
+    assert tracing._untraced(x) and tracing._untraced(mx.zeros((7, 5), dtype=mx.float16))  # shapeless
     seen = []
 
     def f(x):
-        seen.append((api._untraced(x), api._untraced(x * 2), api._untraced(c, x), api._untraced(c)))
+        seen.append((tracing._untraced(x), tracing._untraced(x * 2), tracing._untraced(c, x), tracing._untraced(c)))
         return x.astype(mx.float32).sum()
 
     mx.grad(f)(x)
@@ -71,7 +72,7 @@ def test_with_compilation_disabled_every_call_is_checked(lazy):
     int8nax.int8_matmul(a, b)
     mx.disable_compile()
     try:
-        assert not api._untraced(a, b)
+        assert not tracing._untraced(a, b)
         check_int8_matmul_refusals({})
     finally:
         mx.enable_compile()
@@ -123,6 +124,6 @@ def test_importing_runs_no_transformation():
     import subprocess
     import sys
 
-    code = "import int8nax, int8nax.api as a; print(a._DETECTS)"
+    code = "import int8nax, int8nax.api.tracing as t; print(t._DETECTS)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -2,7 +2,7 @@
 below it (function-level imports included). The folders are the layers:
 
     numerics   quant, reference, exactness (a named set: modules of the package's top level)
-    library    the rest of int8nax: api, backends/, nn, tiling, nax_emulator/, _checks, the package
+    library    the rest of int8nax: api/, backends/, nn/, tiling, nax_emulator/, _checks, the package
     measuring  int8nax/bench/ (problems, checks, timing, contenders, peers/, kernel/, models/)
     commands   int8nax/commands/ (cli, compare, selftest, site, gate, soak, ...), __main__
                (python -m int8nax), and the asv suite in benchmarks/

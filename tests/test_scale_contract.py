@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import int8nax
-from int8nax import _checks, api
+from int8nax import _checks
+from int8nax.api import arguments, linear
 from int8nax.nn import W8A8Linear, quantize_linears
 
 BAD = [("negative", -0.5), ("zero", 0.0), ("negative zero", -0.0), ("nan", float("nan")), ("inf", float("inf")),
@@ -89,7 +90,7 @@ def test_a_sibling_groups_member_with_a_bad_scale_is_named(rng):
 def test_scales_are_read_once_per_array_not_per_call(rng, monkeypatch):
     reads = []
     real = _checks.check_scale_values
-    monkeypatch.setattr(api, "check_scale_values", lambda s, *a: reads.append(id(s)) or real(s, *a))
+    monkeypatch.setattr(arguments, "check_scale_values", lambda s, *a: reads.append(id(s)) or real(s, *a))
     x, w, s = _problem(rng)
     x, w, s = mx.array(x), mx.array(w), mx.array(s)
     for _ in range(5):
@@ -106,10 +107,11 @@ def test_scales_are_read_once_per_array_not_per_call(rng, monkeypatch):
 
 
 def test_the_checked_scales_are_bounded_and_go_with_their_arrays(rng, monkeypatch):
-    monkeypatch.setattr(api._CheckedScales, "LIMIT", 8)
-    checked = api._CheckedScales()
-    monkeypatch.setattr(api, "_SCALES", checked)
-    monkeypatch.setattr(api, "_scale_seen", checked.seen)
+    monkeypatch.setattr(arguments._CheckedScales, "LIMIT", 8)
+    checked = arguments._CheckedScales()
+    monkeypatch.setattr(arguments, "_SCALES", checked)
+    for reader in (arguments, linear):  # the checked path's and the inline call's
+        monkeypatch.setattr(reader, "_scale_seen", checked.seen)
     x, w, s = _problem(rng)
     x, w = mx.array(x), mx.array(w)
     kept = [mx.array(s) for _ in range(20)]

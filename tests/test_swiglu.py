@@ -14,6 +14,7 @@ import pytest
 import int8nax
 from int8nax import backends
 from int8nax import nn as inn
+from int8nax.nn import swiglu_mlp
 
 mlx_lm_models = pytest.importorskip("mlx_lm.models", reason="mlx-lm (the test extra) gives the MLP classes")
 from mlx_lm.models import llama, qwen2, qwen3  # noqa: E402
@@ -123,9 +124,9 @@ class SwappedMLP(GeluMLP):
 
 def test_recognises_exactly_mlx_lms_swiglu_call():
     for cls in (qwen2.MLP, qwen3.MLP, llama.MLP):
-        assert inn._mlx_lm_swiglu_call(cls), cls.__module__
+        assert swiglu_mlp._mlx_lm_swiglu_call(cls), cls.__module__
     for cls in (GeluMLP, LookalikeMLP, SwappedMLP, nn.Linear):
-        assert not inn._mlx_lm_swiglu_call(cls), cls.__name__
+        assert not swiglu_mlp._mlx_lm_swiglu_call(cls), cls.__name__
 
 
 def force_one_step(monkeypatch, value: bool) -> None:
@@ -282,10 +283,10 @@ def test_a_whole_mlx_lm_model(one_step):
 
 
 def test_computes_swiglu_refuses_other_functions():
-    assert inn._computes_swiglu(mlx_lm_swiglu)
-    assert not inn._computes_swiglu(swiglu)
-    assert not inn._computes_swiglu(lambda g, u: nn.silu(g) * u.astype(mx.float32))
-    assert not inn._computes_swiglu(None)
+    assert swiglu_mlp._computes_swiglu(mlx_lm_swiglu)
+    assert not swiglu_mlp._computes_swiglu(swiglu)
+    assert not swiglu_mlp._computes_swiglu(lambda g, u: nn.silu(g) * u.astype(mx.float32))
+    assert not swiglu_mlp._computes_swiglu(None)
 
 
 # ---- CUDA: the switch, and the one-kernel path on a GPU ----
@@ -351,8 +352,8 @@ def test_the_model_check_compares_one_step_calls_with_the_models_own(one_step, m
     with projections._recording(model) as recorders:
         mx.eval(model(ids))
     assert projections._check_swiglu_calls(model, recorders, "m") == " (2 SwiGLU MLP calls bit-identical)"
-    real = inn.swiglu_w8a8_linear  # the one step, made wrong on whichever backend runs it
-    monkeypatch.setattr(inn, "swiglu_w8a8_linear", lambda g, w, s, b, backend=None: real(g, w, s * 1.001, b))
+    real = swiglu_mlp.swiglu_w8a8_linear  # the one step, made wrong on whichever backend runs it
+    monkeypatch.setattr(swiglu_mlp, "swiglu_w8a8_linear", lambda g, w, s, b, backend=None: real(g, w, s * 1.001, b))
     with pytest.raises(MismatchError, match=r"the MLP model\.layers\.[01]\.mlp's one-step SwiGLU call differs"):
         projections._check_swiglu_calls(model, recorders, "m")
     force_one_step(monkeypatch, False)
@@ -548,7 +549,7 @@ def test_taken_over_mlp_from_threads(one_step):
     assert same_on_cpu_threads(mlp, inputs, want, rounds=10) == []
     # each condition of one_step on its own, so that a failure says which (on the H200 one_step()
     # was once None here, cause not established)
-    group, down = inn._gate_up_group(mlp), mlp.get("down_proj")
+    group, down = swiglu_mlp._gate_up_group(mlp), mlp.get("down_proj")
     assert group is not None and group.shared and down._group is None and down._backend == group.backend
     assert backends.resolve(down._backend).swiglu_one_step() and mlp.one_step() is not None
 

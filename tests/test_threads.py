@@ -8,7 +8,9 @@ the fix, so only many short processes show it.
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import subprocess
 import sys
 import threading
@@ -19,7 +21,8 @@ import numpy as np
 import pytest
 
 import int8nax
-from int8nax import api, per_thread
+from int8nax import per_thread
+from int8nax.api import tracing
 from int8nax.commands import soak
 from int8nax.backends.cpu import backend as cpu, engines as cpu_engines
 
@@ -127,7 +130,7 @@ def test_the_tracer_check_keeps_no_object_of_an_ended_thread():
         t = threading.Thread(target=work)
         t.start()
         t.join()
-    assert api._mark_if_traced.threads() <= 1  # at most the main thread's
+    assert tracing._mark_if_traced.threads() <= 1  # at most the main thread's
 
 
 def test_a_bad_input_raises_on_its_thread_and_leaves_the_others_right():
@@ -161,15 +164,22 @@ def test_a_bad_input_raises_on_its_thread_and_leaves_the_others_right():
 
 # --- bounded state ------------------------------------------------------------------------------
 
+def _with_submodules(package) -> list:
+    """`package` and, where it is a package, the modules in it."""
+    inside = pkgutil.iter_modules(getattr(package, "__path__", []))
+    return [package] + [importlib.import_module(f"{package.__name__}.{m.name}") for m in inside]
+
+
 def _caches() -> dict:
     """Every functools cache in the library modules that serve the CPU path."""
+    import int8nax.api as api
     import int8nax.backends as registry
     import int8nax.nn as layers
 
     found = {}
-    for module in (api, registry, cpu, cpu_engines, layers):
+    for module in (*_with_submodules(api), registry, cpu, cpu_engines, *_with_submodules(layers)):
         for name, obj in vars(module).items():
-            if hasattr(obj, "cache_info"):
+            if hasattr(obj, "cache_info") and obj.__module__ == module.__name__:  # where it is defined
                 found[f"{module.__name__}.{name}"] = obj
     return found
 
@@ -185,7 +195,7 @@ def test_no_cache_grows_with_the_token_count():
     after = {name: c.cache_info().currsize for name, c in _caches().items()}
     assert after == before
     assert cpu.PREPARED.prepared_count() <= prepared + 1  # distinct_m's one weight, while it lives
-    assert api._mark_if_traced.threads() <= 1
+    assert tracing._mark_if_traced.threads() <= 1
 
 
 def test_memory_levels_off_over_distinct_token_counts():

@@ -83,7 +83,7 @@ class Backend:
         transformation may trace it: maybe_traced is True where the step's Python body ran
         (BodyRan), which MLX does at the first call of a signature and for tracer inputs only.
         None where the backend has no such step (the default): the API then asks itself
-        (int8nax.api._may_skip_custom, a compiled marker: ~1 µs more)."""
+        (int8nax.api.tracing._may_skip_custom, a compiled marker: ~1 µs more)."""
         return None
 
     def swiglu_one_step(self) -> bool:
@@ -120,6 +120,6 @@ class BodyRan(threading.local):
     (Backend.w8a8_linear_marked). MLX replays a compiled function's recorded graph without
     running its body except at the first call of a signature and when an input is a tracer (an
     array of an mx.grad, mx.vjp, mx.jvp, mx.vmap or mx.compile trace), which
-    int8nax.api._detects_tracers checks once per process."""
+    int8nax.api.tracing._detects_tracers checks once per process."""
 
     ran = False
