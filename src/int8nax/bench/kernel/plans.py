@@ -49,9 +49,6 @@ RAW = "int8_matmul"
 DEFAULT_W8A8 = ("bfloat16",)
 """The W8A8 variants swept by default (the models' dtype; --w8a8 picks others)."""
 
-MODEL_CONFIGS = ("qwen2.5-7b", "qwen3-8b")
-"""The model configurations (bench.models.CONFIGS) whose layers are default shapes."""
-
 MODEL_TOKENS = (512, 2048, 4096)
 """The M (prefill tokens) of the model layers among the default shapes."""
 
@@ -157,11 +154,13 @@ def layer_shapes(config) -> list[tuple[str, int, int]]:
             ("gate|up", config.hidden, 2 * config.intermediate), ("down", config.intermediate, config.hidden)]
 
 
-def model_shapes(configs=MODEL_CONFIGS, tokens=MODEL_TOKENS) -> dict[Shape, list[str]]:
-    """{(M, K, N): ["qwen2.5-7b q|k|v", ...]} of each configuration's fused layers at each M."""
-    from ..models import CONFIGS
+def model_shapes(configs=None, tokens=MODEL_TOKENS) -> dict[Shape, list[str]]:
+    """{(M, K, N): ["qwen2.5-7b q|k|v", ...]} of each configuration's fused layers at each M;
+    `configs` names them (default: the full profile's, models.PROFILE_CONFIGS)."""
+    from ..models import CONFIGS, PROFILE_CONFIGS
 
     out: dict[Shape, list[str]] = {}
+    configs = PROFILE_CONFIGS["full"] if configs is None else configs
     for name in configs:
         for m in tokens:
             for layer, k, n in layer_shapes(CONFIGS[name]):
@@ -427,10 +426,12 @@ def to_json(records: list[dict], meta: dict) -> dict:
 # ---- command line ------------------------------------------------------------------------------
 
 def add_arguments(parser) -> None:
+    from ..models import PROFILE_CONFIGS
+
     parser.add_argument("--plans", action="store_true",
                         help="mode kernel: time W8A8 on every plan the CUDA dispatch could give each shape, "
                              "against the raw GEMM (default shapes: the seed shapes and the sibling-fused layers "
-                             f"of {', '.join(MODEL_CONFIGS)} at M = {', '.join(map(str, MODEL_TOKENS))}; "
+                             f"of {', '.join(PROFILE_CONFIGS['full'])} at M = {', '.join(map(str, MODEL_TOKENS))}; "
                              "reads --shapes, --w8a8, --raw-plans, --time-limit, --launches, --markdown, --json)")
     parser.add_argument("--raw-plans", action="store_true",
                         help="with --plans: also time the raw int8_matmul on every plan the dispatch could give it")
