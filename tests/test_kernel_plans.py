@@ -453,7 +453,7 @@ def test_the_default_is_bfloat16_over_the_default_shapes(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv,subjects", [
-    ([], {"int8_matmul", "cublaslt", *(f"w8a8:{v}" for v in kt.W8A8_VARIANTS)}),
+    ([], {"int8_matmul", "cublaslt", *(f"w8a8:{v}" for v in kt.W8A8_DTYPE_BIAS)}),
     (["--w8a8", "none"], {"int8_matmul", "cublaslt"}),
     (["--w8a8", "float16"], {"int8_matmul", "cublaslt", "w8a8:float16"}),
 ])
