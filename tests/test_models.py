@@ -487,7 +487,7 @@ def test_fast_cells_are_sampled_for_a_minimum_time(monkeypatch):
 
 
 def test_gpu_time_is_na_with_the_reason_off_cuda_and_the_busy_time_on_it(monkeypatch):
-    from int8nax.bench import model_profile
+    from int8nax.bench import model_breakdown
     from int8nax.bench.kernel import cupti
 
     class Entry(bench_model.Bf16ModelFigures):
@@ -501,10 +501,10 @@ def test_gpu_time_is_na_with_the_reason_off_cuda_and_the_busy_time_on_it(monkeyp
     with pytest.raises(SkipNotImplemented, match="GPU time: needs"):  # asv's n/a from a benchmark's body
         fig.gpu_seconds_per_layer()
     monkeypatch.setattr(cupti, "skip_reason", lambda: None)
-    monkeypatch.setattr(model_profile, "breakdown",
-                        lambda model, tokens, forwards: model_profile.Breakdown(2.0, 1.5, {}))
+    monkeypatch.setattr(model_breakdown, "breakdown",
+                        lambda model, tokens, forwards: model_breakdown.Breakdown(2.0, 1.5, {}))
     fig.entry = models.gpu_time(object(), 16)
     assert fig.gpu_seconds_per_layer() == pytest.approx(1.5e-3)
-    monkeypatch.setattr(model_profile, "breakdown",
-                        lambda model, tokens, forwards: model_profile.Breakdown(2.0, 0.0, {}))
+    monkeypatch.setattr(model_breakdown, "breakdown",
+                        lambda model, tokens, forwards: model_breakdown.Breakdown(2.0, 0.0, {}))
     assert models.gpu_time(object(), 16) == {"gpu_na": "GPU time: CUPTI saw no kernel"}

@@ -52,11 +52,11 @@ def skip_reason(profile: str, form: str, mode: str, tokens: int) -> str | None:
 
 
 def gpu_time(model: Prepared, tokens: int) -> dict:
-    """{"gpu_ms_per_layer": the GPU's busy time of one forward per layer (bench.model_profile:
+    """{"gpu_ms_per_layer": the GPU's busy time of one forward per layer (bench.model_breakdown:
     CUPTI, the figure that host-bound token counts do not blur)}, or {"gpu_na": why not}."""
-    from .. import model_profile
+    from .. import model_breakdown
 
-    got, why = model_profile.measured(model, tokens, forwards=2)
+    got, why = model_breakdown.measured(model, tokens, forwards=2)
     if got is None:
         return {"gpu_na": f"GPU time: {why}"}
     return {"gpu_ms_per_layer": got.busy_ms} if got.busy_ms > 0 else {"gpu_na": "GPU time: CUPTI saw no kernel"}
@@ -70,11 +70,11 @@ def profile_figures(profile: str, form: str, mode: str, repeat: int = 3) -> dict
     asv calls it from setup_cache, where an exception fails the whole class."""
     prof = PROFILES[profile]
     out: dict = {}
-    from .. import model_profile
+    from .. import model_breakdown
     from ..kernel import cupti
 
     if cupti.skip_reason() is None:
-        model_profile.start()  # torch's CUDA context (and CUPTI's) first, as compare --breakdown
+        model_breakdown.start()  # torch's CUDA context (and CUPTI's) first, as compare --breakdown
     for config in prof.configs:
         skips = {t: skip_reason(profile, form, mode, t) for t in prof.tokens}
         if all(skips.values()):
