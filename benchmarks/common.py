@@ -1,5 +1,6 @@
 """What every benchmark class shares: the shape parameter, the two timed figures, memoised and
-checked setup, explicit skips.
+checked setup, explicit skips; and the contenders' classes themselves (contender_classes), made
+from the registry, int8nax.bench.contenders.CONTENDERS.
 
 The contenders, their data and their checks live in the package's measuring layer
 (int8nax.bench) so that `int8nax compare` and `int8nax selftest` time the same things; this
@@ -22,6 +23,7 @@ Two figures per contender, both `time_` benchmarks that the regression gate read
 
 from __future__ import annotations
 
+import linecache
 import sys
 import time
 from functools import lru_cache
@@ -90,6 +92,50 @@ class ContenderBenchmark:
     def tops(self, shape) -> float:
         """Throughput of this contender at `shape`, from the median of a few calls."""
         return timing.tops(shape, timing.median_seconds(self.prepared.run))
+
+
+_CONTENDER_CLASS = """\
+class {cls}(ContenderBenchmark):
+    contender = {name!r}
+
+    def time_{stem}(self, shape):
+        self.run()
+
+    @chained
+    def time_{stem}_chain(self, shape):
+        self.chain()
+
+    @throughput
+    def track_{stem}_tops(self, shape):
+        return self.tops(shape)
+"""
+"""The benchmark class of one contender: a call, a chain and the throughput (ContenderBenchmark)."""
+
+
+def contender_classes(kind: str, module: str) -> dict[str, type]:
+    """{class name: class} of the suite's contenders of `kind` (int8nax.bench.contenders.SUITE:
+    "raw" in bench_gemm, "full" in bench_linear), made for `module`, which puts them in its
+    namespace for asv to find. The registry names each class and its benchmarks
+    (Contender.asv_class and .stem), so a contender added there is timed here with nothing else
+    to write. Reads the registry only: importing the suite stays free."""
+    registry = contenders.CONTENDERS
+    return {c.asv_class: _contender_class(c, module)
+            for c in (registry[name] for name in contenders.SUITE) if c.kind == kind}
+
+
+def _contender_class(c: contenders.Contender, module: str) -> type:
+    """_CONTENDER_CLASS for `c`, run as the source of `module`'s class. asv records each
+    benchmark's source (benchmarks.json, the site's code view) through inspect, so the source is
+    also put where inspect reads it (linecache, under a name of its own)."""
+    source = _CONTENDER_CLASS.format(cls=c.asv_class, name=c.name, stem=c.stem)
+    filename = f"<{module}.{c.asv_class}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"__name__": module, "ContenderBenchmark": ContenderBenchmark, "chained": chained,
+                 "throughput": throughput}
+    exec(compile(source, filename, "exec"), namespace)
+    cls = namespace[c.asv_class]
+    cls.__doc__ = c.summary
+    return cls
 
 
 def chained(func):

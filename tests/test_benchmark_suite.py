@@ -59,6 +59,43 @@ def test_each_class_times_one_call_and_a_chain_and_tracks_throughput(cls):
     assert cls.version and cls.timeout >= 300
 
 
+def test_the_classes_come_from_the_registry_and_nowhere_else():
+    # One list of contenders (bench.contenders.CONTENDERS): bench_gemm and bench_linear hold one
+    # class per raw and full contender of the suite, named as the registry says, and name none.
+    modules = {"raw": bench_gemm, "full": bench_linear}
+    for name in contenders.SUITE:
+        c = contenders.CONTENDERS[name]
+        cls = getattr(modules[c.kind], c.asv_class)
+        assert cls.contender == name and cls.__module__ == modules[c.kind].__name__
+        assert {n for n in vars(cls) if n.startswith(("time_", "track_"))} == {
+            f"time_{c.stem}", f"time_{c.stem}_chain", f"track_{c.stem}_tops"}
+    for module in modules.values():
+        text = Path(module.__file__).read_text()
+        assert not [n for n in contenders.CONTENDERS if f'"{n}"' in text], module.__name__
+
+
+def test_a_contender_added_to_the_registry_gets_its_class(monkeypatch):
+    fake = contenders.Contender("fake-raw", "raw", "a new peer", lambda shape, backend: None,
+                                asv_class="FakeRaw", stem="fake_raw")
+    monkeypatch.setitem(contenders.CONTENDERS, "fake-raw", fake)
+    monkeypatch.setattr(contenders, "SUITE", contenders.SUITE + ("fake-raw",))
+    classes = common.contender_classes("raw", "benchmarks.bench_gemm")
+    cls = classes["FakeRaw"]
+    assert cls.contender == "fake-raw" and issubclass(cls, common.ContenderBenchmark)
+    assert cls.time_fake_raw_chain.timer is common.per_call_clock and cls.track_fake_raw_tops.unit == "TOPS"
+    assert "FakeRaw" not in common.contender_classes("full", "benchmarks.bench_linear")
+
+
+def test_each_benchmarks_recorded_source_is_the_code_that_runs():
+    # asv records a benchmark's source (benchmarks.json, the site's code view) through inspect:
+    # the made classes have theirs, with the class and decorators a hand-written one would show.
+    assert inspect.getsource(bench_gemm.Int8naxGemm.time_int8nax_gemm) == (
+        "    def time_int8nax_gemm(self, shape):\n        self.run()\n")
+    assert inspect.getsource(bench_linear.MlxFp16.time_mlx_fp16_matmul_chain) == (
+        "    @chained\n    def time_mlx_fp16_matmul_chain(self, shape):\n        self.chain()\n")
+    assert bench_linear.MlxFp16.track_mlx_fp16_matmul_tops.__qualname__ == "MlxFp16.track_mlx_fp16_matmul_tops"
+
+
 def test_the_chain_clock_reads_seconds_per_call(monkeypatch):
     monkeypatch.setattr(common, "chain_calls", lambda: 4)
     monkeypatch.setattr(common.time, "perf_counter", lambda: 10.0)

@@ -70,6 +70,17 @@ def test_unknown_contender_is_a_clear_error():
         contenders.get("nax")
 
 
+def test_the_registry_names_every_suite_contenders_benchmarks_and_format():
+    # CONTENDERS is the one list: the asv classes and the site's page are made from these fields.
+    suite = [contenders.CONTENDERS[n] for n in contenders.SUITE]
+    assert all(c.asv_class and c.stem and c.fmt for c in suite)
+    assert len({c.asv_class for c in suite}) == len({c.stem for c in suite}) == len(suite)
+    floor = contenders.CONTENDERS["mlx-floor"]
+    assert floor.name not in contenders.SUITE and not (floor.asv_class or floor.stem or floor.fmt)
+    assert [c.name for c in suite if not c.peer] == list(contenders.OPS)
+    assert [c.name for c in suite if c.m5_only] == ["cider-raw", "cider-full"]
+
+
 @pytest.mark.parametrize("name", list(contenders.CONTENDERS))
 def test_every_contender_runs_checked_or_says_why_not(name):
     contender = contenders.get(name)

@@ -1,9 +1,12 @@
 """The GPU record keeps up with the code: the newest change to a CUDA kernel, plan rule or epilogue
 is in a commit that a committed GPU asv record covers (the record's commit has it in its history),
-or a CUDA results page names it as pending. Read from git: a copy without history skips."""
+or a CUDA results page names it as pending. A commit that changes only the docstrings and comments
+of the Python files among them changes nothing that runs, and needs no record. Read from git: a
+copy without history skips."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -28,6 +31,35 @@ def history_or_skip() -> None:
         pytest.skip("no git history here")
     if git("rev-parse", "--is-shallow-repository") == "true":
         pytest.skip("a shallow clone: the kernels' history is cut")
+
+
+class _NoStrings(ast.NodeTransformer):
+    def visit_Expr(self, node):
+        return None if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str) else node
+
+
+def same_code(before: str, after: str) -> bool:
+    """Whether two versions of a Python file run the same: equal but for docstrings (a module's,
+    a class's, a function's or an attribute's string) and comments."""
+    return ast.dump(_NoStrings().visit(ast.parse(before))) == ast.dump(_NoStrings().visit(ast.parse(after)))
+
+
+def changes_code(commit: str, paths: list[str]) -> bool:
+    """Whether `commit` changes what runs under `paths`: any change to a kernel source, a Python
+    file's beyond its docstrings and comments (a first commit, or a file added or removed, counts)."""
+    try:
+        changed = git("diff", "--name-only", f"{commit}^", commit, "--", *paths).splitlines()
+        return any(not path.endswith(".py")
+                   or not same_code(git("show", f"{commit}^:{path}"), git("show", f"{commit}:{path}"))
+                   for path in changed)
+    except subprocess.CalledProcessError:
+        return True
+
+
+def newest_kernel_change(paths: list[str]) -> str:
+    """The newest commit that changes what runs under `paths` ("" for none)."""
+    commits = git("log", "--format=%H", "--", *paths).splitlines()
+    return next((c for c in commits if changes_code(c, paths)), "")
 
 
 def recorded_commits() -> set[str]:
@@ -57,7 +89,7 @@ def pending_on_results_pages(change: str) -> bool:
 def test_the_newest_kernel_change_has_its_gpu_record_or_is_pending():
     history_or_skip()
     paths = [p for p in KERNEL_PATHS if (ROOT / p).exists()]
-    change = git("log", "-1", "--format=%H", "--", *paths)
+    change = newest_kernel_change(paths)
     assert change, "no commit touches the CUDA kernels"
     records = recorded_commits()
     assert records, "no GPU machine has a committed asv record"
@@ -74,3 +106,10 @@ def test_the_check_sees_a_change_no_record_covers(tmp_path):
     parent = git("rev-parse", f"{change}^")
     assert not covered(change, {parent}) and covered(change, {change})
     assert not pending_on_results_pages("0" * 40)
+
+
+def test_only_a_change_to_what_runs_needs_a_record():
+    code = 'X = 1\n"""X, measured at 1."""\n\n\ndef f():\n    """Doc."""\n    return X  # one\n'
+    assert same_code(code, code.replace("measured at 1", "the rule").replace("Doc.", "Said").replace("# one", ""))
+    assert not same_code(code, code.replace("X = 1", "X = 2"))
+    assert not same_code(code, code.replace("return X", "return -X"))

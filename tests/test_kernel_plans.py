@@ -18,7 +18,7 @@ from int8nax.bench.kernel import cupti
 from int8nax.bench.kernel import mode as kt
 from int8nax.bench.kernel import plans as kp
 from int8nax.bench.kernel import worker as kw
-from int8nax.bench import problems
+from int8nax.bench import models, problems
 
 FIXTURE = Path(__file__).parent / "data" / "kernel_plans_h200.json"
 
@@ -173,7 +173,7 @@ def test_default_shapes_are_the_seed_then_the_models_layers_once_each():
     assert labels[(2048, 12288, 4096)] == ["qwen3-8b down"]
     assert labels[(4096, 3584, 37888)] == ["qwen2.5-7b gate|up"]
     assert {m for m, _, _ in labels} == set(kp.MODEL_TOKENS)
-    assert len(labels) == len(kp.MODEL_CONFIGS) * len(kp.MODEL_TOKENS) * 4  # no two layers share a shape
+    assert len(labels) == len(models.PROFILE_CONFIGS["full"]) * len(kp.MODEL_TOKENS) * 4  # no two layers share a shape
     assert (512, 4096, 4096) in labels and shapes.count((512, 4096, 4096)) == 1  # qwen3-8b o is a seed shape
 
 
@@ -453,7 +453,7 @@ def test_the_default_is_bfloat16_over_the_default_shapes(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv,subjects", [
-    ([], {"int8_matmul", "cublaslt", *(f"w8a8:{v}" for v in kt.W8A8_VARIANTS)}),
+    ([], {"int8_matmul", "cublaslt", *(f"w8a8:{v}" for v in kt.W8A8_DTYPE_BIAS)}),
     (["--w8a8", "none"], {"int8_matmul", "cublaslt"}),
     (["--w8a8", "float16"], {"int8_matmul", "cublaslt", "w8a8:float16"}),
 ])

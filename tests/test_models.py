@@ -77,6 +77,21 @@ def test_the_real_configurations_build_with_mlx_lms_args():
     assert "bias" in model.model.layers[0].self_attn.q_proj
 
 
+def test_each_profiles_models_are_named_once():
+    # models.PROFILE_CONFIGS is the one list: the model and generation suites and the CUDA plan
+    # sweep's model layers read it (the first-token suite takes one model of it).
+    from int8nax.bench import first_token, generate, problems
+    from int8nax.bench.kernel import plans
+
+    assert set(models.PROFILE_CONFIGS) == set(problems.PROFILES)
+    for name, configs in models.PROFILE_CONFIGS.items():
+        assert set(configs) <= set(models.CONFIGS)
+        assert models.PROFILES[name].configs == generate.PROFILES[name].configs == configs
+        assert set(first_token.PROFILES[name].configs) <= set(configs)
+    layers = {label.split()[0] for names in plans.model_shapes(tokens=(1,)).values() for label in names}
+    assert layers == set(models.PROFILE_CONFIGS["full"])
+
+
 @pytest.mark.parametrize("form", ["bf16", "fp16", "mlx-q8", "w8a8"])
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])
 def test_every_form_passes_its_check_at_prefill_and_decode(family, form):
@@ -472,7 +487,7 @@ def test_fast_cells_are_sampled_for_a_minimum_time(monkeypatch):
 
 
 def test_gpu_time_is_na_with_the_reason_off_cuda_and_the_busy_time_on_it(monkeypatch):
-    from int8nax.bench import model_profile
+    from int8nax.bench import model_breakdown
     from int8nax.bench.kernel import cupti
 
     class Entry(bench_model.Bf16ModelFigures):
@@ -486,10 +501,10 @@ def test_gpu_time_is_na_with_the_reason_off_cuda_and_the_busy_time_on_it(monkeyp
     with pytest.raises(SkipNotImplemented, match="GPU time: needs"):  # asv's n/a from a benchmark's body
         fig.gpu_seconds_per_layer()
     monkeypatch.setattr(cupti, "skip_reason", lambda: None)
-    monkeypatch.setattr(model_profile, "breakdown",
-                        lambda model, tokens, forwards: model_profile.Breakdown(2.0, 1.5, {}))
+    monkeypatch.setattr(model_breakdown, "breakdown",
+                        lambda model, tokens, forwards: model_breakdown.Breakdown(2.0, 1.5, {}))
     fig.entry = models.gpu_time(object(), 16)
     assert fig.gpu_seconds_per_layer() == pytest.approx(1.5e-3)
-    monkeypatch.setattr(model_profile, "breakdown",
-                        lambda model, tokens, forwards: model_profile.Breakdown(2.0, 0.0, {}))
+    monkeypatch.setattr(model_breakdown, "breakdown",
+                        lambda model, tokens, forwards: model_breakdown.Breakdown(2.0, 0.0, {}))
     assert models.gpu_time(object(), 16) == {"gpu_na": "GPU time: CUPTI saw no kernel"}

@@ -21,6 +21,12 @@
 A contender prepared for a shape is a Prepared: data on the device and evaluated, checked
 once before it is timed (`ready`). A contender that cannot run here raises Unavailable with
 the reason; one whose output is wrong raises MismatchError.
+
+CONTENDERS is the one list of contenders: the asv suite's classes (benchmarks/bench_gemm.py for
+the raw ones, bench_linear.py for the full ones: benchmarks.common.contender_classes), `int8nax
+compare` and the site's comparison page (int8nax.commands.site.comparison) all read it. Adding a
+peer: its adapter (peers/), its prepare function here and one CONTENDERS entry, which names its
+asv class and benchmarks (asv_class, stem) and how its problem is held (fmt, the roofline's bytes).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from .peers import cider as cider_peer
 from .peers import torch_int
 from .problems import CPU_SHAPES, Shape, linear_problem, raw_expected, raw_problem, w8a8_expected, w8a8_weights
 
-__all__ = ["Unavailable", "Prepared", "Contender", "CONTENDERS", "SUITE", "get", "describe", "kernel_id"]
+__all__ = ["Unavailable", "Prepared", "Format", "Contender", "CONTENDERS", "SUITE", "get", "describe", "kernel_id"]
 
 
 @dataclass(frozen=True)
@@ -93,13 +99,47 @@ class Prepared:
 
 
 @dataclass(frozen=True)
+class Format:
+    """How a contender's problem is held: the arithmetic's number format (a key of a machine's
+    ceilings, bench.machines), bytes per element of A [M, K], of B [N, K] (weights, including their
+    scales) and of the output [M, N], and whether it computes on the host CPU."""
+
+    arithmetic: str
+    a: float
+    b: float
+    out: float
+    on_host: bool = False
+    b_per_row: float = 0.0  # bytes per weight row on top of b per element (W8A8's float32 scale)
+
+    def bytes_moved(self, m: int, k: int, n: int) -> float:
+        """A + B + output, each read or written once."""
+        return self.a * m * k + self.b * n * k + self.b_per_row * n + self.out * m * n
+
+
+@dataclass(frozen=True)
 class Contender:
     name: str
-    kind: str  # "raw" (int8 x int8 -> int32) or "full" (float in, float out)
+    kind: str  # "raw" (int8 x int8 -> int32), "full" (float in, float out) or "floor" (no problem)
     summary: str
     _prepare: Callable[[Shape, "str | None"], Prepared]
     slow_on_cpu: str = ""
     """Why this contender measures only problems.CPU_SHAPES where MLX runs on the CPU ("" = all)."""
+    asv_class: str = ""
+    """Its class in the asv suite (a contender of SUITE); the class's name is part of every
+    benchmark's name, so it never changes once published."""
+    stem: str = ""
+    """Its asv benchmarks: time_<stem>, time_<stem>_chain and track_<stem>_tops (published names:
+    they never change)."""
+    fmt: Format | None = None
+    """How its problem is held (the site's roofline)."""
+    m5_only: bool = False
+    """Runs only on an Apple M5 (a Metal library): the site says so where no machine has reported it."""
+
+    @property
+    def peer(self) -> bool:
+        """Someone else's implementation (or a baseline): the others are compared to it. int8nax's
+        own contenders are the ones OPS maps to int8nax's functions."""
+        return self.name not in OPS
 
     def prepare(self, m: int, k: int, n: int, backend: str | None = None) -> Prepared:
         """Data on the device and evaluated, nothing run yet; raises Unavailable.
@@ -323,20 +363,34 @@ def _numpy_sgemm(shape: Shape, backend: str | None = None) -> Prepared:
 _MLX_CPU_SLOW = ("MLX's {} on the CPU runs at ~{} GFLOP/s on 2 cores: where MLX runs on the CPU "
                  "it measures only the small shapes")
 
+_RAW = Format("int8", a=1, b=1, out=4)
+_W8A8 = Format("int8", a=2, b=1, out=2, b_per_row=4)  # float16 x in, int8 codes + float32 scale per row
+
 CONTENDERS: dict[str, Contender] = {c.name: c for c in (
-    Contender("int8nax-gemm", "raw", "int8nax.int8_matmul: int8 x int8 -> exact int32", _nax_gemm),
-    Contender("cider-raw", "raw", "cider int8_matmul_int32 (Apple M5)", _cider_raw),
-    Contender("cublaslt-int8", "raw", "cuBLASLt int8 GEMM with workspace and heuristic (CUDA)", _cublaslt_int8),
-    Contender("torch-int8", "raw", "torch._int_mm, torch's cuBLASLt path without workspace (CUDA)", _torch_int8),
-    Contender("int8nax-full", "full", "int8nax.w8a8_linear: per-token quantization + int8 GEMM + dequant", _nax_full),
-    Contender("cider-full", "full", "cider per-channel W8A8 linear (Apple M5)", _cider_full),
+    Contender("int8nax-gemm", "raw", "int8nax.int8_matmul: int8 x int8 -> exact int32", _nax_gemm,
+              asv_class="Int8naxGemm", stem="int8nax_gemm", fmt=_RAW),
+    Contender("cider-raw", "raw", "cider int8_matmul_int32 (Apple M5)", _cider_raw,
+              asv_class="CiderRaw", stem="cider_raw", fmt=_RAW, m5_only=True),
+    Contender("cublaslt-int8", "raw", "cuBLASLt int8 GEMM with workspace and heuristic (CUDA)", _cublaslt_int8,
+              asv_class="CublasLtInt8", stem="cublaslt_int8", fmt=_RAW),
+    Contender("torch-int8", "raw", "torch._int_mm, torch's cuBLASLt path without workspace (CUDA)", _torch_int8,
+              asv_class="TorchInt8", stem="torch_int8", fmt=_RAW),
+    Contender("int8nax-full", "full", "int8nax.w8a8_linear: per-token quantization + int8 GEMM + dequant", _nax_full,
+              asv_class="Int8naxFull", stem="int8nax_full", fmt=_W8A8),
+    Contender("cider-full", "full", "cider per-channel W8A8 linear (Apple M5)", _cider_full,
+              asv_class="CiderFull", stem="cider_full", fmt=_W8A8, m5_only=True),
     Contender("mlx-fp16", "full", "mx.matmul float16 (dense baseline)", _mlx_fp16,
-              _MLX_CPU_SLOW.format("float matmul", "4.5")),
+              _MLX_CPU_SLOW.format("float matmul", "4.5"),
+              asv_class="MlxFp16", stem="mlx_fp16_matmul", fmt=Format("fp16", a=2, b=2, out=2)),
+    # 8-bit codes plus a float16 scale and bias per group of 64 weights
     Contender("mlx-q8", "full", "mx.quantized_matmul 8-bit weight-only, group 64 (W8A16 baseline)", _mlx_q8,
-              _MLX_CPU_SLOW.format("quantized_matmul", "0.05")),
-    Contender("numpy-sgemm", "full", "numpy float32 matmul of the same shape (CPU BLAS yardstick)", _numpy_sgemm),
+              _MLX_CPU_SLOW.format("quantized_matmul", "0.05"),
+              asv_class="MlxQ8", stem="mlx_q8_matmul", fmt=Format("fp16", a=2, b=1 + 4 / 64, out=2)),
+    Contender("numpy-sgemm", "full", "numpy float32 matmul of the same shape (CPU BLAS yardstick)", _numpy_sgemm,
+              asv_class="NumpySgemm", stem="numpy_sgemm", fmt=Format("fp32", a=4, b=4, out=4, on_host=True)),
     Contender("mlx-floor", "floor", "one trivial MLX custom kernel: MLX's own cost per call (GPU)", _mlx_floor),
 )}
+"""Every contender; the site's comparison page shows the suite's in this order."""
 
 
 SUITE = tuple(name for name, c in CONTENDERS.items() if c.kind != "floor")

@@ -10,13 +10,12 @@ time is the estimate).
 
 A call's time is a fixed cost plus a cost per operation (2*M*K*N): a GEMM's time grows about
 linearly in its work once past its overheads, but the fixed cost can be large and uneven. On
-a loaded 2-core CPU numpy's two-thread OpenBLAS sgemm took ~20 ms a call at 64x512x512 and
-below (15-24 ms from run to run), where a quiet box takes 0.2-0.4 ms; the probe, which
-stopped at the first rung of 20 ms and scaled it by the ratio of operations, took that fixed
-cost for work: it said 2-22 s a call at 512x4096x4096, where sgemm takes 64-156 ms, and
-`compare` skipped it. Two timings that small cannot tell the fixed cost from the work either
-(their difference is mostly noise), so the probe stays cheap where that cannot mislead and
-climbs where it can:
+a loaded 2-core CPU numpy's two-thread OpenBLAS sgemm takes ~20 ms a call at 64x512x512 and
+below (15-24 ms from run to run), where a quiet box takes 0.2-0.4 ms. A probe that stopped at
+that first rung and scaled it by the ratio of operations would take the fixed cost for work
+(2-22 s a call at 512x4096x4096, where sgemm takes 64-156 ms) and skip the contender. Two
+timings that small cannot tell the fixed cost from the work either (their difference is mostly
+noise), so the probe stays cheap where that cannot mislead and climbs where it can:
 
 - a rung of ENOUGH_S or more gives an estimate: the line through it and a rung of at most
   half its operations (the fixed cost and the rate) where at least WORK_SHARE of its time

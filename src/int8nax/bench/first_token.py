@@ -72,7 +72,8 @@ PROFILES: dict[str, Profile] = {
     # Qwen2.5-7B at its real depth and vocabulary, the prompt lengths issue 47 names.
     "full": Profile(("qwen2.5-7b",), None, None, (300, 777, 1500, 4096)),
     # generate's cut CPU model (the same folder): 2 layers, models.VOCAB ids; about 1 s a process.
-    "cpu": Profile(("qwen2.5-0.5b",), generate.PROFILES["cpu"].layers, generate.PROFILES["cpu"].vocab, (16, 64)),
+    "cpu": Profile(generate.PROFILES["cpu"].configs, generate.PROFILES["cpu"].layers, generate.PROFILES["cpu"].vocab,
+                   (16, 64)),
 }
 
 

@@ -80,12 +80,12 @@ class Profile:
 
 PROFILES: dict[str, Profile] = {
     # The real models (28 and 36 layers, 152k vocabularies), what a server sees.
-    "full": Profile(("qwen2.5-7b", "qwen3-8b"), None, None, (512, 2048, 4096), 128, (1, 8), trials=3),
+    "full": Profile(models.PROFILE_CONFIGS["full"], None, None, (512, 2048, 4096), 128, (1, 8), trials=3),
     # The 0.5B shape cut to 2 layers and models.VOCAB ids: MLX's CPU quantized_matmul runs at
     # ~0.17 G multiply-adds/s on the 2-core box (20x slower than its bf16 GEMM), so one request
     # of 64 + 16 tokens through the real 24 layers and 152k-wide LM head in mlx-q8 would take
     # minutes; 2 layers keep every form in the 3-minute budget of `int8nax compare --generate`.
-    "cpu": Profile(("qwen2.5-0.5b",), 2, models.VOCAB, (64,), 16, (1,), trials=2),
+    "cpu": Profile(models.PROFILE_CONFIGS["cpu"], 2, models.VOCAB, (64,), 16, (1,), trials=2),
 }
 
 

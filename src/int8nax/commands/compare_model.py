@@ -75,7 +75,7 @@ class Row:
     mismatch: str | None = None
     error: str | None = None
     breakdown: dict | None = None
-    """--breakdown: model_profile.Breakdown's fields (ms per layer), or {"n/a": why}."""
+    """--breakdown: model_breakdown.Breakdown's fields (ms per layer), or {"n/a": why}."""
 
     def status(self) -> str:
         return "MISMATCH" if self.mismatch else "n/a" if self.seconds is None else ""
@@ -84,7 +84,7 @@ class Row:
 def measure(configs, tokens, forms=models.FORMS, modes=("eager",), layers: int = 4, context: int = 512,
             repeat: int = 5, progress=None, breakdown: bool = False) -> list[Row]:
     """Every (configuration, mode, form, tokens) as a Row, in that order (see the module doc);
-    breakdown: also where each forward's time goes on the GPU (bench.model_profile)."""
+    breakdown: also where each forward's time goes on the GPU (bench.model_breakdown)."""
     rows: list[Row] = []
     for config in configs:
         for form in forms:
@@ -144,9 +144,9 @@ def _fill(row: Row, prepared: models.Prepared, repeat: int) -> None:
 
 
 def _breakdown(prepared: models.Prepared, tokens: int) -> dict:
-    from ..bench import model_profile
+    from ..bench import model_breakdown
 
-    got, why = model_profile.measured(prepared, tokens)
+    got, why = model_breakdown.measured(prepared, tokens)
     return {"n/a": why} if got is None else asdict(got)
 
 
@@ -220,15 +220,15 @@ def render(rows: list[Row], markdown: bool) -> str:
 
 
 def breakdown_lines(rows: list[Row], markdown: bool) -> list[str]:
-    """The --breakdown table of a group (ms per layer; bench.model_profile) and each row's
+    """The --breakdown table of a group (ms per layer; bench.model_breakdown) and each row's
     largest kernels; nothing where no row has one."""
-    from ..bench import model_profile
+    from ..bench import model_breakdown
 
     have = [r for r in rows if r.breakdown and "wall_ms" in r.breakdown]
     if not have:
         why = next((r.breakdown["n/a"] for r in rows if r.breakdown), None)
         return [f"breakdown n/a: {why}"] if why else []
-    cats = [c for c in model_profile.NAMES if any(r.breakdown["categories"][c] >= 0.0005 for r in have)]
+    cats = [c for c in model_breakdown.NAMES if any(r.breakdown["categories"][c] >= 0.0005 for r in have)]
     header = ["tokens", "form", "wall", "gpu busy", "idle %", *cats]
     cells = []
     for r in have:
@@ -348,9 +348,9 @@ def main(args) -> int:
     context = args.context or profile.context
     forms = args.forms or models.FORMS
     if args.breakdown:
-        from ..bench import model_profile
+        from ..bench import model_breakdown
 
-        model_profile.start()
+        model_breakdown.start()
     meta = compare_gemm.environment()
     print(f"int8nax compare --model: backend {meta['backend']} ({meta['backend_reason']}); {layers} layers, "
           f"mlx-lm's classes with random seeded weights; median of {args.repeat}")

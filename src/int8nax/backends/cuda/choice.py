@@ -16,9 +16,8 @@ The variants, named by their schedule as CUTLASS names its sm90 kernels:
                       persistent blocks walking the tiles
   tma-ws-pingpong     the same producer, each consumer on whole tiles, the two taking turns
   gemv                M <= 16: the weight streamed once, mma.sync on 8- or 16-row slices of w
-                      (sm_80 and newer; gemm/gemv_w8a8.cuh); W8A8's default there where GEMV_DEFAULT
-                      (off until timed), quantizing x inside the kernel where x is small
-                      (cuda_plans.gemv_x_ok)
+                      (sm_80 and newer; gemm/gemv_w8a8.cuh); W8A8's default there (GEMV_DEFAULT),
+                      quantizing x inside the kernel where x is small (cuda_plans.gemv_x_ok)
 
 Adding a variant: its kernel header (and its header list and spec functions in cuda_source),
 one VARIANTS row here, and its tests.
@@ -194,11 +193,9 @@ much (tiles / (rounds x SMs)); below, the ping-pong kernel's half-size tiles eve
 W8A8_WS_MIN_ROUNDS = 3
 """Rounds of 128 x 256 tiles (filled PERSISTENT_WAVE_FILL) from which W8A8 takes the cooperative
 kernel where int8_matmul does: its fused epilogue is each unit's unhidden tail, which a walk of
-several units amortises against the persistent grid's gain. Measured on the H200 (W8A8 pipeline,
-bf16 x), cooperative against the one-block-per-tile TMA kernel on 128 x 256: 2 rounds
-(2048 x 4096 x 4096) 73.8 us against 73.2, and 84.8 against 81.5 with a bias; 3 rounds
-(512 x 4096 x 24576) 96.9 against 108.4; 4 (4096 x 4096 x 4096) 134.6 against 138.1; 6
-(4096 x 4096 x 6144) 189.7 against 197.6; 15.5 (8192^3) 815.5 against 860.0."""
+several units amortises against the persistent grid's gain. At 2 rounds the one-block-per-tile
+TMA kernel is as fast or faster, from 3 rounds the cooperative one is faster (the H200 pairs:
+tests/data/cuda_dispatch_evidence.json, docs/cuda.md's dispatch table)."""
 
 
 def w8a8_cooperative(m: int, n: int, k: int, sms: int = DEFAULT_SMS) -> bool:
@@ -207,18 +204,16 @@ def w8a8_cooperative(m: int, n: int, k: int, sms: int = DEFAULT_SMS) -> bool:
     workspace, the epilogue fused) and either
 
     - K is long (cuda_plans.long_k, K >= 8192): each unit's main loop of 64 or more K blocks dwarfs
-      its epilogue tail, and the TMA kernel's plans there split K or leave SMs idle. Measured
-      (H200, W8A8 pipeline, bf16 x): 512 x 18944 x 3584 67.8 us against 71.5 (TMA 128 x 128, 2
-      splits); 512 x 12288 x 4096 48.8 against 55.0; 2048 x 18944 x 3584 235.7 against ping-pong's
-      280.6; 4096 x 18944 x 3584 461.9 against 493.5; 4096 x 12288 x 4096 324.2 against 327.9. A
-      split plan gains nothing (128 x 18944 x 3584, 4 splits: 34.5 against the TMA kernel's 33.8).
+      its epilogue tail, and the TMA kernel's plans there split K or leave SMs idle (a split
+      cooperative plan gains nothing over them: hence unsplit only).
     - or its units fit one round (units <= SMs, which at short K means 128 x 128 tiles: 128 x 256's
       number fewer than the SMs): every block runs one tile, so the epilogue tail costs both kernels
       alike, and the cooperative tile's 6 producer-fed stages beat the TMA kernel's 128 x 128
-      (3 stages, its second block per SM unused) or 64 x 64. Measured: 512 x 3584 x 3584 (112
-      units) 21.5 against 27.7; 512 x 4096 x 4096 (128 units) 24.1 against 27.5. Over more than one
-      round it lost: 1024 x 4096 x 4096 (256 units) 40.3 against 38.5, 512 x 3584 x 4608 (144) 34.0
-      against 28.0, 128 x 3584 x 18944 (148) 40.7 against 35.1.
+      (3 stages, its second block per SM unused) or 64 x 64. Over more than one round the TMA
+      kernel is the faster.
+
+    The H200 pairs behind each case, either side of it: tests/data/cuda_dispatch_evidence.json
+    (replayed by tests/test_cuda_dispatch_evidence.py), docs/cuda.md's dispatch table.
     """
     if m < plans.W8A8_COMPUTE_MIN_M:
         return False
@@ -245,11 +240,11 @@ def persistent_variant(m: int, n: int, k: int, sms: int = DEFAULT_SMS, w8a8: boo
 
 
 GEMV_DEFAULT = True
-"""Whether W8A8 at M <= GEMV_MAX_M takes the GEMV by default. On since it was timed in a model on
-the H200 (2026-12-05, results/cuda-h200.md): 4 Qwen-shaped layers' GPU time per layer fell by 20 %
-at decode and by 31-33 % at 16 tokens against the tiled kernels, and compiled decode went from
-1.27x to 1.47x bf16 (Qwen2.5-7B). Its outputs are the tiled kernels' bits (tests/test_cuda_gemv.py,
-on the H200). False (or INT8NAX_CUDA_KERNEL naming a tiled variant) brings back the tiled kernels."""
+"""Whether W8A8 at M <= GEMV_MAX_M takes the GEMV by default. It does: in a model on the H200 it
+takes less GPU time a layer than the tiled kernels at decode and at 16 tokens, and makes compiled
+decode faster against bf16 (docs/results/cuda-h200.md, docs/cuda.md's dispatch); its outputs are
+the tiled kernels' bits (tests/test_cuda_gemv.py). False (or INT8NAX_CUDA_KERNEL naming a tiled
+variant) gives the tiled kernels."""
 
 
 def auto_variant(p: Problem, family: str = "sm90") -> str:

@@ -34,7 +34,7 @@ EPILOGUE_DEFAULT = "narrow"
 """The epilogue when INT8NAX_CUDA_EPILOGUE is unset. narrow is within 1 ulp of the float64 model
 like eft (its GPU tests and kernel-time checks pass on the H200) and skips eft's cancellation test,
 which sends about 1 biased value in 250 to the exact path and so nearly every tile of a biased
-layer through its slow pass. INT8NAX_CUDA_EPILOGUE=eft keeps the previous epilogue."""
+layer through its slow pass. INT8NAX_CUDA_EPILOGUE=eft takes eft for every output type."""
 
 
 def _check_choice(value: str, choices: tuple[str, ...], source: str) -> str:
@@ -77,13 +77,11 @@ def _narrow(epilogue: str | None = None) -> bool:
 SWIGLU_ENV = "INT8NAX_CUDA_SWIGLU"
 SWIGLU_CHOICES = ("fused", "staged", "split")
 SWIGLU_DEFAULT = "split"
-"""split, until the fused kernel's bit-for-bit test (tests/test_cuda_swiglu.py) has passed on a
-GPU. On the H200 (2026-12-05, results/cuda-h200.md) fused is the faster: with the 512x5 launch
-(cuda_plans.SWIGLU_PAIR_LAUNCH, two rows an SM) its kernel takes 0.161 ms a Qwen2.5-7B layer at
-4096 tokens against 0.226 for swiglu and the quantization, the layer's GPU time 2.070 ms against
-2.114, and its outputs were split's bits in the model at 512-4096 tokens; the test file's run was
-lost to another test that left the CPU as MLX's default device. staged (predicted ~0.09 ms where
-fused takes 0.161: cuda_plans.cuda_swiglu_staged_launch) has not run on a GPU."""
+"""split. fused and staged are opt-in because their bit-for-bit test (tests/test_cuda_swiglu.py)
+has not passed on a GPU, and a default is one checked on the hardware it serves. fused is the
+faster on the H200 (with cuda_plans.SWIGLU_PAIR_LAUNCH, two rows an SM) and gave split's bits in
+a model; staged has not been timed (cuda_plans.cuda_swiglu_staged_launch; docs/cuda.md, the
+sibling layers' section, has the figures and staged's prediction)."""
 
 
 @lru_cache(maxsize=1)
@@ -96,16 +94,17 @@ def swiglu_choice() -> str:
 #
 #   own   the dequantizing kernels read a float16 / bfloat16 bias as it is (kernels/cuda/
 #         epilogue/epilogue.cuh, load_pair and to_float: exact), so a call makes no extra node;
-#   cast  MLX casts it to float32 first: one more node and copy kernel a call (1.4-3.6 µs of
-#         kernel time on the H200, 2026-12-04), the same bits.
+#   cast  MLX casts it to float32 first: one more node and copy kernel a call (a few µs of kernel
+#         time: docs/cuda.md, the bias's type), the same bits.
 # A float32 bias (int8nax.nn's layers hold theirs so) goes as it is either way. Read once per
 # process (clear_caches()).
 
 BIAS_ENV = "INT8NAX_CUDA_BIAS"
 BIAS_CHOICES = ("cast", "own")
 BIAS_DEFAULT = "cast"
-"""cast until the own-type reads have run on a GPU (tools/hopper_verify.sh, part bias: its test and
-the kernel time; a model through int8nax.nn measures nothing here, its biases being float32)."""
+"""cast. own is opt-in because its test (tests/test_cuda_bias.py, run on a GPU by
+tools/hopper_verify.sh's bias part, with the kernel time) has not passed on a GPU. A model through
+int8nax.nn reads neither: its layers hold their biases in float32."""
 
 
 @lru_cache(maxsize=1)

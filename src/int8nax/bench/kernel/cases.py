@@ -79,7 +79,7 @@ class Prepared:
 
 
 def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
-    """The operands, call and check of an int8_matmul, w8a8:<variant> or bf16 item at its shape on
+    """The operands, call and check of an int8_matmul, w8a8:<dtype>[+bias] or bf16 item at its shape on
     the device, for an L2 of `l2` bytes (cuBLASLt is measure's own); `backend`: the tests' CPU."""
     import mlx.core as mx
     import numpy as np
@@ -299,15 +299,15 @@ class W8A8Case:
         return None if err <= 1.0 else f"off by {err:.3g} ulp ({self.dtype_name}) from the float64 model; 1 allowed"
 
 
-def w8a8_case(variant: str, shape: Shape, l2: int) -> W8A8Case:
-    """The operands of a w8a8:<variant> item ("bfloat16", "float16+bias", ...) at (M, K, N),
+def w8a8_case(dtype_bias: str, shape: Shape, l2: int) -> W8A8Case:
+    """The operands of a w8a8:<dtype_bias> item ("bfloat16", "float16+bias", ...) at (M, K, N),
     evaluated on the device, with copies for an L2 of `l2` bytes."""
     import mlx.core as mx
 
     from .. import problems
 
     m, k, n = shape
-    dtype_name, has_bias = variant.split("+")[0], variant.endswith("+bias")
+    dtype_name, has_bias = dtype_bias.split("+")[0], dtype_bias.endswith("+bias")
     dtype = getattr(mx, dtype_name)
     x_np, _ = problems.linear_problem(m, k, n)
     w_np, s_np = problems.w8a8_weights(m, k, n)

@@ -4,7 +4,7 @@ read through torch.profiler, turned into per-launch times and the kernels of one
 MLX launches on its own stream from CUDA graphs, so CUDA events cannot bracket its kernels; CUPTI's
 activity records (start and duration on the GPU) can, and torch.profiler is the way to them that
 the GPU machines have. Kernel mode (bench.kernel.mode, bench.kernel.plans) times its launches with
-Profiler; the model breakdown (bench.model_profile) records its own forwards with record and
+Profiler; the model breakdown (bench.model_breakdown) records its own forwards with record and
 names kernels with short_name. skip_reason says where none of this can run.
 """
 

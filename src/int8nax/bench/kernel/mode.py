@@ -67,8 +67,9 @@ from ..problems import EXTRA_SHAPES, SEED_SHAPES, Shape
 BUDGET_S = 330.0
 """Default seconds for the whole run, compile time included (one device call is 600 s at most)."""
 
-W8A8_VARIANTS = ("float16", "float16+bias", "bfloat16", "bfloat16+bias")
-"""The W8A8 calls timed by default: output dtype, with or without a bias of that dtype."""
+W8A8_DTYPE_BIAS = ("float16", "float16+bias", "bfloat16", "bfloat16+bias")
+"""The W8A8 calls timed by default, named by dtype and bias: x's (and the output's) dtype, with or
+without a bias of that dtype. (INT8NAX_CUDA_KERNEL's variants are kernel schedules, another thing.)"""
 
 ENV_KEYS = ("INT8NAX_CUDA_KERNEL", "INT8NAX_CUDA_EPILOGUE", "INT8NAX_CUDA_BIAS", "MLX_USE_CUDA_GRAPHS")
 """Environment settings that change what runs; recorded with the results."""
@@ -82,31 +83,31 @@ METHOD = ("CUPTI durations (torch.profiler) of every GPU activity of one call + 
 # ---- what to run -------------------------------------------------------------------------------
 
 def parse_w8a8(text: str) -> tuple[str, ...]:
-    """'float16,bfloat16+bias' -> the W8A8 variants; '' or 'none' -> none. ValueError naming
-    --w8a8 for anything else."""
+    """'float16,bfloat16+bias' -> those W8A8 dtype/bias names; '' or 'none' -> none. ValueError
+    naming --w8a8 for anything else."""
     if text.strip().lower() in ("", "none"):
         return ()
     out = []
     for part in text.split(","):
-        v = part.strip().lower()
-        if v not in W8A8_VARIANTS:
-            raise ValueError(f"--w8a8: expected comma-separated variants from {', '.join(W8A8_VARIANTS)} "
+        dtype_bias = part.strip().lower()
+        if dtype_bias not in W8A8_DTYPE_BIAS:
+            raise ValueError(f"--w8a8: expected comma-separated variants from {', '.join(W8A8_DTYPE_BIAS)} "
                              f"(or none), got {part.strip()!r}")
-        out.append(v)
+        out.append(dtype_bias)
     return tuple(dict.fromkeys(out))
 
 
-def plan_items(shapes, w8a8=W8A8_VARIANTS, cublaslt: bool = True, extra=(), bf16: bool = False) -> list[Item]:
+def plan_items(shapes, w8a8=W8A8_DTYPE_BIAS, cublaslt: bool = True, extra=(), bf16: bool = False) -> list[Item]:
     """The run's items in order: the headline first (int8_matmul and cuBLASLt, shape by shape,
-    the `extra` shapes last), then each W8A8 variant over `shapes`, then (bf16) bfloat16
+    the `extra` shapes last), then each W8A8 dtype/bias over `shapes`, then (bf16) bfloat16
     mx.matmul over `shapes`, so that a budget cut keeps the headline whole."""
     items = []
     for shape in [*shapes, *extra]:
         items.append(Item("int8_matmul", tuple(shape)))
         if cublaslt:
             items.append(Item("cublaslt", tuple(shape)))
-    for variant in w8a8:
-        items += [Item(f"w8a8:{variant}", tuple(shape)) for shape in shapes]
+    for dtype_bias in w8a8:
+        items += [Item(f"w8a8:{dtype_bias}", tuple(shape)) for shape in shapes]
     if bf16:
         items += [Item("bf16", tuple(shape)) for shape in shapes]
     return items
@@ -135,7 +136,7 @@ def _cell(rec: dict | None) -> str:
 
 def summary(records: list[dict]) -> dict:
     """Geometric means: cuBLASLt µs / int8_matmul µs over the shapes where both ran, and per
-    W8A8 variant its µs / int8_matmul's (the cost over the raw GEMM; above 1 is slower)."""
+    W8A8 dtype/bias its µs / int8_matmul's (the cost over the raw GEMM; above 1 is slower)."""
     ours, lt = _by(records, "int8_matmul"), _by(records, "cublaslt")
     shapes = [s for s, r in ours.items() if not r.get("extra")]
     out = {}
@@ -166,7 +167,7 @@ def summary(records: list[dict]) -> dict:
 
 def render(records: list[dict], markdown: bool = False) -> str:
     """The headline table (int8_matmul, cuBLASLt, ratio, TOPS, kernel) with its geometric mean,
-    then the W8A8 table (each variant's µs and its ratio to int8_matmul's), then what failed."""
+    then the W8A8 table (each dtype/bias's µs and its ratio to int8_matmul's), then what failed."""
     ours, lt = _by(records, "int8_matmul"), _by(records, "cublaslt")
     sums = summary(records)
     rows = []
@@ -183,15 +184,15 @@ def render(records: list[dict], markdown: bool = False) -> str:
         out += ["", f"geometric mean over {s['shapes']} of {s['of']} shapes: {s['geomean']:.2f}x cuBLASLt; "
                     f"lowest {s['lowest']:.2f}x at {shape_text(s['lowest_at'])}"
                     + (" (* not in the mean)" if any(r.get("extra") for r in ours.values()) else "")]
-    variants = list(dict.fromkeys(r["subject"] for r in records if r["subject"].startswith("w8a8:")))
-    if variants:
+    w8a8 = list(dict.fromkeys(r["subject"] for r in records if r["subject"].startswith("w8a8:")))
+    if w8a8:
         rows = []
-        by = {v: _by(records, v) for v in variants}
+        by = {v: _by(records, v) for v in w8a8}
         for shape, r in ours.items():
             if r.get("extra"):
                 continue
             cells = [*map(str, shape), _cell(r)]
-            for v in variants:
+            for v in w8a8:
                 w = by[v].get(shape)
                 cell = _cell(w)
                 if w and "us" in w and "us" in r:
@@ -200,16 +201,16 @@ def render(records: list[dict], markdown: bool = False) -> str:
             rows.append(cells)
         out += ["", "", "W8A8 (every kernel of w8a8_linear) against the raw int32 GEMM (µs; ratio = W8A8 µs / "
                         "int8_matmul µs, above 1: W8A8 costs more)", ""]
-        out += table_lines(["M", "K", "N", "int8_matmul", *(v.removeprefix("w8a8:") for v in variants)], rows,
+        out += table_lines(["M", "K", "N", "int8_matmul", *(v.removeprefix("w8a8:") for v in w8a8)], rows,
                            markdown, align_last=False)
         out.append("")
-        for v in variants:
+        for v in w8a8:
             if v in sums:
                 s = sums[v]
                 out.append(f"{v}: geometric mean {s['geomean']:.2f}x over {s['shapes']} of {s['of']} shapes; "
                            f"highest {s['highest']:.2f}x at {shape_text(s['highest_at'])}")
         ran = [f"  {v.removeprefix('w8a8:')} {shape_text(s)}: {w.get('describe', '')}{kernels_text(w)}"
-               for v in variants for s, w in by[v].items() if "parts" in w]
+               for v in w8a8 for s, w in by[v].items() if "parts" in w]
         out += ["", "W8A8 kernels:", *ran] if ran else []
     bf16 = _by(records, "bf16")
     if bf16:
@@ -285,7 +286,7 @@ def add_arguments(parser) -> None:
     """The options only `compare --mode kernel` reads."""
     parser.add_argument("--w8a8", type=_w8a8_arg, default=None, metavar="VARIANTS",
                         help=f"mode kernel: W8A8 variants to time against the raw GEMM, comma-separated from "
-                             f"{', '.join(W8A8_VARIANTS)}, or none (default: all; with --plans: bfloat16)")
+                             f"{', '.join(W8A8_DTYPE_BIAS)}, or none (default: all; with --plans: bfloat16)")
     parser.add_argument("--bf16", action="store_true",
                         help="mode kernel: also time bfloat16 mx.matmul(x, W.T) at each shape, against W8A8's "
                              "bfloat16 variants")
@@ -316,7 +317,7 @@ def main(args) -> int:
     budget, launches = getattr(args, "time_limit", BUDGET_S), getattr(args, "launches", LAUNCHES)
     shapes, extra = select_shapes(getattr(args, "shapes", None))
     w8a8 = getattr(args, "w8a8", None)
-    items = plan_items(shapes, W8A8_VARIANTS if w8a8 is None else w8a8, extra=extra, bf16=getattr(args, "bf16", False))
+    items = plan_items(shapes, W8A8_DTYPE_BIAS if w8a8 is None else w8a8, extra=extra, bf16=getattr(args, "bf16", False))
     meta = environment()
     meta.update({"launches": launches, "budget_s": budget, "command": "int8nax " + " ".join(sys.argv[1:])})
     print(f"{prog}: {len(items)} items over {len(shapes) + len(extra)} shapes; {run_line(meta, budget)}",

@@ -7,7 +7,7 @@ the GPU model configurations, model_shapes()):
 
     int8_matmul       the raw GEMM as the dispatch runs it (kernel mode's item: its time, its
                       kernel, bit-exact against the int64 product)
-    plans:<variant>   for each W8A8 variant (output dtype, with or without a bias; --w8a8,
+    plans:<dtype_bias> for each W8A8 dtype/bias (x's dtype, with or without a bias; --w8a8,
                       default bfloat16): backends.cuda.w8a8(x, w, scale_w, bias, variant, plan) on
                       every distinct candidate of plan_candidates(), each against int8_matmul's
                       time; the dispatch's own choice is the default
@@ -40,17 +40,14 @@ from ..text import table_lines
 from ..problems import SEED_SHAPES, Shape
 
 PLANS = "plans:"
-"""Subject prefix of an item that times every plan of one W8A8 variant (or the raw GEMM) at one
+"""Subject prefix of an item that times every plan of one W8A8 dtype/bias (or the raw GEMM) at one
 shape."""
 
 RAW = "int8_matmul"
-"""The variant of plans:<variant> that is the raw GEMM (int8_matmul's plans)."""
+"""What plans:<...> names for the raw GEMM (int8_matmul's plans) instead of a W8A8 dtype/bias."""
 
 DEFAULT_W8A8 = ("bfloat16",)
-"""The W8A8 variants swept by default (the models' dtype; --w8a8 picks others)."""
-
-MODEL_CONFIGS = ("qwen2.5-7b", "qwen3-8b")
-"""The model configurations (bench.models.CONFIGS) whose layers are default shapes."""
+"""The W8A8 dtype/bias swept by default (the models' dtype; --w8a8 picks others)."""
 
 MODEL_TOKENS = (512, 2048, 4096)
 """The M (prefill tokens) of the model layers among the default shapes."""
@@ -64,7 +61,7 @@ PROG = "int8nax compare --mode kernel --plans"
 
 @dataclass(frozen=True)
 class Candidate:
-    """One plan to time: the Choice (variant and plan) and why it is a candidate (names, e.g.
+    """One plan to time: the Choice (kernel variant and plan) and why it is a candidate (names, e.g.
     "default", "raw GEMM's", "tma wg2_128x192"; several where candidates coincide)."""
 
     names: tuple[str, ...]
@@ -157,11 +154,13 @@ def layer_shapes(config) -> list[tuple[str, int, int]]:
             ("gate|up", config.hidden, 2 * config.intermediate), ("down", config.intermediate, config.hidden)]
 
 
-def model_shapes(configs=MODEL_CONFIGS, tokens=MODEL_TOKENS) -> dict[Shape, list[str]]:
-    """{(M, K, N): ["qwen2.5-7b q|k|v", ...]} of each configuration's fused layers at each M."""
-    from ..models import CONFIGS
+def model_shapes(configs=None, tokens=MODEL_TOKENS) -> dict[Shape, list[str]]:
+    """{(M, K, N): ["qwen2.5-7b q|k|v", ...]} of each configuration's fused layers at each M;
+    `configs` names them (default: the full profile's, models.PROFILE_CONFIGS)."""
+    from ..models import CONFIGS, PROFILE_CONFIGS
 
     out: dict[Shape, list[str]] = {}
+    configs = PROFILE_CONFIGS["full"] if configs is None else configs
     for name in configs:
         for m in tokens:
             for layer, k, n in layer_shapes(CONFIGS[name]):
@@ -177,7 +176,7 @@ def default_shapes() -> tuple[list[Shape], dict[Shape, list[str]]]:
 
 
 def plan_items(shapes, w8a8=DEFAULT_W8A8, raw: bool = False) -> list[kw.Item]:
-    """Shape by shape: the raw GEMM, its plans (raw), then each W8A8 variant's plans (a budget
+    """Shape by shape: the raw GEMM, its plans (raw), then each W8A8 dtype/bias's plans (a budget
     cut keeps whole shapes)."""
     items = []
     for shape in shapes:
@@ -229,20 +228,20 @@ def same_bits(mx, got, want) -> str | None:
 
 
 def measure_plans(item: kw.Item, ctx: dict) -> dict:
-    """A plans:<variant> item's record: the default plan and every candidate (candidates: a list
-    of {plan, variant, names, default, us, parts}, or {..., mismatch, timed_us} for a wrong output,
-    {..., unchecked, timed_us} where the default's output is wrong or missing, {..., error} where
-    the plan raised), each timed, then checked."""
+    """A plans:<dtype_bias> (or plans:int8_matmul) item's record: the default plan and every
+    candidate (candidates: a list of {plan, variant (the kernel's), names, default, us, parts}, or
+    {..., mismatch, timed_us} for a wrong output, {..., unchecked, timed_us} where the default's
+    output is wrong or missing, {..., error} where the plan raised), each timed, then checked."""
     import mlx.core as mx
 
     m, k, n = item.shape
-    variant = item.subject.removeprefix(PLANS)
+    swept = item.subject.removeprefix(PLANS)  # RAW or a W8A8 dtype/bias
     dispatch = ctx.get("dispatch") or CudaDispatch()
-    if variant == RAW:
+    if swept == RAW:
         case = kc.raw_case(item.shape, ctx["l2_bytes"])
         default, cands = dispatch.candidates(m, n, k, False)
     else:
-        case = kc.w8a8_case(variant, item.shape, ctx["l2_bytes"])
+        case = kc.w8a8_case(swept, item.shape, ctx["l2_bytes"])
         default, cands = dispatch.candidates(m, n, k, True, case.bias is not None, case.dtype)
     rec = {"subject": item.subject, "shape": list(item.shape), "default": default.describe(), "sms": dispatch.sms,
            "check": f"the default plan {case.what}; every other plan bit-identical to the default's output"}
@@ -296,7 +295,8 @@ def progress_text(rec: dict) -> str:
 def shape_summary(rec: dict, raw: dict | None = None) -> dict:
     """Of a plans record: the default plan and its µs, the fastest measured plan and its µs, the
     gain (default µs / fastest µs), plans measured, and the raw GEMM's µs (from `raw`, its
-    int8_matmul record) with each figure's ratio to it. {} where no plan was measured."""
+    int8_matmul record) with each figure's ratio to it; "variant" is the W8A8 dtype/bias swept (or
+    int8_matmul). {} where no plan was measured."""
     timed = [c for c in rec.get("candidates", []) if "us" in c]
     if not timed:
         return {}
@@ -345,10 +345,10 @@ def _plan_rows(rec: dict, raw_us: float | None) -> list[list[str]]:
 
 
 def render(records: list[dict], labels: dict | None = None, markdown: bool = False) -> str:
-    """Per shape: the raw GEMM's default (µs, kernel), then per W8A8 variant every plan by time
+    """Per shape: the raw GEMM's default (µs, kernel), then per W8A8 dtype/bias every plan by time
     with its ratio to the raw GEMM, the default and the fastest marked, and a line: default
-    against fastest. Then the summary table (one row per shape and variant) and what was not
-    measured."""
+    against fastest. Then the summary table (one row per shape and dtype/bias, its column titled
+    "variant") and what was not measured."""
     labels = labels or {}
     raw = _raw_by_shape(records)
     plans = [r for r in records if r["subject"].startswith(PLANS)]
@@ -365,14 +365,14 @@ def render(records: list[dict], labels: dict | None = None, markdown: bool = Fal
             head += kt._cell(r0)
         out += ["", ("### " if markdown else "") + head]
         for rec in (p for p in plans if tuple(p["shape"]) == shape):
-            variant = rec["subject"].removeprefix(PLANS)
+            swept = rec["subject"].removeprefix(PLANS)
             if "candidates" not in rec:
                 continue  # not measured: listed at the end
             out += [""] if markdown else []
-            out += table_lines([variant, "/raw", "plan", "", "candidate as"],
+            out += table_lines([swept, "/raw", "plan", "", "candidate as"],
                                _plan_rows(rec, r0.get("us") if r0 else None), markdown, align_last=False)
             s = shape_summary(rec, r0)
-            out.append(f"  {summary_line(s) if s else variant + ': no plan measured'}")
+            out.append(f"  {summary_line(s) if s else swept + ': no plan measured'}")
     sums = summary(records)
     if sums:
         rows = [[*map(str, s["shape"]), s["variant"], f"{s['default_us']:.1f}" if "default_us" in s else "n/a",
@@ -427,10 +427,12 @@ def to_json(records: list[dict], meta: dict) -> dict:
 # ---- command line ------------------------------------------------------------------------------
 
 def add_arguments(parser) -> None:
+    from ..models import PROFILE_CONFIGS
+
     parser.add_argument("--plans", action="store_true",
                         help="mode kernel: time W8A8 on every plan the CUDA dispatch could give each shape, "
                              "against the raw GEMM (default shapes: the seed shapes and the sibling-fused layers "
-                             f"of {', '.join(MODEL_CONFIGS)} at M = {', '.join(map(str, MODEL_TOKENS))}; "
+                             f"of {', '.join(PROFILE_CONFIGS['full'])} at M = {', '.join(map(str, MODEL_TOKENS))}; "
                              "reads --shapes, --w8a8, --raw-plans, --time-limit, --launches, --markdown, --json)")
     parser.add_argument("--raw-plans", action="store_true",
                         help="with --plans: also time the raw int8_matmul on every plan the dispatch could give it")

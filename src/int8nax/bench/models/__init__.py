@@ -51,7 +51,8 @@ The relative error of each form's output against the bf16 model's, on a prefill 
 ERROR_TOKENS, is reported (rel_error_vs_bf16), not gated.
 
 The package, by concern:
-    qwen         the configurations (CONFIGS) and mlx-lm's model of each, with seeded random weights
+    qwen         the configurations (CONFIGS, PROFILE_CONFIGS) and mlx-lm's model of each, with seeded
+                 random weights
     forms        the forms and the conversion of a bf16 model into each
     projections  the check: every projection against float64 on its own inputs
     prepared     a form ready to time (Prepared), its first call checked
@@ -69,13 +70,13 @@ from .prepared import (COMPILED_REL_TOL, ERROR_TOKENS, MAX_REPEAT, MIN_SAMPLE_SE
 from .profiles import ALL_TOKENS, PROFILES, Profile, gpu_time, profile_figures, skip_reason
 from .projections import (CHECK_COLS, CHECK_ROWS, FLOAT_REL_TOL, W8A8_MAX_ULP, _projections, check_projection,
                           check_projections, float_tolerance, rel_error)
-from .qwen import (CONFIGS, MAX_TOKENS, SEED, VOCAB, Config, build, mlx_lm_module, model_args, random_weight,
-                   token_ids)
+from .qwen import (CONFIGS, MAX_TOKENS, PROFILE_CONFIGS, SEED, VOCAB, Config, build, mlx_lm_module, model_args,
+                   random_weight, token_ids)
 
 __all__ = [
     "ALL_FORMS", "ALL_TOKENS", "CHECK_COLS", "CHECK_ROWS", "COMPILED_REL_TOL", "CONFIGS", "Config", "ERROR_TOKENS",
     "FLOAT_REL_TOL", "FORMS", "MAX_REPEAT", "MAX_TOKENS", "MIN_SAMPLE_SECONDS", "MIN_WARMUP_SECONDS", "MLX_GROUP_SIZE",
-    "MODES", "MismatchError", "PROFILES", "Prepared", "Profile", "SEED", "Unavailable", "VOCAB", "W8A8_MAX_ULP",
+    "MODES", "MismatchError", "PROFILES", "PROFILE_CONFIGS", "Prepared", "Profile", "SEED", "Unavailable", "VOCAB", "W8A8_MAX_ULP",
     "build", "check_projection", "check_projections", "convert", "float_tolerance", "gpu_time", "mlx_lm_module",
     "model_args", "prepare", "profile_figures", "random_weight", "rel_error", "skip_reason", "token_ids",
     "weight_bytes",

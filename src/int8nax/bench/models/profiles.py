@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..checks import MismatchError
 from ..peers import Unavailable
 from .prepared import Prepared, prepare
+from .qwen import PROFILE_CONFIGS
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,12 @@ PROFILES: dict[str, Profile] = {
     # 4 layers: the embedding, final norm and MLX's per-evaluation cost (~25 us on CUDA) come
     # to a few percent of a decode step (0.34 ms per bf16 layer of the 7B on the H200), and two
     # configurations in four forms stay near 15 GB.
-    "full": Profile(("qwen2.5-7b", "qwen3-8b"), (1, 16, 128, 512, 2048, 4096), layers=4, context=512),
+    "full": Profile(PROFILE_CONFIGS["full"], (1, 16, 128, 512, 2048, 4096), layers=4, context=512),
     # One layer of the small configuration at decode and 16 tokens: MLX's CPU bf16 GEMM runs
     # a 16-token layer in ~0.25 s on the 2-core box, and every benchmark process builds its model.
     # A prompt of 8: at this size a decode step's cost is its projections (attention over 8 or
     # 512 keys of 14 heads of 64 is a rounding error next to 15 M weights).
-    "cpu": Profile(("qwen2.5-0.5b",), (1, 16), layers=1, context=8),
+    "cpu": Profile(PROFILE_CONFIGS["cpu"], (1, 16), layers=1, context=8),
 }
 ALL_TOKENS: tuple[int, ...] = tuple(sorted({t for p in PROFILES.values() for t in p.tokens}))
 
@@ -51,11 +52,11 @@ def skip_reason(profile: str, form: str, mode: str, tokens: int) -> str | None:
 
 
 def gpu_time(model: Prepared, tokens: int) -> dict:
-    """{"gpu_ms_per_layer": the GPU's busy time of one forward per layer (bench.model_profile:
+    """{"gpu_ms_per_layer": the GPU's busy time of one forward per layer (bench.model_breakdown:
     CUPTI, the figure that host-bound token counts do not blur)}, or {"gpu_na": why not}."""
-    from .. import model_profile
+    from .. import model_breakdown
 
-    got, why = model_profile.measured(model, tokens, forwards=2)
+    got, why = model_breakdown.measured(model, tokens, forwards=2)
     if got is None:
         return {"gpu_na": f"GPU time: {why}"}
     return {"gpu_ms_per_layer": got.busy_ms} if got.busy_ms > 0 else {"gpu_na": "GPU time: CUPTI saw no kernel"}
@@ -69,11 +70,11 @@ def profile_figures(profile: str, form: str, mode: str, repeat: int = 3) -> dict
     asv calls it from setup_cache, where an exception fails the whole class."""
     prof = PROFILES[profile]
     out: dict = {}
-    from .. import model_profile
+    from .. import model_breakdown
     from ..kernel import cupti
 
     if cupti.skip_reason() is None:
-        model_profile.start()  # torch's CUDA context (and CUPTI's) first, as compare --breakdown
+        model_breakdown.start()  # torch's CUDA context (and CUPTI's) first, as compare --breakdown
     for config in prof.configs:
         skips = {t: skip_reason(profile, form, mode, t) for t in prof.tokens}
         if all(skips.values()):

@@ -1,5 +1,5 @@
 """mlx-lm's Qwen models as the measurements build them: the configurations (CONFIGS, the public
-dimensions), mlx-lm's model classes imported without its generation front end, and each model
+dimensions; PROFILE_CONFIGS, those each profile measures), mlx-lm's model classes imported without its generation front end, and each model
 built with seeded random weights scaled like a trained model's (the package docstring says how)."""
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ CONFIGS: dict[str, Config] = {c.name: c for c in (
     Config("qwen2.5-7b", "qwen2", 3584, 18944, 28, 4, 128, depth=28, vocab=152064, tied=False),
     Config("qwen3-8b", "qwen3", 4096, 12288, 32, 8, 128, depth=36, vocab=151936, tied=False),
 )}
+
+PROFILE_CONFIGS: dict[str, tuple[str, ...]] = {"full": ("qwen2.5-7b", "qwen3-8b"), "cpu": ("qwen2.5-0.5b",)}
+"""The configurations each shape profile measures (bench.problems.choose_profile names it): the
+model and generation suites' (models.PROFILES, generate.PROFILES), and on a GPU, the full
+profile's, the layers the CUDA plan sweep times (kernel.plans.model_shapes)."""
 
 
 VOCAB = 1024

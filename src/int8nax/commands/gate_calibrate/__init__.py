@@ -19,7 +19,7 @@ Runs anywhere asv runs (a CPU box, an H200 with asv.cuda.conf.json, an M5 with
 asv.m5.conf.json); it needs asv and virtualenv in this Python and network for the first
 environment (or a pip cache / wheelhouse).
 
---existing [PYTHON] is the variant for a machine without network or package index (the lent
+--existing [PYTHON] calibrates on a machine without network or package index (the lent
 H200): no virtualenv is built. Each commit is checked out in a worktree of the clone, and
 `asv run -E existing:PYTHON --set-commit-hash C -a rounds=1` measures it with that tree's src/
 on PYTHONPATH (and ASV_PYTHONPATH), through src/int8nax/commands/asv_persistent.py when the machine's
@@ -49,7 +49,7 @@ The package, by concern:
     sandbox    the clone with a private HOME, its commits A, A', B_f and the planted slowdown
     points     asv's samples of a commit, asv's rule on a pair (flagged), one run's record (Run)
     gate_runs  the calibration through `int8nax gate` itself, pair by pair
-    existing   the existing-environment variant (--existing), rounds interleaved here
+    existing   the calibration in asv's existing environment (--existing), rounds interleaved here
     reporting  the markdown report, runs.json and --merge, the settings written back
 """
 

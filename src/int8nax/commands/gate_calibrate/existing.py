@@ -1,4 +1,4 @@
-"""The existing-environment variant (--existing; the package docstring says what it does): each
+"""The calibration in asv's existing environment (--existing; the package docstring says more): each
 commit's own sources on the path, `asv run` per round, the rounds interleaved here as `asv
 continuous --interleave-rounds` would, and the verdict of each pair by asv's rule."""
 

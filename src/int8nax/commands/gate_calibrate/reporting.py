@@ -60,7 +60,7 @@ def measuring(settings: dict) -> dict:
 
 def merge(paths: list[Path], args) -> tuple[list[Run], gate.Settings, str, str, tuple]:
     """The runs of several runs.json of one machine and one set of settings (say, one per
-    10-minute device call), for one report; `args` takes their machine, variant and factors."""
+    10-minute device call), for one report; `args` takes their machine, --existing and slowdowns."""
     runs: list[Run] = []
     first = None
     args.repetition_minutes = []
@@ -130,7 +130,7 @@ def machine_lines(args) -> list[str]:
 
 
 def existing_lines(args, settings: gate.Settings) -> list[str]:
-    """What the --existing variant is, for the report."""
+    """What --existing measured in, for the report."""
     commits = 2 + len(args.slowdowns)
     minutes = getattr(args, "repetition_minutes", [])
     timing = (f" A repetition took {statistics.median(minutes):.1f} min (median; max {max(minutes):.1f})."

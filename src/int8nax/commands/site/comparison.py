@@ -18,54 +18,10 @@ from .results import _BENCH, MachineResults, Value, read_results
 
 MODES = ("call", "chain")
 
-
-@dataclass(frozen=True)
-class Format:
-    """How a contender's problem is held: the arithmetic's number format (a key of the
-    machine's ceilings), bytes per element of A [M, K], of B [N, K] (weights, including their
-    scales) and of the output [M, N], and whether it computes on the host CPU."""
-
-    arithmetic: str
-    a: float
-    b: float
-    out: float
-    on_host: bool = False
-    b_per_row: float = 0.0  # bytes per weight row on top of b per element (W8A8's float32 scale)
-
-    def bytes_moved(self, m: int, k: int, n: int) -> float:
-        """A + B + output, each read or written once."""
-        return self.a * m * k + self.b * n * k + self.b_per_row * n + self.out * m * n
-
-
-@dataclass(frozen=True)
-class ContenderInfo:
-    name: str  # the contender's name in int8nax.bench.contenders
-    stem: str  # its asv benchmarks: time_<stem>, time_<stem>_chain, track_<stem>_tops
-    fmt: Format
-
-    @property
-    def peer(self) -> bool:
-        """Someone else's implementation (or a baseline): the others are compared to it. int8nax's
-        own contenders are the ones bench.contenders.OPS maps to int8nax's functions."""
-        return self.name not in bench_contenders.OPS
-
-
-_RAW = Format("int8", a=1, b=1, out=4)
-_W8A8 = Format("int8", a=2, b=1, out=2, b_per_row=4)  # float16 x in, int8 codes + float32 scale per row
-CONTENDERS: tuple[ContenderInfo, ...] = (
-    ContenderInfo("int8nax-gemm", "int8nax_gemm", _RAW),
-    ContenderInfo("cider-raw", "cider_raw", _RAW),
-    ContenderInfo("cublaslt-int8", "cublaslt_int8", _RAW),
-    ContenderInfo("torch-int8", "torch_int8", _RAW),
-    ContenderInfo("int8nax-full", "int8nax_full", _W8A8),
-    ContenderInfo("cider-full", "cider_full", _W8A8),
-    ContenderInfo("mlx-fp16", "mlx_fp16_matmul", Format("fp16", a=2, b=2, out=2)),
-    # 8-bit codes plus a float16 scale and bias per group of 64 weights
-    ContenderInfo("mlx-q8", "mlx_q8_matmul", Format("fp16", a=2, b=1 + 4 / 64, out=2)),
-    ContenderInfo("numpy-sgemm", "numpy_sgemm", Format("fp32", a=4, b=4, out=4, on_host=True)),
-)
-"""Every contender of the asv suite (benchmarks/), in the order the page shows them.
-A benchmark of an unknown stem still shows, under its stem, without a roofline."""
+CONTENDERS = tuple(bench_contenders.CONTENDERS[name] for name in bench_contenders.SUITE)
+"""Every contender of the asv suite (benchmarks/), in the order the page shows them, as the registry
+(int8nax.bench.contenders.CONTENDERS) has them: name, asv stem, number format (fmt). A benchmark of
+an unknown stem still shows, under its stem, without a roofline."""
 
 
 def parse_shape(text: str) -> tuple[int, ...] | None:
@@ -143,11 +99,12 @@ def _find(values: dict, stem: str, chain: bool) -> str | None:
     return None
 
 
-def _ceilings_for(declared: machine_ceilings.Machine | None, info: ContenderInfo | None, why_not: str):
+def _ceilings_for(declared: machine_ceilings.Machine | None, info: bench_contenders.Contender | None,
+                 why_not: str):
     if declared is None:
         return None, why_not
     if info is None:
-        return None, "number format of this contender not declared (int8nax/commands/site/comparison.py CONTENDERS)"
+        return None, "number format of this contender not declared (int8nax/bench/contenders.py CONTENDERS)"
     ceilings = declared.host if info.fmt.on_host else declared.device
     if ceilings is None:
         return None, "the host CPU's ceilings are not declared"
@@ -286,7 +243,7 @@ def skipped_shapes(block: MachineBlock) -> dict[str, dict[str, list[str]]]:
     return out
 
 
-CIDER = ("cider-raw", "cider-full")
+CIDER = tuple(c.name for c in CONTENDERS if c.m5_only)
 """cider's contenders: they run only on an Apple M5 (cider is a Metal library)."""
 
 

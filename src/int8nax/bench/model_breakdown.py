@@ -88,7 +88,7 @@ def forward_figures(gpu: list[dict], ranges: list[dict], layers: int) -> Breakdo
     from .kernel.cupti import short_name
 
     if not ranges:
-        raise ValueError("no forward ranges in the profile")
+        raise ValueError("no forward ranges in the trace")
     per = []
     for r in ranges:
         lo, hi = r["ts"], r["ts"] + r["dur"]
@@ -108,7 +108,7 @@ def forward_figures(gpu: list[dict], ranges: list[dict], layers: int) -> Breakdo
 
 def measured(prepared, tokens: int, forwards: int = 3) -> tuple[Breakdown | None, str | None]:
     """(breakdown(...), None), or (None, why there is none: no CUDA or torch here, or the
-    profile failed); never raises, so the figures measured without it stand."""
+    recording failed); never raises, so the figures measured without it stand."""
     from .kernel.cupti import skip_reason
 
     why = skip_reason()
@@ -133,7 +133,7 @@ def start() -> None:
 
 
 def breakdown(prepared, tokens: int, forwards: int = 3) -> Breakdown:
-    """Profile `forwards` runs of prepared.run(tokens) (after prepared.prepare(tokens) and one
+    """Record `forwards` runs of prepared.run(tokens) (after prepared.prepare(tokens) and one
     untimed run) on the GPU: their median Breakdown. Needs torch with CUDA (cupti.skip_reason)."""
     import torch
 

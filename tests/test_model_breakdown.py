@@ -1,8 +1,8 @@
-"""bench.model_profile's pure parts: kernel categories, busy time, a forward's figures."""
+"""bench.model_breakdown's pure parts: kernel categories, busy time, a forward's figures."""
 
 import pytest
 
-from int8nax.bench import model_profile as mp
+from int8nax.bench import model_breakdown as mp
 
 
 @pytest.mark.parametrize("name, want", [
