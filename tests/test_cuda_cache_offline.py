@@ -1,0 +1,59 @@
+"""tools/cuda_cache_offline.py without NVRTC: its arguments, and the instances it hands the cache
+(a model's W8A8 layers traced with stand-ins), the build itself stood in."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOL = ROOT / "tools" / "cuda_cache_offline.py"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_bad_arguments_name_what_they_take(tmp_path):
+    got = run("--mlx-package", str(tmp_path / "none"), "--out", str(tmp_path / "c"))
+    assert got.returncode == 2 and "--mlx-package: expected the mlx folder of an mlx-cuda wheel" in got.stderr
+    (tmp_path / "mlx" / "lib").mkdir(parents=True)
+    got = run("--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--model", "gpt-9")
+    assert got.returncode == 2 and "--model: expected one of" in got.stderr and "'gpt-9'" in got.stderr
+    got = run("--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "0")
+    assert got.returncode == 2 and "expected positive counts" in got.stderr
+
+
+def test_it_builds_every_instance_the_model_meets(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("mlx.core")
+    from int8nax.backends.cuda import binary_cache, source as cuda_source
+
+    spec = importlib.util.spec_from_file_location("cuda_cache_offline", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    handed = []
+
+    def prebuild(self, instances, jobs=None, progress=None):
+        handed.extend(instances)
+        return len(instances)
+
+    monkeypatch.setattr(binary_cache.BinaryCache, "prebuild", prebuild)
+    from int8nax.backends.cuda import backend as cuda, device, probe
+    for module, name in ((device, "_family"), (probe, "sm_count"), (probe, "_sms"), (cuda, "COMPILE")):
+        monkeypatch.setattr(module, name, getattr(module, name))  # the tool's stand-ins are undone after
+    import mlx.core as mx
+    monkeypatch.setattr(mx.fast, "cuda_kernel", mx.fast.cuda_kernel)
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "c"))  # the tool sets it: undone after
+    (tmp_path / "mlx" / "lib").mkdir(parents=True)
+    try:
+        assert tool.main(["--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "600"]) == 0
+    finally:
+        cuda.clear_caches()
+    names = {i.spec.name for i in handed}
+    assert len(handed) == len(set(handed)) and cuda_source.quantize().name in names
+    assert any("gemv_w8a8_x" in n for n in names) and any("tma" in n for n in names)  # decode and prefill plans
+    assert "instances for 1..600 rows on 132 SMs" in capsys.readouterr().out

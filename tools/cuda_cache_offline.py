@@ -1,0 +1,78 @@
+"""Fill a CUDA kernel cache without a GPU, to carry to a GPU machine.
+
+    python tools/cuda_cache_offline.py --mlx-package DIR --out CACHE [--model qwen2.5-7b] [--max-tokens 8192]
+                                       [--arch sm_90a] [--sms 132] [--jobs N]
+
+MLX keys a custom kernel's cached module by its name and a hash of its source, and int8nax's
+sources include the kernel headers by absolute path (backends/cuda/source.py): an entry built here
+is found on a GPU machine that runs this checkout at the same path (the lent GPUs run it at this
+one's path). This builds, with NVRTC from the nvidia-cuda-nvrtc wheel (LD_LIBRARY_PATH) and the
+MLX of an unpacked mlx-cuda wheel (DIR: its `mlx` folder, whose libmlx.so holds MLX's device
+headers), every instance the model's W8A8 layers meet for 1 .. max-tokens rows on a GPU of `sms`
+SMs (bfloat16 activations, the default SwiGLU and bias settings), into CACHE: pass
+MLX_PTX_CACHE_DIR=CACHE on the GPU machine (a `carry` of the folder), where the process then
+compiles none of them. The launches are traced with stand-ins for mx.fast.cuda_kernel, the SM count
+and the GPU family; nothing runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mlx-package", required=True, help="the `mlx` folder of an unpacked mlx-cuda wheel")
+    parser.add_argument("--out", required=True, help="the cache folder to fill (MLX_PTX_CACHE_DIR there)")
+    parser.add_argument("--model", default="qwen2.5-7b", help="a model of int8nax.bench.models (qwen2.5-7b)")
+    parser.add_argument("--max-tokens", type=int, default=8192, help="rows to prepare for (8192)")
+    parser.add_argument("--arch", default="sm_90a", help="NVRTC's --gpu-architecture (sm_90a)")
+    parser.add_argument("--sms", type=int, default=132, help="the GPU's SM count, which the plans depend on (132)")
+    parser.add_argument("--jobs", type=int, default=None, help="NVRTC compiles at once (default: the CPUs)")
+    args = parser.parse_args(argv)
+    package = Path(args.mlx_package)
+    if not (package / "lib").is_dir():
+        parser.error(f"--mlx-package: expected the mlx folder of an mlx-cuda wheel (with lib/), got {str(package)!r}")
+    if args.max_tokens < 1 or args.sms < 1:
+        parser.error(f"--max-tokens and --sms: expected positive counts, got {args.max_tokens} and {args.sms}")
+    os.environ["MLX_PTX_CACHE_DIR"] = str(Path(args.out).resolve())
+
+    import mlx.core as mx
+
+    from int8nax.backends.cuda import backend as cuda, binary_cache, device, kernels, probe
+    from int8nax.bench.first_call import layers_of
+    from int8nax.bench.models import CONFIGS
+
+    if args.model not in CONFIGS:
+        parser.error(f"--model: expected one of {sorted(CONFIGS)}, got {args.model!r}")
+
+    class StandIn:  # a kernel object that records nothing and returns unevaluated zeros
+        def __call__(self, *, output_shapes, output_dtypes, **_):
+            return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
+
+    mx.fast.cuda_kernel = lambda **_: StandIn()
+    device._family = lambda: "sm90" if args.arch.startswith("sm_90") else "sm80"
+    probe.sm_count = lambda: args.sms
+    probe._sms = lambda: args.sms
+    cuda.COMPILE = False
+    layers = [cuda.WarmLayer("w8a8_linear", n, k, mx.float32 if bias else None)
+              for _, n, k, bias in layers_of(CONFIGS[args.model])]
+    with kernels.collect_instances() as found:
+        for layer in layers:
+            for call in cuda._warm_calls(layer, args.max_tokens, mx.bfloat16):
+                call()
+    instances = list(dict.fromkeys(found))
+    cache = binary_cache.BinaryCache(args.arch, package, mx.__version__)
+    start = time.perf_counter()
+    built = cache.prebuild(instances, args.jobs, binary_cache.terminal_progress("building CUDA kernels"))
+    print(f"{args.model}: {len(instances)} instances for 1..{args.max_tokens} rows on {args.sms} SMs, {built} built "
+          f"into {cache.folder} in {time.perf_counter() - start:.0f} s ({cache.counts}){': ' + cache.reason if cache.reason else ''}")
+    return 1 if cache.counts.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
