@@ -12,7 +12,8 @@ headers), every instance the model's W8A8 layers meet for 1 .. max-tokens rows o
 SMs (bfloat16 activations, the default SwiGLU and bias settings), into CACHE: pass
 MLX_PTX_CACHE_DIR=CACHE on the GPU machine (a `carry` of the folder), where the process then
 compiles none of them. The launches are traced with stand-ins for mx.fast.cuda_kernel, the SM count
-and the GPU family; nothing runs.
+and the GPU family; nothing runs. Not yet tried on a GPU: the first call that carries a folder
+should check `int8nax info`'s count of kernels loaded from there.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@
 # tree that runs (git rev-parse there named the wrong commit once).
 # NVRTC builds are the slow part of a cold machine (prebuild: ~100 instances in 190 s on 16 CPUs).
 # The device runs this checkout at its own path, so kernels built here by tools/cuda_cache_offline.py
-# load there: carry that folder and set MLX_PTX_CACHE_DIR to it.
+# should load there (not yet tried): carry that folder and set MLX_PTX_CACHE_DIR to it.
 set -u
 part=${1:?usage: hopper_verify.sh record|binaries|generate|first-token|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|prebuild|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
