@@ -38,9 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..backends.cuda import binary_cache as cuda_binary_cache
 from . import generate, model_folder, models
 from .checks import MismatchError
 from .peers import Unavailable
@@ -52,28 +53,15 @@ SUITE_FORMS = ("bf16", "w8a8")
 """The forms the asv suite tracks (benchmarks/bench_first_token.py)."""
 CHILD_TIMEOUT_S = 600
 """Longest a child process may take (a 7B folder's load and W8A8 conversion take about 70 s on an H100)."""
-KERNEL_CACHE_ENV = "MLX_PTX_CACHE_DIR"
-"""Where MLX (and int8nax's CUDA binary cache, backends/cuda/binary_cache.py) keep compiled kernels."""
+KERNEL_CACHE_ENV = cuda_binary_cache.CACHE_ENV
+"""Where MLX (and int8nax's CUDA binary cache) keep compiled kernels."""
 
-
-@dataclass(frozen=True)
-class Profile:
-    """What a machine measures by default (bench.problems.choose_profile names the profile)."""
-
-    configs: tuple[str, ...]
-    layers: int | None
-    """Decoder layers (None: the configuration's real depth)."""
-    vocab: int | None
-    """Vocabulary (None: the configuration's real one)."""
-    prompt_tokens: tuple[int, ...]
-
-
-PROFILES: dict[str, Profile] = {
-    # Qwen2.5-7B at its real depth and vocabulary, the prompt lengths issue 47 names.
-    "full": Profile(("qwen2.5-7b",), None, None, (300, 777, 1500, 4096)),
+PROFILES: dict[str, generate.Profile] = {
+    # Qwen2.5-7B at its real depth and vocabulary, the prompt lengths issue 47 names (generate's
+    # profiles otherwise: only configs, layers, vocab and prompt_tokens are read here).
+    "full": replace(generate.PROFILES["full"], configs=("qwen2.5-7b",), prompt_tokens=(300, 777, 1500, 4096)),
     # generate's cut CPU model (the same folder): 2 layers, models.VOCAB ids; about 1 s a process.
-    "cpu": Profile(generate.PROFILES["cpu"].configs, generate.PROFILES["cpu"].layers, generate.PROFILES["cpu"].vocab,
-                   (16, 64)),
+    "cpu": replace(generate.PROFILES["cpu"], prompt_tokens=(16, 64)),
 }
 
 
