@@ -83,6 +83,23 @@ def test_tall_problems_are_launched_in_row_chunks(monkeypatch, rng):
     assert_exact(cuda.gemm_int32(mx.array(a), mx.array(b)), a, b)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_tall_w8a8_problems_run_in_row_chunks_with_the_same_bits(monkeypatch, rng, splits):
+    # Each row chunk's GEMM reads its own activation pack (codes and scales of its rows, packed by
+    # a copy, with its own tensor-map scratch): the chunks' bits are the whole problem's.
+    m, k, n = 300, 1040, 136
+    x = mx.array(rng.standard_normal((m, k)).astype(np.float16))
+    w, s_w = mx.array(random_int8(rng, (n, k))), mx.array((rng.random(n).astype(np.float32) + 0.5) / 2000)
+    bias = mx.array(rng.standard_normal(n).astype(np.float32))
+    plan = PLANS[-1 if splits > 1 else -2]
+    whole = cuda.w8a8(x, w, s_w, bias, variant_of(plan), plan)
+    monkeypatch.setattr(cuda_graphs, "MAX_GRID_Y", 2)
+    assert len(cuda_graphs._row_chunks(m, plan.cfg)) > 1
+    chunked = cuda.w8a8(x, w, s_w, bias, variant_of(plan), plan)
+    assert np.array_equal(np.array(chunked), np.array(whole))
+    assert within_one_ulp(chunked, w8a8_linear_ref(x, np.array(w), np.array(s_w), np.array(bias)), "float16").all()
+
+
 # Every plan with float16 output; the three output types on the first and last plan (each
 # dtype is another NVRTC compile of the GEMM, ~10 s apiece for the wgmma tiles).
 W8A8_CASES = [(p, mx.float16) for p in PLANS] + [(p, d) for p in PLANS[:1] + PLANS[-1:] for d in (mx.bfloat16, mx.float32)]

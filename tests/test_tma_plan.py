@@ -309,7 +309,7 @@ class RecordingKernel:
 
         self.launches.append(dict(name=self.spec.name, outputs=list(output_shapes), grid=grid, block=threadgroup,
                                   template=list(template), smem=self.spec.shared_memory,
-                                  dtypes=[str(x.dtype) for x in inputs],
+                                  dtypes=[str(x.dtype) for x in inputs], inputs=[x.shape for x in inputs],
                                   bias=next((str(x.dtype) for name, x in zip(self.spec.input_names, inputs) if name == "bias"),
                                             None)))
         return [mx.zeros(s, dtype=d) for s, d in zip(output_shapes, output_dtypes)]
@@ -797,3 +797,26 @@ def test_a_w8a8_call_allocates_the_pack_and_y(recorded, m):
         inside = chosen.variant == cuda_choice.GEMV and cuda_plans.gemv_x_ok(m, k, 2)
         want = 1 if inside else 2 + (chosen.plan.splits > 1)
         assert sum(len(x["outputs"]) for x in launches) == want, (n, k, chosen, launches)
+
+
+def test_a_tall_w8a8_problem_packs_each_row_chunk_for_its_gemm(recorded, monkeypatch):
+    # Row chunks (gridDim.y's limit) on a one-block-per-tile plan: the quantization's pack has no
+    # scratch, and each chunk's GEMM reads a pack of its own rows with its own tensor-map slots.
+    import mlx.core as mx
+    from int8nax.backends.cuda import graphs as cuda_graphs
+
+    cuda, launches = recorded
+    m, k, n = 300, 1024, 256
+    plan = cuda_plans.tma_plan(m, n, k, 132, w8a8=True)
+    monkeypatch.setattr(cuda_graphs, "MAX_GRID_Y", 2)
+    chunks = cuda_graphs._row_chunks(m, plan.cfg)
+    assert len(chunks) > 1
+    y = cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), mx.zeros((n, k), dtype=mx.int8), mx.ones((n,)), None,
+                  cuda_choice.TMA, plan)
+    assert y.shape == (m, n)
+    assert launches[0]["name"] == cuda_source.quantize().name and launches[0]["outputs"] == [cuda_pack.pack_shape(m, k)]
+    gemms = launches[1:]
+    assert [g["name"] for g in gemms] == [cuda_source.gemm_w8a8_tma_unspecialized(plan.cfg).name] * len(chunks)
+    for (r0, r1), g in zip(chunks, gemms):
+        assert g["outputs"] == [(r1 - r0, n)]
+        assert g["inputs"][0] == cuda_pack.pack_shape(r1 - r0, k, plan.map_bytes(r1 - r0, n))
