@@ -177,7 +177,9 @@ def test_a_planted_fragment_error_is_caught(tmp_path):
 
 def test_kernel_specs_plans_and_the_choice():
     int32, w8a8, fused = cuda_source.gemv_int32(), cuda_source.gemv_w8a8(), cuda_source.gemv_w8a8_x()
-    assert fused.input_names == ("x", "w", "scale_w", "bias") and "quant/quantize.cuh" in cuda_source.walk("gemv")
+    assert fused.input_names == ("x", "w", "scale_w", "bias") and "quant/gemv_quantize.cuh" in cuda_source.walk("gemv")
+    # x's codes and scales by the quantization kernel's own helpers (the same bits)
+    assert {"quant/groups.cuh", "quant/codes.cuh"} <= set(cuda_source.walk("gemv"))
     assert w8a8.input_names == ("pack", "w", "scale_w", "bias") and w8a8.output_names == ("y",)
     assert int32.input_names == ("a", "w") and int32.output_names == ("out",)
     assert len({int32.name, w8a8.name, fused.name}) == 3

@@ -18,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 GPU_MACHINES = ("h100", "h200")
 KERNEL_PATHS = ("src/int8nax/kernels/cuda", "src/int8nax/backends/cuda_plans.py", "src/int8nax/backends/cuda_choice.py",
-                "src/int8nax/backends/cuda/plans.py", "src/int8nax/backends/cuda/choice.py")
+                "src/int8nax/backends/cuda/plans.py", "src/int8nax/backends/cuda/plans",
+                "src/int8nax/backends/cuda/choice.py")
 """What decides which GPU code runs and how: the kernels' sources, the plan rules, the dispatch."""
 
 

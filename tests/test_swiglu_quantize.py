@@ -50,7 +50,8 @@ def test_header_includes_mlx_functors_by_their_jit_name():
     lines = cuda_source.header("swiglu_quantize").splitlines()
     assert len(lines) == 1 and lines[0].startswith('#include "/') and lines[0].endswith('/quant/swiglu_quantize.cuh"')
     # MLX's header verbatim in ours (NVRTC resolves it from the headers MLX registers), after what it needs
-    assert cuda_source.walk("swiglu_quantize") == ("common.cuh", "quant/act_pack.cuh", "quant/quantize.cuh",
+    assert cuda_source.walk("swiglu_quantize") == ("common.cuh", "quant/act_pack.cuh", "quant/groups.cuh",
+                                                   "quant/codes.cuh", "quant/quantize.cuh",
                                                    cuda_source.MLX_BINARY_OPS, "quant/swiglu_quantize.cuh")
     assert MLX_LINE in cuda_source._read("quant/swiglu_quantize.cuh").splitlines()
     assert cuda_source.mlx_headers(cuda_source.header("swiglu_quantize")) == [cuda_source.MLX_BINARY_OPS]
@@ -74,7 +75,7 @@ def test_inlined_header_keeps_the_mlx_include_line(monkeypatch):
     assert "quantize_swiglu_rows" in swiglu and "mlx::core::cu::Sigmoid" in swiglu
 
 
-@pytest.mark.parametrize("edited", ["quant/swiglu_quantize.cuh", "quant/quantize.cuh"])
+@pytest.mark.parametrize("edited", ["quant/swiglu_quantize.cuh", "quant/quantize.cuh", "quant/codes.cuh"])
 def test_kernel_name_changes_with_our_header_text(monkeypatch, edited):
     before = cuda_source.swiglu_quantize().name
     cached = (cuda_source.header_text, cuda_source.digest, cuda_source.header, cuda_source.swiglu_quantize)
@@ -237,8 +238,9 @@ def test_staged_spec_asks_its_buffers_as_shared_memory_and_ends_with_its_launch_
                            "(y, y_shape[1] / 2, y_shape[0], int8nax::pack_codes(pack, y_shape[0]), "
                            "int8nax::pack_scales(pack));")
     assert cuda_source.walk("swiglu_quantize_staged") == (
-        "common.cuh", "ptx/cpasync.cuh", "quant/act_pack.cuh", "quant/quantize.cuh", cuda_source.MLX_BINARY_OPS,
-        "quant/swiglu_quantize.cuh", "quant/swiglu_quantize_staged.cuh")
+        "common.cuh", "ptx/cpasync.cuh", "quant/act_pack.cuh", "quant/groups.cuh", "quant/codes.cuh",
+        "quant/quantize.cuh", cuda_source.MLX_BINARY_OPS, "quant/swiglu_quantize.cuh",
+        "quant/swiglu_quantize_staged.cuh")
     # the launch bound ends the header, after every include (cuda_source.LAUNCH_BOUNDS)
     lines = spec.header.splitlines()
     assert lines[0].endswith('/quant/swiglu_quantize_staged.cuh"') and lines[1:] == [

@@ -130,19 +130,19 @@ def instances(arch: str):
                            row.quantizing(), [CUDA_TYPES[out], "int8_t", "float", CUDA_TYPES[bias_type]], [CUDA_TYPES[out]],
                            [("T", out)] + tmpl + [("HAS_BIAS", has_bias), ("NARROW", narrow)])
     for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
-        for t in ("float16", "bfloat16", "float32"):
+        for t in cuda_plans.ITEMSIZE:  # the activation dtypes
             yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],
                    ["int8_t"], [("T", t)] + launch.template())
     for launch in cuda_plans.SWIGLU_QUANT_LAUNCHES:
-        for t in ("float16", "bfloat16", "float32"):
-            if cuda_plans.swiglu_held_bytes(launch, 4 if t == "float32" else 2) > cuda_plans.SWIGLU_HELD_BYTES:
+        for t, itemsize in cuda_plans.ITEMSIZE.items():
+            if cuda_plans.swiglu_held_bytes(launch, itemsize) > cuda_plans.SWIGLU_HELD_BYTES:
                 continue  # cannot start (too many registers), so never built: cuda_swiglu_quant_launch
             yield (f"swiglu_quantize {t} {launch.threads}x{launch.held}", cuda_source.swiglu_quantize(),
                    [CUDA_TYPES[t]], ["int8_t"], [("T", t)] + launch.template())
     for held in range(1, cuda_plans.STAGED_MAX_HELD + 1):  # the staged kernel at each `held` the rule can give
         hidden = min(held * cuda_plans.STAGED_THREADS * 8, cuda_plans.staged_max_hidden(2))
         launch = cuda_plans.CudaStagedLaunch(cuda_plans.STAGED_THREADS, held, hidden, 2, 132)
-        for t in ("float16", "bfloat16"):
+        for t in (t for t, itemsize in cuda_plans.ITEMSIZE.items() if itemsize == 2):  # cuda_swiglu_staged_launch's
             yield (f"swiglu_quantize_staged {t} {launch.threads}x{held}", cuda_source.swiglu_quantize_staged(
                 launch.stage_bytes), [CUDA_TYPES[t]], ["int8_t"], [("T", t)] + launch.template())
     yield ("reduce i32", cuda_source.reduce_int32(), ["int32_t"], ["int32_t"], [])

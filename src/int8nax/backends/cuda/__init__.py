@@ -1,5 +1,5 @@
 """The CUDA backend through mx.fast.cuda_kernel: the kernel choice (choice.py), launch plans
-(plans.py), kernel sources (source.py), compiled kernels on disk (binary_cache.py) and the backend
+(plans/), kernel sources (source.py), compiled kernels on disk (binary_cache.py) and the backend
 (backend.py).
 
 The backend registry (int8nax.backends) imports `.backend`; `BACKEND` is also this package's

@@ -3,7 +3,7 @@
 //
 // Everything lives in namespace int8nax and is called qualified from the kernel bodies: MLX
 // places the bodies in namespace mlx::core::cu, whose own helpers would otherwise hide ours.
-// Tile sizes arrive as template parameters (the body's constexprs, from backends/cuda/plans.py).
+// Tile sizes arrive as template parameters (the body's constexprs, from backends/cuda/plans/).
 // Every header has an include guard and includes what it needs by relative path; a kernel names
 // only its own header (backends/cuda/source.py, _HEADERS), whose includes bring the rest.
 #pragma once

@@ -11,126 +11,31 @@
 //  * mma.sync.m16n8k32.s8 (sm_80+) multiplies the M <= 16 activation rows by 8 weight rows, with
 //    exact int32 accumulation, twice per 64-byte step. A lane's 16 loaded bytes are not in the order
 //    the instruction's fragments name: the kernel lets each mma see a permutation of K, the same
-//    one for both operands (gemv_k_of below), which leaves every dot product unchanged;
+//    one for both operands (k_of, tile/gemv_fragments.cuh), which leaves every dot product unchanged;
 //  * the warps' partial sums meet in shared memory, and each output goes through the epilogue's
 //    store1 (DequantStore::value, epilogue/epilogue.cuh): the same function of (acc, s_x, s_w,
 //    bias) as every other W8A8 path, hence the same bits as the tiled GEMMs for the same epilogue.
 //
-// The index arithmetic is plain C++ (GEMV_HD functions), which tests/test_gemv_w8a8.py compiles on
-// the host against the PTX ISA's definition of the mma fragments.
+// The index arithmetic (tile/gemv_fragments.cuh) is plain C++, which tests/test_gemv_w8a8.py
+// compiles on the host against the PTX ISA's definition of the mma fragments; the loads and the mma
+// are ptx/mma_sync.cuh's, x's quantization inside the kernel (gemv_w8a8_x) quant/gemv_quantize.cuh's.
 #pragma once
 
-#ifdef __CUDACC__  // the kernels' needs; the index arithmetic below them needs nothing
+#ifdef __CUDACC__  // the kernels' needs; the index arithmetic needs nothing
 #include "../common.cuh"
 #include "../epilogue/dequantize.cuh"
 #include "../epilogue/epilogue.cuh"
-#include "../quant/quantize.cuh"
+#include "../ptx/mma_sync.cuh"
 #include "../quant/act_pack.cuh"
+#include "../quant/gemv_quantize.cuh"
 #endif
-
-#ifndef GEMV_HD
-#define GEMV_HD __host__ __device__ __forceinline__
-#endif
+#include "../tile/gemv_fragments.cuh"
 
 namespace int8nax {
-namespace gemv {
-
-constexpr int STEP = 64;      // bytes of K per warp step: four lanes x 16 bytes per row
-constexpr int ROWS = 8;       // w rows per mma (its N)
-constexpr int MAX_M = 16;     // activation rows per mma (its M)
-
-// mma.m16n8k32's lane roles (PTX ISA, "Matrix fragments for mma.m16n8k32"): groupID and
-// threadID_in_group.
-GEMV_HD int lane_group(int lane) {
-  return lane >> 2;
-}
-GEMV_HD int lane_quad(int lane) {
-  return lane & 3;
-}
-
-// The K offset (within a step) of byte `byte` (0..15) of the 16 a lane loads: [16 t, 16 t + 16).
-GEMV_HD int lane_k(int lane, int byte) {
-  return 16 * lane_quad(lane) + byte;
-}
-
-// Which of a lane's loaded 32-bit words feed mma `half` (0 or 1) as its fragment registers. The
-// instruction reads, in lane (g, t), A's row g and g + 8 at logical k 4t..4t+3 (a0, a1) and
-// 16+4t..16+4t+3 (a2, a3), B's column g at the same two k ranges (b0, b1). Words 2 half and
-// 2 half + 1 of the lane's 16 bytes take those places in both operands, so mma `half` sees
-// logical k 4t + i as physical 16t + 8 half + i and 16 + 4t + i as 16t + 8 half + 4 + i: one
-// permutation of K for A and B alike (gemv_k_of).
-GEMV_HD int fragment_word(int half, int reg) {  // reg 0 (k 4t..) or 1 (k 16+4t..)
-  return 2 * half + reg;
-}
-
-// The physical K offset within a step that mma `half` reads as logical k (0..31) in quad t's
-// lanes: what the host test checks to be a bijection onto the step's 64 bytes.
-GEMV_HD int k_of(int half, int logical_k) {
-  const int quad = (logical_k & 15) >> 2;  // the lane quad that holds it
-  const int reg = logical_k >> 4;
-  return 16 * quad + 4 * fragment_word(half, reg) + (logical_k & 3);
-}
-
-// Row (activation row m) and column (w row within the 8) of accumulator register j (0..3) of a
-// lane: c0, c1 at row g, columns 2t, 2t + 1; c2, c3 at row g + 8.
-GEMV_HD int acc_row(int lane, int j) {
-  return lane_group(lane) + (j >= 2 ? 8 : 0);
-}
-GEMV_HD int acc_col(int lane, int j) {
-  return 2 * lane_quad(lane) + (j & 1);
-}
-
-// Steps of warp `warp` among `warps`: k0 = (warp + i * warps) * STEP for i < warp_steps.
-GEMV_HD int steps(int K) {
-  return (K + STEP - 1) / STEP;
-}
-
-}  // namespace gemv
 
 #ifdef __CUDACC__
 
 namespace gemv {
-
-struct Bytes16 {
-  uint32_t w[4];
-};
-
-// 16 bytes at p, of which the first `valid` are inside the row (at most 16 are read); the rest
-// read as zero. FAST: p is 16-byte aligned and valid is a multiple of 16 (K % 16 == 0 and aligned
-// bases, uniform over the launch). STREAM: a weight, read once: no L1 allocation, so that the
-// activation keeps the cache.
-template <bool STREAM, bool FAST>
-__device__ __forceinline__ Bytes16 load16(const int8_t* p, int valid) {
-  Bytes16 r = {{0u, 0u, 0u, 0u}};
-  if (FAST) {
-    if (valid > 0) {
-      if (STREAM) {
-        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-            : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3])
-            : "l"(p));
-      } else {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-        r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
-      }
-    }
-    return r;
-  }
-  const int n = valid < 16 ? valid : 16;
-  for (int i = 0; i < n; ++i) {
-    r.w[i >> 2] |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * (i & 3));
-  }
-  return r;
-}
-
-// d += A (16 x 32, rows) . B (32 x 8, columns), s8 inputs, exact s32 accumulation.
-__device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                       uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // Activation bytes from int8 codes q [M, K]: rows g and g + 8 of a step (zero past M or K).
 template <bool FAST>
@@ -255,102 +160,7 @@ __device__ void gemv_w8a8(const int8_t* q, const int8_t* w, int M, int N, int K,
 }
 
 // ---- the same with the quantization fused: y = epi(quant(x) [M, K] . w [N, K]^T) ----
-//
-// For decode the quantization kernel costs as much as a third of the GEMM and one more graph node.
-// Here every block quantizes x itself: its warps find the rows' scales (quant/quantize.cuh's RowScale from
-// the rows' absolute maxima, as the quantization kernel computes them), then the main loop turns
-// each lane's 16 values of rows g and g + 8 into codes (code_of, codes8) in place of loading codes.
-// The codes and scales are the quantization kernel's bit for bit, so y is the two-kernel path's.
-// Each block reads x twice (from L2 or L1): worth it while x is small against the weight
-// (backends/cuda/plans.py, gemv_x_ok).
-
-namespace gemv {
-
-struct RowScales {
-  float s[MAX_M];
-  float up[MAX_M];
-  float inv[MAX_M];
-  int bad[MAX_M];
-};
-
-// The scales of rows [0, M) of x [M, K], warp j taking rows j, j + WARPS, ...; VEC: K % 8 == 0 and
-// x 16-byte aligned (8-value groups by 16-byte loads).
-template <typename T, int WARPS, bool VEC>
-__device__ __forceinline__ void row_scales(const T* x, int M, int K, RowScales& rs) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  for (int m = warp; m < M; m += WARPS) {
-    const T* xr = x + static_cast<size_t>(m) * K;
-    uint32_t amax = 0u;
-    if (VEC) {
-      uint32_t acc = 0u;
-#pragma unroll 4
-      for (int i = lane; i < K / 8; i += 32) {
-        uint32_t v[Group<T>::WORDS];
-        load_group(xr + 8 * i, v);
-        Group<T>::fold(acc, v);
-      }
-      amax = Group<T>::float_bits(acc);
-    } else {
-      for (int k = lane; k < K; k += 32) {
-        amax = max(amax, abs_bits(to_float(xr[k])));
-      }
-    }
-    amax = warp_max(amax);
-    if (lane == 0) {
-      const RowScale r(amax);
-      rs.s[m] = r.s;
-      rs.up[m] = r.up;
-      rs.inv[m] = r.inv;
-      rs.bad[m] = r.bad;
-    }
-  }
-}
-
-// Activation bytes made from x: the codes of rows g and g + 8 at a step (zero past M or K, and in a
-// row that holds NaN or inf). FAST: K % 16 == 0 and x 16-byte aligned.
-template <typename T, bool FAST>
-struct QuantizedA {
-  const T* lo;
-  const T* hi;
-  bool has_lo;
-  bool has_hi;
-  float up_lo, inv_lo, up_hi, inv_hi;
-
-  // Row xr's 16 codes from k, of which `valid` lie inside; up != 1: a tiny row (TINY codes).
-  static __device__ __forceinline__ Bytes16 codes(const T* xr, int k, int valid, float up, float inv) {
-    Bytes16 r = {{0u, 0u, 0u, 0u}};
-    if (valid <= 0) {
-      return r;
-    }
-    if (FAST) {
-      uint32_t v0[Group<T>::WORDS];
-      uint32_t v1[Group<T>::WORDS];
-      load_group(xr + k, v0);
-      load_group(xr + k + 8, v1);
-      const auto f0 = [&](int i) { return Group<T>::value(v0, i); };
-      const auto f1 = [&](int i) { return Group<T>::value(v1, i); };
-      const uint2 c0 = up != 1.0f ? codes8<true>(f0, up, inv) : codes8<false>(f0, up, inv);
-      const uint2 c1 = up != 1.0f ? codes8<true>(f1, up, inv) : codes8<false>(f1, up, inv);
-      r.w[0] = c0.x, r.w[1] = c0.y, r.w[2] = c1.x, r.w[3] = c1.y;
-      return r;
-    }
-    const int n = valid < 16 ? valid : 16;
-    for (int i = 0; i < n; ++i) {
-      const float v = to_float(xr[k + i]);
-      const int c = up != 1.0f ? code_of<true>(v, up, inv) : code_of<false>(v, up, inv);
-      r.w[i >> 2] |= static_cast<uint32_t>(c & 0xff) << (8 * (i & 3));
-    }
-    return r;
-  }
-
-  __device__ __forceinline__ void load(int k, int valid, Bytes16& a_lo, Bytes16& a_hi) const {
-    a_lo = codes(lo, k, has_lo ? valid : 0, up_lo, inv_lo);
-    a_hi = codes(hi, k, has_hi ? valid : 0, up_hi, inv_hi);
-  }
-};
-
-}  // namespace gemv
+// (x's codes and scales: quant/gemv_quantize.cuh)
 
 // y [M, N] (T) = dequant(quant(x) [M, K] . w [N, K]^T) (+ bias) for M <= 16, x: float, __half or
 // __nv_bfloat16, the bias in its own type (DequantStore); the launch of gemv_w8a8. PREFETCH steps of

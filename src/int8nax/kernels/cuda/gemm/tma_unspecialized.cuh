@@ -1,5 +1,5 @@
 // The TMA GEMM without warp specialisation (sm_90a): the cp.async GEMM's grid (one block per output
-// tile and K split; plans from backends/cuda/plans.py, tma_plan), WM warpgroups that all compute,
+// tile and K split; plans from backends/cuda/plans/grid.py, tma_plan), WM warpgroups that all compute,
 // STAGES stages loaded AHEAD ahead; thread 0 issues two cp.async.bulk.tensor.2d per stage,
 // completion on a "full" mbarrier with expect_tx; a __syncthreads per K block frees the slot that
 // is refilled. A base the TMA cannot take runs the cp.async main loop instead (same grid, same

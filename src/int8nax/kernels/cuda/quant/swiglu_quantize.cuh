@@ -21,6 +21,7 @@
 
 #include "../common.cuh"
 #include "quantize.cuh"
+#include "groups.cuh"
 #include "act_pack.cuh"
 #include "mlx/backend/cuda/device/binary_ops.cuh"
 

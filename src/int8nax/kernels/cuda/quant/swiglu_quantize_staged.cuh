@@ -13,7 +13,7 @@
 // dynamic shared memory while the block quantizes the row in the other one. The row code is
 // quant/quantize.cuh's quantize_row_at over quant/swiglu_quantize.cuh's row source of h = swiglu(g, u), reading
 // shared memory, with its functors: the same values, the same codes and scales bit for bit.
-// The launch (THREADS, HELD, STAGE_BYTES = both buffers' bytes) is backends/cuda/plans.py's
+// The launch (THREADS, HELD, STAGE_BYTES = both buffers' bytes) is backends/cuda/plans/quant.py's
 // cuda_swiglu_staged_launch, which takes only rows that fit one buffer and THREADS x HELD
 // groups; other rows (and bases off 16 bytes) are quantized here straight from y, one after the
 // other, as quantize_swiglu_rows does.

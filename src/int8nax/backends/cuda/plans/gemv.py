@@ -1,0 +1,86 @@
+"""The plan of the small-M GEMV (kernels/cuda/gemm/gemv_w8a8.cuh): its block shapes, and whether
+W8A8 quantizes x inside it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ....tiling import ceil_div
+
+# At M <= 16 a GEMM is a stream of the int8 weight. A block of GEMV_WARPS warps owns 8 x NT rows
+# of w (NT tiles of mma.m16n8k32's eight columns) and its warps split K in 64-byte steps; the
+# grid is one-dimensional, ceil(N / (8 NT)) blocks.
+
+GEMV_MAX_M = 16
+"""Activation rows the GEMV takes (one mma.m16n8k32's M)."""
+
+GEMV_WARPS = 8
+"""Warps of a GEMV block; they split K between them."""
+
+GEMV_UNROLL = 2
+"""64-byte steps whose loads a GEMV warp issues before multiplying."""
+
+GEMV_X_MAX_BYTES = 64 << 10
+"""The GEMV with the quantization fused (one kernel a call) takes x up to this size: every block
+reads x twice from the caches, which costs less than the quantization kernel only while x is small
+against the weight (M = 1 at any K of Qwen2.5-7B; M = 16 up to K = 2048 in bfloat16). A guess until
+the H200 measures it."""
+
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+"""Bytes of an activation of each W8A8 dtype (by name)."""
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    """A GEMV block's share of the output: BM = 16 activation rows by BN = 8 NT rows of w."""
+
+    name: str
+    nt: int
+    bm: ClassVar[int] = GEMV_MAX_M
+    threads: ClassVar[int] = 32 * GEMV_WARPS
+
+    @property
+    def bn(self) -> int:
+        return 8 * self.nt
+
+    def template(self) -> list:
+        return [("NT", self.nt), ("WARPS", GEMV_WARPS), ("UNROLL", GEMV_UNROLL)]
+
+
+GEMV_CONFIGS = {c.name: c for c in (GemvConfig("gemv_16x8", 1), GemvConfig("gemv_16x16", 2))}
+
+
+@dataclass(frozen=True)
+class GemvPlan:
+    """The GEMV's launch: its config, and for W8A8 whether x is quantized inside the GEMV (fused:
+    one kernel) or by the quantization kernel first; fused None: decided at the launch from x's
+    item size (gemv_x_ok)."""
+
+    cfg: GemvConfig
+    fused: bool | None = None
+    splits: ClassVar[int] = 1
+
+    def grid(self, m: int, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(grid in threads, block) as mx.fast.cuda_kernel wants them."""
+        return (ceil_div(n, self.cfg.bn) * self.cfg.threads, 1, 1), (self.cfg.threads, 1, 1)
+
+
+def gemv_ok(m: int, k: int) -> bool:
+    """Whether the GEMV takes an [m, k] operand: 1 <= m <= GEMV_MAX_M and k >= 1 (any K: 16-byte
+    loads where K % 16 == 0 and the bases are 16-byte aligned, byte loads elsewhere)."""
+    return 1 <= m <= GEMV_MAX_M and k >= 1
+
+
+def gemv_x_ok(m: int, k: int, itemsize: int) -> bool:
+    """Whether the GEMV with the quantization fused takes x [m, k] of `itemsize`-byte values:
+    gemv_ok and at most GEMV_X_MAX_BYTES of x."""
+    return gemv_ok(m, k) and m * k * itemsize <= GEMV_X_MAX_BYTES
+
+
+def gemv_plan(m: int, n: int, k: int, sms: int = 132, dtype: str | None = None) -> GemvPlan:
+    """16 rows of w a block (NT = 2) where that still gives every SM a block and a half (N = 3584
+    on 132 SMs: 224 blocks of 16 rows), else 8; fused: gemv_x_ok for x of `dtype` (a name), None
+    where no float dtype is given (decided at the launch)."""
+    cfg = GEMV_CONFIGS["gemv_16x16" if ceil_div(n, 16) >= 3 * sms // 2 else "gemv_16x8"]
+    return GemvPlan(cfg, gemv_x_ok(m, k, ITEMSIZE[dtype]) if dtype in ITEMSIZE else None)
