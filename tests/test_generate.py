@@ -19,7 +19,7 @@ pytest.importorskip("mlx_lm", reason="mlx-lm (the `bench` and `test` extras) is 
 pytest.importorskip("transformers", reason="mlx-lm's generation front end needs transformers")
 
 from int8nax.commands import cli, compare_model  # noqa: E402
-from int8nax.bench import generate, model_folder, models  # noqa: E402
+from int8nax.bench import generate, generate_breakdown, model_folder, models  # noqa: E402
 from int8nax.bench.checks import MismatchError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -287,16 +287,16 @@ def _stack_calls(monkeypatch) -> list[int]:
 
 
 def test_the_breakdown_times_every_rung_of_every_form_interleaved():
-    result = generate.breakdown(TINY, ("bf16", "w8a8"), (12, 20), trials=2)
+    result = generate_breakdown.breakdown(TINY, ("bf16", "w8a8"), (12, 20), trials=2)
     assert [(c.prompt_tokens, c.rung, c.form) for c in result.rungs] == [
-        (p, r, f) for p in (12, 20) for r in generate.RUNGS for f in ("bf16", "w8a8")]
+        (p, r, f) for p in (12, 20) for r in generate_breakdown.RUNGS for f in ("bf16", "w8a8")]
     for c in result.rungs:
         assert len(c.trials) == 2 and all(t > 0 for t in c.trials)
         assert c.prompt_tps.low <= c.prompt_tps.median <= c.prompt_tps.high
         assert c.peak_memory_gb > 0
     by = {(c.form, c.prompt_tokens, c.rung): c for c in result.rungs}
     for p in (12, 20):
-        for r in generate.RUNGS:
+        for r in generate_breakdown.RUNGS:
             assert by[("bf16", p, r)].vs_bf16 == 1.0
             assert by[("w8a8", p, r)].vs_bf16 == pytest.approx(
                 by[("w8a8", p, r)].prompt_tps.median / by[("bf16", p, r)].prompt_tps.median)
@@ -319,9 +319,9 @@ def test_each_rung_is_the_call_it_names(monkeypatch):
     prompt = generate.prompts(12, 1, TINY.vocab)[0]
     seen = _stack_calls(monkeypatch)
     got = {}
-    for rung in generate.RUNGS:
+    for rung in generate_breakdown.RUNGS:
         seen.clear(), clears.clear()
-        assert generate.rung_call(model, tokenizer, prompt, rung) > 0
+        assert generate_breakdown.rung_call(model, tokenizer, prompt, rung) > 0
         got[rung] = (list(seen), len(clears))
     # loop: mlx-lm's chunks of 5 of the first 11 tokens, a clear after each, the last token, the next step
     assert got["loop"] == ([5, 5, 1, 1, 1], 3)
@@ -337,7 +337,7 @@ def test_no_clear_is_restored_after_an_exception():
     module = generate.front_end() and sys.modules["mlx_lm.generate"]
     original = core.clear_cache
     with pytest.raises(RuntimeError, match="boom"):
-        with generate.no_clear() as proxy:
+        with generate_breakdown.no_clear() as proxy:
             assert module.mx is proxy and module.mx.clear_cache is not original
             module.mx.clear_cache()
             assert proxy.skipped == 1 and module.mx.array is core.array
@@ -346,12 +346,12 @@ def test_no_clear_is_restored_after_an_exception():
 
 
 def test_the_breakdown_of_a_form_that_cannot_run_says_why():
-    result = generate.breakdown(TINY, ("bf16", "mlx-q8"), (8,), trials=1)
+    result = generate_breakdown.breakdown(TINY, ("bf16", "mlx-q8"), (8,), trials=1)
     assert set(result.forms) == {"bf16", "mlx-q8"} and "check" in result.forms["mlx-q8"]
     with pytest.raises(ValueError, match="^forms: "):
-        generate.breakdown(TINY, ("bf16", "cider"), (8,))
+        generate_breakdown.breakdown(TINY, ("bf16", "cider"), (8,))
     with pytest.raises(ValueError, match="^prompt_tokens: "):
-        generate.breakdown(TINY, ("bf16",), (0,))
+        generate_breakdown.breakdown(TINY, ("bf16",), (0,))
 
 
 def test_compare_generate_breakdown_prints_the_ladder_and_writes_json(tmp_path, capsys):
@@ -363,7 +363,7 @@ def test_compare_generate_breakdown_prints_the_ladder_and_writes_json(tmp_path, 
     header = next(line for line in lines if line.startswith("| rung"))
     assert header == ("| rung | w8a8 vs bf16 | bf16 tok/s | w8a8 tok/s | bf16 peak GB | w8a8 peak GB |")
     table = lines[lines.index(header) + 2:][:4]
-    assert [line.split(" | ")[0].lstrip("| ") for line in table] == list(generate.RUNGS)
+    assert [line.split(" | ")[0].lstrip("| ") for line in table] == list(generate_breakdown.RUNGS)
     data = json.loads(out_json.read_text())
     assert data["meta"]["settings"]["breakdown"] is True and data["meta"]["settings"]["forms"] == ["bf16", "w8a8"]
     (result,) = data["breakdown"]

@@ -26,7 +26,7 @@ form's tokens/s over bf16's and over mlx-q8's, and the greedy agreement with bf1
 
 `int8nax compare --generate --breakdown [--forms bf16,w8a8[,mlx-q8]]` explains the gap between the
 two: per prompt length, batch 1, each form's prompt tokens/s on a ladder from mlx-lm's loop to one
-bare forward (generate.RUNGS: loop, no-clear, one-chunk, forward), forms interleaved in one process,
+bare forward (generate_breakdown.RUNGS: loop, no-clear, one-chunk, forward), forms interleaved in one process,
 with each rung's ratio over bf16 and its peak memory: where the ratio changes, that step costs it.
 
 `int8nax compare --generate --first-token [--prompt-tokens P,P] [--forms bf16,w8a8[,mlx-q8]]` is the
@@ -44,7 +44,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from . import compare_first_token, compare_gemm
-from ..bench import argtypes, first_token, generate, model_folder, models
+from ..bench import argtypes, first_token, generate, generate_breakdown, model_folder, models
 from ..bench.checks import MismatchError
 from ..bench.peers import Unavailable
 from ..bench.text import table_lines
@@ -300,7 +300,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "kernels' time by category (int8nax GEMM, quantization, float GEMM, attention...); "
                             "with --generate: prompt tokens/s of each form on a ladder from mlx-lm's loop to one "
                             "bare forward (loop, no-clear, one-chunk, forward), batch 1, forms interleaved "
-                            f"(default forms {','.join(generate.BREAKDOWN_FORMS)})")
+                            f"(default forms {','.join(generate_breakdown.BREAKDOWN_FORMS)})")
 
     gen = parser.add_argument_group(
         "generation", "with --generate: whole models at their real depth through mlx-lm's stream_generate / "
@@ -491,7 +491,7 @@ def generate_main(args) -> int:
                   f"{what.replace('_', '-')}", file=sys.stderr)
             return 2
     configs = args.model or profile.configs
-    forms = args.forms or (generate.BREAKDOWN_FORMS if args.breakdown else generate.FORMS)
+    forms = args.forms or (generate_breakdown.BREAKDOWN_FORMS if args.breakdown else generate.FORMS)
     prompt_tokens = args.prompt_tokens or profile.prompt_tokens
     generation_tokens = args.generation_tokens or profile.generation_tokens
     batches = args.batch or profile.batches
@@ -533,7 +533,7 @@ def generate_main(args) -> int:
 
 # --- --generate --breakdown: the ladder from mlx-lm's loop to the bare forward ---------------
 
-def breakdown_render(result: generate.Breakdown, markdown: bool) -> str:
+def breakdown_render(result: generate_breakdown.Breakdown, markdown: bool) -> str:
     """Per prompt length one table: a row per rung, per form its prompt tokens/s (median,
     min-max) and peak GB, each form's ratio over bf16; then the forms' notes."""
     out = []
@@ -547,7 +547,7 @@ def breakdown_render(result: generate.Breakdown, markdown: bool) -> str:
         header = (["rung"] + [f"{f} vs bf16" for f in others if "bf16" in forms]
                   + [f"{f} tok/s" for f in forms] + [f"{f} peak GB" for f in forms])
         rows = []
-        for r in generate.RUNGS:
+        for r in generate_breakdown.RUNGS:
             row = [r]
             row += [f"{cells[(f, r)].vs_bf16:.2f}" if (f, r) in cells and cells[(f, r)].vs_bf16 else ""
                     for f in others if "bf16" in forms]
@@ -576,13 +576,13 @@ def breakdown_main(args, profile, configs, meta, step) -> int:
     trials = args.trials or profile.trials
     layers = args.layers or profile.layers
     vocab = args.vocab or profile.vocab
-    forms = args.forms or generate.BREAKDOWN_FORMS
+    forms = args.forms or generate_breakdown.BREAKDOWN_FORMS
     meta["settings"].update(forms=list(forms), batches=[1], generation_tokens=None)
     t0 = time.perf_counter()
     results = []
     failed = False
     for config in configs:
-        got = generate.breakdown(config, forms, prompt_tokens, trials, layers, vocab, progress=step)
+        got = generate_breakdown.breakdown(config, forms, prompt_tokens, trials, layers, vocab, progress=step)
         results.append(got)
         print(breakdown_render(got, args.markdown), flush=True)
         if args.json:

@@ -1,0 +1,232 @@
+"""The breakdown of `int8nax compare --generate --breakdown`: mlx-lm's loop to the bare forward,
+rung by rung (RUNGS), every form loaded at once and interleaved, so that the gap between what a
+user's loop gets and what a forward pass of the same model gets is measured, not guessed. The
+model folders, forms and inputs are generate's."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mlx.core as mx
+
+from . import model_folder, models
+from .checks import MismatchError
+from . import generate
+from .generate import CHECK_TOKENS, FORMS, GB, Figure, _free, front_end, load, prompts
+from .peers import Unavailable
+
+RUNGS = ("loop", "no-clear", "one-chunk", "forward")
+"""The ladder of `breakdown`, each rung one difference from the one before (prompt phase only):
+
+    loop       stream_generate(prompt, max_tokens=1, prefill_step_size=PREFILL_STEP_SIZE): what
+               users run; mlx-lm's prompt_tps (prompt tokens / time to the first token). Its
+               prefill is chunks of min(step, rest) of the first P - 1 tokens (mx.eval of the KV
+               cache, then mx.clear_cache() after each), then one step on the last token, whose
+               sampled token is waited for after the next step's graph is built; all on mlx-lm's
+               generation stream.
+    no-clear   the same with mlx_lm.generate's mx.clear_cache() a no-op (no_clear()).
+    one-chunk  no-clear with prefill_step_size = P: the P - 1 tokens in one chunk (no 2048-token
+               chunks, no remainder chunk); the last-token step remains.
+    forward    one call of the decoder stack on all P tokens with a fresh KV cache
+               (mlx_lm's make_prompt_cache), the LM head on the last position only, mx.eval of those
+               logits; the default stream, no sampling, no next step.
+
+The loop's chunks evaluate only the KV cache, so MLX skips the last layer's attention and MLP on
+all but the last token (nothing needs them); the forward rung runs them on every token. That is
+1/layers of the work more at the forward rung (with the real 28 layers about 3.5 %, for every
+form alike; with the CPU profile's 2 layers almost half: there forward is slower than loop).
+"""
+BREAKDOWN_FORMS = ("bf16", "w8a8")
+"""Forms `breakdown` measures by default (mlx-q8 on request)."""
+
+
+class _NoClearMx:
+    """mlx.core as mlx_lm.generate sees it under no_clear(): every attribute mlx.core's, but
+    clear_cache does nothing (counted in `skipped`)."""
+
+    def __init__(self, real):
+        self._real = real
+        self.skipped = 0
+
+    def clear_cache(self) -> None:
+        self.skipped += 1
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class no_clear:
+    """Context manager: mlx_lm.generate's `mx.clear_cache()` calls (after every prefill chunk and
+    every 256 generated tokens) do nothing for its duration; restored on exit, also on an exception.
+    mlx_lm.generate calls it as an attribute of its module-level `mx` (mlx.core), so that name is
+    swapped for a proxy: mlx.core itself, and every other caller of mx.clear_cache, are untouched.
+    `as` gives the proxy (its `skipped` counts the calls made no-ops)."""
+
+    def __enter__(self) -> _NoClearMx:
+        front_end()
+        gen = sys.modules["mlx_lm.generate"]  # the module: mlx_lm's `generate` attribute is the function
+
+        self._module, self._real = gen, gen.mx
+        gen.mx = self._proxy = _NoClearMx(self._real)
+        return self._proxy
+
+    def __exit__(self, *exc) -> bool:
+        self._module.mx = self._real
+        return False
+
+
+def _last_logits(model, tokens: mx.array) -> mx.array:
+    """The forward rung: logits (1, vocab) of the last of `tokens` (1, P) after the decoder stack
+    ran on all of them into a fresh KV cache. mlx-lm's Qwen models split into `.model` (the
+    stack) and the LM head (`lm_head`, or the tied embedding); any other model runs whole and is
+    sliced (its LM head then runs on every position)."""
+    cache = models.mlx_lm_module("cache").make_prompt_cache(model)
+    stack = getattr(model, "model", None)
+    args = getattr(model, "args", None)
+    if stack is None or args is None:
+        return model(tokens, cache=cache)[:, -1, :]
+    h = stack(tokens, cache)[:, -1:, :]
+    head = stack.embed_tokens.as_linear if getattr(args, "tie_word_embeddings", False) else model.lm_head
+    return head(h)[:, -1, :]
+
+
+def rung_call(model, tokenizer, prompt: list[int], rung: str) -> float:
+    """Prompt tokens/s of one prompt through `rung` (RUNGS' doc)."""
+    if rung == "forward":
+        tokens = mx.array(prompt)[None]
+        t0 = time.perf_counter()
+        mx.eval(_last_logits(model, tokens))
+        return len(prompt) / (time.perf_counter() - t0)
+    step = len(prompt) if rung == "one-chunk" else generate.PREFILL_STEP_SIZE
+    with (no_clear() if rung in ("no-clear", "one-chunk") else _nothing()):
+        response = None
+        for response in front_end().stream_generate(model, tokenizer, prompt, max_tokens=1, prefill_step_size=step):
+            pass
+    # generate_step has already queued the next token's step; stream_generate waits for it only
+    # where it set a wired limit (Metal), so wait here, untimed: no call runs into the next one.
+    mx.synchronize(sys.modules["mlx_lm.generate"].generation_stream)
+    return response.prompt_tps
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+@dataclass
+class Rung:
+    """One (form, prompt tokens, rung) of the breakdown."""
+
+    form: str
+    prompt_tokens: int
+    rung: str
+    prompt_tps: Figure | None = None
+    peak_memory_gb: float | None = None
+    """The form's parameters + the most memory MLX held beyond what was live before a call (GB)."""
+    trials: list = field(default_factory=list)
+    """prompt tokens/s of every timed call."""
+    vs_bf16: float | None = None
+    """prompt_tps over bf16's at the same (prompt tokens, rung)."""
+
+
+@dataclass
+class Breakdown:
+    """`breakdown`'s result: every (form, prompt tokens, rung), and per form why it did not run."""
+
+    config: str
+    layers: int
+    vocab: int
+    trials: int
+    rungs: list[Rung] = field(default_factory=list)
+    forms: dict = field(default_factory=dict)
+    """{form: {"detail", "check"} or {"n/a" | "MISMATCH" | "failed": why}}."""
+
+
+def _param_bytes(model) -> int:
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+
+
+def breakdown(config: str | models.Config, forms=BREAKDOWN_FORMS, prompt_tokens=(64,), trials: int = 3,
+              layers: int | None = None, vocab: int | None = None, cache: Path | None = None,
+              progress=None) -> Breakdown:
+    """The ladder RUNGS for every form at every prompt length, batch 1, on one saved folder of
+    `config`, in one process: every form loaded (and checked, as `measure` checks) before
+    anything is timed, then per prompt length one warm-up call of each (rung, form), then
+    `trials` rounds, each timing every rung of every form in turn (forms interleaved, so a drift
+    of the machine falls on all of them). Never raises for a form: one that cannot load is
+    reported in .forms and has no rungs."""
+    if isinstance(config, str) and config not in models.CONFIGS:
+        raise ValueError(f"config: expected one of {', '.join(models.CONFIGS)}, got {config!r}")
+    bad = [f for f in forms if f not in FORMS or f == "cider"]
+    if bad or not forms:
+        raise ValueError(f"forms: expected some of {', '.join(f for f in FORMS if f != 'cider')}, got {forms!r}")
+    for name, values in (("prompt_tokens", prompt_tokens), ("trials", (trials,))):
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+            raise ValueError(f"{name}: expected positive whole numbers, got {values!r}")
+    cfg = models.CONFIGS[config] if isinstance(config, str) else config
+    layers = cfg.depth if layers is None else layers
+    vocab = cfg.vocab if vocab is None else vocab
+    say = progress or (lambda text: None)
+    out = Breakdown(cfg.name, layers, vocab, trials)
+    try:
+        front_end()
+        path = model_folder.folder(cfg, layers, vocab, cache=cache, progress=say)
+    except Unavailable as exc:
+        out.forms = {f: {"n/a": str(exc)} for f in forms}
+        return out
+    loaded = {}
+    for form in sorted(forms, key=FORMS.index):
+        say(f"{cfg.name} {form}: loading, converting, checking")
+        try:
+            model, tokenizer, detail, sources = load(path, form)
+            check = models.check_projections(model, mx.array(prompts(CHECK_TOKENS, 1, vocab)), f"{cfg.name} {form}",
+                                             sources)
+            if form == "w8a8":
+                from .. import nn as int8nn
+
+                int8nn.warm_up(model, max(prompt_tokens))  # kernel builds in parallel, before any timing
+            loaded[form] = (model, tokenizer, _param_bytes(model))
+            out.forms[form] = {"detail": detail, "check": check}
+        except Unavailable as exc:
+            out.forms[form] = {"n/a": str(exc)}
+        except MismatchError as exc:
+            out.forms[form] = {"MISMATCH": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory: reported, the others still run
+            out.forms[form] = {"failed": f"{type(exc).__name__}: {exc}"}
+        _free()
+    for p in prompt_tokens:
+        prompt = prompts(p, 1, vocab)[0]
+        cells = {(f, r): Rung(f, p, r) for r in RUNGS for f in loaded}
+        for r in RUNGS:  # warm-up: kernels, plans and MLX's buffer cache for this length
+            for f, (model, tokenizer, _) in loaded.items():
+                rung_call(model, tokenizer, prompt, r)
+        for t in range(trials):
+            say(f"{cfg.name} prompt {p}: trial {t + 1} of {trials}")
+            for r in RUNGS:
+                for f, (model, tokenizer, weights) in loaded.items():
+                    mx.synchronize()
+                    before = mx.get_active_memory()
+                    mx.reset_peak_memory()
+                    cell = cells[(f, r)]
+                    cell.trials.append(rung_call(model, tokenizer, prompt, r))
+                    mx.synchronize()
+                    extra = max(0, mx.get_peak_memory() - before)
+                    cell.peak_memory_gb = max(cell.peak_memory_gb or 0.0, (weights + extra) / GB)
+        for cell in cells.values():
+            cell.prompt_tps = Figure.of(cell.trials)
+        for (f, r), cell in cells.items():
+            ref = cells.get(("bf16", r))
+            if ref is not None:
+                cell.vs_bf16 = cell.prompt_tps.median / ref.prompt_tps.median
+        out.rungs += sorted(cells.values(), key=lambda c: (RUNGS.index(c.rung), FORMS.index(c.form)))
+    del loaded
+    _free()
+    return out
