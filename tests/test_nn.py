@@ -47,6 +47,30 @@ def test_quantize_linears_predicate():
     assert n == 1 and isinstance(model.layers[1], W8A8Linear) and isinstance(model.layers[0], nn.Linear)
 
 
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = nn.Linear(16, 32), nn.Linear(16, 8), nn.Linear(16, 8)
+        self.o_proj = nn.Linear(32, 16, bias=False)
+
+
+def test_quantize_linears_without_weights_reads_none_and_makes_the_same_calls():
+    # weights=False: the shapes, bias and grouping of the quantized model without its weights
+    # (`int8nax warm`): a weight quantize_linears would refuse (NaN) is never read.
+    from int8nax.nn import kernel_calls
+
+    real, shapes_only = _Block(), _Block()
+    shapes_only.o_proj.weight = mx.full((16, 32), float("nan"))
+    assert quantize_linears(real) == quantize_linears(shapes_only, weights=False) == 4
+    assert kernel_calls(shapes_only) == kernel_calls(real)
+    assert sorted((n, k) for _, n, k, _ in kernel_calls(real)[None]) == [(16, 32), (48, 16)]  # q|k|v fused, o alone
+    layer = shapes_only.o_proj
+    assert isinstance(layer, W8A8Linear) and not np.array(layer.weight).any() and "bias" not in layer
+    assert shapes_only.q_proj.bias.dtype == mx.float32 and real.q_proj.bias.dtype == mx.float32
+    with pytest.raises(TypeError, match="quantize_linears: 'weights' must be True or False, got str"):
+        quantize_linears(_Block(), weights="no")
+
+
 def test_from_linear_rejects_other_modules():
     with pytest.raises(TypeError, match="'linear' must be an mlx.nn.Linear"):
         W8A8Linear.from_linear(nn.ReLU())

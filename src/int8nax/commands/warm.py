@@ -1,8 +1,9 @@
 """`int8nax warm --model FOLDER`: every kernel a model's W8A8 layers need, built before a server starts.
 
-Loads an mlx-lm model folder (`mlx_lm.load`), swaps its linears for W8A8 ones as a server would
-(int8nax.nn.quantize_linears: every nn.Linear, or --skip-lm-head), and makes every kernel they
-launch for 1 .. max-tokens x batch rows ready (int8nax.nn.warm_up). On CUDA each kernel instance is
+Loads an mlx-lm model folder lazily (`mlx_lm.load`: no weight is read), swaps its linears for W8A8
+ones as a server would (int8nax.nn.quantize_linears: every nn.Linear, or --skip-lm-head; with
+weights=False, since only their shapes matter here), and makes every kernel they launch for
+1 .. max-tokens x batch rows ready (int8nax.nn.warm_up). On CUDA each kernel instance is
 compiled once per machine into MLX's kernel cache (MLX_PTX_CACHE_DIR), in parallel, so a later
 process answers its first request without compiling; a second run finds them all and builds
 nothing. Prints what it built, how long loading, quantizing and building took, and where kernels
@@ -56,10 +57,10 @@ def main(args) -> int:
         print(f"int8nax warm: mlx-lm cannot load models here: {exc}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    model, _ = load(args.model)
+    model, _ = load(args.model, lazy=True)
     loaded = time.perf_counter()
     skip = (lambda path, module: not path.endswith("lm_head")) if args.skip_lm_head else None
-    count = nn.quantize_linears(model, predicate=skip)
+    count = nn.quantize_linears(model, predicate=skip, weights=False)
     quantized = time.perf_counter()
     rows = args.max_tokens * args.batch
     progress = None if args.json else cuda_binary_cache.terminal_progress("building kernels")

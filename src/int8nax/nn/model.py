@@ -15,7 +15,8 @@ from .siblings import _sibling_sets, group_siblings
 from .swiglu_mlp import SwiGLUMLPCall, take_over_swiglu_mlps
 
 
-def quantize_linears(model: nn.Module, backend: str | None = None, predicate=None, fuse=True) -> int:
+def quantize_linears(model: nn.Module, backend: str | None = None, predicate=None, fuse=True, *,
+                     weights: bool = True) -> int:
     """Replace every nn.Linear in `model` (in place) by a W8A8Linear; returns how many.
 
     predicate(path, module) -> bool narrows the choice (e.g. skip an lm_head). A layer that
@@ -28,8 +29,15 @@ def quantize_linears(model: nn.Module, backend: str | None = None, predicate=Non
     int8nax.nn.siblings); the module tree, its parameter keys and shapes are unchanged. A SwiGLU
     MLP so grouped (mlx-lm's call) then computes its down projection's input and quantization
     in one step (take_over_swiglu_mlps), with the same bits.
+
+    weights=False reads no weight: each W8A8Linear gets a fresh layer's zero weights, unit scales
+    and zero float32 bias in its linear's shapes, so the model computes zeros. That is all
+    kernel_calls and warm_up read (`int8nax warm` builds a model's kernels from a lazily loaded
+    folder this way, without its load or quantization).
     """
     func = "quantize_linears"
+    if not isinstance(weights, bool):
+        raise TypeError(f"{func}: 'weights' must be True or False, got {type(weights).__name__} {weights!r}")
     if not isinstance(model, nn.Module):
         raise TypeError(f"{func}: 'model' must be an mlx.nn.Module, got {type(model).__name__}")
     if predicate is not None and not callable(predicate):
@@ -43,7 +51,8 @@ def quantize_linears(model: nn.Module, backend: str | None = None, predicate=Non
         nonlocal count
         if isinstance(module, nn.Linear) and (predicate is None or predicate(path, module)):
             try:
-                layer = W8A8Linear.from_linear(module, backend=backend)
+                layer = (W8A8Linear.from_linear(module, backend=backend) if weights else
+                         W8A8Linear(module.weight.shape[1], module.weight.shape[0], bias="bias" in module, backend=backend))
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"{func}: layer '{path}': {exc}") from exc
             count += 1
