@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 
-from int8nax.backends.cuda import choice as cuda_choice, plans as cuda_plans, source as cuda_source
+from int8nax.backends.cuda import binary_cache, choice as cuda_choice, plans as cuda_plans, source as cuda_source
 
 STAND_IN = """#pragma once
 #include <cuda_bf16.h>
@@ -40,32 +40,22 @@ using Strides = cuda::std::array<int64_t, 10>;
 }
 """
 
-CUDA_TYPES = {"uint8": "uint8_t", "int8": "int8_t", "int32": "int32_t", "float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+CUDA_TYPES = binary_cache.CUDA_TYPES
+"""MLX's C++ type of each dtype (the instances below name their arguments' types by it)."""
+_DTYPES = {ctype: name for name, ctype in CUDA_TYPES.items()}
+
+
+def instance(spec, input_types, output_types, template) -> binary_cache.Instance:
+    """The binary cache's Instance of a kernel object with these argument types (CUDA_TYPES' C++
+    names) and template arguments."""
+    return binary_cache.Instance(spec, tuple((_DTYPES[c], 1) for c in input_types),
+                                 tuple(_DTYPES[c] for c in output_types), tuple(template))
 
 
 def translation_unit(spec, input_types, output_types, template) -> str:
-    """The source MLX would hand to NVRTC for this kernel object and these template arguments."""
-    args = []
-    for name, ctype in zip(spec.input_names, input_types):
-        args.append(f"    const {ctype}* {name}")
-        if f"{name}_shape" in spec.source:
-            args.append(f"    const __grid_constant__ Shape {name}_shape")
-    args += [f"    {ctype}* {name}" for name, ctype in zip(spec.output_names, output_types)]
-    consts = []
-    for name, value in template:
-        if isinstance(value, bool):
-            consts.append(f"  constexpr bool {name} = {'true' if value else 'false'};")
-        elif isinstance(value, int):
-            consts.append(f"  constexpr int {name} = {value};")
-        else:
-            consts.append(f"  using {name} = {CUDA_TYPES[value]};")
-    return (
-        '#include "mlx/backend/cuda/device/utils.cuh"\n#include <cooperative_groups.h>\n'
-        + spec.header
-        + "\nnamespace mlx::core::cu {\nnamespace cg = cooperative_groups;\n"
-        + f"__global__ void custom_kernel_{spec.name}(\n" + ",\n".join(args) + ") {\n"
-        + "\n".join(consts) + "\n" + spec.source + "\n}\n}\n"
-    )
+    """The source MLX would hand to NVRTC for this kernel object and these template arguments
+    (binary_cache.mlx_source: MLX's text byte for byte)."""
+    return binary_cache.mlx_source(instance(spec, input_types, output_types, template))
 
 
 W8A8_OUTPUTS = (("float16", False, True, "float32"), ("bfloat16", False, True, "float32"),
@@ -171,7 +161,8 @@ def normalized_ptx(path: str) -> list[str]:
     function-local statics (the template arguments of the function that declares them: an
     epilogue type's, say)."""
     text = open(path).read()
-    text = re.sub(r"\d*custom_kernel_int8nax_\w+?_[0-9a-f]{8}(?=\w)", "KERNEL", text)
+    # the kernel's name: its digest, then MLX's suffix of template values (lower case, digits, _)
+    text = re.sub(r"\d*custom_kernel_int8nax_\w+?_[0-9a-f]{8}[a-z0-9_]*(?=E)", "KERNEL", text)
     text = re.sub(r"_ZN\d+_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+", "_INTERNAL", text)
     text = re.sub(r"\d*_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+", "_GLOBAL__N_", text)
     text = re.sub(r"_ZZN\w*E\d+([A-Za-z_]\w*)", r"LOCAL_\1", text)
@@ -206,15 +197,13 @@ def prebuild(arch: str, only: str | None, jobs: int | None) -> int:
     """Build every instance (matching `only`) into this CUDA machine's kernel cache
     (backends/cuda/binary_cache.py, `jobs` NVRTC compiles at once), so that no later call or test
     compiles one in its process; 1 where there is no cache here or a build failed."""
-    from int8nax.backends.cuda import binary_cache, kernels
+    from int8nax.backends.cuda import kernels
 
     cache = kernels.binary_cache()
     if cache is None:
         print(f"prebuild: no kernel cache here ({kernels.binary_cache_status()})")
         return 1
-    names = {ctype: name for name, ctype in CUDA_TYPES.items()}
-    found = [binary_cache.Instance(spec, tuple((names[c], 1) for c in ins), tuple(names[c] for c in outs),
-                                   tuple(tmpl))
+    found = [instance(spec, ins, outs, tmpl)
              for label, spec, ins, outs, tmpl in instances(arch) if not only or re.search(only, label)]
     built = cache.prebuild(found, jobs, binary_cache.terminal_progress("building CUDA kernels"))
     print(f"prebuild: {len(found)} instances, {built} built; {kernels.binary_cache_status()}")
@@ -242,7 +231,7 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, help="with --prebuild: NVRTC compiles at once (default: the CPUs)")
     args = parser.parse_args(argv)
     if args.prebuild:
-        from int8nax.backends.cuda import binary_cache, device
+        from int8nax.backends.cuda import device
         return prebuild(binary_cache.arch_of(device.compute_capability()), args.only, args.jobs)
     if args.ptx and not args.keep:
         parser.error("--ptx writes into --keep's folder: name one")
