@@ -92,45 +92,30 @@ def _launch_reduce(spec, inputs, out_dtype, template):
     )[0]
 
 
-def _launch_grid(spec, inputs, out_dtype, plan: cuda_plans.CudaPlan, template, maps: bool):
-    """One block per tile and split: [M, N] out (M = inputs[0]'s rows), or the [splits, M, N]
-    workspace; maps: the extra uint8 output of int8_matmul's TMA kernel, one 256-byte slot per
-    block for its tensor maps (a kernel over a pack has its scratch there)."""
+def _launch(row: cuda_choice.Variant, spec, inputs, out_dtype, plan, template, maps: bool):
+    """One GEMM launch of the variant: persistent blocks walking the tiles (the plan's (splits,
+    group) as the shape of an extra last input), or one block per tile and split; [M, N] out
+    (M = inputs[0]'s rows), or the [splits, M, N] workspace; maps: the extra uint8 output of
+    int8_matmul's TMA kernels, a 256-byte slot a block for its tensor maps (a kernel over a pack
+    has its scratch there)."""
     m, n = inputs[0].shape[0], inputs[1].shape[0]
-    grid, block = plan.grid(m, n)
     shapes, dtypes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
     if maps:
         shapes.append((plan.map_bytes(m, n),))
         dtypes.append(mx.uint8)
+    if row.persistent:
+        grid, block = plan.grid()
+        inputs = list(inputs) + [_plan_array(plan.plan_shape())]
+    else:
+        grid, block = plan.grid(m, n)
     return kernels._kernel(spec)(inputs=inputs, output_shapes=shapes, output_dtypes=dtypes, grid=grid, threadgroup=block,
                                  template=template)[0]
-
-
-def _launch_persistent(spec, inputs, out_dtype, plan: cuda_plans.PersistentPlan, template, maps: bool):
-    """`plan.blocks` blocks walking the tiles, the plan's (splits, group) as the shape of the last
-    input: [M, N] out (or the [splits, M, N] workspace); maps as in _launch_grid (a 256-byte slot
-    a block)."""
-    m, n = inputs[0].shape[0], inputs[1].shape[0]
-    grid, block = plan.grid()
-    shapes, dtypes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
-    if maps:
-        shapes.append((plan.blocks * cuda_plans.TMA_MAP_SLOT_BYTES,))
-        dtypes.append(mx.uint8)
-    return kernels._kernel(spec)(inputs=list(inputs) + [_plan_array(plan.plan_shape())], output_shapes=shapes,
-                                 output_dtypes=dtypes, grid=grid, threadgroup=block, template=template)[0]
-
-
-def _launch(row: cuda_choice.Variant):
-    """The launch of a variant's kernels: persistent blocks, or one block per tile and split."""
-    return _launch_persistent if row.persistent else _launch_grid
 
 
 def scratch_bytes(row: cuda_choice.Variant, plan, m: int, n: int) -> int:
     """Bytes of scratch the variant's GEMM over a pack needs for an [M, N] output with `plan`:
     its blocks' tensor-map slots (cuda_pack)."""
-    if not row.maps:
-        return 0
-    return plan.blocks * cuda_plans.TMA_MAP_SLOT_BYTES if row.persistent else plan.map_bytes(m, n)
+    return plan.map_bytes(m, n) if row.maps else 0
 
 
 def gemm_graph(a, b, variant: str, plan):
@@ -139,7 +124,7 @@ def gemm_graph(a, b, variant: str, plan):
     raw = row.specs(plan.cfg).int32
 
     def one_chunk(r0, r1):
-        out = _launch(row)(raw, [_row_slice(a, r0, r1), b], mx.int32, plan, row.template(plan.cfg), row.maps)
+        out = _launch(row, raw, [_row_slice(a, r0, r1), b], mx.int32, plan, row.template(plan.cfg), row.maps)
         return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
 
     return _by_row_chunks(a.shape[0], plan, row, one_chunk)
@@ -170,8 +155,8 @@ def dequant_packed(pack, k: int, w, scale_w, bias_arg, out_dtype, variant: str, 
     def one_pack(p):
         # Input order = spec.input_names: pack, w, scale_w, bias (then the persistent plan).
         if plan.splits == 1:
-            return _launch(row)(specs.w8a8, [p, w, scale_w, bias_arg], out_dtype, plan, tile + epilogue, False)
-        ws = _launch(row)(specs.int32_packed, [p, w], mx.int32, plan, tile, False)
+            return _launch(row, specs.w8a8, [p, w, scale_w, bias_arg], out_dtype, plan, tile + epilogue, False)
+        ws = _launch(row, specs.int32_packed, [p, w], mx.int32, plan, tile, False)
         return _launch_reduce(cuda_source.reduce_w8a8(), [ws, p, scale_w, bias_arg], out_dtype, epilogue)
 
     if not _chunked(row, plan, m):
@@ -324,7 +309,7 @@ def w8a8_graph(x, w, scale_w, bias_arg, variant: str, plan, has_bias: bool,
     m, k = x.shape
     if _quantizes_inside(row, plan, m, k, x.dtype):
         template = [("T", x.dtype)] + row.template(plan.cfg) + epilogue_template(x.dtype, has_bias, narrow)[1:]
-        return _launch(row)(row.quantizing(), [x, w, scale_w, bias_arg], x.dtype, plan, template, row.maps)
+        return _launch(row, row.quantizing(), [x, w, scale_w, bias_arg], x.dtype, plan, template, row.maps)
     pack = _quantize_pack(x, quant, pack_scratch(row, plan, m, w.shape[0]))
     return dequant_packed(pack, k, w, scale_w, bias_arg, x.dtype, variant, plan, has_bias, narrow)
 

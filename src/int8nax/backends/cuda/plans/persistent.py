@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ....tiling import TileConfig, ceil_div
-from .tiles import CUDA_SWIZZLE_BYTES, MIN_SPLIT_BLOCKS, epilogue_chunk, split_ranges, tile_count, tma_shared_bytes
+from .tiles import (CUDA_SWIZZLE_BYTES, MIN_SPLIT_BLOCKS, TMA_MAP_SLOT_BYTES, epilogue_chunk, split_ranges, tile_count,
+                    tma_shared_bytes)
 
 CUDA_WS_THREADS = 384
 """Producer warpgroup + 2 consumer warpgroups (cuda_source.LAUNCH_BOUNDS sets the launch
@@ -137,6 +138,11 @@ class PersistentPlan:
     def grid(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """(grid in threads, block) as mx.fast.cuda_kernel wants them."""
         return (self.blocks * CUDA_WS_THREADS, 1, 1), (CUDA_WS_THREADS, 1, 1)
+
+    def map_bytes(self, m: int, n: int) -> int:
+        """Bytes of the blocks' tensor-map scratch: one TMA_MAP_SLOT_BYTES slot per block, whatever
+        the output (CudaPlan.map_bytes's signature)."""
+        return self.blocks * TMA_MAP_SLOT_BYTES
 
 
 def ws_units(m: int, n: int, cfg: TileConfig, splits: int) -> int:
