@@ -23,7 +23,7 @@ def test_bad_arguments_name_what_they_take(tmp_path):
     assert got.returncode == 2 and "--mlx-package: expected the mlx folder of an mlx-cuda wheel" in got.stderr
     (tmp_path / "mlx" / "lib").mkdir(parents=True)
     got = run("--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--model", "gpt-9")
-    assert got.returncode == 2 and "--model: expected one of" in got.stderr and "'gpt-9'" in got.stderr
+    assert got.returncode == 2 and "--model: expected names from" in got.stderr and "'gpt-9'" in got.stderr
     got = run("--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "0")
     assert got.returncode == 2 and "expected positive counts" in got.stderr
 
@@ -57,3 +57,17 @@ def test_it_builds_every_instance_the_model_meets(monkeypatch, tmp_path, capsys)
     assert len(handed) == len(set(handed)) and cuda_source.quantize().name in names
     assert any("gemv_w8a8_x" in n for n in names) and any("tma" in n for n in names)  # decode and prefill plans
     assert "instances for 1..600 rows on 132 SMs" in capsys.readouterr().out
+    # two models and the compile check's catalogue: every instance of each, once
+    model_only = set(handed)
+    handed.clear()
+    try:
+        assert tool.main(["--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "600",
+                          "--model", "qwen2.5-7b,qwen3-8b", "--catalogue"]) == 0
+    finally:
+        cuda.clear_caches()
+    import cuda_compile_check
+
+    catalogue = {cuda_compile_check.instance(spec, ins, outs, tmpl)
+                 for _, spec, ins, outs, tmpl in cuda_compile_check.instances("sm_90a")}
+    assert len(handed) == len(set(handed)) and model_only | catalogue <= set(handed)
+    assert "and the catalogue" in capsys.readouterr().out

@@ -1,7 +1,7 @@
 """Fill a CUDA kernel cache without a GPU, to carry to a GPU machine.
 
-    python tools/cuda_cache_offline.py --mlx-package DIR --out CACHE [--model qwen2.5-7b] [--max-tokens 8192]
-                                       [--arch sm_90a] [--sms 132] [--jobs N]
+    python tools/cuda_cache_offline.py --mlx-package DIR --out CACHE [--model qwen2.5-7b[,qwen3-8b]]
+                                       [--max-tokens 8192] [--arch sm_90a] [--sms 132] [--jobs N] [--catalogue]
 
 MLX keys a custom kernel's cached module by its name and a hash of its source, and int8nax's
 sources include the kernel headers by absolute path (backends/cuda/source.py): an entry built here
@@ -11,7 +11,9 @@ MLX of an unpacked mlx-cuda wheel (DIR: its `mlx` folder, whose libmlx.so holds 
 headers), every instance the model's W8A8 layers meet for 1 .. max-tokens rows on a GPU of `sms`
 SMs (bfloat16 activations, the default SwiGLU and bias settings), into CACHE: pass
 MLX_PTX_CACHE_DIR=CACHE on the GPU machine (a `carry` of the folder), where the process then
-compiles none of them. The launches are traced with stand-ins for mx.fast.cuda_kernel, the SM count
+compiles none of them. `--catalogue` adds every instance tools/cuda_compile_check.py builds (every
+tile of every variant, the quantization, reduction and SM-count kernels: what the GEMM, linear and
+kernel-time benchmarks and the tests meet). The launches are traced with stand-ins for mx.fast.cuda_kernel, the SM count
 and the GPU family; nothing runs. Not yet tried on a GPU: the first call that carries a folder
 should check `int8nax info`'s count of kernels loaded from there.
 """
@@ -29,7 +31,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mlx-package", required=True, help="the `mlx` folder of an unpacked mlx-cuda wheel")
     parser.add_argument("--out", required=True, help="the cache folder to fill (MLX_PTX_CACHE_DIR there)")
-    parser.add_argument("--model", default="qwen2.5-7b", help="a model of int8nax.bench.models (qwen2.5-7b)")
+    parser.add_argument("--model", default="qwen2.5-7b",
+                        help="models of int8nax.bench.models, comma-separated (qwen2.5-7b)")
+    parser.add_argument("--catalogue", action="store_true",
+                        help="add every instance of tools/cuda_compile_check.py's catalogue")
     parser.add_argument("--max-tokens", type=int, default=8192, help="rows to prepare for (8192)")
     parser.add_argument("--arch", default="sm_90a", help="NVRTC's --gpu-architecture (sm_90a)")
     parser.add_argument("--sms", type=int, default=132, help="the GPU's SM count, which the plans depend on (132)")
@@ -48,8 +53,9 @@ def main(argv=None) -> int:
     from int8nax.bench.first_call import layers_of
     from int8nax.bench.models import CONFIGS
 
-    if args.model not in CONFIGS:
-        parser.error(f"--model: expected one of {sorted(CONFIGS)}, got {args.model!r}")
+    models = args.model.split(",")
+    if unknown := [m for m in models if m not in CONFIGS]:
+        parser.error(f"--model: expected names from {sorted(CONFIGS)}, comma-separated, got {unknown[0]!r}")
 
     class StandIn:  # a kernel object that records nothing and returns unevaluated zeros
         def __call__(self, *, output_shapes, output_dtypes, **_):
@@ -61,16 +67,22 @@ def main(argv=None) -> int:
     probe._sms = lambda: args.sms
     cuda.COMPILE = False
     layers = [cuda.WarmLayer("w8a8_linear", n, k, mx.float32 if bias else None)
-              for _, n, k, bias in layers_of(CONFIGS[args.model])]
+              for model in models for _, n, k, bias in layers_of(CONFIGS[model])]
     with kernels.collect_instances() as found:
-        for layer in layers:
+        for layer in dict.fromkeys(layers):
             for call in cuda._warm_calls(layer, args.max_tokens, mx.bfloat16):
                 call()
     instances = list(dict.fromkeys(found))
+    if args.catalogue:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import cuda_compile_check
+
+        instances = list(dict.fromkeys(instances + [cuda_compile_check.instance(spec, ins, outs, tmpl)
+                                                    for _, spec, ins, outs, tmpl in cuda_compile_check.instances(args.arch)]))
     cache = binary_cache.BinaryCache(args.arch, package, mx.__version__)
     start = time.perf_counter()
     built = cache.prebuild(instances, args.jobs, binary_cache.terminal_progress("building CUDA kernels"))
-    print(f"{args.model}: {len(instances)} instances for 1..{args.max_tokens} rows on {args.sms} SMs, {built} built "
+    print(f"{args.model}{' and the catalogue' if args.catalogue else ''}: {len(instances)} instances for 1..{args.max_tokens} rows on {args.sms} SMs, {built} built "
           f"into {cache.folder} in {time.perf_counter() - start:.0f} s ({cache.counts}){': ' + cache.reason if cache.reason else ''}")
     return 1 if cache.counts.failed else 0
 
