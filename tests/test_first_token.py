@@ -411,3 +411,22 @@ def test_the_gpu_script_selects_the_suites_cells_at_its_profile(monkeypatch):
                 "bench_first_token.FirstTokenWarm.track_w8a8_warm_s('qwen2.5-0.5b')",
                 "bench_gemm.Int8naxGemm.time_int8nax_gemm((512, 4096, 4096))"]
     assert not any(re.search(regex, name) for name in unwanted), regex
+
+
+def test_the_gpu_script_records_host_work_at_every_parameter():
+    # the record's default selection (hopper_verify.sh record) takes bench_host's classes whole
+    script = (ROOT / "tools" / "asv_offline_gpu.sh").read_text()
+    code = script.split("""regex=$("$py" - "$BENCH" "$METHODS" <<'PY'\n""", 1)[1].split("\nPY\n", 1)[0]
+    env = dict(os.environ, INT8NAX_BENCH_PROFILE="full", PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
+    done = subprocess.run([sys.executable, "-", r"^(?!.*(Model|FirstToken))", r"\w+"], input=code,
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    regex = done.stdout.strip().splitlines()[-1]
+    from int8nax.bench import host_work
+
+    wanted = [f"bench_host.HostWork.track_{form}_host_us({shape!r}, {m})"
+              for form in ("linear", "q8", "w8a8") for shape in host_work.SHAPES for m in host_work.TOKENS]
+    wanted += [f"bench_host.DecoderLayerHostWork.track_{form}_layer_host_us({m})"
+               for form in ("bf16", "q8", "w8a8") for m in host_work.TOKENS]
+    assert all(re.search(regex, name) for name in wanted), regex
+    assert not re.search(regex, "bench_first_token.FirstTokenWarm.track_w8a8_warm_s('qwen2.5-7b')")

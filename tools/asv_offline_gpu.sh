@@ -14,7 +14,9 @@
 # alone, without dependencies, on PYTHONPATH) run at the profile's (configuration, tokens) in the
 # same way; BENCH='Model' selects only them, BENCH='W8A8Model$|ModelRatio' a few. The fresh-process
 # first token (benchmarks/bench_first_token.py, about 9 minutes for Qwen2.5-7B) runs at its profile's
-# cases and models; BENCH=FirstToken selects only it. Results land in
+# cases and models; BENCH=FirstToken selects only it. Host work per call (benchmarks/bench_host.py:
+# W8A8Linear, nn.Linear and QuantizedLinear, and a whole decoder layer) runs at every parameter
+# (BENCH=HostWork: only it). Results land in
 # .asv/results/$MACHINE/ (plus .asv/results/benchmarks.json), ready to commit; the log in
 # .asv/asv-run-$MACHINE.log.
 #
@@ -179,7 +181,16 @@ if bench_first_token is not None:
     name = problems.choose_profile()[0]
     keys = [*first_token.profile_cases(name), *first_token.PROFILES[name].configs]
     cells = "|".join(re.escape(repr(k)) for k in keys)
-if not classes and not model_classes and not first_classes:
+# Host work per call (bench_host's classes), where this commit has them: every parameter.
+host_classes = []
+try:
+    bench_host = importlib.import_module("benchmarks.bench_host")
+except ModuleNotFoundError:
+    bench_host = None
+if bench_host is not None:
+    host_classes = [n for n, c in vars(bench_host).items()
+                    if isinstance(c, type) and n.endswith("HostWork") and re.search(sys.argv[1], n)]
+if not classes and not model_classes and not first_classes and not host_classes:
     sys.exit(f"asv_offline_gpu: no runnable benchmark class matches {sys.argv[1]!r}")
 shapes = "|".join(re.escape(", ".join(map(str, s))) for s in problems.profile_shapes())
 parts = [rf"^bench_\w+\.(?:{'|'.join(classes)})\.(?:{sys.argv[2]})\(\((?:{shapes})\)\)$"] if classes else []
@@ -187,6 +198,8 @@ if model_classes:
     parts.append(rf"^bench_\w+\.(?:{'|'.join(model_classes)})\.(?:{sys.argv[2]})\((?:{runs})\)$")
 if first_classes:
     parts.append(rf"^bench_first_token\.(?:{'|'.join(first_classes)})\.(?:{sys.argv[2]})\((?:{cells})(?:, '\w+')?\)$")
+if host_classes:
+    parts.append(rf"^bench_host\.(?:{'|'.join(host_classes)})\.(?:{sys.argv[2]})(?:\(.*\))?$")
 print("|".join(parts))
 PY
 )
