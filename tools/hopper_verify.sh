@@ -13,7 +13,9 @@
 #                                      #   `first_call warm` (every instance to 8192 tokens), and with the cache off
 #   bash tools/hopper_verify.sh generate  # mlx-lm's own loop (int8nax compare --generate) for GENERATE_MODEL,
 #                                      #   GENERATE_ARGS as given (forms, prompt tokens, batch), JSON and table
-#   bash tools/hopper_verify.sh first-token  # ~540 s (estimated; never run): the time to the first token of a
+#   bash tools/hopper_verify.sh first-token  # ~540 s (estimated; never run): W8A8's stall beyond bf16's at 50 new
+#                                      #   prompt lengths in one process on this machine's cache (first_call stalls),
+#                                      #   then the time to the first token of a
 #                                      #   fresh process, bf16 and W8A8 (compare --generate --first-token) for
 #                                      #   FIRST_TOKEN_MODEL (qwen2.5-7b) at FIRST_TOKENS (300,777,1500,4096), after
 #                                      #   `int8nax warm` into a new kernel cache (the first run on a new machine);
@@ -119,6 +121,12 @@ case "$part" in
     cat "$OUT/generate.txt"
     ;;
   first-token)
+    # First, in one process on this machine's kernel cache: 50 new prompt lengths in 1..8192, W8A8's stall
+    # at each beyond bf16's (first_call stalls); then the fresh processes.
+    timeout $(left $(( END - 400 ))) python3 -m int8nax.bench.first_call stalls --model ${FIRST_TOKEN_MODEL:-qwen2.5-7b} \
+      > "$OUT/stalls.json" 2> "$OUT/stalls.log"
+    echo "first_call stalls rc=$? $(el) s" >> "$S"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('worst stall', d['worst_stall_s'], 's at', d['worst_tokens'], 'tokens;', d['kernels'])" "$OUT/stalls.json"
     # SIGINT at the limit: the command stops its current process, and the JSON holds every process before it
     timeout -s INT -k 30 $(left $END) python3 -m int8nax compare --generate --first-token \
       --model ${FIRST_TOKEN_MODEL:-qwen2.5-7b} --prompt-tokens ${FIRST_TOKENS:-300,777,1500,4096} ${FIRST_TOKEN_ARGS:-} \
