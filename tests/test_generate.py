@@ -128,6 +128,10 @@ def test_batches_run_batch_generate_and_memory_is_reset_per_cell():
     rows = _measure(forms=("bf16", "cider"), prompt_tokens=(8, 24), batches=(1, 3),
                     on_form=lambda got: heard.append([r.form for r in got]))
     assert heard == [["bf16"] * 4, ["bf16"] * 4 + ["cider"] * 4]  # a caller can save after every form
+    # W8A8 is measured right after bf16 (a run cut short keeps it); rows still come in FORMS order
+    heard.clear()
+    _measure(forms=("mlx-q8", "w8a8", "bf16"), on_form=lambda got: heard.append(sorted({r.form for r in got})))
+    assert heard == [["bf16"], ["bf16", "w8a8"], ["bf16", "mlx-q8", "w8a8"]]
     rows = rows[:4]
     assert [(r.prompt_tokens, r.batch) for r in rows] == [(8, 1), (8, 3), (24, 1), (24, 3)]
     assert all(r.prompt_tps and r.generation_tps for r in rows)

@@ -51,6 +51,14 @@ from .checks import MismatchError
 from .peers import Unavailable
 
 FORMS = models.ALL_FORMS
+
+
+def run_order(form: str) -> tuple:
+    """The order `measure` runs forms in: bf16 first (the others' reference), then int8nax's
+    W8A8 (the subject: a run cut short by a time limit keeps it), then FORMS order."""
+    return form != "bf16", form != "w8a8", FORMS.index(form)
+
+
 PREFILL_STEP_SIZE = 2048
 """mlx-lm's default prefill chunk (generate_step, BatchGenerator, mlx_lm.benchmark)."""
 CHECK_TOKENS = 16
@@ -255,8 +263,8 @@ def agreement(tokens, reference) -> int:
 def measure(config: str | models.Config, forms=FORMS, prompt_tokens=(64,), generation_tokens: int = 16, batches=(1,),
             trials: int = 3, layers: int | None = None, vocab: int | None = None, cache: Path | None = None,
             progress=None, on_form=None) -> list[Row]:
-    """Every (form, prompt tokens, batch) of `config` as a Row, forms in FORMS order (module
-    doc). Never raises for a form: a form that cannot run is n/a with the reason, one whose
+    """Every (form, prompt tokens, batch) of `config` as a Row, forms in FORMS order, measured
+    in run_order (module doc). Never raises for a form: a form that cannot run is n/a with the reason, one whose
     check fails MISMATCH, one that raises failed with the error. on_form(rows so far), if
     given, hears after every form (a caller can save them: a run cut short keeps its forms)."""
     if isinstance(config, str) and config not in models.CONFIGS:
@@ -282,7 +290,7 @@ def measure(config: str | models.Config, forms=FORMS, prompt_tokens=(64,), gener
                 for f in sorted(forms, key=FORMS.index) for p in prompt_tokens for b in batches]
         return rows
     reference = None  # bf16's greedy tokens
-    for form in sorted(forms, key=FORMS.index):  # bf16 first: the others' reference
+    for form in sorted(forms, key=run_order):
         mine = [Row(config, form, p, generation_tokens, b, layers, vocab) for p in prompt_tokens for b in batches]
         rows += mine
         try:
@@ -302,9 +310,9 @@ def measure(config: str | models.Config, forms=FORMS, prompt_tokens=(64,), gener
         _free()
         if on_form:
             ratios(rows)
-            on_form(rows)
+            on_form(sorted(rows, key=lambda r: FORMS.index(r.form)))
     ratios(rows)
-    return rows
+    return sorted(rows, key=lambda r: FORMS.index(r.form))
 
 
 def _mark(rows: list[Row], **why) -> None:
