@@ -13,9 +13,10 @@ SMs (bfloat16 activations, the default SwiGLU and bias settings), into CACHE: pa
 MLX_PTX_CACHE_DIR=CACHE on the GPU machine (a `carry` of the folder), where the process then
 compiles none of them. `--catalogue` adds every instance tools/cuda_compile_check.py builds (every
 tile of every variant, the quantization, reduction and SM-count kernels: what the GEMM, linear and
-kernel-time benchmarks and the tests meet). The launches are traced with stand-ins for mx.fast.cuda_kernel, the SM count
-and the GPU family; nothing runs. Not yet tried on a GPU: the first call that carries a folder
-should check `int8nax info`'s count of kernels loaded from there.
+kernel-time benchmarks and the tests meet). The launches are traced with stand-ins for
+mx.fast.cuda_kernel, the SM count and the GPU family; nothing runs. On an H100 (mlx 0.32.4) a
+folder built so served the asv record, the kernel tests and a 7B model with nothing compiled
+there (docs/results/cuda-h100.md); `int8nax info` counts the kernels loaded from it.
 """
 
 from __future__ import annotations

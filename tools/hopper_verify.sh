@@ -70,8 +70,9 @@
 # machine's git: the device's copy may carry a .git of the session's starting commit, not of the
 # tree that runs (git rev-parse there named the wrong commit once).
 # NVRTC builds are the slow part of a cold machine (prebuild: ~100 instances in 190 s on 16 CPUs).
-# The device runs this checkout at its own path, so kernels built here by tools/cuda_cache_offline.py
-# should load there (not yet tried): carry that folder and set MLX_PTX_CACHE_DIR to it.
+# The device runs this checkout at this one's path, so kernels built on the CPU box by
+# tools/cuda_cache_offline.py load there: carry that folder (xz: ~5 MB for 301 instances) and set
+# MLX_PTX_CACHE_DIR to it, and no part compiles anything.
 set -u
 part=${1:?usage: hopper_verify.sh record|binaries|generate|first-token|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|prebuild|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
