@@ -784,3 +784,62 @@ def test_this_computers_machine_comes_first_in_every_section(tmp_path, html_dir)
         models = re.findall(r'<h3 id="models-([^"]+)"', page)
         assert (sections[0] if here == "zz-mine" else models[0]) == here, (sections, models)
         assert models == sorted(models, key=lambda m: m != here)
+
+
+def test_a_gpu_records_kernel_ids_are_named_on_a_box_without_one(tmp_path, html_dir):
+    # A Hopper GPU records kernel_id of what its CUDA dispatch says (132 SMs counted, no "assumed"):
+    # the site on this box computes the same words without a GPU and shows them, not the id.
+    from int8nax import backends
+
+    cuda = backends.get("cuda")
+    ran = {s: cuda.describe("int8_matmul", s[0], s[2], s[1], bias=False, dtype=None, sms=132)
+           for s in ((16, 4096, 4096), (64, 4096, 4096))}
+    assert all(text.startswith("cuda ") and "assumed" not in text for text in ran.values())
+    assert {contenders.hopper_description("int8nax-gemm", s) for s in ran} == set(ran.values())
+    kid = contenders.kernel_id
+    root = tmp_path / "results"
+    write_result(root / "h100", "4" * 40, 1_000, {
+        "bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, 3e-4, NAN],
+        "bench_kernel.Kernel.track_int8nax_gemm_kernel": [kid(ran[(16, 4096, 4096)]), kid(ran[(64, 4096, 4096)]), NAN]})
+    site.publish(html_dir, root)
+    data = json.loads((html_dir / "compare.json").read_text())["machines"]["h100"]
+    got = {e["shape"]: e["kernel_text"] for e in data["entries"] if e["contender"] == "int8nax-gemm"}
+    assert got == {S16: ran[(16, 4096, 4096)], S64: ran[(64, 4096, 4096)]}
+
+
+def test_the_cuda_description_says_when_it_assumes_the_sm_count():
+    from int8nax import backends
+
+    cuda = backends.get("cuda")
+    if cuda.probe().available:
+        pytest.skip("a CUDA GPU is here: the description uses its own SM count")
+    assumed = cuda.describe("w8a8_linear", 512, 4096, 4096, dtype=None)
+    given = cuda.describe("w8a8_linear", 512, 4096, 4096, dtype=None, sms=132)
+    assert assumed == f"{given} (132 SMs assumed)"
+    assert contenders.hopper_description("int8nax-full", (512, 4096, 4096)) == cuda.describe(
+        "w8a8_linear", 512, 4096, 4096, dtype=contenders.mx.float16, sms=132)
+    with pytest.raises(ValueError, match="not one of int8nax's contenders"):
+        contenders.hopper_description("mlx-q8", (16, 16, 16))
+
+
+def test_kernel_time_is_shown_per_shape_with_the_ratios_compare_reports(tmp_path, html_dir):
+    # KernelTime's CUPTI µs: int8nax's GEMM against cuBLASLt (cuBLASLt / int8nax: speed) and W8A8
+    # over the raw GEMM, per shape and as geometric means; shapes without int8nax's GEMM left out.
+    root = tmp_path / "results"
+    write_result(root / "h100", "5" * 40, 1_000, {
+        "bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, 3e-4, NAN],
+        "bench_kernel.KernelTime.track_int8nax_gemm_kernel_us": [10.0, 40.0, NAN],
+        "bench_kernel.KernelTime.track_cublaslt_int8_kernel_us": [9.0, 40.0, 3.0],
+        "bench_kernel.KernelTime.track_int8nax_full_kernel_us": [12.5, NAN, NAN]})
+    write_result(root / "cpu-box", "6" * 40, 1_000, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, 3e-4, NAN]})
+    site.publish(html_dir, root)
+    machines = json.loads((html_dir / "compare.json").read_text())["machines"]
+    rows = {r["shape"]: r for r in machines["h100"]["kernel_time"]}
+    assert sorted(rows) == sorted([S16, S64])
+    assert rows[S16]["vs_cublaslt"] == pytest.approx(0.9) and rows[S16]["w8a8_vs_raw"] == pytest.approx(1.25)
+    assert rows[S64]["vs_cublaslt"] == pytest.approx(1.0) and rows[S64]["w8a8_vs_raw"] is None
+    assert machines["cpu-box"]["kernel_time"] == []
+    page = (html_dir / "compare.html").read_text()
+    section = page.split('id="machine-h100"', 1)[1].split("</section>", 1)[0]
+    assert f'data-vs-cublaslt="{0.9 ** 0.5:.3g}" data-w8a8-vs-raw="1.25"' in section
+    assert "Kernel time" in section and "Kernel time" not in page.split('id="machine-cpu-box"', 1)[1].split("</section>")[0]

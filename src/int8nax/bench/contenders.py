@@ -209,6 +209,18 @@ def describe(name: str, shape: Shape, backend: str | None = None) -> str:
     return backends.get(chosen).describe(OPS[name], m, n, k, bias=False, dtype=mx.float16)
 
 
+def hopper_description(name: str, shape: Shape) -> str:
+    """What int8nax's contender `name` runs at `shape` on a Hopper GPU of cuda_choice.DEFAULT_SMS SMs
+    (the H100 SXM and the H200 both have 132), as that GPU's record says it (describe there),
+    computed here without one: how a site on any machine puts a GPU record's kernel ids into words."""
+    if name not in OPS:
+        raise ValueError(f"hopper_description: {name!r} is not one of int8nax's contenders ({', '.join(OPS)})")
+    from ..backends.cuda import choice as cuda_choice
+
+    m, k, n = shape
+    return backends.get("cuda").describe(OPS[name], m, n, k, bias=False, dtype=mx.float16, sms=cuda_choice.DEFAULT_SMS)
+
+
 def kernel_id(description: str) -> int:
     """A number that stands for a kernel description in the asv record (benchmarks/bench_kernel.py),
     where results must be numbers: CRC-32 of its UTF-8 bytes, the same in every process and on every

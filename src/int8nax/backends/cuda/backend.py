@@ -367,18 +367,21 @@ class CUDABackend(Backend):
             return swiglu_w8a8(gate_up, w, scale_w, bias)
         return super().swiglu_w8a8_linear(gate_up, w, scale_w, bias)
 
-    def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
+    def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None,
+                 sms: int | None = None) -> str:
         """"cuda <variant> <BM>x<BN> splits=<s>", from cuda_choice.choose without launching: on this
         GPU's family (sm_90a where there is none) and SM count where this process has counted it
-        (it ran a CUDA call already), else on the H200's 132 SMs, which the answer then says."""
+        (it ran a CUDA call already), else on the H200's 132 SMs, which the answer then says.
+        `sms`: a GPU of that many SMs, here or not (what a GPU's record names, as it would)."""
         if op not in ("int8_matmul", "w8a8_linear"):
             raise ValueError(f"op: expected 'int8_matmul' or 'w8a8_linear', got {op!r}")
         here = self.probe().available
-        sms = probe.known_sm_count() if here else None
+        counted = sms or (probe.known_sm_count() if here else None)
         family = device._family() if here else "sm90"
         got = cuda_choice.choose(m, n, k, w8a8=op == "w8a8_linear", bias=bias, out_dtype=graphs.dtype_name(dtype),
-                                 sms=sms or cuda_choice.DEFAULT_SMS, family=family, override=settings.kernel_choice())
-        return f"cuda {got.describe()}" + ("" if sms else f" ({cuda_choice.DEFAULT_SMS} SMs assumed)")
+                                 sms=counted or cuda_choice.DEFAULT_SMS, family=family,
+                                 override=settings.kernel_choice())
+        return f"cuda {got.describe()}" + ("" if counted else f" ({cuda_choice.DEFAULT_SMS} SMs assumed)")
 
 
 BACKEND = CUDABackend()

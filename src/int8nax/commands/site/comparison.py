@@ -5,6 +5,7 @@ result, and why where this computer can say."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,42 @@ class MachineBlock:
     m5_only: list[str] = field(default_factory=list)  # cider contenders no machine has reported yet
     reasons: dict[str, str] = field(default_factory=dict)  # absent contender -> why (here only)
     skipped: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # why -> contender -> shapes (here)
+    kernel_time: list[KernelTimeRow] = field(default_factory=list)  # KernelTime's records, by shape
+
+
+@dataclass
+class KernelTimeRow:
+    """One shape of the KernelTime record (CUPTI µs, cold L2): int8nax's GEMM, cuBLASLt's, W8A8's."""
+
+    shape: str
+    gemm_us: float | None
+    cublaslt_us: float | None
+    w8a8_us: float | None
+
+    @property
+    def vs_cublaslt(self) -> float | None:
+        """cuBLASLt's time / int8nax's GEMM's (above 1: int8nax faster), as compare --mode kernel."""
+        return self.cublaslt_us / self.gemm_us if self.gemm_us and self.cublaslt_us else None
+
+    @property
+    def w8a8_vs_raw(self) -> float | None:
+        """W8A8's time / the raw GEMM's (the cost of quantizing and the epilogue)."""
+        return self.w8a8_us / self.gemm_us if self.gemm_us and self.w8a8_us else None
+
+
+KERNEL_TIME_STEMS = ("int8nax_gemm", "cublaslt_int8", "int8nax_full")
+"""KernelTime's contenders (benchmarks/bench_kernel.py: track_<stem>_kernel_us)."""
+
+
+def kernel_time_rows(results: MachineResults) -> list[KernelTimeRow]:
+    """The machine's KernelTime figures at its commit, one row per shape that has int8nax's GEMM."""
+    gemm, lt, w8a8 = (results.kernel_us.get(stem, {}) for stem in KERNEL_TIME_STEMS)
+    return [KernelTimeRow(shape, us, lt.get(shape), w8a8.get(shape)) for shape, us in gemm.items()]
+
+
+def geomean(values) -> float | None:
+    got = [v for v in values if v]
+    return math.exp(sum(map(math.log, got)) / len(got)) if got else None
 
 
 def _roster(all_results: list[MachineResults]) -> list[tuple[str, str]]:
@@ -118,19 +155,21 @@ def _has_any(results: MachineResults, stem: str) -> bool:
 
 def kernel_names(shapes) -> dict[int, str]:
     """{kernel id: description} of what int8nax's contenders run here at these shapes
-    (bench.contenders.describe). An id stands for one description whichever machine recorded
-    it, so a recorded id found here is shown in words; others stay numbers."""
+    (bench.contenders.describe) and on a Hopper GPU (hopper_description, computed without one).
+    An id stands for one description whichever machine recorded it, so a recorded id found here
+    is shown in words; others stay numbers."""
     names: dict[int, str] = {}
     for text in shapes:
         dims = parse_shape(text)
         if dims is None:
             continue
         for name in bench_contenders.OPS:
-            try:
-                described = bench_contenders.describe(name, dims)
-            except Exception:  # no int8nax backend here, or one that cannot say: ids stay numbers
-                continue
-            names[bench_contenders.kernel_id(described)] = described
+            for describe in (bench_contenders.describe, bench_contenders.hopper_description):
+                try:
+                    described = describe(name, dims)
+                except Exception:  # no int8nax backend here, or one that cannot say: ids stay numbers
+                    continue
+                names[bench_contenders.kernel_id(described)] = described
     return names
 
 
@@ -204,7 +243,9 @@ def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> M
         blocks.append(ShapeBlock(shape, entries, peers))
     declared_shapes = [", ".join(map(str, s)) for s in problems.ALL_SHAPES]
     unmeasured = [f"({d})" for d in declared_shapes if f"({d})" not in shapes]
-    return MachineBlock(results, declared, blocks, why_not, absent, unmeasured)
+    block = MachineBlock(results, declared, blocks, why_not, absent, unmeasured)
+    block.kernel_time = kernel_time_rows(results)
+    return block
 
 
 def skip_reasons(names: list[str]) -> dict[str, str]:
@@ -312,6 +353,9 @@ def to_json(blocks: list[MachineBlock]) -> dict:
                             "ratios": {b: {p: v.seconds for p, v in per.items() if v.status == "ok"}
                                        for b, per in r.ratios.items()}, "absent": {c: block.reasons.get(c) for c in block.absent},
                             "unmeasured_shapes": block.unmeasured,
-                            "shapes": [sb.shape for sb in block.shapes], "entries": entries}
+                            "shapes": [sb.shape for sb in block.shapes], "entries": entries,
+                            "kernel_time": [{"shape": k.shape, "int8nax_gemm_us": k.gemm_us, "cublaslt_int8_us": k.cublaslt_us,
+                                             "int8nax_full_us": k.w8a8_us, "vs_cublaslt": k.vs_cublaslt,
+                                             "w8a8_vs_raw": k.w8a8_vs_raw} for k in block.kernel_time]}
     return {"generated_by": "int8nax site", "modes": list(MODES), "machines": machines,
             "m5_only": {"text": M5_ONLY, "command": M5_COMMAND}}

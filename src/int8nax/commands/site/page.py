@@ -11,7 +11,7 @@ import time
 from ...bench import contenders as bench_contenders
 from ...bench import machines as machine_ceilings
 from . import asv_format
-from .comparison import MODES, Entry, MachineBlock, ShapeBlock
+from .comparison import MODES, Entry, MachineBlock, ShapeBlock, geomean
 from .model_section import M5_COMMAND, M5_ONLY
 from .results import RATIO_BENCH, MachineResults, Value
 
@@ -301,6 +301,27 @@ def _ratios_table(r: MachineResults) -> str:
             f'<table class="ratios"><tr><th class="name">(M, K, N)</th>{head}</tr>{"".join(rows)}</table></details>')
 
 
+def _kernel_time_table(b: MachineBlock) -> str:
+    """KernelTime at this commit: int8nax's GEMM against cuBLASLt and W8A8 against the raw GEMM in
+    kernel time, per shape and as geometric means (what `int8nax compare --mode kernel` reports)."""
+    rows = b.kernel_time
+    if not rows:
+        return ""
+    body = "".join(
+        f'<tr data-shape="{html.escape(k.shape)}"><td class="name">{html.escape(k.shape)}</td>'
+        f"<td>{fmt_number(k.gemm_us)}</td><td>{fmt_number(k.cublaslt_us)}</td><td>{fmt_number(k.w8a8_us)}</td>"
+        f"<td>{fmt_ratio(k.vs_cublaslt)}</td><td>{fmt_ratio(k.w8a8_vs_raw)}</td></tr>" for k in rows)
+    vs_lt, w8a8 = geomean(k.vs_cublaslt for k in rows), geomean(k.w8a8_vs_raw for k in rows)
+    return (f'<div class="kernel-time" data-vs-cublaslt="{fmt_number(vs_lt)}" data-w8a8-vs-raw="{fmt_number(w8a8)}">'
+            f'<p><b>Kernel time</b> (CUPTI, inputs rotated over the L2; <code>bench_kernel.KernelTime</code>, '
+            f'the measure of <code>int8nax compare --mode kernel</code>): <code>int8_matmul</code> '
+            f'<b>{fmt_ratio(vs_lt)} cuBLASLt</b>\'s speed, W8A8 <b>{fmt_ratio(w8a8)}</b> the raw GEMM\'s time '
+            f'(geometric means of {len(rows)} shapes). The seconds above are one call or a chain, launch and '
+            f'MLX\'s work included.</p><table class="kernel-time"><tr><th class="name">(M, K, N)</th>'
+            f'<th>int8nax GEMM µs</th><th>cuBLASLt µs</th><th>W8A8 µs</th><th>speed vs cuBLASLt</th>'
+            f'<th>W8A8 / GEMM</th></tr>{body}</table></div>')
+
+
 def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     toc = " ".join(f'<a href="#machine-{html.escape(b.results.name)}">{html.escape(b.results.name)}</a>'
@@ -351,6 +372,7 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
             out.append(f'<p class="small w8a8-note" data-shapes="{html.escape(";".join(faster))}">'
                        f'At {html.escape(", ".join(faster))}, W8A8 took less time than the raw GEMM. '
                        f'{W8A8_NOTES.get(b.backend, W8A8_NOTE_OTHER)}</p>')
+        out.append(_kernel_time_table(b))
         out.append(_ratios_table(r))
         out.append('<nav class="toc small">Shapes: ' + " ".join(
             f'<a href="#{name}-{_anchor(sb.shape)}">{html.escape(sb.shape)}</a>' for sb in b.shapes) + "</nav>")

@@ -20,6 +20,9 @@ unitless (benchmarks/bench_ratio.py). The page shows them apart from the contend
 _KERNEL = re.compile(r"^(?P<prefix>.+)\.track_(?P<stem>\w+)_kernel$")
 """The kernel records (benchmarks/bench_kernel.py): per shape, contenders.kernel_id of what ran."""
 
+_KERNEL_US = re.compile(r"^(?P<prefix>.+)\.track_(?P<stem>\w+)_kernel_us$")
+"""Kernel time (benchmarks/bench_kernel.py's KernelTime, GPUs): per shape, CUPTI µs of a contender."""
+
 NOT_CONTENDERS = ("bench_ratio.", "bench_model.")
 """Benchmark modules whose time_ values are not times of a contender: the regression gate's
 ratio benchmarks record int8nax's time over a reference's (benchmarks/bench_ratio.py); the
@@ -52,6 +55,7 @@ class ResultFile:
     values: dict[str, dict[str, Value]]  # benchmark -> parameter repr -> Value
     ratios: dict[str, dict[str, Value]] = field(default_factory=dict)  # ratio benchmark -> parameter -> Value
     kernels: dict[str, dict[str, int]] = field(default_factory=dict)  # stem -> parameter repr -> kernel id
+    kernel_us: dict[str, dict[str, float]] = field(default_factory=dict)  # stem -> parameter repr -> µs
 
 
 def _parse_value(raw) -> Value:
@@ -77,7 +81,12 @@ def read_result_file(path: Path) -> ResultFile:
     started = 0
     ratios: dict[str, dict[str, Value]] = {}
     kernels: dict[str, dict[str, int]] = {}
+    kernel_us: dict[str, dict[str, float]] = {}
     for bench, entry in raw.entries.items():
+        timed = _KERNEL_US.match(bench)
+        if timed and entry.params:
+            kernel_us[timed.group("stem")] = {_param_text(c): float(r) for c, r in entry.pairs() if asv_format.finite(r)}
+            continue
         kernel = _KERNEL.match(bench)
         if kernel and entry.params:
             kernels[kernel.group("stem")] = {_param_text(c): int(r) for c, r in entry.pairs() if asv_format.finite(r)}
@@ -89,7 +98,7 @@ def read_result_file(path: Path) -> ResultFile:
         if not entry.params:  # not parametrized: no shape
             continue
         (ratios if is_ratio else values)[bench] = {_param_text(c): _parse_value(r) for c, r in entry.pairs()}
-    return ResultFile(path, raw.commit, raw.date, raw.env, started, values, ratios, kernels)
+    return ResultFile(path, raw.commit, raw.date, raw.env, started, values, ratios, kernels, kernel_us)
 
 
 @dataclass
@@ -104,12 +113,14 @@ class MachineResults:
     kernels: dict[str, dict[str, int]] = field(default_factory=dict)  # stem -> parameter -> kernel id
     previous_commit: str = ""  # the latest earlier commit with kernel records ("" if none)
     previous_kernels: dict[str, dict[str, int]] = field(default_factory=dict)
+    kernel_us: dict[str, dict[str, float]] = field(default_factory=dict)  # stem -> parameter -> µs (KernelTime)
 
 
-def _merged_kernels(files: list[ResultFile]) -> dict[str, dict[str, int]]:
-    merged: dict[str, dict[str, int]] = {}
+def _merged_kernels(files: list[ResultFile], what: str = "kernels") -> dict:
+    """The files' `what` (kernels or kernel_us) per stem and parameter, the newer run's winning."""
+    merged: dict = {}
     for f in sorted(files, key=lambda f: f.started):
-        for stem, per in f.kernels.items():
+        for stem, per in getattr(f, what).items():
             merged.setdefault(stem, {}).update(per)
     return merged
 
@@ -146,7 +157,8 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineResult
     kernels = _merged_kernels([f for f in every if f.commit == latest.commit])
     return MachineResults(folder.name, asv_format.machine_info(folder), latest.commit, latest.date, [f.env for f in same], merged, ratios,
                           kernels, previous,
-                          _merged_kernels([f for f in every if f.commit == previous]))
+                          _merged_kernels([f for f in every if f.commit == previous]),
+                          _merged_kernels([f for f in every if f.commit == latest.commit], "kernel_us"))
 
 
 def read_results(results_dir: Path, commits: set[str] | None = None) -> list[MachineResults]:
