@@ -170,9 +170,10 @@ def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch):
     marked = host_work.GraphOnlyBackend.w8a8_linear_marked
 
     def counted(self, x, w, s, b):
-        y, ran = marked(self, x, w, s, b)
-        seen.append((x.shape, y.shape, ran))
-        return y, ran
+        got = marked(self, x, w, s, b)
+        if got is not None:  # None: no compiled entry (the eager form)
+            seen.append((x.shape, got[0].shape, got[1]))
+        return got
 
     monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked", counted)
     real_get, real_resolve = backends.get, backends.resolve
@@ -187,6 +188,30 @@ def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch):
     assert backends.resolve(None) is real_get(backends.choose(None)[0])
     with pytest.raises(ValueError, match="kind"):
         host_work.layer("w4a4", 64, 32, True)
+    # "w8a8-eager": no compiled entry on the stand-in, so each call builds its graph directly
+    plain = []
+    direct = host_work.GraphOnlyBackend.w8a8_linear
+    monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear",
+                        lambda self, x, w, s, b: plain.append(x.shape) or direct(self, x, w, s, b))
+    seen.clear()
+    assert host_work.host_us_per_call("w8a8-eager", 64, 32, True, 5, calls=3, repeats=2) > 0
+    assert seen == [] and plain == [(5, 64)] * (host_work.WARM_UP + 6)
+    assert host_work.layer("w8a8-eager", 64, 32, True) is not host_work.layer("w8a8", 64, 32, True)
+
+
+def test_the_eager_host_work_turns_the_cuda_entry_points_off_and_back_on(monkeypatch):
+    # on a CUDA machine "w8a8-eager" measures with cuda.COMPILE off, caches cleared on each change
+    from int8nax.backends.cuda import backend as cuda
+
+    cleared = []
+    monkeypatch.setattr(cuda, "clear_caches", lambda: cleared.append(cuda.COMPILE))
+    monkeypatch.setattr(backends, "choose", lambda requested=None: ("cuda", "stood in"))
+    with host_work._w8a8_backend(compiled=False):
+        assert cuda.COMPILE is False
+    assert cuda.COMPILE is True and cleared == [False, True]
+    with host_work._w8a8_backend(compiled=True):
+        assert cuda.COMPILE is True
+    assert cleared == [False, True]  # nothing to change: nothing cleared
 
 
 def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
@@ -197,15 +222,24 @@ def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
 
     seen = []
     marked = host_work.GraphOnlyBackend.w8a8_linear_marked
-    monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked",
-                        lambda self, x, w, s, b: seen.append(w.shape[0]) or marked(self, x, w, s, b))
+
+    def counted(self, x, w, s, b):
+        got = marked(self, x, w, s, b)
+        if got is not None:  # None: no compiled entry (the eager form)
+            seen.append(w.shape[0])
+        return got
+
+    monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked", counted)
     for form in host_work.BLOCK_FORMS:
         assert host_work.block_host_us(form, 1, calls=2, repeats=1) > 0
     block = host_work.block("w8a8")
     assert isinstance(block.mlp, SwiGLUMLPCall) and isinstance(block.self_attn.q_proj._group, SiblingGroup)
     assert isinstance(host_work.block("q8").mlp.gate_proj, nn.QuantizedLinear)
-    # each W8A8 call of the layer on the stand-in: q|k|v, o, gate|up, down (896 wide, MLP 4864)
+    # each W8A8 call of the layer on the stand-in: q|k|v, o, gate|up, down (896 wide, MLP 4864);
+    # the eager form (measured last) reaches no compiled entry
     assert seen[-4:] == [896 + 2 * 128, 896, 2 * 4864, 896]
+    seen.clear()
+    assert host_work.block_host_us("w8a8-eager", 1, calls=2, repeats=1) > 0 and seen == []
     with pytest.raises(ValueError, match="form"):
         host_work.block("w4a4")
 

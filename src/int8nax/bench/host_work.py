@@ -41,8 +41,14 @@ from ..backends.base import Backend, BodyRan, Probe
 from ..nn import W8A8Linear
 from ..per_thread import SlotTable, compile_per_thread
 
-LAYERS = ("linear", "q8", "w8a8")
-"""mlx.nn.Linear (bfloat16), mlx.nn.QuantizedLinear(bits=8, group_size=64), int8nax.nn.W8A8Linear."""
+LAYERS = ("linear", "q8", "w8a8", "w8a8-eager")
+"""mlx.nn.Linear (bfloat16), mlx.nn.QuantizedLinear(bits=8, group_size=64), int8nax.nn.W8A8Linear,
+and W8A8Linear with its backend's compiled entry points off (EAGER_FORMS)."""
+
+EAGER_FORMS = frozenset({"w8a8-eager"})
+"""W8A8 measured with the backend's compiled entry points off: each call builds its launches in
+Python (the CUDA backend's COMPILE = False; the stand-in's w8a8_linear). Beside "w8a8" it tells
+what the replay of a compiled entry costs against building the graph directly."""
 
 SHAPES = ((3584, 3584, True), (3584, 18944, False), (18944, 3584, False))
 """(K, N, bias) of the layers measured."""
@@ -71,9 +77,10 @@ class GraphOnlyBackend(Backend):
 
     name = "graph-only"
 
-    def __init__(self):
+    def __init__(self, compiled: bool = True):
         self._body = BodyRan()
         self._entries = SlotTable(lambda key: self._entry(*key), 64)
+        self.compiled = compiled  # False: no compiled entry points (w8a8_linear_marked gives None)
 
     def probe(self) -> Probe:
         return Probe(True, "host-work stand-in: one lazy op per call")
@@ -91,6 +98,8 @@ class GraphOnlyBackend(Backend):
         return compile_per_thread(body)
 
     def w8a8_linear_marked(self, x, w, scale_w, bias):
+        if not self.compiled:
+            return None
         body_ran = self._body
         body_ran.ran = False
         y = self._entries.get((x.shape, bias is not None))(x, w, scale_w, scale_w if bias is None else bias)
@@ -105,16 +114,37 @@ def host_backend() -> str:
 
 
 @contextlib.contextmanager
-def _w8a8_backend():
-    """The backend W8A8Linear calls resolve to while measured: auto's own, or where that is eager
-    GraphOnlyBackend, reached through int8nax's own resolution (backends.get hands it out under
-    the eager backend's name, and resolve's kept answers are forgotten before and after; for the
-    benchmark's own process, never while other threads call int8nax)."""
-    name = backends.choose(None)[0]
-    if name not in EAGER:
+def _cuda_compiled(on: bool):
+    """The CUDA backend's compiled entry points on or off while measured (its caches cleared on
+    each change, so no entry of the other setting is reused)."""
+    from ..backends.cuda import backend as cuda
+
+    was = cuda.COMPILE
+    if was == on:
         yield
         return
-    stand_in, real = GraphOnlyBackend(), backends.get
+    cuda.COMPILE = on
+    cuda.clear_caches()
+    try:
+        yield
+    finally:
+        cuda.COMPILE = was
+        cuda.clear_caches()
+
+
+@contextlib.contextmanager
+def _w8a8_backend(compiled: bool = True):
+    """The backend W8A8Linear calls resolve to while measured: auto's own (with `compiled` False,
+    the CUDA backend's compiled entry points off; Metal has none), or where that is eager
+    GraphOnlyBackend(compiled), reached through int8nax's own resolution (backends.get hands it
+    out under the eager backend's name, and resolve's kept answers are forgotten before and after;
+    for the benchmark's own process, never while other threads call int8nax)."""
+    name = backends.choose(None)[0]
+    if name not in EAGER:
+        with _cuda_compiled(compiled) if name == "cuda" else contextlib.nullcontext():
+            yield
+        return
+    stand_in, real = GraphOnlyBackend(compiled), backends.get
 
     def get(requested: str):
         return stand_in if requested == name else real(requested)
@@ -134,7 +164,7 @@ def layer(kind: str, k: int, n: int, bias: bool) -> nn.Module:
     kept for the process (at most one per kind and shape)."""
     if kind not in LAYERS:
         raise ValueError(f"kind: expected one of {LAYERS}, got {kind!r}")
-    if kind == "w8a8":
+    if kind.startswith("w8a8"):
         made = W8A8Linear(k, n, bias=bias)
     else:
         dense = nn.Linear(k, n, bias=bias)
@@ -153,7 +183,7 @@ def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int =
     f = layer(kind, k, n, bias)
     x = mx.zeros((1, m, k), dtype=mx.bfloat16)
     mx.eval(x)
-    with _w8a8_backend() if kind == "w8a8" else contextlib.nullcontext():
+    with _w8a8_backend(kind not in EAGER_FORMS) if kind.startswith("w8a8") else contextlib.nullcontext():
         for _ in range(WARM_UP):
             f(x)
         best = float("inf")
@@ -165,8 +195,9 @@ def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int =
     return best / calls * 1e6
 
 
-BLOCK_FORMS = ("bf16", "q8", "w8a8")
-"""A decoder layer's forms: bf16, nn.quantize(bits=8, group_size=64), int8nax.nn.quantize_linears."""
+BLOCK_FORMS = ("bf16", "q8", "w8a8", "w8a8-eager")
+"""A decoder layer's forms: bf16, nn.quantize(bits=8, group_size=64), int8nax.nn.quantize_linears
+(with compiled entry points, and without: EAGER_FORMS)."""
 
 BLOCK_CONFIG = "qwen2.5-0.5b"
 """The decoder layer's sizes (bench.models.CONFIGS)."""
@@ -188,7 +219,7 @@ def block(form: str) -> nn.Module:
     made.update(tree_map(lambda a: mx.zeros(a.shape, dtype=mx.bfloat16), made.parameters()))
     if form == "q8":
         nn.quantize(made, group_size=64, bits=8)
-    elif form == "w8a8":
+    elif form.startswith("w8a8"):
         quantize_linears(made)
     mx.eval(made.parameters())
     return made
@@ -201,7 +232,7 @@ def block_host_us(form: str, m: int, calls: int = BLOCK_CALLS, repeats: int = RE
     x = mx.zeros((1, m, f.hidden_size), dtype=mx.bfloat16)
     mask = None if m == 1 else "causal"
     mx.eval(x)
-    with _w8a8_backend() if form == "w8a8" else contextlib.nullcontext():
+    with _w8a8_backend(form not in EAGER_FORMS) if form.startswith("w8a8") else contextlib.nullcontext():
         for _ in range(WARM_UP):
             f(x, mask)
         best = float("inf")
