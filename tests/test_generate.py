@@ -386,3 +386,20 @@ def test_compare_generate_breakdown_prints_the_ladder_and_writes_json(tmp_path, 
 ])
 def test_bad_breakdown_options_exit_2_with_one_line(argv, words, capsys):
     test_bad_options_exit_2_with_one_line(argv, words, capsys)
+
+
+def test_every_cell_has_its_own_warm_up_right_before_its_trials(monkeypatch):
+    # the first request (the check's) is not the first cell's warm-up: after the check's forward
+    # each cell runs one untimed request, then its trials
+    calls = []
+    real = generate.request
+
+    def counted(model, tokenizer, batch_prompts, generation_tokens):
+        calls.append((len(batch_prompts), len(batch_prompts[0])))
+        return real(model, tokenizer, batch_prompts, generation_tokens)
+
+    monkeypatch.setattr(generate, "request", counted)
+    rows = _measure(forms=("bf16",), prompt_tokens=(8, 24), batches=(1, 2), trials=2)
+    assert len(rows) == 4 and all(len(r.trials) == 2 for r in rows)
+    per_cell = [(b, p) for p in (8, 24) for b in (1, 2) for _ in range(3)]  # warm-up + 2 trials
+    assert calls == [(1, 8)] + per_cell

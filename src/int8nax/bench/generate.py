@@ -5,8 +5,8 @@ the model is a local folder in mlx-lm's format (bench.model_folder: real depth a
 by default, random seeded weights, a tokenizer built here), loaded with `mlx_lm.load`,
 converted as a user converts it (bench.models.convert), and timed through
 `mlx_lm.stream_generate` (batch 1) or `mlx_lm.batch_generate` (batch B > 1) with mlx-lm's
-defaults (prefill_step_size 2048, greedy sampling), one warm-up request first, then `trials`
-requests. Figures are mlx-lm's own, read off its responses:
+defaults (prefill_step_size 2048, greedy sampling), one warm-up request right before each
+(P, B)'s `trials` requests. Figures are mlx-lm's own, read off its responses:
 
     prompt_tps       prompt tokens / time to the first token (batch: all prompts' tokens / prefill time)
     generation_tps   generated tokens / time after the first token (batch: all sequences' tokens)
@@ -343,10 +343,12 @@ def _measure_form(path: Path, form: str, rows: list[Row], trials: int, vocab: in
         for r in rows:
             batch_prompts = prompts(r.prompt_tokens, r.batch, vocab)
             say(f"{r.config} {form}: prompt {r.prompt_tokens}, generation {r.generation_tokens}, batch {r.batch}")
-            if r is not first or r.batch != 1:  # the first request was this one's warm-up
-                _free()
-                mx.reset_peak_memory()
-                request(model, tokenizer, batch_prompts, r.generation_tokens)  # warm-up
+            # A warm-up right before every cell's trials, the first cell's too: after the check's
+            # forward (float64 on the host, buffers freed) the next request ran 34-36 % slower in
+            # prompt (bf16 and W8A8, 512 tokens, H100).
+            _free()
+            mx.reset_peak_memory()
+            request(model, tokenizer, batch_prompts, r.generation_tokens)
             for _ in range(trials):
                 got_trial = request(model, tokenizer, batch_prompts, r.generation_tokens)
                 got_trial.pop("tokens", None)
