@@ -418,7 +418,8 @@ def test_the_gpu_script_records_host_work_at_every_parameter():
     script = (ROOT / "tools" / "asv_offline_gpu.sh").read_text()
     code = script.split("""regex=$("$py" - "$BENCH" "$METHODS" <<'PY'\n""", 1)[1].split("\nPY\n", 1)[0]
     env = dict(os.environ, INT8NAX_BENCH_PROFILE="full", PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
-    done = subprocess.run([sys.executable, "-", r"^(?!.*(Model|FirstToken))", r"\w+"], input=code,
+    default = re.search(r'RECORD_BENCH:-(.*?)}"', (ROOT / "tools" / "hopper_verify.sh").read_text()).group(1)
+    done = subprocess.run([sys.executable, "-", default, r"\w+"], input=code,
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     regex = done.stdout.strip().splitlines()[-1]
@@ -430,3 +431,29 @@ def test_the_gpu_script_records_host_work_at_every_parameter():
                for form in ("bf16", "q8", "w8a8") for m in host_work.TOKENS]
     assert all(re.search(regex, name) for name in wanted), regex
     assert not re.search(regex, "bench_first_token.FirstTokenWarm.track_w8a8_warm_s('qwen2.5-7b')")
+    assert not re.search(regex, "bench_generate.GenerateRatio.track_w8a8_prompt_vs_bf16('qwen2.5-7b p512 g128 b1')")
+
+
+def test_the_gpu_script_records_the_generation_benchmarks_chosen_models_and_forms():
+    script = (ROOT / "tools" / "asv_offline_gpu.sh").read_text()
+    code = script.split("""regex=$("$py" - "$BENCH" "$METHODS" <<'PY'\n""", 1)[1].split("\nPY\n", 1)[0]
+
+    def regex(**env):
+        env = dict(os.environ, INT8NAX_BENCH_PROFILE="full", PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}", **env)
+        done = subprocess.run([sys.executable, "-", "Generate", r"\w+"], input=code, capture_output=True, text=True,
+                              cwd=ROOT, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1]
+
+    some = regex(INT8NAX_GENERATE_CONFIGS="qwen2.5-7b", INT8NAX_GENERATE_FORMS="bf16,w8a8,mlx-q8")
+    fig = "bench_generate.GenerateFigures.track_prompt_tps"
+    assert re.search(some, f"{fig}('qwen2.5-7b p512 g128 b1', 'mlx-q8')")
+    assert re.search(some, f"{fig}('qwen2.5-7b p4096 g128 b8', 'w8a8')")
+    assert re.search(some, "bench_generate.GenerateRatio.track_w8a8_generation_vs_bf16('qwen2.5-7b p2048 g128 b8')")
+    for name in (f"{fig}('qwen2.5-7b p512 g128 b1', 'fp16')", f"{fig}('qwen3-8b p512 g128 b1', 'bf16')",
+                 f"{fig}('qwen2.5-0.5b p64 g16 b1', 'bf16')", "bench_host.HostWork.track_q8_host_us((3584, 3584, True), 1)"):
+        assert not re.search(some, name), name
+    # the forms of a second call: no ratio without bf16 and W8A8 in it
+    rest = regex(INT8NAX_GENERATE_CONFIGS="qwen2.5-7b", INT8NAX_GENERATE_FORMS="fp16,mlx-q4")
+    assert re.search(rest, f"{fig}('qwen2.5-7b p512 g128 b1', 'mlx-q4')") and "GenerateRatio" not in rest
+    assert not re.search(rest, f"{fig}('qwen2.5-7b p512 g128 b1', 'bf16')")

@@ -275,6 +275,20 @@ def test_the_suite_can_measure_one_model_of_the_profile(monkeypatch):
         "skip": f"qwen2.5-0.5b is not in {generate.CONFIGS_ENV}=qwen2.5-7b"}
 
 
+def test_the_suite_can_measure_some_forms_and_names_a_wrong_one(monkeypatch):
+    measured = []
+    monkeypatch.setattr(generate, "measure", lambda config, forms, *a, **k: measured.append(forms) or [])
+    monkeypatch.setenv(generate.FORMS_ENV, "w8a8, bf16")
+    figures = generate.profile_figures("cpu")
+    assert measured == [["bf16", "w8a8"]]
+    assert figures[("qwen2.5-0.5b p64 g16 b1", "fp16")] == {
+        "skip": f"fp16 is not in {generate.FORMS_ENV}=w8a8,bf16"}
+    monkeypatch.setenv(generate.FORMS_ENV, "bf16,int4")
+    figures = generate.profile_figures("cpu")
+    assert figures[("qwen2.5-0.5b p64 g16 b1", "bf16")]["error"].startswith(f"{generate.FORMS_ENV}: expected forms of")
+    assert "'int4'" in figures[("qwen2.5-0.5b p64 g16 b1", "w8a8")]["error"] and len(measured) == 1
+
+
 # --- the breakdown (compare --generate --breakdown) ----------------------------------------------
 
 def _stack_calls(monkeypatch) -> list[int]:

@@ -16,7 +16,9 @@
 # first token (benchmarks/bench_first_token.py, about 9 minutes for Qwen2.5-7B) runs at its profile's
 # cases and models; BENCH=FirstToken selects only it. Host work per call (benchmarks/bench_host.py:
 # W8A8Linear, nn.Linear and QuantizedLinear, and a whole decoder layer) runs at every parameter
-# (BENCH=HostWork: only it). Results land in
+# (BENCH=HostWork: only it). mlx-lm's loop (benchmarks/bench_generate.py) runs at its profile's cases
+# of the models in INT8NAX_GENERATE_CONFIGS and forms in INT8NAX_GENERATE_FORMS (BENCH=Generate: only
+# it; one model's bf16, W8A8 and MLX 8-bit take ~400 s on an H100). Results land in
 # .asv/results/$MACHINE/ (plus .asv/results/benchmarks.json), ready to commit; the log in
 # .asv/asv-run-$MACHINE.log.
 #
@@ -190,7 +192,27 @@ except ModuleNotFoundError:
 if bench_host is not None:
     host_classes = [n for n, c in vars(bench_host).items()
                     if isinstance(c, type) and n.endswith("HostWork") and re.search(sys.argv[1], n)]
-if not classes and not model_classes and not first_classes and not host_classes:
+# mlx-lm's loop (bench_generate's classes), where this commit has them: the profile's cases of the
+# models in INT8NAX_GENERATE_CONFIGS and the forms in INT8NAX_GENERATE_FORMS (default: all), and
+# only those, so that a later call for other forms does not record these as n/a over an earlier
+# call's figures; GenerateRatio only where bf16 and W8A8 are both measured.
+gen_classes, gen_cells, gen_forms = [], "", ""
+try:
+    bench_generate = importlib.import_module("benchmarks.bench_generate")
+    from int8nax.bench import generate
+except ModuleNotFoundError:
+    bench_generate = None
+if bench_generate is not None:
+    import os
+    pick = lambda env: [v.strip() for v in os.environ.get(env, "").split(",") if v.strip()]
+    configs, forms = pick(generate.CONFIGS_ENV), pick(getattr(generate, "FORMS_ENV", "")) or list(generate.FORMS)
+    gen_classes = [n for n in ("GenerateFigures", "GenerateRatio") if hasattr(bench_generate, n) and re.search(sys.argv[1], n)
+                   and (n != "GenerateRatio" or {"bf16", "w8a8"} <= set(forms))]
+    cases = [c for c, (config, *_) in generate.profile_cases(problems.choose_profile()[0]).items()
+             if not configs or config in configs]
+    gen_cells = "|".join(re.escape(repr(c)) for c in cases)
+    gen_forms = "|".join(re.escape(repr(f)) for f in forms)
+if not classes and not model_classes and not first_classes and not host_classes and not gen_classes:
     sys.exit(f"asv_offline_gpu: no runnable benchmark class matches {sys.argv[1]!r}")
 shapes = "|".join(re.escape(", ".join(map(str, s))) for s in problems.profile_shapes())
 parts = [rf"^bench_\w+\.(?:{'|'.join(classes)})\.(?:{sys.argv[2]})\(\((?:{shapes})\)\)$"] if classes else []
@@ -198,6 +220,11 @@ if model_classes:
     parts.append(rf"^bench_\w+\.(?:{'|'.join(model_classes)})\.(?:{sys.argv[2]})\((?:{runs})\)$")
 if first_classes:
     parts.append(rf"^bench_first_token\.(?:{'|'.join(first_classes)})\.(?:{sys.argv[2]})\((?:{cells})(?:, '\w+')?\)$")
+if gen_classes:
+    parts.append(rf"^bench_generate\.GenerateFigures\.(?:{sys.argv[2]})\((?:{gen_cells}), (?:{gen_forms})\)$"
+                 if "GenerateFigures" in gen_classes else "")
+    parts.append(rf"^bench_generate\.GenerateRatio\.(?:{sys.argv[2]})\((?:{gen_cells})\)$" if "GenerateRatio" in gen_classes else "")
+    parts = [x for x in parts if x]
 if host_classes:
     parts.append(rf"^bench_host\.(?:{'|'.join(host_classes)})\.(?:{sys.argv[2]})(?:\(.*\))?$")
 print("|".join(parts))

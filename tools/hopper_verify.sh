@@ -4,10 +4,12 @@
 # installed into /tmp/site (docs/cuda.md, "Checking it on a GPU"). Figures and asv results are per
 # card: CARD (h100 or h200, read from nvidia-smi where not given) names the asv machine.
 #
-#   bash tools/hopper_verify.sh record # ~450 s: the asv record of this commit (COMMIT, COMMIT_DATE) on the card's
-#                                      #   machine: GEMM, linear and kernel-time benchmarks (RECORD_BENCH: others;
-#                                      #   RECORD_BENCH=FirstToken: the fresh-process first token, ~540 s estimated),
-#                                      #   as $OUT/asv_results_$CARD.tgz to unpack into the tree and commit
+#   bash tools/hopper_verify.sh record # ~430 s: the asv record of this commit (COMMIT, COMMIT_DATE) on the card's
+#                                      #   machine: GEMM, linear, kernel-time and host-work benchmarks (RECORD_BENCH:
+#                                      #   others; RECORD_BENCH=FirstToken: the fresh-process first token, ~540 s
+#                                      #   estimated; RECORD_BENCH=Generate with INT8NAX_GENERATE_CONFIGS=qwen2.5-7b
+#                                      #   INT8NAX_GENERATE_FORMS=bf16,w8a8,mlx-q8: mlx-lm's loop, ~420 s), as
+#                                      #   $OUT/asv_results_$CARD.tgz to unpack into the tree and commit
 #   bash tools/hopper_verify.sh binaries  # ~200 s: the CUDA binary cache (test_cuda_binary_cache), then a
 #                                      #   model's layers' first calls in fresh processes: cold, after
 #                                      #   `first_call warm` (every instance to 8192 tokens), and with the cache off
@@ -95,7 +97,7 @@ PYTEST="python3 -m pytest -q -p no:cacheprovider -rfE --tb=short"
 
 case "$part" in
   record)
-    SHA=${COMMIT:?set COMMIT} MACHINE=$CARD BENCH="${RECORD_BENCH:-^(?!.*(Model|FirstToken))}" timeout $(left $(( END - 10 ))) \
+    SHA=${COMMIT:?set COMMIT} MACHINE=$CARD BENCH="${RECORD_BENCH:-^(?!.*(Model|FirstToken|Generate))}" timeout $(left $(( END - 10 ))) \
       bash tools/asv_offline_gpu.sh > "$OUT/asv_record.txt" 2>&1
     echo "asv record rc=$? $(el) s" >> "$S"
     tar -czf "$OUT/asv_results_$CARD.tgz" .asv/results/$CARD .asv/results/benchmarks.json 2>/dev/null
