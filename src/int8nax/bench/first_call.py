@@ -63,6 +63,9 @@ def first(config, tokens) -> dict:
 
 
 def stalls(config, lengths: int, max_tokens: int, seed: int = 47) -> dict:
+    """What meeting each of `lengths` seeded token counts in 1..max_tokens for the first time costs
+    the config's W8A8 layer calls beyond what it costs their bfloat16 matmuls (module doc), in
+    seconds per length, and the worst length."""
     import random
 
     import mlx.core as mx
@@ -77,12 +80,12 @@ def stalls(config, lengths: int, max_tokens: int, seed: int = 47) -> dict:
     mx.eval([w for ws in (*w8a8.values(), *bf16.values()) for w in ws if w is not None])
 
     def w8a8_calls(x):
-        for name, n, k, _ in layers:
+        for name, *_ in layers:
             w, s, b = w8a8[name]
             mx.eval(cuda.w8a8(x[name], w, s, b))
 
     def bf16_calls(x):
-        for name, n, k, _ in layers:
+        for name, *_ in layers:
             w, b = bf16[name]
             mx.eval(x[name] @ w.T if b is None else mx.addmm(b, x[name], w.T))
 
