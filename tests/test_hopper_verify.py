@@ -187,3 +187,29 @@ def test_the_first_token_part_measures_the_issues_prompt_lengths_in_one_command(
     assert args[args.index("--prompt-tokens") + 1] == "300" and args[args.index("--forms") + 1] == "bf16,mlx-q8,w8a8"
     # the header lists the part
     assert "bash tools/hopper_verify.sh first-token" in SCRIPT.read_text()
+
+
+def test_a_carried_kernel_folder_is_unpacked_once_and_named_to_mlx(tmp_path):
+    # KERNELS_TARBALL: a tar.xz of one folder (tools/cuda_cache_offline.py's), unpacked into
+    # KERNELS_DIR and passed on as MLX_PTX_CACHE_DIR; a tarball that cannot be unpacked stops the part
+    import tarfile
+
+    built = tmp_path / "built" / "kcache"
+    built.mkdir(parents=True)
+    for name in ("a_1.ptx", "a_1.txt", "b_2.ptx"):
+        (built / name).write_text("x")
+    tarball = tmp_path / "kcache.tar.xz"
+    with tarfile.open(tarball, "w:xz") as tar:
+        tar.add(built, arcname="kcache")
+    where = tmp_path / "k"
+    out = run_part(tmp_path / "run", "kernel", python3='echo "$MLX_PTX_CACHE_DIR $@"',
+                   KERNELS_TARBALL=str(tarball), KERNELS_DIR=str(where))
+    assert sorted(p.name for p in where.iterdir()) == ["a_1.ptx", "a_1.txt", "b_2.ptx"]
+    assert (out / "kernel.txt").read_text().split()[0] == str(where)
+    assert f"kernels: 2 carried in {where}" in (out / "env.txt").read_text()
+    (tmp_path / "bad.tar.xz").write_text("not a tarball")
+    bin_dir = tmp_path / "run" / "bin"
+    got = subprocess.run([BASH, "tools/hopper_verify.sh", "kernel"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "CARD": "h200",
+                              "KERNELS_TARBALL": str(tmp_path / "bad.tar.xz"), "KERNELS_DIR": str(tmp_path / "k2")})
+    assert got.returncode == 2 and "cannot unpack KERNELS_TARBALL" in got.stderr and not (tmp_path / "k2").exists()

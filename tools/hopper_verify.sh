@@ -73,8 +73,9 @@
 # tree that runs (git rev-parse there named the wrong commit once).
 # NVRTC builds are the slow part of a cold machine (prebuild: ~100 instances in 190 s on 16 CPUs).
 # The device runs this checkout at this one's path, so kernels built on the CPU box by
-# tools/cuda_cache_offline.py load there: carry that folder (xz: ~5 MB for 301 instances) and set
-# MLX_PTX_CACHE_DIR to it, and no part compiles anything.
+# tools/cuda_cache_offline.py load there: carry them as a tar.xz of the folder (~5 MB for 301
+# instances) and name it KERNELS_TARBALL: it is unpacked once into KERNELS_DIR (/tmp/kcache) and
+# MLX_PTX_CACHE_DIR set to that, so no part compiles anything.
 set -u
 part=${1:?usage: hopper_verify.sh record|binaries|generate|first-token|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|prebuild|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
@@ -94,6 +95,15 @@ case "$CARD" in h100|h200) ;; *) echo "hopper_verify: CARD must be h100 or h200 
   echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown: set COMMIT)}"
 } > "$OUT/env.txt" 2>&1
 PYTEST="python3 -m pytest -q -p no:cacheprovider -rfE --tb=short"
+if [ -n "${KERNELS_TARBALL:-}" ]; then
+  KERNELS_DIR=${KERNELS_DIR:-/tmp/kcache}
+  if [ ! -d "$KERNELS_DIR" ]; then
+    mkdir -p "$KERNELS_DIR" && tar -xJf "$KERNELS_TARBALL" -C "$KERNELS_DIR" --strip-components=1 \
+      || { rm -rf "$KERNELS_DIR"; echo "hopper_verify: cannot unpack KERNELS_TARBALL=$KERNELS_TARBALL (a tar.xz of one folder)" >&2; exit 2; }
+  fi
+  export MLX_PTX_CACHE_DIR=$KERNELS_DIR
+  echo "kernels: $(ls "$KERNELS_DIR" | grep -c '\.ptx$') carried in $KERNELS_DIR" >> "$OUT/env.txt"
+fi
 
 case "$part" in
   record)
