@@ -5,7 +5,6 @@ result, and why where this computer can say."""
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,11 +110,6 @@ def kernel_time_rows(results: MachineResults) -> list[KernelTimeRow]:
     """The machine's KernelTime figures at its commit, one row per shape that has int8nax's GEMM."""
     gemm, lt, w8a8 = (results.kernel_us.get(stem, {}) for stem in KERNEL_TIME_STEMS)
     return [KernelTimeRow(shape, us, lt.get(shape), w8a8.get(shape)) for shape, us in gemm.items()]
-
-
-def geomean(values) -> float | None:
-    got = [v for v in values if v]
-    return math.exp(sum(map(math.log, got)) / len(got)) if got else None
 
 
 def _roster(all_results: list[MachineResults]) -> list[tuple[str, str]]:

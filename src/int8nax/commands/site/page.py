@@ -10,8 +10,9 @@ import time
 
 from ...bench import contenders as bench_contenders
 from ...bench import machines as machine_ceilings
+from ...bench.kernel.mode import geomean
 from . import asv_format
-from .comparison import MODES, Entry, MachineBlock, ShapeBlock, geomean
+from .comparison import MODES, Entry, MachineBlock, ShapeBlock
 from .model_section import M5_COMMAND, M5_ONLY
 from .results import RATIO_BENCH, MachineResults, Value
 
