@@ -4,7 +4,7 @@ mlx-lm decoder layer in bf16, MLX 8-bit and W8A8 (sibling groups and the SwiGLU 
 included): the Python time a call costs before the device can run it. Measured by
 int8nax.bench.host_work, which says what runs where (on a CPU box W8A8's figures are int8nax's
 own layer and API work over a graph-only stand-in, because the CPU backend computes during the
-call). The w8a8_eager figures take the backend's compiled entry points away (each call builds its
+call). The w8a8_uncompiled figures take the backend's compiled entry points away (each call builds its
 launches): beside w8a8 they say what the replay of a compiled entry costs. Lower is better; the
 regression gate (benchmarks/gate.json) does not read these."""
 
@@ -41,8 +41,8 @@ class HostWork:
         return host_work.host_us_per_call("w8a8", *shape, m)
 
     @_us
-    def track_w8a8_eager_host_us(self, shape, m):
-        return host_work.host_us_per_call("w8a8-eager", *shape, m)
+    def track_w8a8_uncompiled_host_us(self, shape, m):
+        return host_work.host_us_per_call("w8a8-uncompiled", *shape, m)
 
 
 class DecoderLayerHostWork:
@@ -74,5 +74,5 @@ class DecoderLayerHostWork:
         return host_work.block_host_us("w8a8", m)
 
     @_us
-    def track_w8a8_eager_layer_host_us(self, m):
-        return host_work.block_host_us("w8a8-eager", m)
+    def track_w8a8_uncompiled_layer_host_us(self, m):
+        return host_work.block_host_us("w8a8-uncompiled", m)

@@ -171,7 +171,7 @@ def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch):
 
     def counted(self, x, w, s, b):
         got = marked(self, x, w, s, b)
-        if got is not None:  # None: no compiled entry (the eager form)
+        if got is not None:  # None: no compiled entry (the uncompiled form)
             seen.append((x.shape, got[0].shape, got[1]))
         return got
 
@@ -188,19 +188,19 @@ def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch):
     assert backends.resolve(None) is real_get(backends.choose(None)[0])
     with pytest.raises(ValueError, match="kind"):
         host_work.layer("w4a4", 64, 32, True)
-    # "w8a8-eager": no compiled entry on the stand-in, so each call builds its graph directly
+    # "w8a8-uncompiled": no compiled entry on the stand-in, so each call builds its graph directly
     plain = []
     direct = host_work.GraphOnlyBackend.w8a8_linear
     monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear",
                         lambda self, x, w, s, b: plain.append(x.shape) or direct(self, x, w, s, b))
     seen.clear()
-    assert host_work.host_us_per_call("w8a8-eager", 64, 32, True, 5, calls=3, repeats=2) > 0
+    assert host_work.host_us_per_call("w8a8-uncompiled", 64, 32, True, 5, calls=3, repeats=2) > 0
     assert seen == [] and plain == [(5, 64)] * (host_work.WARM_UP + 6)
-    assert host_work.layer("w8a8-eager", 64, 32, True) is not host_work.layer("w8a8", 64, 32, True)
+    assert host_work.layer("w8a8-uncompiled", 64, 32, True) is not host_work.layer("w8a8", 64, 32, True)
 
 
-def test_the_eager_host_work_turns_the_cuda_entry_points_off_and_back_on(monkeypatch):
-    # on a CUDA machine "w8a8-eager" measures with cuda.COMPILE off, caches cleared on each change
+def test_the_uncompiled_host_work_turns_the_cuda_entry_points_off_and_back_on(monkeypatch):
+    # on a CUDA machine "w8a8-uncompiled" measures with cuda.COMPILE off, caches cleared on each change
     from int8nax.backends.cuda import backend as cuda
 
     cleared = []
@@ -225,7 +225,7 @@ def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
 
     def counted(self, x, w, s, b):
         got = marked(self, x, w, s, b)
-        if got is not None:  # None: no compiled entry (the eager form)
+        if got is not None:  # None: no compiled entry (the uncompiled form)
             seen.append(w.shape[0])
         return got
 
@@ -236,10 +236,10 @@ def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
     assert isinstance(block.mlp, SwiGLUMLPCall) and isinstance(block.self_attn.q_proj._group, SiblingGroup)
     assert isinstance(host_work.block("q8").mlp.gate_proj, nn.QuantizedLinear)
     # each W8A8 call of the layer on the stand-in: q|k|v, o, gate|up, down (896 wide, MLP 4864);
-    # the eager form (measured last) reaches no compiled entry
+    # the uncompiled form (measured last) reaches no compiled entry
     assert seen[-4:] == [896 + 2 * 128, 896, 2 * 4864, 896]
     seen.clear()
-    assert host_work.block_host_us("w8a8-eager", 1, calls=2, repeats=1) > 0 and seen == []
+    assert host_work.block_host_us("w8a8-uncompiled", 1, calls=2, repeats=1) > 0 and seen == []
     with pytest.raises(ValueError, match="form"):
         host_work.block("w4a4")
 

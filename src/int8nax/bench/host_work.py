@@ -41,11 +41,11 @@ from ..backends.base import Backend, BodyRan, Probe
 from ..nn import W8A8Linear
 from ..per_thread import SlotTable, compile_per_thread
 
-LAYERS = ("linear", "q8", "w8a8", "w8a8-eager")
+LAYERS = ("linear", "q8", "w8a8", "w8a8-uncompiled")
 """mlx.nn.Linear (bfloat16), mlx.nn.QuantizedLinear(bits=8, group_size=64), int8nax.nn.W8A8Linear,
-and W8A8Linear with its backend's compiled entry points off (EAGER_FORMS)."""
+and W8A8Linear with its backend's compiled entry points off (UNCOMPILED_FORMS)."""
 
-EAGER_FORMS = frozenset({"w8a8-eager"})
+UNCOMPILED_FORMS = frozenset({"w8a8-uncompiled"})
 """W8A8 measured with the backend's compiled entry points off: each call builds its launches in
 Python (the CUDA backend's COMPILE = False; the stand-in's w8a8_linear). Beside "w8a8" it tells
 what the replay of a compiled entry costs against building the graph directly."""
@@ -183,7 +183,7 @@ def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int =
     f = layer(kind, k, n, bias)
     x = mx.zeros((1, m, k), dtype=mx.bfloat16)
     mx.eval(x)
-    with _w8a8_backend(kind not in EAGER_FORMS) if kind.startswith("w8a8") else contextlib.nullcontext():
+    with _w8a8_backend(kind not in UNCOMPILED_FORMS) if kind.startswith("w8a8") else contextlib.nullcontext():
         for _ in range(WARM_UP):
             f(x)
         best = float("inf")
@@ -195,9 +195,9 @@ def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int =
     return best / calls * 1e6
 
 
-BLOCK_FORMS = ("bf16", "q8", "w8a8", "w8a8-eager")
+BLOCK_FORMS = ("bf16", "q8", "w8a8", "w8a8-uncompiled")
 """A decoder layer's forms: bf16, nn.quantize(bits=8, group_size=64), int8nax.nn.quantize_linears
-(with compiled entry points, and without: EAGER_FORMS)."""
+(with compiled entry points, and without: UNCOMPILED_FORMS)."""
 
 BLOCK_CONFIG = "qwen2.5-0.5b"
 """The decoder layer's sizes (bench.models.CONFIGS)."""
@@ -232,7 +232,7 @@ def block_host_us(form: str, m: int, calls: int = BLOCK_CALLS, repeats: int = RE
     x = mx.zeros((1, m, f.hidden_size), dtype=mx.bfloat16)
     mask = None if m == 1 else "causal"
     mx.eval(x)
-    with _w8a8_backend(form not in EAGER_FORMS) if form.startswith("w8a8") else contextlib.nullcontext():
+    with _w8a8_backend(form not in UNCOMPILED_FORMS) if form.startswith("w8a8") else contextlib.nullcontext():
         for _ in range(WARM_UP):
             f(x, mask)
         best = float("inf")
