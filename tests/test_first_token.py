@@ -392,16 +392,21 @@ def test_a_bogus_profile_makes_every_cell_na(monkeypatch):
         common.profile.cache_clear()
 
 
-def test_the_gpu_script_selects_the_suites_cells_at_its_profile(monkeypatch):
-    # tools/asv_offline_gpu.sh's -b regex (its Python part, run as the script runs it), matched
-    # against the names asv gives parameterised benchmarks: "<name>(<param reprs>, ...)"
+def gpu_script_regex(bench: str, **env) -> str:
+    """tools/asv_offline_gpu.sh's -b regex for BENCH=`bench` (its Python part, run as the script
+    runs it, on the full profile), to match against the names asv gives parameterised benchmarks:
+    "<name>(<param reprs>, ...)"."""
     script = (ROOT / "tools" / "asv_offline_gpu.sh").read_text()
     code = script.split("""regex=$("$py" - "$BENCH" "$METHODS" <<'PY'\n""", 1)[1].split("\nPY\n", 1)[0]
-    env = dict(os.environ, INT8NAX_BENCH_PROFILE="full", PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
-    done = subprocess.run([sys.executable, "-", "FirstToken", r"\w+"], input=code, capture_output=True, text=True,
+    env = dict(os.environ, INT8NAX_BENCH_PROFILE="full", PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}", **env)
+    done = subprocess.run([sys.executable, "-", bench, r"\w+"], input=code, capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    regex = done.stdout.strip().splitlines()[-1]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_the_gpu_script_selects_the_suites_cells_at_its_profile(monkeypatch):
+    regex = gpu_script_regex("FirstToken")
     wanted = ["bench_first_token.FirstTokenFigures.track_first_token_s('qwen2.5-7b p300', 'bf16')",
               "bench_first_token.FirstTokenFigures.track_first_token_s('qwen2.5-7b p4096', 'w8a8')",
               "bench_first_token.FirstTokenVsBf16.track_w8a8_minus_bf16_s('qwen2.5-7b p1500')",
@@ -415,14 +420,8 @@ def test_the_gpu_script_selects_the_suites_cells_at_its_profile(monkeypatch):
 
 def test_the_gpu_script_records_host_work_at_every_parameter():
     # the record's default selection (hopper_verify.sh record) takes bench_host's classes whole
-    script = (ROOT / "tools" / "asv_offline_gpu.sh").read_text()
-    code = script.split("""regex=$("$py" - "$BENCH" "$METHODS" <<'PY'\n""", 1)[1].split("\nPY\n", 1)[0]
-    env = dict(os.environ, INT8NAX_BENCH_PROFILE="full", PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
     default = re.search(r'RECORD_BENCH:-(.*?)}"', (ROOT / "tools" / "hopper_verify.sh").read_text()).group(1)
-    done = subprocess.run([sys.executable, "-", default, r"\w+"], input=code,
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    regex = done.stdout.strip().splitlines()[-1]
+    regex = gpu_script_regex(default)
     from int8nax.bench import host_work
 
     wanted = [f"bench_host.HostWork.track_{form}_host_us({shape!r}, {m})"
@@ -435,17 +434,7 @@ def test_the_gpu_script_records_host_work_at_every_parameter():
 
 
 def test_the_gpu_script_records_the_generation_benchmarks_chosen_models_and_forms():
-    script = (ROOT / "tools" / "asv_offline_gpu.sh").read_text()
-    code = script.split("""regex=$("$py" - "$BENCH" "$METHODS" <<'PY'\n""", 1)[1].split("\nPY\n", 1)[0]
-
-    def regex(**env):
-        env = dict(os.environ, INT8NAX_BENCH_PROFILE="full", PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}", **env)
-        done = subprocess.run([sys.executable, "-", "Generate", r"\w+"], input=code, capture_output=True, text=True,
-                              cwd=ROOT, env=env, timeout=120)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip().splitlines()[-1]
-
-    some = regex(INT8NAX_GENERATE_CONFIGS="qwen2.5-7b", INT8NAX_GENERATE_FORMS="bf16,w8a8,mlx-q8")
+    some = gpu_script_regex("Generate", INT8NAX_GENERATE_CONFIGS="qwen2.5-7b", INT8NAX_GENERATE_FORMS="bf16,w8a8,mlx-q8")
     fig = "bench_generate.GenerateFigures.track_prompt_tps"
     assert re.search(some, f"{fig}('qwen2.5-7b p512 g128 b1', 'mlx-q8')")
     assert re.search(some, f"{fig}('qwen2.5-7b p4096 g128 b8', 'w8a8')")
@@ -454,6 +443,6 @@ def test_the_gpu_script_records_the_generation_benchmarks_chosen_models_and_form
                  f"{fig}('qwen2.5-0.5b p64 g16 b1', 'bf16')", "bench_host.HostWork.track_q8_host_us((3584, 3584, True), 1)"):
         assert not re.search(some, name), name
     # the forms of a second call: no ratio without bf16 and W8A8 in it
-    rest = regex(INT8NAX_GENERATE_CONFIGS="qwen2.5-7b", INT8NAX_GENERATE_FORMS="fp16,mlx-q4")
+    rest = gpu_script_regex("Generate", INT8NAX_GENERATE_CONFIGS="qwen2.5-7b", INT8NAX_GENERATE_FORMS="fp16,mlx-q4")
     assert re.search(rest, f"{fig}('qwen2.5-7b p512 g128 b1', 'mlx-q4')") and "GenerateRatio" not in rest
     assert not re.search(rest, f"{fig}('qwen2.5-7b p512 g128 b1', 'bf16')")

@@ -220,11 +220,10 @@ if model_classes:
     parts.append(rf"^bench_\w+\.(?:{'|'.join(model_classes)})\.(?:{sys.argv[2]})\((?:{runs})\)$")
 if first_classes:
     parts.append(rf"^bench_first_token\.(?:{'|'.join(first_classes)})\.(?:{sys.argv[2]})\((?:{cells})(?:, '\w+')?\)$")
-if gen_classes:
-    parts.append(rf"^bench_generate\.GenerateFigures\.(?:{sys.argv[2]})\((?:{gen_cells}), (?:{gen_forms})\)$"
-                 if "GenerateFigures" in gen_classes else "")
-    parts.append(rf"^bench_generate\.GenerateRatio\.(?:{sys.argv[2]})\((?:{gen_cells})\)$" if "GenerateRatio" in gen_classes else "")
-    parts = [x for x in parts if x]
+if "GenerateFigures" in gen_classes:
+    parts.append(rf"^bench_generate\.GenerateFigures\.(?:{sys.argv[2]})\((?:{gen_cells}), (?:{gen_forms})\)$")
+if "GenerateRatio" in gen_classes:
+    parts.append(rf"^bench_generate\.GenerateRatio\.(?:{sys.argv[2]})\((?:{gen_cells})\)$")
 if host_classes:
     parts.append(rf"^bench_host\.(?:{'|'.join(host_classes)})\.(?:{sys.argv[2]})(?:\(.*\))?$")
 print("|".join(parts))
