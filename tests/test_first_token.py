@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("mlx_lm", reason="mlx-lm (the `bench` and `test` extras) is not installed")
 pytest.importorskip("transformers", reason="mlx-lm's generation front end needs transformers")
 
-from int8nax.bench import first_token, model_folder, models  # noqa: E402
+from int8nax.bench import first_token, model_folder, models, saved  # noqa: E402
 from int8nax.bench.checks import MismatchError  # noqa: E402
 from int8nax.commands import cli  # noqa: E402
 
@@ -374,6 +374,26 @@ def test_the_suites_measurement_keys_every_cell_and_the_warm(monkeypatch):
     assert figures[("qwen2.5-0.5b p64", "w8a8")] == {"skip": "no"}
     assert figures[("qwen2.5-0.5b", "warm")] == {"seconds": 44.0, "built": 26}
     assert len(figures) == 5
+
+
+def test_the_suites_measurement_saves_its_whole_result_where_asked(monkeypatch, tmp_path):
+    _stand_in(monkeypatch, lambda argv: None)
+    monkeypatch.setenv(saved.SAVE_ENV, str(tmp_path / "out"))
+    figures = first_token.profile_figures("cpu")
+    got = json.loads((tmp_path / "out" / "first-token-qwen2.5-0.5b.json").read_text())
+    cells = {(c["form"], c["prompt_tokens"]): c for c in got["first_token"][0]["cells"]}
+    assert len(cells) == 4 and got["meta"]["profile"] == "cpu"
+    assert cells["w8a8", 16]["first_token_s"] == figures[("qwen2.5-0.5b p16", "w8a8")]["first_token_s"]
+    assert got["first_token"][0]["warm"]["process_s"] == figures[("qwen2.5-0.5b", "warm")]["seconds"]
+    assert not list((tmp_path / "out").glob("*.part"))
+
+
+def test_the_suites_measurement_saves_nothing_unless_asked(monkeypatch, tmp_path):
+    _stand_in(monkeypatch, lambda argv: None)
+    monkeypatch.delenv(saved.SAVE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    first_token.profile_figures("cpu")
+    assert saved.writer("x") is None and not list(tmp_path.rglob("*.json"))
 
 
 def test_a_bogus_profile_makes_every_cell_na(monkeypatch):

@@ -19,7 +19,7 @@ pytest.importorskip("mlx_lm", reason="mlx-lm (the `bench` and `test` extras) is 
 pytest.importorskip("transformers", reason="mlx-lm's generation front end needs transformers")
 
 from int8nax.commands import cli, compare_model  # noqa: E402
-from int8nax.bench import generate, generate_breakdown, model_folder, models  # noqa: E402
+from int8nax.bench import generate, generate_breakdown, model_folder, models, saved  # noqa: E402
 from int8nax.bench.checks import MismatchError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -287,6 +287,23 @@ def test_the_suite_can_measure_some_forms_and_names_a_wrong_one(monkeypatch):
     figures = generate.profile_figures("cpu")
     assert figures[("qwen2.5-0.5b p64 g16 b1", "bf16")]["error"].startswith(f"{generate.FORMS_ENV}: expected forms of")
     assert "'int4'" in figures[("qwen2.5-0.5b p64 g16 b1", "w8a8")]["error"] and len(measured) == 1
+
+
+def test_the_suite_saves_the_whole_rows_where_asked(monkeypatch, tmp_path):
+    def measure(config, forms, *a, on_form=None, **k):
+        rows = [generate.Row(config, f, 64, 16, 1, 2, models.VOCAB, prompt_tps=generate.Figure(10.0 + i, 9.0, 12.0),
+                             generation_tps=generate.Figure(5.0, 4.0, 6.0), peak_memory_gb=1.0)
+                for i, f in enumerate(forms)]
+        on_form(rows)
+        return rows
+
+    monkeypatch.setattr(generate, "measure", measure)
+    monkeypatch.setenv(generate.FORMS_ENV, "bf16,w8a8")
+    monkeypatch.setenv(saved.SAVE_ENV, str(tmp_path))
+    generate.profile_figures("cpu")
+    got = json.loads((tmp_path / "generate-qwen2.5-0.5b.json").read_text())
+    assert [(r["form"], r["prompt_tps"]["median"]) for r in got["generate"]] == [("bf16", 10.0), ("w8a8", 11.0)]
+    assert got["meta"]["profile"] == "cpu"
 
 
 # --- the breakdown (compare --generate --breakdown) ----------------------------------------------

@@ -107,8 +107,10 @@ fi
 
 case "$part" in
   record)
-    SHA=${COMMIT:?set COMMIT} MACHINE=$CARD BENCH="${RECORD_BENCH:-^(?!.*(Model|FirstToken|Generate))}" timeout $(left $(( END - 10 ))) \
-      bash tools/asv_offline_gpu.sh > "$OUT/asv_record.txt" 2>&1
+    # INT8NAX_BENCH_SAVE: the generate and first-token measurements also leave their whole results
+    # in $OUT (generate-<model>.json, first-token-<model>.json; bench.saved), kept if asv is cut short
+    SHA=${COMMIT:?set COMMIT} MACHINE=$CARD BENCH="${RECORD_BENCH:-^(?!.*(Model|FirstToken|Generate))}" \
+      INT8NAX_BENCH_SAVE=$OUT timeout $(left $(( END - 10 ))) bash tools/asv_offline_gpu.sh > "$OUT/asv_record.txt" 2>&1
     echo "asv record rc=$? $(el) s" >> "$S"
     tar -czf "$OUT/asv_results_$CARD.tgz" .asv/results/$CARD .asv/results/benchmarks.json 2>/dev/null
     tail -n 30 "$OUT/asv_record.txt"

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..backends.cuda import binary_cache as cuda_binary_cache
-from . import generate, model_folder, models
+from . import generate, model_folder, models, saved
 from .checks import MismatchError
 from .peers import Unavailable
 
@@ -337,6 +337,16 @@ def failed(results: list[Result]) -> bool:
 
 # --- the asv suite --------------------------------------------------------------------------------
 
+def _saver(profile: str, config: str):
+    """on_step for profile_figures: the result so far into bench.saved's folder (first-token-<config>.json,
+    compare --generate --first-token --json's form), or None where no folder is named."""
+    write = saved.writer(f"first-token-{config}")
+    if write is None:
+        return None
+    meta = {**generate.versions(), "profile": profile, "command": "asv: benchmarks/bench_first_token.py (setup_cache)"}
+    return lambda result: write({"meta": meta, "first_token": [to_dict(result)]})
+
+
 def profile_figures(profile: str) -> dict:
     """{(case name, form): {"first_token_s", "minus_bf16"}} of every cell `profile` measures
     (profile_cases, SUITE_FORMS), and {(config, "warm"): {"seconds", "built"}}; a cell not
@@ -347,7 +357,8 @@ def profile_figures(profile: str) -> dict:
     for config in prof.configs:
         cases = [case_name(config, p) for p in prof.prompt_tokens]
         try:
-            result = measure(config, SUITE_FORMS, prof.prompt_tokens, prof.layers, prof.vocab)
+            result = measure(config, SUITE_FORMS, prof.prompt_tokens, prof.layers, prof.vocab,
+                             on_step=_saver(profile, config))
         except Exception as exc:  # noqa: BLE001 - e.g. the folder cannot be written: every cell says why
             why = {"error": f"{type(exc).__name__}: {exc}"}
             out.update({(c, f): why for c in cases for f in SUITE_FORMS})

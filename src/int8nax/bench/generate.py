@@ -46,7 +46,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from . import model_folder, models
+from . import model_folder, models, saved
 from .checks import MismatchError
 from .peers import Unavailable
 
@@ -397,7 +397,8 @@ def profile_figures(profile: str) -> dict:
             out.update({(c, f): {"skip": why} for c in cases for f in FORMS})
             continue
         try:
-            rows = measure(config, forms, prof.prompt_tokens, g, prof.batches, prof.trials, prof.layers, prof.vocab)
+            rows = measure(config, forms, prof.prompt_tokens, g, prof.batches, prof.trials, prof.layers, prof.vocab,
+                           on_form=_saver(profile, config))
         except Exception as exc:  # noqa: BLE001 - e.g. the folder cannot be written: every cell says why
             out.update({(c, f): {"error": f"{type(exc).__name__}: {exc}"} for c in cases for f in FORMS})
             continue
@@ -417,6 +418,16 @@ def profile_figures(profile: str) -> dict:
             if why:
                 out.update({(c, f): {"skip": why} for c in cases})
     return out
+
+
+def _saver(profile: str, config: str):
+    """on_form for profile_figures: the rows so far into bench.saved's folder (generate-<config>.json,
+    compare --generate --json's form), or None where no folder is named."""
+    write = saved.writer(f"generate-{config}")
+    if write is None:
+        return None
+    meta = {**versions(), "profile": profile, "command": "asv: benchmarks/bench_generate.py (setup_cache)"}
+    return lambda rows: write({"meta": meta, "generate": [to_dict(r) for r in rows]})
 
 
 def failed(rows: list[Row]) -> bool:
