@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..backends.cuda import binary_cache as cuda_binary_cache
-from . import generate, model_folder, models, saved
+from . import generate, host, model_folder, models, saved
 from .checks import MismatchError
 from .peers import Unavailable
 
@@ -134,6 +134,11 @@ class Result:
 
 def to_dict(result: Result) -> dict:
     return asdict(result)
+
+
+def from_dict(data: dict) -> Result:
+    """The Result that to_dict gave `data` (a saved run read back: compare --generate --render)."""
+    return Result(**{**data, "cells": [Cell(**c) for c in data.get("cells", [])]})
 
 
 # --- the processes ----------------------------------------------------------------------------
@@ -343,7 +348,8 @@ def _saver(profile: str, config: str):
     write = saved.writer(f"first-token-{config}")
     if write is None:
         return None
-    meta = {**generate.versions(), "profile": profile, "command": "asv: benchmarks/bench_first_token.py (setup_cache)"}
+    meta = {**host.environment(), **generate.versions(), "profile": profile,
+            "command": "asv: benchmarks/bench_first_token.py (setup_cache)"}
     return lambda result: write({"meta": meta, "first_token": [to_dict(result)]})
 
 

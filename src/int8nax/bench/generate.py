@@ -46,7 +46,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from . import model_folder, models, saved
+from . import host, model_folder, models, saved
 from .checks import MismatchError
 from .peers import Unavailable
 
@@ -426,7 +426,8 @@ def _saver(profile: str, config: str):
     write = saved.writer(f"generate-{config}")
     if write is None:
         return None
-    meta = {**versions(), "profile": profile, "command": "asv: benchmarks/bench_generate.py (setup_cache)"}
+    meta = {**host.environment(), **versions(), "profile": profile,
+            "command": "asv: benchmarks/bench_generate.py (setup_cache)"}
     return lambda rows: write({"meta": meta, "generate": [to_dict(r) for r in rows]})
 
 
@@ -437,6 +438,12 @@ def failed(rows: list[Row]) -> bool:
 
 def to_dict(row: Row) -> dict:
     return asdict(row)
+
+
+def from_dict(data: dict) -> Row:
+    """The Row that to_dict gave `data` (a saved run read back: compare --generate --render)."""
+    figures = {k: None if data.get(k) is None else Figure(**data[k]) for k in ("prompt_tps", "generation_tps")}
+    return Row(**{**data, **figures})
 
 
 def versions() -> dict:

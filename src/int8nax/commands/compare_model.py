@@ -325,6 +325,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "first run on a new machine) into a new kernel cache (default forms "
                           f"{','.join(first_token.DEFAULT_FORMS)}; prompt lengths 300,777,1500,4096 on a GPU, "
                           "16,64 on a CPU)")
+    gen.add_argument("--render", metavar="FILE",
+                     help="instead of measuring: print the tables of a saved run, the JSON that --generate --json "
+                          "(or --first-token --json) wrote or that the asv suite left where INT8NAX_BENCH_SAVE "
+                          "named (with --markdown: as Markdown)")
 
 
 def main(args) -> int:
@@ -378,7 +382,7 @@ def main(args) -> int:
 
 # --- --generate: the generation benchmark (int8nax.bench.generate) ---------------------------
 
-GENERATE_ONLY = ("prompt_tokens", "generation_tokens", "batch", "trials", "vocab", "first_token")
+GENERATE_ONLY = ("prompt_tokens", "generation_tokens", "batch", "trials", "vocab", "first_token", "render")
 """Options that only --generate reads (int8nax.commands.compare refuses them elsewhere)."""
 NOT_WITH_GENERATE = ("shapes", "contenders", "profile", "tokens", "context")
 NOT_WITH_BREAKDOWN = ("generation_tokens", "first_token")
@@ -473,6 +477,8 @@ def generate_main(args) -> int:
         name = given[0] if given else "model_modes"
         print(f"int8nax compare: error: --generate does not take --{name.replace('_', '-')}", file=sys.stderr)
         return 2
+    if args.render:
+        return render_main(args)
     try:
         profile_name, why = problems.choose_profile()
     except problems.ProfileError as exc:
@@ -529,6 +535,41 @@ def generate_main(args) -> int:
         save([])
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     return 1 if generate.failed(rows) else 0
+
+
+MEASURING_OPTIONS = ("model", "forms", "layers", "breakdown", "json") + tuple(o for o in GENERATE_ONLY if o != "render")
+"""What --render refuses: a saved run's tables are printed as they were measured."""
+
+
+def render_main(args) -> int:
+    """--generate --render FILE: a saved run's tables (generate rows and first-token results), measuring nothing."""
+    given = [o for o in MEASURING_OPTIONS + NOT_WITH_GENERATE if getattr(args, o, None) not in (None, False)]
+    if given or args.model_modes != ("eager",):
+        name = given[0] if given else "model_modes"
+        print(f"int8nax compare: error: --render prints a saved run as it was and takes only --markdown, got "
+              f"--{name.replace('_', '-')}", file=sys.stderr)
+        return 2
+    try:
+        with open(args.render) as f:
+            saved = json.load(f)
+        rows = [generate.from_dict(r) for r in saved.get("generate", [])]
+        results = [first_token.from_dict(r) for r in saved.get("first_token", [])]
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        print(f"int8nax compare: error: --render: cannot read {args.render!r} as a saved run ({exc})", file=sys.stderr)
+        return 2
+    if not rows and not results:
+        print(f"int8nax compare: error: --render: {args.render!r} holds no \"generate\" rows or \"first_token\" "
+              f"results (what --generate --json writes); its keys: {', '.join(saved) or 'none'}", file=sys.stderr)
+        return 2
+    meta = saved.get("meta") or {}
+    if meta:
+        print(f"saved run: {meta.get('command', 'command not saved')}; " + ", ".join(
+            f"{k} {meta[k]}" for k in ("date", "mlx", "mlx_lm", "driver") if meta.get(k)), flush=True)
+    if rows:
+        print(generate_render(rows, args.markdown), flush=True)
+    for result in results:
+        print(compare_first_token.render(result, args.markdown), flush=True)
+    return 0
 
 
 # --- --generate --breakdown: the ladder from mlx-lm's loop to the bare forward ---------------
