@@ -268,6 +268,10 @@ def test_compare_first_token_prints_the_table_and_the_first_run_and_writes_json(
     assert result["warm"]["built"] == 26 and len(result["cells"]) == 4
     assert set(result["cells"][1]) >= {"form", "prompt_tokens", "first_token_s", "minus_bf16", "load_s", "convert_s",
                                        "process_s", "kernels", "check"}
+    rc, again = _cli(capsys, "--generate", "--render", str(out_json), "--markdown")
+    assert rc == 0, again.err
+    shown = [line for line in lines if line.startswith(("| ", "- ", "### "))]
+    assert shown and [line for line in again.out.splitlines() if line.startswith(("| ", "- ", "### "))] == shown
 
 
 def test_compare_first_token_takes_the_profiles_defaults(monkeypatch, capsys):

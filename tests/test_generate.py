@@ -210,6 +210,20 @@ def test_compare_generate_prints_mlx_lms_table_and_writes_json(tmp_path, capsys)
         assert key in row, key
     assert set(row["prompt_tps"]) == {"median", "low", "high"}
     assert set(row["trials"][0]) == {"prompt_tps", "generation_tps", "peak_memory", "seconds"}
+    rc, again = _cli(capsys, "--generate", "--render", str(out_json), "--markdown")
+    assert rc == 0, again.err
+    shown = [line for line in lines if line.startswith(("| ", "- ", "### "))]
+    assert shown and [line for line in again.out.splitlines() if line.startswith(("| ", "- ", "### "))] == shown
+    assert again.out.startswith("saved run: int8nax ") and f"mlx {mx.__version__}" in again.out.splitlines()[0]
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{", "cannot read"), ('{"meta": {}}', 'holds no "generate" rows'), ('{"generate": [{"form": 1}]}', "cannot read")])
+def test_compare_generate_render_names_what_it_cannot_read(tmp_path, capsys, content, words):
+    path = tmp_path / "saved.json"
+    path.write_text(content)
+    rc, got = _cli(capsys, "--generate", "--render", str(path))
+    assert rc == 2 and words in got.err and "Traceback" not in got.err
 
 
 @pytest.mark.parametrize("argv, words", [
