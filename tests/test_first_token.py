@@ -470,3 +470,10 @@ def test_the_gpu_script_records_the_generation_benchmarks_chosen_models_and_form
     rest = gpu_script_regex("Generate", INT8NAX_GENERATE_CONFIGS="qwen2.5-7b", INT8NAX_GENERATE_FORMS="fp16,mlx-q4")
     assert re.search(rest, f"{fig}('qwen2.5-7b p512 g128 b1', 'mlx-q4')") and "GenerateRatio" not in rest
     assert not re.search(rest, f"{fig}('qwen2.5-7b p512 g128 b1', 'bf16')")
+
+
+def test_a_suite_case_name_reads_back():
+    assert first_token.parse_case(first_token.case_name("qwen2.5-7b", 300)) == ("qwen2.5-7b", 300)
+    assert all(first_token.parse_case(c) for c in first_token.ALL_CASES)
+    for bad in ("qwen2.5-7b", "qwen2.5-7b 300", "qwen2.5-7b p300 g1", "qwen2.5-7b px"):
+        assert first_token.parse_case(bad) is None, bad

@@ -448,3 +448,10 @@ def test_every_cell_has_its_own_warm_up_right_before_its_trials(monkeypatch):
     assert len(rows) == 4 and all(len(r.trials) == 2 for r in rows)
     per_cell = [(b, p) for p in (8, 24) for b in (1, 2) for _ in range(3)]  # warm-up + 2 trials
     assert calls == [(1, 8)] + per_cell
+
+
+def test_a_suite_case_name_reads_back():
+    assert generate.parse_case(generate.case_name("qwen3-8b", 512, 128, 8)) == ("qwen3-8b", 512, 128, 8)
+    assert all(generate.parse_case(c) for c in generate.ALL_CASES)
+    for bad in ("qwen3-8b p512 g128", "qwen3-8b p512 g128 bx", "qwen3-8b g128 p512 b1", ""):
+        assert generate.parse_case(bad) is None, bad

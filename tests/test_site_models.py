@@ -82,7 +82,7 @@ def test_the_page_gets_the_model_section_and_keeps_models_out_of_the_contenders(
     site.publish(html_dir, root)
     page = (html_dir / "compare.html").read_text()
     assert page.index('<section id="models">') > page.index('<section class="machine"')
-    contenders = page[:page.index('<section id="models">')]
+    contenders = page[:page.index('<section id="loop">')]
     assert "qwen" not in contenders and "w8a8" not in re.sub(r"W8A8", "", contenders)
     data = json.loads((html_dir / "compare.json").read_text())
     assert data["models"]["h200"]["commit"] == "b" * 40

@@ -70,6 +70,14 @@ def case_name(config: str, prompt_tokens: int) -> str:
     return f"{config} p{prompt_tokens}"
 
 
+def parse_case(name: str) -> tuple[str, int] | None:
+    """case_name's (config, prompt tokens), or None for another string."""
+    parts = name.split(" ")
+    if len(parts) != 2 or not parts[1].startswith("p") or not parts[1][1:].isdigit():
+        return None
+    return parts[0], int(parts[1][1:])
+
+
 def profile_cases(profile: str) -> dict[str, tuple[str, int]]:
     """{case name: (config, prompt tokens)} of every cell `profile` measures."""
     prof = PROFILES[profile]

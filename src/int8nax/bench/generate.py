@@ -100,6 +100,14 @@ def case_name(config: str, prompt_tokens: int, generation_tokens: int, batch: in
     return f"{config} p{prompt_tokens} g{generation_tokens} b{batch}"
 
 
+def parse_case(name: str) -> tuple[str, int, int, int] | None:
+    """case_name's (config, prompt tokens, generation tokens, batch), or None for another string."""
+    parts = name.split(" ")
+    if len(parts) != 4 or [p[:1] for p in parts[1:]] != ["p", "g", "b"] or not all(p[1:].isdigit() for p in parts[1:]):
+        return None
+    return parts[0], int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:])
+
+
 def profile_cases(profile: str) -> dict[str, tuple[str, int, int, int]]:
     """{case name: (config, prompt tokens, generation tokens, batch)} of every cell `profile` measures."""
     prof = PROFILES[profile]

@@ -25,7 +25,8 @@ that commit.
 #     results        each machine's latest results, read from asv's result files (asv_format)
 #     comparison     the contenders side by side per shape: ceilings, ratios, kernels, what is absent
 #     page           compare.html
-#     model_section  the model benchmarks' section of the page
+#     loop_section   the headline models section: mlx-lm's loop and the first token
+#     model_section  the model benchmarks' section of the page (a few layers' forward: the diagnostic)
 #     asv_pages      what asv published (its commits), and the edits of its index.html and graph page
 #     vendor         asv's JavaScript and CSS libraries, shipped with int8nax and served with the site
 # and the command itself (publish, main) here.
@@ -38,7 +39,7 @@ import sys
 from pathlib import Path
 
 from ...bench import problems
-from . import model_section, vendor
+from . import loop_section, model_section, vendor
 from .asv_pages import link_index, published_commits, tune_graphs
 from .comparison import compare, to_json
 from .page import render
@@ -68,11 +69,14 @@ def publish(html_dir: Path, results_dir: Path, first: str | None = None, here: s
     commits = published_commits(html_dir)
     blocks = compare(results_dir, commits, first or here, here)
     page = render(blocks, str(results_dir))
-    # The model section (model_section) goes at the end of the page.
-    page = page.replace("</body></html>", model_section.section(results_dir, commits, first or here) + "\n</body></html>")
+    # The model sections go at the end of the page: mlx-lm's loop (the headline), then a few layers' forward.
+    models = (loop_section.section(results_dir, commits, first or here) + "\n"
+              + model_section.section(results_dir, commits, first or here))
+    page = page.replace("</body></html>", models + "\n</body></html>")
     (html_dir / "compare.html").write_text(page)
     data = to_json(blocks)
     data["models"] = model_section.to_json(model_section.read(results_dir, commits))
+    data["loop"] = loop_section.to_json(loop_section.read(results_dir, commits))
     (html_dir / "compare.json").write_text(json.dumps(data, indent=1, allow_nan=False))
     tuned, untuned = tune_graphs(html_dir, first or (here if here in data["machines"] else None))
     changed = link_index(index) + tuned

@@ -1,4 +1,4 @@
-"""The model section of the comparison page (`int8nax site`): tokens per second against tokens,
+"""The diagnostic model section of the comparison page (`int8nax site`): tokens per second against tokens,
 per form and machine, from the asv results of benchmarks/bench_model.py, with the speed-up table.
 
 Read from asv's result files (asv_format): for each machine, the latest
@@ -195,7 +195,8 @@ def section(results_dir: Path, commits: set[str] | None = None, first: str | Non
     m5_only = not any(k[2] == "cider" for b in blocks for k in b.tokens_per_s)
     out = ['<section id="models"><style>table.models{border-collapse:collapse;margin:.5em 0 1.5em}'
            'table.models td,table.models th{border:1px solid #ddd;padding:2px 8px;text-align:right}'
-           'svg.models{display:block}</style><h2>Models: tokens per second</h2>',
+           'svg.models{display:block}</style><h2>Models, the diagnostic: a few decoder layers\' forward pass, '
+           'tokens per second</h2>',
            '<p class="small">benchmarks/bench_model.py: a few decoder layers of mlx-lm\'s Qwen classes '
            '(random seeded weights, the public configurations\' dimensions), prefill of T tokens or one '
            'decode step after a prompt, in each form: bf16, fp16, MLX 8-bit weight-only (mlx-q8), int8nax '
