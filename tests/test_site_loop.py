@@ -8,8 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from int8nax.commands import site
-from int8nax.commands.site import loop_section
+from int8nax.commands.site import loop_section, model_section
+
+from test_site_models import published
 
 NAN = float("nan")
 COLUMNS = ["result", "params", "version", "started_at", "duration"]
@@ -81,7 +82,7 @@ def test_the_section_shows_each_table_the_m5_column_and_the_warm(tmp_path):
     assert header == ["bf16", "mlx-q8", "w8a8"]
     row = re.search(r"<tr><th>prompt 512, generation 128, batch 1</th>(.*?)</tr>", table).group(1)
     assert "18,000 / 165.0<br><span class='small'>11.1 GB" in row and "<b>1.20x</b> / <b>1.10x</b>" in row
-    assert "<b>2.40x</b> / <b>0.92x</b>" in row and loop_section.M5_ONLY in row
+    assert "<b>2.40x</b> / <b>0.92x</b>" in row and model_section.M5_ONLY in row
     first = re.search(r'<table class="first-token" data-config="qwen3-8b">.*?</table>', text, re.S).group(0)
     assert "<tr><th>300</th><td>0.30 s</td><td>0.50 s</td><td>+0.20 s</td></tr>" in first
     assert "<tr><th>4096</th><td>- </td>" not in first and "4096" not in first  # n/a cells: no row
@@ -93,13 +94,7 @@ def test_no_results_say_what_to_run(tmp_path):
 
 
 def test_the_page_puts_the_loop_before_the_diagnostic(tmp_path):
-    root = results(tmp_path / "results")
-    html_dir = tmp_path / "html"
-    html_dir.mkdir()
-    (html_dir / "index.html").write_text('<ul><li id="nav-li-regressions"><a>R</a></li></ul>')
-    site.publish(html_dir, root)
-    page = (html_dir / "compare.html").read_text()
+    page, data = published(tmp_path, results(tmp_path / "results"))
     assert page.index('<section class="machine"') < page.index('<section id="loop">') < page.index('<section id="models">')
     assert "Models, the diagnostic" in page
-    data = json.loads((html_dir / "compare.json").read_text())
     assert data["loop"]["h100"]["first_token"]["warm_s"] == {"qwen3-8b": 59.6}

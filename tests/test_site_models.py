@@ -74,17 +74,20 @@ def test_latest_commit_speedups_and_missing_cells(tmp_path):
     assert w["ms_per_layer"] == 10.0 and w["speed_vs_bf16"] == 12000.0 / 9000.0
 
 
-def test_the_page_gets_the_model_section_and_keeps_models_out_of_the_contenders(tmp_path):
-    root = results(tmp_path / "results")
+def published(tmp_path: Path, root: Path) -> tuple[str, dict]:
+    """compare.html and compare.json that `int8nax site` writes from the results at `root`."""
     html_dir = tmp_path / "html"
     html_dir.mkdir()
     (html_dir / "index.html").write_text('<ul><li id="nav-li-regressions"><a>R</a></li></ul>')
     site.publish(html_dir, root)
-    page = (html_dir / "compare.html").read_text()
+    return (html_dir / "compare.html").read_text(), json.loads((html_dir / "compare.json").read_text())
+
+
+def test_the_page_gets_the_model_section_and_keeps_models_out_of_the_contenders(tmp_path):
+    page, data = published(tmp_path, results(tmp_path / "results"))
     assert page.index('<section id="models">') > page.index('<section class="machine"')
     contenders = page[:page.index('<section id="loop">')]
     assert "qwen" not in contenders and "w8a8" not in re.sub(r"W8A8", "", contenders)
-    data = json.loads((html_dir / "compare.json").read_text())
     assert data["models"]["h200"]["commit"] == "b" * 40
 
 

@@ -55,6 +55,23 @@ def result_paths(folder: Path) -> list[Path]:
     return [p for p in sorted(Path(folder).glob("*.json")) if p.name != MACHINE_FILE]
 
 
+def result_files(folder: Path, commits: set[str] | None = None):
+    """Each readable result file of one machine folder (a section leaves an unreadable one out;
+    `results` reports it), of a commit in `commits` where given."""
+    for path in result_paths(folder):
+        try:
+            raw = read(path)
+        except NotAResultFile:
+            continue
+        if commits is None or raw.commit in commits:
+            yield raw
+
+
+def machine_folders(results_dir: Path) -> list[Path]:
+    """The machine folders of a results dir, sorted by name ([] where it does not exist)."""
+    return sorted(d for d in Path(results_dir).iterdir() if d.is_dir()) if Path(results_dir).is_dir() else []
+
+
 def machine_info(folder: Path) -> dict:
     """The machine folder's machine.json ({} where it has none)."""
     path = Path(folder) / MACHINE_FILE

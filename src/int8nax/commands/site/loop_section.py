@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import asv_format
-from .model_section import M5_COMMAND, M5_ONLY
+from .model_section import m5_only_cell, machine_heading
 from ...bench import first_token, generate
 
 _GENERATE = re.compile(r"^bench_generate\.GenerateFigures\.track_(prompt_tps|generation_tps|peak_memory)$")
@@ -92,13 +92,7 @@ def _latest(found: list[tuple[int, str, dict]]) -> Figures:
 
 def read_machine(folder: Path, commits: set[str] | None = None) -> MachineLoop | None:
     gen, first = [], []
-    for path in asv_format.result_paths(folder):
-        try:
-            raw = asv_format.read(path)
-        except asv_format.NotAResultFile:
-            continue  # results reports unreadable files; this section only leaves them out
-        if commits is not None and raw.commit not in commits:
-            continue
+    for raw in asv_format.result_files(folder, commits):
         for into, values in ((gen, _generate_values(raw)), (first, _first_token_values(raw))):
             if values:
                 into.append((raw.date, raw.commit, values))
@@ -108,9 +102,7 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineLoop |
 
 
 def read(results_dir: Path, commits: set[str] | None = None) -> list[MachineLoop]:
-    if not results_dir.is_dir():
-        return []
-    found = [read_machine(d, commits) for d in sorted(results_dir.iterdir()) if d.is_dir()]
+    found = [read_machine(d, commits) for d in asv_format.machine_folders(results_dir)]
     return [m for m in found if m is not None]
 
 
@@ -182,8 +174,7 @@ def _generate_table(block: MachineLoop, config: str, m5_only: bool) -> str:
             rp, rg = (ratio(block, cell, "w8a8", base, f"{w}_tps") for w in ("prompt", "generation"))
             tds.append(f"<td><b>{_fmt(rp, '.2f', 'x')}</b> / <b>{_fmt(rg, '.2f', 'x')}</b></td>")
         if m5_only and i == 0:
-            tds.append(f'<td class="m5-only" rowspan="{len(cells)}" style="text-align:left;max-width:18em">'
-                       f'<b>{M5_ONLY}</b>: an M5 owner runs <code>{html.escape(M5_COMMAND)}</code></td>')
+            tds.append(m5_only_cell(len(cells)))
         rows.append(f"<tr><th>prompt {cell[1]}, generation {cell[2]}, batch {cell[3]}</th>{''.join(tds)}</tr>")
     return (f'<table class="loop" data-config="{html.escape(config)}"><thead><tr><th>request</th>{head}</tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table>")
@@ -224,10 +215,7 @@ def section(results_dir: Path, commits: set[str] | None = None, first: str | Non
     if not blocks:
         out.append("<p>No results of mlx-lm's loop yet: run the suite with benchmarks/bench_generate.py.</p>")
     for b in blocks:
-        name = html.escape(b.name)
-        mine = " (your run)" if first and b.name == first else ""
-        out.append(f'<h3 id="loop-{name}">{name}{mine}</h3><p class="small">'
-                   f'{html.escape(asv_format.hardware(b.info))}.</p>')
+        out.append(machine_heading("loop", b.name, b.info, first))
         for config in sorted({k[0] for k in b.generate.values}):
             out.append(f'<h4>{html.escape(config)}: tokens per second in mlx-lm\'s loop <span class="small">'
                        f'(commit <code>{html.escape(b.generate.commit[:8])}</code>)</span></h4>'

@@ -26,6 +26,22 @@ M5_COMMAND = ("asv machine --machine int8nax-m5 --yes && asv run --config asv.m5
 """cider runs only on an Apple M5: what its columns say until an M5 owner's results are committed,
 and what that owner runs (docs/results/m5.md). The contender tables (comparison, page) say the same."""
 
+
+def m5_only_cell(rows: int) -> str:
+    """A table's cider column over `rows` rows: no M5 has reported, and what its owner runs."""
+    return (f'<td class="m5-only" rowspan="{rows}" style="text-align:left;max-width:18em">'
+            f'<b>{M5_ONLY}</b>: an M5 owner runs <code>{html.escape(M5_COMMAND)}</code></td>')
+
+
+def machine_heading(section: str, machine: str, info: dict, first: str | None, tail: str = "") -> str:
+    """A model section's heading of one machine (id "<section>-<machine>"; "(your run)" where it is
+    `first`), its hardware, then `tail` (HTML)."""
+    name = html.escape(machine)
+    mine = " (your run)" if first and machine == first else ""
+    return (f'<h3 id="{section}-{name}">{name}{mine}</h3><p class="small">'
+            f'{html.escape(asv_format.hardware(info))}.{tail}</p>')
+
+
 STEMS = {f.replace("-", "_"): f for f in FORMS}
 COLORS = {"bf16": "#444444", "fp16": "#888888", "mlx-q8": "#1f77b4", "w8a8": "#d62728", "cider": "#2ca02c"}
 _TRACK = re.compile(r"^bench_model\.\w+\.track_(\w+?)(_compiled)?_tokens_per_s$")
@@ -54,13 +70,7 @@ def _values(entry: asv_format.Entry) -> dict[tuple[str, int], float]:
 
 def read_machine(folder: Path, commits: set[str] | None = None) -> MachineModels | None:
     found = []
-    for path in asv_format.result_paths(folder):
-        try:
-            raw = asv_format.read(path)
-        except asv_format.NotAResultFile:
-            continue  # results reports unreadable files; this section only leaves them out
-        if commits is not None and raw.commit not in commits:
-            continue
+    for raw in asv_format.result_files(folder, commits):
         tps, spl = {}, {}
         for bench, entry in raw.entries.items():
             for pattern, into in ((_TRACK, tps), (_TIME, spl)):
@@ -83,9 +93,7 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineModels
 
 
 def read(results_dir: Path, commits: set[str] | None = None) -> list[MachineModels]:
-    if not results_dir.is_dir():
-        return []
-    found = [read_machine(d, commits) for d in sorted(results_dir.iterdir()) if d.is_dir()]
+    found = [read_machine(d, commits) for d in asv_format.machine_folders(results_dir)]
     return [m for m in found if m is not None]
 
 
@@ -181,8 +189,7 @@ def _table(block: MachineModels, config: str, m5_only: bool = False) -> str:
             cells.append(f"<td>{v:,.1f} tok/s<br><b>{'%.2fx' % s if s else '-'}</b>"
                          f"<br><span class='small'>{ms_per_forward(v, t):.3g} ms a forward</span></td>")
         if m5_only and i == 0:
-            cells.append(f'<td class="m5-only" rowspan="{len(tokens)}" style="text-align:left;max-width:18em">'
-                         f'<b>{M5_ONLY}</b>: an M5 owner runs <code>{html.escape(M5_COMMAND)}</code></td>')
+            cells.append(m5_only_cell(len(tokens)))
         rows.append(f"<tr><th>{'decode' if t == 1 else t}</th>{''.join(cells)}</tr>")
     return (f'<table class="models"><thead><tr><th>tokens</th>{head}</tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table>")
@@ -209,10 +216,8 @@ def section(results_dir: Path, commits: set[str] | None = None, first: str | Non
         out.append("<p>No model results yet: run the suite with benchmarks/bench_model.py.</p>")
     for b in blocks:
         name = html.escape(b.name)
-        hw = asv_format.hardware(b.info)
-        mine = " (your run)" if first and b.name == first else ""
-        out.append(f'<h3 id="models-{name}">{name}{mine}</h3><p class="small">{html.escape(hw)}. '
-                   f'Commit <code>{html.escape(b.commit[:8])}</code>.</p>')
+        commit = f" Commit <code>{html.escape(b.commit[:8])}</code>."
+        out.append(machine_heading("models", b.name, b.info, first, commit))
         for config in sorted({k[0] for k in b.tokens_per_s}):
             out.append(f'<h4>{html.escape(config)}</h4><div class="model" data-machine="{name}" '
                        f'data-config="{html.escape(config)}">{_svg(b, config)}{_table(b, config, m5_only)}</div>')
