@@ -168,7 +168,7 @@ def _generate_table(block: MachineLoop, config: str, m5_only: bool) -> str:
             get = block.generate.values.get
             p, g, mem = (get(cell + (form, n)) for n in ("prompt_tps", "generation_tps", "peak_memory"))
             gb = None if mem is None else mem / generate.GB  # asv keeps bytes
-            tds.append(f"<td>{_fmt(p, ',.0f')} / {_fmt(g, ',.1f')}<br><span class='small'>{_fmt(gb, '.1f', ' GB')}"
+            tds.append(f"<td>{_fmt(p, ',.0f')} / {_fmt(g, ',.1f')}<br><span class='small'>{_fmt(gb, '.3g', ' GB')}"
                        "</span></td>")
         for base in generate.RATIO_BASES:
             rp, rg = (ratio(block, cell, "w8a8", base, f"{w}_tps") for w in ("prompt", "generation"))
