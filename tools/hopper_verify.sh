@@ -6,16 +6,19 @@
 #
 #   bash tools/hopper_verify.sh record # ~430 s: the asv record of this commit (COMMIT, COMMIT_DATE) on the card's
 #                                      #   machine: GEMM, linear, kernel-time and host-work benchmarks (RECORD_BENCH:
-#                                      #   others; RECORD_BENCH=FirstToken: the fresh-process first token, ~540 s
-#                                      #   estimated; RECORD_BENCH=Generate with INT8NAX_GENERATE_CONFIGS=qwen2.5-7b
-#                                      #   INT8NAX_GENERATE_FORMS=bf16,w8a8,mlx-q8: mlx-lm's loop, ~420 s), as
-#                                      #   $OUT/asv_results_$CARD.tgz to unpack into the tree and commit
+#                                      #   others. H100, 2026-12-06: FirstToken, the fresh-process first token, 299 s;
+#                                      #   Generate with INT8NAX_GENERATE_CONFIGS=qwen3-8b INT8NAX_GENERATE_FORMS=
+#                                      #   bf16,w8a8,mlx-q8, mlx-lm's loop, 339 s, qwen2.5-7b with bf16,w8a8 131 s;
+#                                      #   HostWork 11 s), as $OUT/asv_results_$CARD.tgz to unpack into the tree and
+#                                      #   commit, with the generate and first-token results saved whole beside it
+#                                      #   ($OUT/generate-<model>.json, first-token-<model>.json: compare --render)
 #   bash tools/hopper_verify.sh binaries  # ~200 s: the CUDA binary cache (test_cuda_binary_cache), then a
 #                                      #   model's layers' first calls in fresh processes: cold, after
 #                                      #   `first_call warm` (every instance to 8192 tokens), and with the cache off
 #   bash tools/hopper_verify.sh generate  # mlx-lm's own loop (int8nax compare --generate) for GENERATE_MODEL,
-#                                      #   GENERATE_ARGS as given (forms, prompt tokens, batch), JSON and table
-#   bash tools/hopper_verify.sh first-token  # ~540 s (estimated; never run): W8A8's stall beyond bf16's at 50 new
+#                                      #   GENERATE_ARGS as given (forms, prompt tokens, batch), JSON and table;
+#                                      #   GENERATE_ARGS="--breakdown --prompt-tokens 2048,4096": 47 s on the H100
+#   bash tools/hopper_verify.sh first-token  # ~300 s (the record's FirstToken took 299 s): W8A8's stall beyond bf16's at 50 new
 #                                      #   prompt lengths in one process on this machine's cache (first_call stalls),
 #                                      #   then the time to the first token of a
 #                                      #   fresh process, bf16 and W8A8 (compare --generate --first-token) for
@@ -52,7 +55,7 @@
 #   bash tools/hopper_verify.sh bias     # ~250 s (estimated): a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS=own)
 #                                      #   against the cast bias, bit for bit (test_cuda_bias), then W8A8 bfloat16+bias
 #                                      #   in kernel time, cast against own, at six seed shapes (what BIAS_DEFAULT waits for)
-#   bash tools/hopper_verify.sh profile  # ~300 s (estimated; never run): Nsight Compute on W8A8 against the raw GEMM
+#   bash tools/hopper_verify.sh profile  # >370 s (H100: 370 s reached the seed shapes only): Nsight Compute on W8A8 against the raw GEMM
 #                                      #   (+-bias) where W8A8 costs > 1.15x it, the Qwen2.5-7B layers at 128 tokens and
 #                                      #   at decode against bfloat16, the 4096-token gate/up GEMM and the SwiGLU
 #                                      #   quantization, fused against staged (int8nax.bench.kernel.ncu:
