@@ -53,13 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
     p_info.set_defaults(func=_cmd_info)
     _add_selftest(sub)
-    from . import compare, gate, site, soak, warm
+    from . import compare, convert, gate, site, soak, warm
 
     compare.add_parser(sub)
     site.add_parser(sub)
     gate.add_parser(sub)
     soak.add_parser(sub)
     warm.add_parser(sub)
+    convert.add_parser(sub)
     return parser
 
 

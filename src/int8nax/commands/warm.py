@@ -1,6 +1,7 @@
 """`int8nax warm --model FOLDER`: every kernel a model's W8A8 layers need, built before a server starts.
 
-Loads an mlx-lm model folder lazily (`mlx_lm.load`: no weight is read), swaps its linears for W8A8
+Loads an mlx-lm model folder lazily (`mlx_lm.load`: no weight is read; a W8A8 folder of `int8nax convert`
+through int8nax.nn.folder.load, its layers W8A8 already), swaps its linears for W8A8
 ones as a server would (int8nax.nn.quantize_linears: every nn.Linear, or --skip-lm-head; with
 weights=False, since only their shapes matter here), and makes every kernel they launch for
 1 .. max-tokens x batch rows ready (int8nax.nn.warm_up). On CUDA each kernel instance is
@@ -57,11 +58,21 @@ def main(args) -> int:
         print(f"int8nax warm: mlx-lm cannot load models here: {exc}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    model, _ = load(args.model, lazy=True)
-    loaded = time.perf_counter()
-    skip = (lambda path, module: not path.endswith("lm_head")) if args.skip_lm_head else None
-    count = nn.quantize_linears(model, predicate=skip, weights=False)
-    quantized = time.perf_counter()
+    recorded = nn.folder.w8a8_layers(args.model)
+    if recorded is not None:  # a W8A8 folder (int8nax convert): its layers are W8A8 once loaded
+        if args.skip_lm_head:
+            print("int8nax warm: error: --skip-lm-head is for mlx-lm folders; this W8A8 folder lists its own "
+                  "W8A8 layers", file=sys.stderr)
+            return 2
+        model, _ = nn.folder.load(args.model, lazy=True)
+        loaded = quantized = time.perf_counter()
+        count = len(recorded)
+    else:
+        model, _ = load(args.model, lazy=True)
+        loaded = time.perf_counter()
+        skip = (lambda path, module: not path.endswith("lm_head")) if args.skip_lm_head else None
+        count = nn.quantize_linears(model, predicate=skip, weights=False)
+        quantized = time.perf_counter()
     rows = args.max_tokens * args.batch
     progress = None if args.json else cuda_binary_cache.terminal_progress("building kernels")
     built = nn.warm_up(model, rows, jobs=args.jobs, progress=progress)
