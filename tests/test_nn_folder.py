@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("mlx_lm")
 import mlx_lm  # noqa: E402
+import mlx_lm.utils  # noqa: E402
 
 from int8nax import nn  # noqa: E402
 from int8nax.bench import model_folder, models  # noqa: E402
@@ -81,6 +82,13 @@ def test_convert_names_what_is_wrong(tmp_path):
     nn.folder.convert(src, tmp_path / "w8a8")
     with pytest.raises(ValueError, match=r"convert: 'src' must be a model folder not yet in W8A8 form"):
         nn.folder.convert(tmp_path / "w8a8", tmp_path / "again")
+    model, tokenizer, config = mlx_lm.utils.load(str(src), return_config=True)
+    mnn.quantize(model, bits=8, group_size=32)
+    config["quantization"] = {"group_size": 32, "bits": 8}
+    mlx_lm.utils.save(tmp_path / "q8", src, model, tokenizer, config)
+    with pytest.raises(ValueError, match=r"convert: 'src' must hold nn.Linear layers to quantize"):
+        nn.folder.convert(tmp_path / "q8", tmp_path / "from-q8")
+    assert not (tmp_path / "from-q8").exists()
 
 
 def test_a_folder_whose_weights_do_not_fit_is_refused(tmp_path):

@@ -70,7 +70,8 @@ def convert(src, dst, *, skip_lm_head: bool = False, backend: str | None = None)
     """Quantize the mlx-lm model folder `src` (every nn.Linear; not the lm_head with skip_lm_head)
     and save it as the W8A8 folder `dst` (new, or empty). Returns {"layers": how many, "seconds",
     "src_bytes", "dst_bytes"} (the weight files' sizes). Raises ValueError naming the argument for a
-    src that is not an mlx-lm folder or is W8A8 already, or a dst that holds files."""
+    src that is not an mlx-lm folder, is W8A8 already or has no nn.Linear (MLX-quantized), or a dst
+    that holds files; nothing is written then."""
     func = "convert"
     src, dst = Path(src), Path(dst)
     _config(src, func, "src")
@@ -90,6 +91,9 @@ def convert(src, dst, *, skip_lm_head: bool = False, backend: str | None = None)
         return True
 
     count = quantize_linears(model, backend=backend, predicate=chosen)
+    if not count:
+        raise ValueError(f"{func}: 'src' must hold nn.Linear layers to quantize, got {str(src)!r} with none "
+                         "(a folder MLX has quantized already?)")
     config[CONFIG_KEY] = {**FORMAT, "layers": layers}
     utils.save(dst, src, model, tokenizer, config, donate_model=False)  # donating empties W8A8Linear's int8 weight
     return {"layers": count, "seconds": time.perf_counter() - start,
