@@ -52,18 +52,22 @@ def _config(folder: Path, func: str, name: str) -> dict:
         raise ValueError(f"{func}: '{name}': {path} is not JSON ({exc})") from None
 
 
-def w8a8_layers(folder) -> list[str] | None:
-    """The module paths a W8A8 folder records as W8A8Linear, or None for a folder that is not one
-    (an mlx-lm folder of another form, or no folder)."""
-    path = Path(folder) / "config.json"
-    try:
-        entry = json.loads(path.read_text()).get(CONFIG_KEY)
-    except (OSError, ValueError, AttributeError):
-        return None
+def _layers(config) -> list[str] | None:
+    """The W8A8 layers a parsed config.json records, or None where it marks no W8A8 folder."""
+    entry = config.get(CONFIG_KEY) if isinstance(config, dict) else None
     if not isinstance(entry, dict) or {k: entry.get(k) for k in FORMAT} != FORMAT:
         return None
     layers = entry.get("layers")
     return list(layers) if isinstance(layers, list) and all(isinstance(p, str) for p in layers) else None
+
+
+def w8a8_layers(folder) -> list[str] | None:
+    """The module paths a W8A8 folder records as W8A8Linear, or None for a folder that is not one
+    (an mlx-lm folder of another form, or no folder)."""
+    try:
+        return _layers(json.loads((Path(folder) / "config.json").read_text()))
+    except (OSError, ValueError):
+        return None
 
 
 def convert(src, dst, *, skip_lm_head: bool = False, backend: str | None = None) -> dict:
@@ -74,8 +78,7 @@ def convert(src, dst, *, skip_lm_head: bool = False, backend: str | None = None)
     that holds files; nothing is written then."""
     func = "convert"
     src, dst = Path(src), Path(dst)
-    _config(src, func, "src")
-    if w8a8_layers(src) is not None:
+    if _layers(_config(src, func, "src")) is not None:
         raise ValueError(f"{func}: 'src' must be a model folder not yet in W8A8 form, got {str(src)!r} (it is one)")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ValueError(f"{func}: 'dst' must be a new or empty folder, got {str(dst)!r}, which holds files")
@@ -112,8 +115,7 @@ def load(folder, *, lazy: bool = False, backend: str | None = None):
     or its weights do not fit its model (a parameter missing, extra or of another shape)."""
     func = "load"
     folder = Path(folder)
-    config = _config(folder, func, "folder")
-    layers = w8a8_layers(folder)
+    layers = _layers(_config(folder, func, "folder"))
     if layers is None:
         raise ValueError(f"{func}: 'folder' must be a W8A8 folder (int8nax convert's: config.json with "
                          f"{CONFIG_KEY!r} {FORMAT}), got {str(folder)!r}; mlx_lm.load reads other model folders")
