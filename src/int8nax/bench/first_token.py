@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..backends.cuda import binary_cache as cuda_binary_cache
-from . import generate, host, model_folder, models, saved
+from . import generate, model_folder, models, saved
 from .checks import MismatchError
 from .peers import Unavailable
 
@@ -356,8 +356,7 @@ def _saver(profile: str, config: str):
     write = saved.writer(f"first-token-{config}")
     if write is None:
         return None
-    meta = {**host.environment(), **generate.versions(), "profile": profile,
-            "command": "asv: benchmarks/bench_first_token.py (setup_cache)"}
+    meta = generate.suite_meta(profile, "benchmarks/bench_first_token.py")
     return lambda result: write({"meta": meta, "first_token": [to_dict(result)]})
 
 

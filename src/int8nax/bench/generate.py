@@ -434,9 +434,14 @@ def _saver(profile: str, config: str):
     write = saved.writer(f"generate-{config}")
     if write is None:
         return None
-    meta = {**host.environment(), **versions(), "profile": profile,
-            "command": "asv: benchmarks/bench_generate.py (setup_cache)"}
+    meta = suite_meta(profile, "benchmarks/bench_generate.py")
     return lambda rows: write({"meta": meta, "generate": [to_dict(r) for r in rows]})
+
+
+def suite_meta(profile: str, benchmark: str) -> dict:
+    """The "meta" of a result the asv suite's `benchmark` saves (bench.saved): what ran, where, which
+    profile; the same keys as compare's --json meta where they overlap."""
+    return {**host.environment(), **versions(), "profile": profile, "command": f"asv: {benchmark} (setup_cache)"}
 
 
 def failed(rows: list[Row]) -> bool:
