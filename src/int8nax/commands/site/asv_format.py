@@ -67,6 +67,16 @@ def result_files(folder: Path, commits: set[str] | None = None):
             yield raw
 
 
+def latest(found: list[tuple[int, str, object]]) -> tuple[int, str, list]:
+    """(date, commit, payloads) of the latest commit (by commit date) among a machine's result
+    files, given as (date, commit, payload) each: the payloads of all its files (environments),
+    in order; (0, "", []) where there are none."""
+    if not found:
+        return 0, "", []
+    date, commit = max((d, c) for d, c, _ in found)
+    return date, commit, [payload for _, c, payload in found if c == commit]
+
+
 def machine_folders(results_dir: Path) -> list[Path]:
     """The machine folders of a results dir, sorted by name ([] where it does not exist)."""
     return sorted(d for d in Path(results_dir).iterdir() if d.is_dir()) if Path(results_dir).is_dir() else []

@@ -80,13 +80,10 @@ def _first_token_values(raw: asv_format.ResultFile) -> dict:
 
 def _latest(found: list[tuple[int, str, dict]]) -> Figures:
     """The latest commit's figures, its result files (environments) merged."""
-    if not found:
-        return Figures()
-    date, commit = max((d, c) for d, c, _ in found)
+    date, commit, payloads = asv_format.latest(found)
     merged: dict = {}
-    for d, c, values in found:
-        if c == commit:
-            merged.update(values)
+    for values in payloads:
+        merged.update(values)
     return Figures(commit, date, merged)
 
 

@@ -80,15 +80,14 @@ def read_machine(folder: Path, commits: set[str] | None = None) -> MachineModels
                     for (config, tokens), v in _values(entry).items():
                         into[(config, mode, STEMS[m.group(1)], tokens)] = v
         if tps:
-            found.append((raw.date, raw.commit, tps, spl))
+            found.append((raw.date, raw.commit, (tps, spl)))
     if not found:
         return None
-    date, commit = max((d, c) for d, c, _, _ in found)
+    date, commit, payloads = asv_format.latest(found)
     block = MachineModels(folder.name, asv_format.machine_info(folder), commit, date)
-    for d, c, tps, spl in found:
-        if c == commit:
-            block.tokens_per_s.update(tps)
-            block.s_per_layer.update(spl)
+    for tps, spl in payloads:
+        block.tokens_per_s.update(tps)
+        block.s_per_layer.update(spl)
     return block
 
 
