@@ -168,9 +168,10 @@ return Array.from(rows).filter(r => r.offsetParent !== null).map(r => Array.from
 """
 
 OURS = re.compile(r"^bench_(gemm|linear)\.Int8nax\w+\.time_|^bench_model\.W8A8Model(Compiled)?\.time_"
-                  r"|^bench_ratio\.\w+\.track_\w+_ratio|^bench_kernel\.KernelTime\.track_int8nax_\w+_kernel_us")
+                  r"|^bench_ratio\.\w+\.track_\w+_ratio|^bench_kernel\.KernelTime\.track_int8nax_\w+_kernel_us"
+                  r"|^bench_host\.\w+\.track_w8a8_(layer_)?host_us")
 """The benchmarks the Regressions page may list: int8nax's own times (its GEMM, W8A8 layer and
-W8A8 model, and its kernel times) and ratios (asv.conf.json's regressions_first_commits leaves the peers, the other
+W8A8 model, its kernel times and W8A8's host work) and ratios (asv.conf.json's regressions_first_commits leaves the peers, the other
 model forms, the display figures and the throughputs out)."""
 
 
