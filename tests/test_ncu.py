@@ -59,7 +59,7 @@ def test_sets_are_subjects_at_shapes_shape_by_shape():
 
 
 @pytest.mark.parametrize("value,says", [("int8_matmul", "SUBJECT"), ("@16x16x16", "SUBJECT"),
-                                        ("cublaslt@16x16x16", "'cublaslt'"), ("bf16@16x16", "16x16")])
+                                        ("cublas@16x16x16", "'cublas'"), ("bf16@16x16", "16x16")])
 def test_a_bad_set_names_the_option_and_what_came(value, says):
     with pytest.raises(ValueError, match="--set") as err:
         ncu.parse_sets([value])
@@ -111,6 +111,27 @@ def test_the_summary_attributes_kernels_between_boundaries_and_compares_w8a8_wit
     assert "512x4096x4096 w8a8:bfloat16: 22.5 us, 1.41x int8_matmul's 16.0" in text
     assert "not profiled: bf16 512x4096x4096: not run: the time limit came first" in text
     assert "| custom_kernel_int8nax_quantize_rows | (132, 1, 1) | (384, 1, 1) | 2.5 | 62 | 0.00 | — |" in text
+
+
+def test_cublaslt_is_a_subject_and_the_summary_sets_the_raw_gemm_against_it():
+    assert ncu.parse_sets(["int8_matmul,cublaslt@128x18944x3584"]) == [
+        Item("int8_matmul", (128, 18944, 3584)), Item("cublaslt", (128, 18944, 3584))]
+    seq = [(MARK, 1000), (GEMM, 36700), (MARK, 1000), (GEMM, 29300), (MARK, 1000)]
+    m = manifest([entry("int8_matmul", (128, 18944, 3584)), entry("cublaslt", (128, 18944, 3584))])
+    text = ncu.summary(ncu.read_kernels(csv_text(seq)), m)
+    assert "128x18944x3584: int8_matmul 36.7 us, cuBLASLt 29.3: 0.80x" in text
+    assert "against the raw GEMM" not in text  # no W8A8 item
+
+
+def test_a_torch_output_is_not_evaluated_by_mlx():
+    class Out:  # stands for a torch tensor: a cublaslt call has waited for its stream
+        pass
+    Out.__module__ = "torch"
+    calls = []
+    ncu._wait(type("mx", (), {"eval": staticmethod(calls.append)}), Out())
+    assert calls == []
+    ncu._wait(type("mx", (), {"eval": staticmethod(calls.append)}), "an mlx array")
+    assert calls == ["an mlx array"]
 
 
 def test_a_profile_that_does_not_fit_the_manifest_is_refused(tmp_path, capsys):

@@ -79,8 +79,9 @@ class Prepared:
 
 
 def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
-    """The operands, call and check of an int8_matmul, w8a8:<dtype>[+bias] or bf16 item at its shape on
-    the device, for an L2 of `l2` bytes (cuBLASLt is measure's own); `backend`: the tests' CPU."""
+    """The operands, call and check of an int8_matmul, w8a8:<dtype>[+bias], bf16 or cublaslt item at its
+    shape on the device, for an L2 of `l2` bytes; `backend`: the tests' CPU. A cublaslt call returns
+    a torch tensor after synchronizing torch's stream (measure times it without that wait)."""
     import mlx.core as mx
     import numpy as np
 
@@ -91,6 +92,9 @@ def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
 
     m, k, n = item.shape
     rows = checked_rows(m)
+    if item.subject == "cublaslt":  # torch's CUDA stream: each call synchronizes it
+        lt = cublaslt_case(item.shape, l2)
+        return Prepared(lt.call, lt.sets, lt.copies, lambda out: lt.check(out, rows), lt.what, lt.describe)
     if item.subject == "int8_matmul":
         case = raw_case(item.shape, l2)
         return Prepared(lambda s: int8nax.int8_matmul(s[0], s[1], backend=backend), case.sets, case.copies,
@@ -115,7 +119,7 @@ def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
     if item.subject.startswith(SWIGLU_QUANTIZE):
         return _swiglu_quantize(item, l2)
     if not item.subject.startswith("w8a8:"):
-        raise ValueError(f"item: expected int8_matmul, bf16, w8a8:<dtype>[+bias] or "
+        raise ValueError(f"item: expected int8_matmul, bf16, cublaslt, w8a8:<dtype>[+bias] or "
                          f"{SWIGLU_QUANTIZE}<fused|staged>:<dtype> here, got {item.subject!r}")
     case = w8a8_case(item.subject.split(":", 1)[1], item.shape, l2)
     return Prepared(lambda st: int8nax.w8a8_linear(st[0], st[1], st[2], st[3], backend=backend), case.sets,
@@ -172,47 +176,31 @@ def measure(item: Item, ctx: dict) -> dict:
     """One item's record: us, tops, parts, describe, check, copies; a wrong output makes it a
     mismatch. An item that cannot run raises (the worker records the exception)."""
     import mlx.core as mx
-    import numpy as np
 
-    from ...reference import exact_int_product
-    from .. import problems
-
-    m, k, n = item.shape
-    rows = checked_rows(m)
+    rows = checked_rows(item.shape[0])
     rec = {"subject": item.subject, "shape": list(item.shape)}
     prof, launches, l2 = ctx["profiler"], ctx["launches"], ctx["l2_bytes"]
     if item.subject == "cublaslt":
-        from ..peers import cublaslt
-
-        a_np, b_np = problems.raw_problem(m, k, n)
-        run = cublaslt.prepare(a_np, b_np)
-        copies = copies_for(a_np.nbytes + b_np.nbytes, l2)
-        sets = [(run.a, run.b)] + [(run.a.clone(), run.b.clone()) for _ in range(copies - 1)]
-        torch = ctx["torch"]
-        stream = torch.cuda.current_stream().cuda_stream
-        rec["describe"] = run.describe()
+        lt = cublaslt_case(item.shape, l2)
+        rec["describe"] = lt.describe
 
         def launch(i):
-            x, y = sets[i % len(sets)]
-            run.lt.matmul(run.algo, x.data_ptr(), y.data_ptr(), run.out.data_ptr(), run.workspace.data_ptr(), stream)
-            torch.cuda.synchronize()
+            lt.launch(lt.sets[i % len(lt.sets)])
+            ctx["torch"].cuda.synchronize()
 
         rec["us"], rec["parts"] = _timed(launch, prof, launches)
 
         def queued(i):  # no synchronize: launches back to back, as cuBLASLt is usually timed
-            x, y = sets[i % len(sets)]
-            run.lt.matmul(run.algo, x.data_ptr(), y.data_ptr(), run.out.data_ptr(), run.workspace.data_ptr(), stream)
+            lt.launch(lt.sets[i % len(lt.sets)])
 
         try:
             rec["back_to_back_us"] = prof.time(queued, launches)[0]
         except ValueError as exc:  # reordered or overlapping records: the main figure stands
             rec["back_to_back_us"] = f"n/a: {exc}"
-        out = run.call()
-        run.sync()
-        got = out[torch.as_tensor(rows, device="cuda")].cpu().numpy().astype(np.int64)
-        bad = int((got != exact_int_product(a_np[rows], b_np)).sum())
-        rec["check"] = "bit-exact against the int64 product"
-        return _finish(rec, None if bad == 0 else f"{bad} of {got.size} checked outputs differ", copies, launches)
+        out = lt.run.call()
+        lt.run.sync()
+        rec["check"] = lt.what
+        return _finish(rec, lt.check(out, rows), lt.copies, launches)
 
     # tests run the checks on the CPU backend
     p = prepare(item, l2, ctx.get("backend", "cuda"))
@@ -249,6 +237,60 @@ class RawCase:
         got = np.array(out[mx.array(rows)]).astype(np.int64)
         bad = int((got != exact_int_product(self.a_np[rows], self.b_np)).sum())
         return None if bad == 0 else f"{bad} of {got.size} checked outputs differ from the int64 product"
+
+
+@dataclass
+class CublasLtCase:
+    """cuBLASLt's int8 GEMM (bench.peers.cublaslt, through torch) on problems.raw_problem's
+    operands: `sets` of (a, b) torch tensors covering ROTATE_L2 x the L2, `launch(set)` one call on
+    torch's current stream, no wait; `call(set)` the call and the wait, returning the output."""
+
+    run: object
+    a_np: object
+    b_np: object
+    sets: list
+    copies: int
+    stream: int
+    what: str = "bit-exact against the int64 product"
+
+    @property
+    def describe(self) -> str:
+        return self.run.describe()
+
+    def launch(self, ab) -> None:
+        run = self.run
+        run.lt.matmul(run.algo, ab[0].data_ptr(), ab[1].data_ptr(), run.out.data_ptr(), run.workspace.data_ptr(),
+                      self.stream)
+
+    def call(self, ab):
+        self.launch(ab)
+        self.run.sync()
+        return self.run.out
+
+    def check(self, out, rows: list[int]) -> str | None:
+        """None where the torch tensor `out`'s rows `rows` equal the int64 product."""
+        import numpy as np
+        import torch
+
+        from ...reference import exact_int_product
+
+        got = out[torch.as_tensor(rows, device="cuda")].cpu().numpy().astype(np.int64)
+        bad = int((got != exact_int_product(self.a_np[rows], self.b_np)).sum())
+        return None if bad == 0 else f"{bad} of {got.size} checked outputs differ"
+
+
+def cublaslt_case(shape: Shape, l2: int) -> CublasLtCase:
+    """cuBLASLt's operands and plan for (M, K, N), with copies for an L2 of `l2` bytes."""
+    import torch
+
+    from .. import problems
+    from ..peers import cublaslt
+
+    a_np, b_np = problems.raw_problem(*shape)
+    run = cublaslt.prepare(a_np, b_np)
+    copies = copies_for(a_np.nbytes + b_np.nbytes, l2)
+    sets = [(run.a, run.b)] + [(run.a.clone(), run.b.clone()) for _ in range(copies - 1)]
+    return CublasLtCase(run, a_np, b_np, sets, copies, torch.cuda.current_stream().cuda_stream)
 
 
 def raw_case(shape: Shape, l2: int) -> RawCase:

@@ -66,8 +66,8 @@ def parse_sets(values: list[str]) -> list[Item]:
         if not sep or not names:
             raise ValueError(f"--set: expected SUBJECT[,SUBJECT...]@MxKxN[,MxKxN...], got {value!r}")
         for name in names:
-            if name not in ("int8_matmul", "bf16") and not name.startswith(("w8a8:", SWIGLU_QUANTIZE)):
-                raise ValueError(f"--set: a subject is int8_matmul, bf16, w8a8:<dtype>[+bias] or "
+            if name not in ("int8_matmul", "bf16", "cublaslt") and not name.startswith(("w8a8:", SWIGLU_QUANTIZE)):
+                raise ValueError(f"--set: a subject is int8_matmul, bf16, cublaslt, w8a8:<dtype>[+bias] or "
                                  f"{SWIGLU_QUANTIZE}<fused|staged>:<dtype>, got {name!r}")
         for shape in parse_shapes(shapes, "--set"):
             items += [Item(name, shape) for name in names]
@@ -86,6 +86,12 @@ def ncu_command(report: str, run_args: list[str], python: str = "python3") -> li
 
 
 # ---- the run (on the GPU, under ncu) --------------------------------------------------------------
+
+def _wait(mx, out) -> None:
+    """Evaluate an item's MLX output; a cublaslt call has waited for torch's stream already."""
+    if not type(out).__module__.startswith("torch"):
+        mx.eval(out)
+
 
 def run(items: list[Item], launches: int, *, l2: int, backend: str, start, stop, mark, deadline: float,
         profile_deadline: float = float("inf"), clock=time.time, log=print) -> list[dict]:
@@ -106,9 +112,9 @@ def run(items: list[Item], launches: int, *, l2: int, backend: str, start, stop,
         try:
             p = prepare(item, l2, backend)
             for i in range(WARMUP):
-                mx.eval(p.call(p.sets[i % len(p.sets)]))
+                _wait(mx, p.call(p.sets[i % len(p.sets)]))
             out = p.call(p.sets[0])
-            mx.eval(out)
+            _wait(mx, out)
             entry.update(describe=p.describe, check=p.check(out), what=p.what)
         except Exception as exc:  # noqa: BLE001 - an item that cannot run is said, the rest go on
             entry["error"] = f"{type(exc).__name__}: {exc}"[:500]
@@ -124,7 +130,7 @@ def run(items: list[Item], launches: int, *, l2: int, backend: str, start, stop,
                 continue
             mark(done)
             for j in range(launches):
-                mx.eval(p.call(p.sets[j % len(p.sets)]))
+                _wait(mx, p.call(p.sets[j % len(p.sets)]))
             entry["profiled"] = True
             done += 1
         mark(done)
@@ -273,14 +279,19 @@ def summary(kernels: list[dict], manifest: dict) -> str:
             out.append(f"| {short_name(k['name'])} | {k['grid']} | {k['block']} | " + " | ".join(cells) + " |")
         out.append("")
         totals.setdefault(tuple(entry["shape"]), {})[entry["subject"]] = total
-    ratios = []
+    ratios, peers = [], []
     for shape, by_subject in totals.items():
         raw = by_subject.get("int8_matmul")
         for subject, us in by_subject.items():
             if subject.startswith("w8a8:") and raw:
                 ratios.append(f"- {shape_text(shape)} {subject}: {us:.1f} us, {us / raw:.2f}x int8_matmul's {raw:.1f}")
+        lt = by_subject.get("cublaslt")
+        if lt and raw:
+            peers.append(f"- {shape_text(shape)}: int8_matmul {raw:.1f} us, cuBLASLt {lt:.1f}: {lt / raw:.2f}x")
     if ratios:
         out += ["W8A8 against the raw GEMM (ncu durations, every kernel of a call):", *ratios, ""]
+    if peers:
+        out += ["The raw GEMM against cuBLASLt (ncu durations; above 1.00x int8_matmul is the faster):", *peers, ""]
     skipped = [e for e in manifest["entries"] if not e.get("profiled")]
     out += [f"not profiled: {e['key']}: {e.get('error', '?')}" for e in skipped]
     return "\n".join(out).rstrip() + "\n"
