@@ -7,6 +7,7 @@ import json
 import pytest
 
 from int8nax.bench.kernel import ncu
+from int8nax.bench.kernel.cases import Prepared
 from int8nax.bench.kernel.worker import Item
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
@@ -123,15 +124,19 @@ def test_cublaslt_is_a_subject_and_the_summary_sets_the_raw_gemm_against_it():
     assert "against the raw GEMM" not in text  # no W8A8 item
 
 
-def test_a_torch_output_is_not_evaluated_by_mlx():
-    class Out:  # stands for a torch tensor: a cublaslt call has waited for its stream
+def test_a_synced_items_output_is_not_evaluated_by_mlx(monkeypatch):
+    # cuBLASLt's call waits for torch's stream and returns a torch tensor, which mx.eval refuses
+    class Tensor:
         pass
-    Out.__module__ = "torch"
-    calls = []
-    ncu._wait(type("mx", (), {"eval": staticmethod(calls.append)}), Out())
-    assert calls == []
-    ncu._wait(type("mx", (), {"eval": staticmethod(calls.append)}), "an mlx array")
-    assert calls == ["an mlx array"]
+
+    out = Tensor()
+    checked = []
+    prepared = Prepared(lambda s: out, [("a", "b")], 1, checked.append, "exact", "cuBLASLt", synced=True)
+    monkeypatch.setattr(ncu, "prepare", lambda item, l2, backend: prepared)
+    entries = ncu.run([Item("cublaslt", (5, 64, 48))], 2, l2=1 << 16, backend="cpu", start=lambda: None,
+                      stop=lambda: None, mark=lambda i: None, deadline=float("inf"), log=lambda *a, **k: None)
+    assert "error" not in entries[0] and entries[0]["profiled"]
+    assert checked == [out]
 
 
 def test_a_profile_that_does_not_fit_the_manifest_is_refused(tmp_path, capsys):

@@ -68,7 +68,9 @@ def _bias(n: int):
 class Prepared:
     """One item's launches ready to run: call(set) is one lazy call on a set of operands (of
     `sets`, `copies` bit-identical ones covering ROTATE_L2 x the L2), check(out) None or what is
-    wrong with its output, `what` the check in words, `describe` what runs (the backend's words)."""
+    wrong with its output, `what` the check in words, `describe` what runs (the backend's words);
+    `synced`: the call waits for its output itself (cuBLASLt on torch's stream), where an MLX call's
+    lazy output is evaluated."""
 
     call: Callable
     sets: list
@@ -76,12 +78,13 @@ class Prepared:
     check: Callable
     what: str
     describe: str
+    synced: bool = False
 
 
 def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
     """The operands, call and check of an int8_matmul, w8a8:<dtype>[+bias], bf16 or cublaslt item at its
     shape on the device, for an L2 of `l2` bytes; `backend`: the tests' CPU. A cublaslt call returns
-    a torch tensor after synchronizing torch's stream (measure times it without that wait)."""
+    a torch tensor after synchronizing torch's stream (`synced`)."""
     import mlx.core as mx
     import numpy as np
 
@@ -92,9 +95,10 @@ def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
 
     m, k, n = item.shape
     rows = checked_rows(m)
-    if item.subject == "cublaslt":  # torch's CUDA stream: each call synchronizes it
+    if item.subject == "cublaslt":
         lt = cublaslt_case(item.shape, l2)
-        return Prepared(lt.call, lt.sets, lt.copies, lambda out: lt.check(out, rows), lt.what, lt.describe)
+        return Prepared(lt.call, lt.sets, lt.copies, lambda out: lt.check(out, rows), lt.what, lt.describe,
+                        synced=True)
     if item.subject == "int8_matmul":
         case = raw_case(item.shape, l2)
         return Prepared(lambda s: int8nax.int8_matmul(s[0], s[1], backend=backend), case.sets, case.copies,
@@ -185,8 +189,7 @@ def measure(item: Item, ctx: dict) -> dict:
         rec["describe"] = lt.describe
 
         def launch(i):
-            lt.launch(lt.sets[i % len(lt.sets)])
-            ctx["torch"].cuda.synchronize()
+            lt.call(lt.sets[i % len(lt.sets)])
 
         rec["us"], rec["parts"] = _timed(launch, prof, launches)
 
@@ -197,8 +200,7 @@ def measure(item: Item, ctx: dict) -> dict:
             rec["back_to_back_us"] = prof.time(queued, launches)[0]
         except ValueError as exc:  # reordered or overlapping records: the main figure stands
             rec["back_to_back_us"] = f"n/a: {exc}"
-        out = lt.run.call()
-        lt.run.sync()
+        out = lt.call(lt.sets[0])
         rec["check"] = lt.what
         return _finish(rec, lt.check(out, rows), lt.copies, launches)
 

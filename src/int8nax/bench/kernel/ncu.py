@@ -87,10 +87,12 @@ def ncu_command(report: str, run_args: list[str], python: str = "python3") -> li
 
 # ---- the run (on the GPU, under ncu) --------------------------------------------------------------
 
-def _wait(mx, out) -> None:
-    """Evaluate an item's MLX output; a cublaslt call has waited for torch's stream already."""
-    if not type(out).__module__.startswith("torch"):
+def _run(mx, p, operands):
+    """One call of a prepared item, its output ready (evaluated, unless the call waits itself)."""
+    out = p.call(operands)
+    if not p.synced:
         mx.eval(out)
+    return out
 
 
 def run(items: list[Item], launches: int, *, l2: int, backend: str, start, stop, mark, deadline: float,
@@ -112,9 +114,8 @@ def run(items: list[Item], launches: int, *, l2: int, backend: str, start, stop,
         try:
             p = prepare(item, l2, backend)
             for i in range(WARMUP):
-                _wait(mx, p.call(p.sets[i % len(p.sets)]))
-            out = p.call(p.sets[0])
-            _wait(mx, out)
+                _run(mx, p, p.sets[i % len(p.sets)])
+            out = _run(mx, p, p.sets[0])
             entry.update(describe=p.describe, check=p.check(out), what=p.what)
         except Exception as exc:  # noqa: BLE001 - an item that cannot run is said, the rest go on
             entry["error"] = f"{type(exc).__name__}: {exc}"[:500]
@@ -130,7 +131,7 @@ def run(items: list[Item], launches: int, *, l2: int, backend: str, start, stop,
                 continue
             mark(done)
             for j in range(launches):
-                _wait(mx, p.call(p.sets[j % len(p.sets)]))
+                _run(mx, p, p.sets[j % len(p.sets)])
             entry["profiled"] = True
             done += 1
         mark(done)
