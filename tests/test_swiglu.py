@@ -13,8 +13,10 @@ import pytest
 
 import int8nax
 from int8nax import backends
+from int8nax.backends.base import BodyRan
 from int8nax import nn as inn
 from int8nax.nn import swiglu_mlp
+from int8nax.per_thread import compile_per_thread
 
 mlx_lm_models = pytest.importorskip("mlx_lm.models", reason="mlx-lm (the test extra) gives the MLP classes")
 from mlx_lm.models import llama, qwen2, qwen3  # noqa: E402
@@ -564,3 +566,221 @@ def test_the_model_benchmark_says_which_swiglu_path_runs(monkeypatch, kernel):
     assert text.startswith("int8nax.nn.quantize_linears: 14 W8A8Linear on the ")
     assert text.endswith("SwiGLU MLPs: 2 of 2 quantize h in one step" if kernel
                          else "SwiGLU MLPs: swiglu, then the quantization (2)")
+
+
+# ---- the whole MLP in one step (Backend.w8a8_mlp_marked) ----
+
+class StepBackend(GraphBackend):
+    """GraphBackend without a one-step SwiGLU kernel, with the whole-MLP step the CUDA backend has:
+    one compiled function per x shape (compile_per_thread, BodyRan set by its body) computing the
+    MLP's three steps. Counts its calls and body runs; `refuse` makes it answer None, `fail` raise."""
+
+    name = "step"
+
+    def __init__(self):
+        super().__init__()
+        self.body = BodyRan()
+        self.entries = {}
+        self.step_calls = 0
+        self.body_runs = 0
+        self.refuse = self.fail = False
+        self.scale = 1  # other than 1: a step whose bits are wrong
+
+    def swiglu_one_step(self):
+        return False
+
+    def _entry(self, shape, h):
+        if shape not in self.entries:
+            def body(x, w1, s1, w2, s2, *biases):
+                self.body.ran = True
+                self.body_runs += 1
+                b1, b2 = biases if biases else (None, None)
+                g_u = self.w8a8_linear(x, w1, s1, b1)
+                return self.w8a8_linear(mlx_lm_swiglu(g_u[..., :h], g_u[..., h:]), w2, s2, b2)
+
+            self.entries[shape] = compile_per_thread(body)
+        return self.entries[shape]
+
+    def w8a8_mlp_marked(self, x, w1, s1, b1, w2, s2, b2):
+        self.step_calls += 1
+        if self.fail:
+            raise RuntimeError("the step broke")
+        if self.refuse:
+            return None
+        self.body.ran = False
+        biases = () if b1 is None else (b1, b2)
+        y = self._entry((x.shape, b1 is not None), w1.shape[0] // 2)(x, w1, s1, w2, s2, *biases)
+        return y * self.scale if self.scale != 1 else y, self.body.ran
+
+
+@pytest.fixture
+def step(monkeypatch):
+    impl = StepBackend()
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: impl)
+    return impl
+
+
+def with_biases(make):
+    """An mlx-lm MLP (its own class and call) whose three projections have biases."""
+    def made():
+        mlp = make()
+        dims, hidden = mlp.gate_proj.weight.shape[1], mlp.gate_proj.weight.shape[0]
+        mlp.gate_proj, mlp.up_proj = nn.Linear(dims, hidden), nn.Linear(dims, hidden)
+        mlp.down_proj = nn.Linear(hidden, dims)
+        return mlp
+    return made
+
+
+@pytest.mark.parametrize("make", [lambda: qwen2.MLP(64, 160), lambda: qwen3.MLP(64, 160),
+                                  with_biases(lambda: qwen2.MLP(64, 160))], ids=["qwen2", "qwen3", "biases"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_whole_step_gives_the_models_bits(step, make, dtype):
+    mlp, ref = pair(make)
+    x = mx.random.normal((2, 5, 64)).astype(dtype)
+    want = ref(x)
+    for i in range(4):
+        got = mlp(x)
+        assert got.dtype == dtype and got.shape == (2, 5, 64)
+        assert mx.array_equal(got, want).item() and mx.array_equal(got, mlp.own_call(x)).item()
+    assert step.step_calls == 4 and step.body_runs == 1  # traced once, replayed since
+    assert step.calls == []  # never the one-step SwiGLU kernel
+
+
+def test_whole_step_follows_replaced_weights(step):
+    mlp, _ = pair(lambda: qwen3.MLP(64, 160))
+    other, other_ref = pair(lambda: qwen3.MLP(64, 160), seed=7)
+    x = mx.random.normal((3, 64))
+    before = mlp(x)
+    mlp.update(other.parameters())
+    after = mlp(x)
+    assert not mx.array_equal(before, after).item() and mx.array_equal(after, other_ref(x)).item()
+    mlp.down_proj.update(pair(lambda: qwen3.MLP(64, 160), seed=8)[0].down_proj.parameters())
+    assert mx.array_equal(mlp(x), mlp.own_call(x)).item()
+
+
+def test_whole_step_leaves_traced_calls_to_the_models_call(step):
+    mlp, ref = pair(lambda: qwen2.MLP(64, 160))
+    x = mx.random.normal((2, 3, 64))
+    eager = mlp(x)
+    calls = step.step_calls
+    gx = mx.grad(lambda v: mlp(v).sum())(x)  # the step has no vjp: the own call's path serves it
+    assert mx.array_equal(gx, mx.grad(lambda v: mlp.own_call(v).sum())(x)).item()
+    assert mx.array_equal(mx.compile(mlp)(x), eager).item()
+    assert step.step_calls > calls
+    assert mx.array_equal(mlp(x), ref(x)).item()
+
+
+def test_whole_step_falls_back_where_it_cannot_serve(step):
+    mlp, ref = pair(lambda: qwen2.MLP(64, 160))
+    x = mx.random.normal((3, 64))
+    want = ref(x)
+    step.refuse = True  # the backend's answer None (the CUDA backend's with COMPILE off)
+    assert mx.array_equal(mlp(x), want).item() and step.step_calls == 1
+    step.refuse, step.fail = False, True  # an error in the step: the own call runs, and names any error
+    assert mx.array_equal(mlp(x), want).item() and step.step_calls == 2
+    step.fail = False
+    calls = step.step_calls
+    assert mx.array_equal(mlp(np.array(x)), want).item()  # not an mx.array: the layers convert it
+    assert mlp(mx.zeros((0, 64))).shape == (0, 64)
+    with pytest.raises(ValueError, match="input_dims = 64"):
+        mlp(mx.zeros((2, 63)))
+    with pytest.raises(TypeError, match="'x' must have dtype"):
+        mlp(mx.zeros((2, 64), dtype=mx.int32))
+    assert step.step_calls == calls
+    mlp.gate_proj._group.shared = False  # a split group
+    assert mx.array_equal(mlp(x), want).item() and step.step_calls == calls
+
+
+def test_whole_step_needs_equal_halves():
+    # a gate and an up of other widths (a model's own call may allow it: not mlx-lm's swiglu halves)
+    impl = StepBackend()
+    mlp, _ = pair(lambda: qwen2.MLP(64, 160))
+    group = mlp.gate_proj._group
+    down = mlp.down_proj
+    x = mx.random.normal((3, 64))
+    assert mlp.whole_step(impl, down, x) is not None
+    group.bounds = [150]
+    assert mlp.whole_step(impl, down, x) is None
+
+
+def test_the_model_check_compares_whole_steps_with_the_models_own(step):
+    from int8nax.bench.checks import MismatchError
+    from int8nax.bench.models import projections
+
+    args = qwen2.ModelArgs(model_type="qwen2", hidden_size=64, num_hidden_layers=2, intermediate_size=160,
+                           num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, vocab_size=97)
+    mx.random.seed(6)
+    model = qwen2.Model(args)
+    inn.quantize_linears(model)
+    with projections._recording(model) as recorders:
+        mx.eval(model(mx.array([[1, 2, 3, 4, 5]])))
+    assert step.step_calls == 0  # recorded: the model's own call, projection by projection
+    assert projections._check_swiglu_calls(model, recorders, "m") == " (2 SwiGLU MLP calls bit-identical)"
+    assert step.step_calls == 2
+    step.scale = 1.001
+    with pytest.raises(MismatchError, match=r"the MLP model\.layers\.[01]\.mlp's whole-MLP step differs"):
+        projections._check_swiglu_calls(model, recorders, "m")
+
+
+def test_cuda_whole_step_launches_the_mlps_two_graphs_with_swiglu_between(monkeypatch, rng):
+    # The CUDA entry point's own logic on the CPU box, its launches replaced: gate/up's rows and
+    # choice, then h's (the down projection's M, N, K), each as its own layer's entry point would
+    # hand w8a8_graph; its flag set at a signature's first call and for tracers only.
+    from int8nax.backends.cuda import settings as cuda_settings, graphs as cuda_graphs, backend as cuda
+
+    seen = []
+    graph = GraphBackend()
+
+    def w8a8_graph(rows, w, s, bias, variant, plan, has_bias, quant, narrow):
+        seen.append((rows.shape, variant, plan, has_bias, quant, narrow))
+        return graph.w8a8_linear(rows, w, s, bias if has_bias else None)
+
+    monkeypatch.setattr(cuda, "choice", lambda m, n, k, w8a8, bias: type("C", (), {"variant": f"v{m}", "plan": (n, k)}))
+    monkeypatch.setattr(cuda_graphs, "quant_launch", lambda m, k: ("quant", m, k))
+    monkeypatch.setattr(cuda_settings, "_narrow", lambda: False)
+    monkeypatch.setattr(cuda_graphs, "w8a8_graph", w8a8_graph)
+    cuda._w8a8_mlp_any_rows.cache_clear()
+    try:
+        w1, s1 = int8nax.quantize_weight_int8(mx.array(rng.standard_normal((2 * 24, 16)).astype(np.float32)))
+        w2, s2 = int8nax.quantize_weight_int8(mx.array(rng.standard_normal((10, 24)).astype(np.float32)))
+        x = mx.array(rng.standard_normal((2, 3, 16)).astype(np.float32))
+        y, ran = cuda.w8a8_mlp_marked(x, w1, s1, None, w2, s2, None)
+        assert ran and y.shape == (2, 3, 10)
+        assert seen == [((6, 16), "v6", (48, 16), False, ("quant", 6, 16), False),
+                        ((6, 24), "v6", (10, 24), False, ("quant", 6, 24), False)]
+        y2, ran2 = cuda.w8a8_mlp_marked(x, w1, s1, None, w2, s2, None)
+        assert not ran2 and len(seen) == 2
+        g_u = graph.w8a8_linear(x.reshape(6, 16), w1, s1, None)
+        want = graph.w8a8_linear(mlx_lm_swiglu(g_u[:, :24], g_u[:, 24:]), w2, s2, None).reshape(2, 3, 10)
+        assert mx.array_equal(y2, want).item()
+        flags = []
+        mx.grad(lambda v: flags.append(cuda.w8a8_mlp_marked(v, w1, s1, None, w2, s2, None)[1]) or v.sum())(x)
+        assert flags == [True]
+        monkeypatch.setattr(cuda, "COMPILE", False)
+        assert cuda.w8a8_mlp_marked(x, w1, s1, None, w2, s2, None) is None
+    finally:
+        cuda._w8a8_mlp_any_rows.cache_clear()
+
+
+@pytest.mark.skipif(not _on_cuda(), reason="needs MLX's CUDA backend and an NVIDIA GPU")
+@pytest.mark.parametrize("make", [lambda: qwen2.MLP(3584, 18944), with_biases(lambda: qwen3.MLP(512, 1536))],
+                         ids=["qwen2.5-7b", "biases"])
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=lambda d: str(d).split(".")[-1])
+def test_cuda_whole_step_gives_the_models_bits(monkeypatch, make, dtype):
+    """The CUDA backend's whole-MLP step (the default: INT8NAX_CUDA_SWIGLU=split) against the model's
+    own three calls, bit for bit, at decode (the GEMV) and prefill row counts, and taken: the step
+    replays once per shape after its first call."""
+    from int8nax.backends.cuda import backend as cuda
+
+    mlp, _ = pair(make)
+    mlp.set_dtype(dtype)
+    impl = backends.resolve(None)
+    if impl.swiglu_one_step():
+        pytest.skip("INT8NAX_CUDA_SWIGLU names a one-step kernel here: the MLP takes that instead")
+    seen = []
+    real = cuda.w8a8_mlp_marked
+    monkeypatch.setattr(cuda, "w8a8_mlp_marked", lambda *a: seen.append(a[0].shape) or real(*a))
+    for m in (1, 5, 16, 300, 512):
+        x = (mx.random.normal((1, m, mlp.gate_proj.input_dims)) * 2).astype(dtype)
+        assert mx.array_equal(mlp(x), mlp.own_call(x)).item(), m
+    assert seen == [(1, m, mlp.gate_proj.input_dims) for m in (1, 5, 16, 300, 512)]

@@ -86,6 +86,17 @@ class Backend:
         (int8nax.api.tracing._may_skip_custom, a compiled marker: ~1 µs more)."""
         return None
 
+    w8a8_mlp_marked = None
+    """For int8nax.nn's SwiGLU MLPs, None (the default: the MLP takes its own call), or a backend's
+    method taking a whole MLP in one step, (x, w_gate_up, scale_gate_up, bias_gate_up, w_down,
+    scale_down, bias_down) -> (y, maybe_traced), or None where it cannot (then the own call):
+    x [..., K], w_gate_up int8 [2H, K] (gate's rows, then up's), w_down int8 [N, H], their float32
+    scales and biases (None or float), y [..., N] with the bits of the MLP's own three steps:
+    g_u = w8a8_linear(x, w_gate_up, ...), h = swiglu(g_u[..., :H], g_u[..., H:]) in x's dtype,
+    y = w8a8_linear(h, w_down, ...); maybe_traced as in w8a8_linear_marked. One step instead of
+    three is host work saved at every decode step: one compiled replay for the MLP's launches and
+    the SwiGLU between them, where the own call builds two replays, a split and the SwiGLU."""
+
     def swiglu_one_step(self) -> bool:
         """Whether swiglu_w8a8_linear is one kernel for h and its quantization here; where it is
         not, int8nax.nn's SwiGLU MLPs keep the model's own call (no gain, more host work)."""

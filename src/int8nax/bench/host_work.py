@@ -71,15 +71,17 @@ def _graph(x, w):
 
 class GraphOnlyBackend(Backend):
     """A stand-in built as the CUDA backend is, whose graph is one lazy op of the output's shape
-    and dtype (never evaluated here): its w8a8_linear_marked is a compiled entry point per x
-    shape that marks its body's runs (backends.base.BodyRan), its w8a8_linear the op itself. What
-    is left of a W8A8Linear call is int8nax's own host work and one compiled replay."""
+    and dtype (never evaluated here): its w8a8_linear_marked and w8a8_mlp_marked are compiled
+    entry points per x shape that mark their bodies' runs (backends.base.BodyRan), its w8a8_linear
+    the op itself. What is left of a W8A8Linear call (or a SwiGLU MLP's) is int8nax's own host work
+    and one compiled replay."""
 
     name = "graph-only"
 
     def __init__(self, compiled: bool = True):
         self._body = BodyRan()
         self._entries = SlotTable(lambda key: self._entry(*key), 64)
+        self._mlp_entries = SlotTable(lambda key: self._mlp_entry(*key), 64)
         self.compiled = compiled  # False: no compiled entry points (w8a8_linear_marked gives None)
 
     def probe(self) -> Probe:
@@ -97,12 +99,32 @@ class GraphOnlyBackend(Backend):
 
         return compile_per_thread(body)
 
+    def _mlp_entry(self, shape, gate_up_bias: bool, down_bias: bool):
+        body_ran = self._body
+
+        def body(x, w1, s1, b1, w2, s2, b2):
+            body_ran.ran = True
+            return _graph(x, w2)
+
+        return compile_per_thread(body)
+
     def w8a8_linear_marked(self, x, w, scale_w, bias):
         if not self.compiled:
             return None
         body_ran = self._body
         body_ran.ran = False
         y = self._entries.get((x.shape, bias is not None))(x, w, scale_w, scale_w if bias is None else bias)
+        return y, body_ran.ran
+
+    def w8a8_mlp_marked(self, x, w1, s1, b1, w2, s2, b2):
+        # the same replay for a whole SwiGLU MLP (its graph: one lazy op of the output's shape),
+        # one entry per x shape as the CUDA backend keeps
+        if not self.compiled:
+            return None
+        body_ran = self._body
+        body_ran.ran = False
+        y = self._mlp_entries.get((x.shape, b1 is not None, b2 is not None))(
+            x, w1, s1, s1 if b1 is None else b1, w2, s2, s2 if b2 is None else b2)
         return y, body_ran.ran
 
 

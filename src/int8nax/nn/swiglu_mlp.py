@@ -22,6 +22,8 @@ import mlx.nn as nn
 from .. import backends
 from ..api import swiglu_w8a8_linear
 from ..backends import swiglu as _swiglu
+from ..api.arguments import _ARRAY, _FLOATS
+from ..api.tracing import _may_skip_custom
 from .linear import _DICT_GET, W8A8Linear
 
 
@@ -124,17 +126,70 @@ class SwiGLUMLPCall:
         down = self.get("down_proj")
         if type(down) is not W8A8Linear or not backends.resolve(down._backend).swiglu_one_step():
             return None
+        group = self._fitting_group(down)
+        return None if group is None else (group, down)
+
+    def fused_call(self) -> str | None:
+        """The call other than the model's own that a call takes here, where the children fit:
+        "one-step" (swiglu_w8a8_linear's one kernel for h: one_step()), "whole-step" (the backend's
+        step for the whole MLP: whole_step()), else None."""
+        if self.one_step() is not None:
+            return "one-step"
+        down = self.get("down_proj")
+        if type(down) is not W8A8Linear or getattr(backends.resolve(down._backend), "w8a8_mlp_marked", None) is None:
+            return None
+        return None if self._fitting_group(down) is None else "whole-step"
+
+    def _fitting_group(self, down):
+        """The gate/up group where it still fuses and shares down's backend, with down alone."""
         group = _gate_up_group(self)
         if group is None or not group.shared or down._group is not None or down._backend != group.backend:
             return None
-        return group, down
+        return group
+
+    def whole_step(self, impl, down, x):
+        """y for x through the backend's one step for the whole MLP (Backend.w8a8_mlp_marked, with
+        the gate/up group's and the down projection's bound arrays), or None where that cannot
+        serve this call: no such step, children that no longer fit, x not an mx.array of the
+        width and a float dtype, an empty x, a traced x, or an error (the model's own call then
+        runs and names it)."""
+        entry = getattr(impl, "w8a8_mlp_marked", None)
+        group = self._fitting_group(down) if entry is not None else None
+        if group is None:
+            return None
+        fused = group._current()
+        gate_up = fused.bound or group._bound_call(fused)
+        bound = down._bound
+        if (bound is None or _DICT_GET(down, "weight") is not bound.w or _DICT_GET(down, "scales") is not bound.scale_w
+                or _DICT_GET(down, "bias") is not bound.bias):
+            bound = down._bind()
+        if (gate_up is None or bound is None or not gate_up.marked or type(x) is not _ARRAY
+                or 2 * group.bounds[0] != gate_up.n or bound.width != group.bounds[0]):
+            return None
+        shape = x.shape
+        if not shape or shape[-1] != gate_up.width or x.dtype not in _FLOATS or 0 in shape:
+            return None
+        try:
+            marked = entry(x, gate_up.w, gate_up.scale_w, gate_up.bias, bound.w, bound.scale_w, bound.bias)
+        except (ValueError, RuntimeError):
+            return None
+        if marked is None:
+            return None
+        y, maybe_traced = marked
+        # the body ran: a signature's first call (y is right) or a tracer (the own call serves it)
+        return y if not maybe_traced or _may_skip_custom(x) else None
 
     def __call__(self, x):
-        # one_step()'s first test, inline: where the backend has no one-step kernel (the default
-        # everywhere) the model's own call follows at once
         down = _DICT_GET(self, "down_proj")
-        if type(down) is not W8A8Linear or not backends.resolve(down._backend).swiglu_one_step():
+        if type(down) is not W8A8Linear:
             return self._swiglu_base.__call__(self, x)
+        try:
+            impl = backends.resolve(down._backend)
+        except (RuntimeError, ValueError):  # the own call's layers name why
+            return self._swiglu_base.__call__(self, x)
+        if not impl.swiglu_one_step():
+            y = self.whole_step(impl, down, x)
+            return y if y is not None else self._swiglu_base.__call__(self, x)
         fits = self.one_step()
         if fits is None:
             return self._swiglu_base.__call__(self, x)

@@ -78,12 +78,17 @@ def _gemm_for_shape(m: int, n: int, k: int):
     return _maybe_compile(lambda a, b: graphs.gemm_graph(a, b, c.variant, c.plan))
 
 
+def _w8a8_launches(m: int, n: int, k: int, has_bias: bool):
+    """w8a8_graph's arguments after the arrays for x [M, K] and w [N, K]: the variant and plan
+    chosen, has_bias, the quantization launch and the epilogue (every W8A8 entry point's)."""
+    c = choice(m, n, k, w8a8=True, bias=has_bias)
+    return c.variant, c.plan, has_bias, graphs.quant_launch(m, k), settings._narrow()
+
+
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
 def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
-    c = choice(m, n, k, w8a8=True, bias=has_bias)
-    quant, narrow = graphs.quant_launch(m, k), settings._narrow()
-    return _maybe_compile(
-        lambda x, w, s, bias: graphs.w8a8_graph(x, w, s, bias, c.variant, c.plan, has_bias, quant, narrow))
+    launches = _w8a8_launches(m, n, k, has_bias)
+    return _maybe_compile(lambda x, w, s, bias: graphs.w8a8_graph(x, w, s, bias, *launches))
 
 
 # The layers' entry points (Backend.w8a8_linear_marked): x of any leading dims reshaped to rows and
@@ -98,30 +103,59 @@ def _w8a8_any_rows(shape: tuple[int, ...], n: int, has_bias: bool):
     """The compiled entry point of x `shape` [..., K]: _w8a8_for_shape's launches (the same choice,
     quantization launch and epilogue for its M = the product of the leading dims) between two
     reshapes, marking _BODY when its body runs."""
-    k = shape[-1]
-    m = 1
-    for d in shape[:-1]:
-        m *= d
-    c = choice(m, n, k, w8a8=True, bias=has_bias)
-    quant, narrow = graphs.quant_launch(m, k), settings._narrow()
+    m, k = _rows_of(shape)
+    launches = _w8a8_launches(m, n, k, has_bias)
     out_shape = shape[:-1] + (n,)
     flat = len(shape) == 2
 
     def body(x, w, s, bias):
         _BODY.ran = True
         rows = x if flat else x.reshape(m, k)
-        y = graphs.w8a8_graph(rows, w, s, bias, c.variant, c.plan, has_bias, quant, narrow)
+        y = graphs.w8a8_graph(rows, w, s, bias, *launches)
         return y if flat else y.reshape(out_shape)
 
     return compile_per_thread(body)
 
 
-def _entries() -> SlotTable:
-    return SlotTable(lambda key: _w8a8_any_rows(*key), SHAPE_CACHE_SIZE)
+def _rows_of(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(M, K) of x `shape` [..., K]: M the product of the leading dims."""
+    m = 1
+    for d in shape[:-1]:
+        m *= d
+    return m, shape[-1]
 
 
-_ENTRIES = _entries()
+@lru_cache(maxsize=SHAPE_CACHE_SIZE)
+def _w8a8_mlp_any_rows(shape: tuple[int, ...], n_gate_up: int, n: int, gate_up_bias: bool, down_bias: bool):
+    """The compiled entry point of a SwiGLU MLP for x `shape` [..., K] (Backend.w8a8_mlp_marked):
+    the gate/up projection's launches (_w8a8_any_rows' for N = n_gate_up), swiglu of its halves,
+    the down projection's launches for N = n, marking _BODY when its body runs. The same
+    launches, in the same order, as the MLP's own three calls: the same bits."""
+    m, k = _rows_of(shape)
+    h = n_gate_up // 2
+    gate_up = _w8a8_launches(m, n_gate_up, k, gate_up_bias)
+    down = _w8a8_launches(m, n, h, down_bias)
+    out_shape = shape[:-1] + (n,)
+    flat = len(shape) == 2
+
+    def body(x, w1, s1, b1, w2, s2, b2):
+        _BODY.ran = True
+        rows = x if flat else x.reshape(m, k)
+        y = graphs.w8a8_graph(swiglu_of(graphs.w8a8_graph(rows, w1, s1, b1, *gate_up)), w2, s2, b2, *down)
+        return y if flat else y.reshape(out_shape)
+
+    return compile_per_thread(body)
+
+
+def _entries(make) -> SlotTable:
+    return SlotTable(lambda key: make(*key), SHAPE_CACHE_SIZE)
+
+
+_ENTRIES = _entries(_w8a8_any_rows)
 """This thread's compiled entry points of the layers' calls by (x shape, N, bias or not)."""
+
+_MLP_ENTRIES = _entries(_w8a8_mlp_any_rows)
+"""This thread's compiled entry points of the SwiGLU MLPs' calls by (x shape, 2H, N, biases or not)."""
 
 
 def w8a8_marked(x, w, scale_w, bias):
@@ -133,6 +167,18 @@ def w8a8_marked(x, w, scale_w, bias):
     body = _BODY
     body.ran = False
     y = entry(x, w, scale_w, _bias_arg(bias))
+    return y, body.ran
+
+
+def w8a8_mlp_marked(x, w1, s1, b1, w2, s2, b2):
+    """(y [..., N], maybe_traced) of a SwiGLU MLP on x [..., K] through _w8a8_mlp_any_rows
+    (Backend.w8a8_mlp_marked); None with COMPILE off."""
+    if not COMPILE:
+        return None
+    entry = _MLP_ENTRIES.get((x.shape, w1.shape[0], w2.shape[0], b1 is not None, b2 is not None))
+    body = _BODY
+    body.ran = False
+    y = entry(x, w1, s1, _bias_arg(b1), w2, s2, _bias_arg(b2))
     return y, body.ran
 
 
@@ -158,14 +204,15 @@ def _quantize_for_shape(m: int, k: int):
 def clear_caches() -> None:
     """Forget every built kernel object, compiled entry point and first-use check (after changing
     COMPILE, INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE, INT8NAX_CUDA_SWIGLU or INT8NAX_CUDA_BIAS)."""
-    for fn in (_gemm_for_shape, _w8a8_for_shape, _w8a8_any_rows, _swiglu_w8a8_for_shape, _quantize_for_shape,
+    for fn in (_gemm_for_shape, _w8a8_for_shape, _w8a8_any_rows, _w8a8_mlp_any_rows, _swiglu_w8a8_for_shape,
+               _quantize_for_shape,
                settings.kernel_choice, settings.epilogue_choice, settings.swiglu_choice, settings.bias_choice,
                graphs.swiglu_kernel_ok, kernels._kernel, kernels.binary_cache):
         if hasattr(fn, "cache_clear"):  # tests put stand-ins in the place of some
             fn.cache_clear()
     kernels._built.clear()
-    global _ENTRIES
-    _ENTRIES = _entries()  # every thread's entries go with their table
+    global _ENTRIES, _MLP_ENTRIES
+    _ENTRIES, _MLP_ENTRIES = _entries(_w8a8_any_rows), _entries(_w8a8_mlp_any_rows)  # every thread's go too
     BACKEND._probe = None  # its reason names the choices (settings.w8a8_settings)
 
 
@@ -354,6 +401,9 @@ class CUDABackend(Backend):
 
     def w8a8_linear_marked(self, x: mx.array, w: mx.array, scale_w: mx.array, bias):
         return w8a8_marked(x, w, scale_w, bias)
+
+    def w8a8_mlp_marked(self, x, w_gate_up, scale_gate_up, bias_gate_up, w_down, scale_down, bias_down):
+        return w8a8_mlp_marked(x, w_gate_up, scale_gate_up, bias_gate_up, w_down, scale_down, bias_down)
 
     def swiglu_one_step(self) -> bool:
         return settings.swiglu_choice() != "split"

@@ -179,23 +179,30 @@ def check_projections(model: nn.Module, ids: mx.array, what: str, sources: dict 
     return _check_recorded(recorders, what, sources) + _check_swiglu_calls(model, recorders, what)
 
 
+FUSED_CALL_WORDS = {"one-step": "one-step SwiGLU call", "whole-step": "whole-MLP step"}
+"""SwiGLUMLPCall.fused_call's answers in a check's words."""
+
+
 def _check_swiglu_calls(model: nn.Module, recorders, what: str) -> str:
-    """The MLPs whose call quantize_linears replaced (int8nax.nn.SwiGLUMLPCall), where it takes one
-    step for the down projection's input and its quantization, ran their model's own call while recorded,
-    which the projections' check covers: each must give that call's bits on the recorded input
-    rows of its gate projection. Returns a note for the check's text ("" where there are none)."""
+    """The MLPs whose call quantize_linears replaced (int8nax.nn.SwiGLUMLPCall), where it takes
+    another call than the model's own (SwiGLUMLPCall.fused_call: one kernel for the down
+    projection's input and its quantization, or the backend's step for the whole MLP), ran their
+    model's own call while recorded, which the projections' check covers: each must give that
+    call's bits on the recorded input rows of its gate projection. Returns a note for the check's
+    text ("" where there are none)."""
     from ...nn import SwiGLUMLPCall
 
     inputs = {rec.path: rec.seen[0] for rec in recorders if rec.seen is not None}
     count = 0
     for path, module in model.named_modules():
-        if not isinstance(module, SwiGLUMLPCall) or module.one_step() is None:
+        kind = module.fused_call() if isinstance(module, SwiGLUMLPCall) else None
+        if kind is None:
             continue
         x = inputs.get(f"{path}.gate_proj")
         if x is None:
             raise MismatchError(f"{what}: the MLP {path} has no recorded input")
         if not mx.array_equal(module(x), module.own_call(x)).item():
-            raise MismatchError(f"{what}: the MLP {path}'s one-step SwiGLU call differs from the model's own call")
+            raise MismatchError(f"{what}: the MLP {path}'s {FUSED_CALL_WORDS[kind]} differs from the model's own call")
         count += 1
     return f" ({count} SwiGLU MLP call{'s' if count > 1 else ''} bit-identical)" if count else ""
 
