@@ -229,7 +229,7 @@ def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
             seen.append(w.shape[0])
         return got
 
-    marked_mlp = host_work.GraphOnlyBackend.w8a8_mlp_marked
+    marked_mlp = host_work.GraphOnlyBackend._mlp_marked
 
     def counted_mlp(self, x, w1, s1, b1, w2, s2, b2):
         got = marked_mlp(self, x, w1, s1, b1, w2, s2, b2)
@@ -238,15 +238,27 @@ def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
         return got
 
     monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked", counted)
-    monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_mlp_marked", counted_mlp)
+    monkeypatch.setattr(host_work.GraphOnlyBackend, "_mlp_marked", counted_mlp)
     for form in host_work.BLOCK_FORMS:
         assert host_work.block_host_us(form, 1, calls=2, repeats=1) > 0
     block = host_work.block("w8a8")
     assert isinstance(block.mlp, SwiGLUMLPCall) and isinstance(block.self_attn.q_proj._group, SiblingGroup)
     assert isinstance(host_work.block("q8").mlp.gate_proj, nn.QuantizedLinear)
-    # each W8A8 call of the layer on the stand-in: q|k|v, o, then the MLP's one step (gate|up and
-    # down: 896 wide, MLP 4864); the uncompiled form (measured last) reaches no compiled entry
-    assert seen[-3:] == [896 + 2 * 128, 896, (2 * 4864, 896)]
+    # each W8A8 call of the layer on the stand-in: q|k|v, o, gate|up, down (896 wide, MLP 4864);
+    # the uncompiled form (measured last) reaches no compiled entry
+    assert seen[-4:] == [896 + 2 * 128, 896, 2 * 4864, 896]
+    # with the CUDA backend's whole-MLP step on (INT8NAX_CUDA_MLP=step), so is the stand-in's
+    from int8nax.backends.cuda import settings as cuda_settings
+
+    monkeypatch.setenv(cuda_settings.MLP_ENV, "step")
+    cuda_settings.mlp_choice.cache_clear()
+    try:
+        seen.clear()
+        assert host_work.block_host_us("w8a8", 1, calls=2, repeats=1) > 0
+        assert seen[-3:] == [896 + 2 * 128, 896, (2 * 4864, 896)]
+    finally:
+        monkeypatch.delenv(cuda_settings.MLP_ENV)
+        cuda_settings.mlp_choice.cache_clear()
     seen.clear()
     assert host_work.block_host_us("w8a8-uncompiled", 1, calls=2, repeats=1) > 0 and seen == []
     with pytest.raises(ValueError, match="form"):

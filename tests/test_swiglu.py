@@ -762,25 +762,44 @@ def test_cuda_whole_step_launches_the_mlps_two_graphs_with_swiglu_between(monkey
         cuda._w8a8_mlp_any_rows.cache_clear()
 
 
+def test_cuda_whole_step_is_opt_in(monkeypatch):
+    # INT8NAX_CUDA_MLP=step offers the step (Backend.w8a8_mlp_marked), the default and "own" none
+    from int8nax.backends.cuda import backend as cuda, settings as cuda_settings
+
+    try:
+        for value, want in (("", None), ("own", None), (" STEP ", cuda.w8a8_mlp_marked)):
+            monkeypatch.setenv(cuda_settings.MLP_ENV, value)
+            cuda.clear_caches()
+            assert cuda.BACKEND.w8a8_mlp_marked is want
+    finally:
+        monkeypatch.delenv(cuda_settings.MLP_ENV)
+        cuda.clear_caches()
+
+
 @pytest.mark.skipif(not _on_cuda(), reason="needs MLX's CUDA backend and an NVIDIA GPU")
 @pytest.mark.parametrize("make", [lambda: qwen2.MLP(3584, 18944), with_biases(lambda: qwen3.MLP(512, 1536))],
                          ids=["qwen2.5-7b", "biases"])
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16], ids=lambda d: str(d).split(".")[-1])
 def test_cuda_whole_step_gives_the_models_bits(monkeypatch, make, dtype):
-    """The CUDA backend's whole-MLP step (the default: INT8NAX_CUDA_SWIGLU=split) against the model's
+    """The CUDA backend's whole-MLP step (INT8NAX_CUDA_MLP=step, INT8NAX_CUDA_SWIGLU=split) against the model's
     own three calls, bit for bit, at decode (the GEMV) and prefill row counts, and taken: the step
     replays once per shape after its first call."""
-    from int8nax.backends.cuda import backend as cuda
+    from int8nax.backends.cuda import backend as cuda, settings as cuda_settings
 
-    mlp, _ = pair(make)
-    mlp.set_dtype(dtype)
-    impl = backends.resolve(None)
-    if impl.swiglu_one_step():
-        pytest.skip("INT8NAX_CUDA_SWIGLU names a one-step kernel here: the MLP takes that instead")
-    seen = []
-    real = cuda.w8a8_mlp_marked
-    monkeypatch.setattr(cuda, "w8a8_mlp_marked", lambda *a: seen.append(a[0].shape) or real(*a))
-    for m in (1, 5, 16, 300, 512):
-        x = (mx.random.normal((1, m, mlp.gate_proj.input_dims)) * 2).astype(dtype)
-        assert mx.array_equal(mlp(x), mlp.own_call(x)).item(), m
-    assert seen == [(1, m, mlp.gate_proj.input_dims) for m in (1, 5, 16, 300, 512)]
+    monkeypatch.setenv(cuda_settings.MLP_ENV, "step")
+    monkeypatch.delenv(cuda_settings.SWIGLU_ENV, raising=False)
+    cuda.clear_caches()
+    try:
+        mlp, _ = pair(make)
+        mlp.set_dtype(dtype)
+        seen = []
+        real = cuda.w8a8_mlp_marked
+        monkeypatch.setattr(cuda, "w8a8_mlp_marked", lambda *a: seen.append(a[0].shape) or real(*a))
+        assert mlp.fused_call() == "whole-step"
+        for m in (1, 5, 16, 300, 512):
+            x = (mx.random.normal((1, m, mlp.gate_proj.input_dims)) * 2).astype(dtype)
+            assert mx.array_equal(mlp(x), mlp.own_call(x)).item(), m
+        assert seen == [(1, m, mlp.gate_proj.input_dims) for m in (1, 5, 16, 300, 512)]
+    finally:
+        monkeypatch.delenv(cuda_settings.MLP_ENV)
+        cuda.clear_caches()

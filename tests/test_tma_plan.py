@@ -517,14 +517,22 @@ def test_info_names_the_w8a8_choices(recorded, monkeypatch):
     # int8nax.info()'s CUDA reason ends with w8a8_settings(): what each INT8NAX_CUDA_* choice is now
     cuda, _ = recorded
     monkeypatch.delenv(cuda_settings.SWIGLU_ENV, raising=False)
+    monkeypatch.delenv(cuda_settings.MLP_ENV, raising=False)
     assert cuda_settings.w8a8_settings() == (
         f"W8A8: {cuda_settings.EPILOGUE_DEFAULT} epilogue (INT8NAX_CUDA_EPILOGUE), SwiGLU swiglu, then the quantization "
-        f"(INT8NAX_CUDA_SWIGLU), a 16-bit bias cast to float32 first (INT8NAX_CUDA_BIAS)")
-    for env, value in ((cuda_settings.EPILOGUE_ENV, "eft"), (cuda_settings.SWIGLU_ENV, "fused"), (cuda_settings.BIAS_ENV, "own")):
+        f"(INT8NAX_CUDA_SWIGLU), a 16-bit bias cast to float32 first (INT8NAX_CUDA_BIAS), SwiGLU MLPs by their own "
+        f"call (INT8NAX_CUDA_MLP)")
+    for env, value in ((cuda_settings.EPILOGUE_ENV, "eft"), (cuda_settings.SWIGLU_ENV, "fused"), (cuda_settings.BIAS_ENV, "own"),
+                       (cuda_settings.MLP_ENV, " Step")):
         monkeypatch.setenv(env, value)
     cuda.clear_caches()
     assert cuda_settings.w8a8_settings() == ("W8A8: eft epilogue (INT8NAX_CUDA_EPILOGUE), SwiGLU quantized in one step "
-                                    "(INT8NAX_CUDA_SWIGLU), a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS)")
+                                    "(INT8NAX_CUDA_SWIGLU), a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS), "
+                                    "SwiGLU MLPs in one compiled step (INT8NAX_CUDA_MLP)")
+    monkeypatch.setenv(cuda_settings.MLP_ENV, "fast")
+    cuda.clear_caches()
+    with pytest.raises(ValueError, match=r"INT8NAX_CUDA_MLP: expected one of \['step', 'own'\], got 'fast'"):
+        cuda_settings.w8a8_settings()
 
 
 def test_a_bad_epilogue_or_bias_choice_is_refused(recorded, monkeypatch):

@@ -71,9 +71,9 @@ def _graph(x, w):
 
 class GraphOnlyBackend(Backend):
     """A stand-in built as the CUDA backend is, whose graph is one lazy op of the output's shape
-    and dtype (never evaluated here): its w8a8_linear_marked and w8a8_mlp_marked are compiled
-    entry points per x shape that mark their bodies' runs (backends.base.BodyRan), its w8a8_linear
-    the op itself. What is left of a W8A8Linear call (or a SwiGLU MLP's) is int8nax's own host work
+    and dtype (never evaluated here): its w8a8_linear_marked and w8a8_mlp_marked (offered where
+    the CUDA backend offers its own: INT8NAX_CUDA_MLP=step) are compiled entry points per x shape
+    that mark their bodies' runs (backends.base.BodyRan), its w8a8_linear the op itself. What is left of a W8A8Linear call (or a SwiGLU MLP's) is int8nax's own host work
     and one compiled replay."""
 
     name = "graph-only"
@@ -116,7 +116,14 @@ class GraphOnlyBackend(Backend):
         y = self._entries.get((x.shape, bias is not None))(x, w, scale_w, scale_w if bias is None else bias)
         return y, body_ran.ran
 
-    def w8a8_mlp_marked(self, x, w1, s1, b1, w2, s2, b2):
+    @property
+    def w8a8_mlp_marked(self):
+        # offered as the CUDA backend offers its own: where INT8NAX_CUDA_MLP=step
+        from ..backends.cuda import settings as cuda_settings
+
+        return self._mlp_marked if cuda_settings.mlp_choice() == "step" else None
+
+    def _mlp_marked(self, x, w1, s1, b1, w2, s2, b2):
         # the same replay for a whole SwiGLU MLP (its graph: one lazy op of the output's shape),
         # one entry per x shape as the CUDA backend keeps
         if not self.compiled:

@@ -203,10 +203,12 @@ def _quantize_for_shape(m: int, k: int):
 
 def clear_caches() -> None:
     """Forget every built kernel object, compiled entry point and first-use check (after changing
-    COMPILE, INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE, INT8NAX_CUDA_SWIGLU or INT8NAX_CUDA_BIAS)."""
+    COMPILE, INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE, INT8NAX_CUDA_SWIGLU, INT8NAX_CUDA_BIAS or
+    INT8NAX_CUDA_MLP)."""
     for fn in (_gemm_for_shape, _w8a8_for_shape, _w8a8_any_rows, _w8a8_mlp_any_rows, _swiglu_w8a8_for_shape,
                _quantize_for_shape,
                settings.kernel_choice, settings.epilogue_choice, settings.swiglu_choice, settings.bias_choice,
+               settings.mlp_choice,
                graphs.swiglu_kernel_ok, kernels._kernel, kernels.binary_cache):
         if hasattr(fn, "cache_clear"):  # tests put stand-ins in the place of some
             fn.cache_clear()
@@ -402,8 +404,10 @@ class CUDABackend(Backend):
     def w8a8_linear_marked(self, x: mx.array, w: mx.array, scale_w: mx.array, bias):
         return w8a8_marked(x, w, scale_w, bias)
 
-    def w8a8_mlp_marked(self, x, w_gate_up, scale_gate_up, bias_gate_up, w_down, scale_down, bias_down):
-        return w8a8_mlp_marked(x, w_gate_up, scale_gate_up, bias_gate_up, w_down, scale_down, bias_down)
+    @property
+    def w8a8_mlp_marked(self):
+        # Backend.w8a8_mlp_marked: the whole-MLP step where INT8NAX_CUDA_MLP=step, else None
+        return w8a8_mlp_marked if settings.mlp_choice() == "step" else None
 
     def swiglu_one_step(self) -> bool:
         return settings.swiglu_choice() != "split"

@@ -1,5 +1,6 @@
 """The CUDA backend's environment choices, each read once per process (backend.clear_caches()
-forgets them): INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE, INT8NAX_CUDA_SWIGLU, INT8NAX_CUDA_BIAS."""
+forgets them): INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE, INT8NAX_CUDA_SWIGLU, INT8NAX_CUDA_BIAS,
+INT8NAX_CUDA_MLP."""
 
 from __future__ import annotations
 
@@ -113,10 +114,34 @@ def bias_choice() -> str:
     return _env_choice(BIAS_ENV, BIAS_CHOICES, BIAS_DEFAULT)
 
 
+# ---- a SwiGLU MLP's call: one compiled step, or the model's own three calls ----
+#
+#   step  backend.w8a8_mlp_marked: one mx.compile entry per x shape holds the gate/up launches,
+#         swiglu and the down launches (the same launches, in the same order, as the own call:
+#         the same bits); a decode step's MLP builds one replay instead of two, a split, the
+#         swiglu and the sibling group's bookkeeping (host work: docs/results);
+#   own   the model's own call: gate/up through their sibling group, mlx-lm's swiglu, down.
+# Where INT8NAX_CUDA_SWIGLU is fused or staged, that one-step kernel serves the MLP instead.
+# Read once per process (clear_caches()).
+
+MLP_ENV = "INT8NAX_CUDA_MLP"
+MLP_CHOICES = ("step", "own")
+MLP_DEFAULT = "own"
+"""own. step is opt-in because its bit-for-bit test against the own call
+(tests/test_swiglu.py, test_cuda_whole_step_gives_the_models_bits) has not run on a GPU."""
+
+
+@lru_cache(maxsize=1)
+def mlp_choice() -> str:
+    """"step" or "own", from INT8NAX_CUDA_MLP (MLP_DEFAULT where unset)."""
+    return _env_choice(MLP_ENV, MLP_CHOICES, MLP_DEFAULT)
+
+
 def w8a8_settings() -> str:
     """W8A8's environment choices as int8nax.info() reports them (read once per process)."""
     swiglu = {"fused": "quantized in one step", "staged": "quantized in one step, rows staged in shared memory",
               "split": "swiglu, then the quantization"}[swiglu_choice()]
     bias = {"own": "read in its own type", "cast": "cast to float32 first"}[bias_choice()]
+    mlp = {"step": "in one compiled step", "own": "by their own call"}[mlp_choice()]
     return (f"W8A8: {epilogue_choice()} epilogue ({EPILOGUE_ENV}), SwiGLU {swiglu} ({SWIGLU_ENV}), "
-            f"a 16-bit bias {bias} ({BIAS_ENV})")
+            f"a 16-bit bias {bias} ({BIAS_ENV}), SwiGLU MLPs {mlp} ({MLP_ENV})")
