@@ -49,6 +49,9 @@
 #   bash tools/hopper_verify.sh swiglu   # ~300 s (estimated: ~20 NVRTC builds): the SwiGLU quantization kernel
 #                                      #   against swiglu + the quantization kernel, bit for bit (test_cuda_swiglu),
 #                                      #   and test_swiglu with INT8NAX_CUDA_SWIGLU=fused (Qwen-sized MLPs)
+#   bash tools/hopper_verify.sh mlp-step # ~450 s (estimated): INT8NAX_CUDA_MLP=step's bit test, host work with the
+#                                      #   whole-MLP step and without, mlx-lm's loop (Qwen3-8B, 512 tokens, batch 1,
+#                                      #   MLX 8-bit and W8A8) with each: what the step's default waits for
 #   bash tools/hopper_verify.sh swiglu-model  # ~250 s: compare --model --breakdown at 16, 512 and 4096 tokens,
 #                                      #   SwiGLU split, fused and staged (what cuda.SWIGLU_DEFAULT waits for);
 #                                      #   SWIGLU_TOKENS=512,4096 / SWIGLU_MODES="fused staged": fewer
@@ -80,7 +83,7 @@
 # instances) and name it KERNELS_TARBALL: it is unpacked once into KERNELS_DIR (/tmp/kcache) and
 # MLX_PTX_CACHE_DIR set to that, so no part compiles anything.
 set -u
-part=${1:?usage: hopper_verify.sh record|binaries|generate|first-token|kernel|plans|models|decode|swiglu|swiglu-model|bias|profile|prebuild|kernels|tma|suite}
+part=${1:?usage: hopper_verify.sh record|binaries|generate|first-token|kernel|plans|models|decode|swiglu|mlp-step|swiglu-model|bias|profile|prebuild|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=${T0:-$(date +%s)}   # export T0=$(date +%s) first where the call spent time before this script (the wheel install)
@@ -218,6 +221,26 @@ case "$part" in
     INT8NAX_CUDA_SWIGLU=fused timeout -s INT -k 30 $(left $END) $PYTEST tests/test_cuda_swiglu.py tests/test_swiglu.py \
       > "$OUT/tests_swiglu.txt" 2>&1
     echo "test_cuda_swiglu + test_swiglu (fused) rc=$? $(el) s" >> "$S"
+    ;;
+  mlp-step)
+    # INT8NAX_CUDA_MLP=step, the SwiGLU MLP in one compiled step (what its default waits for): its
+    # bit-for-bit test against the own call, the host work of a layer and a decoder layer with the step
+    # and without, then mlx-lm's loop (MLP_STEP_MODEL, batch 1) with each, MLX 8-bit beside W8A8
+    timeout -s INT -k 30 $(left $(( END - 450 ))) $PYTEST tests/test_swiglu.py -k "whole or model_check" \
+      > "$OUT/tests_mlp_step.txt" 2>&1
+    echo "test_swiglu -k whole rc=$? $(el) s" >> "$S"
+    for mode in own step; do
+      INT8NAX_CUDA_MLP=$mode timeout 60 python3 -m int8nax.bench.host_work > "$OUT/host_work_$mode.txt" 2>&1
+      echo "host work, MLP $mode rc=$? $(el) s" >> "$S"
+    done
+    for mode in step own; do
+      [ "$mode" = step ] && share=2 || share=1
+      INT8NAX_CUDA_MLP=$mode timeout $(( ($(left $END) - 10) / share )) python3 -m int8nax compare --generate \
+        --model ${MLP_STEP_MODEL:-qwen3-8b} --forms mlx-q8,w8a8 --prompt-tokens 512 --batch 1 \
+        --json "$OUT/generate_mlp_$mode.json" > "$OUT/generate_mlp_$mode.txt" 2>> "$OUT/generate.log"
+      echo "compare --generate, MLP $mode rc=$? $(el) s" >> "$S"
+    done
+    tail -n 3 "$OUT/tests_mlp_step.txt"; cat "$OUT"/host_work_*.txt; tail -n 8 "$OUT"/generate_mlp_*.txt
     ;;
   swiglu-model)
     for mode in ${SWIGLU_MODES:-split fused staged}; do

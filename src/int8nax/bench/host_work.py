@@ -271,3 +271,24 @@ def block_host_us(form: str, m: int, calls: int = BLOCK_CALLS, repeats: int = RE
                 f(x, mask)
             best = min(best, time.perf_counter() - start)
     return best / calls * 1e6
+
+
+def report() -> str:
+    """Every figure of this module as text: each layer kind (LAYERS) at each shape and M, then the
+    decoder layer's forms (BLOCK_FORMS), µs of host work per call, on host_backend()."""
+    lines = [f"host work per call, µs (graph built, not evaluated), W8A8 on {host_backend()}"]
+    for k, n, bias in SHAPES:
+        for m in TOKENS:
+            cells = ", ".join(f"{kind} {host_us_per_call(kind, k, n, bias, m):.2f}" for kind in LAYERS)
+            lines.append(f"{k} -> {n}{' + bias' if bias else ''}, M = {m}: {cells}")
+    for m in TOKENS:
+        try:
+            cells = ", ".join(f"{form} {block_host_us(form, m):.1f}" for form in BLOCK_FORMS)
+        except ImportError as exc:  # mlx-lm gives the decoder layer
+            cells = f"not measured ({exc})"
+        lines.append(f"decoder layer ({BLOCK_CONFIG}), M = {m}: {cells}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report())
