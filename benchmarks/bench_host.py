@@ -5,7 +5,8 @@ included): the Python time a call costs before the device can run it. Measured b
 int8nax.bench.host_work, which says what runs where (on a CPU box W8A8's figures are int8nax's
 own layer and API work over a graph-only stand-in, because the CPU backend computes during the
 call). The w8a8_uncompiled figures take the backend's compiled entry points away (each call builds its
-launches): beside w8a8 they say what the replay of a compiled entry costs. Lower is better; the
+launches): beside w8a8 they say what the replay of a compiled entry costs; w8a8_mlp_step is the decoder
+layer with INT8NAX_CUDA_MLP=step (the SwiGLU MLP in one compiled step). Lower is better; the
 regression gate (benchmarks/gate.json) does not read these."""
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ class DecoderLayerHostWork:
     @_us
     def track_w8a8_layer_host_us(self, m):
         return host_work.block_host_us("w8a8", m)
+
+    @_us
+    def track_w8a8_mlp_step_layer_host_us(self, m):
+        return host_work.block_host_us("w8a8-mlp-step", m)
 
     @_us
     def track_w8a8_uncompiled_layer_host_us(self, m):

@@ -244,21 +244,20 @@ def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
     block = host_work.block("w8a8")
     assert isinstance(block.mlp, SwiGLUMLPCall) and isinstance(block.self_attn.q_proj._group, SiblingGroup)
     assert isinstance(host_work.block("q8").mlp.gate_proj, nn.QuantizedLinear)
-    # each W8A8 call of the layer on the stand-in: q|k|v, o, gate|up, down (896 wide, MLP 4864);
-    # the uncompiled form (measured last) reaches no compiled entry
-    assert seen[-4:] == [896 + 2 * 128, 896, 2 * 4864, 896]
-    # with the CUDA backend's whole-MLP step on (INT8NAX_CUDA_MLP=step), so is the stand-in's
+    # each W8A8 call of the layer on the stand-in: q|k|v, o, gate|up, down (896 wide, MLP 4864); with
+    # INT8NAX_CUDA_MLP=step (as the CUDA backend, the stand-in offers the whole-MLP step only then)
+    # q|k|v, o and the MLP's one step, and the setting as it was afterwards
     from int8nax.backends.cuda import settings as cuda_settings
 
-    monkeypatch.setenv(cuda_settings.MLP_ENV, "step")
+    monkeypatch.delenv(cuda_settings.MLP_ENV, raising=False)
     cuda_settings.mlp_choice.cache_clear()
-    try:
+    for form, calls in (("w8a8", [896 + 2 * 128, 896, 2 * 4864, 896]),
+                        ("w8a8-mlp-step", [896 + 2 * 128, 896, (2 * 4864, 896)])):
         seen.clear()
-        assert host_work.block_host_us("w8a8", 1, calls=2, repeats=1) > 0
-        assert seen[-3:] == [896 + 2 * 128, 896, (2 * 4864, 896)]
-    finally:
-        monkeypatch.delenv(cuda_settings.MLP_ENV)
-        cuda_settings.mlp_choice.cache_clear()
+        assert host_work.block_host_us(form, 1, calls=2, repeats=1) > 0
+        assert seen[-len(calls):] == calls, form
+        assert cuda_settings.mlp_choice() == "own" and cuda_settings.MLP_ENV not in os.environ
+    # the uncompiled form reaches no compiled entry
     seen.clear()
     assert host_work.block_host_us("w8a8-uncompiled", 1, calls=2, repeats=1) > 0 and seen == []
     with pytest.raises(ValueError, match="form"):

@@ -224,9 +224,38 @@ def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int =
     return best / calls * 1e6
 
 
-BLOCK_FORMS = ("bf16", "q8", "w8a8", "w8a8-uncompiled")
+BLOCK_FORMS = ("bf16", "q8", "w8a8", "w8a8-mlp-step", "w8a8-uncompiled")
 """A decoder layer's forms: bf16, nn.quantize(bits=8, group_size=64), int8nax.nn.quantize_linears
-(with compiled entry points, and without: UNCOMPILED_FORMS)."""
+(with compiled entry points; with the SwiGLU MLP's whole step as well: MLP_STEP_FORMS; without
+compiled entry points: UNCOMPILED_FORMS)."""
+
+MLP_STEP_FORMS = frozenset({"w8a8-mlp-step"})
+"""W8A8 measured with INT8NAX_CUDA_MLP=step (the CUDA backend's whole-MLP step, and the stand-in's):
+beside "w8a8" it tells what building the MLP in one replay saves a layer."""
+
+
+@contextlib.contextmanager
+def _mlp_step(on: bool):
+    """INT8NAX_CUDA_MLP=step while measured where `on` (its setting read anew before and after:
+    for the benchmark's own process, never while other threads call int8nax); as it is otherwise."""
+    if not on:
+        yield
+        return
+    import os
+
+    from ..backends.cuda import settings as cuda_settings
+
+    was = os.environ.get(cuda_settings.MLP_ENV)
+    os.environ[cuda_settings.MLP_ENV] = "step"
+    cuda_settings.mlp_choice.cache_clear()
+    try:
+        yield
+    finally:
+        if was is None:
+            del os.environ[cuda_settings.MLP_ENV]
+        else:
+            os.environ[cuda_settings.MLP_ENV] = was
+        cuda_settings.mlp_choice.cache_clear()
 
 BLOCK_CONFIG = "qwen2.5-0.5b"
 """The decoder layer's sizes (bench.models.CONFIGS)."""
@@ -261,7 +290,8 @@ def block_host_us(form: str, m: int, calls: int = BLOCK_CALLS, repeats: int = RE
     x = mx.zeros((1, m, f.hidden_size), dtype=mx.bfloat16)
     mask = None if m == 1 else "causal"
     mx.eval(x)
-    with _w8a8_backend(form not in UNCOMPILED_FORMS) if form.startswith("w8a8") else contextlib.nullcontext():
+    w8a8 = _w8a8_backend(form not in UNCOMPILED_FORMS) if form.startswith("w8a8") else contextlib.nullcontext()
+    with w8a8, _mlp_step(form in MLP_STEP_FORMS):
         for _ in range(WARM_UP):
             f(x, mask)
         best = float("inf")
