@@ -226,7 +226,7 @@ case "$part" in
     # INT8NAX_CUDA_MLP=step, the SwiGLU MLP in one compiled step (what its default waits for): its
     # bit-for-bit test against the own call, the host work of a layer and a decoder layer with the step
     # and without, then mlx-lm's loop (MLP_STEP_MODEL, batch 1) with each, MLX 8-bit beside W8A8
-    timeout -s INT -k 30 $(left $(( END - 450 ))) $PYTEST tests/test_swiglu.py -k "whole or model_check" \
+    timeout -s INT -k 30 $(left $(( END - 300 ))) $PYTEST tests/test_swiglu.py -k "whole or model_check" \
       > "$OUT/tests_mlp_step.txt" 2>&1
     echo "test_swiglu -k whole rc=$? $(el) s" >> "$S"
     timeout 90 python3 -m int8nax.bench.host_work > "$OUT/host_work.txt" 2>&1  # the layer with the step and without
