@@ -3,9 +3,12 @@ Qwen2, Qwen3, Mistral and most of mlx-lm's dense models), with gate and up in on
 is given a call that hands the group's joint output to int8nax.swiglu_w8a8_linear where the
 backend does that in one step (Backend.swiglu_one_step: CUDA with INT8NAX_CUDA_SWIGLU=fused): one
 kernel computes h = silu(gate) * up and quantizes it for the down projection (h never written
-out), with the bits of the model's own call, which every other backend keeps. The module's class
-is swapped for a subclass of its own (same name, isinstance and tree); a module whose children
-no longer fit takes its own call.
+out), with the bits of the model's own call, which every other backend keeps. Where the backend
+instead takes the whole MLP in one step (Backend.w8a8_mlp_marked: CUDA with INT8NAX_CUDA_MLP=step,
+one compiled replay of the same launches as the own call's), a call hands it the group's and the
+down projection's arrays, which saves the host work of two replays, a split and the swiglu at every
+decode step. The module's class is swapped for a subclass of its own (same name, isinstance and
+tree); a module whose children no longer fit takes its own call.
 """
 
 from __future__ import annotations
