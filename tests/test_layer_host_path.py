@@ -264,23 +264,34 @@ def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
         host_work.block("w4a4")
 
 
-def test_the_cuda_marked_entry_builds_w8a8_graph_of_the_rows_and_marks_traced_calls(monkeypatch, rng):
-    # The CUDA entry point's own logic on the CPU box, its launches replaced: the rows and the
-    # choice, quantization launch and epilogue it hands w8a8_graph are those of the 2-D entry
-    # (_w8a8_for_shape) for M = the product of x's leading dims; its flag is set at a signature's
-    # first call and for tracers only. The kernels themselves run only on a GPU.
+def cuda_graphs_recorded(monkeypatch, forward, narrow: bool) -> list:
+    """The CUDA backend's launches replaced for its entry points' logic on the CPU box: the choice
+    names variant "v<M>" with plan (N, K), the quantization launch ("quant", M, K), the epilogue
+    `narrow`; graphs.w8a8_graph records (rows shape, variant, plan, has_bias, quant, narrow) in the
+    list returned and computes forward(rows, w, s, bias)."""
     from int8nax.backends.cuda import settings as cuda_settings, graphs as cuda_graphs, backend as cuda
 
     seen = []
 
     def graph(rows, w, s, bias, variant, plan, has_bias, quant, narrow):
         seen.append((rows.shape, variant, plan, has_bias, quant, narrow))
-        return KernelLikeBackend().w8a8_linear(rows, w, s, bias)
+        return forward(rows, w, s, bias if has_bias else None)
 
     monkeypatch.setattr(cuda, "choice", lambda m, n, k, w8a8, bias: type("C", (), {"variant": f"v{m}", "plan": (n, k)}))
     monkeypatch.setattr(cuda_graphs, "quant_launch", lambda m, k: ("quant", m, k))
-    monkeypatch.setattr(cuda_settings, "_narrow", lambda: True)
+    monkeypatch.setattr(cuda_settings, "_narrow", lambda: narrow)
     monkeypatch.setattr(cuda_graphs, "w8a8_graph", graph)
+    return seen
+
+
+def test_the_cuda_marked_entry_builds_w8a8_graph_of_the_rows_and_marks_traced_calls(monkeypatch, rng):
+    # The CUDA entry point's own logic on the CPU box, its launches replaced: the rows and the
+    # choice, quantization launch and epilogue it hands w8a8_graph are those of the 2-D entry
+    # (_w8a8_for_shape) for M = the product of x's leading dims; its flag is set at a signature's
+    # first call and for tracers only. The kernels themselves run only on a GPU.
+    from int8nax.backends.cuda import backend as cuda
+
+    seen = cuda_graphs_recorded(monkeypatch, KernelLikeBackend().w8a8_linear, narrow=True)
     cuda._w8a8_any_rows.cache_clear()
     try:
         layer, w_deq = _layer(rng)

@@ -726,19 +726,11 @@ def test_cuda_whole_step_launches_the_mlps_two_graphs_with_swiglu_between(monkey
     # The CUDA entry point's own logic on the CPU box, its launches replaced: gate/up's rows and
     # choice, then h's (the down projection's M, N, K), each as its own layer's entry point would
     # hand w8a8_graph; its flag set at a signature's first call and for tracers only.
-    from int8nax.backends.cuda import settings as cuda_settings, graphs as cuda_graphs, backend as cuda
+    from int8nax.backends.cuda import backend as cuda
+    from test_layer_host_path import cuda_graphs_recorded
 
-    seen = []
     graph = GraphBackend()
-
-    def w8a8_graph(rows, w, s, bias, variant, plan, has_bias, quant, narrow):
-        seen.append((rows.shape, variant, plan, has_bias, quant, narrow))
-        return graph.w8a8_linear(rows, w, s, bias if has_bias else None)
-
-    monkeypatch.setattr(cuda, "choice", lambda m, n, k, w8a8, bias: type("C", (), {"variant": f"v{m}", "plan": (n, k)}))
-    monkeypatch.setattr(cuda_graphs, "quant_launch", lambda m, k: ("quant", m, k))
-    monkeypatch.setattr(cuda_settings, "_narrow", lambda: False)
-    monkeypatch.setattr(cuda_graphs, "w8a8_graph", w8a8_graph)
+    seen = cuda_graphs_recorded(monkeypatch, graph.w8a8_linear, narrow=False)
     cuda._w8a8_mlp_any_rows.cache_clear()
     try:
         w1, s1 = int8nax.quantize_weight_int8(mx.array(rng.standard_normal((2 * 24, 16)).astype(np.float32)))
