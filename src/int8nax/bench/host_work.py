@@ -29,6 +29,7 @@ work with the groups' split outputs and the MLP's own call included.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from functools import lru_cache
 
@@ -73,15 +74,15 @@ class GraphOnlyBackend(Backend):
     """A stand-in built as the CUDA backend is, whose graph is one lazy op of the output's shape
     and dtype (never evaluated here): its w8a8_linear_marked and w8a8_mlp_marked (offered where
     the CUDA backend offers its own: INT8NAX_CUDA_MLP=step) are compiled entry points per x shape
-    that mark their bodies' runs (backends.base.BodyRan), its w8a8_linear the op itself. What is left of a W8A8Linear call (or a SwiGLU MLP's) is int8nax's own host work
-    and one compiled replay."""
+    that mark their bodies' runs (backends.base.BodyRan), its w8a8_linear the op itself. What is
+    left of a W8A8Linear call (or a SwiGLU MLP's) is int8nax's own host work and one compiled
+    replay."""
 
     name = "graph-only"
 
     def __init__(self, compiled: bool = True):
         self._body = BodyRan()
-        self._entries = SlotTable(lambda key: self._entry(*key), 64)
-        self._mlp_entries = SlotTable(lambda key: self._mlp_entry(*key), 64)
+        self._entries = SlotTable(self._entry, 64)  # keys: (call, x shape, bias or not...)
         self.compiled = compiled  # False: no compiled entry points (w8a8_linear_marked gives None)
 
     def probe(self) -> Probe:
@@ -90,21 +91,14 @@ class GraphOnlyBackend(Backend):
     def w8a8_linear(self, x, w, scale_w, bias):
         return _graph(x, w)
 
-    def _entry(self, shape, has_bias: bool):
+    def _entry(self, key):
+        """One key's compiled entry: its body takes x, then one (a layer) or two (an MLP) triples
+        of weight, scales and bias, and builds one lazy op as wide as the last triple's weight."""
         body_ran = self._body
 
-        def body(x, w, s, bias):
+        def body(*args):
             body_ran.ran = True
-            return _graph(x, w)
-
-        return compile_per_thread(body)
-
-    def _mlp_entry(self, shape, gate_up_bias: bool, down_bias: bool):
-        body_ran = self._body
-
-        def body(x, w1, s1, b1, w2, s2, b2):
-            body_ran.ran = True
-            return _graph(x, w2)
+            return _graph(args[0], args[-3])
 
         return compile_per_thread(body)
 
@@ -113,7 +107,7 @@ class GraphOnlyBackend(Backend):
             return None
         body_ran = self._body
         body_ran.ran = False
-        y = self._entries.get((x.shape, bias is not None))(x, w, scale_w, scale_w if bias is None else bias)
+        y = self._entries.get(("linear", x.shape, bias is not None))(x, w, scale_w, scale_w if bias is None else bias)
         return y, body_ran.ran
 
     @property
@@ -130,7 +124,7 @@ class GraphOnlyBackend(Backend):
             return None
         body_ran = self._body
         body_ran.ran = False
-        y = self._mlp_entries.get((x.shape, b1 is not None, b2 is not None))(
+        y = self._entries.get(("mlp", x.shape, b1 is not None, b2 is not None))(
             x, w1, s1, s1 if b1 is None else b1, w2, s2, s2 if b2 is None else b2)
         return y, body_ran.ran
 
@@ -241,8 +235,6 @@ def _mlp_step(on: bool):
     if not on:
         yield
         return
-    import os
-
     from ..backends.cuda import settings as cuda_settings
 
     was = os.environ.get(cuda_settings.MLP_ENV)

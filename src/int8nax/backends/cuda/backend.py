@@ -98,6 +98,14 @@ def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
 _BODY = BodyRan()
 
 
+def _rows_of(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(M, K) of x `shape` [..., K]: M the product of the leading dims."""
+    m = 1
+    for d in shape[:-1]:
+        m *= d
+    return m, shape[-1]
+
+
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
 def _w8a8_any_rows(shape: tuple[int, ...], n: int, has_bias: bool):
     """The compiled entry point of x `shape` [..., K]: _w8a8_for_shape's launches (the same choice,
@@ -115,14 +123,6 @@ def _w8a8_any_rows(shape: tuple[int, ...], n: int, has_bias: bool):
         return y if flat else y.reshape(out_shape)
 
     return compile_per_thread(body)
-
-
-def _rows_of(shape: tuple[int, ...]) -> tuple[int, int]:
-    """(M, K) of x `shape` [..., K]: M the product of the leading dims."""
-    m = 1
-    for d in shape[:-1]:
-        m *= d
-    return m, shape[-1]
 
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)

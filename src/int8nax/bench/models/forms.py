@@ -43,9 +43,12 @@ def convert(model: nn.Module, form: str) -> str:
         mlps = [m for _, m in model.named_modules() if isinstance(m, SwiGLUMLPCall)]
         paths = [m.fused_call() for m in mlps]
         one_step, whole = paths.count("one-step"), paths.count("whole-step")
-        swiglu = (f"; SwiGLU MLPs: {one_step} of {len(mlps)} quantize h in one step" if one_step
-                  else f"; SwiGLU MLPs: swiglu, then the quantization, {whole} of {len(mlps)} in one compiled step"
-                  if whole else f"; SwiGLU MLPs: swiglu, then the quantization ({len(mlps)})" if mlps else "")
+        if one_step:
+            swiglu = f"; SwiGLU MLPs: {one_step} of {len(mlps)} quantize h in one step"
+        elif whole:
+            swiglu = f"; SwiGLU MLPs: swiglu, then the quantization, {whole} of {len(mlps)} in one compiled step"
+        else:
+            swiglu = f"; SwiGLU MLPs: swiglu, then the quantization ({len(mlps)})" if mlps else ""
         return f"int8nax.nn.quantize_linears: {count} W8A8Linear on the {backend} backend ({reason}){swiglu}"
     if form == "cider":
         from ..peers import cider
