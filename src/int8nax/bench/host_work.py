@@ -38,9 +38,9 @@ import mlx.nn as nn
 from mlx.utils import tree_map
 
 from .. import backends
-from ..backends.base import Backend, BodyRan, Probe
+from ..backends import entries
+from ..backends.base import Backend, Probe
 from ..nn import W8A8Linear
-from ..per_thread import SlotTable, compile_per_thread
 
 LAYERS = ("linear", "q8", "w8a8", "w8a8-uncompiled")
 """mlx.nn.Linear (bfloat16), mlx.nn.QuantizedLinear(bits=8, group_size=64), int8nax.nn.W8A8Linear,
@@ -48,7 +48,7 @@ and W8A8Linear with its backend's compiled entry points off (UNCOMPILED_FORMS)."
 
 UNCOMPILED_FORMS = frozenset({"w8a8-uncompiled"})
 """W8A8 measured with the backend's compiled entry points off: each call builds its launches in
-Python (the CUDA backend's COMPILE = False; the stand-in's w8a8_linear). Beside "w8a8" it tells
+Python (the GPU backend's COMPILE = False; the stand-in's w8a8_linear). Beside "w8a8" it tells
 what the replay of a compiled entry costs against building the graph directly."""
 
 SHAPES = ((3584, 3584, True), (3584, 18944, False), (18944, 3584, False))
@@ -73,16 +73,16 @@ def _graph(x, w):
 class GraphOnlyBackend(Backend):
     """A stand-in built as the CUDA backend is, whose graph is one lazy op of the output's shape
     and dtype (never evaluated here): its w8a8_linear_marked and w8a8_mlp_marked (offered where
-    the CUDA backend offers its own: INT8NAX_CUDA_MLP=step) are compiled entry points per x shape
-    that mark their bodies' runs (backends.base.BodyRan), its w8a8_linear the op itself. What is
+    the CUDA backend offers its own: INT8NAX_CUDA_MLP=step) are the GPU backends' compiled entry
+    points (backends.entries: reshapes and marked bodies) over that op, its w8a8_linear the op. What is
     left of a W8A8Linear call (or a SwiGLU MLP's) is int8nax's own host work and one compiled
     replay."""
 
     name = "graph-only"
 
     def __init__(self, compiled: bool = True):
-        self._body = BodyRan()
-        self._entries = SlotTable(self._entry, 64)  # keys: (call, x shape, bias or not...)
+        self._entries = entries.table(self._linear_entry, 64)
+        self._mlp_entries = entries.table(self._mlp_entry, 64)
         self.compiled = compiled  # False: no compiled entry points (w8a8_linear_marked gives None)
 
     def probe(self) -> Probe:
@@ -91,24 +91,19 @@ class GraphOnlyBackend(Backend):
     def w8a8_linear(self, x, w, scale_w, bias):
         return _graph(x, w)
 
-    def _entry(self, key):
-        """One key's compiled entry: its body takes x, then one (a layer) or two (an MLP) triples
-        of weight, scales and bias, and builds one lazy op as wide as the last triple's weight."""
-        body_ran = self._body
+    @staticmethod
+    def _linear_entry(shape, n):
+        return entries.linear(shape, n, lambda rows, w, s, bias: _graph(rows, w))
 
-        def body(*args):
-            body_ran.ran = True
-            return _graph(args[0], args[-3])
-
-        return compile_per_thread(body)
+    @staticmethod
+    def _mlp_entry(shape, n):
+        return entries.mlp(shape, n, lambda rows, w, s, bias: _graph(rows, w), lambda h, w, s, bias: _graph(h, w))
 
     def w8a8_linear_marked(self, x, w, scale_w, bias):
         if not self.compiled:
             return None
-        body_ran = self._body
-        body_ran.ran = False
-        y = self._entries.get(("linear", x.shape, bias is not None))(x, w, scale_w, scale_w if bias is None else bias)
-        return y, body_ran.ran
+        return entries.marked(self._entries.get((x.shape, w.shape[0])), x, w, scale_w,
+                              scale_w if bias is None else bias)
 
     @property
     def w8a8_mlp_marked(self):
@@ -118,15 +113,11 @@ class GraphOnlyBackend(Backend):
         return self._mlp_marked if cuda_settings.mlp_choice() == "step" else None
 
     def _mlp_marked(self, x, w1, s1, b1, w2, s2, b2):
-        # the same replay for a whole SwiGLU MLP (its graph: one lazy op of the output's shape),
-        # one entry per x shape as the CUDA backend keeps
+        # the same replay for a whole SwiGLU MLP, one entry per x shape as the CUDA backend keeps
         if not self.compiled:
             return None
-        body_ran = self._body
-        body_ran.ran = False
-        y = self._entries.get(("mlp", x.shape, b1 is not None, b2 is not None))(
-            x, w1, s1, s1 if b1 is None else b1, w2, s2, s2 if b2 is None else b2)
-        return y, body_ran.ran
+        return entries.marked(self._mlp_entries.get((x.shape, w2.shape[0])), x, w1, s1, s1 if b1 is None else b1,
+                              w2, s2, s2 if b2 is None else b2)
 
 
 def host_backend() -> str:
@@ -137,34 +128,42 @@ def host_backend() -> str:
 
 
 @contextlib.contextmanager
-def _cuda_compiled(on: bool):
-    """The CUDA backend's compiled entry points on or off while measured (its caches cleared on
-    each change, so no entry of the other setting is reused)."""
-    from ..backends.cuda import backend as cuda
-
-    was = cuda.COMPILE
+def _gpu_compiled(name: str, on: bool):
+    """Backend `name`'s compiled entry points (its module's COMPILE) on or off while measured; the
+    CUDA backend's caches cleared on each change, so no entry of the other setting is reused (the
+    Metal backend's entries are asked for only while COMPILE is on)."""
+    if name == "cuda":
+        from ..backends.cuda import backend as module
+    elif name == "metal":
+        from ..backends.metal import backend as module
+    else:
+        yield
+        return
+    was = module.COMPILE
     if was == on:
         yield
         return
-    cuda.COMPILE = on
-    cuda.clear_caches()
+    module.COMPILE = on
+    if name == "cuda":
+        module.clear_caches()
     try:
         yield
     finally:
-        cuda.COMPILE = was
-        cuda.clear_caches()
+        module.COMPILE = was
+        if name == "cuda":
+            module.clear_caches()
 
 
 @contextlib.contextmanager
 def _w8a8_backend(compiled: bool = True):
     """The backend W8A8Linear calls resolve to while measured: auto's own (with `compiled` False,
-    the CUDA backend's compiled entry points off; Metal has none), or where that is eager
+    its compiled entry points off), or where that is eager
     GraphOnlyBackend(compiled), reached through int8nax's own resolution (backends.get hands it
     out under the eager backend's name, and resolve's kept answers are forgotten before and after;
     for the benchmark's own process, never while other threads call int8nax)."""
     name = backends.choose(None)[0]
     if name not in EAGER:
-        with _cuda_compiled(compiled) if name == "cuda" else contextlib.nullcontext():
+        with _gpu_compiled(name, compiled):
             yield
         return
     stand_in, real = GraphOnlyBackend(compiled), backends.get

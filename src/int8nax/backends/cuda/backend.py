@@ -34,8 +34,9 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from ...per_thread import SlotTable, compile_per_thread
-from ..base import Backend, BodyRan, Probe, swiglu_of
+from ...per_thread import compile_per_thread
+from .. import entries
+from ..base import Backend, Probe, swiglu_of
 from . import choice as cuda_choice
 from . import device, graphs, kernels, probe, settings
 from . import plans as cuda_plans
@@ -91,70 +92,35 @@ def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
     return _maybe_compile(lambda x, w, s, bias: graphs.w8a8_graph(x, w, s, bias, *launches))
 
 
-# The layers' entry points (Backend.w8a8_linear_marked): x of any leading dims reshaped to rows and
-# back inside the compiled function (replayed, no Python reshape a call), and a flag set by its
-# body, which MLX runs only at a signature's first call and for tracers: the flag is the tracer
-# test that int8nax.api otherwise makes with a compiled marker of its own.
-_BODY = BodyRan()
-
-
-def _rows_of(shape: tuple[int, ...]) -> tuple[int, int]:
-    """(M, K) of x `shape` [..., K]: M the product of the leading dims."""
-    m = 1
-    for d in shape[:-1]:
-        m *= d
-    return m, shape[-1]
+# The layers' entry points (Backend.w8a8_linear_marked, w8a8_mlp_marked): backends.entries' compiled
+# steps over the launches a 2-D call of the same rows would build (one source: _w8a8_launches).
 
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
 def _w8a8_any_rows(shape: tuple[int, ...], n: int, has_bias: bool):
     """The compiled entry point of x `shape` [..., K]: _w8a8_for_shape's launches (the same choice,
-    quantization launch and epilogue for its M = the product of the leading dims) between two
-    reshapes, marking _BODY when its body runs."""
-    m, k = _rows_of(shape)
+    quantization launch and epilogue for its M = the product of the leading dims)."""
+    m, k = entries.rows_of(shape)
     launches = _w8a8_launches(m, n, k, has_bias)
-    out_shape = shape[:-1] + (n,)
-    flat = len(shape) == 2
-
-    def body(x, w, s, bias):
-        _BODY.ran = True
-        rows = x if flat else x.reshape(m, k)
-        y = graphs.w8a8_graph(rows, w, s, bias, *launches)
-        return y if flat else y.reshape(out_shape)
-
-    return compile_per_thread(body)
+    return entries.linear(shape, n, lambda rows, w, s, bias: graphs.w8a8_graph(rows, w, s, bias, *launches))
 
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
 def _w8a8_mlp_any_rows(shape: tuple[int, ...], n_gate_up: int, n: int, gate_up_bias: bool, down_bias: bool):
     """The compiled entry point of a SwiGLU MLP for x `shape` [..., K] (Backend.w8a8_mlp_marked):
     the gate/up projection's launches (_w8a8_any_rows' for N = n_gate_up), swiglu of its halves,
-    the down projection's launches for N = n, marking _BODY when its body runs. The same
-    launches, in the same order, as the MLP's own three calls: the same bits."""
-    m, k = _rows_of(shape)
-    h = n_gate_up // 2
+    the down projection's launches for N = n."""
+    m, k = entries.rows_of(shape)
     gate_up = _w8a8_launches(m, n_gate_up, k, gate_up_bias)
-    down = _w8a8_launches(m, n, h, down_bias)
-    out_shape = shape[:-1] + (n,)
-    flat = len(shape) == 2
-
-    def body(x, w1, s1, b1, w2, s2, b2):
-        _BODY.ran = True
-        rows = x if flat else x.reshape(m, k)
-        y = graphs.w8a8_graph(swiglu_of(graphs.w8a8_graph(rows, w1, s1, b1, *gate_up)), w2, s2, b2, *down)
-        return y if flat else y.reshape(out_shape)
-
-    return compile_per_thread(body)
+    down = _w8a8_launches(m, n, n_gate_up // 2, down_bias)
+    return entries.mlp(shape, n, lambda rows, w, s, bias: graphs.w8a8_graph(rows, w, s, bias, *gate_up),
+                       lambda h, w, s, bias: graphs.w8a8_graph(h, w, s, bias, *down))
 
 
-def _entries(make) -> SlotTable:
-    return SlotTable(lambda key: make(*key), SHAPE_CACHE_SIZE)
-
-
-_ENTRIES = _entries(_w8a8_any_rows)
+_ENTRIES = entries.table(_w8a8_any_rows, SHAPE_CACHE_SIZE)
 """This thread's compiled entry points of the layers' calls by (x shape, N, bias or not)."""
 
-_MLP_ENTRIES = _entries(_w8a8_mlp_any_rows)
+_MLP_ENTRIES = entries.table(_w8a8_mlp_any_rows, SHAPE_CACHE_SIZE)
 """This thread's compiled entry points of the SwiGLU MLPs' calls by (x shape, 2H, N, biases or not)."""
 
 
@@ -163,11 +129,7 @@ def w8a8_marked(x, w, scale_w, bias):
     None with COMPILE off (every call would run the body)."""
     if not COMPILE:
         return None
-    entry = _ENTRIES.get((x.shape, w.shape[0], bias is not None))
-    body = _BODY
-    body.ran = False
-    y = entry(x, w, scale_w, _bias_arg(bias))
-    return y, body.ran
+    return entries.marked(_ENTRIES.get((x.shape, w.shape[0], bias is not None)), x, w, scale_w, _bias_arg(bias))
 
 
 def w8a8_mlp_marked(x, w1, s1, b1, w2, s2, b2):
@@ -176,10 +138,7 @@ def w8a8_mlp_marked(x, w1, s1, b1, w2, s2, b2):
     if not COMPILE:
         return None
     entry = _MLP_ENTRIES.get((x.shape, w1.shape[0], w2.shape[0], b1 is not None, b2 is not None))
-    body = _BODY
-    body.ran = False
-    y = entry(x, w1, s1, _bias_arg(b1), w2, s2, _bias_arg(b2))
-    return y, body.ran
+    return entries.marked(entry, x, w1, s1, _bias_arg(b1), w2, s2, _bias_arg(b2))
 
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
@@ -214,7 +173,8 @@ def clear_caches() -> None:
             fn.cache_clear()
     kernels._built.clear()
     global _ENTRIES, _MLP_ENTRIES
-    _ENTRIES, _MLP_ENTRIES = _entries(_w8a8_any_rows), _entries(_w8a8_mlp_any_rows)  # every thread's go too
+    _ENTRIES = entries.table(_w8a8_any_rows, SHAPE_CACHE_SIZE)
+    _MLP_ENTRIES = entries.table(_w8a8_mlp_any_rows, SHAPE_CACHE_SIZE)  # every thread's go too
     BACKEND._probe = None  # its reason names the choices (settings.w8a8_settings)
 
 
