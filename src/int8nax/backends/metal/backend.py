@@ -45,9 +45,18 @@ import mlx.core as mx
 
 from ... import tiling
 from . import source as metal_source, tiles as metal_tiles
+from .. import entries
 from ..base import Backend, Probe
 from .source import LOAD_MLX_LAYOUT, KernelVariant, variant_named
 from . import device, kernel_set, launch, selection, timing
+
+
+COMPILE = True
+"""The layers' calls through compiled entry points (w8a8_linear_marked); False: each call builds
+its launches in Python (a host-work measurement's baseline, or a fallback)."""
+
+ENTRY_CACHE_SIZE = 4096
+"""Compiled entry points kept per thread (x shape, N, bias or not); all dropped when full."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,6 +88,9 @@ class MetalBackend(Backend):
         self.architecture: str | None = None
         self.tiles: metal_tiles.TileChoice | None = None
         """The tile serving M > METAL_SMALL_MAX_M and how it was chosen (after first use)."""
+        self._entries = entries.table(self._linear_entry, ENTRY_CACHE_SIZE)
+        self._launched: set = set()
+        """(x shape, N, x dtype, bias dtype or None) whose launches an eager call has checked."""
 
     # --- the API for reports (int8nax selftest): see docs/metal.md -------------------------
     def hardware(self) -> Probe:
@@ -200,6 +212,37 @@ class MetalBackend(Backend):
 
     def w8a8_linear(self, x: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         return self._ready().w8a8_linear(x, w, scale_w, bias)
+
+    def w8a8_linear_marked(self, x: mx.array, w: mx.array, scale_w: mx.array, bias):
+        # Backend.w8a8_linear_marked: a compiled entry point per x shape (backends.entries), after one
+        # eager call of each shape and dtypes. A compiled step replays its launches without passing
+        # through KernelSet.launch again, so every build it holds must have had its first launch
+        # evaluated (the threadgroup check) before it is traced: the eager call does that, and
+        # KernelSet.deferred_checks tells whether a trace kept it from doing so (x a tracer).
+        ops = self._ops
+        if ops is None or not COMPILE:  # before first use the API's own path runs the selection
+            return None
+        key = (x.shape, w.shape[0], x.dtype, None if bias is None else bias.dtype)
+        if key not in self._launched:
+            return self._first_call(ops, key, x, w, scale_w, bias)
+        entry = self._entries.get((x.shape, w.shape[0], bias is not None))
+        # no bias: scale_w fills the argument, unread. Not launch._no_bias(), which the launches use
+        # inside the trace as a constant: MLX refuses a graph holding an input's array as a constant.
+        return entries.marked(entry, x, w, scale_w, scale_w if bias is None else bias)
+
+    def _first_call(self, ops, key, x, w, scale_w, bias):
+        """(y, True) of the eager launches on x's rows (True: the API then tells a traced call apart),
+        the key remembered where no check was deferred."""
+        m, k = entries.rows_of(x.shape)
+        deferred = self.kernels.deferred_checks
+        y = ops.w8a8_linear(x if x.ndim == 2 else x.reshape(m, k), w, scale_w, bias)
+        if self.kernels.deferred_checks == deferred:
+            self._launched.add(key)
+        return (y if x.ndim == 2 else y.reshape(x.shape[:-1] + (w.shape[0],))), True
+
+    def _linear_entry(self, shape, n, has_bias):
+        ops = self._ops  # the serving variant and tile, fixed at first use
+        return entries.linear(shape, n, lambda rows, w, s, bias: ops.w8a8_linear(rows, w, s, bias if has_bias else None))
 
     def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
         """e.g. "metal nax mlx_layout/relaxed_precision=true metal_128x128 (128x128x512, swizzle 2)",

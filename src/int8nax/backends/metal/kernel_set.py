@@ -60,6 +60,11 @@ class KernelSet:
         self._checked: set = set()
         self._limits: dict = {}
         self.time_builds = False
+        self.deferred_checks = 0
+        """Launches of an unchecked build made inside a trace (mx.compile, mx.vmap), where nothing can
+        be evaluated: their check waits for a later launch outside one. A caller that records
+        launches for replay (a compiled entry point) compares it before and after an eager call to
+        learn whether every build that call launched has been checked."""
 
     def __getitem__(self, name: str):
         if name not in self._built:
@@ -112,6 +117,7 @@ class KernelSet:
             limit = threadgroup_limit(exc)
             if limit is None:
                 if refused_by_trace(exc):  # inside mx.compile / mx.vmap: checked at a later launch
+                    self.deferred_checks += 1
                     return outs
                 raise
             self._limits[key] = limit
