@@ -190,3 +190,15 @@ def test_no_entry_before_first_use(rng):
     layer = _layer(rng)
     x = mx.array(rng.standard_normal((1, 64)).astype(np.float32))
     assert backend.w8a8_linear_marked(x, layer.weight, layer.scales, layer.bias) is None
+
+
+def test_the_uncompiled_host_work_turns_the_metal_entry_points_off_and_back_on(monkeypatch):
+    # on an M5 the host-work benchmark's "w8a8-uncompiled" measures with metal.COMPILE off
+    from int8nax.bench import host_work
+
+    monkeypatch.setattr(backends, "choose", lambda requested=None: ("metal", "stood in"))
+    with host_work._w8a8_backend(compiled=False):
+        assert metal.COMPILE is False
+    assert metal.COMPILE is True
+    with host_work._w8a8_backend(compiled=True):
+        assert metal.COMPILE is True
