@@ -202,3 +202,12 @@ def test_the_uncompiled_host_work_turns_the_metal_entry_points_off_and_back_on(m
     assert metal.COMPILE is True
     with host_work._w8a8_backend(compiled=True):
         assert metal.COMPILE is True
+
+
+def test_the_shapes_remembered_are_bounded(served, monkeypatch, rng):
+    backend, _ = served
+    monkeypatch.setattr(metal, "ENTRY_CACHE_SIZE", 2)
+    layer = _layer(rng)
+    for m in (1, 2, 3, 5, 7):
+        backend.w8a8_linear_marked(mx.zeros((m, 64)), layer.weight, layer.scales, layer.bias)
+        assert (m, 64) in {key[0] for key in backend._launched} and len(backend._launched) <= 2
