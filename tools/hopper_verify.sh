@@ -49,7 +49,7 @@
 #   bash tools/hopper_verify.sh swiglu   # ~300 s (estimated: ~20 NVRTC builds): the SwiGLU quantization kernel
 #                                      #   against swiglu + the quantization kernel, bit for bit (test_cuda_swiglu),
 #                                      #   and test_swiglu with INT8NAX_CUDA_SWIGLU=fused (Qwen-sized MLPs)
-#   bash tools/hopper_verify.sh mlp-step # ~450 s (estimated): INT8NAX_CUDA_MLP=step's bit test, host work with the
+#   bash tools/hopper_verify.sh mlp-step # ~450 s (test 66 s; each loop >150 s): INT8NAX_CUDA_MLP=step's bit test, host work with the
 #                                      #   whole-MLP step and without, mlx-lm's loop (Qwen3-8B, 512 tokens, batch 1,
 #                                      #   MLX 8-bit and W8A8) with each: what the step's default waits for
 #   bash tools/hopper_verify.sh swiglu-model  # ~250 s: compare --model --breakdown at 16, 512 and 4096 tokens,
@@ -223,7 +223,7 @@ case "$part" in
     echo "test_cuda_swiglu + test_swiglu (fused) rc=$? $(el) s" >> "$S"
     ;;
   mlp-step)
-    # INT8NAX_CUDA_MLP=step, the SwiGLU MLP in one compiled step (what its default waits for): its
+    # INT8NAX_CUDA_MLP=step, the SwiGLU MLP in one compiled step (its GPU record: docs/results/cuda-h100.md): its
     # bit-for-bit test against the own call, the host work of a layer and a decoder layer with the step
     # and without, then mlx-lm's loop (MLP_STEP_MODEL, batch 1) with each, MLX 8-bit beside W8A8
     timeout -s INT -k 30 $(left $(( END - 300 ))) $PYTEST tests/test_swiglu.py -k "whole or model_check" \
