@@ -177,12 +177,18 @@ class W8A8Linear(nn.Module):
             return y if y is not None else self._general_output(x)
         return self._own_output(x)
 
-    def _own_output(self, x) -> mx.array:
-        """This layer's y for x from its own arrays (alone, or in a group that stopped fusing)."""
+    def _current_bound(self):
+        """The BoundLinear of the present arrays: the one kept while they are the same objects, else
+        bound anew (_bind: None where one is a tracer)."""
         bound = self._bound
         if (bound is None or _DICT_GET(self, "weight") is not bound.w or _DICT_GET(self, "scales") is not bound.scale_w
                 or _DICT_GET(self, "bias") is not bound.bias):
             bound = self._bind()
+        return bound
+
+    def _own_output(self, x) -> mx.array:
+        """This layer's y for x from its own arrays (alone, or in a group that stopped fusing)."""
+        bound = self._current_bound()
         if bound is not None:
             y = bound.fast(x)
             if y is not None:

@@ -162,10 +162,7 @@ class SwiGLUMLPCall:
             return None
         fused = group._current()
         gate_up = fused.bound or group._bound_call(fused)
-        bound = down._bound
-        if (bound is None or _DICT_GET(down, "weight") is not bound.w or _DICT_GET(down, "scales") is not bound.scale_w
-                or _DICT_GET(down, "bias") is not bound.bias):
-            bound = down._bind()
+        bound = down._current_bound()
         if (gate_up is None or bound is None or not gate_up.marked or type(x) is not _ARRAY
                 or 2 * group.bounds[0] != gate_up.n or bound.width != group.bounds[0]):
             return None
