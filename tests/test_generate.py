@@ -354,6 +354,51 @@ def test_the_breakdown_times_every_rung_of_every_form_interleaved():
     assert result.forms["w8a8"]["check"].endswith("ulp") and "W8A8Linear" in result.forms["w8a8"]["detail"]
 
 
+def test_the_breakdown_times_the_generation_phase_of_every_form_interleaved(monkeypatch):
+    order = []
+    real = generate_breakdown.decode_call
+    monkeypatch.setattr(generate_breakdown, "decode_call",
+                        lambda model, tok, prompt, n: order.append((len(prompt), n)) or real(model, tok, prompt, n))
+    result = generate_breakdown.breakdown(TINY, ("bf16", "w8a8"), (12, 20), trials=2, generation_tokens=4)
+    # per prompt: a warm-up of each form, then 2 rounds of each form in turn
+    assert order == [(p, 4) for p in (12, 20) for _ in range(2 + 2 * 2)]
+    assert [(d.prompt_tokens, d.form) for d in result.decode] == [(p, f) for p in (12, 20) for f in ("bf16", "w8a8")]
+    for d in result.decode:
+        assert len(d.trials) == 2 and d.ms_per_token.low <= d.ms_per_token.median <= d.ms_per_token.high
+        assert d.gpu_ms_per_token is None and d.idle is None and "GPU" in d.gpu_why
+    bf16, w8a8 = result.decode[:2]
+    assert bf16.vs_bf16 == 1.0 and w8a8.vs_bf16 == pytest.approx(bf16.ms_per_token.median / w8a8.ms_per_token.median)
+    assert w8a8.vs_mlx_q8 is None
+    assert generate_breakdown.breakdown(TINY, ("bf16",), (8,), trials=1).decode == []
+    with pytest.raises(ValueError, match="^generation_tokens: "):
+        generate_breakdown.breakdown(TINY, ("bf16",), (8,), generation_tokens=-1)
+
+
+def test_decode_call_is_ms_a_generated_token_of_mlx_lms_loop(monkeypatch):
+    from types import SimpleNamespace
+
+    asked = []
+
+    def fake_stream(model, tokenizer, prompt, max_tokens):
+        asked.append(max_tokens)
+        yield SimpleNamespace(generation_tps=0.0)
+        yield SimpleNamespace(generation_tps=250.0)
+
+    monkeypatch.setattr(generate.front_end(), "stream_generate", fake_stream)
+    assert generate_breakdown.decode_call(None, None, [1, 2, 3], 9) == pytest.approx(4.0) and asked == [9]
+
+
+def test_gpu_busy_a_token_is_the_longer_requests_extra_busy_time():
+    # request 1 (1 token): 100 + 50 us busy (overlapping kernels count once); request 2 (1 + 4 tokens):
+    # the same 150 us, then 4 steps of 250 us
+    ranges = [{"ts": 0.0, "dur": 1000.0}, {"ts": 2000.0, "dur": 3000.0}]
+    gpu = [{"ts": 10.0, "dur": 100.0}, {"ts": 60.0, "dur": 100.0}]
+    gpu += [{"ts": 2010.0, "dur": 150.0}] + [{"ts": 2200.0 + 300 * i, "dur": 250.0} for i in range(4)]
+    assert generate_breakdown.busy_per_token_ms(gpu, ranges, 4) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="2 requests"):
+        generate_breakdown.busy_per_token_ms(gpu, ranges[:1], 4)
+
+
 def test_each_rung_is_the_call_it_names(monkeypatch):
     import mlx.core as core
     import mlx_lm.generate  # noqa: F401 - the module the rungs patch
@@ -406,7 +451,8 @@ def test_the_breakdown_of_a_form_that_cannot_run_says_why():
 def test_compare_generate_breakdown_prints_the_ladder_and_writes_json(tmp_path, capsys):
     out_json = tmp_path / "gap.json"
     rc, got = _cli(capsys, "--generate", "--breakdown", "--model", TINY.name, "--prompt-tokens", "12",
-                   "--trials", "1", "--layers", "2", "--vocab", "256", "--json", str(out_json), "--markdown")
+                   "--generation-tokens", "5", "--trials", "1", "--layers", "2", "--vocab", "256",
+                   "--json", str(out_json), "--markdown")
     assert rc == 0, got.err
     lines = got.out.splitlines()
     header = next(line for line in lines if line.startswith("| rung"))
@@ -419,13 +465,19 @@ def test_compare_generate_breakdown_prints_the_ladder_and_writes_json(tmp_path, 
     assert len(result["rungs"]) == 8 and set(result["forms"]) == {"bf16", "w8a8"}
     assert set(result["rungs"][0]) >= {"form", "prompt_tokens", "rung", "prompt_tps", "peak_memory_gb", "trials",
                                        "vs_bf16"}
+    # the generation phase: a row per form, its ms a token; no GPU here, so its busy time says why
+    head = next(line for line in lines if line.startswith("| form | ms a token"))
+    rows = [line.split(" | ") for line in lines[lines.index(head) + 2:][:2]]
+    assert [r[0].lstrip("| ") for r in rows] == ["bf16", "w8a8"] and rows[1][4] == "n/a"
+    assert any(line.startswith("- GPU busy n/a: ") for line in lines)
+    assert result["generation_tokens"] == 5 and [d["form"] for d in result["decode"]] == ["bf16", "w8a8"]
+    assert float(rows[1][1].split()[0]) == pytest.approx(result["decode"][1]["ms_per_token"]["median"], abs=1e-3)
 
 
 @pytest.mark.parametrize("argv, words", [
     (("--breakdown",), "--breakdown needs --model"),
     (("--generate", "--breakdown", "--batch", "1,8"), "does not take --batch other than 1"),
     (("--generate", "--breakdown", "--first-token"), "does not take --first-token"),
-    (("--generate", "--breakdown", "--generation-tokens", "4"), "does not take --generation-tokens"),
     (("--generate", "--breakdown", "--forms", "bf16,cider"), "does not take --forms with cider"),
     (("--generate", "--breakdown", "--tokens", "16"), "--generate does not take --tokens"),
 ])

@@ -1,11 +1,14 @@
 """The breakdown of `int8nax compare --generate --breakdown`: mlx-lm's loop to the bare forward,
 rung by rung (RUNGS), every form loaded at once and interleaved, so that the gap between what a
-user's loop gets and what a forward pass of the same model gets is measured, not guessed. The
-model folders, forms and inputs are generate's."""
+user's loop gets and what a forward pass of the same model gets is measured, not guessed; then
+the generation phase (Decode): each generated token's time in mlx-lm's loop beside the GPU's busy
+time for it, which tells a loop the GPU sets the pace of from one the host does. The model
+folders, forms and inputs are generate's."""
 
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +114,50 @@ def rung_call(model, tokenizer, prompt: list[int], rung: str) -> float:
     return response.prompt_tps
 
 
+def decode_call(model, tokenizer, prompt: list[int], tokens: int) -> float:
+    """ms per generated token of one stream_generate request of `tokens` new tokens after `prompt`:
+    mlx-lm's generation_tps (tokens after the first / time after the first), inverted."""
+    response = None
+    for response in front_end().stream_generate(model, tokenizer, prompt, max_tokens=tokens):
+        pass
+    mx.synchronize(sys.modules["mlx_lm.generate"].generation_stream)  # the queued next step, untimed
+    return 1e3 / response.generation_tps
+
+
+def busy_per_token_ms(gpu: list[dict], ranges: list[dict], tokens: int) -> float:
+    """GPU busy ms a generated token from a trace of two requests of one prompt, the first of 1
+    new token and the second of 1 + `tokens` (gpu: activities, ranges: the two requests' host
+    ranges, {ts, dur} in us): the second's busy time less the first's, over `tokens`. The prompt,
+    the first token and the step generate_step queues ahead are in both, so only the extra decode
+    steps remain. An activity belongs to the range its start falls in."""
+    from .model_breakdown import busy_us
+
+    if len(ranges) != 2:
+        raise ValueError(f"expected the host ranges of 2 requests, got {len(ranges)}")
+    busy = [busy_us([e for e in gpu if r["ts"] <= e["ts"] <= r["ts"] + r["dur"]]) for r in ranges]
+    return (busy[1] - busy[0]) / tokens / 1e3
+
+
+def decode_gpu_ms(model, tokenizer, prompt: list[int], tokens: int) -> tuple[float | None, str | None]:
+    """(GPU busy ms a generated token of mlx-lm's loop, None), or (None, why not: no CUDA GPU or
+    no torch here, or the recording failed). CUPTI records the kernels (as model_breakdown's
+    figures): it slows the host, not the kernels, so the busy time stands beside the unprofiled
+    loop's ms a token."""
+    from .kernel.cupti import record, skip_reason
+
+    why = skip_reason()
+    if why:
+        return None, why
+    try:
+        import torch
+
+        with tempfile.TemporaryDirectory() as tmp:
+            gpu, ranges = record(torch, lambda i: decode_call(model, tokenizer, prompt, 1 + i * tokens), 2, Path(tmp))
+        return busy_per_token_ms(gpu, ranges, tokens), None
+    except Exception as exc:  # noqa: BLE001 - the loop's figures stand without it
+        return None, f"{type(exc).__name__}: {exc}"
+
+
 class _nothing:
     def __enter__(self):
         return None
@@ -136,14 +183,42 @@ class Rung:
 
 
 @dataclass
+class Decode:
+    """One (form, prompt tokens) of the generation phase: mlx-lm's loop's ms a generated token
+    beside the GPU's busy ms for it (idle: the share of the loop's time the GPU waits on the host)."""
+
+    form: str
+    prompt_tokens: int
+    generation_tokens: int
+    ms_per_token: Figure | None = None
+    trials: list = field(default_factory=list)
+    """ms a token of every timed request."""
+    gpu_ms_per_token: float | None = None
+    gpu_why: str | None = None
+    """Why there is no GPU figure (no CUDA GPU or torch here, or the recording failed)."""
+    vs_bf16: float | None = None
+    vs_mlx_q8: float | None = None
+    """Generation speed over bf16's and mlx-q8's at the same prompt length (above 1: faster)."""
+
+    @property
+    def idle(self) -> float | None:
+        if self.gpu_ms_per_token is None or not self.ms_per_token:
+            return None
+        return max(0.0, 1.0 - self.gpu_ms_per_token / self.ms_per_token.median)
+
+
+@dataclass
 class Breakdown:
-    """`breakdown`'s result: every (form, prompt tokens, rung), and per form why it did not run."""
+    """`breakdown`'s result: every (form, prompt tokens, rung), the generation phase per (form,
+    prompt tokens), and per form why it did not run."""
 
     config: str
     layers: int
     vocab: int
     trials: int
     rungs: list[Rung] = field(default_factory=list)
+    generation_tokens: int = 0
+    decode: list[Decode] = field(default_factory=list)
     forms: dict = field(default_factory=dict)
     """{form: {"detail", "check"} or {"n/a" | "MISMATCH" | "failed": why}}."""
 
@@ -156,13 +231,15 @@ def _param_bytes(model) -> int:
 
 def breakdown(config: str | models.Config, forms=BREAKDOWN_FORMS, prompt_tokens=(64,), trials: int = 3,
               layers: int | None = None, vocab: int | None = None, cache: Path | None = None,
-              progress=None) -> Breakdown:
+              progress=None, generation_tokens: int = 0) -> Breakdown:
     """The ladder RUNGS for every form at every prompt length, batch 1, on one saved folder of
     `config`, in one process: every form loaded (and checked, as `measure` checks) before
     anything is timed, then per prompt length one warm-up call of each (rung, form), then
     `trials` rounds, each timing every rung of every form in turn (forms interleaved, so a drift
-    of the machine falls on all of them). Never raises for a form: one that cannot load is
-    reported in .forms and has no rungs."""
+    of the machine falls on all of them). With generation_tokens G > 0, then per prompt length
+    the generation phase the same way (requests of G new tokens: a warm-up, `trials` interleaved
+    rounds), and each form's GPU busy time a token (decode_gpu_ms). Never raises for a form:
+    one that cannot load is reported in .forms and has no rungs."""
     if isinstance(config, str) and config not in models.CONFIGS:
         raise ValueError(f"config: expected one of {', '.join(models.CONFIGS)}, got {config!r}")
     bad = [f for f in forms if f not in FORMS or f == "cider"]
@@ -171,11 +248,13 @@ def breakdown(config: str | models.Config, forms=BREAKDOWN_FORMS, prompt_tokens=
     for name, values in (("prompt_tokens", prompt_tokens), ("trials", (trials,))):
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
             raise ValueError(f"{name}: expected positive whole numbers, got {values!r}")
+    if not isinstance(generation_tokens, int) or isinstance(generation_tokens, bool) or generation_tokens < 0:
+        raise ValueError(f"generation_tokens: expected a whole number >= 0, got {generation_tokens!r}")
     cfg = models.CONFIGS[config] if isinstance(config, str) else config
     layers = cfg.depth if layers is None else layers
     vocab = cfg.vocab if vocab is None else vocab
     say = progress or (lambda text: None)
-    out = Breakdown(cfg.name, layers, vocab, trials)
+    out = Breakdown(cfg.name, layers, vocab, trials, generation_tokens=generation_tokens)
     try:
         front_end()
         path = model_folder.folder(cfg, layers, vocab, cache=cache, progress=say)
@@ -227,6 +306,27 @@ def breakdown(config: str | models.Config, forms=BREAKDOWN_FORMS, prompt_tokens=
             if ref is not None:
                 cell.vs_bf16 = cell.prompt_tps.median / ref.prompt_tps.median
         out.rungs += sorted(cells.values(), key=lambda c: (RUNGS.index(c.rung), FORMS.index(c.form)))
+        if generation_tokens:
+            out.decode += _decode(loaded, prompt, generation_tokens, trials, say, f"{cfg.name} prompt {p}")
     del loaded
     _free()
     return out
+
+
+def _decode(loaded: dict, prompt: list[int], tokens: int, trials: int, say, label: str) -> list[Decode]:
+    """breakdown's generation phase at one prompt: Decode per loaded form, in FORMS order."""
+    cells = {f: Decode(f, len(prompt), tokens) for f in loaded}
+    for f, (model, tokenizer, _) in loaded.items():  # warm-up: the decode kernels and buffers
+        decode_call(model, tokenizer, prompt, tokens)
+    for t in range(trials):
+        say(f"{label}: generation, trial {t + 1} of {trials}")
+        for f, (model, tokenizer, _) in loaded.items():
+            cells[f].trials.append(decode_call(model, tokenizer, prompt, tokens))
+    for f, (model, tokenizer, _) in loaded.items():
+        cells[f].ms_per_token = Figure.of(cells[f].trials)
+        cells[f].gpu_ms_per_token, cells[f].gpu_why = decode_gpu_ms(model, tokenizer, prompt, tokens)
+    for cell in cells.values():
+        for base, attr in (("bf16", "vs_bf16"), ("mlx-q8", "vs_mlx_q8")):
+            if base in cells:
+                setattr(cell, attr, cells[base].ms_per_token.median / cell.ms_per_token.median)
+    return sorted(cells.values(), key=lambda c: FORMS.index(c.form))

@@ -27,7 +27,9 @@ form's tokens/s over bf16's and over mlx-q8's, and the greedy agreement with bf1
 `int8nax compare --generate --breakdown [--forms bf16,w8a8[,mlx-q8]]` explains the gap between the
 two: per prompt length, batch 1, each form's prompt tokens/s on a ladder from mlx-lm's loop to one
 bare forward (generate_breakdown.RUNGS: loop, no-clear, one-chunk, forward), forms interleaved in one process,
-with each rung's ratio over bf16 and its peak memory: where the ratio changes, that step costs it.
+with each rung's ratio over bf16 and its peak memory: where the ratio changes, that step costs it;
+then the generation phase: each form's ms a generated token in mlx-lm's loop beside the GPU's busy
+ms for it (a CUDA GPU with torch), so a loop the host sets the pace of shows as idle GPU time.
 
 `int8nax compare --generate --first-token [--prompt-tokens P,P] [--forms bf16,w8a8[,mlx-q8]]` is the
 time to the first token of a fresh process (int8nax.bench.first_token; compare_first_token prints it).
@@ -300,7 +302,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "kernels' time by category (int8nax GEMM, quantization, float GEMM, attention...); "
                             "with --generate: prompt tokens/s of each form on a ladder from mlx-lm's loop to one "
                             "bare forward (loop, no-clear, one-chunk, forward), batch 1, forms interleaved "
-                            f"(default forms {','.join(generate_breakdown.BREAKDOWN_FORMS)})")
+                            f"(default forms {','.join(generate_breakdown.BREAKDOWN_FORMS)}), then ms a generated "
+                            "token beside the GPU's busy ms for it")
 
     gen = parser.add_argument_group(
         "generation", "with --generate: whole models at their real depth through mlx-lm's stream_generate / "
@@ -385,8 +388,8 @@ def main(args) -> int:
 GENERATE_ONLY = ("prompt_tokens", "generation_tokens", "batch", "trials", "vocab", "first_token", "render")
 """Options that only --generate reads (int8nax.commands.compare refuses them elsewhere)."""
 NOT_WITH_GENERATE = ("shapes", "contenders", "profile", "tokens", "context")
-NOT_WITH_BREAKDOWN = ("generation_tokens", "first_token")
-"""--generate options that --generate --breakdown (prompt phase, batch 1) does not read."""
+NOT_WITH_BREAKDOWN = ("first_token",)
+"""--generate options that --generate --breakdown (batch 1) does not read."""
 
 
 def _counts_arg(text: str) -> tuple[int, ...]:
@@ -493,9 +496,13 @@ def generate_main(args) -> int:
         bad += ["batch"] if args.batch and args.batch != (1,) else []
         if bad:
             what = {"forms": "--forms with cider", "batch": "--batch other than 1"}.get(bad[0], f"--{bad[0]}")
-            print(f"int8nax compare: error: --generate --breakdown (prompt phase, batch 1) does not take "
+            print(f"int8nax compare: error: --generate --breakdown (batch 1) does not take "
                   f"{what.replace('_', '-')}", file=sys.stderr)
             return 2
+    if args.breakdown:
+        from ..bench import model_breakdown
+
+        model_breakdown.start()  # CUPTI's context before MLX's first kernel (the generation phase's GPU busy time)
     configs = args.model or profile.configs
     forms = args.forms or (generate_breakdown.BREAKDOWN_FORMS if args.breakdown else generate.FORMS)
     prompt_tokens = args.prompt_tokens or profile.prompt_tokens
@@ -596,6 +603,7 @@ def breakdown_render(result: generate_breakdown.Breakdown, markdown: bool) -> st
             row += [f"{cells[(f, r)].peak_memory_gb:.3g}" if (f, r) in cells else "n/a" for f in forms]
             rows.append(row)
         out += table_lines(header, rows, markdown)
+        out += decode_lines(result, p, markdown)
     out.append("")
     prefix = "- " if markdown else ""
     out.append(prefix + "rungs: loop = stream_generate (max_tokens 1, prefill step "
@@ -612,18 +620,45 @@ def breakdown_render(result: generate_breakdown.Breakdown, markdown: bool) -> st
     return "\n".join(out)
 
 
+def decode_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markdown: bool) -> list[str]:
+    """The generation phase's table at one prompt length (none where it was not measured): per
+    form ms a generated token in mlx-lm's loop (median, min-max), its speed over bf16's and
+    mlx-q8's, the GPU's busy ms a token and the share of the loop the GPU sat idle."""
+    cells = [d for d in result.decode if d.prompt_tokens == prompt_tokens]
+    if not cells:
+        return []
+    out = [f"\n{'### ' if markdown else ''}{result.config}: prompt {prompt_tokens}, {result.generation_tokens} "
+           f"generated tokens, batch 1: mlx-lm's loop against the GPU's busy time (median of {result.trials} "
+           "trials, min-max; forms interleaved)\n"]
+    header = ["form", "ms a token (loop)", "vs bf16", "vs mlx-q8", "GPU busy ms a token", "GPU idle"]
+    rows = []
+    for d in cells:
+        f = d.ms_per_token
+        rows.append([d.form, f"{f.median:.3f} ({f.low:.3f}-{f.high:.3f})",
+                     f"{d.vs_bf16:.2f}" if d.vs_bf16 else "", f"{d.vs_mlx_q8:.2f}" if d.vs_mlx_q8 else "",
+                     f"{d.gpu_ms_per_token:.3f}" if d.gpu_ms_per_token is not None else "n/a",
+                     f"{d.idle:.0%}" if d.idle is not None else "n/a"])
+    out += table_lines(header, rows, markdown)
+    why = next((d.gpu_why for d in cells if d.gpu_why), None)
+    if why:
+        out.append(f"{'- ' if markdown else ''}GPU busy n/a: {why}")
+    return out
+
+
 def breakdown_main(args, profile, configs, meta, step) -> int:
     prompt_tokens = args.prompt_tokens or profile.prompt_tokens
     trials = args.trials or profile.trials
     layers = args.layers or profile.layers
     vocab = args.vocab or profile.vocab
     forms = args.forms or generate_breakdown.BREAKDOWN_FORMS
-    meta["settings"].update(forms=list(forms), batches=[1], generation_tokens=None)
+    generation_tokens = args.generation_tokens or profile.generation_tokens
+    meta["settings"].update(forms=list(forms), batches=[1], generation_tokens=generation_tokens)
     t0 = time.perf_counter()
     results = []
     failed = False
     for config in configs:
-        got = generate_breakdown.breakdown(config, forms, prompt_tokens, trials, layers, vocab, progress=step)
+        got = generate_breakdown.breakdown(config, forms, prompt_tokens, trials, layers, vocab, progress=step,
+                                           generation_tokens=generation_tokens)
         results.append(got)
         print(breakdown_render(got, args.markdown), flush=True)
         if args.json:
