@@ -230,6 +230,34 @@ def test_w8a8_rare_pairs_inside_a_persistent_tile(variant, plan, rng):
     assert_same_bits(got, want)
 
 
+def simt_w8a8(q, sx, w, sw, bias, out_dtype, epilogue):
+    """The bits of the SIMT kernel's W8A8, which stores every pair on the exact path
+    (DequantStore::store2): the reference for pairs the tiled kernels store on the branch-free one."""
+    plan = cuda_plans.CudaPlan(cuda_plans.CUDA_SIMT_CONFIG, 1)
+    return bits(cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), out_dtype,
+                                  "simt", plan, epilogue=epilogue))
+
+
+@pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
+@pytest.mark.parametrize("variant,plan", [(v, p) for v, p in plans() if p.splits == 1
+                                          and (v == "tma_simple" or p.blocks == 7)], ids=plan_id)
+@pytest.mark.parametrize("epilogue", ["eft", "narrow"])
+def test_w8a8_rows_of_a_bottom_edge_tile_have_the_exact_paths_bits(variant, plan, rng, epilogue):
+    # M = 300 ends every plan's last row tile 20 to 108 rows short: its rows below M are stored
+    # pair by pair on the branch-free path (store_accumulators), rows past M not at all. Their
+    # bits must be the exact path's, which the SIMT kernel takes for every pair, including rare
+    # pairs inside that edge tile (a row whose scale products fall below 2^-100, a bias that
+    # cancels a product), which go to the exact path there too.
+    m, k, n = W8A8_SHAPE
+    q, w, sx, sw, bias = w8a8_problem(rng, m, k, n)
+    sx[290] = 1e-30
+    acc = int8_matmul_ref(q, w)
+    bias[77] = -np.float32(np.float64(acc[297, 77]) * np.float64(sx[297]) * np.float64(sw[77]))
+    got = cuda.dequant_gemm(mx.array(q), mx.array(sx), mx.array(w), mx.array(sw), mx.array(bias), mx.bfloat16,
+                            variant, plan, epilogue=epilogue)
+    assert_same_bits(got, simt_w8a8(q, sx, w, sw, bias, mx.bfloat16, epilogue))
+
+
 @pytest.mark.skipif(not SM90, reason="the TMA kernels need compute capability 9.0")
 @pytest.mark.parametrize("variant,plan", [(v, p) for v, p in plans() if v == "tma_simple" or p.blocks == 7],
                          ids=plan_id)

@@ -11,8 +11,9 @@ namespace int8nax {
 //
 // Every epilogue has row_factor(row) (read once per accumulator row: s_x[row] for W8A8);
 // store2(row, col, v0, v1, factor) / store1(row, col, v, factor), exact anywhere (bounds
-// checked); and for the interior of a tile (fast_ok) cols(col), the column factors of a pair
-// (s_w and bias for W8A8; nothing for int32), and store2_fast(row, col, v0, v1, factor, cols),
+// checked); and for pairs inside (fast_ok: a block of rows and columns; cols_ok: the columns of
+// a tile whose rows the caller checks one by one against M) cols(col), the column factors of a
+// pair (s_w and bias for W8A8; nothing for int32), and store2_fast(row, col, v0, v1, factor, cols),
 // branch-free, which returns true when its pair needs the exact store2 after all (rare W8A8
 // scales or cancellation). The GEMMs run store2_fast over a whole interior tile first and store2
 // over it only if some pair asked: a branch or call per element serialised them (the fused W8A8
@@ -36,9 +37,14 @@ struct StoreInt32 {
     return out + (static_cast<size_t>(blockIdx.z) * M + row) * N + col;
   }
 
+  // Whether cols [c0, c0 + cols) lie inside and pairs can be stored whole (any row below M).
+  __device__ __forceinline__ bool cols_ok(int c0, int cols) const {
+    return c0 + cols <= N && (N & 1) == 0;
+  }
+
   // Whether rows [r0, r0 + rows) x cols [c0, c0 + cols) lie inside and pairs can be stored whole.
   __device__ __forceinline__ bool fast_ok(int r0, int c0, int rows, int cols) const {
-    return r0 + rows <= M && c0 + cols <= N && (N & 1) == 0;
+    return r0 + rows <= M && cols_ok(c0, cols);
   }
 
   struct Cols {};
@@ -124,10 +130,14 @@ struct DequantStore {
 
   // Pairs load whole (cols): s_w and the bias on 8-byte boundaries (a 16-bit bias needs only 4; one
   // test for both keeps a float32 bias's code as it was, and views off 8 bytes are rare).
-  __device__ __forceinline__ bool fast_ok(int r0, int c0, int rows, int cols) const {
+  __device__ __forceinline__ bool cols_ok(int c0, int cols) const {
     const unsigned long long ptrs =
         reinterpret_cast<unsigned long long>(scale_w) | (HAS_BIAS ? reinterpret_cast<unsigned long long>(bias) : 0ull);
-    return r0 + rows <= M && c0 + cols <= N && (N & 1) == 0 && (ptrs & 7) == 0;
+    return c0 + cols <= N && (N & 1) == 0 && (ptrs & 7) == 0;
+  }
+
+  __device__ __forceinline__ bool fast_ok(int r0, int c0, int rows, int cols) const {
+    return r0 + rows <= M && cols_ok(c0, cols);
   }
 
   // s_w and bias of the pair (col, col + 1), one load each (inside, fast_ok).

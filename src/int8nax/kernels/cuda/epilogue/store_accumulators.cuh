@@ -10,9 +10,11 @@ namespace int8nax {
 // Column groups j0 .. j0 + C - 1 (those below WIDTH / 8) of store_accumulators on the fast path:
 // the groups' column factors first, then their pairs; a pair that asks for the exact path sets
 // `exact`.
+// in0 / in1: whether the thread's rows `row` and `row + 8` are below M (their pairs are skipped
+// otherwise).
 template <int WIDTH, int C, class Epilogue>
 __device__ __forceinline__ void store_groups_fast(const int (&acc)[WIDTH / 2], int j0, int row, int col, float f0,
-                                                  float f1, const Epilogue& epi, bool& exact) {
+                                                  float f1, bool in0, bool in1, const Epilogue& epi, bool& exact) {
   constexpr int GROUPS = WIDTH / 8;
   typename Epilogue::Cols cf[C];
 #pragma unroll
@@ -25,8 +27,12 @@ __device__ __forceinline__ void store_groups_fast(const int (&acc)[WIDTH / 2], i
   for (int i = 0; i < C; ++i) {
     const int j = j0 + i;
     if (j < GROUPS) {
-      exact |= epi.store2_fast(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0, cf[i]);
-      exact |= epi.store2_fast(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1, cf[i]);
+      if (in0) {
+        exact |= epi.store2_fast(row, col + 8 * j, acc[4 * j], acc[4 * j + 1], f0, cf[i]);
+      }
+      if (in1) {
+        exact |= epi.store2_fast(row + 8, col + 8 * j, acc[4 * j + 2], acc[4 * j + 3], f1, cf[i]);
+      }
     }
   }
 }
@@ -67,20 +73,26 @@ __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], 
   const int col = c0 + 2 * (lane & 3);
   const float f0 = epi.row_factor(row);
   const float f1 = epi.row_factor(row + 8);
-  // Interior tiles: every pair on the branch-free path first, then (rarely) the exact path for
-  // the thread's whole share (CHUNK_EXACT: the chunk's) when one pair asked for it; edge tiles:
-  // the exact path, bounds checked (epilogue/epilogue.cuh, "epilogues").
+  // Tiles whose columns lie inside (cols_ok): every pair of a row below M on the branch-free path
+  // first, then (rarely) the exact path for the thread's whole share (CHUNK_EXACT: the chunk's)
+  // when one pair asked for it; tiles at the right edge (or wholly below M): the exact path,
+  // bounds checked (epilogue/epilogue.cuh, "epilogues"). Rows are checked pair by pair, not per
+  // tile: the exact path runs one element at a time, and a bottom-edge tile on it (every M not a
+  // multiple of 64, as mlx-lm's 2047-row prefill chunks) was the last block's tail: W8A8 at
+  // 2047 x 4096 x 4096 took 1.28x its time at 2048 on the TMA kernel's 128 x 256 tiles (H100).
   // Column factors are loaded CHUNK groups of 8 columns at a time, before the chunk's stores
   // (epilogue/epilogue.cuh, "epilogues": one L2 round trip per chunk instead of per group).
   constexpr int GROUPS = WIDTH / 8;
   constexpr int C = GROUPS < CHUNK ? GROUPS : CHUNK;
-  bool exact = !epi.fast_ok(r0, c0, 64, WIDTH);
+  const bool in0 = row < epi.M;
+  const bool in1 = row + 8 < epi.M;
+  bool exact = r0 >= epi.M || !epi.cols_ok(c0, WIDTH);
   if (CHUNK_EXACT) {
 #pragma unroll
     for (int j0 = 0; j0 < GROUPS; j0 += C) {
       bool rare = exact;
       if (!exact) {
-        store_groups_fast<WIDTH, C>(acc, j0, row, col, f0, f1, epi, rare);
+        store_groups_fast<WIDTH, C>(acc, j0, row, col, f0, f1, in0, in1, epi, rare);
       }
       if (rare) {
         store_groups_exact<WIDTH, C>(acc, j0, row, col, f0, f1, epi);
@@ -91,7 +103,7 @@ __device__ __forceinline__ void store_accumulators(const int (&acc)[WIDTH / 2], 
   if (!exact) {
 #pragma unroll
     for (int j0 = 0; j0 < GROUPS; j0 += C) {
-      store_groups_fast<WIDTH, C>(acc, j0, row, col, f0, f1, epi, exact);
+      store_groups_fast<WIDTH, C>(acc, j0, row, col, f0, f1, in0, in1, epi, exact);
     }
   }
   if (exact) {
