@@ -366,6 +366,7 @@ def test_the_breakdown_times_the_generation_phase_of_every_form_interleaved(monk
     for d in result.decode:
         assert len(d.trials) == 2 and d.ms_per_token.low <= d.ms_per_token.median <= d.ms_per_token.high
         assert d.gpu_ms_per_token is None and d.idle is None and "GPU" in d.gpu_why
+        assert 0 < d.graph_ms < d.step_ms  # building a step's graph is part of running the step
     bf16, w8a8 = result.decode[:2]
     assert bf16.vs_bf16 == 1.0 and w8a8.vs_bf16 == pytest.approx(bf16.ms_per_token.median / w8a8.ms_per_token.median)
     assert w8a8.vs_mlx_q8 is None
@@ -386,6 +387,34 @@ def test_decode_call_is_ms_a_generated_token_of_mlx_lms_loop(monkeypatch):
 
     monkeypatch.setattr(generate.front_end(), "stream_generate", fake_stream)
     assert generate_breakdown.decode_call(None, None, [1, 2, 3], 9) == pytest.approx(4.0) and asked == [9]
+
+
+def test_decode_host_times_graphs_without_touching_the_prompts_cache(monkeypatch):
+    import mlx.core as core
+    from mlx_lm import load
+
+    model, _ = load(str(model_folder.folder(TINY)))
+    prompt = generate.prompts(12, 1, TINY.vocab)[0]
+    caches, evals = [], []
+    real_make = models.mlx_lm_module("cache").make_prompt_cache
+    monkeypatch.setattr(models.mlx_lm_module("cache"), "make_prompt_cache",
+                        lambda m: caches.append(real_make(m)) or caches[-1])
+    real_eval = core.eval
+    monkeypatch.setattr(core, "eval", lambda *a: evals.append(len(a)) or real_eval(*a))
+    graph, step = generate_breakdown.decode_host(model, prompt, steps=3)
+    assert 0 < graph < step
+    (cache,) = caches
+    # the prompt (11 tokens), then the 3 timed steps: the 3 graphs built on copies never reached it
+    assert [c.offset for c in cache] == [11 + 3] * TINY.depth
+    assert len(evals) == 1 + 3  # the prompt's cache, then each step; no graph was evaluated
+    # the same steps on a fresh cache give the same keys: the graph copies wrote nothing into it
+    fresh = real_make(model)
+    model(core.array(prompt[:-1])[None], cache=fresh)
+    y = core.array([prompt[-1:]])
+    for _ in range(3):
+        y = model(y, cache=fresh)[:, -1, :].argmax(axis=-1)[None]
+    for a, b in zip(cache, fresh):
+        assert core.array_equal(a.state[0], b.state[0]).item() and core.array_equal(a.state[1], b.state[1]).item()
 
 
 def test_gpu_busy_a_token_is_the_longer_requests_extra_busy_time():

@@ -2,11 +2,14 @@
 rung by rung (RUNGS), every form loaded at once and interleaved, so that the gap between what a
 user's loop gets and what a forward pass of the same model gets is measured, not guessed; then
 the generation phase (Decode): each generated token's time in mlx-lm's loop beside the GPU's busy
-time for it, which tells a loop the GPU sets the pace of from one the host does. The model
+time for it, which tells a loop the GPU sets the pace of from one the host does, and beside the
+host's own share (building a step's graph; a step built, evaluated and waited for). The model
 folders, forms and inputs are generate's."""
 
 from __future__ import annotations
 
+import copy
+import statistics
 import sys
 import tempfile
 import time
@@ -158,6 +161,48 @@ def decode_gpu_ms(model, tokenizer, prompt: list[int], tokens: int) -> tuple[flo
         return None, f"{type(exc).__name__}: {exc}"
 
 
+HOST_STEPS = 16
+"""Decode steps decode_host times each way (the median is reported)."""
+
+
+def decode_host(model, prompt: list[int], steps: int = HOST_STEPS) -> tuple[float | None, float]:
+    """(graph ms, step ms) of a decode step of batch 1 after `prompt`, medians over `steps`:
+
+        graph   building the model's graph for one token on the prompt's KV cache, nothing
+                evaluated: the host work mlx-lm's loop overlaps with the GPU's previous step
+                (None where the model's caches are not mlx-lm's KVCache, whose arrays it copies)
+        step    building a step's graph, evaluating its greedy token and waiting for it, step
+                after step: host work, MLX's evaluation and launches, and the GPU in series
+
+    Each graph is built on shallow copies of the caches holding fresh array nodes (an update
+    writes into the array object it holds), so nothing reaches the prompt's cache."""
+    cache = models.mlx_lm_module("cache").make_prompt_cache(model)
+    model(mx.array(prompt[:-1])[None], cache=cache)
+    mx.eval([c.state for c in cache])
+    y = mx.array([prompt[-1:]])
+    graph = None
+    if all(hasattr(c, "keys") and hasattr(c, "values") for c in cache):
+        graph = []
+        for _ in range(steps):
+            fresh = []
+            for c in cache:
+                d = copy.copy(c)
+                d.keys, d.values = mx.stop_gradient(c.keys), mx.stop_gradient(c.values)
+                fresh.append(d)
+            t0 = time.perf_counter()
+            logits = model(y, cache=fresh)
+            graph.append(time.perf_counter() - t0)
+            del logits, fresh
+        graph = statistics.median(graph) * 1e3
+    step = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        y = model(y, cache=cache)[:, -1, :].argmax(axis=-1)[None]
+        mx.eval(y)
+        step.append(time.perf_counter() - t0)
+    return graph, statistics.median(step) * 1e3
+
+
 class _nothing:
     def __enter__(self):
         return None
@@ -196,6 +241,10 @@ class Decode:
     gpu_ms_per_token: float | None = None
     gpu_why: str | None = None
     """Why there is no GPU figure (no CUDA GPU or torch here, or the recording failed)."""
+    graph_ms: float | None = None
+    step_ms: float | None = None
+    """decode_host's figures: a step's graph built (host only), and a step built, evaluated and
+    waited for (no overlap)."""
     vs_bf16: float | None = None
     vs_mlx_q8: float | None = None
     """Generation speed over bf16's and mlx-q8's at the same prompt length (above 1: faster)."""
@@ -238,7 +287,7 @@ def breakdown(config: str | models.Config, forms=BREAKDOWN_FORMS, prompt_tokens=
     `trials` rounds, each timing every rung of every form in turn (forms interleaved, so a drift
     of the machine falls on all of them). With generation_tokens G > 0, then per prompt length
     the generation phase the same way (requests of G new tokens: a warm-up, `trials` interleaved
-    rounds), and each form's GPU busy time a token (decode_gpu_ms). Never raises for a form:
+    rounds), each form's GPU busy time a token (decode_gpu_ms) and its host figures (decode_host). Never raises for a form:
     one that cannot load is reported in .forms and has no rungs."""
     if isinstance(config, str) and config not in models.CONFIGS:
         raise ValueError(f"config: expected one of {', '.join(models.CONFIGS)}, got {config!r}")
@@ -325,6 +374,7 @@ def _decode(loaded: dict, prompt: list[int], tokens: int, trials: int, say, labe
     for f, (model, tokenizer, _) in loaded.items():
         cells[f].ms_per_token = Figure.of(cells[f].trials)
         cells[f].gpu_ms_per_token, cells[f].gpu_why = decode_gpu_ms(model, tokenizer, prompt, tokens)
+        cells[f].graph_ms, cells[f].step_ms = decode_host(model, prompt)
     for cell in cells.values():
         for base, attr in (("bf16", "vs_bf16"), ("mlx-q8", "vs_mlx_q8")):
             if base in cells:

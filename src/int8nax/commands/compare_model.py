@@ -630,15 +630,21 @@ def decode_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markd
     out = [f"\n{'### ' if markdown else ''}{result.config}: prompt {prompt_tokens}, {result.generation_tokens} "
            f"generated tokens, batch 1: mlx-lm's loop against the GPU's busy time (median of {result.trials} "
            "trials, min-max; forms interleaved)\n"]
-    header = ["form", "ms a token (loop)", "vs bf16", "vs mlx-q8", "GPU busy ms a token", "GPU idle"]
+    header = ["form", "ms a token (loop)", "vs bf16", "vs mlx-q8", "GPU busy ms a token", "GPU idle",
+              "graph ms a step", "step ms, no overlap"]
     rows = []
     for d in cells:
         f = d.ms_per_token
         rows.append([d.form, f"{f.median:.3f} ({f.low:.3f}-{f.high:.3f})",
                      f"{d.vs_bf16:.2f}" if d.vs_bf16 else "", f"{d.vs_mlx_q8:.2f}" if d.vs_mlx_q8 else "",
                      f"{d.gpu_ms_per_token:.3f}" if d.gpu_ms_per_token is not None else "n/a",
-                     f"{d.idle:.0%}" if d.idle is not None else "n/a"])
+                     f"{d.idle:.0%}" if d.idle is not None else "n/a",
+                     f"{d.graph_ms:.3f}" if d.graph_ms is not None else "n/a",
+                     f"{d.step_ms:.3f}" if d.step_ms is not None else "n/a"])
     out += table_lines(header, rows, markdown)
+    out.append(f"{'- ' if markdown else ''}graph: one decode step's graph built on the prompt's KV cache, not "
+               "evaluated (the host work the loop overlaps with the GPU); step: a step built, evaluated and "
+               f"waited for, step after step (medians of {generate_breakdown.HOST_STEPS})")
     why = next((d.gpu_why for d in cells if d.gpu_why), None)
     if why:
         out.append(f"{'- ' if markdown else ''}GPU busy n/a: {why}")
