@@ -415,6 +415,9 @@ def test_decode_host_times_graphs_without_touching_the_prompts_cache(monkeypatch
         y = model(y, cache=fresh)[:, -1, :].argmax(axis=-1)[None]
     for a, b in zip(cache, fresh):
         assert core.array_equal(a.state[0], b.state[0]).item() and core.array_equal(a.state[1], b.state[1]).item()
+    # a one-token prompt has no cache to build graphs on: the step figure alone
+    graph, step = generate_breakdown.decode_host(model, prompt[:1], steps=2)
+    assert graph is None and step > 0
 
 
 def test_gpu_busy_a_token_is_the_longer_requests_extra_busy_time():

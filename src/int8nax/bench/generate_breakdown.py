@@ -177,11 +177,12 @@ def decode_host(model, prompt: list[int], steps: int = HOST_STEPS) -> tuple[floa
     Each graph is built on shallow copies of the caches holding fresh array nodes (an update
     writes into the array object it holds), so nothing reaches the prompt's cache."""
     cache = models.mlx_lm_module("cache").make_prompt_cache(model)
-    model(mx.array(prompt[:-1])[None], cache=cache)
-    mx.eval([c.state for c in cache])
+    if len(prompt) > 1:
+        model(mx.array(prompt[:-1])[None], cache=cache)
+        mx.eval([c.state for c in cache])
     y = mx.array([prompt[-1:]])
     graph = None
-    if all(hasattr(c, "keys") and hasattr(c, "values") for c in cache):
+    if all(getattr(c, "keys", None) is not None and getattr(c, "values", None) is not None for c in cache):
         graph = []
         for _ in range(steps):
             fresh = []
