@@ -131,8 +131,7 @@ MLP_DEFAULT = "own"
 test_cuda_whole_step_gives_the_models_bits) but no gain in mlx-lm's loop there, which was near
 GPU-bound (docs/results/cuda-h100.md). Where the host sets the loop's pace it takes less host work
 (a decoder layer 79 µs against 87 on an H200 VM, docs/results/cuda-h200.md), but the loop's gain
-there stayed inside that VM's spread, and the first request of a fresh process took 7.2 s
-against 1.4 (H100, Qwen3-8B, int8nax's kernels from the cache). So it stays opt-in."""
+there stayed inside that VM's spread. So it stays opt-in."""
 
 
 @lru_cache(maxsize=1)
