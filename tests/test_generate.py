@@ -375,6 +375,19 @@ def test_the_breakdown_times_the_generation_phase_of_every_form_interleaved(monk
         generate_breakdown.breakdown(TINY, ("bf16",), (8,), generation_tokens=-1)
 
 
+def test_a_failing_host_measure_leaves_the_loops_figures(monkeypatch, capsys):
+    def boom(model, prompt):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(generate_breakdown, "decode_host", boom)
+    result = generate_breakdown.breakdown(TINY, ("bf16",), (8,), trials=1, generation_tokens=2)
+    (d,) = result.decode
+    assert d.ms_per_token.median > 0 and d.graph_ms is None and d.host_why == "MemoryError: no room"
+    from int8nax.commands import compare_model
+
+    assert "- bf16: graph and step n/a: MemoryError: no room" in compare_model.decode_lines(result, 8, True)
+
+
 def test_decode_call_is_ms_a_generated_token_of_mlx_lms_loop(monkeypatch):
     from types import SimpleNamespace
 

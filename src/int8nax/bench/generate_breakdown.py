@@ -246,6 +246,8 @@ class Decode:
     step_ms: float | None = None
     """decode_host's figures: a step's graph built (host only), and a step built, evaluated and
     waited for (no overlap)."""
+    host_why: str | None = None
+    """Why decode_host gave no figures (it raised)."""
     vs_bf16: float | None = None
     vs_mlx_q8: float | None = None
     """Generation speed over bf16's and mlx-q8's at the same prompt length (above 1: faster)."""
@@ -375,7 +377,10 @@ def _decode(loaded: dict, prompt: list[int], tokens: int, trials: int, say, labe
     for f, (model, tokenizer, _) in loaded.items():
         cells[f].ms_per_token = Figure.of(cells[f].trials)
         cells[f].gpu_ms_per_token, cells[f].gpu_why = decode_gpu_ms(model, tokenizer, prompt, tokens)
-        cells[f].graph_ms, cells[f].step_ms = decode_host(model, prompt)
+        try:
+            cells[f].graph_ms, cells[f].step_ms = decode_host(model, prompt)
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the loop's figures stand without it
+            cells[f].host_why = f"{type(exc).__name__}: {exc}"
     for cell in cells.values():
         for base, attr in (("bf16", "vs_bf16"), ("mlx-q8", "vs_mlx_q8")):
             if base in cells:

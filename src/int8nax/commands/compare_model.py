@@ -648,6 +648,7 @@ def decode_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markd
     why = next((d.gpu_why for d in cells if d.gpu_why), None)
     if why:
         out.append(f"{'- ' if markdown else ''}GPU busy n/a: {why}")
+    out += [f"{'- ' if markdown else ''}{d.form}: graph and step n/a: {d.host_why}" for d in cells if d.host_why]
     return out
 
 
