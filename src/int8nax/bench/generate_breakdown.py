@@ -21,7 +21,7 @@ import mlx.core as mx
 from . import model_folder, models
 from .checks import MismatchError
 from . import generate
-from .generate import CHECK_TOKENS, FORMS, GB, Figure, _free, front_end, load, prompts
+from .generate import CHECK_TOKENS, FORMS, GB, RATIO_BASES, Figure, _free, front_end, load, prompts
 from .peers import Unavailable
 
 RUNGS = ("loop", "no-clear", "one-chunk", "forward")
@@ -183,7 +183,7 @@ def decode_host(model, prompt: list[int], steps: int = HOST_STEPS) -> tuple[floa
     y = mx.array([prompt[-1:]])
     graph = None
     if all(getattr(c, "keys", None) is not None and getattr(c, "values", None) is not None for c in cache):
-        graph = []
+        builds = []
         for _ in range(steps):
             fresh = []
             for c in cache:
@@ -192,9 +192,9 @@ def decode_host(model, prompt: list[int], steps: int = HOST_STEPS) -> tuple[floa
                 fresh.append(d)
             t0 = time.perf_counter()
             logits = model(y, cache=fresh)
-            graph.append(time.perf_counter() - t0)
+            builds.append(time.perf_counter() - t0)
             del logits, fresh
-        graph = statistics.median(graph) * 1e3
+        graph = statistics.median(builds) * 1e3
     step = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -248,9 +248,9 @@ class Decode:
     waited for (no overlap)."""
     host_why: str | None = None
     """Why decode_host gave no figures (it raised)."""
-    vs_bf16: float | None = None
-    vs_mlx_q8: float | None = None
-    """Generation speed over bf16's and mlx-q8's at the same prompt length (above 1: faster)."""
+    vs: dict = field(default_factory=dict)
+    """{form: generation speed over that form's} for each of generate.RATIO_BASES measured at the
+    same prompt length (above 1: faster)."""
 
     @property
     def idle(self) -> float | None:
@@ -382,7 +382,5 @@ def _decode(loaded: dict, prompt: list[int], tokens: int, trials: int, say, labe
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the loop's figures stand without it
             cells[f].host_why = f"{type(exc).__name__}: {exc}"
     for cell in cells.values():
-        for base, attr in (("bf16", "vs_bf16"), ("mlx-q8", "vs_mlx_q8")):
-            if base in cells:
-                setattr(cell, attr, cells[base].ms_per_token.median / cell.ms_per_token.median)
+        cell.vs = {b: cells[b].ms_per_token.median / cell.ms_per_token.median for b in RATIO_BASES if b in cells}
     return sorted(cells.values(), key=lambda c: FORMS.index(c.form))

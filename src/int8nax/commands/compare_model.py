@@ -29,7 +29,8 @@ two: per prompt length, batch 1, each form's prompt tokens/s on a ladder from ml
 bare forward (generate_breakdown.RUNGS: loop, no-clear, one-chunk, forward), forms interleaved in one process,
 with each rung's ratio over bf16 and its peak memory: where the ratio changes, that step costs it;
 then the generation phase: each form's ms a generated token in mlx-lm's loop beside the GPU's busy
-ms for it (a CUDA GPU with torch), so a loop the host sets the pace of shows as idle GPU time.
+ms for it (a CUDA GPU with torch), so a loop the host sets the pace of shows as idle GPU time, and
+beside the host's own share of a decode step (its graph built; the step run without overlap).
 
 `int8nax compare --generate --first-token [--prompt-tokens P,P] [--forms bf16,w8a8[,mlx-q8]]` is the
 time to the first token of a fresh process (int8nax.bench.first_token; compare_first_token prints it).
@@ -622,25 +623,26 @@ def breakdown_render(result: generate_breakdown.Breakdown, markdown: bool) -> st
 
 def decode_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markdown: bool) -> list[str]:
     """The generation phase's table at one prompt length (none where it was not measured): per
-    form ms a generated token in mlx-lm's loop (median, min-max), its speed over bf16's and
-    mlx-q8's, the GPU's busy ms a token and the share of the loop the GPU sat idle."""
+    form ms a generated token in mlx-lm's loop (median, min-max), its speed over each
+    generate.RATIO_BASES form's, the GPU's busy ms a token, the share of the loop the GPU sat idle,
+    and the host's figures (generate_breakdown.decode_host)."""
     cells = [d for d in result.decode if d.prompt_tokens == prompt_tokens]
     if not cells:
         return []
     out = [f"\n{'### ' if markdown else ''}{result.config}: prompt {prompt_tokens}, {result.generation_tokens} "
            f"generated tokens, batch 1: mlx-lm's loop against the GPU's busy time (median of {result.trials} "
            "trials, min-max; forms interleaved)\n"]
-    header = ["form", "ms a token (loop)", "vs bf16", "vs mlx-q8", "GPU busy ms a token", "GPU idle",
-              "graph ms a step", "step ms, no overlap"]
+    header = (["form", "ms a token (loop)"] + [f"vs {b}" for b in generate.RATIO_BASES]
+              + ["GPU busy ms a token", "GPU idle", "graph ms a step", "step ms, no overlap"])
     rows = []
     for d in cells:
         f = d.ms_per_token
-        rows.append([d.form, f"{f.median:.3f} ({f.low:.3f}-{f.high:.3f})",
-                     f"{d.vs_bf16:.2f}" if d.vs_bf16 else "", f"{d.vs_mlx_q8:.2f}" if d.vs_mlx_q8 else "",
-                     f"{d.gpu_ms_per_token:.3f}" if d.gpu_ms_per_token is not None else "n/a",
-                     f"{d.idle:.0%}" if d.idle is not None else "n/a",
-                     f"{d.graph_ms:.3f}" if d.graph_ms is not None else "n/a",
-                     f"{d.step_ms:.3f}" if d.step_ms is not None else "n/a"])
+        rows.append([d.form, f"{f.median:.3f} ({f.low:.3f}-{f.high:.3f})"]
+                    + [f"{d.vs[b]:.2f}" if b in d.vs else "" for b in generate.RATIO_BASES]
+                    + [f"{d.gpu_ms_per_token:.3f}" if d.gpu_ms_per_token is not None else "n/a",
+                       f"{d.idle:.0%}" if d.idle is not None else "n/a",
+                       f"{d.graph_ms:.3f}" if d.graph_ms is not None else "n/a",
+                       f"{d.step_ms:.3f}" if d.step_ms is not None else "n/a"])
     out += table_lines(header, rows, markdown)
     out.append(f"{'- ' if markdown else ''}graph: one decode step's graph built on the prompt's KV cache, not "
                "evaluated (the host work the loop overlaps with the GPU); step: a step built, evaluated and "
