@@ -17,6 +17,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import tiling
+from int8nax.backends import cache as backend_cache
 from int8nax.backends.metal import backend as metal, kernel_set as metal_kernel_set, launch as metal_launch
 from int8nax.backends.metal import source as metal_source, tiles as metal_tiles, timing as metal_timing
 
@@ -97,12 +98,12 @@ def test_nothing_timed_keeps_the_measured_tile(tmp_path):
 
 
 def test_cache_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv(metal_tiles.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(backend_cache.CACHE_ENV, str(tmp_path))
     assert metal_tiles.cache_path() == tmp_path / metal_tiles.CACHE_FILE
-    monkeypatch.delenv(metal_tiles.CACHE_ENV)
+    monkeypatch.delenv(backend_cache.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     if sys.platform != "darwin":
-        assert metal_tiles.cache_dir() == tmp_path / "xdg" / "int8nax"
+        assert backend_cache.cache_dir() == tmp_path / "xdg" / "int8nax"
 
 
 def test_cache_key_names_what_it_holds_for():
@@ -116,7 +117,7 @@ def test_backend_records_the_winner(monkeypatch, tmp_path):
     """On a pretend M5 with a timer: the winner serves M > 64 (describe says so, small M keeps
     its tile), and the probe's reason (int8nax.info()) names it with the timings; a second
     process (a new backend) reads the cache and times nothing."""
-    monkeypatch.setenv(metal_tiles.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(backend_cache.CACHE_ENV, str(tmp_path))
     calls = []
 
     def timer(kernels, variant, gpu, candidates):
@@ -137,7 +138,7 @@ def test_backend_records_the_winner(monkeypatch, tmp_path):
 
 
 def test_a_failing_timer_never_costs_nax(monkeypatch, tmp_path):
-    monkeypatch.setenv(metal_tiles.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(backend_cache.CACHE_ENV, str(tmp_path))
     backend = fake_m5()
     backend._tile_timer = lambda *args: (_ for _ in ()).throw(RuntimeError("GPU went away"))
     probe = backend.probe()
@@ -191,7 +192,7 @@ def test_time_tiles_on_the_stand_in_times_every_candidate(variant):
 def test_selftest_reports_the_tile_choice(monkeypatch, tmp_path):
     from int8nax.commands import selftest
 
-    monkeypatch.setenv(metal_tiles.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(backend_cache.CACHE_ENV, str(tmp_path))
     backend = fake_m5()
     backend._tile_timer = lambda kernels, variant, gpu, candidates: {c.name: SECONDS[c.name] for c in candidates}
 

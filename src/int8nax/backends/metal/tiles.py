@@ -17,15 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import tiling
-
-CACHE_ENV = "INT8NAX_CACHE_DIR"
-"""A folder to keep the cache in, instead of the user's cache folder."""
+from ..cache import cache_dir
 
 TILE_ENV = "INT8NAX_METAL_TILE"
 """Names the tile for M > METAL_SMALL_MAX_M (a candidate's name) instead of timing: for A/B runs."""
@@ -40,17 +37,6 @@ TUNE_REPEAT = 5
 
 TUNE_BUDGET_S = 0.3
 """Seconds of timed calls, all candidates together, after which the rest are not timed."""
-
-
-def cache_dir() -> Path:
-    """$INT8NAX_CACHE_DIR, else the user's cache folder (~/Library/Caches on macOS,
-    $XDG_CACHE_HOME or ~/.cache elsewhere) / int8nax."""
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override)
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "int8nax"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "int8nax"
 
 
 def cache_path() -> Path:
