@@ -133,3 +133,17 @@ def gemv_default(monkeypatch):
     cuda.clear_caches()
     yield
     cuda.clear_caches()
+
+
+@pytest.fixture
+def tapes_module():
+    """The tape extension (int8nax.backends.tape), built here once per machine; skipped with the
+    reason where it cannot be, a failure under CI=true (CI installs a compiler and nanobind)."""
+    from int8nax.backends import tape
+
+    module = tape.module()
+    if module is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"no tapes here, and CI=true requires them: {tape.why()}")
+        pytest.skip(f"no tapes here: {tape.why()}")
+    return module

@@ -3,7 +3,10 @@ BoundLinear it gives, whose call checks only its input and goes to the backend."
 
 from __future__ import annotations
 
+import mlx.core as mx
+
 from .. import backends
+from ..backends import env_raw, tape
 from .._checks import check_k, check_ndim, check_vector
 from .arguments import _ARRAY, _FLOAT32, _FLOATS, _INT8, _check_scales
 from .errors import _reraise_foreign, _reraise_untraceable
@@ -20,15 +23,23 @@ class BoundLinear:
     for a layer that calls it with the same arrays again and again (int8nax.nn): a call checks
     only its input (type, width, dtype, not empty, not traced) and goes to the backend.
 
+    Where the backend builds the call as a lazy graph (Backend.w8a8_linear_graph) and tapes can
+    serve (backends.tape), the graph of an x shape, dtype and stream is recorded at its first call
+    and replayed in one C++ step at every later one, while INT8NAX_BACKEND keeps the value it had
+    then. Else the backend's compiled entry point (Backend.w8a8_linear_marked), else its plain
+    call. `parts`: the sibling group's split points (bound_parts), whose calls give the tuple of
+    the members' outputs instead of y (the split is then in the recording too).
+
     Made by bind(). The arrays are held, not copied: whoever swaps one (a layer's weight
     replaced) binds anew; an array changed in place (w[i] = v) is not checked again. Pickling
-    or copying gives None (bind again from the copy's arrays). Thread-safe: nothing in it
-    changes after bind().
+    or copying gives None (bind again from the copy's arrays). Thread-safe: the recordings are
+    made and replayed under the GIL; nothing else in it changes after bind().
     """
 
-    __slots__ = ("op", "w", "scale_w", "bias", "backend", "width", "n", "method", "marked")
+    __slots__ = ("op", "w", "scale_w", "bias", "backend", "width", "n", "method", "marked", "parts", "tapes",
+                 "tapes_env")
 
-    def __init__(self, op: _Linear, w, scale_w, bias, backend):
+    def __init__(self, op: _Linear, w, scale_w, bias, backend, parts: tuple[int, ...] | None = None):
         self.op, self.w, self.scale_w, self.bias, self.backend = op, w, scale_w, bias, backend
         self.width = op.halves * w.shape[1]
         self.n = w.shape[0]
@@ -36,16 +47,29 @@ class BoundLinear:
         # Backend.w8a8_linear_marked is W8A8's (swiglu takes the two checks), and its flag tells
         # traced calls apart only where _detects() (asked by bind() before: _may_skip_custom)
         self.marked = op is _W8A8 and _detects()
+        self.parts = parts
+        self.tapes = None  # made at the first call a backend's graph can be recorded for
+        self.tapes_env = None  # INT8NAX_BACKEND's value when the recordings were made
 
     def __reduce__(self):
         return (_nothing, ())
 
+    def bound_parts(self, parts: tuple[int, ...]) -> "BoundLinear":
+        """The same arrays (not checked again), whose calls give the outputs split at `parts`
+        along the last axis (a sibling group's members)."""
+        return BoundLinear(self.op, self.w, self.scale_w, self.bias, self.backend, tuple(parts))
+
     def fast(self, x):
-        """y [..., N] in x's dtype for x [..., width], or None where x needs the general path:
-        not an mx.array, another width or dtype, an empty problem, a backend choice that cannot
-        run (the bound backend, INT8NAX_BACKEND's or auto's: the general path says why), or x
-        traced by a transformation (the gradient needs the custom function). The arrays of
-        bind() are not tracers, so x is the only argument that can be one."""
+        """y [..., N] in x's dtype for x [..., width] (a tuple of y's parts where `parts`), or None
+        where x needs the general path: not an mx.array, another width or dtype, an empty problem,
+        a backend choice that cannot run (the bound backend, INT8NAX_BACKEND's or auto's: the
+        general path says why), or x traced by a transformation (the gradient needs the custom
+        function). The arrays of bind() are not tracers, so x is the only argument that can be one."""
+        tapes = self.tapes
+        if tapes is not None and type(x) is _ARRAY and env_raw() == self.tapes_env:
+            y = tapes(x)
+            if y is not None:
+                return y
         if type(x) is not _ARRAY:
             return None
         xs = x.shape
@@ -55,24 +79,66 @@ class BoundLinear:
             impl = backends.resolve(self.backend)  # INT8NAX_BACKEND read in there, answers kept
         except (RuntimeError, ValueError):
             return None
+        if self.op is _W8A8 and getattr(impl, "w8a8_linear_graph", None) is not None:
+            y = self._recorded(impl, x)
+            if y is not None:
+                return y
+        y = self._entry_output(impl, x)
+        if y is None or self.parts is None:
+            return y
+        return tuple(mx.split(y, self.parts, axis=-1))
+
+    def _reraise(self, impl, exc, rows):
+        op = self.op
+        if isinstance(exc, ValueError):
+            _reraise_untraceable(op.func, impl, exc)
+        _reraise_foreign(op.func, exc, ((op.x_name, rows), ("w_int8", self.w), ("scale_w", self.scale_w),
+                                        ("bias", self.bias)))
+
+    def _recorded(self, impl, x):
+        """The backend's graph on x, recorded for x's signature; None where no tape can record it
+        (no tapes in this process, or x a tracer)."""
+        module = tape.module()
+        if module is None:  # none in this process (any kept are dropped: INT8NAX_TAPES turned off)
+            self.tapes = None
+            return None
+        tapes = self.tapes
+        if tapes is None:
+            tapes = self.tapes = tape.new(1 if self.parts is None else len(self.parts) + 1)
+        if module.is_tracer(x):
+            return None
+        try:
+            y = impl.w8a8_linear_graph(x, self.w, self.scale_w, self.bias)
+        except (ValueError, RuntimeError) as exc:
+            self._reraise(impl, exc, x)
+        if y is None:
+            return None
+        outputs = [y] if self.parts is None else mx.split(y, self.parts, axis=-1)
+        env = env_raw()
+        if env != self.tapes_env:  # recordings of another backend choice
+            tapes.clear()
+            self.tapes_env = env
+        tapes.record(x, outputs)
+        return y if self.parts is None else tuple(outputs)
+
+    def _entry_output(self, impl, x):
+        """y for x through the backend's compiled entry point where it has one, else its plain
+        call on x's rows; None where x may be traced (the general path then serves it)."""
         entry = getattr(impl, "w8a8_linear_marked", None) if self.marked else None  # stand-ins may lack it
         if entry is not None:
             w, scale_w, bias = self.w, self.scale_w, self.bias
             try:
                 marked = entry(x, w, scale_w, bias)
-            except ValueError as exc:
-                _reraise_untraceable(self.op.func, impl, exc)
-            except RuntimeError as exc:
-                op = self.op
-                _reraise_foreign(op.func, exc, ((op.x_name, x), ("w_int8", w), ("scale_w", scale_w), ("bias", bias)))
+            except (ValueError, RuntimeError) as exc:
+                self._reraise(impl, exc, x)
             if marked is not None:
                 y, maybe_traced = marked
                 # the body ran: a signature's first call (y is right) or a tracer (y is dropped)
                 return y if not maybe_traced or _may_skip_custom(x) else None
         if not _may_skip_custom(x):
             return None
-        op = self.op
         call = getattr(impl, self.method)  # looked up per call: tests patch backends
+        xs = x.shape
         if len(xs) == 2:
             rows = x
         else:  # explicit sizes: reshape(-1, K) costs MLX ~0.15 µs more
@@ -82,11 +148,8 @@ class BoundLinear:
             rows = x.reshape(m, xs[-1])
         try:
             y = call(rows, self.w, self.scale_w, self.bias)
-        except ValueError as exc:
-            _reraise_untraceable(op.func, impl, exc)
-        except RuntimeError as exc:
-            _reraise_foreign(op.func, exc, ((op.x_name, rows), ("w_int8", self.w), ("scale_w", self.scale_w),
-                                            ("bias", self.bias)))
+        except (ValueError, RuntimeError) as exc:
+            self._reraise(impl, exc, rows)
         return y if len(xs) == 2 else y.reshape(xs[:-1] + (self.n,))
 
 

@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
+from . import tape
 from .base import Backend, Probe, refused_by_trace, swiglu, swiglu_of
 
 ENV_VAR = "INT8NAX_BACKEND"
@@ -30,15 +31,20 @@ except AttributeError:  # not CPython's os._Environ
     _ENV_KEY = None
 
 
-def env_set() -> bool:
-    """bool(os.environ.get(INT8NAX_BACKEND)), asked on every call: os.environ.get raises and
-    catches a KeyError inside for an unset name (~1.3 µs on the CPU box), the mapping under it
-    answers in ~0.1 µs."""
+def env_raw():
+    """INT8NAX_BACKEND's value as stored (bytes on POSIX), or None where it is unset or empty,
+    asked on every call: os.environ.get raises and catches a KeyError inside for an unset name
+    (~1.3 µs on the CPU box), the mapping under it answers in ~0.1 µs."""
     env = os.environ
     try:
-        return bool(env._data.get(_ENV_KEY))
+        return env._data.get(_ENV_KEY) or None
     except AttributeError:  # os.environ replaced by a plain mapping
-        return bool(env.get(ENV_VAR))
+        return env.get(ENV_VAR) or None
+
+
+def env_set() -> bool:
+    """Whether INT8NAX_BACKEND is set (and not empty)."""
+    return env_raw() is not None
 
 
 _GPU_TYPE, _CPU_TYPE = mx.DeviceType.gpu, mx.DeviceType.cpu
@@ -62,7 +68,8 @@ def _remember(key, impl: "Backend") -> "Backend":
 
 def _per_name(fn):
     """fn(name) computed once per name for the process (lru_cache(maxsize=None));
-    its cache_clear() also forgets resolve()'s answers, which rest on it."""
+    its cache_clear() also forgets resolve()'s answers, which rest on it, and the layers' tapes,
+    recorded from the backends it gave."""
     cached = lru_cache(maxsize=None)(fn)
 
     @functools.wraps(fn)
@@ -72,6 +79,7 @@ def _per_name(fn):
     def cache_clear() -> None:
         cached.cache_clear()
         _RESOLVED.clear()
+        tape.invalidate()
 
     call.cache_clear = cache_clear
     call.cache_info = cached.cache_info

@@ -86,6 +86,14 @@ class Backend:
         (int8nax.api.tracing._may_skip_custom, a compiled marker: ~1 µs more)."""
         return None
 
+    w8a8_linear_graph = None
+    """For int8nax.nn's layers, None (the default: a backend that computes during the call), or a
+    backend's method (x, w, scale_w, bias) -> y [..., N] of x [..., K] with any leading dims as a
+    lazy graph built directly on x (the graph w8a8_linear_marked's step compiles), for a tape to
+    record and replay (int8nax.backends.tape), or None where it cannot give one for this call
+    yet. The graph may depend on nothing but the shapes and dtypes of the arrays, this backend's
+    settings (whose change calls tape.invalidate()) and MLX's default stream."""
+
     w8a8_mlp_marked = None
     """For int8nax.nn's SwiGLU MLPs, None (the default: the MLP takes its own call), or a backend's
     method taking a whole MLP in one step, (x, w_gate_up, scale_gate_up, bias_gate_up, w_down,

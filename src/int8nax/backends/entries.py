@@ -23,10 +23,11 @@ def rows_of(shape: tuple[int, ...]) -> tuple[int, int]:
     return m, shape[-1]
 
 
-def linear(shape: tuple[int, ...], n: int, launch) -> PerThreadCompiled:
-    """The entry point of a linear for x `shape` [..., K]: (x, w, scale_w, bias) -> y [..., N], where
+def linear_body(shape: tuple[int, ...], n: int, launch):
+    """The graph of a linear for x `shape` [..., K]: (x, w, scale_w, bias) -> y [..., N], where
     launch(rows [M, K], w, scale_w, bias) -> [M, N] builds the backend's launches (bias: whatever
-    array the backend passes; a placeholder where the layer has none)."""
+    array the backend passes; a placeholder where the layer has none). Built directly, it is what
+    a tape records (Backend.w8a8_linear_graph); compiled, linear()'s entry point."""
     m, k = rows_of(shape)
     out_shape = shape[:-1] + (n,)
     flat = len(shape) == 2
@@ -36,7 +37,12 @@ def linear(shape: tuple[int, ...], n: int, launch) -> PerThreadCompiled:
         y = launch(x if flat else x.reshape(m, k), w, s, bias)
         return y if flat else y.reshape(out_shape)
 
-    return compile_per_thread(body)
+    return body
+
+
+def linear(shape: tuple[int, ...], n: int, launch) -> PerThreadCompiled:
+    """The compiled entry point of linear_body(shape, n, launch)."""
+    return compile_per_thread(linear_body(shape, n, launch))
 
 
 def mlp(shape: tuple[int, ...], n: int, gate_up, down) -> PerThreadCompiled:

@@ -43,14 +43,14 @@ class _Fused:
     """A group's concatenated arrays and the member arrays they were made of (sources: weight,
     scales, bias of each member in turn; checks: (member, its weight, scales, bias) for each);
     bound: api.bind's of the concatenated arrays (made at the first call that uses them; None
-    where traced)."""
+    where traced); parted: bound's twin whose calls give the members' outputs (BoundLinear.parts)."""
 
-    __slots__ = ("sources", "checks", "weight", "scales", "bias", "bound")
+    __slots__ = ("sources", "checks", "weight", "scales", "bias", "bound", "parted")
 
     def __init__(self, members, sources, weight, scales, bias):
         self.sources, self.weight, self.scales, self.bias = sources, weight, scales, bias
         self.checks = tuple(zip(members, sources[0::3], sources[1::3], sources[2::3]))
-        self.bound = None
+        self.bound = self.parted = None
 
 
 class _Waiting(threading.local):
@@ -216,13 +216,14 @@ class SiblingGroup:
                     local.pending = None
                     return self.output(index, x)
         fused = self._current()
-        bound = fused.bound  # _fused_output, inline
-        if bound is None:
-            bound = self._bound_call(fused)
-        y = None if bound is None else bound.fast(x)
-        if y is None:
-            y = self._fused_general(fused, index, x)
-        outputs = mx.split(y, self.bounds, axis=-1)
+        parted = fused.parted
+        if parted is None:
+            bound = fused.bound or self._bound_call(fused)
+            if bound is not None:
+                parted = fused.parted = bound.bound_parts(self.bounds)
+        outputs = None if parted is None else parted.fast(x)
+        if outputs is None:
+            outputs = mx.split(self._fused_general(fused, index, x), self.bounds, axis=-1)
         local.pending = [x, self.version, outputs, self._all ^ (1 << index)]
         return outputs[index]
 

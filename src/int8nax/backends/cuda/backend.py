@@ -35,7 +35,7 @@ from functools import lru_cache
 import mlx.core as mx
 
 from ...per_thread import compile_per_thread
-from .. import entries
+from .. import entries, tape
 from ..base import Backend, Probe, swiglu_of
 from . import choice as cuda_choice
 from . import device, graphs, kernels, probe, settings
@@ -97,12 +97,18 @@ def _w8a8_for_shape(m: int, n: int, k: int, has_bias: bool):
 
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
-def _w8a8_any_rows(shape: tuple[int, ...], n: int, has_bias: bool):
-    """The compiled entry point of x `shape` [..., K]: _w8a8_for_shape's launches (the same choice,
-    quantization launch and epilogue for its M = the product of the leading dims)."""
+def _w8a8_any_rows_body(shape: tuple[int, ...], n: int, has_bias: bool):
+    """The graph of x `shape` [..., K] (entries.linear_body): _w8a8_for_shape's launches (the same
+    choice, quantization launch and epilogue for its M = the product of the leading dims)."""
     m, k = entries.rows_of(shape)
     launches = _w8a8_launches(m, n, k, has_bias)
-    return entries.linear(shape, n, lambda rows, w, s, bias: graphs.w8a8_graph(rows, w, s, bias, *launches))
+    return entries.linear_body(shape, n, lambda rows, w, s, bias: graphs.w8a8_graph(rows, w, s, bias, *launches))
+
+
+@lru_cache(maxsize=SHAPE_CACHE_SIZE)
+def _w8a8_any_rows(shape: tuple[int, ...], n: int, has_bias: bool):
+    """The compiled entry point of _w8a8_any_rows_body's graph."""
+    return compile_per_thread(_w8a8_any_rows_body(shape, n, has_bias))
 
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
@@ -130,6 +136,14 @@ def w8a8_marked(x, w, scale_w, bias):
     if not COMPILE:
         return None
     return entries.marked(_ENTRIES.get((x.shape, w.shape[0], bias is not None)), x, w, scale_w, _bias_arg(bias))
+
+
+def w8a8_graph_any_rows(x, w, scale_w, bias):
+    """y [..., N] of x [..., K] built directly (Backend.w8a8_linear_graph); None with COMPILE off
+    (a tape's replay is a compiled call too)."""
+    if not COMPILE:
+        return None
+    return _w8a8_any_rows_body(x.shape, w.shape[0], bias is not None)(x, w, scale_w, _bias_arg(bias))
 
 
 def w8a8_mlp_marked(x, w1, s1, b1, w2, s2, b2):
@@ -164,7 +178,8 @@ def clear_caches() -> None:
     """Forget every built kernel object, compiled entry point and first-use check (after changing
     COMPILE, INT8NAX_CUDA_KERNEL, INT8NAX_CUDA_EPILOGUE, INT8NAX_CUDA_SWIGLU, INT8NAX_CUDA_BIAS or
     INT8NAX_CUDA_MLP)."""
-    for fn in (_gemm_for_shape, _w8a8_for_shape, _w8a8_any_rows, _w8a8_mlp_any_rows, _swiglu_w8a8_for_shape,
+    for fn in (_gemm_for_shape, _w8a8_for_shape, _w8a8_any_rows_body, _w8a8_any_rows, _w8a8_mlp_any_rows,
+               _swiglu_w8a8_for_shape,
                _quantize_for_shape,
                settings.kernel_choice, settings.epilogue_choice, settings.swiglu_choice, settings.bias_choice,
                settings.mlp_choice,
@@ -176,6 +191,7 @@ def clear_caches() -> None:
     _ENTRIES = entries.table(_w8a8_any_rows, SHAPE_CACHE_SIZE)
     _MLP_ENTRIES = entries.table(_w8a8_mlp_any_rows, SHAPE_CACHE_SIZE)  # every thread's go too
     BACKEND._probe = None  # its reason names the choices (settings.w8a8_settings)
+    tape.invalidate()  # recorded launches of the old choices
 
 
 def _explicit(variant: str | None, plan, m: int, n: int, k: int, w8a8: bool) -> tuple[str, object]:
@@ -363,6 +379,9 @@ class CUDABackend(Backend):
 
     def w8a8_linear_marked(self, x: mx.array, w: mx.array, scale_w: mx.array, bias):
         return w8a8_marked(x, w, scale_w, bias)
+
+    def w8a8_linear_graph(self, x: mx.array, w: mx.array, scale_w: mx.array, bias):
+        return w8a8_graph_any_rows(x, w, scale_w, bias)
 
     @property
     def w8a8_mlp_marked(self):

@@ -230,6 +230,18 @@ class MetalBackend(Backend):
         # inside the trace as a constant: MLX refuses a graph holding an input's array as a constant.
         return entries.marked(entry, x, w, scale_w, scale_w if bias is None else bias)
 
+    def w8a8_linear_graph(self, x: mx.array, w: mx.array, scale_w: mx.array, bias):
+        # Backend.w8a8_linear_graph: the compiled entry's graph built directly, for shapes and dtypes
+        # whose eager first call ran (w8a8_linear_marked's: a replay skips KernelSet.launch's checks)
+        ops = self._ops
+        if ops is None or not COMPILE:
+            return None
+        if (x.shape, w.shape[0], x.dtype, None if bias is None else bias.dtype) not in self._launched:
+            return None
+        m, k = entries.rows_of(x.shape)
+        y = ops.w8a8_linear(x if x.ndim == 2 else x.reshape(m, k), w, scale_w, bias)
+        return y if x.ndim == 2 else y.reshape(x.shape[:-1] + (w.shape[0],))
+
     def _first_call(self, ops, key, x, w, scale_w, bias):
         """(y, True) of the eager launches on x's rows (True: the API then tells a traced call apart),
         the key remembered where no check was deferred."""

@@ -1,0 +1,103 @@
+"""Tapes: a layer's call replayed in one C++ step (tape.cpp, built once per machine: build.py).
+
+A GPU backend's W8A8 call is a small graph of kernel launches between reshapes. Building it in
+Python costs microseconds per call, and MLX's compiled replay (backends.entries) still several:
+its cache lookup, argument flattening and Python frames cost more than the whole call of MLX's
+own QuantizedLinear. A Tapes object, held by a layer whose weights stay the same arrays, records
+the graph its backend builds on x at the first call of an x shape, dtype and stream, and replays
+it for every later one: one C++ call that creates the recorded arrays on the new x.
+
+new(outputs) gives a Tapes object, or None where tapes cannot serve (the reason: why()):
+INT8NAX_TAPES=off, no C++ compiler or nanobind, an extension that did not build or load, or an
+MLX whose tracers the extension cannot tell apart (checked once per process, as the API's own test
+is: tracer_test). invalidate() forgets every recording (backends' clear_caches call it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import mlx.core as mx
+
+ENV = "INT8NAX_TAPES"
+"""off (also 0, false, no): no tapes; layers take the backends' compiled entry points."""
+
+LIMIT = 16
+"""Recordings a Tapes object keeps (x shapes, dtypes and streams); a full one starts over."""
+
+_STATE: dict = {}
+"""'module' (the _tape module or None) and 'why' (None, or why there are no tapes), once asked."""
+
+_LOCK = threading.Lock()
+
+
+def _off() -> bool:
+    return os.environ.get(ENV, "").strip().lower() in ("off", "0", "false", "no")
+
+
+def tracer_test(module) -> bool:
+    """Whether module.is_tracer says True inside mx.grad, mx.vjp, mx.jvp, mx.vmap and mx.compile,
+    for an input and for an array made from it, and False outside."""
+    seen = []
+
+    def f(x):
+        seen.append(module.is_tracer(x) and module.is_tracer(x * 2))
+        return x.sum()
+
+    try:
+        x = mx.zeros((2,), dtype=mx.float32)
+        outside = module.is_tracer(x)
+        mx.grad(f)(x)
+        mx.vjp(f, [x], [mx.array(1.0)])
+        mx.jvp(f, [x], [x])
+        mx.vmap(f)(mx.zeros((3, 2), dtype=mx.float32))
+        mx.compile(f)(x)
+    except Exception:  # noqa: BLE001 - any surprise means: do not rely on it
+        return False
+    return not outside and seen == [True] * 5
+
+
+def _load() -> None:
+    from . import build
+
+    if _off():
+        module, why = None, f"{ENV}={os.environ[ENV]}"
+    else:
+        module, why = build.load()
+        if module is not None and not tracer_test(module):
+            module, why = None, "the extension does not tell this MLX's tracers apart"
+    _STATE.update(module=module, why=why)
+
+
+def module():
+    """The _tape module, built and loaded at the first ask in a process; None where there are no
+    tapes (why())."""
+    if "module" not in _STATE:
+        with _LOCK:
+            if "module" not in _STATE:
+                _load()
+    return _STATE["module"]
+
+
+def why() -> str | None:
+    """Why there are no tapes in this process, or None where there are (asks module() first)."""
+    module()
+    return _STATE["why"]
+
+
+def new(outputs: int = 1):
+    """A Tapes object whose replays give `outputs` arrays (one: the array; more: a tuple), or None
+    where there are no tapes."""
+    m = module()
+    return None if m is None else m.Tapes(outputs, LIMIT)
+
+
+def invalidate() -> None:
+    """Forget every recording of every Tapes object (a backend setting changed its graphs), and
+    ask INT8NAX_TAPES again at the next new()."""
+    m = _STATE.get("module")
+    if m is not None:
+        m.invalidate()
+    if m is None or _off():
+        _STATE.clear()  # ask again at the next new()
