@@ -4,10 +4,11 @@ mlx-lm decoder layer in bf16, MLX 8-bit and W8A8 (sibling groups and the SwiGLU 
 included): the Python time a call costs before the device can run it. Measured by
 int8nax.bench.host_work, which says what runs where (on a CPU box W8A8's figures are int8nax's
 own layer and API work over a graph-only stand-in, because the CPU backend computes during the
-call). The w8a8_uncompiled figures take the backend's compiled entry points away (each call builds its
-launches): beside w8a8 they say what the replay of a compiled entry costs; w8a8_mlp_step is the decoder
-layer with INT8NAX_CUDA_MLP=step (the SwiGLU MLP in one compiled step). Lower is better; the
-regression gate (benchmarks/gate.json) does not read these."""
+call). The w8a8 figures are a tape's replay where the machine builds tapes (int8nax.backends.tape);
+w8a8_compiled takes the tapes away (the backend's mx.compile'd entry points replay each call) and
+w8a8_uncompiled the entry points too (each call builds its launches): beside w8a8 they say what each
+replay saves; w8a8_mlp_step is the decoder layer with INT8NAX_CUDA_MLP=step (the SwiGLU MLP in one
+compiled step). Lower is better; the regression gate (benchmarks/gate.json) does not read these."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ class HostWork:
     @_us
     def track_w8a8_host_us(self, shape, m):
         return host_work.host_us_per_call("w8a8", *shape, m)
+
+    @_us
+    def track_w8a8_compiled_host_us(self, shape, m):
+        return host_work.host_us_per_call("w8a8-compiled", *shape, m)
 
     @_us
     def track_w8a8_uncompiled_host_us(self, shape, m):
@@ -77,6 +82,10 @@ class DecoderLayerHostWork:
     @_us
     def track_w8a8_mlp_step_layer_host_us(self, m):
         return host_work.block_host_us("w8a8-mlp-step", m)
+
+    @_us
+    def track_w8a8_compiled_layer_host_us(self, m):
+        return host_work.block_host_us("w8a8-compiled", m)
 
     @_us
     def track_w8a8_uncompiled_layer_host_us(self, m):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from int8nax import api, backends
+from int8nax.backends import tape
 from int8nax.backends.base import BodyRan
 from int8nax.bench import host_work
 from int8nax.nn import W8A8Linear, quantize_linears
@@ -161,7 +162,22 @@ def test_a_replaced_weight_is_bound_anew(marked, rng):
     np.testing.assert_array_equal(np.array(y), np.array(other(x)))
 
 
-def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch):
+def _count_graphs(monkeypatch) -> list:
+    """The stand-in's recorded graphs (GraphOnlyBackend.w8a8_linear_graph), by weight rows, as built."""
+    built = []
+    graph = host_work.GraphOnlyBackend.w8a8_linear_graph
+
+    def counted(self, x, w, s, b):
+        got = graph(self, x, w, s, b)
+        if got is not None:  # None: no compiled entry (the uncompiled form)
+            built.append((x.shape, w.shape[0]))
+        return got
+
+    monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_graph", counted)
+    return built
+
+
+def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch, tapes_module):
     # on the CPU box W8A8Linear is measured over the graph-only stand-in, which reaches int8nax's
     # own layer path; the real resolve is back afterwards
     if backends.choose(None)[0] not in host_work.EAGER:
@@ -176,11 +192,13 @@ def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch):
         return got
 
     monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked", counted)
+    built = _count_graphs(monkeypatch)
     real_get, real_resolve = backends.get, backends.resolve
     us = host_work.host_us_per_call("w8a8", 64, 32, True, 5, calls=3, repeats=2)
     assert us > 0 and backends.get is real_get and backends.resolve is real_resolve
-    # warm-up settles the first-call work; every measured call replays the compiled entry
-    assert seen[-6:] == [((1, 5, 64), (1, 5, 32), False)] * 6
+    # warm-up settles the first-call work (the graph recorded once); every measured call replays the
+    # tape: no graph built, no compiled entry called
+    assert built == [((1, 5, 64), 32)] and seen == []
     assert host_work.host_backend().startswith("graph-only")
     # the stand-in is what int8nax's own resolution hands out while measured, and only then
     with host_work._w8a8_backend():
@@ -188,14 +206,24 @@ def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch):
     assert backends.resolve(None) is real_get(backends.choose(None)[0])
     with pytest.raises(ValueError, match="kind"):
         host_work.layer("w4a4", 64, 32, True)
+    # without tapes, every measured call replays the compiled entry
+    monkeypatch.setenv(tape.ENV, "off")
+    tape.invalidate()
+    try:
+        assert host_work.host_us_per_call("w8a8", 64, 32, True, 5, calls=3, repeats=2) > 0
+        assert seen[-6:] == [((1, 5, 64), (1, 5, 32), False)] * 6
+    finally:
+        monkeypatch.delenv(tape.ENV)
+        tape.invalidate()
     # "w8a8-uncompiled": no compiled entry on the stand-in, so each call builds its graph directly
     plain = []
     direct = host_work.GraphOnlyBackend.w8a8_linear
     monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear",
                         lambda self, x, w, s, b: plain.append(x.shape) or direct(self, x, w, s, b))
     seen.clear()
+    built.clear()
     assert host_work.host_us_per_call("w8a8-uncompiled", 64, 32, True, 5, calls=3, repeats=2) > 0
-    assert seen == [] and plain == [(5, 64)] * (host_work.WARM_UP + 6)
+    assert seen == [] and built == [] and plain == [(5, 64)] * (host_work.WARM_UP + 6)
     assert host_work.layer("w8a8-uncompiled", 64, 32, True) is not host_work.layer("w8a8", 64, 32, True)
 
 
@@ -214,7 +242,7 @@ def test_the_uncompiled_host_work_turns_the_cuda_entry_points_off_and_back_on(mo
     assert cleared == [False, True]  # nothing to change: nothing cleared
 
 
-def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
+def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch, tapes_module):
     if backends.choose(None)[0] not in host_work.EAGER:
         pytest.skip("on a lazy backend the figure is that backend's own")
     pytest.importorskip("mlx_lm")
@@ -239,27 +267,36 @@ def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch):
 
     monkeypatch.setattr(host_work.GraphOnlyBackend, "w8a8_linear_marked", counted)
     monkeypatch.setattr(host_work.GraphOnlyBackend, "_mlp_marked", counted_mlp)
+    built = _count_graphs(monkeypatch)
     for form in host_work.BLOCK_FORMS:
         assert host_work.block_host_us(form, 1, calls=2, repeats=1) > 0
     block = host_work.block("w8a8")
     assert isinstance(block.mlp, SwiGLUMLPCall) and isinstance(block.self_attn.q_proj._group, SiblingGroup)
     assert isinstance(host_work.block("q8").mlp.gate_proj, nn.QuantizedLinear)
-    # each W8A8 call of the layer on the stand-in: q|k|v, o, gate|up, down (896 wide, MLP 4864); with
-    # INT8NAX_CUDA_MLP=step (as the CUDA backend, the stand-in offers the whole-MLP step only then)
-    # q|k|v, o and the MLP's one step, and the setting as it was afterwards
+    # the W8A8 calls of the layer on the stand-in, each recorded once and replayed after: q|k|v, o,
+    # gate|up, down (896 wide, MLP 4864); with INT8NAX_CUDA_MLP=step (as the CUDA backend, the
+    # stand-in offers the whole-MLP step only then) q|k|v and o, and the MLP's compiled step at
+    # every call; the setting as it was afterwards
     from int8nax.backends.cuda import settings as cuda_settings
 
     monkeypatch.delenv(cuda_settings.MLP_ENV, raising=False)
     cuda_settings.mlp_choice.cache_clear()
-    for form, calls in (("w8a8", [896 + 2 * 128, 896, 2 * 4864, 896]),
-                        ("w8a8-mlp-step", [896 + 2 * 128, 896, (2 * 4864, 896)])):
+    calls = 1 + host_work.WARM_UP  # (calls=1, repeats=1) and the warm-up calls
+    for form, recorded, stepped in (("w8a8", [896 + 2 * 128, 896, 2 * 4864, 896], []),
+                                    ("w8a8-mlp-step", [896 + 2 * 128, 896], [(2 * 4864, 896)] * calls)):
         seen.clear()
-        assert host_work.block_host_us(form, 1, calls=2, repeats=1) > 0
-        assert seen[-len(calls):] == calls, form
+        built.clear()
+        assert host_work.block_host_us(form, 1, calls=1, repeats=1) > 0
+        assert [n for _, n in built] == recorded and seen == stepped, form
         assert cuda_settings.mlp_choice() == "own" and cuda_settings.MLP_ENV not in os.environ
-    # the uncompiled form reaches no compiled entry
+    # without tapes every call replays the compiled entries; the uncompiled form reaches neither
     seen.clear()
-    assert host_work.block_host_us("w8a8-uncompiled", 1, calls=2, repeats=1) > 0 and seen == []
+    built.clear()
+    assert host_work.block_host_us("w8a8-compiled", 1, calls=2, repeats=1) > 0
+    assert built == [] and seen[-4:] == [896 + 2 * 128, 896, 2 * 4864, 896]
+    seen.clear()
+    built.clear()
+    assert host_work.block_host_us("w8a8-uncompiled", 1, calls=2, repeats=1) > 0 and seen == [] and built == []
     with pytest.raises(ValueError, match="form"):
         host_work.block("w4a4")
 

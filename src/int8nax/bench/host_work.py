@@ -38,13 +38,19 @@ import mlx.nn as nn
 from mlx.utils import tree_map
 
 from .. import backends
-from ..backends import entries
+from ..backends import entries, tape
 from ..backends.base import Backend, Probe
 from ..nn import W8A8Linear
 
-LAYERS = ("linear", "q8", "w8a8", "w8a8-uncompiled")
-"""mlx.nn.Linear (bfloat16), mlx.nn.QuantizedLinear(bits=8, group_size=64), int8nax.nn.W8A8Linear,
-and W8A8Linear with its backend's compiled entry points off (UNCOMPILED_FORMS)."""
+LAYERS = ("linear", "q8", "w8a8", "w8a8-compiled", "w8a8-uncompiled")
+"""mlx.nn.Linear (bfloat16), mlx.nn.QuantizedLinear(bits=8, group_size=64), int8nax.nn.W8A8Linear
+(its calls replayed by tapes where this process has them: int8nax.backends.tape), W8A8Linear
+without tapes (TAPELESS_FORMS: its backend's mx.compile'd entry points), and W8A8Linear with
+neither (UNCOMPILED_FORMS)."""
+
+TAPELESS_FORMS = frozenset({"w8a8-compiled"})
+"""W8A8 measured with INT8NAX_TAPES=off: beside "w8a8" it tells what a tape's replay saves against
+the replay of MLX's compiled entry point."""
 
 UNCOMPILED_FORMS = frozenset({"w8a8-uncompiled"})
 """W8A8 measured with the backend's compiled entry points off: each call builds its launches in
@@ -94,6 +100,12 @@ class GraphOnlyBackend(Backend):
     @staticmethod
     def _linear_entry(shape, n):
         return entries.linear(shape, n, lambda rows, w, s, bias: _graph(rows, w))
+
+    def w8a8_linear_graph(self, x, w, scale_w, bias):
+        # Backend.w8a8_linear_graph as the CUDA backend's: the entry's graph built directly
+        if not self.compiled:
+            return None
+        return entries.linear_body(x.shape, w.shape[0], lambda rows, w, s, bias: _graph(rows, w))(x, w, scale_w, bias)
 
     @staticmethod
     def _mlp_entry(shape, n):
@@ -155,6 +167,37 @@ def _gpu_compiled(name: str, on: bool):
 
 
 @contextlib.contextmanager
+def _tapes(on: bool):
+    """INT8NAX_TAPES=off while measured where not `on` (the recordings forgotten before and after:
+    for the benchmark's own process, never while other threads call int8nax); as it is otherwise."""
+    if on:
+        yield
+        return
+    was = os.environ.get(tape.ENV)
+    os.environ[tape.ENV] = "off"
+    tape.invalidate()
+    try:
+        yield
+    finally:
+        if was is None:
+            del os.environ[tape.ENV]
+        else:
+            os.environ[tape.ENV] = was
+        tape.invalidate()
+
+
+def _w8a8_setting(form: str):
+    """What W8A8 `form` is measured under: its backend (compiled entry points off for
+    UNCOMPILED_FORMS) and tapes (off for TAPELESS_FORMS); nothing for the other forms."""
+    if not form.startswith("w8a8"):
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(_w8a8_backend(form not in UNCOMPILED_FORMS))
+    stack.enter_context(_tapes(form not in TAPELESS_FORMS))
+    return stack
+
+
+@contextlib.contextmanager
 def _w8a8_backend(compiled: bool = True):
     """The backend W8A8Linear calls resolve to while measured: auto's own (with `compiled` False,
     its compiled entry points off), or where that is eager
@@ -205,7 +248,7 @@ def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int =
     f = layer(kind, k, n, bias)
     x = mx.zeros((1, m, k), dtype=mx.bfloat16)
     mx.eval(x)
-    with _w8a8_backend(kind not in UNCOMPILED_FORMS) if kind.startswith("w8a8") else contextlib.nullcontext():
+    with _w8a8_setting(kind):
         for _ in range(WARM_UP):
             f(x)
         best = float("inf")
@@ -217,10 +260,10 @@ def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int =
     return best / calls * 1e6
 
 
-BLOCK_FORMS = ("bf16", "q8", "w8a8", "w8a8-mlp-step", "w8a8-uncompiled")
+BLOCK_FORMS = ("bf16", "q8", "w8a8", "w8a8-mlp-step", "w8a8-compiled", "w8a8-uncompiled")
 """A decoder layer's forms: bf16, nn.quantize(bits=8, group_size=64), int8nax.nn.quantize_linears
-(with compiled entry points; with the SwiGLU MLP's whole step as well: MLP_STEP_FORMS; without
-compiled entry points: UNCOMPILED_FORMS)."""
+(as it runs; with the SwiGLU MLP's whole step as well: MLP_STEP_FORMS; without tapes:
+TAPELESS_FORMS; without compiled entry points: UNCOMPILED_FORMS)."""
 
 MLP_STEP_FORMS = frozenset({"w8a8-mlp-step"})
 """W8A8 measured with INT8NAX_CUDA_MLP=step (the CUDA backend's whole-MLP step, and the stand-in's):
@@ -281,8 +324,7 @@ def block_host_us(form: str, m: int, calls: int = BLOCK_CALLS, repeats: int = RE
     x = mx.zeros((1, m, f.hidden_size), dtype=mx.bfloat16)
     mask = None if m == 1 else "causal"
     mx.eval(x)
-    w8a8 = _w8a8_backend(form not in UNCOMPILED_FORMS) if form.startswith("w8a8") else contextlib.nullcontext()
-    with w8a8, _mlp_step(form in MLP_STEP_FORMS):
+    with _w8a8_setting(form), _mlp_step(form in MLP_STEP_FORMS):
         for _ in range(WARM_UP):
             f(x, mask)
         best = float("inf")
@@ -297,7 +339,9 @@ def block_host_us(form: str, m: int, calls: int = BLOCK_CALLS, repeats: int = RE
 def report() -> str:
     """Every figure of this module as text: each layer kind (LAYERS) at each shape and M, then the
     decoder layer's forms (BLOCK_FORMS), µs of host work per call, on host_backend()."""
-    lines = [f"host work per call, µs (graph built, not evaluated), W8A8 on {host_backend()}"]
+    why = tape.why()
+    lines = [f"host work per call, µs (graph built, not evaluated), W8A8 on {host_backend()}, "
+             + ("tapes on" if why is None else f"no tapes ({why})")]
     for k, n, bias in SHAPES:
         for m in TOKENS:
             cells = ", ".join(f"{kind} {host_us_per_call(kind, k, n, bias, m):.2f}" for kind in LAYERS)
