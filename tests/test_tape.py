@@ -88,7 +88,7 @@ def test_invalidate_drops_every_recording(tapes_module, rng):
     tapes = tapes_module.Tapes(1, 4)
     tapes.record(x, [_graph(x, w, s)])
     tape.invalidate()
-    assert tapes(x) is None
+    assert tapes(x) is None and len(tapes) == 0
     tapes.record(x, [_graph(x, w, s)])
     assert len(tapes) == 1 and tapes(x) is not None
 
@@ -257,6 +257,65 @@ def test_a_backend_without_a_graph_for_the_call_keeps_its_own_path(taped, rng):
     for _ in range(3):
         layer(x)
     assert taped.plain == 3 and len(layer._bound.tapes) == 0
+
+
+def _taken_over_mlp(rng):
+    """(a taken-over mlx-lm Qwen2 MLP, its float reference's own call under fuse=False)."""
+    import copy
+
+    from mlx_lm.models import qwen2
+
+    ref = qwen2.MLP(16, 40)
+    ref.update(nn.utils.tree_map(lambda a: mx.array(rng.standard_normal(a.shape).astype(np.float32)),
+                                 ref.parameters()))
+    mlp = copy.deepcopy(ref)
+    quantize_linears(ref, fuse=False)
+    quantize_linears(mlp)
+    return mlp, ref
+
+
+def test_a_taken_over_mlp_replays_its_own_call_in_one_step(taped, rng):
+    pytest.importorskip("mlx_lm")
+    from int8nax.nn import SwiGLUMLPCall
+
+    mlp, ref = _taken_over_mlp(rng)
+    assert isinstance(mlp, SwiGLUMLPCall)
+    for i in range(5):
+        x = mx.array(rng.standard_normal((1, 3, 16)).astype(np.float32))
+        if i == 3:  # the children's and the MLP's first calls are recorded by now
+            taped.graphs.clear()
+        np.testing.assert_array_equal(np.array(mlp(x)), np.array(ref(x)))
+    assert taped.graphs == [] and len(mlp._taped.tapes) == 1  # replayed: no layer built a graph
+    # a replaced array of any child: the own call again, recorded anew
+    other, _ = _taken_over_mlp(rng)
+    mlp.down_proj.update(other.down_proj.parameters())
+    x = mx.array(rng.standard_normal((1, 3, 16)).astype(np.float32))
+    want = np.array(mlp.own_call(x))
+    group = mlp.gate_proj._group
+    assert not mlp._taped.holds(mlp._taped.guards_of(group.members + (mlp.down_proj,)))
+    np.testing.assert_array_equal(np.array(mlp(x)), want)
+    np.testing.assert_array_equal(np.array(mlp(x)), want)
+    # traced: the own call (its layers' gradient path), never the recording
+    c = mx.array(rng.standard_normal((1, 3, 16)).astype(np.float32))
+    tol = mm_tol("kernel-like", 1e-5)
+    ref.down_proj.update(other.down_proj.parameters())
+    dx = mx.grad(lambda v: (mlp(v) * c).sum())(x)
+    dx_ref = mx.grad(lambda v: (ref(v) * c).sum())(x)
+    np.testing.assert_allclose(np.array(dx), np.array(dx_ref), rtol=tol, atol=tol)
+    # copies drop the recording
+    import copy
+
+    assert copy.deepcopy(mlp)._taped is None
+
+
+def test_an_mlp_whose_layers_give_no_graph_is_not_recorded(taped, rng):
+    pytest.importorskip("mlx_lm")
+    mlp, ref = _taken_over_mlp(rng)
+    taped.w8a8_linear_graph = lambda *args: None  # e.g. the compiled entry points turned off
+    x = mx.array(rng.standard_normal((2, 16)).astype(np.float32))
+    for _ in range(3):
+        np.testing.assert_array_equal(np.array(mlp(x)), np.array(ref(x)))
+    assert mlp._taped is None
 
 
 # ---- on a GPU backend: its own graphs recorded and replayed ----

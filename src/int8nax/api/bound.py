@@ -54,6 +54,11 @@ class BoundLinear:
     def __reduce__(self):
         return (_nothing, ())
 
+    def taped(self) -> bool:
+        """Whether a call of these arrays was recorded (and not forgotten since)."""
+        tapes = self.tapes
+        return tapes is not None and len(tapes) > 0
+
     def bound_parts(self, parts: tuple[int, ...]) -> "BoundLinear":
         """The same arrays (not checked again), whose calls give the outputs split at `parts`
         along the last axis (a sibling group's members)."""

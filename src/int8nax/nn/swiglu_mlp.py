@@ -24,6 +24,7 @@ import mlx.nn as nn
 
 from .. import backends
 from ..api import swiglu_w8a8_linear
+from ..backends import env_raw, tape
 from ..backends import swiglu as _swiglu
 from ..api.arguments import _ARRAY, _FLOATS
 from ..api.tracing import _may_skip_custom
@@ -179,7 +180,14 @@ class SwiGLUMLPCall:
         # the body ran: a signature's first call (y is right) or a tracer (the own call serves it)
         return y if not maybe_traced or _may_skip_custom(x) else None
 
+    _taped = None  # _TapedCall of the own call, made at the first call it can be recorded for
+
     def __call__(self, x):
+        taped = self._taped
+        if taped is not None and type(x) is _ARRAY:
+            y = taped.replay(x)
+            if y is not None:
+                return y
         down = _DICT_GET(self, "down_proj")
         if type(down) is not W8A8Linear:
             return self._swiglu_base.__call__(self, x)
@@ -189,7 +197,7 @@ class SwiGLUMLPCall:
             return self._swiglu_base.__call__(self, x)
         if not impl.swiglu_one_step():
             y = self.whole_step(impl, down, x)
-            return y if y is not None else self._swiglu_base.__call__(self, x)
+            return y if y is not None else self._own_call_taped(impl, down, x)
         fits = self.one_step()
         if fits is None:
             return self._swiglu_base.__call__(self, x)
@@ -197,6 +205,28 @@ class SwiGLUMLPCall:
         group.members[0]._check_input(x)
         return swiglu_w8a8_linear(group.joint_output(x), down.weight, down.scales, down.get("bias"),
                                   backend=down._backend)
+
+    def _own_call_taped(self, impl, down, x):
+        """The model's own call on x, recorded for x's signature (_TapedCall) where the backend's
+        layers build lazy graphs and tapes can serve: the next call of that signature replays
+        gate/up, the swiglu and down in one step."""
+        y = self._swiglu_base.__call__(self, x)
+        if getattr(impl, "w8a8_linear_graph", None) is None or type(x) is not _ARRAY or type(y) is not _ARRAY:
+            return y
+        group = _gate_up_group(self)
+        module = tape.module()
+        bound = down._bound
+        if group is None or module is None or module.is_tracer(x) or bound is None or not bound.taped():
+            return y  # the down projection's own call not recorded: the backend gives no graph for it
+        taped = self._taped
+        guards = _TapedCall.guards_of(group.members + (down,))
+        if taped is None or not taped.holds(guards):
+            taped = _TapedCall(guards)
+            if taped.tapes is None:
+                return y
+            object.__setattr__(self, "_taped", taped)  # not a parameter: past Module.__setattr__
+        taped.record(x, y)
+        return y
 
     def __reduce_ex__(self, protocol):
         # pickle names a class by its module and qualified name, which lead to the model's own
@@ -206,6 +236,49 @@ class SwiGLUMLPCall:
         if getattr(fn, "__name__", "") == "__newobj__" and args and args[0] is type(self):
             return (_taken_over_instance, (self._swiglu_base, *args[1:]), *reduced[2:])
         return reduced
+
+
+class _TapedCall:
+    """A taken-over MLP's own call recorded by tapes (int8nax.backends.tape) while its children
+    hold the same arrays: `guards`, (layer, name, array) for the weight, scales and bias of
+    gate_proj, up_proj and down_proj as recorded, checked by identity before each replay (the
+    recording holds those arrays; a replaced one, by any route, means recording anew), with
+    INT8NAX_BACKEND's value as recorded. Copies and pickles drop it."""
+
+    __slots__ = ("tapes", "guards", "env")
+
+    def __init__(self, guards):
+        self.tapes, self.guards, self.env = tape.new(1), guards, env_raw()
+
+    @staticmethod
+    def guards_of(layers) -> tuple:
+        return tuple((m, k, _DICT_GET(m, k)) for m in layers for k in ("weight", "scales", "bias"))
+
+    def holds(self, guards) -> bool:
+        return len(guards) == len(self.guards) and all(a[2] is b[2] for a, b in zip(guards, self.guards))
+
+    def record(self, x, y) -> None:
+        env = env_raw()
+        if env != self.env:
+            self.tapes.clear()
+            self.env = env
+        self.tapes.record(x, [y])
+
+    def replay(self, x):
+        """y for x, or None where nothing recorded serves it (x's signature, a replaced array,
+        another INT8NAX_BACKEND value, a tracer)."""
+        get = _DICT_GET
+        for m, k, a in self.guards:
+            if get(m, k) is not a:
+                return None
+        return self.tapes(x) if env_raw() == self.env else None
+
+    def __reduce__(self):
+        return (_none, ())
+
+
+def _none():
+    return None
 
 
 _TAKEN_OVER: dict[type, type] = {}

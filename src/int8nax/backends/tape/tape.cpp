@@ -15,6 +15,7 @@
 // functions. invalidate() drops every recording of every Tapes object (after a backend setting
 // changed what a graph would be).
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -218,8 +219,9 @@ class Tapes {
     return true;
   }
 
+  // The recordings that can still serve (made since the last invalidate()).
   size_t size() const {
-    return tapes_.size();
+    return std::count_if(tapes_.begin(), tapes_.end(), [](const Tape& t) { return t.epoch == g_epoch; });
   }
 
   void clear() {
