@@ -211,3 +211,22 @@ def test_the_shapes_remembered_are_bounded(served, monkeypatch, rng):
     for m in (1, 2, 3, 5, 7):
         backend.w8a8_linear_marked(mx.zeros((m, 64)), layer.weight, layer.scales, layer.bias)
         assert (m, 64) in {key[0] for key in backend._launched} and len(backend._launched) <= 2
+
+
+def test_a_layer_records_the_entrys_graph_once_its_eager_call_ran(served, rng, tapes_module, monkeypatch):
+    # MetalBackend.w8a8_linear_graph: nothing before a shape's eager first call (a replay skips
+    # KernelSet.launch's checks), then the launches that call made, for the layer's tape
+    backend, factory = served
+    layer = _layer(rng)
+    x = mx.array(rng.standard_normal((2, 3, 64)).astype(np.float16))
+    assert backend.w8a8_linear_graph(x, layer.weight, layer.scales, layer.bias) is None
+    eager = backend.w8a8_linear(x.reshape(6, 64), layer.weight, layer.scales, layer.bias).reshape(2, 3, 40)
+    for _ in range(4):
+        y = layer(x)
+    assert layer._bound.taped() and len(layer._bound.tapes) == 1
+    factory.calls.clear()
+    for _ in range(2):
+        y = layer(x)
+    assert factory.calls == [] and mx.array_equal(y, eager).item()  # replayed, the eager call's values
+    monkeypatch.setattr(metal, "COMPILE", False)
+    assert backend.w8a8_linear_graph(x, layer.weight, layer.scales, layer.bias) is None
