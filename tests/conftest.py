@@ -147,3 +147,17 @@ def tapes_module():
             pytest.fail(f"no tapes here, and CI=true requires them: {tape.why()}")
         pytest.skip(f"no tapes here: {tape.why()}")
     return module
+
+
+def random_w8a8_layer(rng, k: int, n: int, bias: bool = True, backend=None):
+    """int8nax.nn.W8A8Linear.from_linear of an nn.Linear [n, k] with standard normal weights (and bias)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from int8nax.nn import W8A8Linear
+
+    lin = nn.Linear(k, n, bias=bias)
+    lin.weight = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    if bias:
+        lin.bias = mx.array(rng.standard_normal(n).astype(np.float32))
+    return W8A8Linear.from_linear(lin, backend=backend)

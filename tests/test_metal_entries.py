@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 import pytest
 
@@ -20,10 +19,10 @@ from int8nax import backends, nax_emulator as emu
 from int8nax.backends.metal import (
     backend as metal, kernel_set as metal_kernel_set, launch as metal_launch, selection as metal_selection,
 )
-from int8nax.nn import W8A8Linear
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 import mlx_stand_in  # noqa: E402
+from conftest import random_w8a8_layer  # noqa: E402
 
 
 class TraceableKernels:
@@ -81,11 +80,7 @@ def served(monkeypatch):
 
 
 def _layer(rng, k=64, n=40, bias=True):
-    lin = nn.Linear(k, n, bias=bias)
-    lin.weight = mx.array(rng.standard_normal((n, k)).astype(np.float32))
-    if bias:
-        lin.bias = mx.array(rng.standard_normal(n).astype(np.float32))
-    return W8A8Linear.from_linear(lin)
+    return random_w8a8_layer(rng, k, n, bias)
 
 
 @pytest.mark.parametrize("rows", [(1, 1), (2, 3), (3, 40)])  # the decode kernel; quantize + GEMM, two tiles

@@ -17,7 +17,9 @@ from int8nax import backends
 from int8nax.backends import entries, tape
 from int8nax.backends.tape import build as tape_build
 from int8nax.nn import W8A8Linear, quantize_linears
+from conftest import random_w8a8_layer
 from test_gradients import KernelLikeBackend, mm_tol
+from test_layer_host_path import _Attn
 
 
 def _graph(x, w, s):
@@ -171,11 +173,7 @@ def taped(monkeypatch, tapes_module):
 
 
 def _layer(rng, k=16, n=6, bias=True):
-    lin = nn.Linear(k, n, bias=bias)
-    lin.weight = mx.array(rng.standard_normal((n, k)).astype(np.float32))
-    if bias:
-        lin.bias = mx.array(rng.standard_normal(n).astype(np.float32))
-    return W8A8Linear.from_linear(lin)
+    return random_w8a8_layer(rng, k, n, bias)
 
 
 def test_a_layer_records_once_and_replays(taped, rng):
@@ -208,21 +206,14 @@ def test_a_traced_call_takes_the_gradients_path(taped, rng):
 
 
 def test_a_sibling_group_replays_its_split(taped, rng):
-    class Attn(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.q_proj, self.k_proj, self.v_proj = nn.Linear(16, 8), nn.Linear(16, 4), nn.Linear(16, 4)
-
-        def __call__(self, x):
-            return mx.concatenate([self.q_proj(x), self.k_proj(x), self.v_proj(x)], axis=-1)
-
-    model = Attn()
+    model = _Attn()  # q 8, k 4, v 4 wide
     quantize_linears(model)
     x = mx.array(rng.standard_normal((1, 5, 16)).astype(np.float32))
     fused = model.q_proj._group._current()
     want = np.array(KernelLikeBackend().w8a8_linear(x.reshape(5, 16), fused.weight, fused.scales, fused.bias))
     for _ in range(3):
-        np.testing.assert_array_equal(np.array(model(x)).reshape(5, 16), want)
+        got = mx.concatenate([model.q_proj(x), model.k_proj(x), model.v_proj(x)], axis=-1)
+        np.testing.assert_array_equal(np.array(got).reshape(5, 16), want)
     assert taped.graphs == [(1, 5, 16)]  # one fused graph, the split recorded with it
     assert fused.parted.tapes.describe()[0][0] >= 4  # the call's steps and the split's three slices
 
@@ -326,14 +317,6 @@ GPU_CASES = ((256, 384, True, (1, 1)), (256, 384, False, (1, 5)), (512, 1024, Tr
 rows 2-D, and 2000 rows over two leading dims."""
 
 
-def _gpu_layer(rng, backend, k, n, bias):
-    lin = nn.Linear(k, n, bias=bias)
-    lin.weight = mx.array(rng.standard_normal((n, k)).astype(np.float32))
-    if bias:
-        lin.bias = mx.array(rng.standard_normal(n).astype(np.float32))
-    return W8A8Linear.from_linear(lin, backend=backend)
-
-
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16])
 def test_a_gpu_layer_replayed_gives_the_bits_of_the_general_path(backend, tapes_module, rng, dtype):
     import int8nax
@@ -341,7 +324,7 @@ def test_a_gpu_layer_replayed_gives_the_bits_of_the_general_path(backend, tapes_
     if backends.get(backend).w8a8_linear_graph is None:
         pytest.skip(f"the {backend} backend computes during the call: nothing to record")
     for k, n, bias, lead in GPU_CASES:
-        layer = _gpu_layer(rng, backend, k, n, bias)
+        layer = random_w8a8_layer(rng, k, n, bias, backend)
         for i in range(4):  # the first calls bind and record; the last two replay
             x = mx.array(rng.standard_normal((*lead, k)).astype(np.float32)).astype(dtype)
             want = int8nax.w8a8_linear(x, layer.weight, layer.scales, layer.get("bias"), backend=backend)

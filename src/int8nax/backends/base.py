@@ -134,6 +134,28 @@ class Backend:
         return self.name
 
 
+def under_each_transformation(test):
+    """[test(x) for x a tracer of mx.grad, mx.vjp, mx.jvp, mx.vmap and mx.compile in turn] (x float32
+    [2], each transformation's own), or None where one raised: the tracer checks' self-test
+    (int8nax.api.tracing, int8nax.backends.tape)."""
+    seen = []
+
+    def f(x):
+        seen.append(test(x))
+        return x.sum()
+
+    try:
+        x = mx.zeros((2,), dtype=mx.float32)
+        mx.grad(f)(x)
+        mx.vjp(f, [x], [mx.array(1.0)])
+        mx.jvp(f, [x], [x])
+        mx.vmap(f)(mx.zeros((3, 2), dtype=mx.float32))
+        mx.compile(f)(x)
+    except Exception:  # noqa: BLE001 - any surprise means: do not rely on the check
+        return None
+    return seen
+
+
 class BodyRan(threading.local):
     """Per thread: whether a compiled entry point's Python body ran during the present call
     (Backend.w8a8_linear_marked). MLX replays a compiled function's recorded graph without

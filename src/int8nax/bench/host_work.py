@@ -167,23 +167,25 @@ def _gpu_compiled(name: str, on: bool):
 
 
 @contextlib.contextmanager
-def _tapes(on: bool):
-    """INT8NAX_TAPES=off while measured where not `on` (the recordings forgotten before and after:
-    for the benchmark's own process, never while other threads call int8nax); as it is otherwise."""
-    if on:
-        yield
-        return
-    was = os.environ.get(tape.ENV)
-    os.environ[tape.ENV] = "off"
-    tape.invalidate()
+def _env(name: str, value: str, refresh):
+    """Environment variable `name` set to `value` while measured, refresh() called after each change
+    (the setting read anew): for the benchmark's own process, never while other threads call int8nax."""
+    was = os.environ.get(name)
+    os.environ[name] = value
+    refresh()
     try:
         yield
     finally:
         if was is None:
-            del os.environ[tape.ENV]
+            del os.environ[name]
         else:
-            os.environ[tape.ENV] = was
-        tape.invalidate()
+            os.environ[name] = was
+        refresh()
+
+
+def _tapes(on: bool):
+    """INT8NAX_TAPES=off while measured where not `on` (the recordings forgotten before and after)."""
+    return contextlib.nullcontext() if on else _env(tape.ENV, "off", tape.invalidate)
 
 
 def _w8a8_setting(form: str):
@@ -270,26 +272,14 @@ MLP_STEP_FORMS = frozenset({"w8a8-mlp-step"})
 beside "w8a8" it tells what building the MLP in one replay saves a layer."""
 
 
-@contextlib.contextmanager
 def _mlp_step(on: bool):
-    """INT8NAX_CUDA_MLP=step while measured where `on` (its setting read anew before and after:
-    for the benchmark's own process, never while other threads call int8nax); as it is otherwise."""
+    """INT8NAX_CUDA_MLP=step while measured where `on`; as it is otherwise."""
     if not on:
-        yield
-        return
+        return contextlib.nullcontext()
     from ..backends.cuda import settings as cuda_settings
 
-    was = os.environ.get(cuda_settings.MLP_ENV)
-    os.environ[cuda_settings.MLP_ENV] = "step"
-    cuda_settings.mlp_choice.cache_clear()
-    try:
-        yield
-    finally:
-        if was is None:
-            del os.environ[cuda_settings.MLP_ENV]
-        else:
-            os.environ[cuda_settings.MLP_ENV] = was
-        cuda_settings.mlp_choice.cache_clear()
+    return _env(cuda_settings.MLP_ENV, "step", cuda_settings.mlp_choice.cache_clear)
+
 
 BLOCK_CONFIG = "qwen2.5-0.5b"
 """The decoder layer's sizes (bench.models.CONFIGS)."""
