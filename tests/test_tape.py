@@ -359,3 +359,19 @@ def test_gpu_siblings_replayed_give_the_bits_of_separate_layers(backend, tapes_m
                 np.testing.assert_array_equal(np.array(model[name](x).astype(mx.float32)),
                                               np.array(alone[name](x).astype(mx.float32)), err_msg=f"{name} M={m}")
     assert len(model.q_proj._group._current().parted.tapes) == 3
+
+
+def test_warm_up_builds_the_extension_where_a_layers_backend_records(monkeypatch, tapes_module, rng):
+    from int8nax.nn import warm_up
+
+    asked = []
+    real = tape.module
+    monkeypatch.setattr(tape, "module", lambda: asked.append(True) or real())
+    model = nn.Sequential(nn.Linear(16, 8))
+    quantize_linears(model, backend="cpu")
+    warm_up(model, 4)
+    assert asked == []  # the CPU backend computes during the call: nothing to record
+    impl = TapedBackend()
+    monkeypatch.setattr(backends, "resolve", lambda requested=None: impl)
+    warm_up(model, 4)
+    assert asked == [True]

@@ -8,8 +8,8 @@ weights=False, since only their shapes matter here), and makes every kernel they
 compiled once per machine into MLX's kernel cache (MLX_PTX_CACHE_DIR), in parallel, so a later
 process answers its first request without compiling; a second run finds them all and builds
 nothing. Prints what it built, how long loading, quantizing and building took, and where kernels
-now come from (--json: one JSON line of the same); exit 0, 1 where a build was left to MLX, 2 on a
-usage error.
+now come from, and whether the tape extension is ready (--json: one JSON line of the same); exit 0,
+1 where a build was left to MLX, 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def _folder(text: str) -> str:
 
 def main(args) -> int:
     from .. import backends, nn
+    from ..backends import tape
     from ..backends.cuda import binary_cache as cuda_binary_cache, kernels as cuda_kernels
     from ..bench.generate import front_end
     from ..bench.peers import Unavailable
@@ -78,12 +79,13 @@ def main(args) -> int:
     built = nn.warm_up(model, rows, jobs=args.jobs, progress=progress)
     end = time.perf_counter()
     backend = backends.resolve(None)
+    tapes = None if backend.w8a8_linear_graph is None else (tape.why() or "ready")
     cache = cuda_kernels.binary_cache() if backend.name == "cuda" else None
     status = cuda_kernels.binary_cache_status() if backend.name == "cuda" else None
     if args.json:
         print(json.dumps({"model": args.model, "layers": count, "rows": rows, "backend": backend.name, "built": built,
                           "seconds": end - start, "load_s": loaded - start, "quantize_s": quantized - loaded,
-                          "build_s": end - quantized, "kernels": status,
+                          "build_s": end - quantized, "kernels": status, "tapes": tapes,
                           "counts": None if cache is None else asdict(cache.counts)}))
     else:
         print(f"int8nax warm: {count} W8A8 layers of {args.model}, up to {rows} rows on the {backend.name} backend: "
@@ -91,4 +93,6 @@ def main(args) -> int:
               f"{quantized - loaded:.1f} s, kernels {end - quantized:.1f} s)")
         if status:
             print(f"kernels: {status}")
+        if tapes is not None:
+            print(f"tapes: {tapes}")
     return 1 if cache is not None and cache.counts.failed else 0

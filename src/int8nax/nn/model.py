@@ -9,6 +9,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map_with_path
 
 from .. import backends
+from ..backends import tape
 from .._checks import check_backend
 from .linear import W8A8Linear, _positive_int
 from .siblings import _sibling_sets, group_siblings
@@ -116,7 +117,9 @@ def warm_up(model: nn.Module, max_rows: int, *, dtype=None, jobs: int | None = N
     of 1 .. max_rows rows (tokens times batch), with activations of `dtype` (default: the dtype
     most of the model's other parameters have). On CUDA each kernel instance is compiled once per
     machine into MLX's kernel cache, in parallel (`jobs` compiles at once, default the CPUs;
-    progress(done, total)), and loaded; a later process finds them there. Returns how many
+    progress(done, total)), and loaded; a later process finds them there. Where a layer's backend
+    builds lazy graphs (the GPU backends), the tape extension is built too, once per machine
+    (int8nax.backends.tape: backends.tape.why() says where it cannot be). Returns how many
     kernels this built (0 where all were ready, or on the CPU)."""
     func = "warm_up"
     if not isinstance(model, nn.Module):
@@ -125,5 +128,8 @@ def warm_up(model: nn.Module, max_rows: int, *, dtype=None, jobs: int | None = N
     dtype = _activation_dtype(model) if dtype is None else dtype
     built = 0
     for backend, layers in kernel_calls(model).items():
-        built += backends.resolve(backend).warm_up(layers, max_rows, dtype, jobs=jobs, progress=progress)
+        impl = backends.resolve(backend)
+        built += impl.warm_up(layers, max_rows, dtype, jobs=jobs, progress=progress)
+        if impl.w8a8_linear_graph is not None:
+            tape.module()  # built here, not inside the first request
     return built
