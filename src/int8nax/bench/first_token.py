@@ -6,8 +6,8 @@ benchmarks/bench_first_token.py).
 
 The model is generate's saved mlx-lm folder (bench.model_folder). Every step is a new Python
 process (run_child), and every process of one measurement reads and writes one new, empty kernel
-cache folder (MLX_PTX_CACHE_DIR, where MLX and int8nax's CUDA binary cache keep compiled kernels):
-a new machine. In order:
+cache folder (MLX_PTX_CACHE_DIR, where MLX and int8nax's CUDA binary cache keep compiled kernels)
+and one new int8nax folder (INT8NAX_CACHE_DIR: the tape extension): a new machine. In order:
 
 1. The first run on a new machine (where w8a8 is among the forms): `int8nax warm --model FOLDER
    --max-tokens <the longest prompt>`, what a server's owner runs once after installing int8nax:
@@ -41,6 +41,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..backends import cache as backend_cache
 from ..backends.cuda import binary_cache as cuda_binary_cache
 from . import generate, model_folder, models, saved
 from .checks import MismatchError
@@ -55,6 +56,8 @@ CHILD_TIMEOUT_S = 600
 """Longest a child process may take (a 7B folder's load and W8A8 conversion take about 70 s on an H100)."""
 KERNEL_CACHE_ENV = cuda_binary_cache.CACHE_ENV
 """Where MLX (and int8nax's CUDA binary cache) keep compiled kernels."""
+OWN_CACHE_ENV = backend_cache.CACHE_ENV
+"""Where int8nax keeps what it builds once per machine besides kernels (the tape extension)."""
 
 PROFILES: dict[str, generate.Profile] = {
     # Qwen2.5-7B at its real depth and vocabulary, the prompt lengths issue 47 names (generate's
@@ -273,10 +276,12 @@ def measure(config: str | models.Config, forms=DEFAULT_FORMS, prompt_tokens=(64,
         return result
     generate._free()  # the folder's weights were made here: nothing of them stays for the children
     result.folder = str(path)
-    with tempfile.TemporaryDirectory(prefix="int8nax-kernels-") as scratch:
+    with (tempfile.TemporaryDirectory(prefix="int8nax-kernels-") as scratch,
+          tempfile.TemporaryDirectory(prefix="int8nax-cache-") as own):
         folder = Path(kernel_cache) if kernel_cache is not None else Path(scratch)
         result.kernel_cache = str(folder)
-        env = {KERNEL_CACHE_ENV: str(folder)}
+        # int8nax's own folder new as well: the tape extension is built once per machine too
+        env = {KERNEL_CACHE_ENV: str(folder), OWN_CACHE_ENV: own}
         if "w8a8" in forms:
             say(f"{cfg.name}: the first run on a new machine: int8nax warm to {max(prompt_tokens)} tokens")
             result.warm = _counted(warm_argv(path, max(prompt_tokens)), env)
