@@ -66,6 +66,18 @@ def test_the_cpu_environment_installs_what_the_cpu_extra_brings(configs):
         assert package in req, f"asv.conf.json's matrix lacks {package} (from the cpu extra: {dep})"
 
 
+def test_every_dependency_of_int8nax_is_installed_with_its_pin(configs, mlx_pin):
+    # The wheel is installed with --no-deps: each of pyproject's dependencies comes from the matrix
+    # (mlx, numpy) or from an install step carrying the same pin (nanobind).
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for name, conf in configs.items():
+        steps = " ".join(conf["install_command"])
+        for dep in deps:
+            package = re.match(r"[A-Za-z0-9_.-]+", dep).group(0)
+            pinned = "==" in dep
+            assert package in conf["matrix"]["req"] or (pinned and f"--no-deps {dep}" in steps), f"{name}: {dep}"
+
+
 def test_the_m5_config_builds_the_cider_commit_the_adapter_expects(configs):
     req = configs["asv.m5.conf.json"]["matrix"]["req"]
     (spec,) = [k for k in req if "cider" in k]

@@ -130,6 +130,30 @@ def test_a_machine_that_cannot_build_says_why(monkeypatch, tmp_path):
     assert module is None and "could not build it" in why
 
 
+def test_an_extension_built_with_another_nanobind_is_refused_by_name(monkeypatch, tapes_module):
+    # nanobind of other internals than MLX's builds and loads, but its functions refuse mx.array
+    class Foreign:
+        def is_tracer(self, x):
+            raise TypeError("is_tracer(): incompatible function arguments")
+
+    monkeypatch.setattr(tape_build, "load", lambda: (Foreign(), None))
+    tape._STATE.clear()
+    try:
+        assert tape.module() is None and "does not take MLX's arrays" in tape.why()
+    finally:
+        monkeypatch.undo()
+        tape._STATE.clear()
+    assert tape.takes_mlx_arrays(tape.module())
+
+
+def test_the_build_reads_mlxs_headers_beside_mlx_core(monkeypatch, tmp_path):
+    # any folder named mlx on sys.path (MLX's own kernel cache in the temp folder) joins the
+    # namespace package; the headers and libmlx are those beside mlx.core
+    (tmp_path / "mlx").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert (tape_build._mlx_root() / "include" / "mlx" / "array.h").is_file()
+
+
 def test_int8nax_tapes_off_means_no_tapes(monkeypatch, tapes_module):
     monkeypatch.setenv(tape.ENV, "off")
     tape.invalidate()  # asks the setting again

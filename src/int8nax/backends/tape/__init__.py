@@ -46,6 +46,16 @@ def tracer_test(module) -> bool:
     return not outside and seen == [True] * 5
 
 
+def takes_mlx_arrays(module) -> bool:
+    """Whether the extension's functions accept MLX's own mx.array: only where the nanobind it was
+    built with shares MLX's internals (its version's; another raises a TypeError at the call)."""
+    try:
+        module.is_tracer(mx.zeros((1,), dtype=mx.float32))
+    except TypeError:
+        return False
+    return True
+
+
 def _load() -> None:
     from . import build
 
@@ -53,7 +63,10 @@ def _load() -> None:
         module, why = None, f"{ENV}={os.environ[ENV]}"
     else:
         module, why = build.load()
-        if module is not None and not tracer_test(module):
+        if module is not None and not takes_mlx_arrays(module):
+            module, why = None, (f"the extension does not take MLX's arrays: nanobind {build.nanobind_version()} "
+                                 "does not share MLX's nanobind internals (pyproject.toml pins the one that does)")
+        elif module is not None and not tracer_test(module):
             module, why = None, "the extension does not tell this MLX's tracers apart"
     _STATE.update(module=module, why=why)
 

@@ -24,7 +24,6 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-import mlx
 import mlx.core as mx
 
 from ..cache import cache_dir
@@ -47,8 +46,15 @@ def _nanobind():
     return nanobind
 
 
+def nanobind_version() -> str | None:
+    nanobind = _nanobind()
+    return None if nanobind is None else nanobind.__version__
+
+
 def _mlx_root() -> Path:
-    return Path(next(iter(mlx.__path__)))
+    # mlx is a namespace package: any folder named mlx on sys.path (MLX's own kernel cache in the
+    # temp folder, say) is one of its portions; the one holding mlx.core holds include/ and lib/
+    return Path(mx.__file__).parent
 
 
 def _suffix() -> str:
