@@ -74,6 +74,7 @@ def test_a_recording_serves_its_shape_dtype_and_stream_only(tapes_module, rng):
     assert tapes(x.astype(mx.float16)) is None
     with mx.stream(mx.new_stream(mx.default_device())):  # a primitive keeps its stream
         assert tapes(x) is None
+    assert tapes(x, b"cpu") is None  # another context than the recording's (None)
     assert tapes(mx.zeros((4, 16))) is not None
     # the same signature recorded again replaces the old recording; a full object starts over
     tapes.record(x, [_graph(x, w, s)])
@@ -259,7 +260,10 @@ def test_a_changed_backend_choice_is_not_served_by_old_recordings(taped, monkeyp
     assert taped.graphs == [(3, 16)]
     monkeypatch.setenv(backends.ENV_VAR, "cpu")  # the resolve stand-in still answers: recorded anew
     layer(x), layer(x)
-    assert taped.graphs == [(3, 16), (3, 16)] and len(layer._bound.tapes) == 1
+    assert taped.graphs == [(3, 16), (3, 16)] and len(layer._bound.tapes) == 2
+    monkeypatch.delenv(backends.ENV_VAR)  # the first value again: its recording serves
+    layer(x)
+    assert taped.graphs == [(3, 16), (3, 16)]
     backends.get.cache_clear()  # the registry forgotten: so are the recordings
     layer(x)
     assert taped.graphs == [(3, 16), (3, 16), (3, 16)]

@@ -25,8 +25,8 @@ class BoundLinear:
 
     Where the backend builds the call as a lazy graph (Backend.w8a8_linear_graph) and tapes can
     serve (backends.tape), the graph of an x shape, dtype and stream is recorded at its first call
-    and replayed in one C++ step at every later one, while INT8NAX_BACKEND keeps the value it had
-    then. Else the backend's compiled entry point (Backend.w8a8_linear_marked), else its plain
+    and replayed in one C++ step at every later one with INT8NAX_BACKEND's same value (part of the
+    recording's key: it chooses the backend). Else the backend's compiled entry point (Backend.w8a8_linear_marked), else its plain
     call. `parts`: the sibling group's split points (bound_parts), whose calls give the tuple of
     the members' outputs instead of y (the split is then in the recording too).
 
@@ -36,8 +36,7 @@ class BoundLinear:
     made and replayed under the GIL; nothing else in it changes after bind().
     """
 
-    __slots__ = ("op", "w", "scale_w", "bias", "backend", "width", "n", "method", "marked", "parts", "tapes",
-                 "tapes_env")
+    __slots__ = ("op", "w", "scale_w", "bias", "backend", "width", "n", "method", "marked", "parts", "tapes")
 
     def __init__(self, op: _Linear, w, scale_w, bias, backend, parts: tuple[int, ...] | None = None):
         self.op, self.w, self.scale_w, self.bias, self.backend = op, w, scale_w, bias, backend
@@ -49,7 +48,6 @@ class BoundLinear:
         self.marked = op is _W8A8 and _detects()
         self.parts = parts
         self.tapes = None  # made at the first call a backend's graph can be recorded for
-        self.tapes_env = None  # INT8NAX_BACKEND's value when the recordings were made
 
     def __reduce__(self):
         return (_nothing, ())
@@ -71,8 +69,8 @@ class BoundLinear:
         general path says why), or x traced by a transformation (the gradient needs the custom
         function). The arrays of bind() are not tracers, so x is the only argument that can be one."""
         tapes = self.tapes
-        if tapes is not None and type(x) is _ARRAY and env_raw() == self.tapes_env:
-            y = tapes(x)
+        if tapes is not None and type(x) is _ARRAY:
+            y = tapes(x, env_raw())
             if y is not None:
                 return y
         if type(x) is not _ARRAY:
@@ -119,11 +117,7 @@ class BoundLinear:
         if y is None:
             return None
         outputs = [y] if self.parts is None else mx.split(y, self.parts, axis=-1)
-        env = env_raw()
-        if env != self.tapes_env:  # recordings of another backend choice
-            tapes.clear()
-            self.tapes_env = env
-        tapes.record(x, outputs)
+        tapes.record(x, outputs, env_raw())
         return y if self.parts is None else tuple(outputs)
 
     def _entry_output(self, impl, x):

@@ -242,13 +242,13 @@ class _TapedCall:
     """A taken-over MLP's own call recorded by tapes (int8nax.backends.tape) while its children
     hold the same arrays: `guards`, (layer, name, array) for the weight, scales and bias of
     gate_proj, up_proj and down_proj as recorded, checked by identity before each replay (the
-    recording holds those arrays; a replaced one, by any route, means recording anew), with
-    INT8NAX_BACKEND's value as recorded. Copies and pickles drop it."""
+    recording holds those arrays; a replaced one, by any route, means recording anew); keyed by
+    INT8NAX_BACKEND's value as the layers' recordings are. Copies and pickles drop it."""
 
-    __slots__ = ("tapes", "guards", "env")
+    __slots__ = ("tapes", "guards")
 
     def __init__(self, guards):
-        self.tapes, self.guards, self.env = tape.new(1), guards, env_raw()
+        self.tapes, self.guards = tape.new(1), guards
 
     @staticmethod
     def guards_of(layers) -> tuple:
@@ -258,11 +258,7 @@ class _TapedCall:
         return len(guards) == len(self.guards) and all(a[2] is b[2] for a, b in zip(guards, self.guards))
 
     def record(self, x, y) -> None:
-        env = env_raw()
-        if env != self.env:
-            self.tapes.clear()
-            self.env = env
-        self.tapes.record(x, [y])
+        self.tapes.record(x, [y], env_raw())
 
     def replay(self, x):
         """y for x, or None where nothing recorded serves it (x's signature, a replaced array,
@@ -271,7 +267,7 @@ class _TapedCall:
         for m, k, a in self.guards:
             if get(m, k) is not a:
                 return None
-        return self.tapes(x) if env_raw() == self.env else None
+        return self.tapes(x, env_raw())
 
     def __reduce__(self):
         return (_none, ())

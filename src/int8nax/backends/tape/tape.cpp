@@ -8,7 +8,9 @@
 // same x shape, x dtype and default stream create the same arrays on the new x, reusing the
 // recorded primitives: what mx.compile's replay does, without its cache lookup, argument
 // flattening and per-call Python frames. The key holds the stream because a primitive keeps
-// the stream it was built for (mlx-lm generates on a stream of its own).
+// the stream it was built for (mlx-lm generates on a stream of its own), and a context object
+// the caller gives (compared by ==): what else the graph was built under (int8nax passes
+// INT8NAX_BACKEND's value, which chooses the backend).
 //
 // A call whose x is a tracer (inside mx.grad, mx.vjp, mx.jvp, mx.vmap or mx.compile) is not
 // replayed: the caller takes its general path, which gives transformations their custom
@@ -50,6 +52,7 @@ struct Tape {
   mx::Shape shape;
   mx::Dtype dtype = mx::float32;
   int stream = -1;
+  nb::object context;
   uint64_t epoch = 0;
   std::vector<mx::array> constants;
   std::vector<Step> steps;
@@ -61,7 +64,7 @@ int current_stream() {
   return mx::default_stream(mx::default_device()).index;
 }
 
-Tape record_tape(const mx::array& x, const std::vector<mx::array>& outputs) {
+Tape record_tape(const mx::array& x, const std::vector<mx::array>& outputs, nb::handle context) {
   // The arrays the outputs need, in an order where each comes after its inputs; x ends the walk.
   std::vector<mx::array> order;
   std::unordered_map<std::uintptr_t, bool> seen{{x.id(), true}};
@@ -103,6 +106,7 @@ Tape record_tape(const mx::array& x, const std::vector<mx::array>& outputs) {
   t.shape = x.shape();
   t.dtype = x.dtype();
   t.stream = current_stream();
+  t.context = nb::borrow(context);
   t.epoch = g_epoch;
   std::unordered_map<std::uintptr_t, uint32_t> slot{{x.id(), 0}};
   auto constant = [&](const mx::array& a) {
@@ -180,9 +184,9 @@ class Tapes {
   }
 
   // The outputs for x (one array, or a tuple of `outputs`), or None where nothing recorded
-  // serves this call (another signature or stream, an older epoch, or x a tracer).
-  nb::object call(const mx::array& x) {
-    const Tape* t = find(x);
+  // serves this call (another signature, stream or context, an older epoch, or x a tracer).
+  nb::object call(const mx::array& x, nb::handle context) {
+    const Tape* t = find(x, context);
     if (t == nullptr) {
       return nb::none();
     }
@@ -197,9 +201,10 @@ class Tapes {
     return result;
   }
 
-  // Record the graph from x to `outputs` (built on x just now) for later calls of its signature.
-  // False where it is not recorded: x is a tracer, or the count of outputs is not this object's.
-  bool record(const mx::array& x, const std::vector<mx::array>& outputs) {
+  // Record the graph from x to `outputs` (built on x just now, under `context`) for later calls of
+  // its signature. False where it is not recorded: x is a tracer, or the count of outputs is not
+  // this object's.
+  bool record(const mx::array& x, const std::vector<mx::array>& outputs, nb::handle context) {
     if (x.is_tracer() || outputs.size() != outputs_) {
       return false;
     }
@@ -208,9 +213,10 @@ class Tapes {
         return false;
       }
     }
-    Tape t = record_tape(x, outputs);
+    Tape t = record_tape(x, outputs, context);
     std::erase_if(tapes_, [&](const Tape& old) {
-      return old.epoch != g_epoch || (old.stream == t.stream && old.dtype == t.dtype && old.shape == t.shape);
+      return old.epoch != g_epoch || (old.stream == t.stream && old.dtype == t.dtype && old.shape == t.shape &&
+                                      same(old.context, context));
     });
     if (tapes_.size() >= limit_) {
       tapes_.clear();
@@ -238,13 +244,18 @@ class Tapes {
   }
 
  private:
-  const Tape* find(const mx::array& x) const {
+  static bool same(const nb::object& recorded, nb::handle context) {
+    return recorded.is(context) || recorded.equal(context);
+  }
+
+  const Tape* find(const mx::array& x, nb::handle context) const {
     if (tapes_.empty()) {
       return nullptr;
     }
     int stream = current_stream();
     for (auto& t : tapes_) {
-      if (t.epoch == g_epoch && t.stream == stream && t.dtype == x.dtype() && t.shape == x.shape()) {
+      if (t.epoch == g_epoch && t.stream == stream && t.dtype == x.dtype() && t.shape == x.shape() &&
+          same(t.context, context)) {
         return x.is_tracer() ? nullptr : &t;
       }
     }
@@ -262,8 +273,8 @@ NB_MODULE(_tape, m) {
   m.doc() = "Replays of recorded MLX graphs (int8nax.backends.tape)";
   nb::class_<Tapes>(m, "Tapes")
       .def(nb::init<size_t, size_t>(), nb::arg("outputs"), nb::arg("limit"))
-      .def("__call__", &Tapes::call, nb::arg("x"))
-      .def("record", &Tapes::record, nb::arg("x"), nb::arg("outputs"))
+      .def("__call__", &Tapes::call, nb::arg("x"), nb::arg("context") = nb::none())
+      .def("record", &Tapes::record, nb::arg("x"), nb::arg("outputs"), nb::arg("context") = nb::none())
       .def("clear", &Tapes::clear)
       .def("describe", &Tapes::describe)
       .def("__len__", &Tapes::size);
