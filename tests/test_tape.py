@@ -150,9 +150,12 @@ def test_an_extension_built_with_another_nanobind_is_refused_by_name(monkeypatch
 def test_the_build_reads_mlxs_headers_beside_mlx_core(monkeypatch, tmp_path):
     # any folder named mlx on sys.path (MLX's own kernel cache in the temp folder) joins the
     # namespace package; the headers and libmlx are those beside mlx.core
+    from int8nax.backends.mlx_install import mlx_package_dir
+
     (tmp_path / "mlx").mkdir()
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert (tape_build._mlx_root() / "include" / "mlx" / "array.h").is_file()
+    assert (mlx_package_dir() / "include" / "mlx" / "array.h").is_file()
+    assert mlx_package_dir() != tmp_path / "mlx"
 
 
 def test_int8nax_tapes_off_means_no_tapes(monkeypatch, tapes_module):

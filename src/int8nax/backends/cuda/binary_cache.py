@@ -41,7 +41,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import util as importlib_util
 from pathlib import Path
 
 from ..kernel_spec import KernelSpec
@@ -214,12 +213,6 @@ def entry_path(folder: Path, module: str) -> Path:
 
 
 # ---- MLX's NVRTC setup, read from its installation ----
-
-def mlx_package_dir() -> Path | None:
-    spec = importlib_util.find_spec("mlx")
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    return Path(locations[0]) if locations else None
-
 
 def include_paths(package: Path) -> list[Path]:
     """The --include-path folders MLX gives NVRTC (jit_module.cpp, include_path_args): its bundled

@@ -12,6 +12,7 @@ from functools import lru_cache
 import mlx.core as mx
 
 from ..kernel_spec import KernelSpec
+from ..mlx_install import mlx_package_dir, switched_off
 from . import binary_cache as cuda_binary_cache
 from . import device
 
@@ -95,10 +96,10 @@ BINARY_CACHE_ENV = cuda_binary_cache.DISABLE_ENV
 def binary_cache() -> cuda_binary_cache.BinaryCache | None:
     """This process's binary cache (its GPU's architecture, MLX's installation and cache folder),
     or None where INT8NAX_CUDA_BINARY_CACHE=off or MLX has no CUDA device (binary_cache_status says)."""
-    if os.environ.get(BINARY_CACHE_ENV, "").strip().lower() in ("off", "0", "false", "no"):
+    if switched_off(BINARY_CACHE_ENV):
         return None
     cuda = getattr(mx, "cuda", None)
-    package = cuda_binary_cache.mlx_package_dir()
+    package = mlx_package_dir()
     if cuda is None or not cuda.is_available() or package is None:
         return None
     arch = cuda_binary_cache.arch_of(device.compute_capability())
@@ -109,7 +110,7 @@ def binary_cache_status() -> str:
     """Where this process's kernels come from, for int8nax.info()."""
     cache = binary_cache()
     if cache is None:
-        off = os.environ.get(BINARY_CACHE_ENV, "").strip().lower() in ("off", "0", "false", "no")
+        off = switched_off(BINARY_CACHE_ENV)
         return ("compiled by MLX (NVRTC) in every process: " +
                 (f"{BINARY_CACHE_ENV}={os.environ[BINARY_CACHE_ENV]}" if off else "no CUDA device"))
     c = cache.counts

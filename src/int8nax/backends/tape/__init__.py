@@ -21,6 +21,7 @@ import threading
 import mlx.core as mx
 
 from ..base import under_each_transformation
+from ..mlx_install import switched_off
 
 ENV = "INT8NAX_TAPES"
 """off (also 0, false, no): no tapes; layers take the backends' compiled entry points."""
@@ -32,10 +33,6 @@ _STATE: dict = {}
 """'module' (the _tape module or None) and 'why' (None, or why there are no tapes), once asked."""
 
 _LOCK = threading.Lock()
-
-
-def _off() -> bool:
-    return os.environ.get(ENV, "").strip().lower() in ("off", "0", "false", "no")
 
 
 def tracer_test(module) -> bool:
@@ -59,7 +56,7 @@ def takes_mlx_arrays(module) -> bool:
 def _load() -> None:
     from . import build
 
-    if _off():
+    if switched_off(ENV):
         module, why = None, f"{ENV}={os.environ[ENV]}"
     else:
         module, why = build.load()
@@ -100,5 +97,5 @@ def invalidate() -> None:
     m = _STATE.get("module")
     if m is not None:
         m.invalidate()
-    if m is None or _off():
+    if m is None or switched_off(ENV):
         _STATE.clear()  # ask again at the next new()

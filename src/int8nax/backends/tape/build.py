@@ -27,6 +27,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from ..cache import cache_dir
+from ..mlx_install import mlx_package_dir
 
 SOURCE = Path(__file__).with_name("tape.cpp")
 MODULE = "_tape"
@@ -51,26 +52,22 @@ def nanobind_version() -> str | None:
     return None if nanobind is None else nanobind.__version__
 
 
-def _mlx_root() -> Path:
-    # mlx is a namespace package: any folder named mlx on sys.path (MLX's own kernel cache in the
-    # temp folder, say) is one of its portions; the one holding mlx.core holds include/ and lib/
-    return Path(mx.__file__).parent
-
-
 def _suffix() -> str:
     return sysconfig.get_config_var("EXT_SUFFIX") or importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
 def target(compiler: str, nanobind) -> Path:
-    """Where the extension for this machine's MLX, nanobind, Python and compiler lives."""
-    key = "|".join([SOURCE.read_text(), mx.__version__, nanobind.__version__, _suffix(), compiler, sys.platform])
+    """Where the extension for this MLX installation (its folder: the binary links its libmlx there),
+    nanobind, Python and compiler lives."""
+    key = "|".join([SOURCE.read_text(), mx.__version__, str(mlx_package_dir()), nanobind.__version__, _suffix(),
+                    compiler, sys.platform])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / "tape" / digest / (MODULE + _suffix())
 
 
 def command(compiler: str, nanobind, out: Path) -> list[str]:
     """The compiler's command line for the extension at `out`."""
-    root = _mlx_root()
+    root = mlx_package_dir()
     nb_src = Path(nanobind.source_dir())
     cmd = [compiler, "-std=c++20", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-DNDEBUG", "-DNB_DOMAIN=mlx",
            f"-I{nanobind.include_dir()}", f"-I{nb_src.parent / 'ext' / 'robin_map' / 'include'}",
@@ -114,6 +111,8 @@ def load():
         return None, "no C++ compiler (set CXX, or install c++)"
     if nanobind is None:
         return None, "nanobind is not installed"
+    if mlx_package_dir() is None:
+        return None, "no MLX package folder with mlx.core on sys.path"
     try:
         out = target(compiler, nanobind)
         if out in _LOADED:
