@@ -184,11 +184,7 @@ def resolve(requested: str | None = None) -> Backend:
     an answer kept in _RESOLVED where there is one (auto mode: for the kind of MLX's present
     default device), else choose()'s, which raises where the choice cannot run."""
     if requested is None:
-        env = os.environ  # INT8NAX_BACKEND's value as stored (bytes on POSIX): as env_set() reads it
-        try:
-            raw = env._data.get(_ENV_KEY) or None
-        except AttributeError:
-            raw = env.get(ENV_VAR) or None
+        raw = env_raw()
         if raw is None:
             device = mx.default_device()
             kind = getattr(device, "type", None)  # DeviceType's members are singletons; == otherwise

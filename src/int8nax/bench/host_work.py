@@ -188,15 +188,15 @@ def _tapes(on: bool):
     return contextlib.nullcontext() if on else _env(tape.ENV, "off", tape.invalidate)
 
 
+@contextlib.contextmanager
 def _w8a8_setting(form: str):
     """What W8A8 `form` is measured under: its backend (compiled entry points off for
     UNCOMPILED_FORMS) and tapes (off for TAPELESS_FORMS); nothing for the other forms."""
     if not form.startswith("w8a8"):
-        return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(_w8a8_backend(form not in UNCOMPILED_FORMS))
-    stack.enter_context(_tapes(form not in TAPELESS_FORMS))
-    return stack
+        yield
+        return
+    with _w8a8_backend(form not in UNCOMPILED_FORMS), _tapes(form not in TAPELESS_FORMS):
+        yield
 
 
 @contextlib.contextmanager
