@@ -367,6 +367,7 @@ def test_the_breakdown_times_the_generation_phase_of_every_form_interleaved(monk
         assert len(d.trials) == 2 and d.ms_per_token.low <= d.ms_per_token.median <= d.ms_per_token.high
         assert d.gpu_ms_per_token is None and d.idle is None and "GPU" in d.gpu_why
         assert 0 < d.graph_ms < d.step_ms  # building a step's graph is part of running the step
+        assert set(d.phases) == set(generate_breakdown.PHASES) and d.phases["graph"] > 0
     bf16, w8a8 = result.decode[:2]
     assert bf16.vs["bf16"] == 1.0 and w8a8.vs["bf16"] == pytest.approx(bf16.ms_per_token.median / w8a8.ms_per_token.median)
     assert "mlx-q8" not in w8a8.vs  # not measured here
@@ -382,7 +383,7 @@ def test_a_failing_host_measure_leaves_the_loops_figures(monkeypatch, capsys):
     monkeypatch.setattr(generate_breakdown, "decode_host", boom)
     result = generate_breakdown.breakdown(TINY, ("bf16",), (8,), trials=1, generation_tokens=2)
     (d,) = result.decode
-    assert d.ms_per_token.median > 0 and d.graph_ms is None and d.host_why == "MemoryError: no room"
+    assert d.ms_per_token.median > 0 and d.graph_ms is None and d.phases is None and d.host_why == "MemoryError: no room"
     from int8nax.commands import compare_model
 
     assert "- bf16: graph and step n/a: MemoryError: no room" in compare_model.decode_lines(result, 8, True)
@@ -431,6 +432,34 @@ def test_decode_host_times_graphs_without_touching_the_prompts_cache(monkeypatch
     # a one-token prompt has no cache to build graphs on: the step figure alone
     graph, step = generate_breakdown.decode_host(model, prompt[:1], steps=2)
     assert graph is None and step > 0
+
+
+def test_decode_phases_runs_mlx_lms_overlapped_steps_on_its_generation_stream():
+    import sys
+    from mlx_lm import load
+
+    model, _ = load(str(model_folder.folder(TINY)))
+    prompt = generate.prompts(12, 1, TINY.vocab)[0]
+    stream = sys.modules["mlx_lm.generate"].generation_stream
+    core = generate_breakdown.mx
+    calls = []
+    real_call = type(model).__call__
+
+    class Counted(type(model)):
+        def __call__(self, inputs, cache=None, **kw):
+            calls.append((inputs.shape, core.default_stream(core.default_device())))
+            return real_call(self, inputs, cache=cache, **kw)
+
+    model.__class__ = Counted
+    phases = generate_breakdown.decode_phases(model, prompt, steps=3)
+    assert list(phases) == list(generate_breakdown.PHASES)
+    assert phases["graph"] > 0 and phases["launch"] > 0 and phases["wait"] >= 0
+    # the prompt's 11 tokens, the first step, then the 3 timed steps, each one token, all on the generation stream
+    assert [shape for shape, _ in calls] == [(1, 11)] + [(1, 1)] * 4
+    with core.stream(stream):
+        generation = core.default_stream(core.default_device())
+    assert generation != core.default_stream(core.default_device())
+    assert all(s == generation for _, s in calls)
 
 
 def test_gpu_busy_a_token_is_the_longer_requests_extra_busy_time():

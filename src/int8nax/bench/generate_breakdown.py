@@ -204,6 +204,48 @@ def decode_host(model, prompt: list[int], steps: int = HOST_STEPS) -> tuple[floa
     return graph, statistics.median(step) * 1e3
 
 
+PHASES = ("graph", "launch", "wait")
+"""decode_phases' parts of a step of mlx-lm's overlapped loop, in the order the host runs them."""
+
+
+def decode_phases(model, prompt: list[int], steps: int = HOST_STEPS) -> dict[str, float]:
+    """{phase: ms} (PHASES, medians over `steps`) of batch 1's decode steps run as mlx_lm's
+    generate_step runs them, on its generation stream: the next step's graph built on the sampled
+    token not yet computed (the model, the last position's logits, log-probabilities, the greedy
+    sample), mx.async_eval of it, then the wait for the step before it (`.item()`). Where the host
+    sets the pace, wait is near zero and graph + launch is the time a token; where the GPU does,
+    wait takes up the rest. On a fresh cache filled with the prompt (left out of the figures)."""
+    cache = models.mlx_lm_module("cache").make_prompt_cache(model)
+    front_end()
+    stream = sys.modules["mlx_lm.generate"].generation_stream
+    times = {p: [] for p in PHASES}
+
+    def step(y):
+        logits = model(y[None], cache=cache)[:, -1, :]
+        logprobs = logits - mx.logsumexp(logits, keepdims=True)
+        return mx.argmax(logprobs, axis=-1)
+
+    with mx.stream(stream):
+        if len(prompt) > 1:
+            model(mx.array(prompt[:-1])[None], cache=cache)
+            mx.eval([c.state for c in cache])
+        y = step(mx.array(prompt[-1:]))
+        mx.async_eval(y)
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            following = step(y)
+            t1 = time.perf_counter()
+            mx.async_eval(following)
+            t2 = time.perf_counter()
+            y.item()
+            t3 = time.perf_counter()
+            for p, a, b in zip(PHASES, (t0, t1, t2), (t1, t2, t3)):
+                times[p].append(b - a)
+            y = following
+        y.item()
+    return {p: statistics.median(v) * 1e3 for p, v in times.items()}
+
+
 class _nothing:
     def __enter__(self):
         return None
@@ -248,6 +290,8 @@ class Decode:
     waited for (no overlap)."""
     host_why: str | None = None
     """Why decode_host gave no figures (it raised)."""
+    phases: dict | None = None
+    """decode_phases' {phase: ms} of the overlapped loop (None where it raised: host_why)."""
     vs: dict = field(default_factory=dict)
     """{form: generation speed over that form's} for each of generate.RATIO_BASES measured at the
     same prompt length (above 1: faster)."""
@@ -379,6 +423,7 @@ def _decode(loaded: dict, prompt: list[int], tokens: int, trials: int, say, labe
         cells[f].gpu_ms_per_token, cells[f].gpu_why = decode_gpu_ms(model, tokenizer, prompt, tokens)
         try:
             cells[f].graph_ms, cells[f].step_ms = decode_host(model, prompt)
+            cells[f].phases = decode_phases(model, prompt)
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the loop's figures stand without it
             cells[f].host_why = f"{type(exc).__name__}: {exc}"
     for cell in cells.values():

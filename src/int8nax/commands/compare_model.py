@@ -633,7 +633,8 @@ def decode_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markd
            f"generated tokens, batch 1: mlx-lm's loop against the GPU's busy time (median of {result.trials} "
            "trials, min-max; forms interleaved)\n"]
     header = (["form", "ms a token (loop)"] + [f"vs {b}" for b in generate.RATIO_BASES]
-              + ["GPU busy ms a token", "GPU idle", "graph ms a step", "step ms, no overlap"])
+              + ["GPU busy ms a token", "GPU idle", "graph ms a step", "step ms, no overlap",
+                 "loop: " + " / ".join(generate_breakdown.PHASES) + " ms"])
     rows = []
     for d in cells:
         f = d.ms_per_token
@@ -642,11 +643,14 @@ def decode_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markd
                     + [f"{d.gpu_ms_per_token:.3f}" if d.gpu_ms_per_token is not None else "n/a",
                        f"{d.idle:.0%}" if d.idle is not None else "n/a",
                        f"{d.graph_ms:.3f}" if d.graph_ms is not None else "n/a",
-                       f"{d.step_ms:.3f}" if d.step_ms is not None else "n/a"])
+                       f"{d.step_ms:.3f}" if d.step_ms is not None else "n/a",
+                       " / ".join(f"{d.phases[p]:.3f}" for p in generate_breakdown.PHASES) if d.phases else "n/a"])
     out += table_lines(header, rows, markdown)
     out.append(f"{'- ' if markdown else ''}graph: one decode step's graph built on the prompt's KV cache, not "
                "evaluated (the host work the loop overlaps with the GPU); step: a step built, evaluated and "
-               f"waited for, step after step (medians of {generate_breakdown.HOST_STEPS})")
+               "waited for, step after step; loop: a step as mlx-lm's generate_step runs it, the next step's graph "
+               "built, then launched (mx.async_eval), then the wait for the token before it (medians of "
+               f"{generate_breakdown.HOST_STEPS})")
     why = next((d.gpu_why for d in cells if d.gpu_why), None)
     if why:
         out.append(f"{'- ' if markdown else ''}GPU busy n/a: {why}")
