@@ -150,33 +150,6 @@ def test_fused_quantization_bits_equal_the_tiled_pipeline(rng, dtype, has_bias, 
             same_bits(got, want, f"M={m} N={n} K={k}")
 
 
-@pytest.mark.parametrize("dtype, has_bias, epilogue", CONFIGS, ids=lambda v: str(v))
-def test_swiglu_made_inside_the_gemv_gives_the_bits_of_swiglu_then_the_gemv(rng, dtype, has_bias, epilogue):
-    """gemv_w8a8_swiglu (h = silu(gate) * up made inside from gate_up [M, 2H], forced at every size by
-    the plan) against MLX's swiglu kernel (mlx-lm's graph: backends.swiglu_of) then gemv_w8a8_x;
-    gate_up with rows of zeros, NaN, inf and tiny values, misaligned, and H % 16 == 8."""
-    from int8nax.backends import swiglu_of
-    from int8nax.backends.cuda import graphs as cuda_graphs, probe as cuda_probe, backend as cuda
-
-    t = DTYPES[dtype]
-    for n, h in [(200, 1040), (37, 100), (64, 72)]:
-        _, w_mx, _ = weight(rng, n, h)
-        sw = mx.array(rng.uniform(1e-4, 1e-2, n).astype(np.float32))
-        bias = mx.array(rng.uniform(-2, 2, n).astype(np.float32)) if has_bias else None
-        for m in range(1, 17):
-            y_np = activations(rng, m, 2 * h, special=m in (4, 16))
-            if m == 6:  # gate_up's base one element past 16-byte alignment
-                gate_up = mx.array(np.concatenate([np.zeros(1, np.float32), y_np.ravel()])).astype(t)[1:].reshape(m, 2 * h)
-            else:
-                gate_up = mx.array(y_np).astype(t)
-            plan = dataclasses.replace(cuda_plans.gemv_plan(m, n, h, cuda_probe.sm_count()), fused=True)
-            narrow = epilogue == "narrow"
-            got = cuda_graphs.swiglu_w8a8_graph(gate_up, w_mx, sw, cuda._bias_arg(bias), GEMV, plan, has_bias,
-                                                narrow=narrow)
-            want = cuda.w8a8(swiglu_of(gate_up), w_mx, sw, bias, GEMV, plan, epilogue=epilogue)
-            same_bits(got, want, f"M={m} N={n} H={h}")
-
-
 # Qwen2.5-7B's decode layers (N, K): q|k|v, o, gate|up, down
 QWEN = [(4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944)]
 

@@ -330,45 +330,6 @@ def test_a_taken_over_mlp_replays_its_own_call_in_one_step(taped, rng):
     assert copy.deepcopy(mlp)._taped is None
 
 
-class HInsideBackend(TapedBackend):
-    """TapedBackend whose swiglu_w8a8_linear makes h inside "one kernel" at up to 4 rows (as CUDA's
-    decode GEMV): the two steps' values, counted."""
-
-    def __init__(self):
-        super().__init__()
-        self.inside = []
-
-    def swiglu_inside(self, m, n, k, has_bias, dtype):
-        return m <= 4
-
-    def swiglu_w8a8_linear(self, gate_up, w, scale_w, bias):
-        self.inside.append(gate_up.shape)
-        return super().swiglu_w8a8_linear(gate_up, w, scale_w, bias)
-
-
-def test_an_mlp_records_the_call_that_makes_h_inside_where_the_backend_has_one(monkeypatch, tapes_module, rng):
-    pytest.importorskip("mlx_lm")
-    from int8nax.nn import kernel_calls
-
-    impl = HInsideBackend()
-    monkeypatch.setattr(backends, "resolve", lambda requested=None: impl)
-    monkeypatch.delenv(backends.ENV_VAR, raising=False)
-    mlp, ref = _taken_over_mlp(rng)
-    assert mlp.h_inside() is not None
-    # the warm-up's calls: the group's, the down projection's own (more rows) and the one-step call
-    ops = [c[0] for c in kernel_calls(mlp)[None]]
-    assert sorted(ops) == ["swiglu_w8a8_linear", "w8a8_linear", "w8a8_linear"]
-    for rows, inside in ((3, True), (6, False)):
-        impl.inside.clear()
-        for i in range(4):
-            x = mx.array(rng.standard_normal((1, rows, 16)).astype(np.float32))
-            np.testing.assert_array_equal(np.array(mlp(x)), np.array(ref(x)))
-            if i == 1:  # recorded by now (the one-step call at 3 rows, the own call at 6)
-                made = list(impl.inside)
-        assert impl.inside == made and bool(made) == inside and set(made) <= {(rows, 80)}  # replayed since
-    assert len(mlp._taped.tapes) == 2
-
-
 def test_an_mlp_whose_layers_give_no_graph_is_not_recorded(taped, rng):
     pytest.importorskip("mlx_lm")
     mlp, ref = _taken_over_mlp(rng)

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     import mlx.core as mx
 
     from int8nax.backends.cuda import backend as cuda, binary_cache, device, kernels, probe
-    from int8nax.bench.first_call import warm_layers
+    from int8nax.bench.first_call import layers_of
     from int8nax.bench.models import CONFIGS
 
     models = args.model.split(",")
@@ -74,7 +74,8 @@ def main(argv=None) -> int:
     probe.sm_count = lambda: args.sms
     probe._sms = lambda: args.sms
     cuda.COMPILE = False
-    layers = [layer for model in models for layer in warm_layers(CONFIGS[model])]
+    layers = [cuda.WarmLayer("w8a8_linear", n, k, mx.float32 if bias else None)
+              for model in models for _, n, k, bias in layers_of(CONFIGS[model])]
     with kernels.collect_instances() as found:
         for layer in dict.fromkeys(layers):
             for call in cuda._warm_calls(layer, args.max_tokens, mx.bfloat16):

@@ -119,11 +119,6 @@ def instances(arch: str):
                     yield (f"{row.name} w8a8_x {cfg.name} {out}{epilogue_tag(narrow, has_bias, bias_type)}",
                            row.quantizing(), [CUDA_TYPES[out], "int8_t", "float", CUDA_TYPES[bias_type]], [CUDA_TYPES[out]],
                            [("T", out)] + tmpl + [("HAS_BIAS", has_bias), ("NARROW", narrow)])
-            if row.swiglu_quantizing is not None:  # gate_up [M, 2K], w, scale_w, bias: h made inside
-                for out, narrow, has_bias, bias_type in W8A8_OUTPUTS:
-                    yield (f"{row.name} w8a8_swiglu {cfg.name} {out}{epilogue_tag(narrow, has_bias, bias_type)}",
-                           row.swiglu_quantizing(), [CUDA_TYPES[out], "int8_t", "float", CUDA_TYPES[bias_type]],
-                           [CUDA_TYPES[out]], [("T", out)] + tmpl + [("HAS_BIAS", has_bias), ("NARROW", narrow)])
     for launch in cuda_plans.CUDA_QUANT_LAUNCHES:
         for t in cuda_plans.ITEMSIZE:  # the activation dtypes
             yield (f"quantize {t} {launch.threads}x{launch.held}", cuda_source.quantize(), [CUDA_TYPES[t]],

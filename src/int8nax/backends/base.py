@@ -110,13 +110,6 @@ class Backend:
         not, int8nax.nn's SwiGLU MLPs keep the model's own call (no gain, more host work)."""
         return False
 
-    def swiglu_inside(self, m: int, n: int, k: int, has_bias: bool, dtype) -> bool:
-        """Whether swiglu_w8a8_linear on gate_up [m, 2k] of `dtype` (w [n, k], a bias or not) is one
-        kernel that makes h itself and quantizes it, whatever swiglu_one_step says (CUDA's decode
-        GEMV): int8nax.nn's SwiGLU MLPs then record that call for such x instead of their own
-        (one kernel in place of MLX's swiglu kernel, a split and the down projection's)."""
-        return False
-
     def swiglu_w8a8_linear(self, gate_up: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         """w8a8_linear(swiglu(gate, up), w, scale_w, bias) in gate_up's dtype, [M, N]: the two steps;
         a backend with one kernel for h's quantization overrides this with the same bits."""

@@ -32,24 +32,12 @@ def layers_of(config) -> list[tuple[str, int, int, bool]]:
     return [(name, n, k, name == "q|k|v" and config.family == "qwen2") for name, k, n in layer_shapes(config)]
 
 
-def warm_layers(config) -> list:
-    """The CUDA backend's WarmLayers of a decoder layer as int8nax.nn runs it: each W8A8 call
-    (layers_of), and the SwiGLU MLP's down projection on its gate/up output (the decode GEMV makes
-    h inside: Backend.swiglu_inside)."""
-    import mlx.core as mx
-
-    from ..backends.cuda import backend as cuda
-
-    layers = [cuda.WarmLayer("w8a8_linear", n, k, mx.float32 if bias else None) for _, n, k, bias in layers_of(config)]
-    return layers + [cuda.WarmLayer("swiglu_w8a8_linear", n, k) for name, n, k, _ in layers_of(config) if name == "down"]
-
-
 def warm(config, max_tokens: int, jobs: int | None) -> dict:
     import mlx.core as mx
 
     from ..backends.cuda import kernels as cuda_kernels, backend as cuda
 
-    layers = warm_layers(config)
+    layers = [cuda.WarmLayer("w8a8_linear", n, k, mx.float32 if bias else None) for _, n, k, bias in layers_of(config)]
     start = time.perf_counter()
     cuda.warm_up_layers(layers, max_tokens, dtype=mx.bfloat16, jobs=jobs)
     return {"step": "warm", "model": config.name, "max_tokens": max_tokens,

@@ -82,8 +82,7 @@ class GraphOnlyBackend(Backend):
     the CUDA backend offers its own: INT8NAX_CUDA_MLP=step) are the GPU backends' compiled entry
     points (backends.entries: reshapes and marked bodies) over that op, its w8a8_linear the op. What is
     left of a W8A8Linear call (or a SwiGLU MLP's) is int8nax's own host work and one compiled
-    replay. Its SwiGLU MLPs make h inside the down projection's op where CUDA's GEMV does
-    (swiglu_inside)."""
+    replay."""
 
     name = "graph-only"
 
@@ -97,15 +96,6 @@ class GraphOnlyBackend(Backend):
 
     def w8a8_linear(self, x, w, scale_w, bias):
         return _graph(x, w)
-
-    def swiglu_inside(self, m, n, k, has_bias, dtype):
-        # where the CUDA backend's decode GEMV makes h itself (its x-size rule)
-        from ..backends.cuda import plans as cuda_plans
-
-        return self.compiled and cuda_plans.gemv_x_ok(m, k, dtype.size)
-
-    def swiglu_w8a8_linear(self, gate_up, w, scale_w, bias):
-        return _graph(gate_up, w)
 
     @staticmethod
     def _linear_entry(shape, n):

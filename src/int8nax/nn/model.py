@@ -75,13 +75,12 @@ def quantize_linears(model: nn.Module, backend: str | None = None, predicate=Non
 def kernel_calls(model: nn.Module) -> dict:
     """{backend name or None: [(op, n, k, bias dtype or None), ...]}: the W8A8 calls `model`'s
     layers make, as their backends see them: a sibling group's one fused call, a lone layer's own,
-    and a SwiGLU MLP's one-step call where the backend takes it, for every row count or for those
-    where it makes h inside the down projection's kernel (Backend.warm_up's `layers`)."""
+    and a SwiGLU MLP's one-step call where the backend takes it (Backend.warm_up's `layers`)."""
     calls: dict = {}
     groups = set()
     for _, module in model.named_modules():
         if isinstance(module, SwiGLUMLPCall):
-            fits = module.one_step() or module.h_inside()
+            fits = module.one_step()
             if fits is not None:
                 group, down = fits
                 bias = down.get("bias")

@@ -206,52 +206,18 @@ class SwiGLUMLPCall:
         return swiglu_w8a8_linear(group.joint_output(x), down.weight, down.scales, down.get("bias"),
                                   backend=down._backend)
 
-    def h_inside(self):
-        """(gate group, down projection) where the children fit and the backend may make h inside
-        the down projection's kernel (Backend.swiglu_inside, for some rows), else None."""
-        down = self.get("down_proj")
-        if type(down) is not W8A8Linear:
-            return None
-        if type(backends.resolve(down._backend)).swiglu_inside is backends.base.Backend.swiglu_inside:
-            return None  # the default: never
-        group = self._fitting_group(down)
-        return None if group is None else (group, down)
-
-    def _h_inside_call(self, impl, down, x):
-        """x's y through swiglu_w8a8_linear of the group's joint output where the backend makes h
-        inside the down projection's kernel for x's rows (Backend.swiglu_inside), with the bound
-        arrays that call records (the group's joint call); else None."""
-        group = self._fitting_group(down)
-        shape = getattr(x, "shape", None)
-        if group is None or not shape or not shape[-1] or x.dtype not in _FLOATS:
-            return None
-        rows = x.size // shape[-1]
-        bias = _DICT_GET(down, "bias")
-        if not rows or not impl.swiglu_inside(rows, down.output_dims, down.input_dims, bias is not None, x.dtype):
-            return None
-        gate_up = group.joint_output(x)
-        bound = group._current().bound
-        y = swiglu_w8a8_linear(gate_up, _DICT_GET(down, "weight"), _DICT_GET(down, "scales"), bias,
-                               backend=down._backend)
-        return y, bound
-
     def _own_call_taped(self, impl, down, x):
         """The model's own call on x, recorded for x's signature (_TapedCall) where the backend's
         layers build lazy graphs and tapes can serve: the next call of that signature replays
-        gate/up, the swiglu and down in one step. Where the backend makes h inside the down
-        projection's kernel for x's rows, the call recorded is that one (_h_inside_call): the same
-        bits, one kernel less."""
-        inside = self._h_inside_call(impl, down, x) if type(x) is _ARRAY else None
-        if inside is not None:
-            y, bound = inside
-        else:
-            y, bound = self._swiglu_base.__call__(self, x), down._bound
+        gate/up, the swiglu and down in one step."""
+        y = self._swiglu_base.__call__(self, x)
         if getattr(impl, "w8a8_linear_graph", None) is None or type(x) is not _ARRAY or type(y) is not _ARRAY:
             return y
         group = _gate_up_group(self)
         module = tape.module()
+        bound = down._bound
         if group is None or module is None or module.is_tracer(x) or bound is None or not bound.taped():
-            return y  # the projection's call not recorded: the backend gives no graph for it
+            return y  # the down projection's own call not recorded: the backend gives no graph for it
         taped = self._taped
         guards = _TapedCall.guards_of(group.members + (down,))
         if taped is None or not taped.holds(guards):

@@ -294,7 +294,7 @@ def _warm_calls(layer: WarmLayer, m_max: int, dtype) -> list:
                                               family=device._family(), override=settings.kernel_choice())}
     if layer.op == "w8a8_linear":
         ms |= set({graphs.quant_launch(m, k): m for m in range(m_max, 0, -1)}.values())
-    elif layer.op == "swiglu_w8a8_linear" and settings.swiglu_choice() != "split":
+    elif layer.op == "swiglu_w8a8_linear":
         ms |= set({graphs.swiglu_quant_launch(m, k, dtype): m for m in range(m_max, 0, -1)}.values())
     weight, scale = mx.zeros((n, k), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
     b = mx.zeros((n,), dtype=layer.bias_dtype) if bias else None
@@ -395,13 +395,8 @@ class CUDABackend(Backend):
         return warm_up_layers([WarmLayer(*layer) for layer in layers], max_rows, dtype=dtype, jobs=jobs,
                               progress=progress)
 
-    def swiglu_inside(self, m: int, n: int, k: int, has_bias: bool, dtype) -> bool:
-        # the GEMV's shapes: its kernel makes h and quantizes it (graphs.swiglu_w8a8_graph)
-        return _swiglu_w8a8_for_shape(m, n, k, has_bias, dtype)[0] is None
-
     def swiglu_w8a8_linear(self, gate_up: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
-        if (settings.swiglu_choice() != "split"
-                or self.swiglu_inside(gate_up.shape[0], w.shape[0], w.shape[1], bias is not None, gate_up.dtype)):
+        if settings.swiglu_choice() != "split":
             return swiglu_w8a8(gate_up, w, scale_w, bias)
         return super().swiglu_w8a8_linear(gate_up, w, scale_w, bias)
 

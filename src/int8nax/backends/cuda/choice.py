@@ -73,9 +73,7 @@ class Variant:
     cuda_plans.CudaPlan); maps: the kernel builds tensor maps in a scratch (int8_matmul's: an
     extra uint8 output; W8A8's: the activation pack's scratch region);
     quantizing: where the variant also has a W8A8 kernel that quantizes x itself, its
-    cuda_source.KernelSpec (inputs x, w, scale_w, bias), taken where the plan's `fused` says so;
-    swiglu_quantizing: the same kernel's form that makes x = swiglu of a SwiGLU MLP's gate/up
-    output itself (inputs gate_up [M, 2K], w, scale_w, bias), taken wherever `quantizing` is."""
+    cuda_source.KernelSpec (inputs x, w, scale_w, bias), taken where the plan's `fused` says so."""
 
     name: str
     family: str
@@ -88,7 +86,6 @@ class Variant:
     configs: tuple
     aliases: tuple[str, ...] = ()
     quantizing: Callable[[], object] | None = None
-    swiglu_quantizing: Callable[[], object] | None = None
 
 
 def _tma_supports(p: Problem) -> bool:
@@ -138,8 +135,7 @@ VARIANTS = {
         Variant(GEMV, "sm80", False, False, lambda p: plans.gemv_ok(p.m, p.k),
                 lambda p: plans.gemv_plan(p.m, p.n, p.k, p.sms, p.out_dtype if p.w8a8 else None),
                 lambda c: Specs(cuda_source.gemv_int32(), None, cuda_source.gemv_w8a8()), _tile_template,
-                tuple(plans.GEMV_CONFIGS.values()), aliases=("small-m",), quantizing=cuda_source.gemv_w8a8_x,
-                swiglu_quantizing=cuda_source.gemv_w8a8_swiglu),
+                tuple(plans.GEMV_CONFIGS.values()), aliases=("small-m",), quantizing=cuda_source.gemv_w8a8_x),
     )
 }
 

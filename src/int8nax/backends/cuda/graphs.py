@@ -318,16 +318,10 @@ def swiglu_w8a8_graph(gate_up, w, scale_w, bias_arg, variant: str, plan, has_bia
                       launch: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
     """w8a8_graph of h = swiglu(gate_up[:, :K], gate_up[:, K:]), y [M, N] in gate_up's dtype: the
     SwiGLU quantization kernel into a pack (with `launch`, swiglu_quant_launch's by default), then
-    dequant_packed; where the variant quantizes its input itself (the GEMV), its one kernel that
-    makes h too (swiglu_quantizing), else swiglu then w8a8_graph."""
+    dequant_packed; where the variant quantizes its input itself (the GEMV), swiglu then w8a8_graph."""
     m, k = gate_up.shape[0], gate_up.shape[1] // 2
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     if _quantizes_inside(row, plan, m, k, gate_up.dtype):
-        if row.swiglu_quantizing is None:
-            return w8a8_graph(swiglu_of(gate_up), w, scale_w, bias_arg, variant, plan, has_bias, None, narrow)
-        template = ([("T", gate_up.dtype)] + row.template(plan.cfg)
-                    + epilogue_template(gate_up.dtype, has_bias, narrow)[1:])
-        return _launch(row, row.swiglu_quantizing(), [gate_up, w, scale_w, bias_arg], gate_up.dtype, plan, template,
-                       row.maps)
+        return w8a8_graph(swiglu_of(gate_up), w, scale_w, bias_arg, variant, plan, has_bias, None, narrow)
     pack = _swiglu_quantize_pack(gate_up, launch, pack_scratch(row, plan, m, w.shape[0]))
     return dequant_packed(pack, k, w, scale_w, bias_arg, gate_up.dtype, variant, plan, has_bias, narrow)

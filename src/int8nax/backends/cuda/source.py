@@ -59,7 +59,6 @@ _HEADERS = {
     "reduce": ("epilogue/reduce_splits.cuh",),
     "count_sms": ("sm_count.cuh",),
     "gemv": ("gemm/gemv_w8a8.cuh",),
-    "gemv_swiglu": ("gemm/gemv_w8a8_swiglu.cuh",),
 }
 """The header of each kind of kernel (a path under kernels/cuda); it includes the rest."""
 
@@ -505,17 +504,6 @@ def gemv_w8a8_x() -> KernelSpec:
             "scale_w, bias, y);")
     return KernelSpec(_name("int8nax_gemv_w8a8_x", "gemv"), ("x", "w", "scale_w", "bias"), ("y",), body,
                       header("gemv"), 0)
-
-
-@lru_cache(maxsize=None)
-def gemv_w8a8_swiglu() -> KernelSpec:
-    """gemv_w8a8_x's y [M, N] of h = swiglu(gate_up[:, :H], gate_up[:, H:]) for gate_up [M, 2H], h made
-    inside the kernel with MLX's own functors (the model's bits; never written out), M <= 16; template
-    as gemv_w8a8_x's."""
-    body = ("int8nax::gemv_w8a8_swiglu<T, NT, WARPS, UNROLL, HAS_BIAS, NARROW>(gate_up, w, gate_up_shape[0], "
-            "w_shape[0], w_shape[1], scale_w, bias, y);")
-    return KernelSpec(_name("int8nax_gemv_w8a8_swiglu", "gemv_swiglu"), ("gate_up", "w", "scale_w", "bias"), ("y",),
-                      body, header("gemv_swiglu"), 0)
 
 
 def _smem(family: str, cfg: TileConfig) -> int:

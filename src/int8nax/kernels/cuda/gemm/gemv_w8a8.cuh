@@ -162,14 +162,12 @@ __device__ void gemv_w8a8(const int8_t* q, const int8_t* w, int M, int N, int K,
 // ---- the same with the quantization fused: y = epi(quant(x) [M, K] . w [N, K]^T) ----
 // (x's codes and scales: quant/gemv_quantize.cuh)
 
-// y [M, N] (T) = dequant(quant(a) [M, K] . w [N, K]^T) (+ bias) for M <= 16, a's rows read through the row
-// source `src` (quant/gemv_quantize.cuh: PlainRows for x as it is) of T = float, __half or __nv_bfloat16,
-// the bias in its own type (DequantStore); the launch of gemv_w8a8. PREFETCH steps of the block's weight
-// rows go to L2 while the warps find the rows' scales.
-template <typename T, int NT, int WARPS, int UNROLL, bool HAS_BIAS, bool NARROW, int PREFETCH = 2, class Rows,
-          typename TBias>
-__device__ void gemv_w8a8_rows(const Rows& src, const int8_t* w, int M, int N, int K, const float* scale_w,
-                               const TBias* bias, T* y) {
+// y [M, N] (T) = dequant(quant(x) [M, K] . w [N, K]^T) (+ bias) for M <= 16, x: float, __half or
+// __nv_bfloat16, the bias in its own type (DequantStore); the launch of gemv_w8a8. PREFETCH steps of
+// the block's weight rows go to L2 while the warps find the rows' scales.
+template <typename T, int NT, int WARPS, int UNROLL, bool HAS_BIAS, bool NARROW, int PREFETCH = 2, typename TBias>
+__device__ void gemv_w8a8_x(const T* x, const int8_t* w, int M, int N, int K, const float* scale_w, const TBias* bias,
+                            T* y) {
   using namespace gemv;
   __shared__ RowScales rs;
   const int lane = threadIdx.x & 31;
@@ -189,39 +187,32 @@ __device__ void gemv_w8a8_rows(const Rows& src, const int8_t* w, int M, int N, i
       }
     }
   }
-  const bool aligned = src.aligned();
-  if (aligned) {
-    row_scales<T, WARPS, true>(src, M, K, rs);
+  const bool x_aligned = (reinterpret_cast<unsigned long long>(x) & 15) == 0;
+  if (x_aligned && (K & 7) == 0) {
+    row_scales<T, WARPS, true>(x, M, K, rs);
   } else {
-    row_scales<T, WARPS, false>(src, M, K, rs);
+    row_scales<T, WARPS, false>(x, M, K, rs);
   }
   __syncthreads();
   const bool has_lo = g < M;
   const bool has_hi = g + 8 < M;
-  const T* lo = src.row(has_lo ? g : 0);
-  const T* hi = src.row(has_hi ? g + 8 : 0);
+  const T* lo = x + static_cast<size_t>(has_lo ? g : 0) * K;
+  const T* hi = x + static_cast<size_t>(has_hi ? g + 8 : 0) * K;
   // A row that holds NaN or inf quantizes to zeros (its scale, NaN, makes its outputs NaN).
   const bool lo_on = has_lo && !rs.bad[has_lo ? g : 0];
   const bool hi_on = has_hi && !rs.bad[has_hi ? g + 8 : 0];
   const float up_lo = has_lo ? rs.up[g] : 1.0f, inv_lo = has_lo ? rs.inv[g] : 1.0f;
   const float up_hi = has_hi ? rs.up[g + 8] : 1.0f, inv_hi = has_hi ? rs.inv[g + 8] : 1.0f;
   int acc[NT][4] = {};
-  const bool fast = aligned && ((reinterpret_cast<unsigned long long>(w) & 15) == 0) && (K & 15) == 0;
+  const bool fast = x_aligned && ((reinterpret_cast<unsigned long long>(w) & 15) == 0) && (K & 15) == 0;
   if (fast) {
-    warp_steps<NT, WARPS, UNROLL, true>(
-        QuantizedA<T, true, Rows>{src, lo, hi, lo_on, hi_on, up_lo, inv_lo, up_hi, inv_hi}, w_row, has_row, K, acc);
+    warp_steps<NT, WARPS, UNROLL, true>(QuantizedA<T, true>{lo, hi, lo_on, hi_on, up_lo, inv_lo, up_hi, inv_hi},
+                                        w_row, has_row, K, acc);
   } else {
-    warp_steps<NT, WARPS, UNROLL, false>(
-        QuantizedA<T, false, Rows>{src, lo, hi, lo_on, hi_on, up_lo, inv_lo, up_hi, inv_hi}, w_row, has_row, K, acc);
+    warp_steps<NT, WARPS, UNROLL, false>(QuantizedA<T, false>{lo, hi, lo_on, hi_on, up_lo, inv_lo, up_hi, inv_hi},
+                                         w_row, has_row, K, acc);
   }
   store_sums<NT, WARPS>(acc, M, N, n0, DequantStore<T, HAS_BIAS, NARROW, TBias>{y, rs.s, scale_w, bias, M, N});
-}
-
-// y [M, N] (T) = dequant(quant(x) [M, K] . w [N, K]^T) (+ bias) for M <= 16: gemv_w8a8_rows of x as it is.
-template <typename T, int NT, int WARPS, int UNROLL, bool HAS_BIAS, bool NARROW, typename TBias>
-__device__ void gemv_w8a8_x(const T* x, const int8_t* w, int M, int N, int K, const float* scale_w, const TBias* bias,
-                            T* y) {
-  gemv_w8a8_rows<T, NT, WARPS, UNROLL, HAS_BIAS, NARROW>(gemv::PlainRows<T>{x, K}, w, M, N, K, scale_w, bias, y);
 }
 
 #endif  // __CUDACC__

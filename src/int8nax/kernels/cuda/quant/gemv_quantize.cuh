@@ -7,10 +7,6 @@
 // The codes and scales are the quantization kernel's bit for bit, so y is the two-kernel path's.
 // Each block reads x twice (from L2 or L1): worth it while x is small against the weight
 // (backends/cuda/plans/gemv.py, gemv_x_ok).
-//
-// The values quantized come from a row source: PlainRows reads x as it is; another source computes
-// them from what it reads (quant/gemv_swiglu.cuh: h = swiglu of a gate/up row), so that the GEMV
-// quantizes a value no kernel wrote out.
 #pragma once
 
 #include "../common.cuh"
@@ -30,43 +26,27 @@ struct RowScales {
   int bad[MAX_M];
 };
 
-// Row m of x [M, K] (row stride K) as it is: an 8-value group from k (16-byte aligned), or value k.
-template <typename T>
-struct PlainRows {
-  const T* x;
-  int K;
-  __device__ __forceinline__ const T* row(int m) const { return x + static_cast<size_t>(m) * K; }
-  __device__ __forceinline__ void group(const T* r, int k, uint32_t (&v)[Group<T>::WORDS]) const {
-    load_group(r + k, v);
-  }
-  __device__ __forceinline__ float value(const T* r, int k) const { return to_float(r[k]); }
-  // Whether the groups' loads are aligned for rows of K values (K % 8 == 0, x 16-byte aligned).
-  __device__ __forceinline__ bool aligned() const {
-    return (reinterpret_cast<unsigned long long>(x) & 15) == 0 && (K & 7) == 0;
-  }
-};
-
-// The scales of rows [0, M) of the source's K-value rows, warp j taking rows j, j + WARPS, ...;
-// VEC: src.aligned() (8-value groups by 16-byte loads).
-template <typename T, int WARPS, bool VEC, class Rows>
-__device__ __forceinline__ void row_scales(const Rows& src, int M, int K, RowScales& rs) {
+// The scales of rows [0, M) of x [M, K], warp j taking rows j, j + WARPS, ...; VEC: K % 8 == 0 and
+// x 16-byte aligned (8-value groups by 16-byte loads).
+template <typename T, int WARPS, bool VEC>
+__device__ __forceinline__ void row_scales(const T* x, int M, int K, RowScales& rs) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   for (int m = warp; m < M; m += WARPS) {
-    const T* xr = src.row(m);
+    const T* xr = x + static_cast<size_t>(m) * K;
     uint32_t amax = 0u;
     if (VEC) {
       uint32_t acc = 0u;
 #pragma unroll 4
       for (int i = lane; i < K / 8; i += 32) {
         uint32_t v[Group<T>::WORDS];
-        src.group(xr, 8 * i, v);
+        load_group(xr + 8 * i, v);
         Group<T>::fold(acc, v);
       }
       amax = Group<T>::float_bits(acc);
     } else {
       for (int k = lane; k < K; k += 32) {
-        amax = max(amax, abs_bits(src.value(xr, k)));
+        amax = max(amax, abs_bits(to_float(xr[k])));
       }
     }
     amax = warp_max(amax);
@@ -80,11 +60,10 @@ __device__ __forceinline__ void row_scales(const Rows& src, int M, int K, RowSca
   }
 }
 
-// Activation bytes made from the source's rows: the codes of rows g and g + 8 at a step (zero past M
-// or K, and in a row that holds NaN or inf). FAST: K % 16 == 0 and src.aligned().
-template <typename T, bool FAST, class Rows>
+// Activation bytes made from x: the codes of rows g and g + 8 at a step (zero past M or K, and in a
+// row that holds NaN or inf). FAST: K % 16 == 0 and x 16-byte aligned.
+template <typename T, bool FAST>
 struct QuantizedA {
-  Rows src;
   const T* lo;
   const T* hi;
   bool has_lo;
@@ -92,7 +71,7 @@ struct QuantizedA {
   float up_lo, inv_lo, up_hi, inv_hi;
 
   // Row xr's 16 codes from k, of which `valid` lie inside; up != 1: a tiny row (TINY codes).
-  __device__ __forceinline__ Bytes16 codes(const T* xr, int k, int valid, float up, float inv) const {
+  static __device__ __forceinline__ Bytes16 codes(const T* xr, int k, int valid, float up, float inv) {
     Bytes16 r = {{0u, 0u, 0u, 0u}};
     if (valid <= 0) {
       return r;
@@ -100,8 +79,8 @@ struct QuantizedA {
     if (FAST) {
       uint32_t v0[Group<T>::WORDS];
       uint32_t v1[Group<T>::WORDS];
-      src.group(xr, k, v0);
-      src.group(xr, k + 8, v1);
+      load_group(xr + k, v0);
+      load_group(xr + k + 8, v1);
       const auto f0 = [&](int i) { return Group<T>::value(v0, i); };
       const auto f1 = [&](int i) { return Group<T>::value(v1, i); };
       const uint2 c0 = up != 1.0f ? codes8<true>(f0, up, inv) : codes8<false>(f0, up, inv);
@@ -111,7 +90,7 @@ struct QuantizedA {
     }
     const int n = valid < 16 ? valid : 16;
     for (int i = 0; i < n; ++i) {
-      const float v = src.value(xr, k + i);
+      const float v = to_float(xr[k + i]);
       const int c = up != 1.0f ? code_of<true>(v, up, inv) : code_of<false>(v, up, inv);
       r.w[i >> 2] |= static_cast<uint32_t>(c & 0xff) << (8 * (i & 3));
     }

@@ -23,9 +23,17 @@
 #include "quantize.cuh"
 #include "groups.cuh"
 #include "act_pack.cuh"
-#include "swiglu.cuh"
+#include "mlx/backend/cuda/device/binary_ops.cuh"
 
 namespace int8nax {
+
+// silu(g) * u in T, as MLX's compiled kernels compute nn.silu(g) * u (see above).
+template <typename T>
+__device__ __forceinline__ T swiglu(T g, T u) {
+  const T s = mlx::core::cu::Sigmoid{}(g);
+  const T gs = mlx::core::cu::Multiply{}(g, s);
+  return mlx::core::cu::Multiply{}(gs, u);
+}
 
 // The row source (quant/quantize.cuh) of h = swiglu(g, u) for one row: g at gr, u at ur (H values each),
 // in global memory, or with STAGED in shared memory (quant/swiglu_quantize_staged.cuh).
