@@ -1,7 +1,7 @@
 """Host work per call (µs, graph built, no evaluation) of int8nax's W8A8Linear beside mlx.nn.Linear
 and MLX's 8-bit QuantizedLinear, on Qwen2.5-7B's linear shapes at M = 1 and 512, and of a whole
 mlx-lm decoder layer in bf16, MLX 8-bit and W8A8 (sibling groups and the SwiGLU MLP's call
-included): the Python time a call costs before the device can run it. Measured by
+included), also decoding on a KV cache at Qwen3-8B's widths: the Python time a call costs before the device can run it. Measured by
 int8nax.bench.host_work, which says what runs where (on a CPU box W8A8's figures are int8nax's
 own layer and API work over a graph-only stand-in, because the CPU backend computes during the
 call). The w8a8 figures are a tape's replay where the machine builds tapes (int8nax.backends.tape);
@@ -90,3 +90,30 @@ class DecoderLayerHostWork:
     @_us
     def track_w8a8_uncompiled_layer_host_us(self, m):
         return host_work.block_host_us("w8a8-uncompiled", m)
+
+
+class CachedDecoderLayerHostWork:
+    """track_<form>_cached_layer_host_us: host_work.cached_block_host_us of mlx-lm's decoder layer of
+    host_work.CACHED_CONFIG decoding one token on a KV cache of host_work.CACHED_TOKENS, in each of
+    host_work.CACHED_FORMS (the layer a model's decode step calls); n/a without mlx-lm."""
+
+    timeout = 180
+    version = "1"
+
+    def setup(self):
+        try:
+            host_work.block("bf16", host_work.CACHED_CONFIG)
+        except Unavailable as exc:
+            raise NotImplementedError(str(exc)) from None
+
+    @_us
+    def track_bf16_cached_layer_host_us(self):
+        return host_work.cached_block_host_us("bf16")
+
+    @_us
+    def track_q8_cached_layer_host_us(self):
+        return host_work.cached_block_host_us("q8")
+
+    @_us
+    def track_w8a8_cached_layer_host_us(self):
+        return host_work.cached_block_host_us("w8a8")

@@ -19,7 +19,7 @@ import pytest
 from int8nax import api, backends
 from int8nax.backends import tape
 from int8nax.backends.base import BodyRan
-from int8nax.bench import host_work
+from int8nax.bench import host_work, models
 from int8nax.nn import W8A8Linear, quantize_linears
 from int8nax.per_thread import compile_per_thread
 from test_gradients import KernelLikeBackend, mm_tol
@@ -226,6 +226,34 @@ def test_the_host_work_benchmark_measures_int8naxs_layer(monkeypatch, tapes_modu
     assert host_work.host_us_per_call("w8a8-uncompiled", 64, 32, True, 5, calls=3, repeats=2) > 0
     assert seen == [] and built == [] and plain == [(5, 64)] * (host_work.WARM_UP + 6)
     assert host_work.layer("w8a8-uncompiled", 64, 32, True) is not host_work.layer("w8a8", 64, 32, True)
+
+
+def test_the_cached_decoder_layer_replays_its_recordings_on_a_kv_cache(monkeypatch, tapes_module):
+    # mlx-lm's layer decoding one token on a KV cache: after the warm-up, every measured call of the
+    # W8A8 layer replays (no graph built); the cache each call writes is a copy (its length stays)
+    pytest.importorskip("mlx_lm")
+    if backends.choose(None)[0] not in host_work.EAGER:
+        pytest.skip("on a lazy backend the figure is that backend's own")
+    built = _count_graphs(monkeypatch)
+    caches = []
+    real_kv = models.mlx_lm_module("cache").KVCache
+
+    class Counted(real_kv):
+        def __init__(self):
+            super().__init__()
+            caches.append(self)
+
+    monkeypatch.setattr(models.mlx_lm_module("cache"), "KVCache", Counted)
+    us = host_work.cached_block_host_us("w8a8", "qwen2.5-0.5b", tokens=7, calls=3, repeats=2)
+    assert us > 0 and len(caches) == 1 and caches[0].offset == 7
+    # q|k|v, o, gate|up and down recorded once in the warm-up (decode rows, hidden 896, inter 4864)
+    assert sorted(built) == sorted([((1, 1, 896), 896 + 2 * 128), ((1, 1, 896), 896), ((1, 1, 896), 2 * 4864),
+                                    ((1, 1, 4864), 896)])
+    assert host_work.cached_block_host_us("q8", "qwen2.5-0.5b", tokens=7, calls=3, repeats=2) > 0
+    with pytest.raises(ValueError, match="^form: "):
+        host_work.cached_block_host_us("w8a8-mlp-step")
+    with pytest.raises(ValueError, match="^config: "):
+        host_work.block("bf16", "llama-3-8b")
 
 
 def test_the_uncompiled_host_work_turns_the_cuda_entry_points_off_and_back_on(monkeypatch):

@@ -287,16 +287,30 @@ BLOCK_CONFIG = "qwen2.5-0.5b"
 BLOCK_CALLS = 100
 
 
-@lru_cache(maxsize=len(BLOCK_FORMS))
-def block(form: str) -> nn.Module:
-    """mlx-lm's Qwen2 TransformerBlock of BLOCK_CONFIG in `form` (BLOCK_FORMS), zero weights,
-    evaluated; kept for the process. Raises bench.peers.Unavailable without mlx-lm."""
+CACHED_CONFIG = "qwen3-8b"
+"""The decoder layer decoding on a KV cache (cached_block_host_us): mlx-lm's layer of the model the
+generation breakdown runs, at its widths (which choose the CUDA kernels a call records)."""
+
+CACHED_TOKENS = 512
+"""Tokens in that layer's KV cache: the generation breakdown's prompt."""
+
+CACHED_FORMS = ("bf16", "q8", "w8a8")
+"""The forms cached_block_host_us measures."""
+
+
+@lru_cache(maxsize=len(BLOCK_FORMS) + len(CACHED_FORMS))
+def block(form: str, config: str = BLOCK_CONFIG) -> nn.Module:
+    """mlx-lm's TransformerBlock of `config` (bench.models.CONFIGS: Qwen2's for BLOCK_CONFIG) in
+    `form` (BLOCK_FORMS), zero weights, evaluated; kept for the process. Raises
+    bench.peers.Unavailable without mlx-lm."""
     if form not in BLOCK_FORMS:
         raise ValueError(f"form: expected one of {BLOCK_FORMS}, got {form!r}")
     from . import models
     from ..nn import quantize_linears
 
-    config = models.CONFIGS[BLOCK_CONFIG]
+    if config not in models.CONFIGS:
+        raise ValueError(f"config: expected one of {sorted(models.CONFIGS)}, got {config!r}")
+    config = models.CONFIGS[config]
     made = models.mlx_lm_module(config.family).TransformerBlock(models.model_args(config, 1))
     made.update(tree_map(lambda a: mx.zeros(a.shape, dtype=mx.bfloat16), made.parameters()))
     if form == "q8":
@@ -326,6 +340,44 @@ def block_host_us(form: str, m: int, calls: int = BLOCK_CALLS, repeats: int = RE
     return best / calls * 1e6
 
 
+def cached_block_host_us(form: str, config: str = CACHED_CONFIG, tokens: int = CACHED_TOKENS,
+                         calls: int = BLOCK_CALLS, repeats: int = REPEATS) -> float:
+    """Microseconds of host work per decode call (x bfloat16 [1, 1, hidden], no mask) of block(form,
+    config) on mlx-lm's KVCache holding `tokens` tokens, as a model's step calls each layer: the
+    graph of the projections, the cache's update, attention and the MLP, built and dropped. Each call
+    takes a shallow copy of the cache with fresh nodes of its arrays (an update writes into the array
+    object the cache holds; the copy and the two nodes, ~1 µs, are in every form's figure alike)."""
+    import copy
+
+    from . import models
+
+    if form not in CACHED_FORMS:
+        raise ValueError(f"form: expected one of {CACHED_FORMS}, got {form!r}")
+    f = block(form, config)
+    cfg = models.CONFIGS[config]
+    kv = models.mlx_lm_module("cache").KVCache()
+    zeros = mx.zeros((1, cfg.kv_heads, tokens, cfg.head_dim), dtype=mx.bfloat16)
+    kv.update_and_fetch(zeros, zeros)
+    x = mx.zeros((1, 1, cfg.hidden), dtype=mx.bfloat16)
+    mx.eval(kv.state, x)
+
+    def call():
+        c = copy.copy(kv)
+        c.keys, c.values = mx.stop_gradient(kv.keys), mx.stop_gradient(kv.values)
+        return f(x, None, c)
+
+    with _w8a8_setting(form):
+        for _ in range(WARM_UP):
+            call()
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            best = min(best, time.perf_counter() - start)
+    return best / calls * 1e6
+
+
 def report() -> str:
     """Every figure of this module as text: each layer kind (LAYERS) at each shape and M, then the
     decoder layer's forms (BLOCK_FORMS), µs of host work per call, on host_backend()."""
@@ -342,6 +394,11 @@ def report() -> str:
         except ImportError as exc:  # mlx-lm gives the decoder layer
             cells = f"not measured ({exc})"
         lines.append(f"decoder layer ({BLOCK_CONFIG}), M = {m}: {cells}")
+    try:
+        cells = ", ".join(f"{form} {cached_block_host_us(form):.1f}" for form in CACHED_FORMS)
+    except ImportError as exc:
+        cells = f"not measured ({exc})"
+    lines.append(f"decoder layer ({CACHED_CONFIG}) on a {CACHED_TOKENS}-token KV cache, M = 1: {cells}")
     return "\n".join(lines)
 
 
