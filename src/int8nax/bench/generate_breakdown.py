@@ -420,12 +420,13 @@ def _decode(loaded: dict, prompt: list[int], tokens: int, trials: int, say, labe
             cells[f].trials.append(decode_call(model, tokenizer, prompt, tokens))
     for f, (model, tokenizer, _) in loaded.items():
         cells[f].ms_per_token = Figure.of(cells[f].trials)
-        cells[f].gpu_ms_per_token, cells[f].gpu_why = decode_gpu_ms(model, tokenizer, prompt, tokens)
-        try:
+        try:  # the host's figures before this prompt's profiled requests (the profiler slows the host)
             cells[f].graph_ms, cells[f].step_ms = decode_host(model, prompt)
             cells[f].phases = decode_phases(model, prompt)
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the loop's figures stand without it
             cells[f].host_why = f"{type(exc).__name__}: {exc}"
+    for f, (model, tokenizer, _) in loaded.items():
+        cells[f].gpu_ms_per_token, cells[f].gpu_why = decode_gpu_ms(model, tokenizer, prompt, tokens)
     for cell in cells.values():
         cell.vs = {b: cells[b].ms_per_token.median / cell.ms_per_token.median for b in RATIO_BASES if b in cells}
     return sorted(cells.values(), key=lambda c: FORMS.index(c.form))
