@@ -64,6 +64,12 @@ ENTRY_CACHE_SIZE = 4096
 # ---------------------------------------------------------------------------------------------
 
 
+def _launch_key(x, w, bias) -> tuple:
+    """What an eager first call settles for later compiled or recorded ones: x's shape and dtype,
+    N, and the bias's dtype (None: no bias)."""
+    return (x.shape, w.shape[0], x.dtype, None if bias is None else bias.dtype)
+
+
 class MetalBackend(Backend):
     """The Metal NAX backend. Injection points for tests: `kernels` (a kernel_set.KernelSet with a recording
     factory), `machine` (the hardware report), `ops_factory(kernels, variant, gpu)` (stand-ins
@@ -222,7 +228,7 @@ class MetalBackend(Backend):
         ops = self._ops
         if ops is None or not COMPILE:  # before first use the API's own path runs the selection
             return None
-        key = (x.shape, w.shape[0], x.dtype, None if bias is None else bias.dtype)
+        key = _launch_key(x, w, bias)
         if key not in self._launched:
             return self._first_call(ops, key, x, w, scale_w, bias)
         entry = self._entries.get((x.shape, w.shape[0], bias is not None))
@@ -236,11 +242,9 @@ class MetalBackend(Backend):
         ops = self._ops
         if ops is None or not COMPILE:
             return None
-        if (x.shape, w.shape[0], x.dtype, None if bias is None else bias.dtype) not in self._launched:
+        if _launch_key(x, w, bias) not in self._launched:
             return None
-        m, k = entries.rows_of(x.shape)
-        y = ops.w8a8_linear(x if x.ndim == 2 else x.reshape(m, k), w, scale_w, bias)
-        return y if x.ndim == 2 else y.reshape(x.shape[:-1] + (w.shape[0],))
+        return entries.linear_body(x.shape, w.shape[0], ops.w8a8_linear)(x, w, scale_w, bias)
 
     def _first_call(self, ops, key, x, w, scale_w, bias):
         """(y, True) of the eager launches on x's rows (True: the API then tells a traced call apart),
