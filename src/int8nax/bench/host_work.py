@@ -251,14 +251,20 @@ def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int =
     x = mx.zeros((1, m, k), dtype=mx.bfloat16)
     mx.eval(x)
     with _w8a8_setting(kind):
-        for _ in range(WARM_UP):
-            f(x)
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(calls):
-                f(x)
-            best = min(best, time.perf_counter() - start)
+        return _best_us(calls, repeats, f, x)
+
+
+def _best_us(calls: int, repeats: int, f, *args) -> float:
+    """Microseconds a call of f(*args) takes, graphs built and dropped: WARM_UP calls first, then
+    the mean over `calls` calls, best of `repeats`."""
+    for _ in range(WARM_UP):
+        f(*args)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            f(*args)
+        best = min(best, time.perf_counter() - start)
     return best / calls * 1e6
 
 
@@ -329,15 +335,7 @@ def block_host_us(form: str, m: int, calls: int = BLOCK_CALLS, repeats: int = RE
     mask = None if m == 1 else "causal"
     mx.eval(x)
     with _w8a8_setting(form), _mlp_step(form in MLP_STEP_FORMS):
-        for _ in range(WARM_UP):
-            f(x, mask)
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(calls):
-                f(x, mask)
-            best = min(best, time.perf_counter() - start)
-    return best / calls * 1e6
+        return _best_us(calls, repeats, f, x, mask)
 
 
 def cached_block_host_us(form: str, config: str = CACHED_CONFIG, tokens: int = CACHED_TOKENS,
@@ -367,15 +365,7 @@ def cached_block_host_us(form: str, config: str = CACHED_CONFIG, tokens: int = C
         return f(x, None, c)
 
     with _w8a8_setting(form):
-        for _ in range(WARM_UP):
-            call()
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(calls):
-                call()
-            best = min(best, time.perf_counter() - start)
-    return best / calls * 1e6
+        return _best_us(calls, repeats, call)
 
 
 def report() -> str:
