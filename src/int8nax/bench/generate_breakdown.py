@@ -161,6 +161,15 @@ def decode_gpu_ms(model, tokenizer, prompt: list[int], tokens: int) -> tuple[flo
         return None, f"{type(exc).__name__}: {exc}"
 
 
+def _prompt_cache(model, prompt: list[int]):
+    """mlx-lm's prompt cache of `model` holding all of `prompt` but its last token, evaluated."""
+    cache = models.mlx_lm_module("cache").make_prompt_cache(model)
+    if len(prompt) > 1:
+        model(mx.array(prompt[:-1])[None], cache=cache)
+        mx.eval([c.state for c in cache])
+    return cache
+
+
 HOST_STEPS = 16
 """Decode steps decode_host times each way (the median is reported)."""
 
@@ -176,10 +185,7 @@ def decode_host(model, prompt: list[int], steps: int = HOST_STEPS) -> tuple[floa
 
     Each graph is built on shallow copies of the caches holding fresh array nodes (an update
     writes into the array object it holds), so nothing reaches the prompt's cache."""
-    cache = models.mlx_lm_module("cache").make_prompt_cache(model)
-    if len(prompt) > 1:
-        model(mx.array(prompt[:-1])[None], cache=cache)
-        mx.eval([c.state for c in cache])
+    cache = _prompt_cache(model, prompt)
     y = mx.array([prompt[-1:]])
     graph = None
     if all(getattr(c, "keys", None) is not None and getattr(c, "values", None) is not None for c in cache):
@@ -215,7 +221,6 @@ def decode_phases(model, prompt: list[int], steps: int = HOST_STEPS) -> dict[str
     sample), mx.async_eval of it, then the wait for the step before it (`.item()`). Where the host
     sets the pace, wait is near zero and graph + launch is the time a token; where the GPU does,
     wait takes up the rest. On a fresh cache filled with the prompt (left out of the figures)."""
-    cache = models.mlx_lm_module("cache").make_prompt_cache(model)
     front_end()
     stream = sys.modules["mlx_lm.generate"].generation_stream
     times = {p: [] for p in PHASES}
@@ -226,9 +231,7 @@ def decode_phases(model, prompt: list[int], steps: int = HOST_STEPS) -> dict[str
         return mx.argmax(logprobs, axis=-1)
 
     with mx.stream(stream):
-        if len(prompt) > 1:
-            model(mx.array(prompt[:-1])[None], cache=cache)
-            mx.eval([c.state for c in cache])
+        cache = _prompt_cache(model, prompt)
         y = step(mx.array(prompt[-1:]))
         mx.async_eval(y)
         for _ in range(steps):

@@ -27,6 +27,7 @@ from ..api import swiglu_w8a8_linear
 from ..backends import env_raw, tape
 from ..backends import swiglu as _swiglu
 from ..api.arguments import _ARRAY, _FLOATS
+from ..api.bound import _nothing
 from ..api.tracing import _may_skip_custom
 from .linear import _DICT_GET, W8A8Linear
 
@@ -270,11 +271,7 @@ class _TapedCall:
         return self.tapes(x, env_raw())
 
     def __reduce__(self):
-        return (_none, ())
-
-
-def _none():
-    return None
+        return (_nothing, ())
 
 
 _TAKEN_OVER: dict[type, type] = {}
