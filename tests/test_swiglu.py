@@ -172,8 +172,8 @@ def test_taken_over_mlp_gives_the_models_bits(one_step, make, dtype):
 def test_taken_over_mlp_calls_the_one_step_function_where_there_is_one(monkeypatch):
     mlp, ref = pair(lambda: qwen2.MLP(64, 160), backend="cpu")
     # patched on the class: pytest before 9.2 undoes an instance's patch by writing the inherited
-    # method into the instance, which then shadows later patches of the class (the likely cause of
-    # a later test's force_one_step reading False on the GPU image)
+    # method into the instance, which then shadows later tests' patches of the class
+    # (test_taken_over_mlp_from_threads' force_one_step)
     cls = type(backends.get("cpu"))
     seen = []
     real = cls.swiglu_w8a8_linear
