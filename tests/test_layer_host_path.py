@@ -333,15 +333,16 @@ def test_the_host_work_benchmark_measures_a_whole_decoder_layer(monkeypatch, tap
 def cuda_graphs_recorded(monkeypatch, forward, narrow: bool) -> list:
     """The CUDA backend's launches replaced for its entry points' logic on the CPU box: the choice
     names variant "v<M>" with plan (N, K), the quantization launch ("quant", M, K), the epilogue
-    `narrow`; graphs.w8a8_graph records (rows shape, variant, plan, has_bias, quant, narrow) in the
-    list returned and computes forward(rows, w, s, bias)."""
+    `narrow`; graphs.w8a8_graph records (x shape, variant, plan, has_bias, quant, narrow) in the
+    list returned and computes forward(rows, w, s, bias) on x's rows, in x's leading dims."""
     from int8nax.backends.cuda import settings as cuda_settings, graphs as cuda_graphs, backend as cuda
 
     seen = []
 
-    def graph(rows, w, s, bias, variant, plan, has_bias, quant, narrow):
-        seen.append((rows.shape, variant, plan, has_bias, quant, narrow))
-        return forward(rows, w, s, bias if has_bias else None)
+    def graph(x, w, s, bias, variant, plan, has_bias, quant, narrow):
+        seen.append((x.shape, variant, plan, has_bias, quant, narrow))
+        y = forward(x.reshape(-1, x.shape[-1]), w, s, bias if has_bias else None)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
 
     monkeypatch.setattr(cuda, "choice", lambda m, n, k, w8a8, bias: type("C", (), {"variant": f"v{m}", "plan": (n, k)}))
     monkeypatch.setattr(cuda_graphs, "quant_launch", lambda m, k: ("quant", m, k))
@@ -351,10 +352,11 @@ def cuda_graphs_recorded(monkeypatch, forward, narrow: bool) -> list:
 
 
 def test_the_cuda_marked_entry_builds_w8a8_graph_of_the_rows_and_marks_traced_calls(monkeypatch, rng):
-    # The CUDA entry point's own logic on the CPU box, its launches replaced: the rows and the
-    # choice, quantization launch and epilogue it hands w8a8_graph are those of the 2-D entry
-    # (_w8a8_for_shape) for M = the product of x's leading dims; its flag is set at a signature's
-    # first call and for tracers only. The kernels themselves run only on a GPU.
+    # The CUDA entry point's own logic on the CPU box, its launches replaced: it hands w8a8_graph
+    # x as it comes (the kernels read M from x's shape: no reshape node) with the choice,
+    # quantization launch and epilogue of the 2-D entry (_w8a8_for_shape) for M = the product of
+    # x's leading dims; its flag is set at a signature's first call and for tracers only. The
+    # kernels themselves run only on a GPU.
     from int8nax.backends.cuda import backend as cuda
 
     seen = cuda_graphs_recorded(monkeypatch, KernelLikeBackend().w8a8_linear, narrow=True)
@@ -365,7 +367,7 @@ def test_the_cuda_marked_entry_builds_w8a8_graph_of_the_rows_and_marks_traced_ca
         x = mx.array(rng.standard_normal((2, 3, 16)).astype(np.float32))
         y, ran = cuda.w8a8_marked(x, w, s, b)
         assert ran and y.shape == (2, 3, 6)
-        assert seen == [((6, 16), "v6", (6, 16), True, ("quant", 6, 16), True)]
+        assert seen == [((2, 3, 16), "v6", (6, 16), True, ("quant", 6, 16), True)]
         y2, ran2 = cuda.w8a8_marked(x, w, s, b)
         assert not ran2 and len(seen) == 1
         want = np.array(KernelLikeBackend().w8a8_linear(x.reshape(6, 16), w, s, b)).reshape(2, 3, 6)

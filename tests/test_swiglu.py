@@ -725,9 +725,10 @@ def test_the_model_check_compares_whole_steps_with_the_models_own(step):
 
 
 def test_cuda_whole_step_launches_the_mlps_two_graphs_with_swiglu_between(monkeypatch, rng):
-    # The CUDA entry point's own logic on the CPU box, its launches replaced: gate/up's rows and
+    # The CUDA entry point's own logic on the CPU box, its launches replaced: gate/up's x and
     # choice, then h's (the down projection's M, N, K), each as its own layer's entry point would
-    # hand w8a8_graph; its flag set at a signature's first call and for tracers only.
+    # hand w8a8_graph (x and h in the model's leading dims: no reshape node); its flag set at a
+    # signature's first call and for tracers only.
     from int8nax.backends.cuda import backend as cuda
     from test_layer_host_path import cuda_graphs_recorded
 
@@ -740,8 +741,8 @@ def test_cuda_whole_step_launches_the_mlps_two_graphs_with_swiglu_between(monkey
         x = mx.array(rng.standard_normal((2, 3, 16)).astype(np.float32))
         y, ran = cuda.w8a8_mlp_marked(x, w1, s1, None, w2, s2, None)
         assert ran and y.shape == (2, 3, 10)
-        assert seen == [((6, 16), "v6", (48, 16), False, ("quant", 6, 16), False),
-                        ((6, 24), "v6", (10, 24), False, ("quant", 6, 24), False)]
+        assert seen == [((2, 3, 16), "v6", (48, 16), False, ("quant", 6, 16), False),
+                        ((2, 3, 24), "v6", (10, 24), False, ("quant", 6, 24), False)]
         y2, ran2 = cuda.w8a8_mlp_marked(x, w1, s1, None, w2, s2, None)
         assert not ran2 and len(seen) == 2
         g_u = graph.w8a8_linear(x.reshape(6, 16), w1, s1, None)

@@ -31,9 +31,9 @@ products) is rounded to that dtype, so this h has the bits of the one an mlx-lm 
 
 
 def swiglu_of(gate_up: mx.array) -> mx.array:
-    """swiglu of gate_up [M, 2K]'s halves (gate: columns [0, K), up: [K, 2K)), [M, K]."""
-    k = gate_up.shape[1] // 2
-    return swiglu(gate_up[:, :k], gate_up[:, k:])
+    """swiglu of gate_up [..., 2K]'s halves (gate: columns [0, K), up: [K, 2K)), [..., K]."""
+    k = gate_up.shape[-1] // 2
+    return swiglu(gate_up[..., :k], gate_up[..., k:])
 
 
 TRACE_REFUSAL = "function transformations like compile or vmap"

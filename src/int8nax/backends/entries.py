@@ -23,14 +23,16 @@ def rows_of(shape: tuple[int, ...]) -> tuple[int, int]:
     return m, shape[-1]
 
 
-def linear_body(shape: tuple[int, ...], n: int, launch):
+def linear_body(shape: tuple[int, ...], n: int, launch, any_rank: bool = False):
     """The graph of a linear for x `shape` [..., K]: (x, w, scale_w, bias) -> y [..., N], where
     launch(rows [M, K], w, scale_w, bias) -> [M, N] builds the backend's launches (bias: whatever
-    array the backend passes; a placeholder where the layer has none). Built directly, it is what
-    a tape records (Backend.w8a8_linear_graph); compiled, linear()'s entry point."""
+    array the backend passes; a placeholder where the layer has none). any_rank: launch takes x
+    [..., K] as it comes and gives y [..., N] itself (kernels that read M from x's shape), so the
+    graph has no reshape around it. Built directly, it is what a tape records
+    (Backend.w8a8_linear_graph); compiled, linear()'s entry point."""
     m, k = rows_of(shape)
     out_shape = shape[:-1] + (n,)
-    flat = len(shape) == 2
+    flat = any_rank or len(shape) == 2
 
     def body(x, w, s, bias):
         BODY.ran = True
@@ -40,18 +42,18 @@ def linear_body(shape: tuple[int, ...], n: int, launch):
     return body
 
 
-def linear(shape: tuple[int, ...], n: int, launch) -> PerThreadCompiled:
-    """The compiled entry point of linear_body(shape, n, launch)."""
-    return compile_per_thread(linear_body(shape, n, launch))
+def linear(shape: tuple[int, ...], n: int, launch, any_rank: bool = False) -> PerThreadCompiled:
+    """The compiled entry point of linear_body(shape, n, launch, any_rank)."""
+    return compile_per_thread(linear_body(shape, n, launch, any_rank))
 
 
-def mlp(shape: tuple[int, ...], n: int, gate_up, down) -> PerThreadCompiled:
+def mlp(shape: tuple[int, ...], n: int, gate_up, down, any_rank: bool = False) -> PerThreadCompiled:
     """The entry point of a SwiGLU MLP for x `shape` [..., K]: (x, w1, s1, b1, w2, s2, b2) -> y [..., N]
-    = down(swiglu_of(gate_up(rows, w1, s1, b1)), w2, s2, b2), each launch as linear()'s: the same
-    launches, in the same order, as the MLP's own three steps (the same bits)."""
+    = down(swiglu_of(gate_up(rows, w1, s1, b1)), w2, s2, b2), each launch as linear()'s (any_rank
+    too): the same launches, in the same order, as the MLP's own three steps (the same bits)."""
     m, k = rows_of(shape)
     out_shape = shape[:-1] + (n,)
-    flat = len(shape) == 2
+    flat = any_rank or len(shape) == 2
 
     def body(x, w1, s1, b1, w2, s2, b2):
         BODY.ran = True

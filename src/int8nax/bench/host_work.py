@@ -80,9 +80,9 @@ class GraphOnlyBackend(Backend):
     """A stand-in built as the CUDA backend is, whose graph is one lazy op of the output's shape
     and dtype (never evaluated here): its w8a8_linear_marked and w8a8_mlp_marked (offered where
     the CUDA backend offers its own: INT8NAX_CUDA_MLP=step) are the GPU backends' compiled entry
-    points (backends.entries: reshapes and marked bodies) over that op, its w8a8_linear the op. What is
-    left of a W8A8Linear call (or a SwiGLU MLP's) is int8nax's own host work and one compiled
-    replay."""
+    points (backends.entries: marked bodies taking x at any rank, as the CUDA backend's kernels
+    do) over that op, its w8a8_linear the op. What is left of a W8A8Linear call (or a SwiGLU
+    MLP's) is int8nax's own host work and one compiled replay."""
 
     name = "graph-only"
 
@@ -99,17 +99,19 @@ class GraphOnlyBackend(Backend):
 
     @staticmethod
     def _linear_entry(shape, n):
-        return entries.linear(shape, n, lambda rows, w, s, bias: _graph(rows, w))
+        return entries.linear(shape, n, lambda rows, w, s, bias: _graph(rows, w), any_rank=True)
 
     def w8a8_linear_graph(self, x, w, scale_w, bias):
         # Backend.w8a8_linear_graph as the CUDA backend's: the entry's graph built directly
         if not self.compiled:
             return None
-        return entries.linear_body(x.shape, w.shape[0], lambda rows, w, s, bias: _graph(rows, w))(x, w, scale_w, bias)
+        return entries.linear_body(x.shape, w.shape[0], lambda rows, w, s, bias: _graph(rows, w),
+                                   any_rank=True)(x, w, scale_w, bias)
 
     @staticmethod
     def _mlp_entry(shape, n):
-        return entries.mlp(shape, n, lambda rows, w, s, bias: _graph(rows, w), lambda h, w, s, bias: _graph(h, w))
+        return entries.mlp(shape, n, lambda rows, w, s, bias: _graph(rows, w), lambda h, w, s, bias: _graph(h, w),
+                           any_rank=True)
 
     def w8a8_linear_marked(self, x, w, scale_w, bias):
         if not self.compiled:

@@ -102,7 +102,8 @@ def _w8a8_any_rows_body(shape: tuple[int, ...], n: int, has_bias: bool):
     choice, quantization launch and epilogue for its M = the product of the leading dims)."""
     m, k = entries.rows_of(shape)
     launches = _w8a8_launches(m, n, k, has_bias)
-    return entries.linear_body(shape, n, lambda rows, w, s, bias: graphs.w8a8_graph(rows, w, s, bias, *launches))
+    return entries.linear_body(shape, n, lambda x, w, s, bias: graphs.w8a8_graph(x, w, s, bias, *launches),
+                               any_rank=True)
 
 
 @lru_cache(maxsize=SHAPE_CACHE_SIZE)
@@ -119,8 +120,8 @@ def _w8a8_mlp_any_rows(shape: tuple[int, ...], n_gate_up: int, n: int, gate_up_b
     m, k = entries.rows_of(shape)
     gate_up = _w8a8_launches(m, n_gate_up, k, gate_up_bias)
     down = _w8a8_launches(m, n, n_gate_up // 2, down_bias)
-    return entries.mlp(shape, n, lambda rows, w, s, bias: graphs.w8a8_graph(rows, w, s, bias, *gate_up),
-                       lambda h, w, s, bias: graphs.w8a8_graph(h, w, s, bias, *down))
+    return entries.mlp(shape, n, lambda x, w, s, bias: graphs.w8a8_graph(x, w, s, bias, *gate_up),
+                       lambda h, w, s, bias: graphs.w8a8_graph(h, w, s, bias, *down), any_rank=True)
 
 
 _ENTRIES = entries.table(_w8a8_any_rows, SHAPE_CACHE_SIZE)

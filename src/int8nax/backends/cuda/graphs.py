@@ -14,6 +14,7 @@ import numpy as np
 from ...quant import quantize_activations_np
 from ...tiling import ceil_div
 from ..base import swiglu_of
+from ..entries import rows_of
 from ..kernel_spec import KernelSpec
 from . import choice as cuda_choice
 from . import kernels, pack as cuda_pack, plans as cuda_plans, probe, settings
@@ -78,13 +79,14 @@ def _by_row_chunks(m, plan, row: cuda_choice.Variant, one_chunk):
     return mx.concatenate([one_chunk(r0, r1) for r0, r1 in chunks], axis=0)
 
 
-def _launch_reduce(spec, inputs, out_dtype, template):
-    """Sum a [splits, M, N] workspace (inputs[0]) into [M, N] through the spec's epilogue."""
+def _launch_reduce(spec, inputs, out_dtype, template, lead: tuple[int, ...] | None = None):
+    """Sum a [splits, M, N] workspace (inputs[0]) into [M, N] through the spec's epilogue (lead:
+    the output's leading dims in place of M, whose product is M)."""
     _, m, n = inputs[0].shape
     blocks = max(1, min(ceil_div(m * n, 4 * REDUCE_THREADS), MAX_REDUCE_BLOCKS))
     return kernels._kernel(spec)(
         inputs=inputs,
-        output_shapes=[(m, n)],
+        output_shapes=[(lead or (m,)) + (n,)],
         output_dtypes=[out_dtype],
         grid=(blocks * REDUCE_THREADS, 1, 1),
         threadgroup=(REDUCE_THREADS, 1, 1),
@@ -92,14 +94,15 @@ def _launch_reduce(spec, inputs, out_dtype, template):
     )[0]
 
 
-def _launch(row: cuda_choice.Variant, spec, inputs, out_dtype, plan, template, maps: bool):
+def _launch(row: cuda_choice.Variant, spec, inputs, out_dtype, plan, template, maps: bool,
+            lead: tuple[int, ...] | None = None):
     """One GEMM launch of the variant: persistent blocks walking the tiles (the plan's (splits,
     group) as the shape of an extra last input), or one block per tile and split; [M, N] out
-    (M = inputs[0]'s rows), or the [splits, M, N] workspace; maps: the extra uint8 output of
-    int8_matmul's TMA kernels, a 256-byte slot a block for its tensor maps (a kernel over a pack
-    has its scratch there)."""
-    m, n = inputs[0].shape[0], inputs[1].shape[0]
-    shapes, dtypes = [(m, n) if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
+    (M = the product of inputs[0]'s leading dims; lead: the output's leading dims in place of M),
+    or the [splits, M, N] workspace; maps: the extra uint8 output of int8_matmul's TMA kernels, a
+    256-byte slot a block for its tensor maps (a kernel over a pack has its scratch there)."""
+    m, n = rows_of(inputs[0].shape)[0], inputs[1].shape[0]
+    shapes, dtypes = [(lead or (m,)) + (n,) if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
     if maps:
         shapes.append((plan.map_bytes(m, n),))
         dtypes.append(mx.uint8)
@@ -141,29 +144,32 @@ def pack_scratch(row: cuda_choice.Variant, plan, m: int, n: int) -> int:
     return 0 if _chunked(row, plan, m) else scratch_bytes(row, plan, m, n)
 
 
-def dequant_packed(pack, k: int, w, scale_w, bias_arg, out_dtype, variant: str, plan, has_bias: bool, narrow=False):
+def dequant_packed(pack, k: int, w, scale_w, bias_arg, out_dtype, variant: str, plan, has_bias: bool, narrow=False,
+                   lead: tuple[int, ...] | None = None):
     """y [M, N] (out_dtype) = q [M, K] . w [N, K]^T * scale_x[m] * scale_w[n] (+ bias[n]) of an
     activation pack (cuda_pack, with pack_scratch's scratch) on `variant` with `plan`
     (bias_arg: backend._bias_arg's): the fused epilogue unsplit, else the int32 workspace and the
-    dequantizing reduction; narrow: the narrow epilogue (epilogue_template)."""
+    dequantizing reduction; narrow: the narrow epilogue (epilogue_template); lead: y's leading
+    dims in place of M (the layer's own x shape: no reshape after the kernel)."""
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     specs = row.specs(plan.cfg)
     epilogue = epilogue_template(out_dtype, has_bias, narrow)
     tile = row.template(plan.cfg)
     m, n = pack.shape[0], w.shape[0]
 
-    def one_pack(p):
+    def one_pack(p, lead=None):
         # Input order = spec.input_names: pack, w, scale_w, bias (then the persistent plan).
         if plan.splits == 1:
-            return _launch(row, specs.w8a8, [p, w, scale_w, bias_arg], out_dtype, plan, tile + epilogue, False)
+            return _launch(row, specs.w8a8, [p, w, scale_w, bias_arg], out_dtype, plan, tile + epilogue, False, lead)
         ws = _launch(row, specs.int32_packed, [p, w], mx.int32, plan, tile, False)
-        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, p, scale_w, bias_arg], out_dtype, epilogue)
+        return _launch_reduce(cuda_source.reduce_w8a8(), [ws, p, scale_w, bias_arg], out_dtype, epilogue, lead)
 
     if not _chunked(row, plan, m):
-        return one_pack(pack)
+        return one_pack(pack, lead)
     q, scale_x = cuda_pack.unpack(pack, m, k)
-    return mx.concatenate([one_pack(cuda_pack.pack_of(q[r0:r1], scale_x[r0:r1], scratch_bytes(row, plan, r1 - r0, n)))
-                           for r0, r1 in _row_chunks(m, plan.cfg)], axis=0)
+    y = mx.concatenate([one_pack(cuda_pack.pack_of(q[r0:r1], scale_x[r0:r1], scratch_bytes(row, plan, r1 - r0, n)))
+                        for r0, r1 in _row_chunks(m, plan.cfg)], axis=0)
+    return y if lead is None else y.reshape(lead + (n,))
 
 
 def dequant_graph(q, scale_x, w, scale_w, bias_arg, out_dtype, variant: str, plan, has_bias: bool, narrow=False):
@@ -180,10 +186,9 @@ def quant_launch(m: int, k: int) -> cuda_plans.CudaQuantLaunch:
     return cuda_plans.cuda_quant_launch(m, k, probe.sm_count())
 
 
-def _rows_pack(spec: KernelSpec, x, k: int, launch: cuda_plans.CudaQuantLaunch | None, scratch: int):
+def _rows_pack(spec: KernelSpec, x, m: int, k: int, launch: cuda_plans.CudaQuantLaunch | None, scratch: int):
     """The activation pack (int8 [M, P], cuda_pack) of a one-block-per-row quantizing kernel of
-    x [M, ...] into codes [M, k], with `scratch` bytes for its GEMM."""
-    m = x.shape[0]
+    x's M rows into codes [M, k], with `scratch` bytes for its GEMM."""
     launch = launch or quant_launch(m, k)
     grid, block = launch.grid(m)
     return kernels._kernel(spec)(
@@ -197,14 +202,15 @@ def _rows_pack(spec: KernelSpec, x, k: int, launch: cuda_plans.CudaQuantLaunch |
 
 
 def _quantize_pack(x, launch: cuda_plans.CudaQuantLaunch | None = None, scratch: int = 0):
-    """The pack of x float16/bfloat16/float32 [M, K]; launch: the kernel's (threads, held),
-    quant_launch's by default (tests force the others)."""
-    return _rows_pack(cuda_source.quantize(), x, x.shape[1], launch, scratch)
+    """The pack of x float16/bfloat16/float32 [..., K] (M rows: the product of the leading dims);
+    launch: the kernel's (threads, held), quant_launch's by default (tests force the others)."""
+    m, k = rows_of(x.shape)
+    return _rows_pack(cuda_source.quantize(), x, m, k, launch, scratch)
 
 
 def _quantize_graph(x, launch: cuda_plans.CudaQuantLaunch | None = None):
     """(q int8 [M, K], scale float32 [M]) of x [M, K]: views of _quantize_pack's pack."""
-    return cuda_pack.unpack(_quantize_pack(x, launch), *x.shape)
+    return cuda_pack.unpack(_quantize_pack(x, launch), *rows_of(x.shape))
 
 
 def swiglu_quant_launch(m: int, k: int, dtype) -> cuda_plans.CudaQuantLaunch | cuda_plans.CudaStagedLaunch:
@@ -226,12 +232,12 @@ def _swiglu_quantize_pack(y, launch=None, scratch: int = 0):
     if launch is None:
         launch = swiglu_quant_launch(m, k, y.dtype)
     if isinstance(launch, cuda_plans.CudaStagedLaunch):
-        return _rows_pack(cuda_source.swiglu_quantize_staged(launch.stage_bytes), y, k, launch, scratch)
+        return _rows_pack(cuda_source.swiglu_quantize_staged(launch.stage_bytes), y, m, k, launch, scratch)
     if cuda_plans.swiglu_held_bytes(launch, y.dtype.size) > cuda_plans.SWIGLU_HELD_BYTES:
         raise ValueError(f"launch: {launch} holds {cuda_plans.swiglu_held_bytes(launch, y.dtype.size)} bytes of g and u "
                          f"a thread for {dtype_name(y.dtype)}, more than {cuda_plans.SWIGLU_HELD_BYTES}: its "
                          "registers exceed an SM's")
-    return _rows_pack(cuda_source.swiglu_quantize(), y, k, launch, scratch)
+    return _rows_pack(cuda_source.swiglu_quantize(), y, m, k, launch, scratch)
 
 
 def _swiglu_quantize_graph(y, launch=None):
@@ -303,15 +309,18 @@ def _quantizes_inside(row: cuda_choice.Variant, plan, m: int, k: int, dtype) -> 
 def w8a8_graph(x, w, scale_w, bias_arg, variant: str, plan, has_bias: bool,
                quant: cuda_plans.CudaQuantLaunch | None = None, narrow: bool = False):
     """quantize(x) into a pack (with the launch `quant`, quant_launch's by default), then
-    dequant_packed on `variant` with `plan`: y [M, N] in x's dtype; or, where the variant quantizes
-    x itself (_quantizes_inside), its one kernel."""
+    dequant_packed on `variant` with `plan`: y [..., N] in x's dtype for x [..., K] (M rows, the
+    product of the leading dims: the kernels read M from x's shape, so a layer's x [B, L, K] needs
+    no reshape node before or after them); or, where the variant quantizes x itself
+    (_quantizes_inside), its one kernel."""
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
-    m, k = x.shape
+    m, k = rows_of(x.shape)
+    lead = x.shape[:-1]
     if _quantizes_inside(row, plan, m, k, x.dtype):
         template = [("T", x.dtype)] + row.template(plan.cfg) + epilogue_template(x.dtype, has_bias, narrow)[1:]
-        return _launch(row, row.quantizing(), [x, w, scale_w, bias_arg], x.dtype, plan, template, row.maps)
+        return _launch(row, row.quantizing(), [x, w, scale_w, bias_arg], x.dtype, plan, template, row.maps, lead)
     pack = _quantize_pack(x, quant, pack_scratch(row, plan, m, w.shape[0]))
-    return dequant_packed(pack, k, w, scale_w, bias_arg, x.dtype, variant, plan, has_bias, narrow)
+    return dequant_packed(pack, k, w, scale_w, bias_arg, x.dtype, variant, plan, has_bias, narrow, lead)
 
 
 def swiglu_w8a8_graph(gate_up, w, scale_w, bias_arg, variant: str, plan, has_bias: bool,

@@ -434,12 +434,19 @@ def reduce_w8a8() -> KernelSpec:
                       header("reduce"), 0)
 
 
+_X_ROWS = ("const int k = x_shape[x_ndim - 1];\n"
+           "int m = 1;\n"
+           "for (int d = 0; d + 1 < x_ndim; ++d) m *= x_shape[d];\n")
+"""Body lines naming x's rows m and width k for x [..., K] of any rank: a layer passes its x
+[B, L, K] as it comes, so its graph has no reshape node before the kernel (one node fewer a call
+for MLX to build and evaluate)."""
+
+
 @lru_cache(maxsize=None)
 def quantize() -> KernelSpec:
-    """The pack of x [M, K] (backends/cuda/pack.py: int8 [M, P], the codes and scales); template T,
-    THREADS, HELD (a cuda_plans.CudaQuantLaunch); one block per row."""
-    body = ("int8nax::quantize_rows<T, THREADS, HELD>(x, x_shape[1], int8nax::pack_codes(pack, x_shape[0]), "
-            "int8nax::pack_scales(pack));")
+    """The pack of x [..., K] (backends/cuda/pack.py: int8 [M, P], the codes and scales of its M
+    rows); template T, THREADS, HELD (a cuda_plans.CudaQuantLaunch); one block per row."""
+    body = _X_ROWS + "int8nax::quantize_rows<T, THREADS, HELD>(x, k, int8nax::pack_codes(pack, m), int8nax::pack_scales(pack));"
     return KernelSpec(_name("int8nax_quantize", "quantize"), ("x",), ("pack",), body, header("quantize"), 0)
 
 
@@ -496,12 +503,11 @@ def gemv_w8a8() -> KernelSpec:
 
 @lru_cache(maxsize=None)
 def gemv_w8a8_x() -> KernelSpec:
-    """y [M, N] in x's type = dequant(quant(x [M, K]) . w [N, K]^T) (+ bias), M <= 16, in one
-    kernel: every block quantizes x itself (the quantization kernel's codes and scales, bit for bit)
-    on the way into gemv_w8a8's product and epilogue; template T (x's and y's type), NT, WARPS,
+    """y [..., N] in x's type = dequant(quant(x [..., K]) . w [N, K]^T) (+ bias), M <= 16 rows, in
+    one kernel: every block quantizes x itself (the quantization kernel's codes and scales, bit for
+    bit) on the way into gemv_w8a8's product and epilogue; template T (x's and y's type), NT, WARPS,
     UNROLL, HAS_BIAS, NARROW."""
-    body = ("int8nax::gemv_w8a8_x<T, NT, WARPS, UNROLL, HAS_BIAS, NARROW>(x, w, x_shape[0], w_shape[0], x_shape[1], "
-            "scale_w, bias, y);")
+    body = _X_ROWS + "int8nax::gemv_w8a8_x<T, NT, WARPS, UNROLL, HAS_BIAS, NARROW>(x, w, m, w_shape[0], k, scale_w, bias, y);"
     return KernelSpec(_name("int8nax_gemv_w8a8_x", "gemv"), ("x", "w", "scale_w", "bias"), ("y",), body,
                       header("gemv"), 0)
 
