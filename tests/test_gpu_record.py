@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 GPU_MACHINES = ("h100", "h200")
 KERNEL_PATHS = ("src/int8nax/kernels/cuda", "src/int8nax/backends/cuda_plans.py", "src/int8nax/backends/cuda_choice.py",
                 "src/int8nax/backends/cuda/plans.py", "src/int8nax/backends/cuda/plans",
-                "src/int8nax/backends/cuda/choice.py")
-"""What decides which GPU code runs and how: the kernels' sources, the plan rules, the dispatch."""
+                "src/int8nax/backends/cuda/choice.py", "src/int8nax/backends/cuda/source.py",
+                "src/int8nax/backends/cuda/graphs.py")
+"""What decides which GPU code runs and how: the kernels' sources (headers and the bodies
+source.py writes), the plan rules, the dispatch, the launches (graphs.py)."""
 
 
 def git(*args: str) -> str:
