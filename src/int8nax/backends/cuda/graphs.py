@@ -86,7 +86,7 @@ def _launch_reduce(spec, inputs, out_dtype, template, lead: tuple[int, ...] | No
     blocks = max(1, min(ceil_div(m * n, 4 * REDUCE_THREADS), MAX_REDUCE_BLOCKS))
     return kernels._kernel(spec)(
         inputs=inputs,
-        output_shapes=[(lead or (m,)) + (n,)],
+        output_shapes=[(lead if lead is not None else (m,)) + (n,)],
         output_dtypes=[out_dtype],
         grid=(blocks * REDUCE_THREADS, 1, 1),
         threadgroup=(REDUCE_THREADS, 1, 1),
@@ -102,7 +102,8 @@ def _launch(row: cuda_choice.Variant, spec, inputs, out_dtype, plan, template, m
     or the [splits, M, N] workspace; maps: the extra uint8 output of int8_matmul's TMA kernels, a
     256-byte slot a block for its tensor maps (a kernel over a pack has its scratch there)."""
     m, n = rows_of(inputs[0].shape)[0], inputs[1].shape[0]
-    shapes, dtypes = [(lead or (m,)) + (n,) if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
+    out = (lead if lead is not None else (m,)) + (n,)  # lead () for a 1-D x: y [N]
+    shapes, dtypes = [out if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
     if maps:
         shapes.append((plan.map_bytes(m, n),))
         dtypes.append(mx.uint8)
