@@ -1,7 +1,8 @@
 """Host work per call (µs, graph built, no evaluation) of int8nax's W8A8Linear beside mlx.nn.Linear
 and MLX's 8-bit QuantizedLinear, on Qwen2.5-7B's linear shapes at M = 1 and 512, and of a whole
 mlx-lm decoder layer in bf16, MLX 8-bit and W8A8 (sibling groups and the SwiGLU MLP's call
-included), also decoding on a KV cache at Qwen3-8B's widths: the Python time a call costs before the device can run it. Measured by
+included), also decoding on a KV cache at Qwen3-8B's widths: the Python time a call costs before the device can run it;
+and MLX's launch of a call's graph (mx.async_eval, LaunchHostWork). Measured by
 int8nax.bench.host_work, which says what runs where (on a CPU box W8A8's figures are int8nax's
 own layer and API work over a graph-only stand-in, because the CPU backend computes during the
 call). The w8a8 figures are a tape's replay where the machine builds tapes (int8nax.backends.tape);
@@ -49,6 +50,34 @@ class HostWork:
     @_us
     def track_w8a8_uncompiled_host_us(self, shape, m):
         return host_work.host_us_per_call("w8a8-uncompiled", *shape, m)
+
+
+class LaunchHostWork:
+    """track_<layer>_launch_us: host_work.launch_us_per_call (MLX's mx.async_eval of a call's graph,
+    µs a call) for each layer of host_work.LAUNCH_LAYERS and (K, N, bias) of host_work.SHAPES, M = 1;
+    n/a where MLX computes on the CPU (host_work.launch_unmeasured)."""
+
+    params = [list(host_work.SHAPES)]
+    param_names = ["(K, N, bias)"]
+    timeout = 120
+    version = "1"
+
+    def setup(self, shape):
+        why_not = host_work.launch_unmeasured()
+        if why_not:
+            raise NotImplementedError(why_not)
+
+    @_us
+    def track_linear_launch_us(self, shape):
+        return host_work.launch_us_per_call("linear", *shape)
+
+    @_us
+    def track_q8_launch_us(self, shape):
+        return host_work.launch_us_per_call("q8", *shape)
+
+    @_us
+    def track_w8a8_launch_us(self, shape):
+        return host_work.launch_us_per_call("w8a8", *shape)
 
 
 class DecoderLayerHostWork:

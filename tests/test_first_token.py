@@ -454,6 +454,8 @@ def test_the_gpu_script_records_host_work_at_every_parameter():
                for form in ("bf16", "q8", "w8a8") for m in host_work.TOKENS]
     wanted += [f"bench_host.CachedDecoderLayerHostWork.track_{form}_cached_layer_host_us"
                for form in host_work.CACHED_FORMS]
+    wanted += [f"bench_host.LaunchHostWork.track_{kind}_launch_us({shape!r})"
+               for kind in host_work.LAUNCH_LAYERS for shape in host_work.SHAPES]
     assert all(re.search(regex, name) for name in wanted), regex
     assert not re.search(regex, "bench_first_token.FirstTokenWarm.track_w8a8_warm_s('qwen2.5-7b')")
     assert not re.search(regex, "bench_generate.GenerateRatio.track_w8a8_prompt_vs_bf16('qwen2.5-7b p512 g128 b1')")

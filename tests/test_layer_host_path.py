@@ -256,6 +256,37 @@ def test_the_cached_decoder_layer_replays_its_recordings_on_a_kv_cache(monkeypat
         host_work.block("bf16", "llama-3-8b")
 
 
+def test_the_launch_figure_times_mx_async_eval_of_graphs_built_before_it(monkeypatch):
+    # the figure is mx.async_eval's time per call: a launch made 2 ms slower shows in it, a graph
+    # built 2 ms slower does not (built before the clock starts); every batch is evaluated
+    import time as real_time
+
+    evaluated, real_async = [], mx.async_eval
+    monkeypatch.setattr(host_work.mx, "eval", lambda *a: evaluated.append(len(a[0])))
+
+    def slow_launch(ys):
+        real_time.sleep(0.002)
+        real_async(ys)
+
+    monkeypatch.setattr(host_work.mx, "async_eval", slow_launch)
+    assert host_work.launch_us_per_call("linear", 64, 32, False, calls=4, repeats=2) >= 2000 / 4
+    assert [n for n in evaluated if n == 4] == [4] * (host_work.WARM_UP + 2)  # each batch, after its launch
+    monkeypatch.setattr(host_work.mx, "async_eval", real_async)
+    dense = host_work.layer("linear", 64, 32, False)
+    monkeypatch.setattr(host_work, "layer", lambda *_: lambda x: real_time.sleep(0.002) or dense(x))
+    assert host_work.launch_us_per_call("linear", 64, 32, False, calls=4, repeats=2) < 2000
+
+
+def test_no_launch_figure_where_mlx_computes_on_the_cpu(monkeypatch):
+    # the CPU stream computes inside mx.async_eval: no figure there, and the report says why
+    monkeypatch.setattr(host_work.mx, "default_device", lambda: mx.Device(mx.cpu))
+    why = host_work.launch_unmeasured()
+    assert why and "cpu" in why.lower()
+    assert host_work.launch_lines() == [f"launch a call (mx.async_eval): not measured ({why})"]
+    monkeypatch.setattr(host_work.mx, "default_device", lambda: mx.Device(mx.gpu))
+    assert host_work.launch_unmeasured() is None
+
+
 def test_the_uncompiled_host_work_turns_the_cuda_entry_points_off_and_back_on(monkeypatch):
     # on a CUDA machine "w8a8-uncompiled" measures with cuda.COMPILE off, caches cleared on each change
     from int8nax.backends.cuda import backend as cuda

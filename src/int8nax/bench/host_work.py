@@ -18,6 +18,13 @@ Shapes: Qwen2.5-7B's linears (K, N, bias): q/k/v-sized 3584 -> 3584 with a bias,
 3584 -> 18944 and 18944 -> 3584; M = 1 (decode) and 512 (a prefill chunk). Inputs are bfloat16
 [1, M, K], as mlx-lm passes them. Weights are zeros: host work does not depend on values.
 
+The launch (launch_us_per_call): the microseconds `mx.async_eval` takes per call for LAUNCH_CALLS
+calls' graphs built beforehand, each batch evaluated to the end before the next: MLX's evaluation
+of a call's nodes (on a GPU, each kernel's launch and the CUDA-graph commits; not waited for). In
+mlx-lm's decode loop it is the larger share of a step's host time (results/cuda-h100.md). Where
+MLX's default device is the CPU it is not measured (launch_unmeasured: the CPU stream computes
+inside mx.async_eval).
+
 A whole decoder layer (block_host_us): mlx-lm's Qwen2 TransformerBlock at Qwen2.5-0.5B's sizes
 (BLOCK_CONFIG; host work does not depend on them), called as mlx-lm calls it without a cache (M = 1
 without a mask, 512 with the causal one), in bf16, after nn.quantize(bits=8) (MLX's 8-bit form)
@@ -62,6 +69,9 @@ SHAPES = ((3584, 3584, True), (3584, 18944, False), (18944, 3584, False))
 
 TOKENS = (1, 512)
 """M, the rows of one call: a decode step and a prefill chunk."""
+
+LAUNCH_LAYERS = ("linear", "q8", "w8a8")
+"""The layer kinds whose launch is measured (the forms a model runs)."""
 
 CALLS = 200
 REPEATS = 5
@@ -256,6 +266,40 @@ def host_us_per_call(kind: str, k: int, n: int, bias: bool, m: int, calls: int =
         return _best_us(calls, repeats, f, x)
 
 
+LAUNCH_CALLS = 64
+"""Calls whose graphs one timed mx.async_eval launches (launch_us_per_call)."""
+
+
+def launch_unmeasured() -> str | None:
+    """Why there is no launch figure on this machine (MLX's default device is the CPU, whose
+    stream computes inside mx.async_eval: the figure would be the computation), or None."""
+    device = mx.default_device()
+    if device.type == mx.DeviceType.cpu:
+        return f"MLX's default device is {device}: mx.async_eval computes there"
+    return None
+
+
+def launch_us_per_call(kind: str, k: int, n: int, bias: bool, m: int = 1, calls: int = LAUNCH_CALLS,
+                       repeats: int = REPEATS) -> float:
+    """Microseconds of MLX's launch per call of layer(kind, k, n, bias) on x bfloat16 [1, m, k]:
+    `calls` calls' graphs built, then mx.async_eval of their outputs timed, per call, best of
+    `repeats` (each batch evaluated to the end, untimed, before the next is built)."""
+    f = layer(kind, k, n, bias)
+    x = mx.zeros((1, m, k), dtype=mx.bfloat16)
+    mx.eval(x)
+    best = float("inf")
+    with _w8a8_setting(kind):
+        for trial in range(WARM_UP + repeats):
+            ys = [f(x) for _ in range(calls)]
+            start = time.perf_counter()
+            mx.async_eval(ys)
+            took = time.perf_counter() - start
+            mx.eval(ys)
+            if trial >= WARM_UP:
+                best = min(best, took)
+    return best / calls * 1e6
+
+
 def _best_us(calls: int, repeats: int, f, *args) -> float:
     """Microseconds a call of f(*args) takes, graphs built and dropped: WARM_UP calls first, then
     the mean over `calls` calls, best of `repeats`."""
@@ -370,9 +414,21 @@ def cached_block_host_us(form: str, config: str = CACHED_CONFIG, tokens: int = C
         return _best_us(calls, repeats, call)
 
 
+def launch_lines() -> list[str]:
+    """The launch of each of LAUNCH_LAYERS at each shape of SHAPES, M = 1, µs a call: a line a
+    shape, or one saying why there is none (launch_unmeasured)."""
+    why_not = launch_unmeasured()
+    if why_not:
+        return [f"launch a call (mx.async_eval): not measured ({why_not})"]
+    return [f"launch a call (mx.async_eval), {k} -> {n}{' + bias' if bias else ''}, M = 1: "
+            + ", ".join(f"{kind} {launch_us_per_call(kind, k, n, bias):.2f}" for kind in LAUNCH_LAYERS)
+            for k, n, bias in SHAPES]
+
+
 def report() -> str:
-    """Every figure of this module as text: each layer kind (LAYERS) at each shape and M, then the
-    decoder layer's forms (BLOCK_FORMS), µs of host work per call, on host_backend()."""
+    """Every figure of this module as text: each layer kind (LAYERS) at each shape and M, the
+    launch of LAUNCH_LAYERS at each shape at M = 1, then the decoder layer's forms (BLOCK_FORMS),
+    µs per call, on host_backend()."""
     why = tape.why()
     lines = [f"host work per call, µs (graph built, not evaluated), W8A8 on {host_backend()}, "
              + ("tapes on" if why is None else f"no tapes ({why})")]
@@ -380,6 +436,7 @@ def report() -> str:
         for m in TOKENS:
             cells = ", ".join(f"{kind} {host_us_per_call(kind, k, n, bias, m):.2f}" for kind in LAYERS)
             lines.append(f"{k} -> {n}{' + bias' if bias else ''}, M = {m}: {cells}")
+    lines += launch_lines()
     for m in TOKENS:
         try:
             cells = ", ".join(f"{form} {block_host_us(form, m):.1f}" for form in BLOCK_FORMS)
