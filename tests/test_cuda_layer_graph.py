@@ -10,9 +10,8 @@ import pytest
 
 mx = pytest.importorskip("mlx.core")
 
-from int8nax.backends.cuda import (  # noqa: E402
-    backend as cuda, device as cuda_device, probe as cuda_probe, settings as cuda_settings, source as cuda_source,
-)
+from int8nax.backends.cuda import source as cuda_source  # noqa: E402
+from test_cuda_binary_cache import stand_in_cuda  # noqa: E402,F401 (the fixture: GPU family, SM count, caches)
 
 
 class _Launches:
@@ -32,21 +31,19 @@ class _Launches:
 
 
 @pytest.fixture
-def launches(monkeypatch):
+def launches(stand_in_cuda, monkeypatch):
+    _, cuda = stand_in_cuda
     rec = _Launches()
     monkeypatch.setattr(cuda.mx.fast, "cuda_kernel", rec.kernel)
-    monkeypatch.setattr(cuda_device, "_family", lambda: "sm90")
-    monkeypatch.setattr(cuda_probe, "sm_count", lambda: 132)
     monkeypatch.setattr(cuda, "COMPILE", True)  # the layers' graphs are built only where entry points are on
-    monkeypatch.delenv(cuda_settings.KERNEL_ENV, raising=False)
-    cuda.clear_caches()
-    yield rec
-    cuda.clear_caches()
+    cuda.clear_caches()  # no kernel object of the fixture's stand-in kept
+    yield cuda, rec
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 256), (2, 3, 256), (1, 512, 256), (512, 256), (256,)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_a_layers_call_launches_its_kernels_on_x_itself_and_returns_their_output(launches, shape, bias):
+    cuda, launches = launches
     n = 384
     x = mx.zeros(shape, dtype=mx.bfloat16)
     w, s = mx.zeros((n, shape[-1]), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
