@@ -169,7 +169,7 @@ def _line_of(text: str, pos: int) -> int:
 
 def lint_source(text: str, name: str = "<source>", kernel_params=frozenset(), line_offset: int = 0) -> list[Finding]:
     """Findings for one Metal source. kernel_params: names mx.fast.metal_kernel declares as the
-    kernel's parameters (inputs, outputs, their _shape arrays, attributes), for bare-param-decltype."""
+    kernel's parameters (inputs, outputs, their _shape, _strides and _ndim, attributes), for bare-param-decltype."""
     findings = []
 
     def add(pos_or_line, rule, message, is_line=False):
@@ -295,7 +295,7 @@ def _check_member_function(stmt: str, pos: int, add) -> None:
 
 
 def kernel_params(spec) -> set[str]:
-    """What mx.fast.metal_kernel declares for a KernelSpec: inputs (+ _shape), outputs,
+    """What mx.fast.metal_kernel declares for a KernelSpec: inputs (+ _shape, _strides, _ndim), outputs,
     and the attributes it adds by name."""
     attrs = {"thread_position_in_grid", "thread_position_in_threadgroup", "threadgroup_position_in_grid",
              "threads_per_threadgroup", "threadgroups_per_grid", "threads_per_grid", "simdgroup_index_in_threadgroup",
@@ -303,7 +303,7 @@ def kernel_params(spec) -> set[str]:
              "threads_per_simdgroup", "thread_execution_width", "quadgroup_index_in_threadgroup",
              "thread_index_in_quadgroup", "quadgroups_per_threadgroup"}
     names = set(spec.inputs) | set(spec.outputs) | attrs
-    return names | {f"{n}_shape" for n in spec.inputs} | {f"{n}_strides" for n in spec.inputs}
+    return names | {f"{n}_{arg}" for n in spec.inputs for arg in ("shape", "strides", "ndim")}
 
 
 def lint_kernels() -> list[Finding]:

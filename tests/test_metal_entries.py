@@ -27,8 +27,9 @@ from conftest import random_w8a8_layer  # noqa: E402
 
 class TraceableKernels:
     """A metal_kernel factory (KernelSet(factory=...)) whose kernels record every launch and
-    compute each output from their inputs' values with MLX ops: a 2-D output of as many rows as
-    the first input gets that input's row sums, every output the sum of all inputs."""
+    compute each output from their inputs' values with MLX ops: an output with the first input's
+    leading dims gets that input's sums over its last axis (its rows' sums at any rank), every
+    output the sum of all inputs."""
 
     def __init__(self):
         self.calls: list = []
@@ -44,8 +45,8 @@ class TraceableKernels:
             outs = []
             for shape, dtype in zip(output_shapes, output_dtypes):
                 out = mx.zeros(shape, dtype=mx.float32) + total
-                if len(shape) == 2 and first.ndim == 2 and shape[0] == first.shape[0]:
-                    out = out + first.sum(axis=1, keepdims=True)
+                if tuple(shape[:-1]) == tuple(first.shape[:-1]):
+                    out = out + first.sum(axis=-1, keepdims=True)
                 outs.append(out.astype(dtype))
             return outs
 
@@ -96,8 +97,9 @@ def test_later_calls_replay_the_first_calls_launches(served, rng, rows, bias):
         layer(x)
     assert key in backend._launched
     factory.calls.clear()
-    eager = backend.w8a8_linear(x.reshape(-1, 64), layer.weight, layer.scales, layer.get("bias")).reshape(*rows, 40)
+    eager = backend.w8a8_linear(x, layer.weight, layer.scales, layer.get("bias"))
     first = list(factory.calls)
+    assert first[0][4][0] == (x.shape, x.dtype)  # x as it comes, not its rows
     assert len(first) == (1 if rows[0] * rows[1] <= 4 else 2)  # the decode kernel; quantize and GEMM
     factory.calls.clear()
     traced = layer(x)  # the entry's first call: traced through the same launch code
@@ -110,7 +112,7 @@ def test_later_calls_replay_the_first_calls_launches(served, rng, rows, bias):
     assert mx.array_equal(eager, traced).item() and mx.array_equal(eager, again).item()
 
 
-def test_the_entry_point_is_the_eager_call_reshaped(served, rng):
+def test_the_entry_point_gives_the_rows_call_in_xs_leading_dims(served, rng):
     backend, factory = served
     layer = _layer(rng)
     x = mx.array(rng.standard_normal((2, 3, 64)).astype(np.float32))

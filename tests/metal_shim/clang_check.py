@@ -3,8 +3,9 @@
 Each kernel instantiation is assembled the way mx.fast.metal_kernel 0.32.4 assembles it
 (metal_kernel.cpp): its header at global scope, a template over the template arguments in the
 order given, the signature it generates (inputs `const device T*`, or `const constant T*` for
-inputs of fewer than 8 elements, `<name>_shape` where the body mentions it, outputs
-`device T*`, then the attributes whose names occur in the body), the body, and the explicit
+inputs of fewer than 8 elements, each followed by those of `<name>_shape`, `<name>_strides`,
+`<name>_ndim` that the body mentions, in that order; outputs `device T*`, then the attributes
+whose names occur in the body), the body, and the explicit
 instantiation `template decltype(custom_kernel_X<args>) custom_kernel_X<args>;`.
 
 The text is then compiled by clang's C++-for-OpenCL front end (Debian's clang-16) with
@@ -26,7 +27,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from shim import TYPE_NAMES
+from shim import SHAPE_ARGS, TYPE_NAMES
 
 CLANG = shutil.which("clang-16")
 STUB_DIR = Path(__file__).resolve().parent / "clang"
@@ -59,8 +60,7 @@ def assemble(name: str, header: str, body: str, inputs, outputs, template, const
     for arg, dtype in inputs:
         space = "constant" if arg in constant else "device"
         params.append(f"const {space} {TYPE_NAMES[dtype]}* {arg}")
-        if f"{arg}_shape" in body:
-            params.append(f"const constant int* {arg}_shape")
+        params += [decl.format(arg) for what, decl in SHAPE_ARGS.items() if f"{arg}_{what}" in body]
     params += [f"device {TYPE_NAMES[dtype]}* {arg}" for arg, dtype in outputs]
     params += [f"{ctype} {attr}" for attr, ctype in ATTRIBUTES if attr in body]
     for decl in re.finditer(r"(?m)^\s*threadgroup\s+(\w+)\s+(\w+)\s*\[[^\]]*\];", body):

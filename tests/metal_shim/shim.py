@@ -1,8 +1,9 @@
 """Compile int8nax's real .metal kernels with g++ against metal_shim.h and run them on the CPU.
 
 Each kernel is assembled the way mx.fast.metal_kernel assembles it: the header, a template
-over the template arguments, the signature MLX generates (inputs, `<name>_shape` where the body
-mentions it, outputs, then the attributes whose names occur in the body) and the body. MLX
+over the template arguments, the signature MLX generates (each input followed by those of
+`<name>_shape`, `<name>_strides`, `<name>_ndim` that the body mentions, in that order; outputs;
+then the attributes whose names occur in the body) and the body. MLX
 declares an input of fewer than 8 elements `const constant T*` (metal_kernel.cpp), a different
 kernel for every such combination; so does the stand-in (as `const volatile T*`, see
 metal_shim.h), and run() refuses arrays whose sizes would make MLX generate another signature
@@ -54,6 +55,11 @@ FLUSH_ENV = "INT8NAX_SHIM_FLUSH_SUBNORMALS"
 """Set for a run: the driver flushes float32 subnormals (FTZ + DAZ), as some GPUs do."""
 MLX_CONSTANT_MAX_ELEMENTS = 8
 """mx.fast.metal_kernel puts an input with fewer elements than this in `constant` space."""
+SHAPE_ARGS = {"shape": "const constant int* {}_shape", "strides": "const constant int64_t* {}_strides",
+              "ndim": "const constant int& {}_ndim"}
+"""What mx.fast.metal_kernel (0.32.4) declares after an input of rank >= 1 whose `<name>_<arg>`
+the body mentions, in this order (the order its Metal backend binds them in): the shape, the
+element strides, the rank."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +76,10 @@ class Variant:
     constant_inputs: frozenset = frozenset()
     """Inputs MLX would pass in the constant address space (fewer than 8 elements)."""
 
-    def shape_inputs(self) -> set[str]:
-        return {name for name, _ in self.inputs if f"{name}_shape" in self.body}
+    def shape_args(self, name: str) -> tuple[str, ...]:
+        """The arguments mx.fast.metal_kernel adds after input `name`: those of SHAPE_ARGS whose
+        name the body mentions (metal_kernel.cpp looks for `<name>_shape` etc. in the source)."""
+        return tuple(arg for arg in SHAPE_ARGS if f"{name}_{arg}" in self.body)
 
 
 def _kernel_code(index: int, v: Variant) -> str:
@@ -81,10 +89,12 @@ def _kernel_code(index: int, v: Variant) -> str:
         params.append(f"const {space} {TYPE_NAMES[dtype]}* {name}")
         args.append(f"reinterpret_cast<const {TYPE_NAMES[dtype]}*>(in{i}.data())")
         reads.append(f"  auto in{i} = read_blob();")
-        if name in v.shape_inputs():
-            params.append(f"const constant int* {name}_shape")
-            args.append(f"reinterpret_cast<const int*>(shape{i}.data())")
-            reads.append(f"  auto shape{i} = read_blob();")
+        for arg in v.shape_args(name):
+            params.append(SHAPE_ARGS[arg].format(name))
+            ctype = {"shape": "int", "strides": "int64_t", "ndim": "int"}[arg]
+            star = "*" if arg == "ndim" else ""  # a reference to the one int the blob holds
+            args.append(f"{star}reinterpret_cast<const {ctype}*>({arg}{i}.data())")
+            reads.append(f"  auto {arg}{i} = read_blob();")
     for j, (name, dtype) in enumerate(v.outputs):
         params.append(f"device {TYPE_NAMES[dtype]}* {name}")
         args.append(f"reinterpret_cast<{TYPE_NAMES[dtype]}*>(out{j}.data())")
@@ -235,8 +245,15 @@ class ShimBuild:
 
         for (name, dtype), arr in zip(v.inputs, arrays):
             blob(np.ascontiguousarray(arr, dtype=NUMPY_TYPES[dtype]).tobytes())
-            if name in v.shape_inputs():
-                blob(np.asarray(arr.shape, dtype=np.int32).tobytes())
+            shape = np.shape(arr)
+            if not shape and v.shape_args(name):  # MLX declares none of them for a 0-d input
+                raise ValueError(f"{key}: input {name} is 0-d, its {v.shape_args(name)} would not exist")
+            # the element strides of a row-contiguous array (metal_kernel's ensure_row_contiguous)
+            strides = [np.prod(shape[d + 1:], dtype=np.int64) for d in range(len(shape))]
+            given = {"shape": np.asarray(shape, np.int32), "strides": np.asarray(strides, np.int64),
+                     "ndim": np.asarray([len(shape)], np.int32)}
+            for arg in v.shape_args(name):
+                blob(given[arg].tobytes())
         for (_, dtype), shape in zip(v.outputs, output_shapes):
             blob(bytes([POISON]) * (int(np.prod(shape)) * np.dtype(NUMPY_TYPES[dtype]).itemsize))
         blob(np.asarray(list(grid) + list(threadgroup), dtype=np.int32).tobytes())

@@ -1,6 +1,6 @@
 """Compiled entry points of int8nax.nn's calls (Backend.w8a8_linear_marked, w8a8_mlp_marked), for
 the GPU backends: one mx.compile object per x shape (and thread) holding a backend's launches on
-x (CUDA's kernels take it at any rank; Metal's take its rows, between two reshapes). MLX replays
+x (both backends' kernels take it at any rank, so no reshape stands around them). MLX replays
 the recorded launches at every later call of that shape and those dtypes without running the
 Python body; it runs the body only at a signature's first
 call and for tracer inputs, and the body marks that run (BODY), which is how a call tells the API

@@ -244,23 +244,25 @@ class MetalBackend(Backend):
             return None
         if _launch_key(x, w, bias) not in self._launched:
             return None
-        return entries.linear_body(x.shape, w.shape[0], ops.w8a8_linear)(x, w, scale_w, bias)
+        return entries.linear_body(x.shape, w.shape[0], ops.w8a8_linear, any_rank=True)(x, w, scale_w, bias)
 
     def _first_call(self, ops, key, x, w, scale_w, bias):
-        """(y, True) of the eager launches on x's rows (True: the API then tells a traced call apart),
-        the key remembered where no check was deferred."""
-        m, k = entries.rows_of(x.shape)
+        """(y, True) of the eager launches on x as it comes (True: the API then tells a traced call
+        apart), the key remembered where no check was deferred."""
         deferred = self.kernels.deferred_checks
-        y = ops.w8a8_linear(x if x.ndim == 2 else x.reshape(m, k), w, scale_w, bias)
+        y = ops.w8a8_linear(x, w, scale_w, bias)
         if self.kernels.deferred_checks == deferred:
             if len(self._launched) >= ENTRY_CACHE_SIZE:  # bounded as the entries are (their builds stay checked)
                 self._launched.clear()
             self._launched.add(key)
-        return (y if x.ndim == 2 else y.reshape(x.shape[:-1] + (w.shape[0],))), True
+        return y, True
 
     def _linear_entry(self, shape, n, has_bias):
         ops = self._ops  # the serving variant and tile, fixed at first use
-        return entries.linear(shape, n, lambda rows, w, s, bias: ops.w8a8_linear(rows, w, s, bias if has_bias else None))
+        # any_rank: the launches take x [..., K] and write y [..., N] (launch.run_w8a8), so the
+        # entry's graph has no reshape before or after them
+        return entries.linear(shape, n, lambda x, w, s, bias: ops.w8a8_linear(x, w, s, bias if has_bias else None),
+                              any_rank=True)
 
     def describe(self, op: str, m: int, n: int, k: int, *, bias: bool = False, dtype=None) -> str:
         """e.g. "metal nax mlx_layout/relaxed_precision=true metal_128x128 (128x128x512, swizzle 2)",

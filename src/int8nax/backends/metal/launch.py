@@ -10,6 +10,7 @@ import mlx.core as mx
 import numpy as np
 
 from ... import exactness, quant, tiling
+from ..entries import rows_of
 from . import source as metal_source
 from .source import KernelVariant
 from . import kernel_set
@@ -53,13 +54,16 @@ def gemm_dispatch(m: int, n: int, k: int, variant: KernelVariant, gpu: str | Non
 
 
 def _gemm_launch(kernels: kernel_set.KernelSet, kernel: str, m: int, n: int, k: int, variant: KernelVariant, gpu,
-                 large, inputs, out_dtype, extra_template=()) -> mx.array:
+                 large, inputs, out_dtype, extra_template=(), lead: tuple[int, ...] | None = None) -> mx.array:
     """One GEMM launch (int8 or W8A8) whose tile falls back to a smaller one of the same sub-tile
-    (tiling.metal_fallback_config) when MLX refuses the threadgroup for the pipeline's limit."""
+    (tiling.metal_fallback_config) when MLX refuses the threadgroup for the pipeline's limit; out
+    [M, N], or lead + (N,) (lead: leading dims whose product is M; the kernels read M, N, K from
+    `params` and write y row-major, so only the output's declared shape changes)."""
     schedule, d, template = gemm_dispatch(m, n, k, variant, gpu, large)
+    out_shape = (m, n) if lead is None else tuple(lead) + (n,)
 
     def call_for(dispatch, tmpl) -> dict:
-        return dict(inputs=inputs[:-1] + [_params(dispatch)], output_shapes=[(m, n)], output_dtypes=[out_dtype],
+        return dict(inputs=inputs[:-1] + [_params(dispatch)], output_shapes=[out_shape], output_dtypes=[out_dtype],
                     grid=dispatch.grid, threadgroup=dispatch.threadgroup, template=tmpl + list(extra_template),
                     stream=mx.gpu)
 
@@ -84,14 +88,15 @@ def run_int8_gemm(kernels: kernel_set.KernelSet, a: mx.array, b: mx.array, varia
 
 
 def run_quantize_rows(kernels: kernel_set.KernelSet, x: mx.array) -> tuple[mx.array, mx.array]:
-    """(int8 [M, K], float32 [max(M, 8)]) per-token quantization of float x [M, K]: scales
-    past row M are not written. Padded so that the W8A8 GEMM always receives s_x in the device
-    address space: an M < 8 would otherwise make MLX build another GEMM library."""
-    rows, k = x.shape
+    """(int8 of x's shape, float32 [max(M, 8)]) per-token quantization of float x [..., K] of any
+    rank >= 1 (M rows: the product of the leading dims; the kernel reads K from x's last dim):
+    scales past row M are not written. Padded so that the W8A8 GEMM always receives s_x in the
+    device address space: an M < 8 would otherwise make MLX build another GEMM library."""
+    rows, _ = rows_of(x.shape)
 
     def call_for(threads: int) -> dict:
         d = tiling.metal_quant_dispatch(rows, threads)
-        return dict(inputs=[x], output_shapes=[(rows, k), (max(rows, metal_source.MLX_CONSTANT_MAX_ELEMENTS),)],
+        return dict(inputs=[x], output_shapes=[x.shape, (max(rows, metal_source.MLX_CONSTANT_MAX_ELEMENTS),)],
                     output_dtypes=[mx.int8, mx.float32], grid=d.grid, threadgroup=d.threadgroup,
                     template=d.template, stream=mx.gpu)
 
@@ -106,17 +111,21 @@ def run_quantize_rows(kernels: kernel_set.KernelSet, x: mx.array) -> tuple[mx.ar
 def run_w8a8(kernels: kernel_set.KernelSet, x: mx.array, w: mx.array, scale_w: mx.array, bias,
              variant: KernelVariant = KernelVariant(), gpu: str | None = None,
              large: tiling.NaxTileConfig | None = None) -> mx.array:
-    """x's dtype [M, N]: quantize x per token, then the GEMM with the dequantizing epilogue; for
-    M <= METAL_MV_MAX_M one launch (w8a8_decode.metal) that quantizes x in registers, with the
-    same numbers bit for bit."""
-    m, k = x.shape
+    """y [..., N] in x's dtype for x [..., K] of any rank >= 1 (M rows: the product of the leading
+    dims): quantize x per token, then the GEMM with the dequantizing epilogue; for M <=
+    METAL_MV_MAX_M one launch (w8a8_decode.metal) that quantizes x in registers, with the same
+    numbers bit for bit. The kernels take x as it comes and write y in its leading dims (they read
+    M, N, K from `params`, the quantizer K from x's last dim), so a layer's x [B, L, K] needs no
+    reshape before or after them."""
+    m, k = rows_of(x.shape)
+    lead = x.shape[:-1]
     has_bias = bias is not None
     if tiling.metal_uses_gemv(m):
         d = tiling.metal_decode_dispatch(m, w.shape[0], k)
         (y,) = kernels.launch(
             "int8nax_w8a8_decode",
             inputs=[x, w, scale_w, bias if has_bias else _no_bias(), _params(d)],
-            output_shapes=[(m, w.shape[0])],
+            output_shapes=[lead + (w.shape[0],)],
             output_dtypes=[x.dtype],
             grid=d.grid,
             threadgroup=d.threadgroup,
@@ -128,7 +137,7 @@ def run_w8a8(kernels: kernel_set.KernelSet, x: mx.array, w: mx.array, scale_w: m
     # The bias in its own dtype (the kernel widens it to float32, exactly): no extra cast kernel.
     return _gemm_launch(kernels, "int8nax_w8a8", m, w.shape[0], k, variant, gpu, large,
                         [q, w, s_x, scale_w, bias if has_bias else _no_bias(), None], x.dtype,
-                        [("OutT", x.dtype), ("HAS_BIAS", has_bias)])
+                        [("OutT", x.dtype), ("HAS_BIAS", has_bias)], lead)
 
 
 LAYOUT_CAPACITY = metal_source.LAYOUT_CAPACITY

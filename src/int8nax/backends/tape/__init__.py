@@ -1,6 +1,6 @@
 """Tapes: a layer's call replayed in one C++ step (tape.cpp, built once per machine: build.py).
 
-A GPU backend's W8A8 call is a small graph of kernel launches (on Metal between reshapes). Building it in
+A GPU backend's W8A8 call is a small graph of kernel launches on x as the model passes it. Building it in
 Python costs microseconds per call, and MLX's compiled replay (backends.entries) still several:
 its cache lookup, argument flattening and Python frames cost more than the whole call of MLX's
 own QuantizedLinear. A Tapes object, held by a layer whose weights stay the same arrays, records

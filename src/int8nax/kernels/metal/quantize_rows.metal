@@ -5,8 +5,10 @@
 // Built by int8nax/backends/metal/backend.py with mx.fast.metal_kernel: the part above the
 // "kernel body" line goes into `header` (after float_bits.metal and quantize_core.metal), the
 // part below is `source`.
-//   inputs   x float16 | bfloat16 | float32 [M, K] (row-contiguous)
-//   outputs  q int8 [M, K], s float32 [>= M] (entries past M are not written)
+//   inputs   x float16 | bfloat16 | float32 [..., K] (row-contiguous, any rank >= 1: M rows, the
+//            product of the leading dims; K read from the last dim, so a layer's x [B, L, K] needs
+//            no reshape before the kernel)
+//   outputs  q int8 of x's shape, s float32 [>= M] (entries past M are not written)
 //   template QT (threads per row), SIMD, QMAX, TINY (tiling.metal_quant_dispatch)
 //   launch   one threadgroup of QT threads per row: grid (QT, M, 1) threads
 
@@ -57,5 +59,5 @@ inline void quantize_row(PtrX x, device int8_t* q, device float* s, const int K,
 threadgroup uint part_max[QT / SIMD];
 threadgroup uint part_bad[QT / SIMD];
 int8nax::quantize_row<QT, SIMD, QMAX, TINY>(
-    x, q, s, x_shape[1], threadgroup_position_in_grid.y, thread_index_in_threadgroup,
+    x, q, s, x_shape[x_ndim - 1], threadgroup_position_in_grid.y, thread_index_in_threadgroup,
     simdgroup_index_in_threadgroup, thread_index_in_simdgroup, part_max, part_bad);

@@ -24,11 +24,12 @@
 // Built by int8nax/backends/metal/backend.py with mx.fast.metal_kernel: the part above the
 // "kernel body" line goes into `header` (after float_bits.metal, quantize_core.metal and
 // dequantize.metal), the part below is `source`.
-//   inputs   x float16 | bfloat16 | float32 [M, K], w int8 [N, K], s_w float32 [N],
+//   inputs   x float16 | bfloat16 | float32 [..., K] (row-contiguous, M rows of any rank: read as
+//            [M, K] from `params`), w int8 [N, K], s_w float32 [N],
 //            bias OutT [N] (a float32 [1] placeholder when HAS_BIAS is false),
 //            params int32 [5] = (M, N, K, 0, 1) (tiling.metal_decode_dispatch)
 //            (inputs of fewer than 8 elements arrive as `const constant T*`)
-//   output   y OutT [M, N] (x's dtype)
+//   output   y OutT [..., N] in x's leading dims (x's dtype; written as [M, N])
 //   template OutT, HAS_BIAS, MV_ROWS, MV_SG, MV_MAX_M, SIMD, MV_PIECE, QMAX, TINY
 
 #define INT8NAX_UNROLL _Pragma("clang loop unroll(full)")
