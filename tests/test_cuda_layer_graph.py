@@ -6,9 +6,12 @@ outputs). The kernels themselves read M from x's shape on a GPU only (test_tape.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 mx = pytest.importorskip("mlx.core")
+nn = pytest.importorskip("mlx.nn")
 
 from int8nax.backends.cuda import source as cuda_source  # noqa: E402
 from test_cuda_binary_cache import stand_in_cuda  # noqa: E402,F401 (the fixture: GPU family, SM count, caches)
@@ -63,3 +66,57 @@ def test_a_layers_call_launches_its_kernels_on_x_itself_and_returns_their_output
     names = [name for name, _, _ in launches.seen]
     assert (quantize in names) == (m > 16), names
     assert len(names) <= (1 if m <= 16 else 3), names
+
+
+def _layer_buffers(cuda, launches, config, rows: int) -> int:
+    """The buffers one decoder layer's projections allocate on the CUDA backend at `rows` tokens:
+    every output of every launch (as mlx-lm's layer calls them: q/k/v and gate/up as sibling
+    groups, o_proj, then down_proj on swiglu(gate_up)), and swiglu's h (an MLX op, not a launch)
+    wherever no SwiGLU quantization kernel reads gate_up itself."""
+    c = config
+    x = mx.zeros((1, rows, c.hidden), dtype=mx.bfloat16)
+    attn = mx.zeros((1, rows, c.heads * c.head_dim), dtype=mx.bfloat16)
+
+    def linear(inp, n):
+        k = inp.shape[-1]
+        return cuda.BACKEND.w8a8_linear_graph(inp, mx.zeros((n, k), dtype=mx.int8), mx.ones((n,)), None)
+
+    before = len(launches.seen)
+    linear(x, (c.heads + 2 * c.kv_heads) * c.head_dim)  # q, k, v
+    linear(attn, c.hidden)  # o
+    gate_up = linear(x, 2 * c.intermediate).reshape(rows, 2 * c.intermediate)
+    mlp = len(launches.seen)
+    cuda.BACKEND.swiglu_w8a8_linear(gate_up, mx.zeros((c.hidden, c.intermediate), dtype=mx.int8),
+                                    mx.ones((c.hidden,)), None)
+    outputs = sum(len(out) for _, _, out in launches.seen[before:])
+    reads_gate_up = cuda_source.swiglu_quantize().name.rsplit("_", 1)[0]  # the SwiGLU quantization kernels, staged too
+    h_written = not any(name.startswith(reads_gate_up) for name, _, _ in launches.seen[mlp:])
+    return outputs + h_written
+
+
+@pytest.mark.parametrize("config", ["qwen3-8b", "qwen2.5-7b"])
+@pytest.mark.parametrize("rows", [1, 128, 512, 2047])
+def test_a_decoder_layer_allocates_at_most_bf16s_buffers_plus_two(launches, monkeypatch, config, rows):
+    """Issue 48's buffer target: a W8A8 layer's projections allocate at most bf16's count + 2 (bf16:
+    one output per nn.Linear of mlx-lm's layer, and swiglu's h). What W8A8 adds per call is its
+    activation pack (codes and scales in one buffer) and, on a split-K plan, the int32 partials;
+    the fused SwiGLU quantization writes no h. A scratch output per call, or scales apart from
+    their codes, would break it."""
+    from int8nax.backends.cuda import graphs as cuda_graphs, settings as cuda_settings
+    from int8nax.bench import models
+
+    cuda, launches = launches
+    cfg = models.CONFIGS[config]
+    bf16_layer = models.build(replace(cfg, depth=1, vocab=64, hidden=64, intermediate=128, heads=4, kv_heads=2,
+                                      head_dim=16), 1).model.layers[0]
+    bf16 = sum(isinstance(m, nn.Linear) for m in bf16_layer.modules()) + 1  # + swiglu's h
+    monkeypatch.setattr(cuda_graphs, "swiglu_kernel_ok", lambda *_: True)  # the stand-in's zeros fail the probe
+    got = {}
+    for choice in ("split", "fused"):
+        monkeypatch.setattr(cuda_settings, "swiglu_choice", lambda: choice)
+        cuda.clear_caches()
+        got[choice] = _layer_buffers(cuda, launches, cfg, rows)
+        assert got[choice] <= bf16 + 2, f"{choice} at {rows} rows: {got[choice]} buffers a layer against bf16's {bf16}"
+    # the tiled path (M > 16): the fused SwiGLU quantization writes no h; decode's GEMV quantizes in
+    # registers and takes h from swiglu either way
+    assert got["split"] - got["fused"] == (1 if rows > 16 else 0), got
