@@ -514,6 +514,61 @@ def test_no_clear_is_restored_after_an_exception():
     assert module.mx is core and core.clear_cache is original
 
 
+def test_the_loop_rungs_time_to_first_token_is_split_by_part(monkeypatch):
+    """rung_call's parts: every PROMPT_PARTS part, adding up to the call's own time to the first
+    token (mlx-lm's prompt_tps); clear_cache timed in the loop rung only (a no-op in the others);
+    the forward rung, which runs no stream_generate, has none. Rendered per rung and form."""
+    from int8nax.commands import compare_model
+
+    timers = []
+    real = generate_breakdown.timed_parts.__enter__
+
+    def kept(self):
+        timers.append(real(self))
+        return timers[-1]
+
+    monkeypatch.setattr(generate_breakdown.timed_parts, "__enter__", kept)
+    result = generate_breakdown.breakdown(TINY, ("bf16", "w8a8"), (12,), trials=2)
+    # each call timed up to its first token only: one 11-token chunk, its clear (the loop's), the
+    # last-token step's and the next step's launches, the first token's wait
+    for t in timers:
+        assert t.calls == {"chunks": 1, "clear": 1 if t.skipped == 0 else 0, "launch": 2, "wait": 1}, t.calls
+    for c in result.rungs:
+        if c.rung == "forward":
+            assert c.parts is None and c.part_trials == []
+            continue
+        assert list(c.parts) == list(generate_breakdown.PROMPT_PARTS) and len(c.part_trials) == 2
+        for tps, parts in zip(c.trials, c.part_trials):
+            assert all(v >= 0 for v in parts.values())
+            assert sum(parts.values()) == pytest.approx(12 / tps * 1e3, rel=1e-6)
+            assert parts["chunks"] > 0 and parts["launch"] > 0 and (parts["clear"] > 0) == (c.rung == "loop")
+    text = compare_model.breakdown_render(result, False)
+    assert "the time to the first token by part, ms (chunks / clear / launch / wait / other" in text
+    loop_row = next(line for line in text.splitlines() if line.strip().startswith("loop") and line.count(" / ") >= 8)
+    assert loop_row.count(" / ") == 8  # two forms' five parts
+
+
+def test_timed_parts_sorts_mlx_lms_calls_and_stops_at_the_first_token():
+    import mlx.core as core
+
+    module = generate.front_end() and sys.modules["mlx_lm.generate"]
+    with generate_breakdown.timed_parts() as timer:
+        x = module.mx.array([1.0])
+        module.mx.eval(x + 1)  # a chunk's KV cache
+        module.mx.clear_cache()
+        module.mx.async_eval(x + 2)  # the last-token step
+        module.mx.eval(x + 3)  # the first token
+        spent = dict(timer.spent)
+        timer.stop()
+        module.mx.eval(x + 4)
+        module.mx.clear_cache()
+    assert module.mx is core and timer.spent == spent and timer.skipped == 0
+    assert all(spent[p] > 0 for p in ("chunks", "clear", "launch", "wait"))
+    with generate_breakdown.timed_parts(clear=False) as timer:
+        module.mx.clear_cache()
+    assert timer.skipped == 1 and timer.spent["clear"] == 0
+
+
 def test_the_breakdown_of_a_form_that_cannot_run_says_why():
     result = generate_breakdown.breakdown(TINY, ("bf16", "mlx-q8"), (8,), trials=1)
     assert set(result.forms) == {"bf16", "mlx-q8"} and "check" in result.forms["mlx-q8"]

@@ -49,39 +49,86 @@ BREAKDOWN_FORMS = ("bf16", "w8a8")
 """Forms `breakdown` measures by default (mlx-q8 on request)."""
 
 
-class _NoClearMx:
-    """mlx.core as mlx_lm.generate sees it under no_clear(): every attribute mlx.core's, but
-    clear_cache does nothing (counted in `skipped`)."""
+PROMPT_PARTS = ("chunks", "clear", "launch", "wait", "other")
+"""Where a loop-rung call's time to its first token goes (ms; timed_parts, mlx_lm.generate's own
+calls in the order its generate_step makes them):
 
-    def __init__(self, real):
-        self._real = real
+    chunks   mx.eval of each prefill chunk's KV cache (the chunk's launch and GPU time)
+    clear    mx.clear_cache() after each chunk (0 where the rung makes it a no-op)
+    launch   mx.async_eval of the last-token step and of the step after it
+    wait     mx.eval of the first token (the last-token step's GPU time not yet done)
+    other    the rest: building the chunks' and steps' graphs, sampling, mlx-lm's Python"""
+
+
+class _TimedMx:
+    """mlx.core as mlx_lm.generate sees it under timed_parts(): every attribute mlx.core's, but
+    mx.eval, mx.async_eval and mx.clear_cache add their host time to `spent` (PROMPT_PARTS, s) and
+    count in `calls` until stop(); clear_cache does nothing where `clear` is False (counted in
+    `skipped`)."""
+
+    def __init__(self, real, clear: bool = True):
+        self._real, self._clear = real, clear
         self.skipped = 0
+        self.spent = dict.fromkeys(PROMPT_PARTS[:-1], 0.0)
+        self.calls = dict.fromkeys(PROMPT_PARTS[:-1], 0)
+        self._on, self._launched = True, False
+
+    def _timed(self, part: str, fn, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if self._on:
+                self.spent[part] += time.perf_counter() - t0
+                self.calls[part] += 1
+
+    def eval(self, *args, **kwargs):
+        return self._timed("wait" if self._launched else "chunks", self._real.eval, *args, **kwargs)
+
+    def async_eval(self, *args, **kwargs):
+        self._launched = True
+        return self._timed("launch", self._real.async_eval, *args, **kwargs)
 
     def clear_cache(self) -> None:
-        self.skipped += 1
+        if not self._clear:
+            self.skipped += 1
+            return
+        self._timed("clear", self._real.clear_cache)
+
+    def stop(self) -> None:
+        """Stop timing: the calls after the first token are not the prompt's."""
+        self._on = False
 
     def __getattr__(self, name):
         return getattr(self._real, name)
 
 
-class no_clear:
-    """Context manager: mlx_lm.generate's `mx.clear_cache()` calls (after every prefill chunk and
-    every 256 generated tokens) do nothing for its duration; restored on exit, also on an exception.
-    mlx_lm.generate calls it as an attribute of its module-level `mx` (mlx.core), so that name is
-    swapped for a proxy: mlx.core itself, and every other caller of mx.clear_cache, are untouched.
-    `as` gives the proxy (its `skipped` counts the calls made no-ops)."""
+class timed_parts:
+    """Context manager: mlx_lm.generate's `mx` (its module-level mlx.core) swapped for a _TimedMx
+    (clear=False: its mx.clear_cache() calls, after every prefill chunk and every 256 generated
+    tokens, do nothing) for the duration; restored on exit, also on an exception. mlx.core itself,
+    and every other caller of it, are untouched. `as` gives the proxy."""
 
-    def __enter__(self) -> _NoClearMx:
+    def __init__(self, clear: bool = True):
+        self._clear = clear
+
+    def __enter__(self) -> _TimedMx:
         front_end()
         gen = sys.modules["mlx_lm.generate"]  # the module: mlx_lm's `generate` attribute is the function
 
         self._module, self._real = gen, gen.mx
-        gen.mx = self._proxy = _NoClearMx(self._real)
+        gen.mx = self._proxy = _TimedMx(self._real, self._clear)
         return self._proxy
 
     def __exit__(self, *exc) -> bool:
         self._module.mx = self._real
         return False
+
+
+def no_clear() -> timed_parts:
+    """timed_parts(clear=False): mlx_lm.generate's `mx.clear_cache()` calls do nothing for its
+    duration (`as` gives the proxy, whose `skipped` counts them)."""
+    return timed_parts(clear=False)
 
 
 def _last_logits(model, tokens: mx.array) -> mx.array:
@@ -99,21 +146,26 @@ def _last_logits(model, tokens: mx.array) -> mx.array:
     return head(h)[:, -1, :]
 
 
-def rung_call(model, tokenizer, prompt: list[int], rung: str) -> float:
-    """Prompt tokens/s of one prompt through `rung` (RUNGS' doc)."""
+def rung_call(model, tokenizer, prompt: list[int], rung: str, parts: dict | None = None) -> float:
+    """Prompt tokens/s of one prompt through `rung` (RUNGS' doc); parts: a dict given for the
+    stream_generate rungs gets the call's time to its first token by PROMPT_PARTS, ms."""
     if rung == "forward":
         tokens = mx.array(prompt)[None]
         t0 = time.perf_counter()
         mx.eval(_last_logits(model, tokens))
         return len(prompt) / (time.perf_counter() - t0)
     step = len(prompt) if rung == "one-chunk" else generate.PREFILL_STEP_SIZE
-    with (no_clear() if rung in ("no-clear", "one-chunk") else _nothing()):
+    with timed_parts(clear=rung == "loop") as timer:
         response = None
         for response in front_end().stream_generate(model, tokenizer, prompt, max_tokens=1, prefill_step_size=step):
-            pass
+            timer.stop()
     # generate_step has already queued the next token's step; stream_generate waits for it only
     # where it set a wired limit (Metal), so wait here, untimed: no call runs into the next one.
     mx.synchronize(sys.modules["mlx_lm.generate"].generation_stream)
+    if parts is not None:
+        total = len(prompt) / response.prompt_tps * 1e3
+        parts.update({part: ms * 1e3 for part, ms in timer.spent.items()})
+        parts["other"] = max(0.0, total - sum(parts[p] for p in PROMPT_PARTS[:-1]))
     return response.prompt_tps
 
 
@@ -249,14 +301,6 @@ def decode_phases(model, prompt: list[int], steps: int = HOST_STEPS) -> dict[str
     return {p: statistics.median(v) * 1e3 for p, v in times.items()}
 
 
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
 @dataclass
 class Rung:
     """One (form, prompt tokens, rung) of the breakdown."""
@@ -271,6 +315,11 @@ class Rung:
     """prompt tokens/s of every timed call."""
     vs_bf16: float | None = None
     """prompt_tps over bf16's at the same (prompt tokens, rung)."""
+    parts: dict | None = None
+    """The stream_generate rungs' time to the first token by PROMPT_PARTS ({part: median ms over
+    the trials}); None for the forward rung."""
+    part_trials: list = field(default_factory=list)
+    """rung_call's parts of every timed call."""
 
 
 @dataclass
@@ -394,12 +443,17 @@ def breakdown(config: str | models.Config, forms=BREAKDOWN_FORMS, prompt_tokens=
                     before = mx.get_active_memory()
                     mx.reset_peak_memory()
                     cell = cells[(f, r)]
-                    cell.trials.append(rung_call(model, tokenizer, prompt, r))
+                    parts = None if r == "forward" else {}
+                    cell.trials.append(rung_call(model, tokenizer, prompt, r, parts))
+                    if parts is not None:
+                        cell.part_trials.append(parts)
                     mx.synchronize()
                     extra = max(0, mx.get_peak_memory() - before)
                     cell.peak_memory_gb = max(cell.peak_memory_gb or 0.0, (weights + extra) / GB)
         for cell in cells.values():
             cell.prompt_tps = Figure.of(cell.trials)
+            if cell.part_trials:
+                cell.parts = {p: statistics.median(t[p] for t in cell.part_trials) for p in PROMPT_PARTS}
         for (f, r), cell in cells.items():
             ref = cells.get(("bf16", r))
             if ref is not None:

@@ -27,7 +27,8 @@ form's tokens/s over bf16's and over mlx-q8's, and the greedy agreement with bf1
 `int8nax compare --generate --breakdown [--forms bf16,w8a8[,mlx-q8]]` explains the gap between the
 two: per prompt length, batch 1, each form's prompt tokens/s on a ladder from mlx-lm's loop to one
 bare forward (generate_breakdown.RUNGS: loop, no-clear, one-chunk, forward), forms interleaved in one process,
-with each rung's ratio over bf16 and its peak memory: where the ratio changes, that step costs it;
+with each rung's ratio over bf16 and its peak memory: where the ratio changes, that step costs it
+(and the stream_generate rungs' time to the first token by part: where the clear's cost lands);
 then the generation phase: each form's ms a generated token in mlx-lm's loop beside the GPU's busy
 ms for it (a CUDA GPU with torch), so a loop the host sets the pace of shows as idle GPU time, and
 beside the host's own share of a decode step (its graph built; the step run without overlap).
@@ -604,6 +605,7 @@ def breakdown_render(result: generate_breakdown.Breakdown, markdown: bool) -> st
             row += [f"{cells[(f, r)].peak_memory_gb:.3g}" if (f, r) in cells else "n/a" for f in forms]
             rows.append(row)
         out += table_lines(header, rows, markdown)
+        out += parts_lines(result, p, markdown)
         out += decode_lines(result, p, markdown)
     out.append("")
     prefix = "- " if markdown else ""
@@ -619,6 +621,23 @@ def breakdown_render(result: generate_breakdown.Breakdown, markdown: bool) -> st
                                  f"tokens against float64, worst): {v}" if k == "check" else
                                  f"{f} ran as: {v}" if k == "detail" else f"{f}: {k}: {v}"))
     return "\n".join(out)
+
+
+def parts_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markdown: bool) -> list[str]:
+    """The stream_generate rungs' time to the first token at one prompt length by part
+    (generate_breakdown.PROMPT_PARTS, median ms), a row per rung and a column per form: where the
+    loop's clear_cache costs (loop against no-clear), part by part."""
+    cells = {(c.form, c.rung): c for c in result.rungs if c.prompt_tokens == prompt_tokens and c.parts}
+    if not cells:
+        return []
+    forms = list(dict.fromkeys(f for f, _ in cells))
+    out = [f"\n{'### ' if markdown else ''}{result.config}: prompt {prompt_tokens}, the time to the first token "
+           f"by part, ms ({' / '.join(generate_breakdown.PROMPT_PARTS)}; median of {result.trials} trials)\n"]
+    rows = []
+    for r in dict.fromkeys(r for _, r in cells):
+        rows.append([r] + [" / ".join(f"{cells[(f, r)].parts[p]:.2f}" for p in generate_breakdown.PROMPT_PARTS)
+                           if (f, r) in cells else "n/a" for f in forms])
+    return out + table_lines(["rung"] + forms, rows, markdown)
 
 
 def decode_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markdown: bool) -> list[str]:
