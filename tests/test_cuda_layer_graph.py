@@ -13,6 +13,7 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 nn = pytest.importorskip("mlx.nn")
 
+import layer_calls  # noqa: E402
 from int8nax.backends.cuda import source as cuda_source  # noqa: E402
 from test_cuda_binary_cache import stand_in_cuda  # noqa: E402,F401 (the fixture: GPU family, SM count, caches)
 
@@ -48,22 +49,14 @@ def launches(stand_in_cuda, monkeypatch):
 def test_a_layers_call_launches_its_kernels_on_x_itself_and_returns_their_output(launches, shape, bias):
     cuda, launches = launches
     n = 384
-    x = mx.zeros(shape, dtype=mx.bfloat16)
-    w, s = mx.zeros((n, shape[-1]), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
-    b = mx.zeros((n,), dtype=mx.bfloat16) if bias else None
+    x, w, s, b = layer_calls.call_arrays(shape, n, bias)
     y = cuda.BACKEND.w8a8_linear_graph(x, w, s, b)
     assert y.shape == shape[:-1] + (n,) and y.dtype == mx.bfloat16
-    first_name, first_inputs, _ = launches.seen[0]
-    last_name, _, last_outputs = launches.seen[-1]
-    assert first_inputs[0] is x, f"{first_name} took a copy or a reshape of x, not x"
-    assert last_outputs[0] is y, f"y is not {last_name}'s output: an op stands after the kernels"
-    m = 1
-    for d in shape[:-1]:
-        m *= d
+    names = layer_calls.check_takes_x_gives_y(launches.seen, x, y)
+    m = layer_calls.rows(shape)
     # one kernel at decode (the quantizing GEMV); else the quantization's pack, then the GEMM (and a
     # split-K plan's reduction): every array the call allocates is a kernel's output
     quantize = cuda_source.quantize().name
-    names = [name for name, _, _ in launches.seen]
     assert (quantize in names) == (m > 16), names
     assert len(names) <= (1 if m <= 16 else 3), names
 

@@ -30,6 +30,7 @@ from int8nax.backends.metal import (
 
 sys.path.insert(0, str(Path(__file__).parent / "metal_shim"))
 import clang_check  # noqa: E402
+import layer_calls  # noqa: E402
 import mlx_stand_in  # noqa: E402
 import shim  # noqa: E402
 
@@ -177,11 +178,7 @@ def recorded():
 
 
 def _check_launches(seen, x, y, m):
-    first_name, first_inputs, _ = seen[0]
-    last_name, _, last_outputs = seen[-1]
-    assert first_inputs[0] is x, f"{first_name} took a copy or a reshape of x, not x"
-    assert last_outputs[0] is y, f"y is not {last_name}'s output: an op stands after the kernels"
-    names = [name for name, _, _ in seen]
+    names = layer_calls.check_takes_x_gives_y(seen, x, y)
     # the decode kernel for M <= 4; else the quantizer, then the W8A8 GEMM: nothing else
     assert names == (["int8nax_w8a8_decode"] if m <= 4 else ["int8nax_quantize_rows", "int8nax_w8a8_gemm"]), names
 
@@ -191,10 +188,8 @@ def _check_launches(seen, x, y, m):
 def test_a_layers_call_launches_its_kernels_on_x_itself_and_returns_their_output(recorded, shape, bias):
     backend, rec = recorded
     n = 384
-    x = mx.zeros(shape, dtype=mx.bfloat16)
-    w, s = mx.zeros((n, shape[-1]), dtype=mx.int8), mx.ones((n,), dtype=mx.float32)
-    b = mx.zeros((n,), dtype=mx.bfloat16) if bias else None
-    m = _rows(shape[:-1])
+    x, w, s, b = layer_calls.call_arrays(shape, n, bias)
+    m = layer_calls.rows(shape)
     y, ran = backend.w8a8_linear_marked(x, w, s, b)  # the shape's eager first call
     assert ran and y.shape == shape[:-1] + (n,) and y.dtype == mx.bfloat16
     _check_launches(rec.seen, x, y, m)
