@@ -1,6 +1,7 @@
 """The breakdown of `int8nax compare --generate --breakdown`: mlx-lm's loop to the bare forward,
 rung by rung (RUNGS), every form loaded at once and interleaved, so that the gap between what a
-user's loop gets and what a forward pass of the same model gets is measured, not guessed; then
+user's loop gets and what a forward pass of the same model gets is measured, not guessed, with each
+stream_generate rung's time to the first token split by part (PROMPT_PARTS); then
 the generation phase (Decode): each generated token's time in mlx-lm's loop beside the GPU's busy
 time for it, which tells a loop the GPU sets the pace of from one the host does, and beside the
 host's own share (building a step's graph; a step built, evaluated and waited for). The model
