@@ -187,6 +187,33 @@ def test_taken_over_mlp_calls_the_one_step_function_where_there_is_one(monkeypat
     assert seen == []
 
 
+def test_taken_over_mlp_keeps_its_own_call_at_the_rows_the_backend_takes_in_two_steps(monkeypatch):
+    """Backend.swiglu_one_step_at: where it says no for a call's token count (CUDA's decode rows),
+    the MLP runs the model's own call there, the one-step function elsewhere; the same bits."""
+    mlp, ref = pair(lambda: qwen2.MLP(64, 160), backend="cpu")
+    cls = type(backends.get("cpu"))
+    seen = []
+    real = cls.swiglu_w8a8_linear
+    monkeypatch.setattr(cls, "swiglu_w8a8_linear", lambda self, g, w, s, b: seen.append(g.shape) or real(self, g, w, s, b))
+    monkeypatch.setattr(cls, "swiglu_one_step", lambda self: True)
+    monkeypatch.setattr(cls, "swiglu_one_step_at", lambda self, rows: rows > 16)
+    for shape, one_step in (((1, 1, 64), False), ((2, 8, 64), False), ((17, 64), True), ((1, 20, 64), True)):
+        seen.clear()
+        x = mx.random.normal(shape)
+        assert mx.array_equal(mlp(x), ref(x)).item(), shape
+        assert seen == ([(shape[-2] * (shape[0] if len(shape) == 3 else 1), 320)] if one_step else []), (shape, seen)
+
+
+def test_cuda_takes_swiglu_in_one_step_above_the_gemvs_rows_only(monkeypatch):
+    from int8nax.backends.cuda import backend as cuda, plans as cuda_plans, settings as cuda_settings
+
+    edge = cuda_plans.GEMV_MAX_M
+    for choice in ("split", "fused", "staged"):
+        monkeypatch.setattr(cuda_settings, "swiglu_choice", lambda: choice)
+        got = [cuda.BACKEND.swiglu_one_step_at(m) for m in (1, edge, edge + 1, 4096)]
+        assert got == ([False] * 4 if choice == "split" else [False, False, True, True]), (choice, got)
+
+
 def test_other_mlps_keep_their_call():
     for make in (GeluMLP, LookalikeMLP, SwappedMLP):
         mlp, ref = pair(make)

@@ -110,6 +110,11 @@ class Backend:
         not, int8nax.nn's SwiGLU MLPs keep the model's own call (no gain, more host work)."""
         return False
 
+    def swiglu_one_step_at(self, rows: int) -> bool:
+        """swiglu_one_step for a gate_up of `rows` rows: where it is False, a SwiGLU MLP's call on
+        that many tokens keeps the model's own call (and its tape). Here: swiglu_one_step()."""
+        return self.swiglu_one_step()
+
     def swiglu_w8a8_linear(self, gate_up: mx.array, w: mx.array, scale_w: mx.array, bias) -> mx.array:
         """w8a8_linear(swiglu(gate, up), w, scale_w, bias) in gate_up's dtype, [M, N]: the two steps;
         a backend with one kernel for h's quantization overrides this with the same bits."""

@@ -3,7 +3,10 @@ Qwen2, Qwen3, Mistral and most of mlx-lm's dense models), with gate and up in on
 is given a call that hands the group's joint output to int8nax.swiglu_w8a8_linear where the
 backend does that in one step (Backend.swiglu_one_step: CUDA with INT8NAX_CUDA_SWIGLU=fused): one
 kernel computes h = silu(gate) * up and quantizes it for the down projection (h never written
-out), with the bits of the model's own call, which every other backend keeps. Where the backend
+out), with the bits of the model's own call, which every other backend keeps; at the token counts
+where the backend's one step would be the two steps' launches anyway (Backend.swiglu_one_step_at:
+CUDA's decode rows, whose GEMV quantizes in registers), the call stays the model's own, taped.
+Where the backend
 instead takes the whole MLP in one step (Backend.w8a8_mlp_marked: CUDA with INT8NAX_CUDA_MLP=step,
 one compiled replay of the same launches as the own call's), a call hands it the group's and the
 down projection's arrays, which saves the host work of two replays, a split and the swiglu at every
@@ -106,6 +109,14 @@ def _computes_swiglu(fn) -> bool:
         return False
 
 
+def _rows(x) -> int:
+    """The tokens of x [..., K] (the product of its leading dims; 1 for a 1-D x or no shape)."""
+    rows = 1
+    for d in getattr(x, "shape", ())[:-1]:
+        rows *= d
+    return rows
+
+
 def _gate_up_group(module):
     """The SiblingGroup of exactly module's gate_proj and up_proj, in that order, else None."""
     gate, up = module.get("gate_proj"), module.get("up_proj")
@@ -196,7 +207,7 @@ class SwiGLUMLPCall:
             impl = backends.resolve(down._backend)
         except (RuntimeError, ValueError):  # the own call's layers name why
             return self._swiglu_base.__call__(self, x)
-        if not impl.swiglu_one_step():
+        if not impl.swiglu_one_step_at(_rows(x)):
             y = self.whole_step(impl, down, x)
             return y if y is not None else self._own_call_taped(impl, down, x)
         fits = self.one_step()

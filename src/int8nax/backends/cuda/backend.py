@@ -392,6 +392,12 @@ class CUDABackend(Backend):
     def swiglu_one_step(self) -> bool:
         return settings.swiglu_choice() != "split"
 
+    def swiglu_one_step_at(self, rows: int) -> bool:
+        # At the GEMV's rows (decode) swiglu_w8a8 runs swiglu, then the GEMV that quantizes its
+        # input in registers: the two steps' launches, which the MLP's own call, replayed from its
+        # tape, makes with less host work than the API's call of swiglu_w8a8_linear (the same bits).
+        return rows > cuda_plans.GEMV_MAX_M and self.swiglu_one_step()
+
     def warm_up(self, layers, max_rows: int, dtype, *, jobs: int | None = None, progress=None) -> int:
         return warm_up_layers([WarmLayer(*layer) for layer in layers], max_rows, dtype=dtype, jobs=jobs,
                               progress=progress)
