@@ -595,6 +595,10 @@ def test_the_model_benchmark_says_which_swiglu_path_runs(monkeypatch, kernel):
     assert text.startswith("int8nax.nn.quantize_linears: 14 W8A8Linear on the ")
     assert text.endswith("SwiGLU MLPs: 2 of 2 quantize h in one step" if kernel
                          else "SwiGLU MLPs: swiglu, then the quantization (2)")
+    if kernel:  # a backend that takes decode's rows in two steps (CUDA's GEMV rows) says from where
+        monkeypatch.setattr(backends.Backend, "swiglu_one_step_at", lambda self, rows: rows > 16)
+        text = models.convert(models.build(models.CONFIGS["qwen2.5-0.5b"], 2), "w8a8")
+        assert text.endswith("SwiGLU MLPs: 2 of 2 quantize h in one step from 17 tokens (the model's own call below)")
 
 
 # ---- the whole MLP in one step (Backend.w8a8_mlp_marked) ----

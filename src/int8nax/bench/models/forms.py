@@ -18,6 +18,11 @@ MLX_GROUP_SIZE = 64
 """Group size of the MLX weight-only forms: mlx-lm's default (mlx_lm.convert -q)."""
 
 
+ONE_STEP_PROBE_ROWS = 64
+"""The token counts (1 ..) at which convert asks the backend whether a SwiGLU MLP takes its one
+step (Backend.swiglu_one_step_at), to say from which one it does."""
+
+
 def convert(model: nn.Module, form: str) -> str:
     """Turn a fresh bf16 model into `form` in place; returns a one-line description.
     Unavailable (with the reason) where the form cannot run here."""
@@ -44,7 +49,10 @@ def convert(model: nn.Module, form: str) -> str:
         paths = [m.fused_call() for m in mlps]
         one_step, whole = paths.count("one-step"), paths.count("whole-step")
         if one_step:
-            swiglu = f"; SwiGLU MLPs: {one_step} of {len(mlps)} quantize h in one step"
+            impl = backends.get(backend)
+            first = next((r for r in range(1, ONE_STEP_PROBE_ROWS + 1) if impl.swiglu_one_step_at(r)), None)
+            rows = "" if first == 1 else f" from {first} tokens (the model's own call below)" if first else ""
+            swiglu = f"; SwiGLU MLPs: {one_step} of {len(mlps)} quantize h in one step{rows}"
         elif whole:
             swiglu = f"; SwiGLU MLPs: swiglu, then the quantization, {whole} of {len(mlps)} in one compiled step"
         else:
