@@ -82,10 +82,10 @@ SWIGLU_DEFAULT = "split"
 every launch) has passed on an H100, but a model's MLPs have not run with them on a GPU since tapes
 (tests/test_swiglu.py and tests/test_tape.py with INT8NAX_CUDA_SWIGLU=fused: at decode's rows the
 MLP keeps its taped own call, Backend.swiglu_one_step_at; above them it calls swiglu_w8a8_linear),
-nor mlx-lm's loop timed them, and a default is one checked on the hardware it serves. fused is the faster on the
-H200 (with cuda_plans.SWIGLU_PAIR_LAUNCH, two rows an SM) and gave split's bits in a model before
-tapes; staged has not been timed (cuda_plans.cuda_swiglu_staged_launch; docs/cuda.md, the sibling
-layers' section, has the figures and staged's prediction)."""
+nor mlx-lm's loop timed them, and a default is one checked on the hardware it serves. fused is
+the faster on the H200 (with cuda_plans.SWIGLU_PAIR_LAUNCH, two rows an SM) and gave split's bits
+in a model before tapes; staged has not been timed (cuda_plans.cuda_swiglu_staged_launch;
+docs/cuda.md, the sibling layers' section, has the figures and staged's prediction)."""
 
 
 @lru_cache(maxsize=1)
