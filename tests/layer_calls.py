@@ -14,14 +14,6 @@ def call_arrays(shape: tuple[int, ...], n: int, bias: bool):
     return x, w, s, (mx.zeros((n,), dtype=mx.bfloat16) if bias else None)
 
 
-def rows(shape: tuple[int, ...]) -> int:
-    """M: the product of x's leading dims."""
-    m = 1
-    for d in shape[:-1]:
-        m *= d
-    return m
-
-
 def check_takes_x_gives_y(seen, x, y) -> list[str]:
     """seen: the recorded launches, (kernel name, inputs, outputs) in order. The first took x
     itself (no copy or reshape before it) and y is the last one's output (no op after it).

@@ -14,6 +14,7 @@ mx = pytest.importorskip("mlx.core")
 nn = pytest.importorskip("mlx.nn")
 
 import layer_calls  # noqa: E402
+from int8nax.backends.entries import rows_of  # noqa: E402
 from int8nax.backends.cuda import source as cuda_source  # noqa: E402
 from test_cuda_binary_cache import stand_in_cuda  # noqa: E402,F401 (the fixture: GPU family, SM count, caches)
 
@@ -53,7 +54,7 @@ def test_a_layers_call_launches_its_kernels_on_x_itself_and_returns_their_output
     y = cuda.BACKEND.w8a8_linear_graph(x, w, s, b)
     assert y.shape == shape[:-1] + (n,) and y.dtype == mx.bfloat16
     names = layer_calls.check_takes_x_gives_y(launches.seen, x, y)
-    m = layer_calls.rows(shape)
+    m, _ = rows_of(shape)
     # one kernel at decode (the quantizing GEMV); else the quantization's pack, then the GEMM (and a
     # split-K plan's reduction): every array the call allocates is a kernel's output
     quantize = cuda_source.quantize().name

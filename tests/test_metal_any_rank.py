@@ -23,6 +23,7 @@ import pytest
 
 from int8nax import nax_emulator as emu
 from int8nax import quant
+from int8nax.backends.entries import rows_of
 from int8nax.backends.metal import (
     backend as metal, kernel_set as metal_kernel_set, launch as metal_launch, selection as metal_selection,
     source as metal_source,
@@ -47,12 +48,8 @@ FORMS = [("float16", True), ("bfloat16", False), ("float32", True)]
 DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 
 
-def _rows(lead: tuple[int, ...]) -> int:
-    return int(np.prod(lead, dtype=np.int64))
-
-
 def _problem(lead, dtype, with_bias):
-    rng = np.random.default_rng(len(lead) * 1000 + _rows(lead))
+    rng = np.random.default_rng(len(lead) * 1000 + rows_of(lead + (K,))[0])
     x = mx.array(rng.standard_normal(lead + (K,)).astype(np.float32)).astype(DTYPES[dtype])
     w, s_w = quant.quantize_weight_np((rng.standard_normal((N, K)) * 0.05).astype(np.float32))
     bias = mx.array(rng.standard_normal(N).astype(np.float32)).astype(DTYPES[dtype]) if with_bias else None
@@ -75,7 +72,7 @@ def stand_in():
         for dtype, with_bias in FORMS:
             x, w, s_w, bias = _problem(lead, dtype, with_bias)
             ops.w8a8_linear(x, w, s_w, bias)
-            ops.w8a8_linear(x.reshape(_rows(lead), K), w, s_w, bias)
+            ops.w8a8_linear(x.reshape(-1, K), w, s_w, bias)
     factory.build()
     return metal_launch.VariantOps(metal_kernel_set.KernelSet(factory), SERVED, "s")
 
@@ -87,8 +84,8 @@ def test_w8a8_on_x_at_any_rank_is_the_rows_call_bit_for_bit(stand_in, lead, dtyp
     x, w, s_w, bias = _problem(lead, dtype, with_bias)
     y = stand_in.w8a8_linear(x, w, s_w, bias)
     assert y.shape == lead + (N,) and y.dtype == x.dtype
-    rows = stand_in.w8a8_linear(x.reshape(_rows(lead), K), w, s_w, bias)
-    assert rows.shape == (_rows(lead), N)
+    rows = stand_in.w8a8_linear(x.reshape(-1, K), w, s_w, bias)
+    assert rows.shape == (rows_of(lead + (K,))[0], N)
     np.testing.assert_array_equal(_bits(y), _bits(rows).reshape(lead + (N,)))
 
 
@@ -189,7 +186,7 @@ def test_a_layers_call_launches_its_kernels_on_x_itself_and_returns_their_output
     backend, rec = recorded
     n = 384
     x, w, s, b = layer_calls.call_arrays(shape, n, bias)
-    m = layer_calls.rows(shape)
+    m, _ = rows_of(shape)
     y, ran = backend.w8a8_linear_marked(x, w, s, b)  # the shape's eager first call
     assert ran and y.shape == shape[:-1] + (n,) and y.dtype == mx.bfloat16
     _check_launches(rec.seen, x, y, m)

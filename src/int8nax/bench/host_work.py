@@ -109,18 +109,18 @@ class GraphOnlyBackend(Backend):
 
     @staticmethod
     def _linear_entry(shape, n):
-        return entries.linear(shape, n, lambda rows, w, s, bias: _graph(rows, w), any_rank=True)
+        return entries.linear(shape, n, lambda x, w, s, bias: _graph(x, w), any_rank=True)
 
     def w8a8_linear_graph(self, x, w, scale_w, bias):
         # Backend.w8a8_linear_graph as the CUDA backend's: the entry's graph built directly
         if not self.compiled:
             return None
-        return entries.linear_body(x.shape, w.shape[0], lambda rows, w, s, bias: _graph(rows, w),
+        return entries.linear_body(x.shape, w.shape[0], lambda x, w, s, bias: _graph(x, w),
                                    any_rank=True)(x, w, scale_w, bias)
 
     @staticmethod
     def _mlp_entry(shape, n):
-        return entries.mlp(shape, n, lambda rows, w, s, bias: _graph(rows, w), lambda h, w, s, bias: _graph(h, w),
+        return entries.mlp(shape, n, lambda x, w, s, bias: _graph(x, w), lambda h, w, s, bias: _graph(h, w),
                            any_rank=True)
 
     def w8a8_linear_marked(self, x, w, scale_w, bias):

@@ -28,6 +28,7 @@ import mlx.nn as nn
 from .. import backends
 from ..api import swiglu_w8a8_linear
 from ..backends import env_raw, tape
+from ..backends.entries import rows_of
 from ..backends import swiglu as _swiglu
 from ..api.arguments import _ARRAY, _FLOATS
 from ..api.bound import _nothing
@@ -107,14 +108,6 @@ def _computes_swiglu(fn) -> bool:
                        for t in (mx.float32, mx.float16, mx.bfloat16))
     except Exception:  # noqa: BLE001 - anything else is not the function we know
         return False
-
-
-def _rows(x) -> int:
-    """The tokens of x [..., K] (the product of its leading dims; 1 for a 1-D x or no shape)."""
-    rows = 1
-    for d in getattr(x, "shape", ())[:-1]:
-        rows *= d
-    return rows
 
 
 def _gate_up_group(module):
@@ -207,7 +200,7 @@ class SwiGLUMLPCall:
             impl = backends.resolve(down._backend)
         except (RuntimeError, ValueError):  # the own call's layers name why
             return self._swiglu_base.__call__(self, x)
-        if not impl.swiglu_one_step_at(_rows(x)):
+        if not impl.swiglu_one_step_at(rows_of(x.shape)[0]):
             y = self.whole_step(impl, down, x)
             return y if y is not None else self._own_call_taped(impl, down, x)
         fits = self.one_step()
