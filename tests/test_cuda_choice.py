@@ -17,6 +17,19 @@ def _old_choices():
     return [dict(zip(doc["columns"], row)) for row in doc["rows"]]
 
 
+def _one_wave_since(r, have) -> str | None:
+    """"one wave" where the choice `have` is the TMA kernel on cuda_plans.one_wave_tile's tile, unsplit,
+    at a long K where that tile fills the SMs in one wave (int8_matmul and W8A8 alike; the H100
+    measurement behind it: tests/data/cuda_dispatch_evidence.json), else None."""
+    m, n, k, sms = r["m"], r["n"], r["k"], r["sms"]
+    if r["family"] != "sm90" or r["override"] not in ("", "tma_simple") or not cuda_plans.long_k(k) or m <= 64:
+        return None
+    one = cuda_plans.one_wave_tile(m, n, sms)
+    if one is None or have[:3] != [cuda_choice.TMA, one.name, 1]:
+        return None
+    return "one wave"
+
+
 def _w8a8_rule_since(r, have) -> str | None:
     """Which W8A8 rule set by the H200 measurements of 2026-12-04 (tests/data/cuda_dispatch_evidence.json)
     explains the choice `have` ([variant, tile, splits, group, blocks]) where row r recorded another,
@@ -62,8 +75,9 @@ def test_every_recorded_choice_is_unchanged_but_for_the_w8a8_rules_since(monkeyp
     # - where cuda_choice.GEMV_DEFAULT is on: W8A8 at M <= 16 takes the GEMV by default on sm90
     #   (auto only: every override keeps its recorded kernel there), with 16-row slices where
     #   N / 16 >= 1.5 x SMs;
-    # - W8A8's rules from the H200 measurements of 2026-12-04 (_w8a8_rule_since): every other
-    #   change is one of them, and each of them changes some recorded choice.
+    # - W8A8's rules from the H200 measurements of 2026-12-04 (_w8a8_rule_since), and the one-wave
+    #   tile at long K for both ops (_one_wave_since): every other change is one of them, and each
+    #   of them changes some recorded choice.
     differ, gemv, since = [], 0, {}
     for r in rows:
         got = cuda_choice.choose(r["m"], r["n"], r["k"], w8a8=r["w8a8"], sms=r["sms"], family=r["family"],
@@ -76,14 +90,14 @@ def test_every_recorded_choice_is_unchanged_but_for_the_w8a8_rules_since(monkeyp
             slices = "gemv_16x16" if -(-r["n"] // 16) >= 3 * r["sms"] // 2 else "gemv_16x8"
             want = [cuda_choice.GEMV, slices, 1, None, None]
         if have != want:
-            why = _w8a8_rule_since(r, have)
+            why = _w8a8_rule_since(r, have) or _one_wave_since(r, have)
             if why is None:
                 differ.append((r, have))
             since[why] = since.get(why, 0) + 1
     assert not differ, differ[:5]
     assert gemv >= 100 if gemv_on else gemv == 0, gemv
     # the counts pin the change: a rule that fires more or less widely than these must say so here
-    assert since == {"long K": 59, "one round": 19, "rounds": 19, "wave": 5}, since
+    assert since == {"long K": 58, "one round": 19, "rounds": 19, "wave": 5, "one wave": 4}, since
 
 
 @pytest.mark.parametrize("value,want", [
@@ -158,7 +172,8 @@ def test_a_call_may_name_any_variant_but_the_environment_only_sm90_ones():
 
 @pytest.mark.parametrize("m,k,n,sms,want", [
     # long K: cooperative_plan unsplit, on 128 x 128 (128 x 256 tiles fewer than the SMs) or 128 x 256
-    (512, 18944, 3584, 132, True), (512, 12288, 4096, 132, True), (2048, 18944, 3584, 132, True),
+    (512, 12288, 4096, 132, True), (2048, 18944, 3584, 132, True),
+    (512, 18944, 3584, 132, False),  # 128 blocks of 128 x 112 in one wave against 112 units: the TMA kernel
     (4096, 18944, 3584, 132, True), (4096, 12288, 4096, 132, True),
     (512, 18944, 1024, 132, False),  # 32 units of 128 x 128: cooperative_plan splits K 4 ways
     (128, 18944, 3584, 132, False),  # below W8A8_COMPUTE_MIN_M (and split 4 ways)

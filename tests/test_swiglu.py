@@ -380,7 +380,7 @@ def test_the_model_check_compares_one_step_calls_with_the_models_own(one_step, m
     mx.random.seed(6)
     model = qwen2.Model(args)
     inn.quantize_linears(model)
-    ids = mx.array([[1, 2, 3, 4, 5]])
+    ids = mx.array([list(range(1, 21))])  # above the GEMV's rows, where CUDA's MLPs take one step too
     with projections._recording(model) as recorders:
         mx.eval(model(ids))
     assert projections._check_swiglu_calls(model, recorders, "m") == " (2 SwiGLU MLP calls bit-identical)"
@@ -590,13 +590,18 @@ def test_the_model_benchmark_says_which_swiglu_path_runs(monkeypatch, kernel):
     from int8nax.bench import models
 
     force_one_step(monkeypatch, kernel)
+    from int8nax.backends.cuda import backend as cuda
+
+    for cls in (backends.Backend, cuda.CUDABackend):  # at every row count, CUDA's included
+        monkeypatch.setattr(cls, "swiglu_one_step_at", lambda self, rows: self.swiglu_one_step())
     model = models.build(models.CONFIGS["qwen2.5-0.5b"], 2)
     text = models.convert(model, "w8a8")
     assert text.startswith("int8nax.nn.quantize_linears: 14 W8A8Linear on the ")
     assert text.endswith("SwiGLU MLPs: 2 of 2 quantize h in one step" if kernel
                          else "SwiGLU MLPs: swiglu, then the quantization (2)")
     if kernel:  # a backend that takes decode's rows in two steps (CUDA's GEMV rows) says from where
-        monkeypatch.setattr(backends.Backend, "swiglu_one_step_at", lambda self, rows: rows > 16)
+        for cls in (backends.Backend, cuda.CUDABackend):
+            monkeypatch.setattr(cls, "swiglu_one_step_at", lambda self, rows: rows > 16)
         text = models.convert(models.build(models.CONFIGS["qwen2.5-0.5b"], 2), "w8a8")
         assert text.endswith("SwiGLU MLPs: 2 of 2 quantize h in one step from 17 tokens (the model's own call below)")
 
@@ -810,7 +815,8 @@ def test_cuda_whole_step_gives_the_models_bits(monkeypatch, make, dtype):
     """The CUDA backend's whole-MLP step (INT8NAX_CUDA_MLP=step, INT8NAX_CUDA_SWIGLU=split) against the model's
     own three calls, bit for bit, at decode (the GEMV) and prefill row counts, and taken: the step
     replays once per shape after its first call. The MLP's very first call takes its own call (its
-    fresh arrays' tracer check runs its first trace there), so one call comes before the record."""
+    fresh arrays' tracer check runs its first trace there) and records its tape for that shape,
+    whose later calls replay the tape, so one call at a shape outside the record comes first."""
     from int8nax.backends.cuda import backend as cuda, settings as cuda_settings
 
     monkeypatch.setenv(cuda_settings.MLP_ENV, "step")
@@ -823,7 +829,7 @@ def test_cuda_whole_step_gives_the_models_bits(monkeypatch, make, dtype):
         real = cuda.w8a8_mlp_marked
         monkeypatch.setattr(cuda, "w8a8_mlp_marked", lambda *a: seen.append(a[0].shape) or real(*a))
         assert mlp.fused_call() == "whole-step"
-        mlp(mx.zeros((1, 1, mlp.gate_proj.input_dims), dtype=dtype))
+        mlp(mx.zeros((1, 2, mlp.gate_proj.input_dims), dtype=dtype))
         seen.clear()
         for m in (1, 5, 16, 300, 512):
             x = (mx.random.normal((1, m, mlp.gate_proj.input_dims)) * 2).astype(dtype)

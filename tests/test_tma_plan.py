@@ -609,7 +609,7 @@ def test_wave_cost_counts_partial_waves_whole():
 def test_w8a8_plan_differs_from_the_int32_plan_where_the_epilogue_tail_matters():
     # the measured shapes of tests/data/cuda_dispatch_evidence.json where W8A8 keeps its own plan:
     # below W8A8_COMPUTE_MIN_M, where the wave tile needs several waves, and at long K
-    for m, k, n in ((128, 3584, 18944), (512, 3584, 18944), (512, 18944, 3584)):
+    for m, k, n in ((128, 3584, 18944), (512, 3584, 18944), (512, 12288, 4096)):
         assert cuda_plans.tma_plan(m, n, k, 132, w8a8=True) != cuda_plans.tma_plan(m, n, k, 132)
     # and where it takes the int32 plan's one-wave wave tile
     for m, k, n in ((512, 3584, 4608), (512, 4096, 6144), (512, 4096, 4096)):
@@ -634,6 +634,8 @@ def test_w8a8_takes_the_int32_plan_where_it_splits_k(m, k, n):
     raw, w8a8 = cuda_plans.tma_plan(m, n, k, 132), cuda_plans.tma_plan(m, n, k, 132, w8a8=True)
     if raw.splits > 1:
         assert w8a8 == raw
+    elif cuda_plans.long_k(k) and cuda_plans.one_wave_tile(m, n, 132) is not None:
+        assert w8a8 == raw == cuda_plans.CudaPlan(cuda_plans.one_wave_tile(m, n, 132), 1)
     else:
         long_k = cuda_plans.long_k(k)
         assert w8a8 == cuda_plans.cpasync_plan(m, n, k, 132) if long_k else w8a8.cfg.name in cuda_plans._TMA_TILES

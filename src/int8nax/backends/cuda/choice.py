@@ -201,7 +201,8 @@ tests/data/cuda_dispatch_evidence.json, docs/cuda.md's dispatch table)."""
 def w8a8_cooperative(m: int, n: int, k: int, sms: int = DEFAULT_SMS) -> bool:
     """Whether W8A8 takes the cooperative kernel whatever its tile count (persistent_variant asks
     this first): at M >= cuda_plans.W8A8_COMPUTE_MIN_M, where cooperative_plan runs unsplit (no
-    workspace, the epilogue fused) and either
+    workspace, the epilogue fused), not at a long K that cuda_plans.one_wave_tile runs in one
+    wave (its 128 x 112 blocks fill more SMs than the cooperative units), and either
 
     - K is long (cuda_plans.long_k, K >= 8192): each unit's main loop of 64 or more K blocks dwarfs
       its epilogue tail, and the TMA kernel's plans there split K or leave SMs idle (a split
@@ -215,8 +216,8 @@ def w8a8_cooperative(m: int, n: int, k: int, sms: int = DEFAULT_SMS) -> bool:
     The H200 pairs behind each case, either side of it: tests/data/cuda_dispatch_evidence.json
     (replayed by tests/test_cuda_dispatch_evidence.py), docs/cuda.md's dispatch table.
     """
-    if m < plans.W8A8_COMPUTE_MIN_M:
-        return False
+    if m < plans.W8A8_COMPUTE_MIN_M or (plans.long_k(k) and plans.one_wave_tile(m, n, sms) is not None):
+        return False  # the second: the TMA kernel's one-wave plan fills more SMs than the units
     plan = plans.cooperative_plan(m, n, k, sms)
     if plan.splits > 1:
         return False

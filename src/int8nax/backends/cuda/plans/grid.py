@@ -137,7 +137,27 @@ def w8a8_wave_tile(m: int, n: int, sms: int = 132):
 
 
 _SPLIT_TILES = ("wg2_128x112",)
-"""Tiles the long-K split plan weighs besides the wave tile (split_plan)."""
+"""Tiles the long-K split plan weighs besides the wave tile (split_plan), and that may run a long
+K unsplit in one wave (one_wave_tile)."""
+
+ONE_WAVE_FILL = 0.95
+"""At long K a _SPLIT_TILES tile runs unsplit where its tiles alone fill this much of the SMs in one
+wave (one_wave_tile)."""
+
+
+def one_wave_tile(m: int, n: int, sms: int = 132):
+    """The _SPLIT_TILES tile whose tiles alone put one block on ONE_WAVE_FILL or more of the SMs
+    and no second wave, or None. At long K the GEMM streams the weight and a block's main loop
+    dwarfs its fill and epilogue, so time goes with the SMs left idle: at 512 x 18944 x 3584
+    (H100, W8A8 pipeline with bfloat16 x, CUPTI) 128 x 112 unsplit (128 blocks) took 64.0 us
+    against 70.8 on the cooperative kernel (112 units of 128 x 128), 78.4 on 128 x 128 in 2 splits
+    and 86.5 on the wave tile 128 x 144 unsplit (100 blocks): 0.74x, near its 100 / 128 blocks.
+    Both int8_matmul and W8A8 take it (tma_plan; W8A8 before the cooperative kernel,
+    cuda_choice.w8a8_cooperative); W8A8's fused epilogue runs once a block there."""
+    for cfg in (CUDA_CONFIGS[name] for name in _SPLIT_TILES):
+        if ONE_WAVE_FILL * sms <= tile_count(m, n, cfg) <= sms:
+            return cfg
+    return None
 
 
 def split_plan(m: int, n: int, k: int, wave, sms: int = 132) -> CudaPlan:
@@ -165,14 +185,16 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     reduction kernel cost more than idle SMs. Among the 128-row tiles the one whose tiles leave the
     least of a partial last wave (wave_tile: 128 x 192 or 128 x 144 where 128 x 256 would leave a
     mostly idle last wave, one block per SM with deep pipelines); when the 128-row tiles cannot
-    fill the SMs, 128 x 128 (two per SM) or 64 x 64. At long K (K >= 8192) the wave tile runs
+    fill the SMs, 128 x 128 (two per SM) or 64 x 64. At long K (K >= 8192) 128 x 112 runs unsplit
+    where its tiles alone fill the SMs in one wave (one_wave_tile); else the wave tile runs
     unsplit where it alone fills most SMs (TMA_LONG_K_FILL), else its K is split until its blocks
     fill the SMs once, on the tile whose splits fill the most SMs (split_plan).
 
     W8A8 at short K takes the wave tile only where w8a8_wave_tile does (M >= W8A8_COMPUTE_MIN_M, one
     wave), else the rule without it (128 x 256, 128 x 128, 64 x 64): its dequantizing epilogue runs
     after each block's main loop, an unhidden tail that grows with the outputs per block. At long K
-    it takes cpasync_plan where the wave tile would run unsplit, and the int32 plan where that
+    it takes one_wave_tile's plan as int8_matmul does, cpasync_plan where the wave tile would run
+    unsplit, and the int32 plan where that
     splits K: its GEMM is then the int32 kernel and the dequantization runs in the reduction, so
     that tail does not arise (the int32 split plan also beat cpasync_plan's, whose reduction reads
     twice the partial sums; 128 x 18944 x 3584 on 128 x 112 x 4 splits: 33.8 us, the cooperative
@@ -189,6 +211,9 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     if is_long:
         if wave is None:
             return cpasync_plan(m, n, k, sms)
+        one = one_wave_tile(m, n, sms)
+        if one is not None:
+            return CudaPlan(one, 1)
         if tile_count(m, n, wave) >= TMA_LONG_K_FILL * sms:
             return cpasync_plan(m, n, k, sms) if w8a8 else CudaPlan(wave, 1)
         return split_plan(m, n, k, wave, sms)
