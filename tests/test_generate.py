@@ -9,6 +9,7 @@ the 2-core CPU box."""
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -542,10 +543,12 @@ def test_the_loop_rungs_time_to_first_token_is_split_by_part(monkeypatch):
             assert all(v >= 0 for v in parts.values())
             assert sum(parts.values()) == pytest.approx(12 / tps * 1e3, rel=1e-6)
             assert parts["chunks"] > 0 and parts["launch"] > 0 and (parts["clear"] > 0) == (c.rung == "loop")
+        assert len(c.cached_trials) == 2 and all(g >= 0 for g in c.cached_trials)
+        assert c.cached_gb == statistics.median(c.cached_trials)
     text = compare_model.breakdown_render(result, False)
     assert "the time to the first token by part, ms (chunks / clear / launch / wait / other" in text
     loop_row = next(line for line in text.splitlines() if line.strip().startswith("loop") and line.count(" / ") >= 8)
-    assert loop_row.count(" / ") == 8  # two forms' five parts
+    assert loop_row.count(" / ") == 8 and loop_row.count(" GB)") == 2  # two forms' five parts and cache
 
 
 def test_timed_parts_sorts_mlx_lms_calls_and_stops_at_the_first_token():
@@ -567,6 +570,28 @@ def test_timed_parts_sorts_mlx_lms_calls_and_stops_at_the_first_token():
     with generate_breakdown.timed_parts(clear=False) as timer:
         module.mx.clear_cache()
     assert timer.skipped == 1 and timer.spent["clear"] == 0
+
+
+@pytest.mark.parametrize("clear", [True, False], ids=["loop", "no-clear"])
+def test_timed_parts_counts_what_mlx_lms_clear_frees_or_would(clear):
+    import mlx.core as core
+
+    module = generate.front_end() and sys.modules["mlx_lm.generate"]
+    core.clear_cache()
+    x = core.ones((1 << 18,))  # 1 MB, then 2 MB, freed into MLX's buffer cache
+    core.eval(x + 1, x * 2)
+    del x
+    held = core.get_cache_memory()
+    assert held > 0
+    with generate_breakdown.timed_parts(clear=clear) as timer:
+        module.mx.clear_cache()
+        after = core.get_cache_memory()
+        module.mx.clear_cache()
+        timer.stop()
+        module.mx.clear_cache()  # after the first token: not the prompt's
+    assert timer.cached == held + after
+    assert after == (0 if clear else held)
+    core.clear_cache()
 
 
 def test_the_breakdown_of_a_form_that_cannot_run_says_why():

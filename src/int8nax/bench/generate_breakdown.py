@@ -65,11 +65,14 @@ class _TimedMx:
     """mlx.core as mlx_lm.generate sees it under timed_parts(): every attribute mlx.core's, but
     mx.eval, mx.async_eval and mx.clear_cache add their host time to `spent` (PROMPT_PARTS, s) and
     count in `calls` until stop(); clear_cache does nothing where `clear` is False (counted in
-    `skipped`)."""
+    `skipped`). `cached`: the bytes in MLX's buffer cache at each clear_cache call until stop(),
+    summed, whether the call clears or is skipped: what the clear frees, or would have (its time
+    follows them: docs/results/cuda-h100.md)."""
 
     def __init__(self, real, clear: bool = True):
         self._real, self._clear = real, clear
         self.skipped = 0
+        self.cached = 0
         self.spent = dict.fromkeys(PROMPT_PARTS[:-1], 0.0)
         self.calls = dict.fromkeys(PROMPT_PARTS[:-1], 0)
         self._on, self._launched = True, False
@@ -91,6 +94,8 @@ class _TimedMx:
         return self._timed("launch", self._real.async_eval, *args, **kwargs)
 
     def clear_cache(self) -> None:
+        if self._on:
+            self.cached += self._real.get_cache_memory()
         if not self._clear:
             self.skipped += 1
             return
@@ -147,9 +152,11 @@ def _last_logits(model, tokens: mx.array) -> mx.array:
     return head(h)[:, -1, :]
 
 
-def rung_call(model, tokenizer, prompt: list[int], rung: str, parts: dict | None = None) -> float:
+def rung_call(model, tokenizer, prompt: list[int], rung: str, parts: dict | None = None,
+              cached: list | None = None) -> float:
     """Prompt tokens/s of one prompt through `rung` (RUNGS' doc); parts: a dict given for the
-    stream_generate rungs gets the call's time to its first token by PROMPT_PARTS, ms."""
+    stream_generate rungs gets the call's time to its first token by PROMPT_PARTS, ms; cached: a
+    list given for them gets the GB in MLX's buffer cache at its clear_cache calls (_TimedMx)."""
     if rung == "forward":
         tokens = mx.array(prompt)[None]
         t0 = time.perf_counter()
@@ -167,6 +174,8 @@ def rung_call(model, tokenizer, prompt: list[int], rung: str, parts: dict | None
         total = len(prompt) / response.prompt_tps * 1e3
         parts.update({part: ms * 1e3 for part, ms in timer.spent.items()})
         parts["other"] = max(0.0, total - sum(parts[p] for p in PROMPT_PARTS[:-1]))
+    if cached is not None:
+        cached.append(timer.cached / GB)
     return response.prompt_tps
 
 
@@ -321,6 +330,11 @@ class Rung:
     the trials}); None for the forward rung."""
     part_trials: list = field(default_factory=list)
     """rung_call's parts of every timed call."""
+    cached_gb: float | None = None
+    """The stream_generate rungs' GB in MLX's buffer cache at their clear_cache calls (median over
+    the trials): what mlx-lm's clear frees in the loop rung, or would free in the others."""
+    cached_trials: list = field(default_factory=list)
+    """rung_call's cached GB of every timed call."""
 
 
 @dataclass
@@ -444,10 +458,11 @@ def breakdown(config: str | models.Config, forms=BREAKDOWN_FORMS, prompt_tokens=
                     before = mx.get_active_memory()
                     mx.reset_peak_memory()
                     cell = cells[(f, r)]
-                    parts = None if r == "forward" else {}
-                    cell.trials.append(rung_call(model, tokenizer, prompt, r, parts))
+                    parts, cached = (None, None) if r == "forward" else ({}, [])
+                    cell.trials.append(rung_call(model, tokenizer, prompt, r, parts, cached))
                     if parts is not None:
                         cell.part_trials.append(parts)
+                        cell.cached_trials += cached
                     mx.synchronize()
                     extra = max(0, mx.get_peak_memory() - before)
                     cell.peak_memory_gb = max(cell.peak_memory_gb or 0.0, (weights + extra) / GB)
@@ -455,6 +470,7 @@ def breakdown(config: str | models.Config, forms=BREAKDOWN_FORMS, prompt_tokens=
             cell.prompt_tps = Figure.of(cell.trials)
             if cell.part_trials:
                 cell.parts = {p: statistics.median(t[p] for t in cell.part_trials) for p in PROMPT_PARTS}
+                cell.cached_gb = statistics.median(cell.cached_trials)
         for (f, r), cell in cells.items():
             ref = cells.get(("bf16", r))
             if ref is not None:

@@ -626,17 +626,23 @@ def breakdown_render(result: generate_breakdown.Breakdown, markdown: bool) -> st
 def parts_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markdown: bool) -> list[str]:
     """The stream_generate rungs' time to the first token at one prompt length by part
     (generate_breakdown.PROMPT_PARTS, median ms), a row per rung and a column per form: where the
-    loop's clear_cache costs (loop against no-clear), part by part."""
+    loop's clear_cache costs (loop against no-clear), part by part; after each, the GB in MLX's
+    buffer cache at the clear_cache calls (what the loop's clear frees), where measured."""
     cells = {(c.form, c.rung): c for c in result.rungs if c.prompt_tokens == prompt_tokens and c.parts}
     if not cells:
         return []
     forms = list(dict.fromkeys(f for f, _ in cells))
     out = [f"\n{'### ' if markdown else ''}{result.config}: prompt {prompt_tokens}, the time to the first token "
-           f"by part, ms ({' / '.join(generate_breakdown.PROMPT_PARTS)}; median of {result.trials} trials)\n"]
+           f"by part, ms ({' / '.join(generate_breakdown.PROMPT_PARTS)}; median of {result.trials} trials; "
+           f"in brackets the GB in MLX's buffer cache at mlx-lm's clear_cache calls)\n"]
+
+    def cell(c) -> str:
+        text = " / ".join(f"{c.parts[p]:.2f}" for p in generate_breakdown.PROMPT_PARTS)
+        return text if c.cached_gb is None else f"{text} ({c.cached_gb:.2f} GB)"
+
     rows = []
     for r in dict.fromkeys(r for _, r in cells):
-        rows.append([r] + [" / ".join(f"{cells[(f, r)].parts[p]:.2f}" for p in generate_breakdown.PROMPT_PARTS)
-                           if (f, r) in cells else "n/a" for f in forms])
+        rows.append([r] + [cell(cells[(f, r)]) if (f, r) in cells else "n/a" for f in forms])
     return out + table_lines(["rung"] + forms, rows, markdown)
 
 
