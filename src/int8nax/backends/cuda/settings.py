@@ -78,14 +78,15 @@ def _narrow(epilogue: str | None = None) -> bool:
 SWIGLU_ENV = "INT8NAX_CUDA_SWIGLU"
 SWIGLU_CHOICES = ("fused", "staged", "split")
 SWIGLU_DEFAULT = "split"
-"""split. fused and staged are opt-in: their kernels' bit-for-bit test (tests/test_cuda_swiglu.py,
-every launch) has passed on an H100, but a model's MLPs have not run with them on a GPU since tapes
-(tests/test_swiglu.py and tests/test_tape.py with INT8NAX_CUDA_SWIGLU=fused: at decode's rows the
-MLP keeps its taped own call, Backend.swiglu_one_step_at; above them it calls swiglu_w8a8_linear),
-nor mlx-lm's loop timed them, and a default is one checked on the hardware it serves. fused is
-the faster on the H200 (with cuda_plans.SWIGLU_PAIR_LAUNCH, two rows an SM) and gave split's bits
-in a model before tapes; staged has not been timed (cuda_plans.cuda_swiglu_staged_launch;
-docs/cuda.md, the sibling layers' section, has the figures and staged's prediction)."""
+"""split. fused and staged are opt-in. fused's kernels passed their bit-for-bit test on an H100
+(tests/test_cuda_swiglu.py, every launch) and a model's MLPs with it passed there too
+(tests/test_swiglu.py and tests/test_tape.py with INT8NAX_CUDA_SWIGLU=fused; at decode's rows the
+MLP keeps its taped own call, Backend.swiglu_one_step_at). But in mlx-lm's loop it did not gain:
+Qwen3-8B, 2048 tokens, one H100 VM, split / fused / split in turn, the forward rung 51.0k / 48.8k /
+49.6k tok/s and the loop within its spread (docs/results/cuda-h100.md, the one-wave section),
+though it writes one buffer fewer a layer and the H200 timed its kernel faster than the two
+steps (with cuda_plans.SWIGLU_PAIR_LAUNCH, two rows an SM). staged has not been timed
+(cuda_plans.cuda_swiglu_staged_launch; docs/cuda.md, the sibling layers' section)."""
 
 
 @lru_cache(maxsize=1)
