@@ -616,6 +616,21 @@ def test_w8a8_plan_differs_from_the_int32_plan_where_the_epilogue_tail_matters()
         assert cuda_plans.tma_plan(m, n, k, 132, w8a8=True) == cuda_plans.tma_plan(m, n, k, 132)
 
 
+def test_one_wave_tile_fills_the_sms_once_or_is_none():
+    w112 = cuda_plans.CUDA_CONFIGS["wg2_128x112"]
+    # 4 x 32 = 128 tiles of 128 x 112 on 132 SMs: 97 %, one wave
+    assert cuda_plans.one_wave_tile(512, 3584) == w112 and cuda_plans.one_wave_tile(385, 3584) == w112
+    assert cuda_plans.one_wave_tile(384, 3584) is None  # 96 tiles: 73 %
+    assert cuda_plans.one_wave_tile(513, 3584) is None  # 160 tiles: a second wave
+    assert cuda_plans.one_wave_tile(512, 4096) is None  # 4 x 37 = 148 tiles
+    assert cuda_plans.one_wave_tile(512, 3584, sms=128) == w112  # exactly one block an SM
+    assert cuda_plans.one_wave_tile(512, 3584, sms=114) is None
+    # the bound is the fill, not a shape: ONE_WAVE_FILL of the SMs or more
+    assert all((cuda_plans.one_wave_tile(m, 3584) is not None)
+               == (cuda_plans.ONE_WAVE_FILL * 132 <= cuda_plans.tile_count(m, 3584, w112) <= 132)
+               for m in range(1, 1025))
+
+
 def test_split_plan_takes_the_tile_whose_splits_fill_the_most_sms():
     w144, w112 = cuda_plans.CUDA_CONFIGS["wg2_128x144"], cuda_plans.CUDA_CONFIGS["wg2_128x112"]
     # 128 x 3584: 25 tiles of 128 x 144 x 4 splits = 100 blocks; 32 of 128 x 112 x 4 = 128 (of 132)
@@ -642,7 +657,8 @@ def test_w8a8_takes_the_int32_plan_where_it_splits_k(m, k, n):
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 16, 1), (3, 48, 8), (64, 16, 4096), (4097, 256, 129), (16, 4096, 18944),
-                                   (300, 8192, 300), (7, 131056, 9), (8192, 8192, 8192)])
+                                   (300, 8192, 300), (7, 131056, 9), (8192, 8192, 8192), (512, 18944, 3584),
+                                   (511, 12288, 4096)])
 def test_tma_plan_is_valid(m, k, n):
     plan = cuda_plans.tma_plan(m, n, k, 132)
     assert plan.cfg.name in cuda_plans.CUDA_CONFIGS and plan.splits >= 1
@@ -652,6 +668,9 @@ def test_tma_plan_is_valid(m, k, n):
         assert plan.splits == 1
     elif m <= 64:
         assert plan == cuda_plans.cpasync_plan(m, n, k, 132)
+    elif cuda_plans.one_wave_tile(m, n, 132) is not None:
+        # long K: a tile whose blocks fill the SMs in one wave runs unsplit
+        assert plan == cuda_plans.CudaPlan(cuda_plans.one_wave_tile(m, n, 132), 1)
     else:
         # long K: the wave tile, unsplit where it fills most SMs, else split until its blocks fill them once
         assert plan.cfg == cuda_plans.wave_tile(m, n, 132)
