@@ -183,7 +183,8 @@ def test_a_call_may_name_any_variant_but_the_environment_only_sm90_ones():
     (512, 4096, 4096, 114, False),  # the same 128 units on 114 SMs: two rounds
     (512, 3584, 4608, 132, False),  # 144 units: two rounds
     (1024, 4096, 4096, 132, False),  # 256 units
-    (511, 4096, 4096, 132, False),  # 128 units, but below W8A8_COMPUTE_MIN_M
+    (511, 4096, 4096, 132, True),  # 128 units: 511 rows launch 512's grid (mlx-lm's 512-token chunk)
+    (384, 4096, 4096, 132, False),  # 96 units, below W8A8_COMPUTE_MIN_M
     (256, 4096, 4096, 132, False), (128, 4096, 4096, 132, False), (128, 3584, 18944, 132, False),
     (2048, 4096, 4096, 132, False),  # 256 units of 128 x 256 in 2 rounds: persistent_variant's rounds rule decides
 ])
@@ -223,7 +224,9 @@ def test_w8a8_takes_the_cooperative_kernel_from_w8a8_ws_min_rounds(m, k, n, want
     (512, 4096, 132, "wg2_128x144"),  # 116 tiles
     (512, 18944, 132, None),  # the wave rule's 128 x 192 takes 3 waves
     (128, 18944, 132, None),  # below W8A8_COMPUTE_MIN_M (132 tiles of 128 x 144: one wave)
-    (511, 4608, 132, None),
+    (511, 4608, 132, "wg2_128x144"),  # 511 rows launch 512's grid: four 128-row tiles
+    (385, 4608, 132, "wg2_128x144"),
+    (384, 4608, 132, None),  # three 128-row tiles: below W8A8_COMPUTE_MIN_M
     (512, 4608, 114, "wg2_128x192"),  # on 114 SMs: 96 tiles of 128 x 192, one wave
     (512, 8192, 132, "wg2_128x256"),  # 128 tiles of 128 x 256 in one wave: the default tile
     (512, 8192, 114, None),  # on 114 SMs the wave rule's 128 x 144 takes 2 waves (228 tiles)

@@ -86,15 +86,19 @@ def long_k(k: int) -> bool:
     return ceil_div(k, CUDA_SWIZZLE_BYTES) >= TMA_LONG_K_BLOCKS
 
 
-W8A8_COMPUTE_MIN_M = 512
+W8A8_COMPUTE_MIN_M = 385
 """Smallest M at which W8A8 takes the plans that pay off only where each weight tile feeds several
 128-row tiles: the wave tile at short K (w8a8_wave_tile) and the cooperative kernel wherever its
 plan runs unsplit (cuda_choice.w8a8_cooperative). Below, the GEMM streams the weight, and two
 128 x 128 blocks per SM (more loads in flight) measured faster: at 128 x 3584 x 18944 (H200,
 W8A8 pipeline, bf16 x) 35.1 us against 43.2 on the one-wave 128 x 144 and 40.7 on the cooperative
 kernel; at M = 512 the wave tile won (512 x 3584 x 4608: 128 x 144 22.2 against 28.0; 512 x 4096 x
-6144: 128 x 192 29.8 against 33.6), and so did the cooperative kernel (w8a8_cooperative).
-M from 129 to 511 is unmeasured where these plans would apply, and keeps the rules without them."""
+6144: 128 x 192 29.8 against 33.6), and so did the cooperative kernel (w8a8_cooperative; H100:
+512 x 4096 x 4096 23.5 against 29.4 on 128 x 128). From 385 rows every plan launches the grid of
+512 rows (four 128-row tiles, the last partly past M, whose rows the epilogue skips pair by pair),
+so the 512-row measurements hold there: mlx-lm's 512-token prompts run 511-row chunks (at 511 x
+18944 x 3584 the cooperative kernel took 70.1 us against 79.8 on 128 x 128 in 2 splits, H100).
+M from 129 to 384 is unmeasured where these plans would apply, and keeps the rules without them."""
 
 _TMA_TILES = ("wg2_128x256", "wg2_128x128_x2", "wg1_64x64")
 
