@@ -198,12 +198,11 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     wave), else the rule without it (128 x 256, 128 x 128, 64 x 64): its dequantizing epilogue runs
     after each block's main loop, an unhidden tail that grows with the outputs per block. At long K
     it takes one_wave_tile's plan as int8_matmul does, cpasync_plan where the wave tile would run
-    unsplit, and the int32 plan where that
-    splits K: its GEMM is then the int32 kernel and the dequantization runs in the reduction, so
-    that tail does not arise (the int32 split plan also beat cpasync_plan's, whose reduction reads
-    twice the partial sums; 128 x 18944 x 3584 on 128 x 112 x 4 splits: 33.8 us, the cooperative
-    kernel's 4 splits 34.5). The dispatch sends much of W8A8's long K to the cooperative kernel
-    instead (cuda_choice.w8a8_cooperative).
+    unsplit, and the int32 plan where that splits K: its GEMM is then the int32 kernel and the
+    dequantization runs in the reduction, so that tail does not arise (the int32 split plan also
+    beat cpasync_plan's, whose reduction reads twice the partial sums; 128 x 18944 x 3584 on
+    128 x 112 x 4 splits: 33.8 us, the cooperative kernel's 4 splits 34.5). The dispatch sends much
+    of W8A8's long K to the cooperative kernel instead (cuda_choice.w8a8_cooperative).
     """
     is_long = long_k(k)
     if m <= 64:
