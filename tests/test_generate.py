@@ -549,6 +549,13 @@ def test_the_loop_rungs_time_to_first_token_is_split_by_part(monkeypatch):
     assert "the time to the first token by part, ms (chunks / clear / launch / wait / other" in text
     loop_row = next(line for line in text.splitlines() if line.strip().startswith("loop") and line.count(" / ") >= 8)
     assert loop_row.count(" / ") == 8 and loop_row.count(" GB)") == 2  # two forms' five parts and cache
+    cells = {(c.form, c.rung): c for c in result.rungs}
+    for form in ("bf16", "w8a8"):  # issue 48's measure: the loop's tokens/s against no-clear's
+        loop, kept = cells[(form, "loop")], cells[(form, "no-clear")]
+        cost = 100 * (1 - loop.prompt_tps.median / kept.prompt_tps.median)
+        assert (f"{form}: mlx-lm's clear_cache costs the loop {cost:.1f} % of its prompt tokens/s against "
+                f"no-clear's; the call itself {loop.parts['clear']:.2f} ms a prompt, freeing {loop.cached_gb:.2f} GB"
+                in text)
 
 
 def test_timed_parts_sorts_mlx_lms_calls_and_stops_at_the_first_token():

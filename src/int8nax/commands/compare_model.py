@@ -643,7 +643,23 @@ def parts_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markdo
     rows = []
     for r in dict.fromkeys(r for _, r in cells):
         rows.append([r] + [cell(cells[(f, r)]) if (f, r) in cells else "n/a" for f in forms])
-    return out + table_lines(["rung"] + forms, rows, markdown)
+    return out + table_lines(["rung"] + forms, rows, markdown) + clear_cost_lines(cells, forms, markdown)
+
+
+def clear_cost_lines(cells: dict, forms: list[str], markdown: bool) -> list[str]:
+    """Per form, what mlx-lm's clear_cache costs its loop (issue 48's measure: the loop rung's
+    prompt tokens/s against the no-clear rung's, the median trials'), the clear's own ms and the GB
+    it frees; nothing for a form without both rungs."""
+    out = []
+    for f in forms:
+        loop, kept = cells.get((f, "loop")), cells.get((f, "no-clear"))
+        if loop is None or kept is None or not loop.prompt_tps or not kept.prompt_tps:
+            continue
+        cost = 100 * (1 - loop.prompt_tps.median / kept.prompt_tps.median)
+        freed = "" if loop.cached_gb is None else f", freeing {loop.cached_gb:.2f} GB"
+        out.append(f"{'- ' if markdown else ''}{f}: mlx-lm's clear_cache costs the loop {cost:.1f} % of its prompt "
+                   f"tokens/s against no-clear's; the call itself {loop.parts['clear']:.2f} ms a prompt{freed}")
+    return ([""] + out) if out else []
 
 
 def decode_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markdown: bool) -> list[str]:
