@@ -669,3 +669,44 @@ def test_a_suite_case_name_reads_back():
     assert all(generate.parse_case(c) for c in generate.ALL_CASES)
     for bad in ("qwen3-8b p512 g128", "qwen3-8b p512 g128 bx", "qwen3-8b g128 p512 b1", ""):
         assert generate.parse_case(bad) is None, bad
+
+
+# --- how settled a ratio is: the median's interval over trial-by-trial ratios --------------------
+
+def test_median_interval_takes_the_widest_order_statistics_that_cover_enough():
+    # n = 5: (1st, 5th) cover 1 - 2/32 = 93.75 %; (2nd, 4th) only 62.5 %
+    assert generate.median_interval([5, 1, 4, 2, 3]) == (1, 5, pytest.approx(0.9375))
+    # n = 9: (2nd, 8th) cover 1 - 2 (1 + 9) / 512 = 96.1 %; (3rd, 7th) 82 %
+    low, high, cover = generate.median_interval(range(1, 10))
+    assert (low, high) == (2, 8) and cover == pytest.approx(1 - 20 / 512)
+    # n = 20: (6th, 15th) cover 95.9 %, (7th, 14th) 88.5 %
+    assert generate.median_interval(range(20))[:2] == (5, 14)
+    assert generate.median_interval([1.0, 2.0, 3.0, 4.0]) is None  # 87.5 % at best
+
+
+def test_paired_ratios_pair_trial_by_trial_or_give_none():
+    assert generate.paired_ratios([2.0, 6.0], [1.0, 2.0]) == [2.0, 3.0]
+    assert generate.paired_ratios([2.0], [1.0, 2.0]) == []
+    assert generate.paired_ratios([2.0], [0.0]) == []
+
+
+def test_the_breakdown_gives_each_ratio_its_interval_from_five_trials(capsys, monkeypatch):
+    result = generate_breakdown.breakdown(TINY, ("bf16", "w8a8"), (12,), trials=5, generation_tokens=2)
+    by = {(c.form, c.rung): c for c in result.rungs}
+    for r in generate_breakdown.RUNGS:
+        w8a8, bf16 = by[("w8a8", r)], by[("bf16", r)]
+        pairs = sorted(a / b for a, b in zip(w8a8.trials, bf16.trials))
+        assert w8a8.vs_bf16_interval == (pairs[0], pairs[-1], pytest.approx(0.9375))
+        assert bf16.vs_bf16_interval[:2] == (1.0, 1.0)
+    bf16_d, w8a8_d = result.decode
+    pairs = sorted(b / a for a, b in zip(w8a8_d.trials, bf16_d.trials))
+    assert w8a8_d.vs_interval["bf16"][:2] == (pairs[0], pairs[-1])
+    text = compare_model.breakdown_render(result, markdown=False)
+    loop = next(line for line in text.splitlines() if line.strip().startswith("loop"))
+    lo, hi, _ = by[("w8a8", "loop")].vs_bf16_interval
+    assert f"{by[('w8a8', 'loop')].vs_bf16:.2f} [{lo:.2f}-{hi:.2f}]" in loop
+    assert "interval for the median of the trial-by-trial ratios" in text
+    # under 5 trials: no interval, and no note
+    short = generate_breakdown.breakdown(TINY, ("bf16", "w8a8"), (12,), trials=2)
+    assert all(c.vs_bf16_interval is None for c in short.rungs)
+    assert "trial-by-trial" not in compare_model.breakdown_render(short, markdown=False)

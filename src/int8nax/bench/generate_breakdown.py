@@ -22,7 +22,8 @@ import mlx.core as mx
 from . import model_folder, models
 from .checks import MismatchError
 from . import generate
-from .generate import CHECK_TOKENS, FORMS, GB, RATIO_BASES, Figure, _free, front_end, load, prompts
+from .generate import (CHECK_TOKENS, FORMS, GB, RATIO_BASES, Figure, _free, front_end, load, median_interval,
+                       paired_ratios, prompts)
 from .peers import Unavailable
 
 RUNGS = ("loop", "no-clear", "one-chunk", "forward")
@@ -325,6 +326,9 @@ class Rung:
     """prompt tokens/s of every timed call."""
     vs_bf16: float | None = None
     """prompt_tps over bf16's at the same (prompt tokens, rung)."""
+    vs_bf16_interval: tuple | None = None
+    """generate.median_interval of the trial-by-trial ratios to bf16's (low, high, coverage): how
+    settled vs_bf16 is; None under 5 trials."""
     parts: dict | None = None
     """The stream_generate rungs' time to the first token by PROMPT_PARTS ({part: median ms over
     the trials}); None for the forward rung."""
@@ -362,6 +366,8 @@ class Decode:
     vs: dict = field(default_factory=dict)
     """{form: generation speed over that form's} for each of generate.RATIO_BASES measured at the
     same prompt length (above 1: faster)."""
+    vs_interval: dict = field(default_factory=dict)
+    """{form: generate.median_interval of the trial-by-trial speed ratios} beside vs (5 trials or more)."""
 
     @property
     def idle(self) -> float | None:
@@ -475,6 +481,7 @@ def breakdown(config: str | models.Config, forms=BREAKDOWN_FORMS, prompt_tokens=
             ref = cells.get(("bf16", r))
             if ref is not None:
                 cell.vs_bf16 = cell.prompt_tps.median / ref.prompt_tps.median
+                cell.vs_bf16_interval = median_interval(paired_ratios(cell.trials, ref.trials))
         out.rungs += sorted(cells.values(), key=lambda c: (RUNGS.index(c.rung), FORMS.index(c.form)))
         if generation_tokens:
             out.decode += _decode(loaded, prompt, generation_tokens, trials, say, f"{cfg.name} prompt {p}")
@@ -503,4 +510,6 @@ def _decode(loaded: dict, prompt: list[int], tokens: int, trials: int, say, labe
         cells[f].gpu_ms_per_token, cells[f].gpu_why = decode_gpu_ms(model, tokenizer, prompt, tokens)
     for cell in cells.values():
         cell.vs = {b: cells[b].ms_per_token.median / cell.ms_per_token.median for b in RATIO_BASES if b in cells}
+        cell.vs_interval = {b: got for b in cell.vs
+                            if (got := median_interval(paired_ratios(cells[b].trials, cell.trials)))}
     return sorted(cells.values(), key=lambda c: FORMS.index(c.form))

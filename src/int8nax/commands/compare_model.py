@@ -599,8 +599,8 @@ def breakdown_render(result: generate_breakdown.Breakdown, markdown: bool) -> st
         rows = []
         for r in generate_breakdown.RUNGS:
             row = [r]
-            row += [f"{cells[(f, r)].vs_bf16:.2f}" if (f, r) in cells and cells[(f, r)].vs_bf16 else ""
-                    for f in others if "bf16" in forms]
+            row += [_ratio(cells[(f, r)].vs_bf16, cells[(f, r)].vs_bf16_interval)
+                    if (f, r) in cells and cells[(f, r)].vs_bf16 else "" for f in others if "bf16" in forms]
             row += [_tps(cells[(f, r)].prompt_tps) if (f, r) in cells else "n/a" for f in forms]
             row += [f"{cells[(f, r)].peak_memory_gb:.3g}" if (f, r) in cells else "n/a" for f in forms]
             rows.append(row)
@@ -609,6 +609,8 @@ def breakdown_render(result: generate_breakdown.Breakdown, markdown: bool) -> st
         out += decode_lines(result, p, markdown)
     out.append("")
     prefix = "- " if markdown else ""
+    if any(c.vs_bf16_interval for c in result.rungs) or any(d.vs_interval for d in result.decode):
+        out.append(prefix + INTERVAL_NOTE.format(generate.MEDIAN_COVERAGE))
     out.append(prefix + "rungs: loop = stream_generate (max_tokens 1, prefill step "
                f"{generate.PREFILL_STEP_SIZE}) as users run it; no-clear = loop with mlx_lm.generate's "
                "mx.clear_cache() a no-op; one-chunk = no-clear with prefill step = prompt length (P - 1 tokens "
@@ -621,6 +623,17 @@ def breakdown_render(result: generate_breakdown.Breakdown, markdown: bool) -> st
                                  f"tokens against float64, worst): {v}" if k == "check" else
                                  f"{f} ran as: {v}" if k == "detail" else f"{f}: {k}: {v}"))
     return "\n".join(out)
+
+
+def _ratio(value: float, interval) -> str:
+    """"1.45 [1.38-1.52]": a ratio of medians and, where measured, the interval of the trial-by-trial
+    ratios' median (generate.median_interval)."""
+    return f"{value:.2f}" + (f" [{interval[0]:.2f}-{interval[1]:.2f}]" if interval else "")
+
+
+INTERVAL_NOTE = ("[low-high]: where 5 or more trials ran, an interval for the median of the trial-by-trial ratios "
+                 "(each trial's forms ran in one round, so a drift of the machine between rounds cancels), "
+                 "distribution-free, covering at least {:.0%}")
 
 
 def parts_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markdown: bool) -> list[str]:
@@ -680,7 +693,7 @@ def decode_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markd
     for d in cells:
         f = d.ms_per_token
         rows.append([d.form, f"{f.median:.3f} ({f.low:.3f}-{f.high:.3f})"]
-                    + [f"{d.vs[b]:.2f}" if b in d.vs else "" for b in generate.RATIO_BASES]
+                    + [_ratio(d.vs[b], d.vs_interval.get(b)) if b in d.vs else "" for b in generate.RATIO_BASES]
                     + [f"{d.gpu_ms_per_token:.3f}" if d.gpu_ms_per_token is not None else "n/a",
                        f"{d.idle:.0%}" if d.idle is not None else "n/a",
                        f"{d.graph_ms:.3f}" if d.graph_ms is not None else "n/a",
