@@ -125,11 +125,12 @@ def within_one_ulp(y, ref, name):
 
 @pytest.fixture
 def gemv_default(monkeypatch):
-    """The decode GEMV as W8A8's default at M <= 16 (cuda_choice.GEMV_DEFAULT, set here too so that
-    the tests of the rule hold whatever the module's default)."""
+    """The decode GEMV as W8A8's and int8_matmul's default at M <= 16 (cuda_choice.GEMV_DEFAULT and
+    GEMV_RAW_DEFAULT, set here too so that the tests of the rule hold whatever the module's defaults)."""
     from int8nax.backends.cuda import backend as cuda, choice as cuda_choice
 
     monkeypatch.setattr(cuda_choice, "GEMV_DEFAULT", True)
+    monkeypatch.setattr(cuda_choice, "GEMV_RAW_DEFAULT", True)
     cuda.clear_caches()
     yield
     cuda.clear_caches()

@@ -30,6 +30,16 @@ def _one_wave_since(r, have) -> str | None:
     return "one wave"
 
 
+def _narrow_since(r, have) -> str | None:
+    """"narrow" where the choice `have` is W8A8 on the TMA kernel's 64 x 32 tile (cuda_plans.w8a8_small_tile,
+    M <= W8A8_NARROW_MAX_M) where the row recorded 64 x 64, else None."""
+    if not r["w8a8"] or r["family"] != "sm90" or r["m"] > cuda_plans.W8A8_NARROW_MAX_M or r["tile"] != "wg1_64x64":
+        return None
+    if have[:3] != [r["variant"], "wg1_64x32", 1] or r["variant"] != cuda_choice.TMA:
+        return None
+    return "narrow" if cuda_plans.w8a8_small_tile(r["m"], r["n"], r["sms"]).name == "wg1_64x32" else None
+
+
 def _w8a8_rule_since(r, have) -> str | None:
     """Which W8A8 rule set by the H200 measurements of 2026-12-04 (tests/data/cuda_dispatch_evidence.json)
     explains the choice `have` ([variant, tile, splits, group, blocks]) where row r recorded another,
@@ -74,30 +84,35 @@ def test_every_recorded_choice_is_unchanged_but_for_the_w8a8_rules_since(monkeyp
     # Changes since, each on purpose:
     # - where cuda_choice.GEMV_DEFAULT is on: W8A8 at M <= 16 takes the GEMV by default on sm90
     #   (auto only: every override keeps its recorded kernel there), with 16-row slices where
-    #   N / 16 >= 1.5 x SMs;
+    #   N / 16 >= 1.5 x SMs; int8_matmul too (cuda_choice.GEMV_RAW_DEFAULT);
     # - W8A8's rules from the H200 measurements of 2026-12-04 (_w8a8_rule_since), and the one-wave
-    #   tile at long K for both ops (_one_wave_since): every other change is one of them, and each
+    #   tile at long K for both ops (_one_wave_since), W8A8's 64 x 32 tile at M <= 64 (_narrow_since):
+    #   every other change is one of them, and each
     #   of them changes some recorded choice.
-    differ, gemv, since = [], 0, {}
+    differ, gemv, raw_gemv, since = [], 0, 0, {}
     for r in rows:
         got = cuda_choice.choose(r["m"], r["n"], r["k"], w8a8=r["w8a8"], sms=r["sms"], family=r["family"],
                                  override=r["override"])
         plan = got.plan
         have = [got.variant, plan.cfg.name, plan.splits, getattr(plan, "group", None), getattr(plan, "blocks", None)]
         want = [r["variant"], r["tile"], r["splits"], r["group"], r["blocks"]]
+        slices = "gemv_16x16" if -(-r["n"] // 16) >= 3 * r["sms"] // 2 else "gemv_16x8"
         if gemv_on and r["w8a8"] and r["m"] <= 16 and r["override"] == "" and r["family"] == "sm90":
             gemv += 1
-            slices = "gemv_16x16" if -(-r["n"] // 16) >= 3 * r["sms"] // 2 else "gemv_16x8"
+            want = [cuda_choice.GEMV, slices, 1, None, None]
+        if not r["w8a8"] and r["m"] <= 16 and r["override"] == "" and r["family"] == "sm90":
+            raw_gemv += 1  # cuda_choice.GEMV_RAW_DEFAULT: int8_matmul at M <= 16 on the GEMV
             want = [cuda_choice.GEMV, slices, 1, None, None]
         if have != want:
-            why = _w8a8_rule_since(r, have) or _one_wave_since(r, have)
+            why = _w8a8_rule_since(r, have) or _one_wave_since(r, have) or _narrow_since(r, have)
             if why is None:
                 differ.append((r, have))
             since[why] = since.get(why, 0) + 1
     assert not differ, differ[:5]
     assert gemv >= 100 if gemv_on else gemv == 0, gemv
+    assert raw_gemv >= 100, raw_gemv
     # the counts pin the change: a rule that fires more or less widely than these must say so here
-    assert since == {"long K": 58, "one round": 19, "rounds": 19, "wave": 5, "one wave": 4}, since
+    assert since == {"long K": 58, "one round": 19, "rounds": 19, "wave": 5, "one wave": 4, "narrow": 56}, since
 
 
 @pytest.mark.parametrize("value,want", [
@@ -141,7 +156,8 @@ def test_the_choice_depends_on_the_sm_count():
 
 def test_describe_names_variant_tile_and_splits():
     assert cuda_choice.choose(8192, 8192, 8192).describe() == "tma-ws-cooperative 128x256 splits=1"
-    assert cuda_choice.choose(16, 4096, 4104).describe() == "cpasync 64x64 splits=4"
+    assert cuda_choice.choose(17, 4096, 4104).describe() == "cpasync 64x64 splits=4"
+    assert cuda_choice.choose(16, 4096, 4104).describe() == "gemv 16x16 splits=1"  # the GEMV takes any K
     assert cuda_choice.choose(16, 4096, 4096, family="simt").describe() == "simt 64x64 splits=1"
 
 
@@ -155,7 +171,7 @@ def test_backend_describe_launches_nothing(monkeypatch):
     assert got.startswith("cuda tma-ws-cooperative 128x256 splits=1") and not launched
     if cuda_probe.known_sm_count() is None:
         assert got.endswith("(132 SMs assumed)")
-    assert cuda.BACKEND.describe("int8_matmul", 16, 4096, 4104).startswith("cuda cpasync 64x64 splits=")
+    assert cuda.BACKEND.describe("int8_matmul", 17, 4096, 4104).startswith("cuda cpasync 64x64 splits=")
     with pytest.raises(ValueError, match="op: expected"):
         cuda.BACKEND.describe("matmul", 1, 1, 1)
 

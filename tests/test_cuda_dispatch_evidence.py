@@ -20,7 +20,7 @@ def picked(e) -> str:
     if e["rule"] == "choose":
         got = cuda_choice.choose(m, n, k, w8a8=w8a8, sms=sms).variant
         if got == cuda_choice.GEMV and got not in e["us"]:
-            # An entry from before the GEMV (W8A8 at M <= 16): its measurements still judge the
+            # An entry from before the GEMV (at M <= 16): its measurements still judge the
             # rule among the tiled kernels. The GEMV's own default there has no entry yet.
             return cuda_choice.tiled_variant(cuda_choice.Problem(m, n, k, w8a8, sms=sms))
         return got

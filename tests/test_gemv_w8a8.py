@@ -209,11 +209,16 @@ def test_w8a8_at_small_m_takes_the_gemv(m, dtype, want, gemv_default):
     assert cuda_choice.choose(m, 4608, 3584, w8a8=True, family="simt").variant == cuda_choice.SIMT
 
 
-def test_the_gemv_stops_at_16_rows_and_int8_matmul_keeps_its_kernels():
+def test_the_gemv_stops_at_16_rows_for_both_ops(gemv_default):
     assert cuda_choice.choose(17, 4608, 3584, w8a8=True).variant == cuda_choice.TMA
     assert cuda_choice.choose(17, 4608, 3584, w8a8=True, family="sm80").variant == cuda_choice.SIMT
-    assert cuda_choice.choose(1, 4608, 3584).variant == cuda_choice.TMA
-    assert cuda_choice.choose(1, 4608, 3584, family="sm80").variant == cuda_choice.SIMT
+    # int8_matmul: the GEMV's int32 kernel at M <= 16 (cuda_choice.GEMV_RAW_DEFAULT), on sm80 too
+    for family in ("sm90", "sm80"):
+        assert cuda_choice.choose(1, 4608, 3584, family=family).variant == cuda_choice.GEMV
+        assert cuda_choice.choose(16, 4608, 3584, family=family).variant == cuda_choice.GEMV
+    assert cuda_choice.choose(17, 4608, 3584).variant == cuda_choice.TMA
+    assert cuda_choice.choose(17, 4608, 3584, family="sm80").variant == cuda_choice.SIMT
+    assert cuda_choice.choose(1, 4608, 3584, family="simt").variant == cuda_choice.SIMT
     # named: the GEMV runs int8_matmul too, and only where M <= 16 (else the fallback)
     assert cuda_choice.choose(4, 4608, 3584, override="gemv").variant == cuda_choice.GEMV
     assert cuda_choice.choose(4, 4608, 3584, override="SMALL-M").variant == cuda_choice.GEMV

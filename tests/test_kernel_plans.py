@@ -51,12 +51,12 @@ def test_candidates_are_distinct_plans_the_default_first_and_each_from_the_dispa
 
 
 def test_coinciding_candidates_merge_their_names():
-    # 16 x 4096 x 4096, W8A8: the dispatch runs the GEMV (cuda_choice.GEMV_DEFAULT), the raw GEMM
-    # the TMA kernel's 64 x 64 unsplit; the cp.async split plan is a candidate of its own.
+    # 16 x 4096 x 4096, W8A8: the dispatch runs the GEMV (cuda_choice.GEMV_DEFAULT), and so does the
+    # raw GEMM (GEMV_RAW_DEFAULT); the TMA kernel and the cp.async split plan are candidates of their own.
     cands = kp.plan_candidates(16, 4096, 4096, 132, True, out_dtype="bfloat16")
     named = {c.describe(): c.names for c in cands}
-    assert named["gemv 16x16 splits=1"] == ("default", "gemv", "gemv gemv_16x16")
-    assert named["tma-unspecialized 64x64 splits=1"] == ("raw GEMM's", "tma wg1_64x64")
+    assert named["gemv 16x16 splits=1"] == ("default", "raw GEMM's", "gemv", "gemv gemv_16x16")
+    assert named["tma-unspecialized 64x64 splits=1"] == ("tma wg1_64x64",)
     assert named["cpasync 64x64 splits=4"] == ("cp.async",)
 
 
@@ -109,7 +109,9 @@ def test_what_the_problem_or_the_gpu_cannot_run_is_left_out():
     assert {c.choice.variant for c in kp.plan_candidates(8, 4096, 4100, 132, True)} == {C.CPASYNC, C.GEMV}
     # A GPU without wgmma: the SIMT kernel, and the GEMV where M <= 16 on sm80.
     assert describes(kp.plan_candidates(512, 4096, 4096, 132, True, family="simt")) == ["simt 64x64 splits=1"]
-    assert {c.choice.variant for c in kp.plan_candidates(8, 4096, 4096, 132, True, family="sm80")} == {C.SIMT, C.GEMV}
+    # sm80: the GEMV (W8A8's and the raw GEMM's default at M <= 16) and nothing else of the sm90 kinds
+    assert {c.choice.variant for c in kp.plan_candidates(8, 4096, 4096, 132, True, family="sm80")} == {C.GEMV}
+    assert {c.choice.variant for c in kp.plan_candidates(17, 4096, 4096, 132, True, family="sm80")} == {C.SIMT}
 
 
 def test_an_override_is_the_default():

@@ -229,7 +229,7 @@ def test_variant_per_override(gemv_default):
     cp, tma, coop, pp = cuda_choice.CPASYNC, cuda_choice.TMA, cuda_choice.COOPERATIVE, cuda_choice.PINGPONG
     want = {  # override -> variant at (seed, small, odd K), for int8_matmul and for w8a8_linear
         # W8A8 at 512 x 4096 x 4096: 128 units of 128 x 128 in one round (cuda_choice.w8a8_cooperative)
-        "": ((tma, tma, cp), (coop, cuda_choice.GEMV, cp)),
+        "": ((tma, cuda_choice.GEMV, cp), (coop, cuda_choice.GEMV, cp)),
         "wgmma": ((cp,) * 3,) * 2,
         "tma_simple": ((tma, tma, cp),) * 2,
         "tma": ((coop, coop, cp),) * 2,
@@ -250,8 +250,13 @@ def test_auto_kernel_rule(gemv_default):
     # The default (auto): a TMA kernel wherever its K rule holds, decode-sized M included
     # (TMA_MIN_M); the cp.async kernel otherwise. Arguments (M, N, K).
     cp, tma, coop, pp = cuda_choice.CPASYNC, cuda_choice.TMA, cuda_choice.COOPERATIVE, cuda_choice.PINGPONG
-    assert auto(cuda_choice.TMA_MIN_M, 4096, 4096) == tma
-    for m, k, n in [(1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096), (1024, 4096, 4096), (512, 18944, 3584),
+    # int8_matmul at M <= 16 takes the GEMV (GEMV_RAW_DEFAULT); without it, the TMA kernel from TMA_MIN_M
+    for m, k, n in [(1, 4096, 4096), (16, 4096, 4096), (16, 4104, 4096)]:
+        assert auto(m, n, k) == cuda_choice.GEMV
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cuda_choice, "GEMV_RAW_DEFAULT", False)
+        assert auto(cuda_choice.TMA_MIN_M, 4096, 4096) == tma and auto(16, 4096, 4096) == tma
+    for m, k, n in [(17, 4096, 4096), (64, 4096, 4096), (1024, 4096, 4096), (512, 18944, 3584),
                     (128, 3584, 18944)]:
         assert auto(m, n, k) == tma
     # Problems of many tiles: the persistent kernels (persistent_variant).
@@ -348,10 +353,16 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n, gemv_defaul
     a, b = mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)
     mx.eval(cuda.gemm_int32(a, b))
     gemm = launches[0]
-    assert gemm["name"] == cuda_source.gemm_tma_unspecialized(plan.cfg).name
-    assert gemm["outputs"] == [(m, n) if plan.splits == 1 else (plan.splits, m, n), (blocks * 256,)]
-    assert (gemm["grid"], gemm["block"], gemm["template"]) == (grid, block, plan.cfg.tma_template())
-    assert [x["name"] for x in launches[1:]] == ([cuda_source.reduce_int32().name] if plan.splits > 1 else [])
+    if m <= cuda_plans.GEMV_MAX_M:  # int8_matmul's GEMV (cuda_choice.GEMV_RAW_DEFAULT): one kernel, no maps
+        gemv = cuda_plans.gemv_plan(m, n, k, 132)
+        assert [x["name"] for x in launches] == [cuda_source.gemv_int32().name]
+        assert (gemm["outputs"], gemm["template"]) == ([(m, n)], gemv.cfg.template())
+        assert (gemm["grid"], gemm["block"]) == gemv.grid(m, n)
+    else:
+        assert gemm["name"] == cuda_source.gemm_tma_unspecialized(plan.cfg).name
+        assert gemm["outputs"] == [(m, n) if plan.splits == 1 else (plan.splits, m, n), (blocks * 256,)]
+        assert (gemm["grid"], gemm["block"], gemm["template"]) == (grid, block, plan.cfg.tma_template())
+        assert [x["name"] for x in launches[1:]] == ([cuda_source.reduce_int32().name] if plan.splits > 1 else [])
 
     launches.clear()
     x, s = mx.zeros((m, k), dtype=mx.float16), mx.ones((n,), dtype=mx.float32)
@@ -577,7 +588,7 @@ def test_odd_k_and_the_cpasync_choice_stay_on_the_cpasync_kernel(recorded, monke
     import mlx.core as mx
 
     cuda, launches = recorded
-    for (m, k, n), env in (((16, 4104, 4096), ""), ((512, 4104, 4096), ""), ((512, 4096, 4096), "wgmma")):
+    for (m, k, n), env in (((17, 4104, 4096), ""), ((512, 4104, 4096), ""), ((512, 4096, 4096), "wgmma")):
         monkeypatch.setenv(cuda_settings.KERNEL_ENV, env)
         cuda.clear_caches()
         launches.clear()

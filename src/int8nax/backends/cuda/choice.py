@@ -172,9 +172,9 @@ def override_name(value: str | None) -> str:
 # ---- the automatic rule (the measurements behind each threshold: tests/data/cuda_dispatch_evidence.json) ----
 
 TMA_MIN_M = 1
-"""Smallest M at which int8_matmul takes a TMA kernel. At decode-sized M the TMA kernel's unsplit
-64 x 64 plan is one kernel where the cp.async kernel's split plan needs two (GEMM + split-K
-reduction), and it measured no slower."""
+"""Smallest M at which int8_matmul takes a TMA kernel where the GEMV does not (GEMV_RAW_DEFAULT off,
+or an override). At decode-sized M the TMA kernel's unsplit 64 x 64 plan is one kernel where the
+cp.async kernel's split plan needs two (GEMM + split-K reduction), and it measured no slower."""
 
 TMA_MIN_M_W8A8 = 17
 """Smallest M at which w8a8_linear takes a TMA kernel. Below, the cp.async kernel's split plan
@@ -248,11 +248,22 @@ the tiled kernels' bits (tests/test_cuda_gemv.py). False (or INT8NAX_CUDA_KERNEL
 variant) gives the tiled kernels."""
 
 
+GEMV_RAW_DEFAULT = True
+"""Whether int8_matmul at M <= GEMV_MAX_M takes the GEMV (its int32 kernel) by default. It does: at
+16 x 4096 x 4096 (H100, CUPTI kernel time, inputs rotated over 4x the L2, outputs bit-exact) the
+GEMV took 9.4 µs (16-row slices, gemv_plan's; 8.4 on 8-row slices) against 12.2 for the TMA
+kernel's 64 x 64, whose 64 blocks stream the weight on half the SMs, and 11.6 for the cp.async
+kernel's 4 splits; cuBLASLt takes 11.0 there (tests/data/cuda_dispatch_evidence.json). False gives
+the tiled kernels, TMA_MIN_M's rule."""
+
+
 def auto_variant(p: Problem, family: str = "sm90") -> str:
-    """The variant for a problem by default: where GEMV_DEFAULT, for W8A8 at M <= GEMV_MAX_M the
-    GEMV (on sm80 and sm90; a weight stream at M <= 16, which it reads once at full width where
-    the tiled kernels' 64-row tiles waste 48 rows or more), else tiled_variant."""
-    if GEMV_DEFAULT and p.w8a8 and "sm80" in RUNS[family] and VARIANTS[GEMV].supports(p):
+    """The variant for a problem by default: at M <= GEMV_MAX_M the GEMV where GEMV_DEFAULT (W8A8)
+    or GEMV_RAW_DEFAULT (int8_matmul) says so (on sm80 and sm90; a weight stream at M <= 16, which
+    it reads once at full width where the tiled kernels' 64-row tiles waste 48 rows or more), else
+    tiled_variant."""
+    gemv = GEMV_DEFAULT if p.w8a8 else GEMV_RAW_DEFAULT
+    if gemv and "sm80" in RUNS[family] and VARIANTS[GEMV].supports(p):
         return GEMV
     return tiled_variant(p, family)
 

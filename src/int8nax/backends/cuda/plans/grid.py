@@ -180,6 +180,26 @@ def split_plan(m: int, n: int, k: int, wave, sms: int = 132) -> CudaPlan:
     return CudaPlan(best, fill_splits(m, n, k, best, sms))
 
 
+W8A8_NARROW_MAX_M = 64
+"""Most rows at which W8A8 takes the 64 x 32 tile where tma_plan falls back to a 64-row one
+(w8a8_small_tile)."""
+
+
+def w8a8_small_tile(m: int, n: int, sms: int = 132):
+    """W8A8's 64-row tile where tma_plan's rule takes one: 64 x 32 at M <= W8A8_NARROW_MAX_M where
+    its tiles fit one wave (two blocks an SM), else 64 x 64. The raw GEMM keeps 64 x 64. Why: at
+    short K the dequantizing epilogue is each block's unhidden tail, and 64 x 32 gives every SM a
+    block with half the tail: at 64 x 4096 x 4096 (H100, W8A8 pipeline with bfloat16 x, CUPTI) 14.9
+    µs against 16.3 on 64 x 64 (13.8 against 14.9 on another VM), at 32 rows 15.6 against 15.8,
+    where int8_matmul took 11.1 and 12.0 on 64 x 64 against 11.3 and 12.6 on 64 x 32
+    (tests/data/cuda_dispatch_evidence.json); at 128 rows 16.4 against 16.7 (not taken: 128 rows
+    fill 85 % of the SMs with 64 x 64 already)."""
+    narrow = CUDA_CONFIGS["wg1_64x32"]
+    if m <= W8A8_NARROW_MAX_M and tile_count(m, n, narrow) <= sms * blocks_per_sm(narrow):
+        return narrow
+    return CUDA_CONFIGS["wg1_64x64"]
+
+
 def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> CudaPlan:
     """The plan of the TMA GEMM (tma-unspecialized) for an [M, K] x [N, K] product on `sms` SMs;
     w8a8: for w8a8_linear's fused GEMM (below). The measurements behind each step:
@@ -195,7 +215,8 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
     fill the SMs once, on the tile whose splits fill the most SMs (split_plan).
 
     W8A8 at short K takes the wave tile only where w8a8_wave_tile does (M >= W8A8_COMPUTE_MIN_M, one
-    wave), else the rule without it (128 x 256, 128 x 128, 64 x 64): its dequantizing epilogue runs
+    wave), else the rule without it (128 x 256, 128 x 128, then w8a8_small_tile's 64 x 32 or 64 x
+    64): its dequantizing epilogue runs
     after each block's main loop, an unhidden tail that grows with the outputs per block. At long K
     it takes one_wave_tile's plan as int8_matmul does, cpasync_plan where the wave tile would run
     unsplit, and the int32 plan where that splits K: its GEMM is then the int32 kernel and the
@@ -226,4 +247,4 @@ def tma_plan(m: int, n: int, k: int, sms: int = 132, w8a8: bool = False) -> Cuda
             continue  # a 128-row tile for at most 64 rows: half of every stage would be padding
         if tile_count(m, n, cfg) >= TMA_FILL * sms:
             return CudaPlan(cfg, 1)
-    return CudaPlan(CUDA_CONFIGS["wg1_64x64"], 1)
+    return CudaPlan(w8a8_small_tile(m, n, sms) if w8a8 else CUDA_CONFIGS["wg1_64x64"], 1)
