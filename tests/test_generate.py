@@ -706,6 +706,12 @@ def test_the_breakdown_gives_each_ratio_its_interval_from_five_trials(capsys, mo
     lo, hi, _ = by[("w8a8", "loop")].vs_bf16_interval
     assert f"{by[('w8a8', 'loop')].vs_bf16:.2f} [{lo:.2f}-{hi:.2f}]" in loop
     assert "interval for the median of the trial-by-trial ratios" in text
+    # issue 48's clear_cache measure carries the interval of its trial-by-trial cost too
+    loop_w, kept_w = by[("w8a8", "loop")], by[("w8a8", "no-clear")]
+    pairs = sorted(a / b for a, b in zip(loop_w.trials, kept_w.trials))
+    cost = 100 * (1 - loop_w.prompt_tps.median / kept_w.prompt_tps.median)
+    assert (f"w8a8: mlx-lm's clear_cache costs the loop {cost:.1f} % [{100 * (1 - pairs[-1]):.1f}-"
+            f"{100 * (1 - pairs[0]):.1f} %] of its prompt tokens/s") in text
     # under 5 trials: no interval, and no note
     short = generate_breakdown.breakdown(TINY, ("bf16", "w8a8"), (12,), trials=2)
     assert all(c.vs_bf16_interval is None for c in short.rungs)

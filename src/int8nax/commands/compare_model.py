@@ -661,17 +661,21 @@ def parts_lines(result: generate_breakdown.Breakdown, prompt_tokens: int, markdo
 
 def clear_cost_lines(cells: dict, forms: list[str], markdown: bool) -> list[str]:
     """Per form, what mlx-lm's clear_cache costs its loop (issue 48's measure: the loop rung's
-    prompt tokens/s against the no-clear rung's, the median trials'), the clear's own ms and the GB
-    it frees; nothing for a form without both rungs."""
+    prompt tokens/s against the no-clear rung's, the median trials', and from 5 trials in brackets
+    the interval of the trial-by-trial cost, generate.median_interval), the clear's own ms and the
+    GB it frees; nothing for a form without both rungs."""
     out = []
     for f in forms:
         loop, kept = cells.get((f, "loop")), cells.get((f, "no-clear"))
         if loop is None or kept is None or not loop.prompt_tps or not kept.prompt_tps:
             continue
         cost = 100 * (1 - loop.prompt_tps.median / kept.prompt_tps.median)
+        # the two rungs of a trial run in one round, so their trial-by-trial ratios pair up
+        interval = generate.median_interval(generate.paired_ratios(loop.trials, kept.trials))
+        spread = "" if interval is None else f" [{100 * (1 - interval[1]):.1f}-{100 * (1 - interval[0]):.1f} %]"
         freed = "" if loop.cached_gb is None else f", freeing {loop.cached_gb:.2f} GB"
-        out.append(f"{'- ' if markdown else ''}{f}: mlx-lm's clear_cache costs the loop {cost:.1f} % of its prompt "
-                   f"tokens/s against no-clear's; the call itself {loop.parts['clear']:.2f} ms a prompt{freed}")
+        out.append(f"{'- ' if markdown else ''}{f}: mlx-lm's clear_cache costs the loop {cost:.1f} %{spread} of its "
+                   f"prompt tokens/s against no-clear's; the call itself {loop.parts['clear']:.2f} ms a prompt{freed}")
     return ([""] + out) if out else []
 
 
