@@ -6,9 +6,9 @@ returns as the variant's row says (cuda_choice.VARIANTS; the launches are graphs
 and SM count device.py's and probe.py's, the environment choices settings.py's, the kernel objects
 kernels.py's). On compute capability 9.0 (H100/H200; MLX compiles for sm_90a) the tiled variants
 multiply on the tensor cores with wgmma; on any other GPU the portable __dp4a kernel gives the same
-exact results, slowly. W8A8 at M <= 16 can take the GEMV
-(mma.sync, compute capability 8.0 and newer): by default (cuda_choice.GEMV_DEFAULT), or where
-INT8NAX_CUDA_KERNEL=gemv names it.
+exact results, slowly. At M <= 16 W8A8 and int8_matmul can take the GEMV
+(mma.sync, compute capability 8.0 and newer): by default (cuda_choice.GEMV_DEFAULT,
+GEMV_RAW_DEFAULT), or where INT8NAX_CUDA_KERNEL=gemv names it.
 
 W8A8: one kernel quantizes the activations per token (kernels/cuda/quant/quantize.cuh) into an
 activation pack (pack.py: the codes, scales and the GEMM's tensor-map scratch in one buffer), then
@@ -362,7 +362,8 @@ class CUDABackend(Backend):
         name = info.get("device_name", "unknown NVIDIA GPU")
         if cc < (6, 1):
             return Probe(False, f"{name} has compute capability {cc[0]}.{cc[1]}; int8nax needs 6.1 (dp4a) or newer")
-        gemv = ", mma.sync GEMV for W8A8 at M <= 16" if cuda_choice.GEMV_DEFAULT else ""
+        ops = [op for op, on in (("W8A8", cuda_choice.GEMV_DEFAULT), ("int8_matmul", cuda_choice.GEMV_RAW_DEFAULT)) if on]
+        gemv = f", mma.sync GEMV for {' and '.join(ops)} at M <= 16" if ops else ""
         how = {"sm90": "wgmma tensor-core GEMM (sm_90a)" + gemv,
                "sm80": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)" + gemv,
                "simt": "portable dp4a GEMM (no wgmma on this GPU; exact but slow)"}[device.family_for(cc)]
