@@ -860,3 +860,16 @@ def test_a_tall_w8a8_problem_packs_each_row_chunk_for_its_gemm(recorded, monkeyp
     for (r0, r1), g in zip(chunks, gemms):
         assert g["outputs"] == [(r1 - r0, n)]
         assert g["inputs"][0] == cuda_pack.pack_shape(r1 - r0, k, plan.map_bytes(r1 - r0, n))
+
+
+def test_w8a8_takes_64x32_only_where_64x64_leaves_sms_idle_and_64x32_fits_one_wave():
+    def tile(m, n, w8a8=True):
+        return cuda_plans.tma_plan(m, n, 4096, 132, w8a8).cfg.name
+
+    # N = 4096: 64 tiles of 64 x 64 on 132 SMs; 128 of 64 x 32 fit two an SM
+    assert [tile(m, 4096) for m in (17, 32, 64)] == ["wg1_64x32"] * 3
+    assert tile(65, 4096) == tile(64, 4096, w8a8=False) == "wg1_64x64"  # past W8A8_NARROW_MAX_M; the raw GEMM
+    # 7168 / 64 = 112 tiles leave SMs idle, 7232 / 64 = 113 fill TMA_FILL of them: 64 x 64 before the fallback
+    assert (tile(64, 7168), tile(64, 7232)) == ("wg1_64x32", "wg1_64x64")
+    # 64 x 32 past one wave (N = 8512: 266 tiles over 264 slots) is never reached at the fallback
+    assert cuda_plans.w8a8_small_tile(64, 8512, 132).name == "wg1_64x64"

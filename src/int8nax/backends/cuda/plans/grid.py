@@ -186,8 +186,10 @@ W8A8_NARROW_MAX_M = 64
 
 
 def w8a8_small_tile(m: int, n: int, sms: int = 132):
-    """W8A8's 64-row tile where tma_plan's rule takes one: 64 x 32 at M <= W8A8_NARROW_MAX_M where
-    its tiles fit one wave (two blocks an SM), else 64 x 64. The raw GEMM keeps 64 x 64. Why: at
+    """W8A8's tile where tma_plan falls back to a 64-row one (no tile of its list fills TMA_FILL of the
+    SMs, so 64 x 64 leaves SMs idle): 64 x 32 at M <= W8A8_NARROW_MAX_M where its tiles fit one wave
+    (two blocks an SM), else 64 x 64. Where 64 x 64 fills the SMs itself (N >= 7232 on 132 SMs)
+    tma_plan takes it before asking, unmeasured against 64 x 32. The raw GEMM keeps 64 x 64. Why: at
     short K the dequantizing epilogue is each block's unhidden tail, and 64 x 32 gives every SM a
     block with half the tail: at 64 x 4096 x 4096 (H100, W8A8 pipeline with bfloat16 x, CUPTI) 14.9
     µs against 16.3 on 64 x 64 (13.8 against 14.9 on another VM), at 32 rows 15.6 against 15.8,
