@@ -279,3 +279,12 @@ def test_items_past_the_profiling_deadline_are_prepared_but_not_profiled():
                       profile_deadline=5.0, clock=lambda: next(clock), log=lambda *a, **k: None)
     assert [e["profiled"] for e in entries] == [True, False] and events == [0, 1]
     assert entries[1]["error"] == "prepared, not profiled: the time limit came first" and entries[1]["check"] is None
+
+
+def test_help_prints_every_option(capsys):
+    # argparse formats help texts with %: a literal percent sign in one must be written %%
+    with pytest.raises(SystemExit) as stop:
+        ncu.main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert "--time-limit" in out and f"{ncu.PROFILE_SHARE * 100:.0f}% of it" in out

@@ -323,7 +323,7 @@ def main(argv=None) -> int:
     parser.add_argument("--manifest", required=True, help="the run writes it, the summary reads it")
     parser.add_argument("--time-limit", type=float, default=300.0,
                         help="seconds for the run: items not prepared (kernel builds) by half of it, or not profiled by "
-                             f"{PROFILE_SHARE:.0%} of it, are said not profiled (default 300)")
+                             f"{PROFILE_SHARE * 100:.0f}%% of it, are said not profiled (default 300)")  # %%: argparse's
     parser.add_argument("--summarize", metavar="CSV", help="summarize ncu's details CSV of a run instead")
     parser.add_argument("--profile", metavar="REPORT",
                         help="run the items under ncu into REPORT.ncu-rep, write REPORT.csv and print the summary")
