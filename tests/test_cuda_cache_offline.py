@@ -26,6 +26,9 @@ def test_bad_arguments_name_what_they_take(tmp_path):
     assert got.returncode == 2 and "--model: expected names from" in got.stderr and "'gpt-9'" in got.stderr
     got = run("--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "0")
     assert got.returncode == 2 and "expected positive counts" in got.stderr
+    for shapes in ("1x4096", "1x0x4096", "ax4096x4096"):
+        got = run("--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--plans", shapes)
+        assert got.returncode == 2 and "--plans: expected MxKxN shapes" in got.stderr and repr(shapes) in got.stderr
 
 
 def test_it_builds_every_instance_the_model_meets(monkeypatch, tmp_path, capsys):
@@ -71,3 +74,33 @@ def test_it_builds_every_instance_the_model_meets(monkeypatch, tmp_path, capsys)
                  for _, spec, ins, outs, tmpl in cuda_compile_check.instances("sm_90a")}
     assert len(handed) == len(set(handed)) and model_only | catalogue <= set(handed)
     assert "and the catalogue" in capsys.readouterr().out
+
+
+def test_plans_adds_every_candidate_the_sweep_times(monkeypatch, tmp_path):
+    # --plans 1x4096x4096: the GEMV's trial schedules (timed by the sweep, built by no rule) are handed
+    pytest.importorskip("mlx.core")
+    from int8nax.backends.cuda import backend as cuda, binary_cache, device, plans as cuda_plans, probe
+
+    spec = importlib.util.spec_from_file_location("cuda_cache_offline", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    handed = []
+    monkeypatch.setattr(binary_cache.BinaryCache, "prebuild",
+                        lambda self, instances, jobs=None, progress=None: handed.extend(instances) or len(instances))
+    for module, name in ((device, "_family"), (probe, "sm_count"), (probe, "_sms"), (cuda, "COMPILE")):
+        monkeypatch.setattr(module, name, getattr(module, name))
+    import mlx.core as mx
+    monkeypatch.setattr(mx.fast, "cuda_kernel", mx.fast.cuda_kernel)
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "c"))
+    (tmp_path / "mlx" / "lib").mkdir(parents=True)
+    base = ["--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "16"]
+    templates = {}
+    for extra in ([], ["--plans", "1x4096x4096"]):
+        handed.clear()
+        try:
+            assert tool.main(base + extra) == 0
+        finally:
+            cuda.clear_caches()
+        templates[bool(extra)] = {dict(i.template).get("AHEAD") for i in handed if "gemv" in i.spec.name}
+    trials = {c.ahead for c in cuda_plans.GEMV_TRIALS.values()}
+    assert not (trials - {0}) & templates[False] and trials <= templates[True]

@@ -346,7 +346,7 @@ def test_w8a8_linear_launches_one_gemv_kernel_at_decode(monkeypatch, family, gem
         mx.eval(cuda.w8a8(mx.zeros((1, k), dtype=mx.bfloat16), w, s, None))
         (name, grid, template), = launches
         assert grid == ((n // 16) * 256, 1, 1)
-        assert template == {"T": mx.bfloat16, "NT": 2, "WARPS": 8, "UNROLL": 2, "HAS_BIAS": False, "NARROW": True}
+        assert template == {"T": mx.bfloat16, "NT": 2, "WARPS": 8, "UNROLL": 2, "AHEAD": 0, "HAS_BIAS": False, "NARROW": True}
         # the environment forces the previous kernels at small M
         monkeypatch.setenv(cuda_settings.KERNEL_ENV, "cpasync")
         cuda.clear_caches()

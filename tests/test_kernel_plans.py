@@ -47,7 +47,8 @@ def test_candidates_are_distinct_plans_the_default_first_and_each_from_the_dispa
     for c in cands:
         row = C.VARIANTS[c.choice.variant]
         assert row.supports(C.Problem(m, n, k, w8a8, sms=132))
-        assert c.choice.plan.cfg in row.configs
+        # a tile the variant is built for, or one of the GEMV's trial schedules (timed, never chosen)
+        assert c.choice.plan.cfg in row.configs or (row.name == C.GEMV and c.choice.plan.cfg in P.GEMV_TRIALS.values())
 
 
 def test_coinciding_candidates_merge_their_names():
@@ -67,11 +68,12 @@ def test_small_m_takes_no_128_row_tile_and_no_persistent_kernel_but_the_cpasync_
         assert not {C.COOPERATIVE, C.PINGPONG} & {c.choice.variant for c in cands}
         assert "cp.async" in by_name(cands)
         assert ("gemv" in by_name(cands)) == (m <= P.GEMV_MAX_M)
-    # Every GEMV width, W8A8 with x quantized apart and (where x fits in GEMV_X_MAX_BYTES) inside.
+    # Every GEMV width and trial schedule, W8A8 with x quantized apart and (where x fits in
+    # GEMV_X_MAX_BYTES) inside.
     for m, fits in ((1, True), (16, False)):
         for w8a8 in (True, False):
             names = by_name(kp.plan_candidates(m, 3584, 4096, 132, w8a8, out_dtype="bfloat16"))
-            for cfg in P.GEMV_CONFIGS.values():
+            for cfg in (*P.GEMV_CONFIGS.values(), *P.GEMV_TRIALS.values()):
                 assert names[f"gemv {cfg.name}"].choice.plan.cfg is cfg
                 assert (f"gemv {cfg.name} fused" in names) == (w8a8 and fits)
                 if w8a8 and fits:

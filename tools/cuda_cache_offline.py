@@ -2,6 +2,7 @@
 
     python tools/cuda_cache_offline.py --mlx-package DIR --out CACHE [--model qwen2.5-7b[,qwen3-8b]]
                                        [--max-tokens 8192] [--arch sm_90a] [--sms 132] [--jobs N] [--catalogue]
+                                       [--plans MxKxN,...]
 
 MLX keys a custom kernel's cached module by its name and a hash of its source, and int8nax's
 sources include the kernel headers by absolute path (backends/cuda/source.py): an entry built here
@@ -24,6 +25,8 @@ The two inputs, on the CPU box (MLX's version must be the GPU machine's):
     export LD_LIBRARY_PATH=/tmp/nvrtc/nvidia/cu13/lib
 and to carry the result: tar -cJf kcache.tar.xz -C <parent of CACHE> <CACHE's name>, named to
 tools/hopper_verify.sh by KERNELS_TARBALL. 301 instances took 552 s on 2 cores (AMD Zen 4).
+`--plans 1x3584x37888,...` adds what a plans sweep at those shapes launches: every candidate of
+bench.kernel.plans.plan_candidates, the GEMV's trial schedules among them.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ def main(argv=None) -> int:
                         help="models of int8nax.bench.models, comma-separated (qwen2.5-7b)")
     parser.add_argument("--catalogue", action="store_true",
                         help="add every instance of tools/cuda_compile_check.py's catalogue")
+    parser.add_argument("--plans", default="",
+                        help="MxKxN shapes, comma-separated: add every plan `int8nax compare --mode kernel --plans "
+                             "--raw-plans --shapes` times there (bfloat16 W8A8 with and without a bias, the raw GEMM)")
     parser.add_argument("--max-tokens", type=int, default=8192, help="rows to prepare for (8192)")
     parser.add_argument("--arch", default="sm_90a", help="NVRTC's --gpu-architecture (sm_90a)")
     parser.add_argument("--sms", type=int, default=132, help="the GPU's SM count, which the plans depend on (132)")
@@ -53,6 +59,12 @@ def main(argv=None) -> int:
         parser.error(f"--mlx-package: expected the mlx folder of an mlx-cuda wheel (with lib/), got {str(package)!r}")
     if args.max_tokens < 1 or args.sms < 1:
         parser.error(f"--max-tokens and --sms: expected positive counts, got {args.max_tokens} and {args.sms}")
+    try:
+        plan_shapes = [tuple(int(v) for v in text.split("x")) for text in args.plans.split(",") if text]
+    except ValueError:
+        plan_shapes = [()]
+    if any(len(shape) != 3 or min(shape) < 1 for shape in plan_shapes):
+        parser.error(f"--plans: expected MxKxN shapes of positive sizes, comma-separated, got {args.plans!r}")
     os.environ["MLX_PTX_CACHE_DIR"] = str(Path(args.out).resolve())
 
     import mlx.core as mx
@@ -80,6 +92,17 @@ def main(argv=None) -> int:
         for layer in dict.fromkeys(layers):
             for call in cuda._warm_calls(layer, args.max_tokens, mx.bfloat16):
                 call()
+        if plan_shapes:
+            from int8nax.bench.kernel.plans import plan_candidates
+
+            for m, k, n in plan_shapes:
+                a, w = mx.zeros((m, k), dtype=mx.int8), mx.zeros((n, k), dtype=mx.int8)
+                x, s = mx.zeros((m, k), dtype=mx.bfloat16), mx.ones((n,), dtype=mx.float32)
+                for c in plan_candidates(m, n, k, args.sms, False):
+                    cuda.gemm_int32(a, w, variant=c.choice.variant, plan=c.choice.plan)
+                for bias in (None, mx.zeros((n,), dtype=mx.float32)):
+                    for c in plan_candidates(m, n, k, args.sms, True, bias=bias is not None, out_dtype="bfloat16"):
+                        cuda.w8a8(x, w, s, bias, variant=c.choice.variant, plan=c.choice.plan)
     instances = list(dict.fromkeys(found))
     if args.catalogue:
         sys.path.insert(0, str(Path(__file__).resolve().parent))

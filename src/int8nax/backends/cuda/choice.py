@@ -287,11 +287,13 @@ class Choice:
     plan: object
 
     def describe(self) -> str:
-        """"tma-ws-cooperative 128x256 splits=1": the variant, its tile (BM x BN) and K splits, and
+        """"tma-ws-cooperative 128x256 splits=1": the variant, its tile (BM x BN), a GEMV's schedule
+        where it is not the first's (" u4 a8", cuda_plans.GemvConfig.schedule), its K splits, and
         " quantize=fused" where the plan quantizes x inside the GEMM."""
         cfg = self.plan.cfg
         fused = " quantize=fused" if getattr(self.plan, "fused", None) else ""
-        return f"{self.variant} {cfg.bm}x{cfg.bn} splits={self.plan.splits}{fused}"
+        schedule = getattr(cfg, "schedule", "")  # a GEMV's, where it is not the first's
+        return f"{self.variant} {cfg.bm}x{cfg.bn}{schedule} splits={self.plan.splits}{fused}"
 
 
 def choose(m: int, n: int, k: int, *, w8a8: bool = False, bias: bool = False, out_dtype: str | None = None,

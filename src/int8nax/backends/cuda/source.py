@@ -481,13 +481,13 @@ def count_sms() -> KernelSpec:
     return KernelSpec(_name("int8nax_count_sms", "count_sms"), ("dummy",), ("flags",), body, header("count_sms"), 0)
 
 
-_GEMV_CALL = "int8nax::gemv_w8a8<NT, WARPS, UNROLL>({a}, w, {m}, w_shape[0], {k}, {epilogue});"
+_GEMV_CALL = "int8nax::gemv_w8a8<NT, WARPS, UNROLL, AHEAD>({a}, w, {m}, w_shape[0], {k}, {epilogue});"
 
 
 @lru_cache(maxsize=None)
 def gemv_int32() -> KernelSpec:
     """int32 out [M, N] = a [M, K] . w [N, K]^T, M <= 16, by the GEMV (kernels/cuda/gemm/gemv_w8a8.cuh);
-    template NT, WARPS, UNROLL (cuda_plans.GemvConfig)."""
+    template NT, WARPS, UNROLL, AHEAD (cuda_plans.GemvConfig)."""
     body = _GEMV_CALL.format(a="a", m="a_shape[0]", k="a_shape[1]",
                              epilogue="int8nax::StoreInt32{out, a_shape[0], w_shape[0]}")
     return KernelSpec(_name("int8nax_gemv_i32", "gemv"), ("a", "w"), ("out",), body, header("gemv"), 0)
@@ -496,7 +496,7 @@ def gemv_int32() -> KernelSpec:
 @lru_cache(maxsize=None)
 def gemv_w8a8() -> KernelSpec:
     """gemm_w8a8's y [M, N] (TOut) by the GEMV, M <= 16, of a pack's codes and scales; template NT,
-    WARPS, UNROLL, TOut, HAS_BIAS, NARROW."""
+    WARPS, UNROLL, AHEAD, TOut, HAS_BIAS, NARROW."""
     body = _unpack() + _GEMV_CALL.format(a="q", m="pm", k="pk", epilogue=_dequant_store("pm", "w_shape[0]"))
     return KernelSpec(_name("int8nax_gemv_w8a8", "gemv"), PACKED_W8A8_INPUTS, ("y",), body, header("gemv"), 0)
 
@@ -506,8 +506,8 @@ def gemv_w8a8_x() -> KernelSpec:
     """y [..., N] in x's type = dequant(quant(x [..., K]) . w [N, K]^T) (+ bias), M <= 16 rows, in
     one kernel: every block quantizes x itself (the quantization kernel's codes and scales, bit for
     bit) on the way into gemv_w8a8's product and epilogue; template T (x's and y's type), NT, WARPS,
-    UNROLL, HAS_BIAS, NARROW."""
-    body = _X_ROWS + "int8nax::gemv_w8a8_x<T, NT, WARPS, UNROLL, HAS_BIAS, NARROW>(x, w, m, w_shape[0], k, scale_w, bias, y);"
+    UNROLL, AHEAD, HAS_BIAS, NARROW."""
+    body = _X_ROWS + "int8nax::gemv_w8a8_x<T, NT, WARPS, UNROLL, AHEAD, HAS_BIAS, NARROW>(x, w, m, w_shape[0], k, scale_w, bias, y);"
     return KernelSpec(_name("int8nax_gemv_w8a8_x", "gemv"), ("x", "w", "scale_w", "bias"), ("y",), body,
                       header("gemv"), 0)
 

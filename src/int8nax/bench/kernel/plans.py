@@ -88,8 +88,9 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
       128x256 unsplit") and the ping-pong kernel's plan ("ping-pong") (the dispatch takes no
       persistent kernel at M <= 64);
     - at M <= 64: the cp.async kernel's split plan ("cp.async") and, where it takes the shape, the
-      GEMV's plan ("gemv"), each of its configs ("gemv <config>") and for W8A8 each config with x
-      quantized inside where x fits ("gemv <config> fused", cuda_plans.gemv_x_ok).
+      GEMV's plan ("gemv"), each of its configs and trial schedules ("gemv <config>",
+      cuda_plans.GEMV_CONFIGS and GEMV_TRIALS) and for W8A8 each with x quantized inside where x
+      fits ("gemv <config> fused", cuda_plans.gemv_x_ok).
 
     Only variants the family runs and whose supports() takes the problem are listed (K % 16 != 0:
     no TMA kernel). ValueError naming the argument for a non-positive size or SM count, or an
@@ -117,10 +118,10 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
     if small:
         add("cp.async", C.CPASYNC)
         add("gemv", C.GEMV)
-        # Each GEMV width, and for W8A8 both of its forms (x quantized by its own kernel first, or
-        # inside the GEMV where x fits): the evidence behind GEMV_DEFAULT and gemv_plan.
+        # Each GEMV width and trial schedule, and for W8A8 both of its forms (x quantized by its own
+        # kernel first, or inside the GEMV where x fits): the evidence behind GEMV_DEFAULT and gemv_plan.
         itemsize = cuda_plans.ITEMSIZE.get(out_dtype)
-        for cfg in cuda_plans.GEMV_CONFIGS.values():
+        for cfg in (*cuda_plans.GEMV_CONFIGS.values(), *cuda_plans.GEMV_TRIALS.values()):
             add(f"gemv {cfg.name}", C.GEMV, cuda_plans.GemvPlan(cfg, False if w8a8 else None))
             if w8a8 and itemsize and cuda_plans.gemv_x_ok(m, k, itemsize):
                 add(f"gemv {cfg.name} fused", C.GEMV, cuda_plans.GemvPlan(cfg, True))

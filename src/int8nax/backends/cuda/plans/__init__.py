@@ -18,7 +18,7 @@ shared with the Metal kernels and the emulator.
 from __future__ import annotations
 
 from ....tiling import ceil_div  # the plans' rounding, which their callers use beside them
-from .gemv import (GEMV_CONFIGS, GEMV_MAX_M, GEMV_UNROLL, GEMV_WARPS, GEMV_X_MAX_BYTES, ITEMSIZE, GemvConfig,
+from .gemv import (GEMV_CONFIGS, GEMV_MAX_M, GEMV_TRIALS, GEMV_UNROLL, GEMV_WARPS, GEMV_X_MAX_BYTES, ITEMSIZE, GemvConfig,
                    GemvPlan, gemv_ok, gemv_plan, gemv_x_ok)
 from .grid import (_SPLIT_TILES, _TMA_TILES, _WAVE_TILES, ONE_WAVE_FILL, TMA_FILL, TMA_LONG_K_BLOCKS,
                    TMA_LONG_K_FILL, W8A8_COMPUTE_MIN_M, W8A8_NARROW_MAX_M, WAVE_MARGIN, CudaPlan, cpasync_plan,
@@ -40,7 +40,7 @@ __all__ = [
     "COOPERATIVE_CONFIGS", "CUDA_CONFIGS", "CUDA_MAX_SHARED_BYTES", "CUDA_QUANT_LAUNCHES", "CUDA_SIMT_CONFIG",
     "CUDA_SM_SHARED_BYTES", "CUDA_SWIZZLE_BYTES", "CUDA_WARPGROUP_ROWS", "CUDA_WS_REGISTERS", "CUDA_WS_THREADS",
     "CooperativeConfig", "CudaPlan", "CudaQuantLaunch", "CudaStagedLaunch", "CudaTileConfig", "EPILOGUE_CHUNK",
-    "GEMV_CONFIGS", "GEMV_MAX_M", "GEMV_UNROLL", "GEMV_WARPS", "GEMV_X_MAX_BYTES", "GemvConfig", "GemvPlan",
+    "GEMV_CONFIGS", "GEMV_MAX_M", "GEMV_TRIALS", "GEMV_UNROLL", "GEMV_WARPS", "GEMV_X_MAX_BYTES", "GemvConfig", "GemvPlan",
     "ITEMSIZE", "MIN_SPLIT_BLOCKS", "ONE_WAVE_FILL", "PINGPONG_CONFIGS", "PersistentConfig", "PersistentPlan",
     "PingPongConfig", "QUANT_GROUP", "SMEM_PER_BLOCK", "STAGED_MAX_HELD", "STAGED_STATIC_SMEM", "STAGED_THREADS",
     "SWIGLU_HELD_BYTES", "SWIGLU_PAIR_LAUNCH", "SWIGLU_QUANT_LAUNCHES", "TMA_FILL", "TMA_K_MULTIPLE",

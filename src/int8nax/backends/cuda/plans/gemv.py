@@ -33,22 +33,51 @@ ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 @dataclass(frozen=True)
 class GemvConfig:
-    """A GEMV block's share of the output: BM = 16 activation rows by BN = 8 NT rows of w."""
+    """A GEMV block's share of the output, BM = 16 activation rows by BN = 8 NT rows of w, and its
+    schedule: `warps` warps splitting K, `unroll` 64-byte steps' loads a warp issues before
+    multiplying, and `ahead`: how many of a warp's steps ahead of its loads it asks L2 to fetch
+    (prefetch.global.L2; 0: none, where the registers' unroll steps are all a warp has in flight)."""
 
     name: str
     nt: int
+    warps: int = GEMV_WARPS
+    unroll: int = GEMV_UNROLL
+    ahead: int = 0
     bm: ClassVar[int] = GEMV_MAX_M
-    threads: ClassVar[int] = 32 * GEMV_WARPS
 
     @property
     def bn(self) -> int:
         return 8 * self.nt
 
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def schedule(self) -> str:
+        """" w4 u4 a8": where the schedule differs from the first GEMV's (GEMV_WARPS warps,
+        GEMV_UNROLL, no prefetch), which parts; "" where it does not (Choice.describe's text)."""
+        parts = [f"w{self.warps}" if self.warps != GEMV_WARPS else "", f"u{self.unroll}" if self.unroll != GEMV_UNROLL else "",
+                 f"a{self.ahead}" if self.ahead else ""]
+        return "".join(f" {p}" for p in parts if p)
+
     def template(self) -> list:
-        return [("NT", self.nt), ("WARPS", GEMV_WARPS), ("UNROLL", GEMV_UNROLL)]
+        return [("NT", self.nt), ("WARPS", self.warps), ("UNROLL", self.unroll), ("AHEAD", self.ahead)]
 
 
 GEMV_CONFIGS = {c.name: c for c in (GemvConfig("gemv_16x8", 1), GemvConfig("gemv_16x16", 2))}
+"""The GEMV configurations gemv_plan chooses from (the kernel catalogue builds each)."""
+
+GEMV_TRIALS = {c.name: c for c in (
+    GemvConfig("gemv_16x16_u4", 2, unroll=4), GemvConfig("gemv_16x16_a4", 2, ahead=4),
+    GemvConfig("gemv_16x16_a8", 2, ahead=8), GemvConfig("gemv_16x16_a16", 2, ahead=16),
+    GemvConfig("gemv_16x16_u4a8", 2, unroll=4, ahead=8), GemvConfig("gemv_16x8_a8", 1, ahead=8),
+    GemvConfig("gemv_16x8_u4a8", 1, unroll=4, ahead=8), GemvConfig("gemv_16x32_a8", 4, ahead=8),
+    GemvConfig("gemv_16x16_w4a8", 2, warps=4, ahead=8))}
+"""Schedules `int8nax compare --mode kernel --plans` times beside GEMV_CONFIGS at M <= 16, which
+no rule chooses: deeper load pipelines (unroll), L2 prefetch ahead of the loads (ahead), wider
+blocks and fewer warps, against the weight stream's 2.0 TB/s (docs/results/cuda-h200.md). Not
+in the catalogue: a run that times them compiles them, or carries them (tools/cuda_cache_offline.py)."""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@
 //    narrow N (3584: 224 blocks of 16 rows) puts every SM to work and many loads in flight;
 //  * each lane reads its share of a step with 16-byte loads: 16 bytes of one w row, and 16 bytes of
 //    the two activation rows it holds in the mma (the activation is small and stays in cache);
+//  * a warp holds only UNROLL steps of loads in registers, so with AHEAD > 0 it also asks L2 for the
+//    step AHEAD of its own steps later (prefetch.global.L2) each time it loads one: more of the weight
+//    in flight from DRAM than registers hold, without more registers (AHEAD = 0: no prefetch);
 //  * mma.sync.m16n8k32.s8 (sm_80+) multiplies the M <= 16 activation rows by 8 weight rows, with
 //    exact int32 accumulation, twice per 64-byte step. A lane's 16 loaded bytes are not in the order
 //    the instruction's fragments name: the kernel lets each mma see a permutation of K, the same
@@ -50,10 +53,34 @@ struct CodesA {
   }
 };
 
+// Asks L2 for this lane's 16 bytes of step s of the block's w rows (nothing past K or N).
+template <int NT>
+__device__ __forceinline__ void prefetch_step(const int8_t* const (&w_row)[NT], const bool (&has_row)[NT], int K,
+                                              int s) {
+  const int k = s * STEP + lane_k(threadIdx.x & 31, 0);
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (has_row[t] && k < K) {
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w_row[t] + k));
+    }
+  }
+}
+
+// The first `count` of the warp's steps (warp, warp + WARPS, ...) asked of L2.
+template <int NT, int WARPS>
+__device__ __forceinline__ void prefetch_first(const int8_t* const (&w_row)[NT], const bool (&has_row)[NT], int K,
+                                               int count) {
+  const int warp = threadIdx.x >> 5;
+  for (int u = 0; u < count; ++u) {
+    prefetch_step<NT>(w_row, has_row, K, warp + u * WARPS);
+  }
+}
+
 // The warp's share of the K steps: acc[t] += A [rows g, g + 8] . w [row n0 + 8 t + g] over its
-// steps (warp, warp + WARPS, ...), UNROLL steps' loads issued before their mma; A: CodesA, or
-// QuantizedA (the codes made from x on the way).
-template <int NT, int WARPS, int UNROLL, bool FAST, class ASource>
+// steps (warp, warp + WARPS, ...), UNROLL steps' loads issued before their mma, and with AHEAD > 0
+// the step AHEAD of the warp's steps beyond each asked of L2 (the first AHEAD: prefetch_first, by
+// the caller); A: CodesA, or QuantizedA (the codes made from x on the way).
+template <int NT, int WARPS, int UNROLL, int AHEAD, bool FAST, class ASource>
 __device__ __forceinline__ void warp_steps(const ASource& a_src, const int8_t* const (&w_row)[NT],
                                            const bool (&has_row)[NT], int K, int (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31;
@@ -68,6 +95,9 @@ __device__ __forceinline__ void warp_steps(const ASource& a_src, const int8_t* c
       const int s = s0 + u * WARPS;
       const int k = s * STEP + lane_k(lane, 0);
       const int valid = s < total ? K - k : 0;
+      if (AHEAD > 0 && s + AHEAD * WARPS < total) {
+        prefetch_step<NT>(w_row, has_row, K, s + AHEAD * WARPS);
+      }
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         b[u][t] = load16<true, FAST>(w_row[t] + k, has_row[t] ? valid : 0);
@@ -136,9 +166,9 @@ __device__ __forceinline__ void store_sums(int (&acc)[NT][4], int M, int N, int 
 }  // namespace gemv
 
 // y = epi(q [M, K] . w [N, K]^T) for M <= 16: one block of WARPS warps per 8 x NT rows of w
-// (gridDim.x = ceil(N / (8 NT)), blockDim.x = 32 WARPS). The epilogue: DequantStore (W8A8) or
-// StoreInt32 (their store1 and row_factor only).
-template <int NT, int WARPS, int UNROLL, class Epilogue>
+// (gridDim.x = ceil(N / (8 NT)), blockDim.x = 32 WARPS), AHEAD steps of prefetch (warp_steps). The
+// epilogue: DequantStore (W8A8) or StoreInt32 (their store1 and row_factor only).
+template <int NT, int WARPS, int UNROLL, int AHEAD, class Epilogue>
 __device__ void gemv_w8a8(const int8_t* q, const int8_t* w, int M, int N, int K, const Epilogue& epi) {
   using namespace gemv;
   const int g = lane_group(threadIdx.x & 31);
@@ -146,15 +176,16 @@ __device__ void gemv_w8a8(const int8_t* q, const int8_t* w, int M, int N, int K,
   const int8_t* w_row[NT];
   bool has_row[NT];
   weight_rows<NT>(w, N, K, n0, g, w_row, has_row);
+  prefetch_first<NT, WARPS>(w_row, has_row, K, AHEAD);
   int acc[NT][4] = {};
   const int8_t* lo = q + static_cast<size_t>(g) * K;
   const int8_t* hi = q + static_cast<size_t>(g + 8) * K;
   const bool fast = ((reinterpret_cast<unsigned long long>(q) | reinterpret_cast<unsigned long long>(w)) & 15) == 0 &&
                     (K & 15) == 0;
   if (fast) {
-    warp_steps<NT, WARPS, UNROLL, true>(CodesA<true>{lo, hi, g < M, g + 8 < M}, w_row, has_row, K, acc);
+    warp_steps<NT, WARPS, UNROLL, AHEAD, true>(CodesA<true>{lo, hi, g < M, g + 8 < M}, w_row, has_row, K, acc);
   } else {
-    warp_steps<NT, WARPS, UNROLL, false>(CodesA<false>{lo, hi, g < M, g + 8 < M}, w_row, has_row, K, acc);
+    warp_steps<NT, WARPS, UNROLL, AHEAD, false>(CodesA<false>{lo, hi, g < M, g + 8 < M}, w_row, has_row, K, acc);
   }
   store_sums<NT, WARPS>(acc, M, N, n0, epi);
 }
@@ -163,30 +194,21 @@ __device__ void gemv_w8a8(const int8_t* q, const int8_t* w, int M, int N, int K,
 // (x's codes and scales: quant/gemv_quantize.cuh)
 
 // y [M, N] (T) = dequant(quant(x) [M, K] . w [N, K]^T) (+ bias) for M <= 16, x: float, __half or
-// __nv_bfloat16, the bias in its own type (DequantStore); the launch of gemv_w8a8. PREFETCH steps of
-// the block's weight rows go to L2 while the warps find the rows' scales.
-template <typename T, int NT, int WARPS, int UNROLL, bool HAS_BIAS, bool NARROW, int PREFETCH = 2, typename TBias>
+// __nv_bfloat16, the bias in its own type (DequantStore); the launch of gemv_w8a8. The first
+// max(AHEAD, PREFETCH) of each warp's steps go to L2 while the warps find the rows' scales.
+template <typename T, int NT, int WARPS, int UNROLL, int AHEAD, bool HAS_BIAS, bool NARROW, int PREFETCH = 2,
+          typename TBias>
 __device__ void gemv_w8a8_x(const T* x, const int8_t* w, int M, int N, int K, const float* scale_w, const TBias* bias,
                             T* y) {
   using namespace gemv;
   __shared__ RowScales rs;
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
   const int g = lane_group(lane);
   const int n0 = blockIdx.x * (ROWS * NT);
   const int8_t* w_row[NT];
   bool has_row[NT];
   weight_rows<NT>(w, N, K, n0, g, w_row, has_row);
-#pragma unroll
-  for (int u = 0; u < PREFETCH; ++u) {
-    const int k = (warp + u * WARPS) * STEP + lane_k(lane, 0);
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      if (has_row[t] && k < K) {
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w_row[t] + k));
-      }
-    }
-  }
+  prefetch_first<NT, WARPS>(w_row, has_row, K, AHEAD > PREFETCH ? AHEAD : PREFETCH);
   const bool x_aligned = (reinterpret_cast<unsigned long long>(x) & 15) == 0;
   if (x_aligned && (K & 7) == 0) {
     row_scales<T, WARPS, true>(x, M, K, rs);
@@ -206,10 +228,10 @@ __device__ void gemv_w8a8_x(const T* x, const int8_t* w, int M, int N, int K, co
   int acc[NT][4] = {};
   const bool fast = x_aligned && ((reinterpret_cast<unsigned long long>(w) & 15) == 0) && (K & 15) == 0;
   if (fast) {
-    warp_steps<NT, WARPS, UNROLL, true>(QuantizedA<T, true>{lo, hi, lo_on, hi_on, up_lo, inv_lo, up_hi, inv_hi},
+    warp_steps<NT, WARPS, UNROLL, AHEAD, true>(QuantizedA<T, true>{lo, hi, lo_on, hi_on, up_lo, inv_lo, up_hi, inv_hi},
                                         w_row, has_row, K, acc);
   } else {
-    warp_steps<NT, WARPS, UNROLL, false>(QuantizedA<T, false>{lo, hi, lo_on, hi_on, up_lo, inv_lo, up_hi, inv_hi},
+    warp_steps<NT, WARPS, UNROLL, AHEAD, false>(QuantizedA<T, false>{lo, hi, lo_on, hi_on, up_lo, inv_lo, up_hi, inv_hi},
                                          w_row, has_row, K, acc);
   }
   store_sums<NT, WARPS>(acc, M, N, n0, DequantStore<T, HAS_BIAS, NARROW, TBias>{y, rs.s, scale_w, bias, M, N});
