@@ -263,26 +263,29 @@ def test_backend_describe_names_the_gemv(monkeypatch, gemv_default):
 
 def instances():
     """(label, spec, input types, output types, template) of the GEMV's instances, as
-    tools/cuda_compile_check.py builds them from its cuda_choice.VARIANTS row."""
+    tools/cuda_compile_check.py builds them from its cuda_choice.VARIANTS row, its trial schedules
+    (--trials) included."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     import cuda_compile_check as ccc
 
-    return ccc, [i for i in ccc.instances("sm_90a") if i[0].startswith("gemv ")]
+    return ccc, [i for i in ccc.instances("sm_90a", trials=True) if i[0].startswith("gemv ")]
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc here (set NVCC=/path/to/nvcc)")
 def test_the_kernels_compile_for_sm90a_without_spills(tmp_path):
     """The instances as MLX hands them to NVRTC (tools/cuda_compile_check.py's translation unit and
     stand-in for MLX's header), through nvcc -cubin for sm_90a: compiled, no spills. A sample by
-    default (nvcc takes seconds an instance); INT8NAX_GEMV_COMPILE_ALL=1 compiles all 34."""
+    default (nvcc takes seconds an instance); INT8NAX_GEMV_COMPILE_ALL=1 compiles all 34 and the
+    trial schedules' 3 each."""
     ccc, every_instance = instances()
     include = tmp_path / "inc" / "mlx" / "backend" / "cuda" / "device"
     include.mkdir(parents=True)
     (include / "utils.cuh").write_text(ccc.STAND_IN)
     sample = ("gemv i32 gemv_16x16", "gemv w8a8 gemv_16x16 bfloat16 narrow", "gemv w8a8_x gemv_16x8 float16",
-              "gemv w8a8_x gemv_16x16 float32", "gemv w8a8_x gemv_16x8 bfloat16 narrow bias bfloat16")
+              "gemv w8a8_x gemv_16x16 float32", "gemv w8a8_x gemv_16x8 bfloat16 narrow bias bfloat16",
+              "gemv i32 gemv_16x16_u4a8", "gemv w8a8_x gemv_16x16_a8 bfloat16 narrow")
     every = os.environ.get("INT8NAX_GEMV_COMPILE_ALL") == "1"
-    assert len(every_instance) == 34 and set(sample) <= {i[0] for i in every_instance}
+    assert len(every_instance) == 34 + 3 * len(cuda_plans.GEMV_TRIALS) and set(sample) <= {i[0] for i in every_instance}
     done = 0
     for label, spec, ins, outs, tmpl in every_instance:
         if not every and label not in sample:

@@ -1,6 +1,6 @@
 """Compile every int8nax CUDA kernel the way MLX's cuda_kernel does, without a GPU.
 
-    python tools/cuda_compile_check.py [--nvcc nvcc] [--arch sm_90a] [--mlx-include DIR] [--only REGEX]
+    python tools/cuda_compile_check.py [--nvcc nvcc] [--arch sm_90a] [--mlx-include DIR] [--only REGEX] [--trials]
     python tools/cuda_compile_check.py --nvrtc /path/libnvrtc.so.13    # NVRTC with MLX's options
     python tools/cuda_compile_check.py --ptx --keep B [--same-as A]    # PTX only; same code as tree A's?
     python tools/cuda_compile_check.py --prebuild [--jobs N]    # on a CUDA machine: fill its kernel cache
@@ -95,11 +95,25 @@ def w8a8_instances(prefix: str, spec, inputs, tmpl):
                [CUDA_TYPES[out]], tmpl + [("TOut", out), ("HAS_BIAS", has_bias), ("NARROW", narrow)])
 
 
-def instances(arch: str):
+def trial_instances():
+    """(label, spec, input types, output types, template) of the GEMV's trial schedules
+    (cuda_plans.GEMV_TRIALS), as the plans sweep at decode meets them: the int32 GEMV and the
+    quantizing W8A8 GEMV on bfloat16 with the narrow epilogue, with a float32 bias and without."""
+    row = cuda_choice.VARIANTS[cuda_choice.GEMV]
+    for cfg in cuda_plans.GEMV_TRIALS.values():
+        tmpl = row.template(cfg)
+        yield (f"{row.name} i32 {cfg.name}", row.specs(cfg).int32, ["int8_t", "int8_t"], ["int32_t"], tmpl)
+        for has_bias in (True, False):
+            yield (f"{row.name} w8a8_x {cfg.name} bfloat16{epilogue_tag(True, has_bias)}", row.quantizing(),
+                   [CUDA_TYPES["bfloat16"], "int8_t", "float", "float"], [CUDA_TYPES["bfloat16"]],
+                   [("T", "bfloat16")] + tmpl + [("HAS_BIAS", has_bias), ("NARROW", True)])
+
+
+def instances(arch: str, trials: bool = False):
     """(label, spec, input types, output types, template) for every kernel the backend builds:
     every tile of every cuda_choice.VARIANTS row (the sm90 ones on sm_90*, the sm80 ones from
     sm_80), with its quantizing W8A8 kernel where it has one, then the quantization (plain and
-    SwiGLU), reduction and SM-count kernels."""
+    SwiGLU), reduction and SM-count kernels; with `trials`, then trial_instances()."""
     number = int(re.sub(r"\D", "", arch) or 0)
     for row in cuda_choice.VARIANTS.values():
         if (row.family == "sm90" and not arch.startswith("sm_90")) or (row.family == "sm80" and number < 80):
@@ -141,6 +155,8 @@ def instances(arch: str):
                ["int32_t", "int8_t", "float", CUDA_TYPES[bias_type]], ["__half"],
                [("TOut", "float16"), ("HAS_BIAS", True), ("NARROW", narrow)])
     yield ("count_sms", cuda_source.count_sms(), ["int32_t"], ["int32_t"], [("CAPACITY", 1024)])
+    if trials and number >= 80:
+        yield from trial_instances()
 
 
 def mlx_headers(spec) -> list[str]:
@@ -193,7 +209,7 @@ def nvrtc_compile(lib_path: str, source: str, arch: str, include_dirs) -> tuple[
     return rc == 0, buf.value.decode(errors="replace")
 
 
-def prebuild(arch: str, only: str | None, jobs: int | None) -> int:
+def prebuild(arch: str, only: str | None, jobs: int | None, trials: bool = False) -> int:
     """Build every instance (matching `only`) into this CUDA machine's kernel cache
     (backends/cuda/binary_cache.py, `jobs` NVRTC compiles at once), so that no later call or test
     compiles one in its process; 1 where there is no cache here or a build failed."""
@@ -204,7 +220,7 @@ def prebuild(arch: str, only: str | None, jobs: int | None) -> int:
         print(f"prebuild: no kernel cache here ({kernels.binary_cache_status()})")
         return 1
     found = [instance(spec, ins, outs, tmpl)
-             for label, spec, ins, outs, tmpl in instances(arch) if not only or re.search(only, label)]
+             for label, spec, ins, outs, tmpl in instances(arch, trials) if not only or re.search(only, label)]
     built = cache.prebuild(found, jobs, binary_cache.terminal_progress("building CUDA kernels"))
     print(f"prebuild: {len(found)} instances, {built} built; {kernels.binary_cache_status()}")
     return 1 if cache.counts.failed else 0
@@ -229,10 +245,12 @@ def main(argv=None) -> int:
                         help="on a CUDA machine: build every instance into its kernel cache (MLX's NVRTC and "
                              "headers, --arch ignored: the GPU's), so no later process compiles one")
     parser.add_argument("--jobs", type=int, help="with --prebuild: NVRTC compiles at once (default: the CPUs)")
+    parser.add_argument("--trials", action="store_true",
+                        help="also the GEMV's trial schedules (cuda_plans.GEMV_TRIALS), which no rule builds")
     args = parser.parse_args(argv)
     if args.prebuild:
         from int8nax.backends.cuda import device
-        return prebuild(binary_cache.arch_of(device.compute_capability()), args.only, args.jobs)
+        return prebuild(binary_cache.arch_of(device.compute_capability()), args.only, args.jobs, args.trials)
     if args.ptx and not args.keep:
         parser.error("--ptx writes into --keep's folder: name one")
     if args.same_as and not args.ptx:
@@ -248,7 +266,7 @@ def main(argv=None) -> int:
         out_dir = args.keep or tmp
         os.makedirs(out_dir, exist_ok=True)
         skipped = []
-        for label, spec, ins, outs, tmpl in instances(args.arch):
+        for label, spec, ins, outs, tmpl in instances(args.arch, args.trials):
             if args.only and not re.search(args.only, label):
                 continue
             missing = [h for h in mlx_headers(spec) if not os.path.isfile(os.path.join(include, h))]
