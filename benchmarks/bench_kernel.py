@@ -17,6 +17,11 @@ GPU spends in the call's kernels, operands cold in L2), measured exactly as `int
 median of kernel.worker.LAUNCHES launches, the output checked after), for int8nax's GEMM, for
 cuBLASLt's int8 GEMM beside it (the README's headline is their ratio), and for W8A8 on float16
 x. Elsewhere (no MLX CUDA backend, no torch with CUDA) it is skipped with the reason.
+
+DecodeTime, on CUDA only, is the same kernel time at one token, where a linear streams its weight:
+each fused layer of the GPU models (bench.kernel.plans.model_shapes at M = 1) for W8A8, MLX's
+8-bit quantized matmul and its bfloat16 matmul (bench.kernel.cases.FLOAT_PEERS), all on bfloat16
+x. These are the weight streams that set a generated token's pace.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from int8nax.bench import checks, contenders, problems
+from int8nax.bench.kernel.plans import model_shapes
 
 from .common import require_profile_shape
 
@@ -125,3 +131,37 @@ class KernelTime:
     @_kernel_time
     def track_int8nax_full_kernel_us(self, shape):
         return _kernel_us("w8a8:float16", shape)
+
+
+DECODE_SHAPES = sorted(model_shapes(tokens=(1,)))
+"""(1, K, N) of each fused layer of the GPU models (Qwen2.5-7B, Qwen3-8B) at one token."""
+
+
+class DecodeTime:
+    """Kernel time (µs) of one call at one token, operands cold in L2 (CUDA only), at each fused
+    layer of the GPU models: W8A8 (w8a8_linear, bfloat16 x, no bias), MLX's 8-bit quantized matmul
+    (group 64) and MLX's bfloat16 matmul. The weight's bytes over the time is its stream's rate."""
+
+    params = [DECODE_SHAPES]
+    param_names = ["(M, K, N)"]
+    timeout = 300
+    version = "1"
+
+    def setup(self, shape):
+        from int8nax.bench.kernel.cupti import skip_reason
+
+        why = skip_reason()
+        if why:
+            raise NotImplementedError(f"kernel time {why}")
+
+    @_kernel_time
+    def track_w8a8_decode_us(self, shape):
+        return _kernel_us("w8a8:bfloat16", shape)
+
+    @_kernel_time
+    def track_mlx_q8_decode_us(self, shape):
+        return _kernel_us("mlx-q8", shape)
+
+    @_kernel_time
+    def track_bf16_decode_us(self, shape):
+        return _kernel_us("bf16", shape)

@@ -244,6 +244,28 @@ def test_kernel_time_is_skipped_with_its_reason_where_it_cannot_be_measured(monk
     assert all(getattr(bench_kernel.KernelTime, n).unit == "µs" for n in names)
 
 
+def test_decode_time_is_each_model_layer_at_one_token_beside_mlx_own_forms(monkeypatch):
+    # Every fused layer of both GPU models at M = 1, W8A8 against MLX's 8-bit and bfloat16 matmuls,
+    # skipped with the reason where kernel time cannot be measured; each track is kernel.cases.measure's µs.
+    from benchmarks import bench_kernel
+    from int8nax.bench.kernel import cupti
+    from int8nax.bench.kernel.plans import layer_shapes
+    from int8nax.bench.models import CONFIGS, PROFILE_CONFIGS
+
+    layers = {(1, k, n) for name in PROFILE_CONFIGS["full"] for _, k, n in layer_shapes(CONFIGS[name])}
+    assert set(bench_kernel.DECODE_SHAPES) == layers and len(layers) == 8
+    monkeypatch.setattr(cupti, "skip_reason", lambda: "needs an NVIDIA GPU with MLX's CUDA backend")
+    with pytest.raises(NotImplementedError, match="kernel time needs an NVIDIA GPU"):
+        bench_kernel.DecodeTime().setup((1, 3584, 4608))
+    names = [n for n in vars(bench_kernel.DecodeTime) if n.startswith("track_")]
+    assert names == ["track_w8a8_decode_us", "track_mlx_q8_decode_us", "track_bf16_decode_us"]
+    assert all(getattr(bench_kernel.DecodeTime, n).unit == "µs" for n in names)
+    seen = []
+    monkeypatch.setattr(bench_kernel, "_kernel_us", lambda subject, shape: seen.append(subject) or 3.0)
+    assert [getattr(bench_kernel.DecodeTime(), n)((1, 64, 48)) for n in names] == [3.0] * 3
+    assert seen == ["w8a8:bfloat16", "mlx-q8", "bf16"]
+
+
 def test_kernel_time_tracks_the_measuring_layers_figure_and_fails_a_wrong_output(monkeypatch):
     # The CPU backend and a stub profiler stand in for CUDA and CUPTI (as in test_kernel_time):
     # the track returns kernel.cases.measure's µs, and a wrong output fails the benchmark.

@@ -294,6 +294,21 @@ def test_a_wrong_output_is_a_mismatch_and_loses_its_time(monkeypatch):
     assert "us" not in rec and "ulp" in rec["mismatch"]
 
 
+@pytest.mark.parametrize("subject", sorted(kc.FLOAT_PEERS))
+def test_mlx_own_forms_are_timed_and_checked_against_the_weights_they_multiply(subject, monkeypatch):
+    # bf16 and MLX's 8-bit quantized matmul on bfloat16 x [20, 128] and w [48, 128] (groups of 64):
+    # in tolerance as MLX computes them, a mismatch once their output is off by 10 %
+    rec = kc.measure(kw.Item(subject, (20, 128, 48)), CTX)
+    assert rec["us"] == 5.0 and "mismatch" not in rec and rec["describe"] == kc.FLOAT_PEERS[subject]
+    operands = 20 * 128 * 2 + (48 * 128 * 2 if subject == "bf16" else 48 * 128 + 2 * 48 * 2 * 2)
+    assert rec["copies"] == kc.copies_for(operands, CTX["l2_bytes"])
+    name = "matmul" if subject == "bf16" else "quantized_matmul"
+    real = getattr(mx, name)
+    monkeypatch.setattr(mx, name, lambda *a, **kw: real(*a, **kw) * 1.1)
+    rec = kc.measure(kw.Item(subject, (20, 128, 48)), CTX)
+    assert "us" not in rec and "off by" in rec["mismatch"]
+
+
 # ---- the command ---------------------------------------------------------------------------------
 
 def test_the_command_runs_its_items_in_workers_of_this_module(monkeypatch, capsys):

@@ -5,8 +5,8 @@ measure(item, ctx) is what the worker (bench.kernel.worker) runs for one item of
 the operands of problems.py as bit-identical copies computed on the device, covering ROTATE_L2
 times the L2 so that they come from HBM; WARMUP untimed launches, then ctx's CUPTI Profiler
 (bench.kernel.cupti) over ctx's launches; then the output checked on checked_rows: integers bit-exactly
-against the int64 product, W8A8 within 1 ulp of the float64 model, the bfloat16 peer within 5 %
-of the float32 product. The --plans sweep (bench.kernel.plans) times its plans on the same cases
+against the int64 product, W8A8 within 1 ulp of the float64 model, MLX's own forms (bfloat16,
+8-bit) within 5 % of the float32 product's largest output. The --plans sweep (bench.kernel.plans) times its plans on the same cases
 (raw_case, w8a8_case).
 """
 
@@ -82,7 +82,7 @@ class Prepared:
 
 
 def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
-    """The operands, call and check of an int8_matmul, w8a8:<dtype>[+bias], bf16 or cublaslt item at its
+    """The operands, call and check of an int8_matmul, w8a8:<dtype>[+bias], bf16, mlx-q8 or cublaslt item at its
     shape on the device, for an L2 of `l2` bytes; `backend`: the tests' CPU. A cublaslt call returns
     a torch tensor after synchronizing torch's stream (`synced`)."""
     import mlx.core as mx
@@ -104,32 +104,73 @@ def prepare(item: Item, l2: int, backend: str = "cuda") -> Prepared:
         return Prepared(lambda s: int8nax.int8_matmul(s[0], s[1], backend=backend), case.sets, case.copies,
                         lambda out: case.check(out, rows), case.what,
                         _describe(backends.get(backend), "int8_matmul", m, n, k))
-    if item.subject == "bf16":
-        x_np, _ = problems.linear_problem(m, k, n)
-        w_np, s_np = problems.w8a8_weights(m, k, n)
-        x = mx.array(x_np).astype(mx.bfloat16)
-        w = (mx.array(w_np).astype(mx.float32) * mx.array(s_np)[:, None]).astype(mx.bfloat16)
-        copies = copies_for(x.nbytes + w.nbytes, l2)
-
-        def check(out):
-            idx = mx.array(rows)
-            got = np.array(out[idx].astype(mx.float32))
-            want = np.array(x[idx].astype(mx.float32)) @ np.array(w.astype(mx.float32)).T
-            worst = float(np.max(np.abs(got - want) / (np.abs(want) + np.abs(want).max() * 1e-3 + 1e-30)))
-            return None if worst <= 0.05 else f"off by {worst:.3g} (relative) from the float32 product"
-
-        return Prepared(lambda st: mx.matmul(st[0], st[1].T), _device_copies(mx, (x, w), copies), copies, check,
-                        "within 5 % of the float32 product (a peer: bfloat16 rounding)", "mlx bfloat16 matmul")
+    if item.subject in FLOAT_PEERS:
+        return _float_peer(item, l2)
     if item.subject.startswith(SWIGLU_QUANTIZE):
         return _swiglu_quantize(item, l2)
     if not item.subject.startswith("w8a8:"):
-        raise ValueError(f"item: expected int8_matmul, bf16, cublaslt, w8a8:<dtype>[+bias] or "
+        raise ValueError(f"item: expected int8_matmul, bf16, mlx-q8, cublaslt, w8a8:<dtype>[+bias] or "
                          f"{SWIGLU_QUANTIZE}<fused|staged>:<dtype> here, got {item.subject!r}")
     case = w8a8_case(item.subject.split(":", 1)[1], item.shape, l2)
     return Prepared(lambda st: int8nax.w8a8_linear(st[0], st[1], st[2], st[3], backend=backend), case.sets,
                     case.copies, lambda out: case.check(out, rows), case.what,
                     _describe(backends.get(backend), "w8a8_linear", m, n, k, bias=case.bias is not None,
                               dtype=case.dtype))
+
+
+FLOAT_PEERS = {"bf16": "mlx bfloat16 matmul",
+               "mlx-q8": "mlx quantized_matmul, 8 bits, groups of 64 (mlx-lm's nn.quantize defaults), bfloat16 x"}
+"""MLX's own forms of the linear, timed beside W8A8 on bfloat16 x: its bfloat16 matmul and its
+8-bit weight-only quantized matmul (what `--forms mlx-q8` runs in a model). Their operands: the
+full problem's x and its per-channel int8 weights times their scales, in bfloat16 (mlx-q8 quantizes
+those again, its own way)."""
+
+FLOAT_PEER_TOLERANCE = 0.05
+"""The float peers' check: the largest error of an output against the float32 product of x and the
+weights the peer multiplies, over the product's largest magnitude (bfloat16 rounding of the output
+and its accumulation: MLX's CPU quantized_matmul is off by ~2 % of it, its bfloat16 matmul by ~0.3 %)."""
+
+
+def _float_peer(item: Item, l2: int) -> Prepared:
+    """A FLOAT_PEERS item: MLX's bfloat16 matmul, or its 8-bit quantized matmul, on bfloat16 x [M, K]
+    and w [N, K]; checked within FLOAT_PEER_TOLERANCE of the float32 product of x and the weights it
+    multiplies (for mlx-q8 the dequantized ones)."""
+    import mlx.core as mx
+    import numpy as np
+
+    from .. import problems
+
+    m, k, n = item.shape
+    rows = checked_rows(m)
+    x_np, _ = problems.linear_problem(m, k, n)
+    w_np, s_np = problems.w8a8_weights(m, k, n)
+    x = mx.array(x_np).astype(mx.bfloat16)
+    w = (mx.array(w_np).astype(mx.float32) * mx.array(s_np)[:, None]).astype(mx.bfloat16)
+    if item.subject == "bf16":
+        operands, used = (x, w), w
+
+        def call(st):
+            return mx.matmul(st[0], st[1].T)
+    else:
+        wq, scales, biases = mx.quantize(w, group_size=64, bits=8)
+        operands, used = (x, wq, scales, biases), mx.dequantize(wq, scales, biases, group_size=64, bits=8)
+
+        def call(st):
+            return mx.quantized_matmul(st[0], st[1], st[2], st[3], transpose=True, group_size=64, bits=8)
+    copies = copies_for(sum(a.nbytes for a in operands), l2)
+    want_w = np.array(used.astype(mx.float32))
+
+    def check(out):
+        idx = mx.array(rows)
+        got = np.array(out[idx].astype(mx.float32))
+        want = np.array(x[idx].astype(mx.float32)) @ want_w.T
+        worst = float(np.max(np.abs(got - want)) / (np.abs(want).max() + 1e-30))
+        return None if worst <= FLOAT_PEER_TOLERANCE else (f"off by {worst:.3g} of the largest output from the "
+                                                           "float32 product")
+
+    return Prepared(call, _device_copies(mx, operands, copies), copies, check,
+                    f"within {FLOAT_PEER_TOLERANCE:.0%} of the float32 product's largest output (a peer: bfloat16 rounding)",
+                    FLOAT_PEERS[item.subject])
 
 
 SWIGLU_QUANTIZE = "swiglu_quantize:"

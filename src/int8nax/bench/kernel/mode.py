@@ -59,7 +59,7 @@ from functools import partial
 from .. import argtypes
 from .cupti import skip_reason
 from ..estimate import shape_text
-from .cases import CHECK_ROWS, ROTATE_L2, WARMUP, measure
+from .cases import CHECK_ROWS, FLOAT_PEERS, ROTATE_L2, WARMUP, measure
 from .worker import LAUNCHES, Item, run_items, spawn_worker, worker_main
 from ..text import table_lines
 from ..problems import EXTRA_SHAPES, SEED_SHAPES, Shape
@@ -243,8 +243,8 @@ def kernels_text(rec: dict) -> str:
 
 
 def failed(records: list[dict]) -> bool:
-    """A wrong output anywhere, or an int8nax item that raised or died."""
-    return any("mismatch" in r or (r["subject"] not in ("cublaslt", "bf16") and "error" in r) for r in records)
+    """A wrong output anywhere, or an int8nax item that raised or died (a peer's error is its own)."""
+    return any("mismatch" in r or (r["subject"] not in ("cublaslt", *FLOAT_PEERS) and "error" in r) for r in records)
 
 
 def to_json(records: list[dict], meta: dict) -> dict:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from .cupti import short_name
 from ..estimate import shape_text
-from .cases import SWIGLU_QUANTIZE, WARMUP, prepare
+from .cases import FLOAT_PEERS, SWIGLU_QUANTIZE, WARMUP, prepare
 from .worker import DEFAULT_L2_BYTES, Item
 from ..problems import parse_shapes
 
@@ -66,8 +66,8 @@ def parse_sets(values: list[str]) -> list[Item]:
         if not sep or not names:
             raise ValueError(f"--set: expected SUBJECT[,SUBJECT...]@MxKxN[,MxKxN...], got {value!r}")
         for name in names:
-            if name not in ("int8_matmul", "bf16", "cublaslt") and not name.startswith(("w8a8:", SWIGLU_QUANTIZE)):
-                raise ValueError(f"--set: a subject is int8_matmul, bf16, cublaslt, w8a8:<dtype>[+bias] or "
+            if name not in ("int8_matmul", "cublaslt", *FLOAT_PEERS) and not name.startswith(("w8a8:", SWIGLU_QUANTIZE)):
+                raise ValueError(f"--set: a subject is int8_matmul, {', '.join(FLOAT_PEERS)}, cublaslt, w8a8:<dtype>[+bias] or "
                                  f"{SWIGLU_QUANTIZE}<fused|staged>:<dtype>, got {name!r}")
         for shape in parse_shapes(shapes, "--set"):
             items += [Item(name, shape) for name in names]
