@@ -155,13 +155,13 @@ class DecodeTime:
             raise NotImplementedError(f"kernel time {why}")
 
     @_kernel_time
-    def track_w8a8_decode_us(self, shape):
+    def track_w8a8_decode_kernel_us(self, shape):
         return _kernel_us("w8a8:bfloat16", shape)
 
     @_kernel_time
-    def track_mlx_q8_decode_us(self, shape):
+    def track_mlx_q8_decode_kernel_us(self, shape):
         return _kernel_us("mlx-q8", shape)
 
     @_kernel_time
-    def track_bf16_decode_us(self, shape):
+    def track_bf16_decode_kernel_us(self, shape):
         return _kernel_us("bf16", shape)

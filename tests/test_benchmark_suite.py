@@ -258,7 +258,7 @@ def test_decode_time_is_each_model_layer_at_one_token_beside_mlx_own_forms(monke
     with pytest.raises(NotImplementedError, match="kernel time needs an NVIDIA GPU"):
         bench_kernel.DecodeTime().setup((1, 3584, 4608))
     names = [n for n in vars(bench_kernel.DecodeTime) if n.startswith("track_")]
-    assert names == ["track_w8a8_decode_us", "track_mlx_q8_decode_us", "track_bf16_decode_us"]
+    assert names == ["track_w8a8_decode_kernel_us", "track_mlx_q8_decode_kernel_us", "track_bf16_decode_kernel_us"]
     assert all(getattr(bench_kernel.DecodeTime, n).unit == "µs" for n in names)
     seen = []
     monkeypatch.setattr(bench_kernel, "_kernel_us", lambda subject, shape: seen.append(subject) or 3.0)

@@ -822,6 +822,30 @@ def test_the_cuda_description_says_when_it_assumes_the_sm_count():
         contenders.hopper_description("mlx-q8", (16, 16, 16))
 
 
+def test_decode_time_is_shown_per_layer_against_mlx_own_forms(tmp_path, html_dir):
+    # DecodeTime's CUPTI µs: W8A8 against MLX 8-bit and bfloat16 (their time / W8A8's: speed), W8A8's
+    # weight stream in TB/s (K x N bytes over its time), geometric means; layers without W8A8 left out.
+    root = tmp_path / "results"
+    write_result(root / "h100", "7" * 40, 1_000, {
+        "bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, 3e-4, NAN],
+        "bench_kernel.DecodeTime.track_w8a8_decode_kernel_us": [8.0, 16.0, NAN],
+        "bench_kernel.DecodeTime.track_mlx_q8_decode_kernel_us": [10.0, 16.0, 1.0],
+        "bench_kernel.DecodeTime.track_bf16_decode_kernel_us": [16.0, NAN, NAN]})
+    write_result(root / "cpu-box", "8" * 40, 1_000, {"bench_gemm.Int8naxGemm.time_int8nax_gemm": [2e-4, 3e-4, NAN]})
+    site.publish(html_dir, root)
+    machines = json.loads((html_dir / "compare.json").read_text())["machines"]
+    rows = {r["shape"]: r for r in machines["h100"]["decode_time"]}
+    assert sorted(rows) == sorted([S16, S64])
+    assert rows[S16]["vs_mlx_q8"] == pytest.approx(1.25) and rows[S16]["vs_bf16"] == pytest.approx(2.0)
+    assert rows[S16]["w8a8_tb_per_s"] == pytest.approx(4096 * 4096 / 8e6)
+    assert rows[S64]["vs_mlx_q8"] == pytest.approx(1.0) and rows[S64]["vs_bf16"] is None
+    assert machines["cpu-box"]["decode_time"] == [] and machines["h100"]["kernel_time"] == []
+    page = (html_dir / "compare.html").read_text()
+    section = page.split('id="machine-h100"', 1)[1].split("</section>", 1)[0]
+    assert f'data-vs-mlx-q8="{1.25 ** 0.5:.3g}" data-vs-bf16="2"' in section and "Decode</b>" in section
+    assert "Decode</b>" not in page.split('id="machine-cpu-box"', 1)[1].split("</section>")[0]
+
+
 def test_kernel_time_is_shown_per_shape_with_the_ratios_compare_reports(tmp_path, html_dir):
     # KernelTime's CUPTI µs: int8nax's GEMM against cuBLASLt (cuBLASLt / int8nax: speed) and W8A8
     # over the raw GEMM, per shape and as geometric means; shapes without int8nax's GEMM left out.

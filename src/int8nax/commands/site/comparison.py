@@ -80,6 +80,7 @@ class MachineBlock:
     reasons: dict[str, str] = field(default_factory=dict)  # absent contender -> why (here only)
     skipped: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # why -> contender -> shapes (here)
     kernel_time: list[KernelTimeRow] = field(default_factory=list)  # KernelTime's records, by shape
+    decode_time: list[DecodeRow] = field(default_factory=list)  # DecodeTime's records, by layer
 
 
 @dataclass
@@ -110,6 +111,43 @@ def kernel_time_rows(results: MachineResults) -> list[KernelTimeRow]:
     """The machine's KernelTime figures at its commit, one row per shape that has int8nax's GEMM."""
     gemm, lt, w8a8 = (results.kernel_us.get(stem, {}) for stem in KERNEL_TIME_STEMS)
     return [KernelTimeRow(shape, us, lt.get(shape), w8a8.get(shape)) for shape, us in gemm.items()]
+
+
+@dataclass
+class DecodeRow:
+    """One layer of the DecodeTime record (CUPTI µs at one token, cold L2): W8A8's, MLX 8-bit's and
+    MLX bfloat16's."""
+
+    shape: str
+    w8a8_us: float | None
+    mlx_q8_us: float | None
+    bf16_us: float | None
+
+    @property
+    def vs_mlx_q8(self) -> float | None:
+        """MLX 8-bit's time / W8A8's (above 1: W8A8 faster)."""
+        return self.mlx_q8_us / self.w8a8_us if self.w8a8_us and self.mlx_q8_us else None
+
+    @property
+    def vs_bf16(self) -> float | None:
+        """bfloat16's time / W8A8's (above 1: W8A8 faster)."""
+        return self.bf16_us / self.w8a8_us if self.w8a8_us and self.bf16_us else None
+
+    @property
+    def w8a8_tb_per_s(self) -> float | None:
+        """W8A8's weight stream: the int8 weight's K x N bytes over its time, in TB/s."""
+        shape = parse_shape(self.shape)
+        return shape[1] * shape[2] / (self.w8a8_us * 1e6) if shape and self.w8a8_us else None
+
+
+DECODE_TIME_STEMS = ("w8a8_decode", "mlx_q8_decode", "bf16_decode")
+"""DecodeTime's contenders (benchmarks/bench_kernel.py: track_<stem>_kernel_us)."""
+
+
+def decode_rows(results: MachineResults) -> list[DecodeRow]:
+    """The machine's DecodeTime figures at its commit, one row per layer that has W8A8's."""
+    w8a8, q8, bf16 = (results.kernel_us.get(stem, {}) for stem in DECODE_TIME_STEMS)
+    return [DecodeRow(shape, us, q8.get(shape), bf16.get(shape)) for shape, us in w8a8.items()]
 
 
 def _roster(all_results: list[MachineResults]) -> list[tuple[str, str]]:
@@ -239,6 +277,7 @@ def compare_machine(results: MachineResults, roster: list[tuple[str, str]]) -> M
     unmeasured = [f"({d})" for d in declared_shapes if f"({d})" not in shapes]
     block = MachineBlock(results, declared, blocks, why_not, absent, unmeasured)
     block.kernel_time = kernel_time_rows(results)
+    block.decode_time = decode_rows(results)
     return block
 
 
@@ -350,6 +389,9 @@ def to_json(blocks: list[MachineBlock]) -> dict:
                             "shapes": [sb.shape for sb in block.shapes], "entries": entries,
                             "kernel_time": [{"shape": k.shape, "int8nax_gemm_us": k.gemm_us, "cublaslt_int8_us": k.cublaslt_us,
                                              "int8nax_full_us": k.w8a8_us, "vs_cublaslt": k.vs_cublaslt,
-                                             "w8a8_vs_raw": k.w8a8_vs_raw} for k in block.kernel_time]}
+                                             "w8a8_vs_raw": k.w8a8_vs_raw} for k in block.kernel_time],
+                            "decode_time": [{"shape": d.shape, "w8a8_us": d.w8a8_us, "mlx_q8_us": d.mlx_q8_us,
+                                             "bf16_us": d.bf16_us, "vs_mlx_q8": d.vs_mlx_q8, "vs_bf16": d.vs_bf16,
+                                             "w8a8_tb_per_s": d.w8a8_tb_per_s} for d in block.decode_time]}
     return {"generated_by": "int8nax site", "modes": list(MODES), "machines": machines,
             "m5_only": {"text": M5_ONLY, "command": M5_COMMAND}}

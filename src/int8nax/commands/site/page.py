@@ -323,6 +323,28 @@ def _kernel_time_table(b: MachineBlock) -> str:
             f'<th>W8A8 / GEMM</th></tr>{body}</table></div>')
 
 
+def _decode_table(b: MachineBlock) -> str:
+    """DecodeTime at this commit: each model layer at one token, W8A8 against MLX's 8-bit and
+    bfloat16 matmuls in kernel time, and W8A8's weight stream in TB/s."""
+    rows = b.decode_time
+    if not rows:
+        return ""
+    body = "".join(
+        f'<tr data-shape="{html.escape(d.shape)}"><td class="name">{html.escape(d.shape)}</td>'
+        f"<td>{fmt_number(d.w8a8_us)}</td><td>{fmt_number(d.mlx_q8_us)}</td><td>{fmt_number(d.bf16_us)}</td>"
+        f"<td>{fmt_number(d.w8a8_tb_per_s)}</td><td>{fmt_ratio(d.vs_mlx_q8)}</td><td>{fmt_ratio(d.vs_bf16)}</td></tr>"
+        for d in rows)
+    q8, bf16 = geomean(d.vs_mlx_q8 for d in rows), geomean(d.vs_bf16 for d in rows)
+    return (f'<div class="decode-time" data-vs-mlx-q8="{fmt_number(q8)}" data-vs-bf16="{fmt_number(bf16)}">'
+            f'<p><b>Decode</b> (one token, the models\' layers; CUPTI, inputs rotated over the L2; '
+            f'<code>bench_kernel.DecodeTime</code>): W8A8 at <b>{fmt_ratio(q8)} MLX 8-bit</b>\'s speed and '
+            f'<b>{fmt_ratio(bf16)} bfloat16</b>\'s (geometric means of {len(rows)} layers). At one token a '
+            f'linear streams its weight: these set a generated token\'s pace.</p>'
+            f'<table class="decode-time"><tr><th class="name">(M, K, N)</th><th>W8A8 µs</th>'
+            f'<th>MLX 8-bit µs</th><th>bfloat16 µs</th><th>W8A8 weight TB/s</th><th>speed vs MLX 8-bit</th>'
+            f'<th>speed vs bfloat16</th></tr>{body}</table></div>')
+
+
 def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     toc = " ".join(f'<a href="#machine-{html.escape(b.results.name)}">{html.escape(b.results.name)}</a>'
@@ -374,6 +396,7 @@ def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str
                        f'At {html.escape(", ".join(faster))}, W8A8 took less time than the raw GEMM. '
                        f'{W8A8_NOTES.get(b.backend, W8A8_NOTE_OTHER)}</p>')
         out.append(_kernel_time_table(b))
+        out.append(_decode_table(b))
         out.append(_ratios_table(r))
         out.append('<nav class="toc small">Shapes: ' + " ".join(
             f'<a href="#{name}-{_anchor(sb.shape)}">{html.escape(sb.shape)}</a>' for sb in b.shapes) + "</nav>")
