@@ -68,15 +68,16 @@ def test_small_m_takes_no_128_row_tile_and_no_persistent_kernel_but_the_cpasync_
         assert not {C.COOPERATIVE, C.PINGPONG} & {c.choice.variant for c in cands}
         assert "cp.async" in by_name(cands)
         assert ("gemv" in by_name(cands)) == (m <= P.GEMV_MAX_M)
-    # Every GEMV width and trial schedule, W8A8 with x quantized apart and (where x fits in
-    # GEMV_X_MAX_BYTES) inside.
+    # Every GEMV width and trial schedule, W8A8 with x quantized apart and inside, where x fits in
+    # GEMV_X_MAX_BYTES (the rule's bound) and where it does not.
     for m, fits in ((1, True), (16, False)):
         for w8a8 in (True, False):
             names = by_name(kp.plan_candidates(m, 3584, 4096, 132, w8a8, out_dtype="bfloat16"))
             for cfg in (*P.GEMV_CONFIGS.values(), *P.GEMV_TRIALS.values()):
                 assert names[f"gemv {cfg.name}"].choice.plan.cfg is cfg
-                assert (f"gemv {cfg.name} fused" in names) == (w8a8 and fits)
-                if w8a8 and fits:
+                assert (f"gemv {cfg.name} fused" in names) == w8a8
+                assert P.gemv_x_ok(m, 4096, 2) == fits
+                if w8a8:
                     assert "quantize=fused" in names[f"gemv {cfg.name} fused"].choice.describe()
     cands = kp.plan_candidates(65, 4096, 4096, 132, True, out_dtype="bfloat16")
     names = by_name(cands)

@@ -89,8 +89,8 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
       persistent kernel at M <= 64);
     - at M <= 64: the cp.async kernel's split plan ("cp.async") and, where it takes the shape, the
       GEMV's plan ("gemv"), each of its configs and trial schedules ("gemv <config>",
-      cuda_plans.GEMV_CONFIGS and GEMV_TRIALS) and for W8A8 each with x quantized inside where x
-      fits ("gemv <config> fused", cuda_plans.gemv_x_ok).
+      cuda_plans.GEMV_CONFIGS and GEMV_TRIALS) and for W8A8 each with x quantized inside ("gemv
+      <config> fused"; the rule takes it where x fits cuda_plans.gemv_x_ok).
 
     Only variants the family runs and whose supports() takes the problem are listed (K % 16 != 0:
     no TMA kernel). ValueError naming the argument for a non-positive size or SM count, or an
@@ -119,11 +119,11 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
         add("cp.async", C.CPASYNC)
         add("gemv", C.GEMV)
         # Each GEMV width and trial schedule, and for W8A8 both of its forms (x quantized by its own
-        # kernel first, or inside the GEMV where x fits): the evidence behind GEMV_DEFAULT and gemv_plan.
-        itemsize = cuda_plans.ITEMSIZE.get(out_dtype)
+        # kernel first, or inside the GEMV, at any size of x: where the second stops paying is what
+        # GEMV_X_MAX_BYTES guesses): the evidence behind GEMV_DEFAULT and gemv_plan.
         for cfg in (*cuda_plans.GEMV_CONFIGS.values(), *cuda_plans.GEMV_TRIALS.values()):
             add(f"gemv {cfg.name}", C.GEMV, cuda_plans.GemvPlan(cfg, False if w8a8 else None))
-            if w8a8 and itemsize and cuda_plans.gemv_x_ok(m, k, itemsize):
+            if w8a8 and out_dtype in cuda_plans.ITEMSIZE:
                 add(f"gemv {cfg.name} fused", C.GEMV, cuda_plans.GemvPlan(cfg, True))
     else:
         if cuda_plans.long_k(k):  # the plans tma_plan gives at long K besides the unsplit tiles
