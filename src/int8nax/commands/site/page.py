@@ -302,25 +302,34 @@ def _ratios_table(r: MachineResults) -> str:
             f'<table class="ratios"><tr><th class="name">(M, K, N)</th>{head}</tr>{"".join(rows)}</table></details>')
 
 
+def _figure_table(css: str, data: dict[str, float | None], text: str, heads: list[str], rows) -> str:
+    """A figures table under its sentence: `rows` are (shape, cells) with the cells' HTML, `heads`
+    the columns after (M, K, N); `data` goes on the block as data-<name> attributes (the figures the
+    sentence gives, for tools that read the page)."""
+    attrs = "".join(f' data-{name}="{fmt_number(value)}"' for name, value in data.items())
+    body = "".join(f'<tr data-shape="{html.escape(shape)}"><td class="name">{html.escape(shape)}</td>'
+                   + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>" for shape, cells in rows)
+    head = "".join(f"<th>{h}</th>" for h in heads)
+    return (f'<div class="{css}"{attrs}><p>{text}</p><table class="{css}"><tr><th class="name">(M, K, N)</th>'
+            f'{head}</tr>{body}</table></div>')
+
+
 def _kernel_time_table(b: MachineBlock) -> str:
     """KernelTime at this commit: int8nax's GEMM against cuBLASLt and W8A8 against the raw GEMM in
     kernel time, per shape and as geometric means (what `int8nax compare --mode kernel` reports)."""
     rows = b.kernel_time
     if not rows:
         return ""
-    body = "".join(
-        f'<tr data-shape="{html.escape(k.shape)}"><td class="name">{html.escape(k.shape)}</td>'
-        f"<td>{fmt_number(k.gemm_us)}</td><td>{fmt_number(k.cublaslt_us)}</td><td>{fmt_number(k.w8a8_us)}</td>"
-        f"<td>{fmt_ratio(k.vs_cublaslt)}</td><td>{fmt_ratio(k.w8a8_vs_raw)}</td></tr>" for k in rows)
     vs_lt, w8a8 = geomean(k.vs_cublaslt for k in rows), geomean(k.w8a8_vs_raw for k in rows)
-    return (f'<div class="kernel-time" data-vs-cublaslt="{fmt_number(vs_lt)}" data-w8a8-vs-raw="{fmt_number(w8a8)}">'
-            f'<p><b>Kernel time</b> (CUPTI, inputs rotated over the L2; <code>bench_kernel.KernelTime</code>, '
+    text = (f'<b>Kernel time</b> (CUPTI, inputs rotated over the L2; <code>bench_kernel.KernelTime</code>, '
             f'the measure of <code>int8nax compare --mode kernel</code>): <code>int8_matmul</code> '
             f'<b>{fmt_ratio(vs_lt)} cuBLASLt</b>\'s speed, W8A8 <b>{fmt_ratio(w8a8)}</b> the raw GEMM\'s time '
             f'(geometric means of {len(rows)} shapes). The seconds above are one call or a chain, launch and '
-            f'MLX\'s work included.</p><table class="kernel-time"><tr><th class="name">(M, K, N)</th>'
-            f'<th>int8nax GEMM µs</th><th>cuBLASLt µs</th><th>W8A8 µs</th><th>speed vs cuBLASLt</th>'
-            f'<th>W8A8 / GEMM</th></tr>{body}</table></div>')
+            f'MLX\'s work included.')
+    cells = [(k.shape, [fmt_number(k.gemm_us), fmt_number(k.cublaslt_us), fmt_number(k.w8a8_us),
+                        fmt_ratio(k.vs_cublaslt), fmt_ratio(k.w8a8_vs_raw)]) for k in rows]
+    return _figure_table("kernel-time", {"vs-cublaslt": vs_lt, "w8a8-vs-raw": w8a8}, text,
+                         ["int8nax GEMM µs", "cuBLASLt µs", "W8A8 µs", "speed vs cuBLASLt", "W8A8 / GEMM"], cells)
 
 
 def _decode_table(b: MachineBlock) -> str:
@@ -329,20 +338,16 @@ def _decode_table(b: MachineBlock) -> str:
     rows = b.decode_time
     if not rows:
         return ""
-    body = "".join(
-        f'<tr data-shape="{html.escape(d.shape)}"><td class="name">{html.escape(d.shape)}</td>'
-        f"<td>{fmt_number(d.w8a8_us)}</td><td>{fmt_number(d.mlx_q8_us)}</td><td>{fmt_number(d.bf16_us)}</td>"
-        f"<td>{fmt_number(d.w8a8_tb_per_s)}</td><td>{fmt_ratio(d.vs_mlx_q8)}</td><td>{fmt_ratio(d.vs_bf16)}</td></tr>"
-        for d in rows)
     q8, bf16 = geomean(d.vs_mlx_q8 for d in rows), geomean(d.vs_bf16 for d in rows)
-    return (f'<div class="decode-time" data-vs-mlx-q8="{fmt_number(q8)}" data-vs-bf16="{fmt_number(bf16)}">'
-            f'<p><b>Decode</b> (one token, the models\' layers; CUPTI, inputs rotated over the L2; '
+    text = (f'<b>Decode</b> (one token, the models\' layers; CUPTI, inputs rotated over the L2; '
             f'<code>bench_kernel.DecodeTime</code>): W8A8 at <b>{fmt_ratio(q8)} MLX 8-bit</b>\'s speed and '
             f'<b>{fmt_ratio(bf16)} bfloat16</b>\'s (geometric means of {len(rows)} layers). At one token a '
-            f'linear streams its weight: these set a generated token\'s pace.</p>'
-            f'<table class="decode-time"><tr><th class="name">(M, K, N)</th><th>W8A8 µs</th>'
-            f'<th>MLX 8-bit µs</th><th>bfloat16 µs</th><th>W8A8 weight TB/s</th><th>speed vs MLX 8-bit</th>'
-            f'<th>speed vs bfloat16</th></tr>{body}</table></div>')
+            f'linear streams its weight: these set a generated token\'s pace.')
+    cells = [(d.shape, [fmt_number(d.w8a8_us), fmt_number(d.mlx_q8_us), fmt_number(d.bf16_us),
+                        fmt_number(d.w8a8_tb_per_s), fmt_ratio(d.vs_mlx_q8), fmt_ratio(d.vs_bf16)]) for d in rows]
+    return _figure_table("decode-time", {"vs-mlx-q8": q8, "vs-bf16": bf16}, text,
+                         ["W8A8 µs", "MLX 8-bit µs", "bfloat16 µs", "W8A8 weight TB/s", "speed vs MLX 8-bit",
+                          "speed vs bfloat16"], cells)
 
 
 def render(blocks: list[MachineBlock], results_dir: str = ".asv/results") -> str:
