@@ -97,6 +97,15 @@ def _kernel_us(subject: str, shape) -> float:
     return float(rec["us"])
 
 
+def _require_kernel_time() -> None:
+    """Skip (asv's NotImplementedError) with the reason where kernel time cannot be measured."""
+    from int8nax.bench.kernel.cupti import skip_reason
+
+    why = skip_reason()
+    if why:
+        raise NotImplementedError(f"kernel time {why}")
+
+
 def _kernel_time(func):
     func.unit = "µs"
     func.rounds = 1  # a median of LAUNCHES launches inside
@@ -114,11 +123,7 @@ class KernelTime:
 
     def setup(self, shape):
         require_profile_shape(shape)
-        from int8nax.bench.kernel.cupti import skip_reason
-
-        why = skip_reason()
-        if why:
-            raise NotImplementedError(f"kernel time {why}")
+        _require_kernel_time()
 
     @_kernel_time
     def track_int8nax_gemm_kernel_us(self, shape):
@@ -148,11 +153,7 @@ class DecodeTime:
     version = "1"
 
     def setup(self, shape):
-        from int8nax.bench.kernel.cupti import skip_reason
-
-        why = skip_reason()
-        if why:
-            raise NotImplementedError(f"kernel time {why}")
+        _require_kernel_time()
 
     @_kernel_time
     def track_w8a8_decode_kernel_us(self, shape):
