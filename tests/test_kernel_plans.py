@@ -350,6 +350,12 @@ def test_render_sorts_plans_by_time_marks_default_and_fastest_and_sums_up():
     assert "Not measured" not in text and not kp.failed(records())
     md = kp.render(records(), markdown=True)
     assert "### 16x4096x4096" in md and "| bfloat16 | /raw | plan |" in md
+    # at M <= 16 a GEMM streams its weight: each plan's rate, K x N bytes over its time
+    small = text.split("16x4096x4096 (M x K x N)")[1].split("64x4096x4096")[0]
+    row = next(line for line in small.splitlines() if "default" in line and line.strip()[:1].isdigit())
+    us, rate = float(row.split()[0]), float(row.split()[2])
+    assert "weight TB/s" in small and rate == pytest.approx(4096 * 4096 / (us * 1e6), abs=0.006)
+    assert "weight TB/s" not in block
 
 
 def test_a_recorded_mismatch_loses_its_time_and_fails_the_run():

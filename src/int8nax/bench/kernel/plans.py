@@ -326,22 +326,26 @@ def summary(records: list[dict]) -> list[dict]:
             for s in [shape_summary(r, raw.get(tuple(r["shape"])))] if s]
 
 
-def _plan_rows(rec: dict, raw_us: float | None) -> list[list[str]]:
-    """One row per candidate: µs, ratio to the raw GEMM, the plan, marks, why it is a candidate;
-    measured ones by time, then the mismatches and errors."""
+def _plan_rows(rec: dict, raw_us: float | None, weight_bytes: int | None = None) -> list[list[str]]:
+    """One row per candidate: µs, ratio to the raw GEMM, with `weight_bytes` the weight's stream in
+    TB/s (those bytes over the time: at M <= 16 a GEMM streams its weight), the plan, marks, why it
+    is a candidate; measured ones by time, then the mismatches and errors."""
     cands = rec.get("candidates", [])
     timed = sorted((c for c in cands if "us" in c), key=lambda c: c["us"])
     fastest = timed[0]["plan"] if timed else None
     rows = []
     for c in timed + [c for c in cands if "us" not in c]:
         marks = [w for w, on in (("default", c.get("default")), ("fastest", c["plan"] == fastest)) if on]
+        stream = []
         if "us" in c:
             us, ratio = f"{c['us']:.1f}", f"{c['us'] / raw_us:.2f}x" if raw_us else "n/a"
+            stream = [f"{weight_bytes / (c['us'] * 1e6):.2f}"] if weight_bytes else []
         else:
             us = "MISMATCH" if "mismatch" in c else "unchecked" if "unchecked" in c else "error"
             ratio = ""
+            stream = [""] if weight_bytes else []
             marks.append((c.get("mismatch") or c.get("unchecked") or c.get("error", ""))[:160])
-        rows.append([us, ratio, c["plan"], ", ".join(marks), ", ".join(c.get("names", []))])
+        rows.append([us, ratio, *stream, c["plan"], ", ".join(marks), ", ".join(c.get("names", []))])
     return rows
 
 
@@ -370,8 +374,10 @@ def render(records: list[dict], labels: dict | None = None, markdown: bool = Fal
             if "candidates" not in rec:
                 continue  # not measured: listed at the end
             out += [""] if markdown else []
-            out += table_lines([swept, "/raw", "plan", "", "candidate as"],
-                               _plan_rows(rec, r0.get("us") if r0 else None), markdown, align_last=False)
+            streams = shape[0] <= cuda_plans.GEMV_MAX_M  # a weight stream: its rate is the figure to read
+            out += table_lines([swept, "/raw", *(["weight TB/s"] if streams else []), "plan", "", "candidate as"],
+                               _plan_rows(rec, r0.get("us") if r0 else None, shape[1] * shape[2] if streams else None),
+                               markdown, align_last=False)
             s = shape_summary(rec, r0)
             out.append(f"  {summary_line(s) if s else swept + ': no plan measured'}")
     sums = summary(records)
