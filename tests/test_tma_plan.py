@@ -497,7 +497,7 @@ def test_the_bias_reaches_every_w8a8_launch_in_its_own_dtype(recorded, monkeypat
     # INT8NAX_CUDA_BIAS=own: a float16 / bfloat16 bias goes to the launch that dequantizes (fused
     # GEMM, reduction, GEMV) as it is, with no cast to float32 before the call (one MLX node and
     # copy kernel less a call); the kernels read it exactly (epilogue/epilogue.cuh, load_pair / to_float).
-    # cast (BIAS_DEFAULT, where unset): the launch gets it in float32. A float32 bias goes as it
+    # cast: the launch gets it in float32 (unset: BIAS_DEFAULT, own). A float32 bias goes as it
     # is either way; no bias: the float32 placeholder.
     import mlx.core as mx
 
@@ -531,14 +531,14 @@ def test_info_names_the_w8a8_choices(recorded, monkeypatch):
     monkeypatch.delenv(cuda_settings.MLP_ENV, raising=False)
     assert cuda_settings.w8a8_settings() == (
         f"W8A8: {cuda_settings.EPILOGUE_DEFAULT} epilogue (INT8NAX_CUDA_EPILOGUE), SwiGLU swiglu, then the quantization "
-        f"(INT8NAX_CUDA_SWIGLU), a 16-bit bias cast to float32 first (INT8NAX_CUDA_BIAS), SwiGLU MLPs by their own "
+        f"(INT8NAX_CUDA_SWIGLU), a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS), SwiGLU MLPs by their own "
         f"call (INT8NAX_CUDA_MLP)")
-    for env, value in ((cuda_settings.EPILOGUE_ENV, "eft"), (cuda_settings.SWIGLU_ENV, "fused"), (cuda_settings.BIAS_ENV, "own"),
+    for env, value in ((cuda_settings.EPILOGUE_ENV, "eft"), (cuda_settings.SWIGLU_ENV, "fused"), (cuda_settings.BIAS_ENV, "cast"),
                        (cuda_settings.MLP_ENV, " Step")):
         monkeypatch.setenv(env, value)
     cuda.clear_caches()
     assert cuda_settings.w8a8_settings() == ("W8A8: eft epilogue (INT8NAX_CUDA_EPILOGUE), SwiGLU quantized in one step "
-                                    "(INT8NAX_CUDA_SWIGLU), a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS), "
+                                    "(INT8NAX_CUDA_SWIGLU), a 16-bit bias cast to float32 first (INT8NAX_CUDA_BIAS), "
                                     "SwiGLU MLPs in one compiled step (INT8NAX_CUDA_MLP)")
     monkeypatch.setenv(cuda_settings.MLP_ENV, "fast")
     cuda.clear_caches()

@@ -61,7 +61,8 @@ def translation_unit(spec, input_types, output_types, template) -> str:
 W8A8_OUTPUTS = (("float16", False, True, "float32"), ("bfloat16", False, True, "float32"),
                 ("float32", False, True, "float32"), ("float16", True, True, "float32"),
                 ("bfloat16", True, True, "float32"), ("float16", True, False, "float32"),
-                ("bfloat16", True, True, "bfloat16"), ("float16", False, True, "float16"))
+                ("bfloat16", True, True, "bfloat16"), ("float16", True, True, "float16"),
+                ("float16", False, True, "float16"))
 """(output type, NARROW, HAS_BIAS, the bias's type) of every W8A8 instance: the eft epilogue for
 each output type with a bias, the narrow one where it changes the code (backends/cuda/graphs.py,
 epilogue_template) with a bias, and without one for float16 (the narrow path's other branch); the
