@@ -57,7 +57,7 @@
 #                                      #   SWIGLU_TOKENS=512,4096 / SWIGLU_MODES="fused staged": fewer
 #   bash tools/hopper_verify.sh bias     # ~250 s (estimated): a 16-bit bias read in its own type (INT8NAX_CUDA_BIAS=own)
 #                                      #   against the cast bias, bit for bit (test_cuda_bias), then W8A8 bfloat16+bias
-#                                      #   in kernel time, cast against own, at six seed shapes (what BIAS_DEFAULT waits for)
+#                                      #   in kernel time, cast against own, at six seed shapes (the evidence for BIAS_DEFAULT, own)
 #   bash tools/hopper_verify.sh profile  # >370 s (H100: 370 s reached the seed shapes only): Nsight Compute on W8A8 against the raw GEMM
 #                                      #   (+-bias) where W8A8 costs > 1.15x it, the Qwen2.5-7B layers at 128 tokens and
 #                                      #   at decode against bfloat16, the 4096-token gate/up GEMM and the SwiGLU
