@@ -45,3 +45,7 @@ def _usage_error(capsys, *argv) -> str:
 
 def test_an_infinite_duration_is_a_usage_error(capsys):
     assert "argument --minutes: expected a positive number, got 'inf'" in _usage_error(capsys, "--minutes", "inf")
+
+
+def test_a_negative_seed_is_a_usage_error(capsys):
+    assert "argument --seed: expected a whole number >= 0, got '-1'" in _usage_error(capsys, "--seed", "-1")
