@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -490,6 +491,15 @@ def _output_file(text: str) -> str:
     return text
 
 
+def _python(text: str) -> str:
+    """The interpreter that runs asv, as given: one that cannot be started would otherwise fail
+    as a traceback, after the settings and commits were read."""
+    if not text or shutil.which(text) is None:
+        raise argparse.ArgumentTypeError(f"expected a Python this user can run (a path, or a name on PATH), "
+                                         f"got {text!r}")
+    return text
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", nargs="?", default="main", help="the commit to compare against (default main)")
     p.add_argument("head", nargs="?", default="HEAD", help="the commit under test (default HEAD)")
@@ -511,7 +521,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", type=_output_file, help="also write asv continuous's output to this file")
     p.add_argument("--summary", type=_output_file,
                    help="append the verdict and table as markdown to this file (e.g. $GITHUB_STEP_SUMMARY)")
-    p.add_argument("--python", default=sys.executable, help="the Python that runs asv (default: this one)")
+    p.add_argument("--python", type=_python, default=sys.executable, help="the Python that runs asv (default: this one)")
     p.add_argument("--dry-run", action="store_true", help="print the settings and the asv command, run nothing")
 
 
