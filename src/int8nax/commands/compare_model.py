@@ -275,7 +275,7 @@ def _tokens_arg(text: str):
     return tuple(dict.fromkeys(int(p) for p in parts))
 
 
-MODEL_ONLY = ("tokens", "forms", "layers", "context", "breakdown")
+MODEL_ONLY = ("tokens", "forms", "model_modes", "layers", "context", "breakdown")
 """Options that only --model and --generate read (int8nax.commands.compare refuses them elsewhere)."""
 
 
