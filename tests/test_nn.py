@@ -175,6 +175,7 @@ def test_quantize_linears_names_the_bad_layer():
         (lambda: W8A8Linear.from_linear(nn.Linear(2, 2), backend=mx.cpu), TypeError, ["'backend'", "Device"]),
         (lambda: quantize_linears([nn.Linear(2, 2)]), TypeError, ["quantize_linears", "'model'", "list"]),
         (lambda: quantize_linears(nn.Linear(2, 2), predicate=True), TypeError, ["'predicate'", "callable"]),
+        (lambda: int8nax.nn.kernel_calls(None), TypeError, ["kernel_calls", "'model'", "NoneType"]),
         (lambda: W8A8Linear(4, 3)(mx.zeros((2, 5))), ValueError, ["W8A8Linear", "input_dims = 4", "(2, 5)"]),
         (lambda: W8A8Linear(4, 3)(mx.zeros((2, 4), mx.int32)), TypeError, ["w8a8_linear", "'x'", "int32"]),
     ],
