@@ -170,6 +170,8 @@ def test_quantize_linears_names_the_bad_layer():
     [
         (lambda: W8A8Linear(0, 4), ValueError, ["W8A8Linear", "'input_dims'", "positive int", "0"]),
         (lambda: W8A8Linear(4, "8"), TypeError, ["W8A8Linear", "'output_dims'", "positive int", "str"]),
+        (lambda: W8A8Linear(131072, 4), ValueError, ["W8A8Linear", "'input_dims'", "<= 131071", "131072"]),
+        (lambda: W8A8Linear(4, 10**12), ValueError, ["W8A8Linear", "'output_dims'", "<= 2147483647", "1000000000000"]),
         (lambda: W8A8Linear(4, 4, backend=123), TypeError, ["W8A8Linear", "'backend'", "int"]),
         (lambda: W8A8Linear(4, 4, backend="gpu"), ValueError, ["W8A8Linear", "'backend'", "'gpu'"]),
         (lambda: W8A8Linear.from_linear(nn.Linear(2, 2), backend=mx.cpu), TypeError, ["'backend'", "Device"]),
