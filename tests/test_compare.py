@@ -311,11 +311,11 @@ def test_a_reason_is_noted_once_with_every_shape_it_applies_to(monkeypatch):
 
 @pytest.mark.parametrize("argv, mode", [
     ([], "gemm"),
-    (["--mode", "chain", "--w8a8", "none"], "gemm"),
+    (["--mode", "chain", "--chain-calls", "4"], "gemm"),
     (["--mode", "kernel"], "kernel"),
     (["--mode", "kernel", "--plans"], "plans"),
     (["--raw-plans"], "plans"),
-    (["--model", "qwen2.5-0.5b", "--mode", "kernel", "--plans"], "model"),
+    (["--model", "qwen2.5-0.5b", "--repeat", "3"], "model"),
     (["--generate", "--model", "qwen2.5-0.5b"], "generate"),
 ])
 def test_the_options_choose_one_mode_and_only_its_module_runs(monkeypatch, argv, mode):
@@ -341,3 +341,48 @@ def test_an_option_of_a_mode_not_chosen_is_refused_before_any_mode_runs(capsys, 
     assert cli.main(["compare", "--model", "qwen2.5-0.5b", "--batch", "2"]) == 2
     assert capsys.readouterr().err == "int8nax compare: error: --batch needs --generate\n"
     assert compare.misplaced(cli.build_parser().parse_args(["compare", "--generate", "--batch", "2"]), "generate") is None
+
+
+def test_the_options_choose_the_mode_in_order_generate_model_plans_kernel():
+    from int8nax.commands import compare
+
+    def mode(*argv):
+        return compare.mode_of(cli.build_parser().parse_args(["compare", *argv]))
+
+    assert mode("--generate", "--model", "qwen2.5-0.5b", "--mode", "kernel", "--plans") == "generate"
+    assert mode("--model", "qwen2.5-0.5b", "--mode", "kernel", "--plans") == "model"
+    assert mode("--mode", "kernel", "--plans") == "plans" and mode("--mode", "kernel") == "kernel"
+    assert mode("--mode", "chain") == "gemm"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--w8a8", "none"], "--w8a8 needs --mode kernel"),
+    (["--bf16"], "--bf16 needs --mode kernel"),
+    (["--time-limit", "5"], "--time-limit needs --mode kernel"),
+    (["--launches", "3"], "--launches needs --mode kernel"),
+    (["--model-modes", "compiled"], "--model-modes needs --model"),
+    (["--chain-calls", "5"], "--chain-calls needs --mode chain or host"),
+    (["--all", "--budget", "3"], "--all does not take --budget"),
+    (["--model", "qwen2.5-0.5b", "--w8a8", "float16"], "--model does not take --w8a8"),
+    (["--model", "qwen2.5-0.5b", "--mode", "chain"], "--model does not take --mode"),
+    (["--model", "qwen2.5-0.5b", "--budget", "4"], "--model does not take --budget"),
+    (["--model", "qwen2.5-0.5b", "--all"], "--model does not take --all"),
+    (["--model", "qwen2.5-0.5b", "--plans"], "--model does not take --plans"),
+    (["--generate", "--mode", "chain"], "--generate does not take --mode"),
+    (["--generate", "--repeat", "3"], "--generate does not take --repeat"),
+    (["--generate", "--launches", "3"], "--generate does not take --launches"),
+    (["--mode", "kernel", "--contenders", "mlx-fp16"], "--mode kernel does not take --contenders"),
+    (["--mode", "kernel", "--chain-calls", "4"], "--mode kernel does not take --chain-calls"),
+    (["--mode", "kernel", "--repeat", "3"], "--mode kernel does not take --repeat"),
+    (["--mode", "kernel", "--plans", "--budget", "3"], "--plans does not take --budget"),
+])
+def test_an_option_no_chosen_mode_reads_is_a_usage_error_not_left_out(capsys, monkeypatch, argv, message):
+    from int8nax.bench.kernel import mode as kernel_mode
+    from int8nax.bench.kernel import plans as kernel_plans
+    from int8nax.commands import compare_model
+
+    for module, attr in ((compare_gemm, "main"), (kernel_mode, "main"), (kernel_plans, "main"),
+                         (compare_model, "main"), (compare_model, "generate_main")):
+        monkeypatch.setattr(module, attr, lambda args: pytest.fail(f"a mode ran with {argv}"))
+    assert cli.main(["compare", *argv]) == 2
+    assert capsys.readouterr().err.startswith(f"int8nax compare: error: {message}")

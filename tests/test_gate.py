@@ -264,6 +264,11 @@ def test_gate_overrides_and_dry_run(project, monkeypatch, capsys):
     (["--factor", "x"], "argument --factor: expected a number > 1"),
     (["--settings", "/nonexistent/gate.json"],
      "argument --settings: expected an existing settings file, got '/nonexistent/gate.json'"),
+    (["--log", "/nonexistent/asv.log"], "argument --log: expected a file in an existing folder"),
+    (["--summary", "/nonexistent/summary.md"], "argument --summary: expected a file in an existing folder"),
+    (["--python", "/nonexistent/python"], "argument --python: expected a Python this user can run"),
+    (["--python", "/"], "argument --python: expected a Python this user can run"),
+    (["--python", ""], "argument --python: expected a Python this user can run (a path, or a name on PATH), got ''"),
 ])
 def test_bad_overrides_are_one_line_usage_errors_before_anything_runs(project, capsys, argv, message):
     repo, fake, record = project

@@ -227,6 +227,14 @@ def test_compare_generate_render_names_what_it_cannot_read(tmp_path, capsys, con
     assert rc == 2 and words in got.err and "Traceback" not in got.err
 
 
+def test_compare_generate_render_of_an_empty_path_reads_nothing_and_measures_nothing(capsys, monkeypatch):
+    from int8nax.bench import problems
+
+    monkeypatch.setattr(problems, "choose_profile", lambda: pytest.fail("--render '' went on to measure"))
+    rc, got = _cli(capsys, "--generate", "--render", "")
+    assert rc == 2 and "--render: cannot read ''" in got.err and "Traceback" not in got.err
+
+
 @pytest.mark.parametrize("argv, words", [
     (("--generate", "--prompt-tokens", "0"), "--prompt-tokens"),
     (("--generate", "--batch", "1,x"), "--batch"),

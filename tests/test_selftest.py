@@ -261,3 +261,13 @@ def test_a_timed_contender_over_the_budget_is_left_out_with_its_estimate(monkeyp
     assert any(n.startswith("mx.matmul fp16 skipped: n/a at 8x64x48 (~9 s a call") and "--all" in n for n in notes)
     lines, _ = selftest.timing_table("cpu", [(8, 64, 48)], warmup=0, repeat=1, budget=None)
     assert "ms (" in lines[2].split(" | ")[-1]
+
+
+def test_a_layout_file_that_cannot_be_written_is_a_usage_error_before_anything_runs(capsys, tmp_path):
+    for path, words in ((tmp_path / "no-folder" / "layout.npy", "expected a file in an existing folder"),
+                        (tmp_path, "expected a file to write")):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["selftest", "--layout-out", str(path)])
+        out, err = capsys.readouterr()
+        assert exc.value.code == 2 and f"argument --layout-out: {words}" in err and not out
+        assert err.count("\n") == 1 and "Traceback" not in err

@@ -28,3 +28,24 @@ def test_a_failure_in_the_warm_up_still_fails_the_run(monkeypatch, capsys):
     rc, report = _report(capsys, "--calls", "1", "--threads", "2")
     assert rc == 1 and report["calls"] == 2 and report["warmup_calls"] == 4
     assert report["failures"] == len(report["failure_list"]) == 2 + 4
+
+
+def _usage_error(capsys, *argv) -> str:
+    """The one stderr line of a usage error (exit status 2), raised before any call is made."""
+    try:
+        cli.main(["soak", *argv])
+    except SystemExit as exc:
+        assert exc.code == 2
+    else:
+        raise AssertionError(f"soak {' '.join(argv)} was not refused")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_an_infinite_duration_is_a_usage_error(capsys):
+    assert "argument --minutes: expected a positive number, got 'inf'" in _usage_error(capsys, "--minutes", "inf")
+
+
+def test_a_negative_seed_is_a_usage_error(capsys):
+    assert "argument --seed: expected a whole number >= 0, got '-1'" in _usage_error(capsys, "--seed", "-1")

@@ -9,14 +9,15 @@ import os
 
 
 def positive(kind):
-    """`kind` (int or float) of a value above 0."""
+    """`kind` (int or float) of a finite value above 0 (an infinite count, duration or limit is
+    no setting: the code that waits on one overflows)."""
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             value = None
-        if value is None or not value > 0:
+        if value is None or not 0 < value < float("inf"):
             raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
         return value
     return parse

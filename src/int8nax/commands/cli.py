@@ -94,7 +94,9 @@ def _add_selftest(sub) -> None:
     p.add_argument("--no-timing", action="store_true", help="exactness only")
     p.add_argument("--warmup", type=argtypes.count(0), default=5, help="untimed calls per contender (5)")
     p.add_argument("--repeat", type=argtypes.count(1), default=20, help="timed calls per contender (20)")
-    p.add_argument("--layout-out", metavar="FILE.npy", help="save the int8 layout dump (metal)")
+    # checked at parse time: the dump is written only after the layout probe
+    p.add_argument("--layout-out", metavar="FILE.npy", type=argtypes.output_file,
+                   help="save the int8 layout dump (metal)")
     p.add_argument("--budget", type=argtypes.seconds, default=1.0, metavar="SECONDS",
                    help="leave out a timed contender whose call is expected to take longer than this here (1)")
     p.add_argument("--all", action="store_true", help="time every contender whatever its expected time")

@@ -275,7 +275,7 @@ def _tokens_arg(text: str):
     return tuple(dict.fromkeys(int(p) for p in parts))
 
 
-MODEL_ONLY = ("tokens", "forms", "layers", "context", "breakdown")
+MODEL_ONLY = ("tokens", "forms", "model_modes", "layers", "context", "breakdown")
 """Options that only --model and --generate read (int8nax.commands.compare refuses them elsewhere)."""
 
 
@@ -482,7 +482,7 @@ def generate_main(args) -> int:
         name = given[0] if given else "model_modes"
         print(f"int8nax compare: error: --generate does not take --{name.replace('_', '-')}", file=sys.stderr)
         return 2
-    if args.render:
+    if args.render is not None:  # '' too: a path to read (and refuse), not a run to start
         return render_main(args)
     try:
         profile_name, why = problems.choose_profile()

@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -475,6 +476,30 @@ def _settings_file(text: str) -> str:
     return text
 
 
+def _output_file(text: str) -> str:
+    """A file the gate writes after asv's run, checked before it: a path that cannot be written
+    would fail only after minutes to an hour of measuring. The rule of int8nax.bench.argtypes's
+    output_file, here again because this file runs as a script without the package (CI runs it
+    from asv's virtualenv, where int8nax is not installed)."""
+    folder = os.path.dirname(text) or os.curdir
+    if not text or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"expected a file to write, got {text!r}" + (", a folder" if text else ""))
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"expected a file in an existing folder, got {text!r}: no folder {folder!r}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(text) and not os.access(text, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"expected a file this user can write, got {text!r}")
+    return text
+
+
+def _python(text: str) -> str:
+    """The interpreter that runs asv, as given: one that cannot be started would otherwise fail
+    as a traceback, after the settings and commits were read."""
+    if not text or shutil.which(text) is None:
+        raise argparse.ArgumentTypeError(f"expected a Python this user can run (a path, or a name on PATH), "
+                                         f"got {text!r}")
+    return text
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", nargs="?", default="main", help="the commit to compare against (default main)")
     p.add_argument("head", nargs="?", default="HEAD", help="the commit under test (default HEAD)")
@@ -493,10 +518,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override the calibrated CPU pinning, as asv's --cpu-affinity takes it ('1', '0,2', "
                         "'0-3'); 'none' for none")
     p.add_argument("--split", action="store_true", help="asv's --split tables (better / worse / same)")
-    p.add_argument("--log", help="also write asv continuous's output to this file")
-    p.add_argument("--summary", help="append the verdict and table as markdown to this file "
-                   "(e.g. $GITHUB_STEP_SUMMARY)")
-    p.add_argument("--python", default=sys.executable, help="the Python that runs asv (default: this one)")
+    p.add_argument("--log", type=_output_file, help="also write asv continuous's output to this file")
+    p.add_argument("--summary", type=_output_file,
+                   help="append the verdict and table as markdown to this file (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--python", type=_python, default=sys.executable, help="the Python that runs asv (default: this one)")
     p.add_argument("--dry-run", action="store_true", help="print the settings and the asv command, run nothing")
 
 

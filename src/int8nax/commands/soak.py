@@ -295,7 +295,7 @@ def add_parser(sub) -> None:
                            "memory sampled along the way (exit 1 on a failure)")
     p.add_argument("--threads", type=argtypes.positive(int), default=8, help="threads (8)")
     p.add_argument("--max-dim", type=argtypes.positive(int), default=96, help="largest random M, K and N (96)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    p.add_argument("--seed", type=argtypes.count(0), default=0, help="random seed (0)")
     p.add_argument("--backend", default=None, type=argtypes.backend, help="backend (default: int8nax's choice)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.set_defaults(func=main)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from .._checks import check_backend, dtype_name
+from .._checks import MAX_K, check_backend, dtype_name
 from ..api import bind, quantize_weight_int8, w8a8_linear
 
 _ALWAYS_FROZEN = frozenset({"weight", "scales"})
@@ -53,11 +53,17 @@ class _FrozenKeys(set):
             super().remove(key)
 
 
-def _positive_int(value, name: str, func: str) -> int:
+MAX_DIM = 2**31 - 1
+"""The largest dimension MLX's shapes (int32) hold."""
+
+
+def _positive_int(value, name: str, func: str, most: int | None = None, why: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{func}: '{name}' must be a positive int, got {type(value).__name__} {value!r}")
     if value <= 0:
         raise ValueError(f"{func}: '{name}' must be a positive int, got {value}")
+    if most is not None and value > most:
+        raise ValueError(f"{func}: '{name}' must be a positive int <= {most}{why}, got {value}")
     return value
 
 
@@ -87,8 +93,9 @@ class W8A8Linear(nn.Module):
     def __init__(self, input_dims: int, output_dims: int, bias: bool = True, backend: str | None = None):
         super().__init__()
         func = "W8A8Linear"
-        _positive_int(input_dims, "input_dims", func)
-        _positive_int(output_dims, "output_dims", func)
+        # checked here, not by mx.zeros (an OverflowError beyond int32) or at every call (K > MAX_K)
+        _positive_int(input_dims, "input_dims", func, MAX_K, " (K: int32 accumulation cannot overflow)")
+        _positive_int(output_dims, "output_dims", func, MAX_DIM, " (what an MLX shape holds)")
         check_backend(backend, func)
         self._no_grad = _FrozenKeys(_ALWAYS_FROZEN)
         self.weight = mx.zeros((output_dims, input_dims), dtype=mx.int8)

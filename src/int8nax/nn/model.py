@@ -76,6 +76,8 @@ def kernel_calls(model: nn.Module) -> dict:
     """{backend name or None: [(op, n, k, bias dtype or None), ...]}: the W8A8 calls `model`'s
     layers make, as their backends see them: a sibling group's one fused call, a lone layer's own,
     and a SwiGLU MLP's one-step call where the backend takes it (Backend.warm_up's `layers`)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"kernel_calls: 'model' must be an mlx.nn.Module, got {type(model).__name__}")
     calls: dict = {}
     groups = set()
     for _, module in model.named_modules():
