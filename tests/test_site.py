@@ -495,6 +495,22 @@ def test_the_shipped_libraries_are_the_pinned_versions_files():
     assert [rel for rel in shipped if (node_modules / rel).read_bytes() != (root / rel).read_bytes()] == []
 
 
+@pytest.mark.parametrize("index", [None, "{not json", "[]", '{"benchmarks": 1, "params": {}}'])
+def test_asv_site_check_without_asvs_index_is_one_line_like_vendor(tmp_path, capsys, index):
+    """No browser needed: the index is read before one starts."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import asv_site
+
+    if index is not None:
+        (tmp_path / "index.json").write_text(index)
+    for command, names in ((["check", str(tmp_path)], "index.json"),
+                           (["vendor", str(tmp_path / "absent")], "index.html")):
+        assert asv_site.main(command) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and err.startswith("asv_site: ") and "asv publish" in err
+        assert names in err
+
+
 def _browser_or_skip():
     sys.path.insert(0, str(REPO / "tools"))
     import asv_site
