@@ -104,3 +104,22 @@ def test_plans_adds_every_candidate_the_sweep_times(monkeypatch, tmp_path):
         templates[bool(extra)] = {dict(i.template).get("AHEAD") for i in handed if "gemv" in i.spec.name}
     trials = {c.ahead for c in cuda_plans.GEMV_TRIALS.values()}
     assert not (trials - {0}) & templates[False] and trials <= templates[True]
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--only", "("), ("--nvcc", "/nonexistent/nvcc"), ("--nvrtc", "/nonexistent/libnvrtc.so"),
+    ("--keep", "FILE"), ("--keep", "FILE/sub"), ("--mlx-include", "MISSING"), ("--cuda-include", "MISSING"),
+    ("--jobs", "0"), ("--jobs", "-1"), ("--jobs", "2.5"), ("--arch", "90"), ("--same-as", "MISSING")])
+def test_compile_check_refuses_bad_arguments_before_any_work(tmp_path, option, value):
+    """tools/cuda_compile_check.py: one usage line naming the option, what it takes and what came
+    (exit 2), not a traceback from re, subprocess, ctypes or os.makedirs halfway through."""
+    (tmp_path / "file").write_text("")
+    value = value.replace("FILE", str(tmp_path / "file")).replace("MISSING", str(tmp_path / "missing"))
+    extra = {"--jobs": ["--prebuild"], "--same-as": ["--ptx", "--keep", str(tmp_path / "out")]}.get(option, [])
+    only = [] if option == "--only" else ["--only", "count_sms"]  # were it taken: one small kernel
+    got = subprocess.run([sys.executable, str(ROOT / "tools" / "cuda_compile_check.py"), option, value, *extra, *only],
+                         capture_output=True, text=True, timeout=120)
+    last = got.stderr.strip().splitlines()[-1]
+    assert got.returncode == 2 and "Traceback" not in got.stderr, got.stderr
+    assert f"argument {option}: expected" in last and repr(value) in last
+    assert not (tmp_path / "out").exists()

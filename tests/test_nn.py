@@ -165,6 +165,28 @@ def test_quantize_linears_names_the_bad_layer():
     assert isinstance(model.layers[0], nn.Linear)  # the model is left unchanged
 
 
+def _assigned(name, value):
+    """A layer given `value` as its parameter `name`, then called."""
+    layer = W8A8Linear(4, 3)
+    setattr(layer, name, value)
+    return layer(mx.ones((2, 4)))
+
+
+def test_a_layer_assigned_no_bias_computes_without_one():
+    layer = W8A8Linear(4, 3)
+    layer.bias = mx.ones((3,))
+    assert np.array_equal(np.array(layer(mx.ones((2, 4)))), np.ones((2, 3)))
+    layer.bias = None
+    assert "bias" not in layer and np.array_equal(np.array(layer(mx.ones((2, 4)))), np.zeros((2, 3)))
+
+
+def _warm(**kwargs):
+    """nn.warm_up on a one-layer W8A8 model (on the CPU it builds nothing)."""
+    model = nn.Sequential(nn.Linear(8, 4))
+    quantize_linears(model)
+    return int8nax.nn.warm_up(model, 4, **kwargs)
+
+
 @pytest.mark.parametrize(
     "call, exc, words",
     [
@@ -178,6 +200,16 @@ def test_quantize_linears_names_the_bad_layer():
         (lambda: quantize_linears([nn.Linear(2, 2)]), TypeError, ["quantize_linears", "'model'", "list"]),
         (lambda: quantize_linears(nn.Linear(2, 2), predicate=True), TypeError, ["'predicate'", "callable"]),
         (lambda: int8nax.nn.kernel_calls(None), TypeError, ["kernel_calls", "'model'", "NoneType"]),
+        (lambda: _warm(dtype="float16"), TypeError, ["warm_up", "'dtype'", "mlx dtype", "bfloat16", "str 'float16'"]),
+        (lambda: _warm(dtype=mx.int8), ValueError, ["warm_up", "'dtype'", "bfloat16", "got int8"]),
+        (lambda: _warm(jobs=0), ValueError, ["warm_up", "'jobs'", "positive int", "0"]),
+        (lambda: _warm(jobs=-1), ValueError, ["warm_up", "'jobs'", "positive int", "-1"]),
+        (lambda: _warm(jobs="2"), TypeError, ["warm_up", "'jobs'", "positive int", "str '2'"]),
+        (lambda: _warm(progress=3), TypeError, ["warm_up", "'progress'", "callable", "int 3"]),
+        (lambda: _assigned("weight", np.zeros((3, 4), np.int8)), TypeError,
+         ["W8A8Linear", "'weight'", "mlx.core.array", "int8", "numpy.ndarray"]),
+        (lambda: _assigned("scales", [1.0, 1.0, 1.0]), TypeError, ["W8A8Linear", "'scales'", "float32", "list"]),
+        (lambda: _assigned("bias", 0.5), TypeError, ["W8A8Linear", "'bias'", "None", "float"]),
         (lambda: W8A8Linear(4, 3)(mx.zeros((2, 5))), ValueError, ["W8A8Linear", "input_dims = 4", "(2, 5)"]),
         (lambda: W8A8Linear(4, 3)(mx.zeros((2, 4), mx.int32)), TypeError, ["w8a8_linear", "'x'", "int32"]),
     ],

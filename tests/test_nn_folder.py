@@ -113,3 +113,17 @@ def test_the_commands_convert_and_warm_a_folder(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["layers"] == 14
     assert cli.main(["warm", "--model", str(tmp_path / "w8a8"), "--skip-lm-head"]) == 2
     assert "--skip-lm-head is for mlx-lm folders" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda tmp: nn.folder.load(None), "'folder'"),
+    (lambda tmp: nn.folder.load(3), "'folder'"),
+    (lambda tmp: nn.folder.convert(None, tmp / "out"), "'src'"),
+    (lambda tmp: nn.folder.convert(tmp, None), "'dst'"),
+])
+def test_a_folder_argument_that_is_no_path_is_named(tmp_path, call, name):
+    with pytest.raises(TypeError) as info:
+        call(tmp_path)
+    message = str(info.value)
+    assert name in message and "path" in message and ("NoneType" in message or "int" in message)
+    assert not (tmp_path / "out").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -133,3 +135,17 @@ def test_weight_quant_names_the_first_bad_value_in_a_later_block(monkeypatch, rn
         int8nax.quantize_weight_int8(w)
     with pytest.raises(ValueError, match=r"row 31 holds nan \(at column 2\)"):
         int8nax.quantize_weight_int8(mx.array(np.where(np.isinf(w), 0, w)))
+
+
+@pytest.mark.parametrize("shape, row", [((4, 8), 1), ((256, 4096), 200)], ids=["one-block", "threaded-blocks"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_non_finite_float32_weight_is_refused_without_numpys_warning(shape, row, bad):
+    """The refusal is the one message: numpy's RuntimeWarning about the cast of the row it refuses
+    is not printed before it."""
+    w = np.ones(shape, np.float32)
+    w[row, 2] = bad
+    for given in (w, mx.array(w)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError, match=rf"'w' must be finite, but row {row} holds"):
+                int8nax.quantize_weight_int8(given)

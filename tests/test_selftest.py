@@ -271,3 +271,34 @@ def test_a_layout_file_that_cannot_be_written_is_a_usage_error_before_anything_r
         out, err = capsys.readouterr()
         assert exc.value.code == 2 and f"argument --layout-out: {words}" in err and not out
         assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["-v", "-q"], ["--verbose", "--quiet"]),
+    (["--quick", "--grid", "full"], ["--quick", "--grid"]),
+    (["--all", "--budget", "2"], ["--all", "--budget"]),
+    (["--no-timing", "--repeat", "3"], ["--no-timing", "--repeat"]),
+    (["--no-timing", "--warmup", "0"], ["--no-timing", "--warmup"]),
+    (["--no-timing", "--budget", "2"], ["--no-timing", "--budget"]),
+    (["--no-timing", "--all"], ["--no-timing", "--all"]),
+])
+def test_options_that_contradict_each_other_are_one_usage_line(monkeypatch, capsys, argv, named):
+    """Neither is silently dropped: exit 2 and one line naming both, before the grid runs."""
+    monkeypatch.setattr(selftest, "run_selftest", _no_grid)
+    try:
+        rc = cli.main(["selftest", "--backend", "cpu", *argv])
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert all(option in err for option in named), err
+
+
+def test_timing_options_keep_their_defaults_and_take_a_given_value(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(selftest, "run_selftest", lambda *a, **k: seen.update(warmup=a[3], repeat=a[4], **k) or 0)
+    assert cli.main(["selftest", "--backend", "cpu", "--quick", "-q"]) == 0
+    assert (seen["warmup"], seen["repeat"], seen["budget"]) == (5, 20, 1.0)
+    assert cli.main(["selftest", "--backend", "cpu", "--quick", "-q", "--repeat", "3", "--all"]) == 0
+    assert (seen["warmup"], seen["repeat"], seen["budget"]) == (5, 3, None)
+    assert cli.main(["selftest", "--backend", "cpu", "--grid", "quick", "--no-timing", "-v"]) == 0

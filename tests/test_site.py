@@ -359,10 +359,20 @@ def test_command_line(results, html_dir, tmp_path, capsys):
     assert "h200: 5" in out and (html_dir / "compare.json").is_file()  # 3 at M=16, 2 at M=64
     empty = tmp_path / "nothing"
     empty.mkdir()
-    assert cli.main(["site", str(empty), "--results", str(results)]) == 1
-    assert "run `asv publish` first" in capsys.readouterr().err
-    assert cli.main(["site", str(html_dir), "--results", str(tmp_path / "absent")]) == 1
-    assert "does not exist" in capsys.readouterr().err
+    # a path that is not what its argument takes: one usage line naming it (exit 2), as other commands do
+    for argv, words in (([str(empty), "--results", str(results)], ["html_dir", "run `asv publish` first", "nothing"]),
+                        ([str(tmp_path / "absent-html"), "--results", str(results)], ["html_dir", "absent-html"]),
+                        ([str(html_dir), "--results", str(tmp_path / "absent")], ["--results", "absent"])):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["site", *argv])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.count("\n") == 1 and all(w in err for w in words), err
+    site_dir = tmp_path / "site" / "html"  # --results left out: 'results' beside html_dir, absent
+    site_dir.mkdir(parents=True)
+    (site_dir / "index.html").write_text((html_dir / "index.html").read_text())
+    assert cli.main(["site", str(site_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--results" in err and "asv run" in err
 
 
 def test_a_broken_result_file_is_reported(tmp_path, html_dir):
@@ -493,6 +503,22 @@ def test_the_shipped_libraries_are_the_pinned_versions_files():
     for pkg, version in data["packages"].items():
         assert json.loads((node_modules / pkg / "package.json").read_text())["version"] == version
     assert [rel for rel in shipped if (node_modules / rel).read_bytes() != (root / rel).read_bytes()] == []
+
+
+@pytest.mark.parametrize("index", [None, "{not json", "[]", '{"benchmarks": 1, "params": {}}'])
+def test_asv_site_check_without_asvs_index_is_one_line_like_vendor(tmp_path, capsys, index):
+    """No browser needed: the index is read before one starts."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import asv_site
+
+    if index is not None:
+        (tmp_path / "index.json").write_text(index)
+    for command, names in ((["check", str(tmp_path)], "index.json"),
+                           (["vendor", str(tmp_path / "absent")], "index.html")):
+        assert asv_site.main(command) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and err.startswith("asv_site: ") and "asv publish" in err
+        assert names in err
 
 
 def _browser_or_skip():

@@ -49,3 +49,34 @@ def test_an_infinite_duration_is_a_usage_error(capsys):
 
 def test_a_negative_seed_is_a_usage_error(capsys):
     assert "argument --seed: expected a whole number >= 0, got '-1'" in _usage_error(capsys, "--seed", "-1")
+
+
+def _no_work(monkeypatch):
+    """A run that got past the options fails the test at once instead of soaking."""
+    def ran(*_args, **_kwargs):
+        raise AssertionError("the options were taken and the run started")
+    monkeypatch.setattr(soak, "run_threads", ran)
+    monkeypatch.setattr(soak, "distinct_m", ran)
+
+
+def test_an_unbounded_max_dim_or_thread_count_is_a_usage_error_naming_the_bound(monkeypatch, capsys):
+    _no_work(monkeypatch)
+    err = _usage_error(capsys, "--max-dim", "140000")
+    assert "argument --max-dim: expected a whole number from 1 to" in err and "'140000'" in err
+    err = _usage_error(capsys, "--threads", "100000")
+    assert "argument --threads: expected a whole number from 1 to" in err and "'100000'" in err
+    bound = int(err.split(" to ")[1].split(",")[0])
+    try:
+        cli.main(["soak", "--help"])
+    except SystemExit:
+        pass
+    assert f"1 to {bound}" in capsys.readouterr().out  # the help states the bound too
+
+
+def test_distinct_m_refuses_the_options_it_does_not_read(monkeypatch, capsys):
+    _no_work(monkeypatch)
+    for argv, named in ((["--threads", "2"], "--threads"), (["--max-dim", "5"], "--max-dim"),
+                        (["--threads", "8", "--max-dim", "96"], "--threads or --max-dim")):
+        assert cli.main(["soak", "--distinct-m", "3", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--distinct-m" in err and f"does not take {named}" in err

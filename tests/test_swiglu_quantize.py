@@ -171,11 +171,16 @@ def test_compile_check_builds_every_launch_and_dtype():
     assert ccc.mlx_headers(cuda_source.quantize()) == []
 
 
-def test_compile_check_skips_them_without_mlx_headers(capsys):
+def test_compile_check_skips_them_without_mlx_headers(capsys, tmp_path):
     # No nvcc is run: every selected instance needs MLX's real headers, which the stand-in is not.
-    assert compile_check().main(["--nvcc", "/nonexistent/nvcc", "--only", "^swiglu_quantize "]) == 0
+    # The tripwire is an nvcc that exists (the tool refuses a missing one) and leaves a mark.
+    nvcc, ran = tmp_path / "nvcc", tmp_path / "ran"
+    nvcc.write_text(f"#!/bin/sh\ntouch '{ran}'\nexit 1\n")
+    nvcc.chmod(0o755)
+    assert compile_check().main(["--nvcc", str(nvcc), "--only", "^swiglu_quantize "]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("skipped 10 instances") and "--mlx-include" in out[0], out
+    assert not ran.exists()
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc here (set NVCC=/path/to/nvcc)")

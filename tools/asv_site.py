@@ -224,13 +224,30 @@ def check_regressions(html_dir: Path, index: dict, driver, url: str, screenshot:
     return {"rows": len(rows), "ratios": sum("_ratio" in n for n in names)}
 
 
+def read_index(html_dir: Path) -> dict:
+    """asv's index.json of a published site; SiteError (like `vendor`'s) where there is none or it
+    is not what `asv publish` writes."""
+    path = html_dir / "index.json"
+    if not path.is_file():
+        raise SiteError(f"{path} does not exist: run `asv publish` first")
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SiteError(f"{path} cannot be read as JSON ({exc}): run `asv publish` again") from None
+    if not (isinstance(index, dict) and isinstance(index.get("benchmarks"), dict)
+            and isinstance(index.get("params"), dict)):
+        raise SiteError(f"{path} is not asv's index (a JSON object with \"benchmarks\" and \"params\"): "
+                        "run `asv publish` again")
+    return index
+
+
 def check(html_dir: Path, screenshot: Path | None = None, bench: str | None = None,
           compare_screenshot: Path | None = None, graph_screenshot: Path | None = None,
           regressions_screenshot: Path | None = None, graph_bench: str | None = None,
           offline: bool = False) -> dict:
     """Run the checks; returns a report dict, raises SiteError on a failed check. `offline`:
     in a browser that resolves no host but the local server's (a machine without internet)."""
-    index = json.loads((html_dir / "index.json").read_text())
+    index = read_index(html_dir)
     benchmarks = sorted(index["benchmarks"])
     machines = index["params"].get("machine", [])
     if bench is None:

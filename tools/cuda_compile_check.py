@@ -29,6 +29,7 @@ import sys
 import tempfile
 
 from int8nax.backends.cuda import binary_cache, choice as cuda_choice, plans as cuda_plans, source as cuda_source
+from int8nax.bench import argtypes
 
 STAND_IN = """#pragma once
 #include <cuda_bf16.h>
@@ -227,25 +228,50 @@ def prebuild(arch: str, only: str | None, jobs: int | None, trials: bool = False
     return 1 if cache.counts.failed else 0
 
 
+def arch(text: str) -> str:
+    """An SM architecture as nvcc's -arch and NVRTC's --gpu-architecture take it (sm_90a, sm_80)."""
+    if not re.fullmatch(r"sm_\d{2,3}[af]?", text):
+        raise argparse.ArgumentTypeError(f"expected an SM architecture like sm_90a or sm_80, got {text!r}")
+    return text
+
+
+def nvrtc_library(text: str) -> str:
+    """A libnvrtc.so this process can load (ctypes), so that a wrong path fails before any work."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(text)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"expected a loadable libnvrtc.so, got {text!r}: {exc}") from None
+    return text
+
+
+CUDA_INCLUDE = "/usr/local/cuda/include"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nvcc", default="nvcc")
-    parser.add_argument("--arch", default="sm_90a")
-    parser.add_argument("--mlx-include", help="folder holding mlx/backend/cuda/device/utils.cuh")
-    parser.add_argument("--only", help="regex on the instance label")
-    parser.add_argument("--keep", help="write the .cu and .cubin files here")
-    parser.add_argument("--nvrtc", help="compile with this libnvrtc.so (MLX's options) instead of nvcc")
+    # checked below, only where it runs: --nvrtc and --prebuild need no nvcc
+    parser.add_argument("--nvcc", default="nvcc", help="nvcc to compile with (default: the one on PATH)")
+    parser.add_argument("--arch", default="sm_90a", type=arch)
+    parser.add_argument("--mlx-include", type=argtypes.folder, help="folder holding mlx/backend/cuda/device/utils.cuh")
+    parser.add_argument("--only", type=argtypes.regex, help="regex on the instance label")
+    parser.add_argument("--keep", type=argtypes.output_folder, help="write the .cu and .cubin files into this folder")
+    parser.add_argument("--nvrtc", type=nvrtc_library,
+                        help="compile with this libnvrtc.so (MLX's options) instead of nvcc")
     parser.add_argument("--ptx", action="store_true",
                         help="emit PTX into --keep's folder instead of cubins (no ptxas: fast)")
-    parser.add_argument("--same-as", metavar="DIR",
+    parser.add_argument("--same-as", metavar="DIR", type=argtypes.folder,
                         help="with --ptx: compare every kernel's PTX with DIR's (another tree's --ptx --keep "
                              "folder) instruction for instruction, names aside (each kernel's name carries its "
                              "header digest); exit 1 where any differs")
-    parser.add_argument("--cuda-include", default="/usr/local/cuda/include", help="CUDA headers for --nvrtc")
+    parser.add_argument("--cuda-include", type=argtypes.folder,
+                        help=f"CUDA headers for --nvrtc (default: {CUDA_INCLUDE})")
     parser.add_argument("--prebuild", action="store_true",
                         help="on a CUDA machine: build every instance into its kernel cache (MLX's NVRTC and "
                              "headers, --arch ignored: the GPU's), so no later process compiles one")
-    parser.add_argument("--jobs", type=int, help="with --prebuild: NVRTC compiles at once (default: the CPUs)")
+    parser.add_argument("--jobs", type=argtypes.count(1),
+                        help="with --prebuild: NVRTC compiles at once (default: the CPUs)")
     parser.add_argument("--trials", action="store_true",
                         help="also the GEMV's trial schedules (cuda_plans.GEMV_TRIALS), which no rule builds")
     args = parser.parse_args(argv)
@@ -256,6 +282,16 @@ def main(argv=None) -> int:
         parser.error("--ptx writes into --keep's folder: name one")
     if args.same_as and not args.ptx:
         parser.error("--same-as compares PTX: add --ptx")
+    if not args.nvrtc:
+        try:
+            argtypes.program(args.nvcc)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"argument --nvcc: {exc}")
+    elif args.cuda_include is None:
+        if not os.path.isdir(CUDA_INCLUDE):
+            parser.error(f"argument --cuda-include: expected an existing folder, got none and the default "
+                         f"{CUDA_INCLUDE!r} does not exist: name the CUDA headers' folder")
+        args.cuda_include = CUDA_INCLUDE
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         include = args.mlx_include

@@ -150,6 +150,15 @@ def check_dtype(arr: mx.array, name: str, func: str, allowed) -> None:
         raise TypeError(f"{func}: '{name}' must have dtype {_want(allowed)}, got {dtype_name(arr.dtype)}")
 
 
+def check_float_dtype(dtype, name: str, func: str) -> None:
+    """An argument that names a floating dtype (not an array's): one of FLOAT_DTYPES."""
+    if not isinstance(dtype, mx.Dtype):
+        raise TypeError(f"{func}: '{name}' must be an mlx dtype ({_want(FLOAT_DTYPES)}), "
+                        f"got {type(dtype).__name__} {dtype!r}")
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{func}: '{name}' must be {_want(FLOAT_DTYPES)}, got {dtype_name(dtype)}")
+
+
 def check_ndim(arr: mx.array, name: str, func: str, ndim: int, what: str) -> None:
     if arr.ndim != ndim:
         raise ValueError(

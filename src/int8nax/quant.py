@@ -138,11 +138,11 @@ def quantize_weight_np(w: np.ndarray, threads: int | None = None) -> tuple[np.nd
     def block(r0: int) -> None:
         w32 = np.asarray(w[r0:r0 + rows], dtype=np.float32)
         s = row_scales(w32)
-        with np.errstate(invalid="ignore"):  # a NaN row (callers refuse them) stays quiet
+        with np.errstate(invalid="ignore"):  # a NaN row (callers refuse them) stays quiet, its cast too
             v = w32 / s[:, None]
             np.round(v, out=v)
             np.clip(v, -QMAX, QMAX, out=v)
-        q[r0:r0 + rows] = v
+            q[r0:r0 + rows] = v
         scale[r0:r0 + rows] = s
 
     starts = range(0, n, rows)

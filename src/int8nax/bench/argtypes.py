@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 
 
 def positive(kind):
@@ -65,6 +67,46 @@ def output_file(text: str) -> str:
         raise argparse.ArgumentTypeError(f"expected a file in an existing folder, got {text!r}: no folder {folder!r}")
     if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(text) and not os.access(text, os.W_OK)):
         raise argparse.ArgumentTypeError(f"expected a file this user can write, got {text!r}")
+    return text
+
+
+def folder(text: str) -> str:
+    """An existing folder the command reads (the path as given)."""
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"expected an existing folder, got {text!r}"
+                                         + (", a file" if os.path.exists(text) else ""))
+    return text
+
+
+def output_folder(text: str) -> str:
+    """A folder the command writes files into, made where missing (the path as given): not a file,
+    and where it does not exist yet, under a folder this user can write into."""
+    if not text or (os.path.exists(text) and not os.path.isdir(text)):
+        raise argparse.ArgumentTypeError(f"expected a folder to write into, got {text!r}"
+                                         + (", a file" if text else ""))
+    parent = os.path.abspath(text)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"expected a folder to write into, got {text!r}: {parent!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"expected a folder this user can write into, got {text!r}")
+    return text
+
+
+def program(text: str) -> str:
+    """A program to run: a name on PATH or a path to an executable file (the text as given)."""
+    if not text or shutil.which(text) is None:
+        raise argparse.ArgumentTypeError(f"expected a program on PATH or an executable file, got {text!r}")
+    return text
+
+
+def regex(text: str) -> str:
+    """A Python regular expression (the text as given, used with re.search)."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"expected a regular expression, got {text!r}: {exc}") from None
     return text
 
 

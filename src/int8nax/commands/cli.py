@@ -84,25 +84,35 @@ def _add_selftest(sub) -> None:
     )
     p.add_argument("--backend", default="metal", type=argtypes.backend,
                    help="backend under test: metal (alias nax; the default), cuda, cpu or auto")
-    p.add_argument("--grid", choices=("auto", "full", "cpu", "quick"), default="auto",
-                   help="shape grid: full (sizes 1,7,33,513,4097 and six seed timing shapes), cpu (sizes to "
-                        "2049, three timing shapes: minutes on a small CPU), quick; auto (the default) takes "
-                        "cpu for the CPU backend, full otherwise")
+    # the mutually exclusive pairs below: given both, one would be silently ignored
+    which_grid = p.add_mutually_exclusive_group()
+    which_grid.add_argument("--grid", choices=("auto", "full", "cpu", "quick"), default="auto",
+                            help="shape grid: full (sizes 1,7,33,513,4097 and six seed timing shapes), cpu (sizes "
+                                 "to 2049, three timing shapes: minutes on a small CPU), quick; auto (the default) "
+                                 "takes cpu for the CPU backend, full otherwise")
     p.add_argument("--sizes", type=selftest.sizes,
                    help=f"comma-separated sizes for M, K and N, each <= {selftest.MAX_K} (overrides the grid's)")
-    p.add_argument("--quick", action="store_true", help="the quick grid: sizes 1,7,33 and one small timing shape")
-    p.add_argument("--no-timing", action="store_true", help="exactness only")
-    p.add_argument("--warmup", type=argtypes.count(0), default=5, help="untimed calls per contender (5)")
-    p.add_argument("--repeat", type=argtypes.count(1), default=20, help="timed calls per contender (20)")
+    which_grid.add_argument("--quick", action="store_true",
+                            help="the quick grid (--grid quick): sizes 1,7,33 and one small timing shape")
+    # --warmup, --repeat, --budget: default None, so that --no-timing can refuse a given one
+    defaults = selftest.TIMING_DEFAULTS
+    p.add_argument("--no-timing", action="store_true",
+                   help="exactness only (takes none of --warmup, --repeat, --budget, --all)")
+    p.add_argument("--warmup", type=argtypes.count(0), help=f"untimed calls per contender ({defaults['warmup']})")
+    p.add_argument("--repeat", type=argtypes.count(1), help=f"timed calls per contender ({defaults['repeat']})")
     # checked at parse time: the dump is written only after the layout probe
     p.add_argument("--layout-out", metavar="FILE.npy", type=argtypes.output_file,
                    help="save the int8 layout dump (metal)")
-    p.add_argument("--budget", type=argtypes.seconds, default=1.0, metavar="SECONDS",
-                   help="leave out a timed contender whose call is expected to take longer than this here (1)")
-    p.add_argument("--all", action="store_true", help="time every contender whatever its expected time")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--budget", type=argtypes.seconds, metavar="SECONDS",
+                        help="leave out a timed contender whose call is expected to take longer than this here "
+                             f"({defaults['budget']:g})")
+    budget.add_argument("--all", action="store_true",
+                        help="time every contender whatever its expected time (no --budget)")
     p.add_argument("--json", action="store_true", help="the report as JSON instead of markdown")
-    p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr for every shape")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    chatter = p.add_mutually_exclusive_group()
+    chatter.add_argument("-v", "--verbose", action="store_true", help="progress on stderr for every shape")
+    chatter.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_cmd_selftest)
 
 

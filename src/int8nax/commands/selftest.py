@@ -418,9 +418,32 @@ def run_selftest(backend: str, sizes, timing_shapes, warmup: int, repeat: int, o
     return report["exit"]
 
 
+TIMING_DEFAULTS = {"warmup": 5, "repeat": 20, "budget": 1.0}
+"""--warmup, --repeat and --budget where not given (the parser leaves them None, so that
+--no-timing can tell a given one from the default)."""
+
+
+def usage_error(args) -> str | None:
+    """Why the options contradict each other (None: they do not); the parser's mutually exclusive
+    groups refuse the other pairs."""
+    if args.no_timing:
+        given = [f"--{name}" for name in TIMING_DEFAULTS if getattr(args, name) is not None]
+        given += ["--all"] if args.all else []
+        if given:
+            return f"--no-timing times nothing: it does not take {' or '.join(given)}"
+    return None
+
+
 def main(args) -> int:
     from .. import backends
 
+    bad = usage_error(args)
+    if bad:
+        print(f"int8nax selftest: error: {bad} (see int8nax selftest --help)", file=sys.stderr)
+        return 2
+    for option, default in TIMING_DEFAULTS.items():
+        if getattr(args, option) is None:
+            setattr(args, option, default)
     name = args.backend
     if name == "auto":
         try:

@@ -45,6 +45,18 @@ DTYPES = (mx.float16, mx.bfloat16, mx.float32)
 LAYER_DIMS = ((48, 40), (200, 96), (130, 257))
 """(input_dims, output_dims) of the shared layers every thread calls."""
 
+MAX_DIM = 4096
+"""Largest --max-dim. Every call draws M, K and N up to it and checks the result against a float64
+numpy product on the host, holding M x K float64 copies: at 4096 a call takes seconds (0.5 s at
+2048 cubed on 2 CPU cores, 8x that a doubling) and 128 MiB a thread, so a larger one is a run that
+ends only when killed, not a soak; K stays far below int8nax's MAX_K. It is also the selftest's
+largest grid size (4097) less one."""
+MAX_THREADS = 1024
+"""Largest --threads: each is an OS thread that evaluates with MLX (which keeps a stream thread of
+its own for each) and holds its own arrays; thousands of them only wait on each other, and 100000
+of them exhaust the process's threads and memory rather than soak int8nax."""
+DEFAULT_THREADS, DEFAULT_MAX_DIM = 8, 96
+
 
 def rss_bytes() -> int:
     """Resident set size of this process (Linux /proc; 0 where there is none)."""
@@ -293,8 +305,11 @@ def add_parser(sub) -> None:
     what.add_argument("--distinct-m", type=argtypes.positive(int), metavar="COUNT",
                       help="instead: int8_matmul and w8a8_linear at COUNT distinct M values on one thread, "
                            "memory sampled along the way (exit 1 on a failure)")
-    p.add_argument("--threads", type=argtypes.positive(int), default=8, help="threads (8)")
-    p.add_argument("--max-dim", type=argtypes.positive(int), default=96, help="largest random M, K and N (96)")
+    # default None: --distinct-m (one thread, fixed N and K) refuses them when given
+    p.add_argument("--threads", type=argtypes.count(1, MAX_THREADS),
+                   help=f"threads, 1 to {MAX_THREADS} ({DEFAULT_THREADS}); not with --distinct-m")
+    p.add_argument("--max-dim", type=argtypes.count(1, MAX_DIM),
+                   help=f"largest random M, K and N, 1 to {MAX_DIM} ({DEFAULT_MAX_DIM}); not with --distinct-m")
     p.add_argument("--seed", type=argtypes.count(0), default=0, help="random seed (0)")
     p.add_argument("--backend", default=None, type=argtypes.backend, help="backend (default: int8nax's choice)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
@@ -302,6 +317,15 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
+    given = [f"--{name.replace('_', '-')}" for name in ("threads", "max_dim") if getattr(args, name) is not None]
+    if args.distinct_m is not None and given:
+        print(f"int8nax soak: error: --distinct-m runs on one thread at a fixed N and K: it does not take "
+              f"{' or '.join(given)} (see int8nax soak --help)", file=sys.stderr)
+        return 2
+    if args.threads is None:
+        args.threads = DEFAULT_THREADS
+    if args.max_dim is None:
+        args.max_dim = DEFAULT_MAX_DIM
     backend = args.backend
     try:
         impl = backends.resolve(backend)

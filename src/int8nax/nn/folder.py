@@ -22,6 +22,7 @@ ImportError saying so.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -40,6 +41,15 @@ def _mlx_lm_utils(func: str):
     except ImportError as exc:
         raise ImportError(f"{func}: needs mlx-lm (pip install 'int8nax[bench]' or mlx-lm==0.32.2): {exc}") from None
     return utils
+
+
+def _folder_path(value, func: str, name: str) -> Path:
+    """A folder argument as a Path: a str or os.PathLike, else a TypeError naming it (Path's own
+    names no argument)."""
+    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{func}: '{name}' must be a folder path (str or os.PathLike), "
+                        f"got {type(value).__name__} {value!r}")
+    return Path(value)
 
 
 def _config(folder: Path, func: str, name: str) -> dict:
@@ -77,7 +87,7 @@ def convert(src, dst, *, skip_lm_head: bool = False, backend: str | None = None)
     src that is not an mlx-lm folder, is W8A8 already or has no nn.Linear (MLX-quantized), or a dst
     that holds files; nothing is written then."""
     func = "convert"
-    src, dst = Path(src), Path(dst)
+    src, dst = _folder_path(src, func, "src"), _folder_path(dst, func, "dst")
     if _layers(_config(src, func, "src")) is not None:
         raise ValueError(f"{func}: 'src' must be a model folder not yet in W8A8 form, got {str(src)!r} (it is one)")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
@@ -114,7 +124,7 @@ def load(folder, *, lazy: bool = False, backend: str | None = None):
     'folder' where it is not a W8A8 folder (an mlx-lm folder of another form: mlx_lm.load reads it)
     or its weights do not fit its model (a parameter missing, extra or of another shape)."""
     func = "load"
-    folder = Path(folder)
+    folder = _folder_path(folder, func, "folder")
     layers = _layers(_config(folder, func, "folder"))
     if layers is None:
         raise ValueError(f"{func}: 'folder' must be a W8A8 folder (int8nax convert's: config.json with "

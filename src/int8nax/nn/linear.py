@@ -26,6 +26,8 @@ from .._checks import MAX_K, check_backend, dtype_name
 from ..api import bind, quantize_weight_int8, w8a8_linear
 
 _ALWAYS_FROZEN = frozenset({"weight", "scales"})
+_PARAMETERS = {"weight": "int8, from quantize_weight_int8", "scales": "float32, from quantize_weight_int8",
+               "bias": "floating, or None for no bias"}
 _DICT_GET = dict.get  # a Module's own arrays, without Module.__getattr__'s Python frames
 
 
@@ -106,6 +108,19 @@ class W8A8Linear(nn.Module):
         self._group = None  # the SiblingGroup this layer belongs to (quantize_linears), if any
         self._index = 0  # its place in the group
         self.freeze()  # like nn.QuantizedLinear: nothing trainable until unfrozen
+
+    def __setattr__(self, key, value):
+        # MLX's Module.__setattr__ keeps anything but an mx.array (or a container) as a plain
+        # attribute and drops the parameter of that name: the layer would fail on its next call
+        # with an AttributeError that names nothing. bias=None removes the bias (a layer without one).
+        if key in _PARAMETERS and not isinstance(value, mx.array) and not (key == "bias" and value is None):
+            kind = type(value).__module__.replace("builtins", "").partition(".")[0]
+            raise TypeError(f"W8A8Linear: '{key}' must be an mlx.core.array ({_PARAMETERS[key]}), got "
+                            f"{kind + '.' if kind else ''}{type(value).__name__}"
+                            + ("; convert it with mx.array" if hasattr(value, "__array__") else ""))
+        super().__setattr__(key, value)
+        if key == "bias" and value is None and getattr(self, "_group", None) is not None:
+            self._group.replaced()
 
     def __setitem__(self, key, value):
         # Every way a parameter is replaced (attribute assignment, update, load_weights,

@@ -10,7 +10,7 @@ from mlx.utils import tree_flatten, tree_map_with_path
 
 from .. import backends
 from ..backends import tape
-from .._checks import check_backend
+from .._checks import check_backend, check_float_dtype
 from .linear import W8A8Linear, _positive_int
 from .siblings import _sibling_sets, group_siblings
 from .swiglu_mlp import SwiGLUMLPCall, take_over_swiglu_mlps
@@ -127,6 +127,13 @@ def warm_up(model: nn.Module, max_rows: int, *, dtype=None, jobs: int | None = N
     if not isinstance(model, nn.Module):
         raise TypeError(f"{func}: 'model' must be an mlx.nn.Module, got {type(model).__name__}")
     _positive_int(max_rows, "max_rows", func)
+    if dtype is not None:
+        check_float_dtype(dtype, "dtype", func)
+    if jobs is not None:
+        _positive_int(jobs, "jobs", func)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"{func}: 'progress' must be None or callable (done, total), "
+                        f"got {type(progress).__name__} {progress!r}")
     dtype = _activation_dtype(model) if dtype is None else dtype
     built = 0
     for backend, layers in kernel_calls(model).items():

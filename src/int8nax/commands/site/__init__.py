@@ -38,7 +38,7 @@ import json
 import sys
 from pathlib import Path
 
-from ...bench import problems
+from ...bench import argtypes, problems
 from . import loop_section, model_section, vendor
 from .asv_pages import link_index, published_commits, tune_graphs
 from .comparison import compare, to_json
@@ -92,12 +92,23 @@ def publish(html_dir: Path, results_dir: Path, first: str | None = None, here: s
             "here": here if here in data["machines"] else None}
 
 
+def html_dir(text: str) -> Path:
+    """asv's html_dir: a folder holding the index.html `asv publish` writes (argparse type)."""
+    folder = Path(argtypes.folder(text))
+    if not (folder / "index.html").is_file():
+        raise argparse.ArgumentTypeError(f"expected asv's html_dir (with an index.html: run `asv publish` first), "
+                                         f"got {text!r}, which has none")
+    return folder
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "site", help="write the comparison page into a published asv site (after `asv publish`)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("html_dir", type=Path, help="asv's html_dir (.asv/html)")
-    p.add_argument("--results", type=Path,
+    # a path that is not what its argument takes is a usage error (exit 2), as for every command;
+    # exit 1 is left for results that cannot be read
+    p.add_argument("html_dir", type=html_dir, help="asv's html_dir (.asv/html)")
+    p.add_argument("--results", type=lambda text: Path(argtypes.folder(text)),
                    help="asv's results_dir (default: 'results' beside html_dir, i.e. .asv/results)")
     p.add_argument("--machine", help="the machine whose section comes first (default: this computer's asv "
                                      "machine, from ~/.asv-machine.json)")
@@ -106,6 +117,11 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     results = args.results or args.html_dir.parent / "results"
+    if not results.is_dir():
+        print(f"int8nax site: error: argument --results: expected asv's results_dir, got none, and the default "
+              f"{str(results)!r} (beside html_dir) does not exist: run `asv run` first, or pass --results "
+              "(see int8nax site --help)", file=sys.stderr)
+        return 2
     try:
         report = publish(args.html_dir, results, args.machine, this_machine())
     except SiteError as exc:
