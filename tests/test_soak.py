@@ -63,6 +63,8 @@ def test_an_unbounded_max_dim_or_thread_count_is_a_usage_error_naming_the_bound(
     _no_work(monkeypatch)
     err = _usage_error(capsys, "--max-dim", "140000")
     assert "argument --max-dim: expected a whole number from 1 to" in err and "'140000'" in err
+    err = _usage_error(capsys, "--distinct-m", "1000000000")
+    assert "argument --distinct-m: expected a whole number from 1 to" in err and "'1000000000'" in err
     err = _usage_error(capsys, "--threads", "100000")
     assert "argument --threads: expected a whole number from 1 to" in err and "'100000'" in err
     bound = int(err.split(" to ")[1].split(",")[0])

@@ -56,6 +56,10 @@ MAX_THREADS = 1024
 its own for each) and holds its own arrays; thousands of them only wait on each other, and 100000
 of them exhaust the process's threads and memory rather than soak int8nax."""
 DEFAULT_THREADS, DEFAULT_MAX_DIM = 8, 96
+MAX_DISTINCT_M = 65536
+"""Largest --distinct-m: M runs over 1..COUNT, each call checked against a float64 product on the
+host, so the run grows with COUNT squared (500 Ms in 0.6 s here; 65536, an 8-chunk 8192-token
+prompt's every length, about half an hour). A larger count only runs until it is killed."""
 
 
 def rss_bytes() -> int:
@@ -302,9 +306,9 @@ def add_parser(sub) -> None:
     what = p.add_mutually_exclusive_group()
     what.add_argument("--minutes", type=argtypes.positive(float), help="run this long (default 1), then measure first calls")
     what.add_argument("--calls", type=argtypes.positive(int), help="calls per thread, then stop (no first-call measurement)")
-    what.add_argument("--distinct-m", type=argtypes.positive(int), metavar="COUNT",
-                      help="instead: int8_matmul and w8a8_linear at COUNT distinct M values on one thread, "
-                           "memory sampled along the way (exit 1 on a failure)")
+    what.add_argument("--distinct-m", type=argtypes.count(1, MAX_DISTINCT_M), metavar="COUNT",
+                      help=f"instead: int8_matmul and w8a8_linear at COUNT distinct M values (1 to {MAX_DISTINCT_M}) "
+                           "on one thread, memory sampled along the way (exit 1 on a failure)")
     # default None: --distinct-m (one thread, fixed N and K) refuses them when given
     p.add_argument("--threads", type=argtypes.count(1, MAX_THREADS),
                    help=f"threads, 1 to {MAX_THREADS} ({DEFAULT_THREADS}); not with --distinct-m")
