@@ -6,8 +6,8 @@ the operands of problems.py as bit-identical copies computed on the device, cove
 times the L2 so that they come from HBM; WARMUP untimed launches, then ctx's CUPTI Profiler
 (bench.kernel.cupti) over ctx's launches; then the output checked on checked_rows: integers bit-exactly
 against the int64 product, W8A8 within 1 ulp of the float64 model, MLX's own forms (bfloat16,
-8-bit) within 5 % of the float32 product's largest output. The --plans sweep (bench.kernel.plans) times its plans on the same cases
-(raw_case, w8a8_case).
+8-bit) within 5 % of the float32 product's largest output. The --plans sweep (bench.kernel.plans)
+times its plans on the same cases (raw_case, w8a8_case).
 """
 
 from __future__ import annotations
@@ -169,7 +169,8 @@ def _float_peer(item: Item, l2: int) -> Prepared:
                                                            "float32 product")
 
     return Prepared(call, _device_copies(mx, operands, copies), copies, check,
-                    f"within {FLOAT_PEER_TOLERANCE:.0%} of the float32 product's largest output (a peer: bfloat16 rounding)",
+                    f"within {FLOAT_PEER_TOLERANCE:.0%} of the float32 product's largest output "
+                    "(a peer: bfloat16 rounding)",
                     FLOAT_PEERS[item.subject])
 
 

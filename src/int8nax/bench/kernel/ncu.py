@@ -66,8 +66,10 @@ def parse_sets(values: list[str]) -> list[Item]:
         if not sep or not names:
             raise ValueError(f"--set: expected SUBJECT[,SUBJECT...]@MxKxN[,MxKxN...], got {value!r}")
         for name in names:
-            if name not in ("int8_matmul", "cublaslt", *FLOAT_PEERS) and not name.startswith(("w8a8:", SWIGLU_QUANTIZE)):
-                raise ValueError(f"--set: a subject is int8_matmul, {', '.join(FLOAT_PEERS)}, cublaslt, w8a8:<dtype>[+bias] or "
+            if name not in ("int8_matmul", "cublaslt", *FLOAT_PEERS) and not name.startswith(
+                    ("w8a8:", SWIGLU_QUANTIZE)):
+                raise ValueError(f"--set: a subject is int8_matmul, {', '.join(FLOAT_PEERS)}, cublaslt, "
+                                 "w8a8:<dtype>[+bias] or "
                                  f"{SWIGLU_QUANTIZE}<fused|staged>:<dtype>, got {name!r}")
         for shape in parse_shapes(shapes, "--set"):
             items += [Item(name, shape) for name in names]

@@ -16,10 +16,10 @@ GEMV_MAX_M = 16
 """Activation rows the GEMV takes (one mma.m16n8k32's M)."""
 
 GEMV_WARPS = 8
-"""Warps of a GEMV block; they split K between them."""
+"""Warps of a GEMV block (GemvConfig's default); they split K between them."""
 
 GEMV_UNROLL = 2
-"""64-byte steps whose loads a GEMV warp issues before multiplying."""
+"""64-byte steps whose loads a GEMV warp issues before multiplying (GemvConfig's default)."""
 
 GEMV_X_MAX_BYTES = 64 << 10
 """The GEMV with the quantization fused (one kernel a call) takes x up to this size: every block
@@ -57,8 +57,8 @@ class GemvConfig:
     def schedule(self) -> str:
         """" w4 u4 a8": where the schedule differs from the first GEMV's (GEMV_WARPS warps,
         GEMV_UNROLL, no prefetch), which parts; "" where it does not (Choice.describe's text)."""
-        parts = [f"w{self.warps}" if self.warps != GEMV_WARPS else "", f"u{self.unroll}" if self.unroll != GEMV_UNROLL else "",
-                 f"a{self.ahead}" if self.ahead else ""]
+        parts = [f"w{self.warps}" if self.warps != GEMV_WARPS else "",
+                 f"u{self.unroll}" if self.unroll != GEMV_UNROLL else "", f"a{self.ahead}" if self.ahead else ""]
         return "".join(f" {p}" for p in parts if p)
 
     def template(self) -> list:
@@ -77,7 +77,8 @@ GEMV_TRIALS = {c.name: c for c in (
 """Schedules `int8nax compare --mode kernel --plans` times beside GEMV_CONFIGS at M <= 16, which
 no rule chooses: deeper load pipelines (unroll), L2 prefetch ahead of the loads (ahead), wider
 blocks and fewer warps, against the weight stream's 2.0 TB/s (docs/results/cuda-h200.md). Not
-in the catalogue: a run that times them compiles them, or carries them (tools/cuda_cache_offline.py)."""
+in the catalogue: a run that times them compiles them, or carries them (tools/cuda_cache_offline.py
+--plans; tools/cuda_compile_check.py --trials compiles them here)."""
 
 
 @dataclass(frozen=True)
