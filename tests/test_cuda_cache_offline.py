@@ -123,3 +123,34 @@ def test_compile_check_refuses_bad_arguments_before_any_work(tmp_path, option, v
     assert got.returncode == 2 and "Traceback" not in got.stderr, got.stderr
     assert f"argument {option}: expected" in last and repr(value) in last
     assert not (tmp_path / "out").exists()
+
+
+def test_the_models_kernels_hold_every_w8a8_call_decode_time_times(monkeypatch, tmp_path):
+    # bench_kernel.DecodeTime times W8A8 (bfloat16 x, no bias) at each model layer at one token: the
+    # instances those calls launch are among the ones --model builds, so the record compiles none.
+    pytest.importorskip("mlx.core")
+    import mlx.core as mx
+    from benchmarks import bench_kernel
+    from int8nax.backends.cuda import backend as cuda, binary_cache, device, kernels, probe
+
+    spec = importlib.util.spec_from_file_location("cuda_cache_offline", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    handed = []
+    monkeypatch.setattr(binary_cache.BinaryCache, "prebuild",
+                        lambda self, instances, jobs=None, progress=None: handed.extend(instances) or len(instances))
+    for module, name in ((device, "_family"), (probe, "sm_count"), (probe, "_sms"), (cuda, "COMPILE")):
+        monkeypatch.setattr(module, name, getattr(module, name))
+    monkeypatch.setattr(mx.fast, "cuda_kernel", mx.fast.cuda_kernel)
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "c"))
+    (tmp_path / "mlx" / "lib").mkdir(parents=True)
+    try:
+        assert tool.main(["--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "16",
+                          "--model", "qwen2.5-7b,qwen3-8b"]) == 0
+        with kernels.collect_instances() as timed:  # the tool's stand-ins are still in place
+            for m, k, n in bench_kernel.DECODE_SHAPES:
+                cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), mx.zeros((n, k), dtype=mx.int8),
+                          mx.ones((n,), dtype=mx.float32), None)
+    finally:
+        cuda.clear_caches()
+    assert timed and set(timed) <= set(handed)
