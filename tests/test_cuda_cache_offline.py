@@ -31,29 +31,36 @@ def test_bad_arguments_name_what_they_take(tmp_path):
         assert got.returncode == 2 and "--plans: expected MxKxN shapes" in got.stderr and repr(shapes) in got.stderr
 
 
-def test_it_builds_every_instance_the_model_meets(monkeypatch, tmp_path, capsys):
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """(tool module, the instances its prebuild is handed, the arguments every run takes): the tool
+    loaded from its file, NVRTC's build stood in; the stand-ins the tool installs (the SM count,
+    the GPU family, mx.fast.cuda_kernel, MLX_PTX_CACHE_DIR) are undone after the test."""
     pytest.importorskip("mlx.core")
-    from int8nax.backends.cuda import binary_cache, source as cuda_source
+    import mlx.core as mx
+    from int8nax.backends.cuda import backend as cuda, binary_cache, device, probe
 
     spec = importlib.util.spec_from_file_location("cuda_cache_offline", TOOL)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     handed = []
-
-    def prebuild(self, instances, jobs=None, progress=None):
-        handed.extend(instances)
-        return len(instances)
-
-    monkeypatch.setattr(binary_cache.BinaryCache, "prebuild", prebuild)
-    from int8nax.backends.cuda import backend as cuda, device, probe
+    monkeypatch.setattr(binary_cache.BinaryCache, "prebuild",
+                        lambda self, instances, jobs=None, progress=None: handed.extend(instances) or len(instances))
     for module, name in ((device, "_family"), (probe, "sm_count"), (probe, "_sms"), (cuda, "COMPILE")):
-        monkeypatch.setattr(module, name, getattr(module, name))  # the tool's stand-ins are undone after
-    import mlx.core as mx
+        monkeypatch.setattr(module, name, getattr(module, name))
     monkeypatch.setattr(mx.fast, "cuda_kernel", mx.fast.cuda_kernel)
-    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "c"))  # the tool sets it: undone after
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "c"))
     (tmp_path / "mlx" / "lib").mkdir(parents=True)
+    yield tool, handed, ["--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c")]
+    cuda.clear_caches()
+
+
+def test_it_builds_every_instance_the_model_meets(offline, capsys):
+    from int8nax.backends.cuda import backend as cuda, source as cuda_source
+
+    tool, handed, base = offline
     try:
-        assert tool.main(["--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "600"]) == 0
+        assert tool.main(base + ["--max-tokens", "600"]) == 0
     finally:
         cuda.clear_caches()
     names = {i.spec.name for i in handed}
@@ -64,8 +71,7 @@ def test_it_builds_every_instance_the_model_meets(monkeypatch, tmp_path, capsys)
     model_only = set(handed)
     handed.clear()
     try:
-        assert tool.main(["--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "600",
-                          "--model", "qwen2.5-7b,qwen3-8b", "--catalogue"]) == 0
+        assert tool.main(base + ["--max-tokens", "600", "--model", "qwen2.5-7b,qwen3-8b", "--catalogue"]) == 0
     finally:
         cuda.clear_caches()
     import cuda_compile_check
@@ -76,24 +82,12 @@ def test_it_builds_every_instance_the_model_meets(monkeypatch, tmp_path, capsys)
     assert "and the catalogue" in capsys.readouterr().out
 
 
-def test_plans_adds_every_candidate_the_sweep_times(monkeypatch, tmp_path):
+def test_plans_adds_every_candidate_the_sweep_times(offline):
     # --plans 1x4096x4096: the GEMV's trial schedules (timed by the sweep, built by no rule) are handed
-    pytest.importorskip("mlx.core")
-    from int8nax.backends.cuda import backend as cuda, binary_cache, device, plans as cuda_plans, probe
+    from int8nax.backends.cuda import backend as cuda, plans as cuda_plans
 
-    spec = importlib.util.spec_from_file_location("cuda_cache_offline", TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    handed = []
-    monkeypatch.setattr(binary_cache.BinaryCache, "prebuild",
-                        lambda self, instances, jobs=None, progress=None: handed.extend(instances) or len(instances))
-    for module, name in ((device, "_family"), (probe, "sm_count"), (probe, "_sms"), (cuda, "COMPILE")):
-        monkeypatch.setattr(module, name, getattr(module, name))
-    import mlx.core as mx
-    monkeypatch.setattr(mx.fast, "cuda_kernel", mx.fast.cuda_kernel)
-    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "c"))
-    (tmp_path / "mlx" / "lib").mkdir(parents=True)
-    base = ["--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "16"]
+    tool, handed, base = offline
+    base = base + ["--max-tokens", "16"]
     templates = {}
     for extra in ([], ["--plans", "1x4096x4096"]):
         handed.clear()
@@ -125,28 +119,16 @@ def test_compile_check_refuses_bad_arguments_before_any_work(tmp_path, option, v
     assert not (tmp_path / "out").exists()
 
 
-def test_the_models_kernels_hold_every_w8a8_call_decode_time_times(monkeypatch, tmp_path):
+def test_the_models_kernels_hold_every_w8a8_call_decode_time_times(offline):
     # bench_kernel.DecodeTime times W8A8 (bfloat16 x, no bias) at each model layer at one token: the
     # instances those calls launch are among the ones --model builds, so the record compiles none.
-    pytest.importorskip("mlx.core")
     import mlx.core as mx
     from benchmarks import bench_kernel
-    from int8nax.backends.cuda import backend as cuda, binary_cache, device, kernels, probe
+    from int8nax.backends.cuda import backend as cuda, kernels
 
-    spec = importlib.util.spec_from_file_location("cuda_cache_offline", TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    handed = []
-    monkeypatch.setattr(binary_cache.BinaryCache, "prebuild",
-                        lambda self, instances, jobs=None, progress=None: handed.extend(instances) or len(instances))
-    for module, name in ((device, "_family"), (probe, "sm_count"), (probe, "_sms"), (cuda, "COMPILE")):
-        monkeypatch.setattr(module, name, getattr(module, name))
-    monkeypatch.setattr(mx.fast, "cuda_kernel", mx.fast.cuda_kernel)
-    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "c"))
-    (tmp_path / "mlx" / "lib").mkdir(parents=True)
+    tool, handed, base = offline
     try:
-        assert tool.main(["--mlx-package", str(tmp_path / "mlx"), "--out", str(tmp_path / "c"), "--max-tokens", "16",
-                          "--model", "qwen2.5-7b,qwen3-8b"]) == 0
+        assert tool.main(base + ["--max-tokens", "16", "--model", "qwen2.5-7b,qwen3-8b"]) == 0
         with kernels.collect_instances() as timed:  # the tool's stand-ins are still in place
             for m, k, n in bench_kernel.DECODE_SHAPES:
                 cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), mx.zeros((n, k), dtype=mx.int8),
