@@ -364,6 +364,17 @@ def test_siblings_follow_an_update_of_one_member():
     for m in (ref, fused):
         m.k_proj.bias = m.k_proj.bias + 1
     np.testing.assert_array_equal(to_numpy(fused.k_proj(x)), to_numpy(ref.k_proj(x)))
+    # nor where a member's bias was removed, by None or by del
+    for remove in (lambda layer: setattr(layer, "bias", None), lambda layer: delattr(layer, "bias")):
+        fused.q_proj(x)
+        for m in (ref, fused):
+            if "bias" not in m.k_proj:
+                m.k_proj.bias = mx.ones((16,), dtype=mx.bfloat16)
+        fused.q_proj(x)
+        for m in (ref, fused):
+            remove(m.k_proj)
+        assert "bias" not in fused.k_proj
+        np.testing.assert_array_equal(to_numpy(fused.k_proj(x)), to_numpy(ref.k_proj(x)))
 
 
 def test_siblings_differentiate_like_separate_layers():

@@ -119,8 +119,6 @@ class W8A8Linear(nn.Module):
                             f"{kind + '.' if kind else ''}{type(value).__name__}"
                             + ("; convert it with mx.array" if hasattr(value, "__array__") else ""))
         super().__setattr__(key, value)
-        if key == "bias" and value is None and getattr(self, "_group", None) is not None:
-            self._group.replaced()
 
     def __setitem__(self, key, value):
         # Every way a parameter is replaced (attribute assignment, update, load_weights,
@@ -140,6 +138,22 @@ class W8A8Linear(nn.Module):
                 return  # a cast of the float32 scales (Module.set_dtype): keep them exact
             value = value.astype(mx.float32)  # any other float scales: widened, exactly
         super().__setitem__(key, value)
+        self._replaced()
+
+    # A parameter removed (`layer.bias = None` pops it, `del layer.bias` deletes it) changes the
+    # layer as a replaced one does.
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        self._replaced()
+
+    def pop(self, key, *default):
+        had = key in self
+        value = super().pop(key, *default)
+        if had:
+            self._replaced()
+        return value
+
+    def _replaced(self) -> None:
         group = getattr(self, "_group", None)
         if group is not None:
             group.replaced()

@@ -181,8 +181,13 @@ class SiblingGroup:
         return w8a8_linear(x, fused.weight, fused.scales, fused.bias, backend=self.backend)
 
     def replaced(self) -> None:
-        """A member's parameter was replaced (W8A8Linear.__setitem__): waiting results are stale."""
+        """A member's parameter was replaced or removed (W8A8Linear): waiting results are stale; and
+        where the members' biases are no longer alike (one removed, or one added), no fused GEMM
+        serves them all: the group runs each layer alone from then on."""
         self.version += 1
+        # getattr: a copy being assembled replaces its members' parameters before it has its state
+        if getattr(self, "shared", False) and any(("bias" in m) != self.has_bias for m in self.members):
+            self.shared = False
 
     def joint_output(self, x):
         """Every member's output side by side, [..., sum of output dims], for input x: the fused
