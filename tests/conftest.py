@@ -136,6 +136,19 @@ def gemv_default(monkeypatch):
     cuda.clear_caches()
 
 
+@pytest.fixture(params=[False, True], ids=["apart", "inside"])
+def gemv_inside(request, monkeypatch):
+    """W8A8's GEMV rule both ways (cuda_plans.gemv.GEMV_QUANTIZE_INSIDE): the quantization kernel
+    first (the default), or the GEMV quantizing x itself where x fits; the value is the test's."""
+    from int8nax.backends.cuda import backend as cuda
+    from int8nax.backends.cuda.plans import gemv as gemv_rule
+
+    monkeypatch.setattr(gemv_rule, "GEMV_QUANTIZE_INSIDE", request.param)
+    cuda.clear_caches()
+    yield request.param
+    cuda.clear_caches()
+
+
 @pytest.fixture
 def tapes_module():
     """The tape extension (int8nax.backends.tape), built here once per machine; skipped with the

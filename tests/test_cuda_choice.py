@@ -84,7 +84,7 @@ def test_every_recorded_choice_is_unchanged_but_for_the_w8a8_rules_since(monkeyp
     # Changes since, each on purpose:
     # - where cuda_choice.GEMV_DEFAULT is on: W8A8 at M <= 16 takes the GEMV by default on sm90
     #   (auto only: every override keeps its recorded kernel there), with 16-row slices where
-    #   N / 16 >= 1.5 x SMs; int8_matmul too (cuda_choice.GEMV_RAW_DEFAULT);
+    #   N / 16 >= 1.5 x SMs (those with four steps unrolled); int8_matmul too (cuda_choice.GEMV_RAW_DEFAULT);
     # - W8A8's rules from the H200 measurements of 2026-12-04 (_w8a8_rule_since), and the one-wave
     #   tile at long K for both ops (_one_wave_since), W8A8's 64 x 32 tile at M <= 64 (_narrow_since):
     #   every other change is one of them, and each
@@ -96,7 +96,7 @@ def test_every_recorded_choice_is_unchanged_but_for_the_w8a8_rules_since(monkeyp
         plan = got.plan
         have = [got.variant, plan.cfg.name, plan.splits, getattr(plan, "group", None), getattr(plan, "blocks", None)]
         want = [r["variant"], r["tile"], r["splits"], r["group"], r["blocks"]]
-        slices = "gemv_16x16" if -(-r["n"] // 16) >= 3 * r["sms"] // 2 else "gemv_16x8"
+        slices = "gemv_16x16_u4" if -(-r["n"] // 16) >= 3 * r["sms"] // 2 else "gemv_16x8"
         if gemv_on and r["w8a8"] and r["m"] <= 16 and r["override"] == "" and r["family"] == "sm90":
             gemv += 1
             want = [cuda_choice.GEMV, slices, 1, None, None]
@@ -157,7 +157,8 @@ def test_the_choice_depends_on_the_sm_count():
 def test_describe_names_variant_tile_and_splits():
     assert cuda_choice.choose(8192, 8192, 8192).describe() == "tma-ws-cooperative 128x256 splits=1"
     assert cuda_choice.choose(17, 4096, 4104).describe() == "cpasync 64x64 splits=4"
-    assert cuda_choice.choose(16, 4096, 4104).describe() == "gemv 16x16 splits=1"  # the GEMV takes any K
+    assert cuda_choice.choose(16, 4096, 4104).describe() == "gemv 16x16 u4 splits=1"  # the GEMV takes any K
+    assert cuda_choice.choose(16, 3000, 4104).describe() == "gemv 16x8 splits=1"  # 188 blocks of 16 rows: 8
     assert cuda_choice.choose(16, 4096, 4096, family="simt").describe() == "simt 64x64 splits=1"
 
 

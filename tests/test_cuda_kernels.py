@@ -141,7 +141,7 @@ def test_kernel_objects_do_not_grow_with_the_token_count(rng):
     for m in range(1, 97):
         c = cuda_choice.choose(m, n, k, w8a8=True, sms=sms, family=family, override=cuda_settings.kernel_choice())
         row = cuda_choice.VARIANTS[c.variant]
-        if row.quantizing is not None and cuda_plans.gemv_x_ok(m, k, 2):  # the GEMV quantizing x itself
+        if row.quantizing is not None and cuda_plans.gemv_inside(m, k, 2):  # the GEMV quantizing x itself
             specs.add(row.quantizing().name)
             continue
         kernels = row.specs(c.plan.cfg)

@@ -191,19 +191,27 @@ def test_kernel_specs_plans_and_the_choice():
     # Qwen2.5-7B's decode shapes on 132 SMs: 16 rows a block where that still leaves 1.5 blocks an SM
     assert [cuda_plans.gemv_plan(1, n, 3584).cfg.nt for n in (3584, 4608, 37888, 3000)] == [2, 2, 2, 1]
     assert cuda_plans.gemv_plan(1, 3584, 3584, sms=200).cfg.nt == 1
-    assert cuda_plans.GemvPlan(cuda_plans.GEMV_CONFIGS["gemv_16x16"]).grid(16, 4608) == ((288 * 256, 1, 1), (256, 1, 1))
+    assert cuda_plans.GemvPlan(cuda_plans.GEMV_CONFIGS["gemv_16x16_u4"]).grid(16, 4608) == ((288 * 256, 1, 1), (256, 1, 1))
     assert cuda_plans.gemv_ok(16, 3584) and not cuda_plans.gemv_ok(17, 3584) and not cuda_plans.gemv_ok(1, 0)
     assert cuda_plans.gemv_x_ok(1, 18944, 2) and cuda_plans.gemv_x_ok(8, 3584, 2)
     assert not cuda_plans.gemv_x_ok(16, 3584, 2) and not cuda_plans.gemv_x_ok(8, 3584, 4)
 
 
-@pytest.mark.parametrize("m, dtype, want", [
-    (1, "bfloat16", "gemv 16x16 splits=1 quantize=fused"), (8, "float16", "gemv 16x16 splits=1 quantize=fused"),
-    (16, "bfloat16", "gemv 16x16 splits=1"), (8, "float32", "gemv 16x16 splits=1"), (16, None, "gemv 16x16 splits=1"),
+def test_the_rule_quantizes_inside_the_gemv_only_where_told(gemv_inside):
+    # cuda_plans.gemv.GEMV_QUANTIZE_INSIDE (off by default): where x fits gemv_x_ok, and only then
+    for m, k, size in ((1, 18944, 2), (8, 3584, 2), (16, 3584, 2), (8, 3584, 4)):
+        assert cuda_plans.gemv_inside(m, k, size) == (gemv_inside and cuda_plans.gemv_x_ok(m, k, size))
+        assert cuda_plans.gemv_plan(m, 4608, k, dtype="float32" if size == 4 else "bfloat16").fused == \
+            cuda_plans.gemv_inside(m, k, size)
+    assert cuda_plans.gemv_plan(1, 4608, 3584).fused is None  # no dtype: decided at the launch
+
+
+@pytest.mark.parametrize("m, dtype, fits", [
+    (1, "bfloat16", True), (8, "float16", True), (16, "bfloat16", False), (8, "float32", False), (16, None, False),
 ])
-def test_w8a8_at_small_m_takes_the_gemv(m, dtype, want, gemv_default):
+def test_w8a8_at_small_m_takes_the_gemv(m, dtype, fits, gemv_default, gemv_inside):
     got = cuda_choice.choose(m, 4608, 3584, w8a8=True, out_dtype=dtype)
-    assert got.describe() == want
+    assert got.describe() == "gemv 16x16 u4 splits=1" + (" quantize=fused" if fits and gemv_inside else "")
     # on GPUs without wgmma too (mma.sync: sm80 and newer), not on those before
     assert cuda_choice.choose(m, 4608, 3584, w8a8=True, out_dtype=dtype, family="sm80").variant == cuda_choice.GEMV
     assert cuda_choice.choose(m, 4608, 3584, w8a8=True, family="simt").variant == cuda_choice.SIMT
@@ -234,10 +242,12 @@ def test_the_environment_still_forces_the_tiled_kernels_at_small_m(override, wan
         assert cuda_choice.choose(m, 4608, 3584, w8a8=True, out_dtype="bfloat16", override=override).variant == want
 
 
-def test_reachable_counts_the_fused_and_two_kernel_forms_apart(gemv_default):
+def test_reachable_counts_the_fused_and_two_kernel_forms_apart(gemv_default, gemv_inside):
     got = [(m, c.describe()) for m, c in cuda_choice.reachable(3584, 3584, 20, w8a8=True, out_dtype="bfloat16")]
-    assert got[:2] == [(1, "gemv 16x16 splits=1 quantize=fused"), (10, "gemv 16x16 splits=1")]
-    assert got[2][0] == 17 and not got[2][1].startswith("gemv")
+    gemv = [(1, "gemv 16x16 u4 splits=1 quantize=fused"), (10, "gemv 16x16 u4 splits=1")] if gemv_inside else \
+        [(1, "gemv 16x16 u4 splits=1")]
+    assert got[:len(gemv)] == gemv
+    assert got[len(gemv)][0] == 17 and not got[len(gemv)][1].startswith("gemv")
 
 
 def test_a_call_naming_the_gemv_beyond_16_rows_is_refused(monkeypatch):
@@ -258,7 +268,7 @@ def test_backend_describe_names_the_gemv(monkeypatch, gemv_default):
     monkeypatch.setattr(cuda_kernels, "_kernel", lambda spec: pytest.fail("describe launched a kernel"))
     got = cuda.BACKEND.describe("w8a8_linear", 1, 37888, 3584, dtype="bfloat16")
     if not cuda.BACKEND.probe().available:
-        assert got == "cuda gemv 16x16 splits=1 quantize=fused (132 SMs assumed)"
+        assert got == "cuda gemv 16x16 u4 splits=1 (132 SMs assumed)"
 
 
 def instances():
@@ -281,8 +291,8 @@ def test_the_kernels_compile_for_sm90a_without_spills(tmp_path):
     include = tmp_path / "inc" / "mlx" / "backend" / "cuda" / "device"
     include.mkdir(parents=True)
     (include / "utils.cuh").write_text(ccc.STAND_IN)
-    sample = ("gemv i32 gemv_16x16", "gemv w8a8 gemv_16x16 bfloat16 narrow", "gemv w8a8_x gemv_16x8 float16",
-              "gemv w8a8_x gemv_16x16 float32", "gemv w8a8_x gemv_16x8 bfloat16 narrow bias bfloat16",
+    sample = ("gemv i32 gemv_16x16_u4", "gemv w8a8 gemv_16x16_u4 bfloat16 narrow", "gemv w8a8_x gemv_16x8 float16",
+              "gemv w8a8_x gemv_16x16_u4 float32", "gemv w8a8_x gemv_16x8 bfloat16 narrow bias bfloat16",
               "gemv i32 gemv_16x16_u4a8", "gemv w8a8_x gemv_16x16_a8 bfloat16 narrow")
     every = os.environ.get("INT8NAX_GEMV_COMPILE_ALL") == "1"
     assert len(every_instance) == 38 + 3 * len(cuda_plans.GEMV_TRIALS) and set(sample) <= {i[0] for i in every_instance}
@@ -316,10 +326,11 @@ class _Recorder:
 
 
 @pytest.mark.parametrize("family", ["sm90", "sm80"])
-def test_w8a8_linear_launches_one_gemv_kernel_at_decode(monkeypatch, family, gemv_default):
-    """What the W8A8 entry point launches (kernels stood in): at M = 1 the GEMV that quantizes x
-    itself, alone; at M = 16, K = 3584 (112 KB of bfloat16 x) the quantization kernel and the GEMV;
-    at M = 17 the tiled kernels (dp4a where there is no wgmma)."""
+def test_w8a8_linear_launches_the_gemv_at_decode(monkeypatch, family, gemv_default, gemv_inside):
+    """What the W8A8 entry point launches (kernels stood in): at M = 1 the quantization kernel and
+    the GEMV, or with GEMV_QUANTIZE_INSIDE the GEMV that quantizes x itself, alone; at M = 16,
+    K = 3584 (112 KB of bfloat16 x) the two kernels either way; at M = 17 the tiled kernels (dp4a
+    where there is no wgmma)."""
     mx = pytest.importorskip("mlx.core")
     from int8nax.backends.cuda import (
         device as cuda_device, kernels as cuda_kernels, probe as cuda_probe,
@@ -342,14 +353,16 @@ def test_w8a8_linear_launches_one_gemv_kernel_at_decode(monkeypatch, family, gem
             launches.clear()
             mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), w, s, mx.zeros((n,))))
             got[m] = [name.rsplit("_", 1)[0] for name, _, _ in launches]
-        assert got[1] == ["int8nax_gemv_w8a8_x"] and got[16] == ["int8nax_quantize", "int8nax_gemv_w8a8"]
+        two = ["int8nax_quantize", "int8nax_gemv_w8a8"]
+        assert got[1] == (["int8nax_gemv_w8a8_x"] if gemv_inside else two) and got[16] == two
         assert got[17][0] == "int8nax_quantize" and "gemv" not in " ".join(got[17])
         assert ("simt" in got[17][1]) == (family == "sm80")
         launches.clear()
         mx.eval(cuda.w8a8(mx.zeros((1, k), dtype=mx.bfloat16), w, s, None))
-        (name, grid, template), = launches
-        assert grid == ((n // 16) * 256, 1, 1)
-        assert template == {"T": mx.bfloat16, "NT": 2, "WARPS": 8, "UNROLL": 2, "AHEAD": 0, "HAS_BIAS": False, "NARROW": True}
+        (name, grid, template), = launches[-1:]
+        assert grid == ((n // 16) * 256, 1, 1) and len(launches) == (1 if gemv_inside else 2)
+        assert template == {("T" if gemv_inside else "TOut"): mx.bfloat16, "NT": 2, "WARPS": 8, "UNROLL": 4, "AHEAD": 0,
+                            "HAS_BIAS": False, "NARROW": True}
         # the environment forces the previous kernels at small M
         monkeypatch.setenv(cuda_settings.KERNEL_ENV, "cpasync")
         cuda.clear_caches()

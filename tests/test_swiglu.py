@@ -204,14 +204,16 @@ def test_taken_over_mlp_keeps_its_own_call_at_the_rows_the_backend_takes_in_two_
         assert seen == ([(shape[-2] * (shape[0] if len(shape) == 3 else 1), 320)] if one_step else []), (shape, seen)
 
 
-def test_cuda_takes_swiglu_in_one_step_above_the_gemvs_rows_only(monkeypatch):
+def test_cuda_takes_swiglu_in_one_step_where_the_gemv_does_not_quantize_its_input(monkeypatch, gemv_inside):
+    # at the GEMV's rows with GEMV_QUANTIZE_INSIDE, the GEMV quantizes h itself: no one-step kernel there
     from int8nax.backends.cuda import backend as cuda, plans as cuda_plans, settings as cuda_settings
 
     edge = cuda_plans.GEMV_MAX_M
     for choice in ("split", "fused", "staged"):
         monkeypatch.setattr(cuda_settings, "swiglu_choice", lambda: choice)
         got = [cuda.BACKEND.swiglu_one_step_at(m) for m in (1, edge, edge + 1, 4096)]
-        assert got == ([False] * 4 if choice == "split" else [False, False, True, True]), (choice, got)
+        want = [False] * 4 if choice == "split" else [not gemv_inside] * 2 + [True, True]
+        assert got == want, (choice, got)
 
 
 def test_other_mlps_keep_their_call():
@@ -484,11 +486,11 @@ class RecordingKernel:
 
 @pytest.mark.parametrize("gemv", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
-def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, dtype, gemv):
+def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, dtype, gemv, gemv_inside):
     """What INT8NAX_CUDA_SWIGLU=fused launches for Qwen2.5-7B's down projection (kernels stood in,
     the first-use check passed): the SwiGLU quantization kernel on y [M, 2H] with its launch, then
     the dequantizing GEMM on its codes; where the GEMV quantizes its own input (decode with
-    GEMV_DEFAULT), swiglu then that one kernel."""
+    GEMV_DEFAULT and GEMV_QUANTIZE_INSIDE), swiglu then that one kernel."""
     from int8nax.backends.cuda import (
         device as cuda_device, kernels as cuda_kernels, probe as cuda_probe,
         settings as cuda_settings, graphs as cuda_graphs, backend as cuda, choice as cuda_choice,
@@ -512,7 +514,7 @@ def test_cuda_fused_entry_launches_the_swiglu_kernel_then_the_gemm(monkeypatch, 
             asked.clear()
             mx.eval(cuda.swiglu_w8a8(mx.zeros((m, 2 * h), dtype=dtype), w, s, None))
             names = [x["name"] for x in launches]
-            if gemv and m == 1 and cuda_plans.gemv_x_ok(m, h, dtype.size):
+            if gemv and m == 1 and cuda_plans.gemv_inside(m, h, dtype.size):
                 assert names == ["int8nax_gemv_w8a8_x"] and launches[0]["inputs"][0] == (1, h) and asked == []
                 continue
             first = launches[0]

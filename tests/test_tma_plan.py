@@ -371,7 +371,7 @@ def test_default_dispatch_launches_the_tma_kernel(recorded, m, k, n, gemv_defaul
     if m <= cuda_plans.GEMV_MAX_M:  # the GEMV: x quantized inside where it is small (8 KB at M = 1)
         gemv = cuda_plans.gemv_plan(m, n, k, 132)
         epilogue = [("HAS_BIAS", False), ("NARROW", True)]
-        if cuda_plans.gemv_x_ok(m, k, 2):
+        if cuda_plans.gemv_inside(m, k, 2):
             assert names == [cuda_source.gemv_w8a8_x().name]
             assert launches[0]["template"] == [("T", mx.float16)] + gemv.cfg.template() + epilogue
         else:
@@ -712,7 +712,7 @@ def test_w8a8_plan_is_what_w8a8_linear_launches(recorded, m, k, n):
                       mx.ones((n,), dtype=mx.float32), None))
     gemms = [launch for launch in launches if "quantize" not in launch["name"] and "reduce" not in launch["name"]]
     if kernel == cuda_choice.GEMV:  # one kernel where x is small (the quantization inside), else two
-        fused = cuda_plans.gemv_x_ok(m, k, 2)
+        fused = cuda_plans.gemv_inside(m, k, 2)
         assert len(launches) == (1 if fused else 2) and len(gemms) == 1
         assert gemms[0]["name"] == (cuda_source.gemv_w8a8_x() if fused else cuda_source.gemv_w8a8()).name
         assert gemms[0]["grid"] == plan.grid(m, n)[0] and ("NT", plan.cfg.nt) in gemms[0]["template"]
@@ -768,7 +768,7 @@ def test_kernel_objects_do_not_grow_with_m(monkeypatch, compiled):
         for m in range(1, 301):
             c = cuda.choice(m, n, k, w8a8=True)
             row = cuda_choice.VARIANTS[c.variant]
-            if row.quantizing is not None and cuda_plans.gemv_x_ok(m, k, 2):  # the GEMV quantizing x itself
+            if row.quantizing is not None and cuda_plans.gemv_inside(m, k, 2):  # the GEMV quantizing x itself
                 expected.add(row.quantizing().name)
                 mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.float16), w, s, None))
                 continue
@@ -834,7 +834,7 @@ def test_a_w8a8_call_allocates_the_pack_and_y(recorded, m):
         b = mx.zeros((n,), dtype=mx.float32) if bias else None
         mx.eval(cuda.w8a8(mx.zeros((m, k), dtype=mx.bfloat16), mx.zeros((n, k), dtype=mx.int8), mx.ones((n,)), b))
         chosen = cuda.choice(m, n, k, w8a8=True, bias=bias)
-        inside = chosen.variant == cuda_choice.GEMV and cuda_plans.gemv_x_ok(m, k, 2)
+        inside = chosen.variant == cuda_choice.GEMV and cuda_plans.gemv_inside(m, k, 2)
         want = 1 if inside else 2 + (chosen.plan.splits > 1)
         assert sum(len(x["outputs"]) for x in launches) == want, (n, k, chosen, launches)
 

@@ -40,6 +40,7 @@ from ..base import Backend, Probe, swiglu_of
 from . import choice as cuda_choice
 from . import device, graphs, kernels, probe, settings
 from . import plans as cuda_plans
+from .plans import gemv as gemv_rule
 from .choice import CPASYNC, SIMT, Choice
 
 SHAPE_CACHE_SIZE = 4096
@@ -394,10 +395,12 @@ class CUDABackend(Backend):
         return settings.swiglu_choice() != "split"
 
     def swiglu_one_step_at(self, rows: int) -> bool:
-        # At the GEMV's rows (decode) swiglu_w8a8 runs swiglu, then the GEMV that quantizes its
-        # input in registers: the two steps' launches, which the MLP's own call, replayed from its
-        # tape, makes with less host work than the API's call of swiglu_w8a8_linear (the same bits).
-        return rows > cuda_plans.GEMV_MAX_M and self.swiglu_one_step()
+        # Where the GEMV quantizes its input itself (decode rows with cuda_plans.gemv_inside's
+        # GEMV_QUANTIZE_INSIDE), swiglu_w8a8 runs swiglu, then that GEMV: the two steps' launches,
+        # which the MLP's own call, replayed from its tape, makes with less host work than the
+        # API's call of swiglu_w8a8_linear (the same bits).
+        inside = rows <= cuda_plans.GEMV_MAX_M and gemv_rule.GEMV_QUANTIZE_INSIDE
+        return not inside and self.swiglu_one_step()
 
     def warm_up(self, layers, max_rows: int, dtype, *, jobs: int | None = None, progress=None) -> int:
         return warm_up_layers([WarmLayer(*layer) for layer in layers], max_rows, dtype=dtype, jobs=jobs,

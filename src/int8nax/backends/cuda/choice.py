@@ -17,7 +17,7 @@ The variants, named by their schedule as CUTLASS names its sm90 kernels:
   tma-ws-pingpong     the same producer, each consumer on whole tiles, the two taking turns
   gemv                M <= 16: the weight streamed once, mma.sync on 8- or 16-row slices of w
                       (sm_80 and newer; gemm/gemv_w8a8.cuh); W8A8's default there (GEMV_DEFAULT),
-                      quantizing x inside the kernel where x is small (cuda_plans.gemv_x_ok)
+                      after the quantization kernel, or quantizing x itself (cuda_plans.gemv_inside)
 
 Adding a variant: its kernel header (and its header list and spec functions in cuda_source),
 one VARIANTS row here, and its tests.

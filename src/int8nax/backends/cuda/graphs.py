@@ -300,11 +300,11 @@ def swiglu_kernel_ok(dtype, launch) -> bool:
 
 def _quantizes_inside(row: cuda_choice.Variant, plan, m: int, k: int, dtype) -> bool:
     """Whether the variant's own quantizing kernel takes x [m, k] of `dtype`: the plan's `fused`
-    where it says, else (a GEMV plan made without the dtype) cuda_plans.gemv_x_ok."""
+    where it says, else (a GEMV plan made without the dtype) cuda_plans.gemv_inside."""
     if row.quantizing is None:
         return False
     fused = getattr(plan, "fused", None)
-    return cuda_plans.gemv_x_ok(m, k, dtype.size) if fused is None else fused
+    return cuda_plans.gemv_inside(m, k, dtype.size) if fused is None else fused
 
 
 def w8a8_graph(x, w, scale_w, bias_arg, variant: str, plan, has_bias: bool,

@@ -90,7 +90,7 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
     - at M <= 64: the cp.async kernel's split plan ("cp.async") and, where it takes the shape, the
       GEMV's plan ("gemv"), each of its configs and trial schedules ("gemv <config>",
       cuda_plans.GEMV_CONFIGS and GEMV_TRIALS) and for W8A8 each with x quantized inside ("gemv
-      <config> fused"; the rule takes it where x fits cuda_plans.gemv_x_ok).
+      <config> fused"; the rule takes it where cuda_plans.gemv_inside says).
 
     Only variants the family runs and whose supports() takes the problem are listed (K % 16 != 0:
     no TMA kernel). ValueError naming the argument for a non-positive size or SM count, or an
@@ -119,8 +119,8 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
         add("cp.async", C.CPASYNC)
         add("gemv", C.GEMV)
         # Each GEMV width and trial schedule, and for W8A8 both of its forms (x quantized by its own
-        # kernel first, or inside the GEMV, at any size of x: where the second stops paying is what
-        # GEMV_X_MAX_BYTES guesses): the evidence behind GEMV_DEFAULT and gemv_plan.
+        # kernel first, or inside the GEMV, at any size of x): the evidence behind GEMV_DEFAULT,
+        # gemv_plan and GEMV_QUANTIZE_INSIDE.
         for cfg in (*cuda_plans.GEMV_CONFIGS.values(), *cuda_plans.GEMV_TRIALS.values()):
             add(f"gemv {cfg.name}", C.GEMV, cuda_plans.GemvPlan(cfg, False if w8a8 else None))
             if w8a8 and out_dtype in cuda_plans.ITEMSIZE:

@@ -18,8 +18,10 @@ shared with the Metal kernels and the emulator.
 from __future__ import annotations
 
 from ....tiling import ceil_div  # the plans' rounding, which their callers use beside them
+# gemv.GEMV_QUANTIZE_INSIDE is read through gemv_inside (one binding: a test or a run that sets it
+# sets the module's)
 from .gemv import (GEMV_CONFIGS, GEMV_MAX_M, GEMV_TRIALS, GEMV_UNROLL, GEMV_WARPS, GEMV_X_MAX_BYTES, ITEMSIZE,
-                   GemvConfig, GemvPlan, gemv_ok, gemv_plan, gemv_x_ok)
+                   GemvConfig, GemvPlan, gemv_inside, gemv_ok, gemv_plan, gemv_x_ok)
 from .grid import (_SPLIT_TILES, _TMA_TILES, _WAVE_TILES, ONE_WAVE_FILL, TMA_FILL, TMA_LONG_K_BLOCKS,
                    TMA_LONG_K_FILL, W8A8_COMPUTE_MIN_M, W8A8_NARROW_MAX_M, WAVE_MARGIN, CudaPlan, cpasync_plan,
                    fill_splits, long_k, one_wave_tile, split_plan, tma_plan, w8a8_small_tile, w8a8_wave_tile,
@@ -46,9 +48,9 @@ __all__ = [
     "STAGED_THREADS", "SWIGLU_HELD_BYTES", "SWIGLU_PAIR_LAUNCH", "SWIGLU_QUANT_LAUNCHES", "TMA_FILL", "TMA_K_MULTIPLE",
     "TMA_LONG_K_BLOCKS", "TMA_LONG_K_FILL", "TMA_MAP_SLOT_BYTES", "W8A8_COMPUTE_MIN_M", "W8A8_NARROW_MAX_M",
     "WAVE_MARGIN", "blocks_per_sm", "ceil_div", "cooperative_plan", "cpasync_plan", "cuda_quant_launch",
-    "cuda_swiglu_quant_launch", "cuda_swiglu_staged_launch", "epilogue_chunk", "fill_splits", "gemv_ok", "gemv_plan",
-    "gemv_x_ok", "long_k", "one_wave_tile", "persistent_plan", "pingpong_plan", "split_plan", "split_ranges",
-    "staged_max_hidden", "swiglu_held_bytes", "tile_count", "tma_ok", "tma_plan", "tma_shared_bytes", "w8a8_small_tile",
-    "w8a8_wave_tile", "wave_cost", "wave_tile", "ws_group", "ws_unit", "ws_units",
+    "cuda_swiglu_quant_launch", "cuda_swiglu_staged_launch", "epilogue_chunk", "fill_splits", "gemv_inside",
+    "gemv_ok", "gemv_plan", "gemv_x_ok", "long_k", "one_wave_tile", "persistent_plan", "pingpong_plan", "split_plan",
+    "split_ranges", "staged_max_hidden", "swiglu_held_bytes", "tile_count", "tma_ok", "tma_plan", "tma_shared_bytes",
+    "w8a8_small_tile", "w8a8_wave_tile", "wave_cost", "wave_tile", "ws_group", "ws_unit", "ws_units",
     "_SPLIT_TILES", "_TMA_TILES", "_WAVE_TILES",  # the TMA plan's tile lists, which the tests walk
 ]

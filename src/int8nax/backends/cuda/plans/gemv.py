@@ -24,8 +24,14 @@ GEMV_UNROLL = 2
 GEMV_X_MAX_BYTES = 64 << 10
 """The GEMV with the quantization fused (one kernel a call) takes x up to this size: every block
 reads x twice from the caches, which costs less than the quantization kernel only while x is small
-against the weight (M = 1 at any K of Qwen2.5-7B; M = 16 up to K = 2048 in bfloat16). A guess until
-the H200 measures it."""
+against the weight."""
+
+GEMV_QUANTIZE_INSIDE = False
+"""Whether W8A8's GEMV rule takes the fused form (where gemv_x_ok). Off: the quantization kernel
+runs first, then the GEMV reads int8 x. On an H100 (docs/results/cuda-h100.md, the GEMV schedules
+section) the two kernels on 16 x 16 u4 were the fastest W8A8 plan at every M <= 16 timed (K 3584
+to 18944, N 3584 to 37888), 0.6-11.4 us under the fused form, whose x quantization in every block
+takes the registers that a deeper unroll needs. `compare --mode kernel --plans` still times it."""
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 """Bytes of an activation of each W8A8 dtype (by name)."""
@@ -65,11 +71,14 @@ class GemvConfig:
         return [("NT", self.nt), ("WARPS", self.warps), ("UNROLL", self.unroll), ("AHEAD", self.ahead)]
 
 
-GEMV_CONFIGS = {c.name: c for c in (GemvConfig("gemv_16x8", 1), GemvConfig("gemv_16x16", 2))}
-"""The GEMV configurations gemv_plan chooses from (the kernel catalogue builds each)."""
+GEMV_CONFIGS = {c.name: c for c in (GemvConfig("gemv_16x8", 1), GemvConfig("gemv_16x16_u4", 2, unroll=4))}
+"""The GEMV configurations gemv_plan chooses from (the kernel catalogue builds each). 16 x 16 loads
+four steps ahead of its multiplies: on an H100 1.0-1.2x faster than two steps for int8_matmul
+and W8A8 over the models' decode layers (docs/results/cuda-h100.md, the GEMV schedules section),
+though its 94-96 registers (ptxas) leave 2 blocks an SM where two steps' 72 leave 3."""
 
 GEMV_TRIALS = {c.name: c for c in (
-    GemvConfig("gemv_16x16_u4", 2, unroll=4), GemvConfig("gemv_16x16_a4", 2, ahead=4),
+    GemvConfig("gemv_16x16", 2), GemvConfig("gemv_16x16_a4", 2, ahead=4),
     GemvConfig("gemv_16x16_a8", 2, ahead=8), GemvConfig("gemv_16x16_a16", 2, ahead=16),
     GemvConfig("gemv_16x16_u4a8", 2, unroll=4, ahead=8), GemvConfig("gemv_16x8_a8", 1, ahead=8),
     GemvConfig("gemv_16x8_u4a8", 1, unroll=4, ahead=8), GemvConfig("gemv_16x32_a8", 4, ahead=8),
@@ -85,7 +94,7 @@ in the catalogue: a run that times them compiles them, or carries them (tools/cu
 class GemvPlan:
     """The GEMV's launch: its config, and for W8A8 whether x is quantized inside the GEMV (fused:
     one kernel) or by the quantization kernel first; fused None: decided at the launch from x's
-    item size (gemv_x_ok)."""
+    item size (gemv_inside)."""
 
     cfg: GemvConfig
     fused: bool | None = None
@@ -108,9 +117,15 @@ def gemv_x_ok(m: int, k: int, itemsize: int) -> bool:
     return gemv_ok(m, k) and m * k * itemsize <= GEMV_X_MAX_BYTES
 
 
+def gemv_inside(m: int, k: int, itemsize: int) -> bool:
+    """Whether W8A8's rule quantizes x [m, k] of `itemsize`-byte values inside the GEMV:
+    GEMV_QUANTIZE_INSIDE and gemv_x_ok."""
+    return GEMV_QUANTIZE_INSIDE and gemv_x_ok(m, k, itemsize)
+
+
 def gemv_plan(m: int, n: int, k: int, sms: int = 132, dtype: str | None = None) -> GemvPlan:
-    """16 rows of w a block (NT = 2) where that still gives every SM a block and a half (N = 3584
-    on 132 SMs: 224 blocks of 16 rows), else 8; fused: gemv_x_ok for x of `dtype` (a name), None
-    where no float dtype is given (decided at the launch)."""
-    cfg = GEMV_CONFIGS["gemv_16x16" if ceil_div(n, 16) >= 3 * sms // 2 else "gemv_16x8"]
-    return GemvPlan(cfg, gemv_x_ok(m, k, ITEMSIZE[dtype]) if dtype in ITEMSIZE else None)
+    """16 rows of w a block (NT = 2, four steps unrolled) where that still gives every SM a block
+    and a half (N = 3584 on 132 SMs: 224 blocks of 16 rows), else 8; fused: gemv_inside for x of
+    `dtype` (a name), None where no float dtype is given (decided at the launch)."""
+    cfg = GEMV_CONFIGS["gemv_16x16_u4" if ceil_div(n, 16) >= 3 * sms // 2 else "gemv_16x8"]
+    return GemvPlan(cfg, gemv_inside(m, k, ITEMSIZE[dtype]) if dtype in ITEMSIZE else None)
