@@ -28,8 +28,8 @@ against the weight."""
 
 GEMV_QUANTIZE_INSIDE = False
 """Whether W8A8's GEMV rule takes the fused form (where gemv_x_ok). Off: the quantization kernel
-runs first, then the GEMV reads int8 x. On an H100 (docs/results/cuda-h100.md, the GEMV schedules
-section) the two kernels on 16 x 16 u4 were the fastest W8A8 plan at every M <= 16 timed (K 3584
+runs first, then the GEMV reads int8 x. On an H100 (docs/results/cuda-h100.md, the decode GEMV's
+schedules section) the two kernels on 16 x 16 u4 were the fastest W8A8 plan at every M <= 16 timed (K 3584
 to 18944, N 3584 to 37888), 0.6-11.4 us under the fused form, whose x quantization in every block
 takes the registers that a deeper unroll needs. `compare --mode kernel --plans` still times it."""
 
@@ -73,9 +73,10 @@ class GemvConfig:
 
 GEMV_CONFIGS = {c.name: c for c in (GemvConfig("gemv_16x8", 1), GemvConfig("gemv_16x16_u4", 2, unroll=4))}
 """The GEMV configurations gemv_plan chooses from (the kernel catalogue builds each). 16 x 16 loads
-four steps ahead of its multiplies: on an H100 1.0-1.2x faster than two steps for int8_matmul
-and W8A8 over the models' decode layers (docs/results/cuda-h100.md, the GEMV schedules section),
-though its 94-96 registers (ptxas) leave 2 blocks an SM where two steps' 72 leave 3."""
+four steps ahead of its multiplies: on an H100 up to 1.2x faster than two steps for int8_matmul
+and 1.4x for W8A8 over the models' decode layers (docs/results/cuda-h100.md, the decode GEMV's
+schedules section), though its 94-96 registers (ptxas) leave 2 blocks an SM where two steps' 72
+leave 3."""
 
 GEMV_TRIALS = {c.name: c for c in (
     GemvConfig("gemv_16x16", 2), GemvConfig("gemv_16x16_a4", 2, ahead=4),
