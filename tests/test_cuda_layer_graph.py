@@ -47,7 +47,7 @@ def launches(stand_in_cuda, monkeypatch):
 
 @pytest.mark.parametrize("shape", [(1, 1, 256), (2, 3, 256), (1, 512, 256), (512, 256), (256,)])
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_layers_call_launches_its_kernels_on_x_itself_and_returns_their_output(launches, shape, bias):
+def test_a_layers_call_launches_its_kernels_on_x_itself_and_returns_their_output(launches, shape, bias, gemv_inside):
     cuda, launches = launches
     n = 384
     x, w, s, b = layer_calls.call_arrays(shape, n, bias)
@@ -55,11 +55,13 @@ def test_a_layers_call_launches_its_kernels_on_x_itself_and_returns_their_output
     assert y.shape == shape[:-1] + (n,) and y.dtype == mx.bfloat16
     names = layer_calls.check_takes_x_gives_y(launches.seen, x, y)
     m, _ = rows_of(shape)
-    # one kernel at decode (the quantizing GEMV); else the quantization's pack, then the GEMM (and a
-    # split-K plan's reduction): every array the call allocates is a kernel's output
+    # the quantization's pack, then the GEMM (and a split-K plan's reduction), or at decode with
+    # GEMV_QUANTIZE_INSIDE one kernel (the quantizing GEMV): every array the call allocates is a
+    # kernel's output
+    inside = m <= 16 and gemv_inside
     quantize = cuda_source.quantize().name
-    assert (quantize in names) == (m > 16), names
-    assert len(names) <= (1 if m <= 16 else 3), names
+    assert (quantize in names) == (not inside), names
+    assert len(names) <= (1 if inside else 2 if m <= 16 else 3), names
 
 
 def _layer_buffers(cuda, launches, config, rows: int) -> int:
@@ -90,7 +92,7 @@ def _layer_buffers(cuda, launches, config, rows: int) -> int:
 
 @pytest.mark.parametrize("config", ["qwen3-8b", "qwen2.5-7b"])
 @pytest.mark.parametrize("rows", [1, 128, 512, 2047])
-def test_a_decoder_layer_allocates_at_most_bf16s_buffers_plus_two(launches, monkeypatch, config, rows):
+def test_a_decoder_layer_allocates_at_most_bf16s_buffers_plus_two(launches, monkeypatch, config, rows, gemv_inside):
     """Issue 48's buffer target: a W8A8 layer's projections allocate at most bf16's count + 2 (bf16:
     one output per nn.Linear of mlx-lm's layer, and swiglu's h). What W8A8 adds per call is its
     activation pack (codes and scales in one buffer) and, on a split-K plan, the int32 partials;
@@ -111,6 +113,6 @@ def test_a_decoder_layer_allocates_at_most_bf16s_buffers_plus_two(launches, monk
         cuda.clear_caches()
         got[choice] = _layer_buffers(cuda, launches, cfg, rows)
         assert got[choice] <= bf16 + 2, f"{choice} at {rows} rows: {got[choice]} buffers a layer against bf16's {bf16}"
-    # the tiled path (M > 16): the fused SwiGLU quantization writes no h; decode's GEMV quantizes in
-    # registers and takes h from swiglu either way
-    assert got["split"] - got["fused"] == (1 if rows > 16 else 0), got
+    # the fused SwiGLU quantization writes no h; only a decode GEMV that quantizes in registers
+    # (GEMV_QUANTIZE_INSIDE) takes h from swiglu either way
+    assert got["split"] - got["fused"] == (0 if rows <= 16 and gemv_inside else 1), got
