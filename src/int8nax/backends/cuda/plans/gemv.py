@@ -83,7 +83,8 @@ GEMV_TRIALS = {c.name: c for c in (
     GemvConfig("gemv_16x16_a8", 2, ahead=8), GemvConfig("gemv_16x16_a16", 2, ahead=16),
     GemvConfig("gemv_16x16_u4a8", 2, unroll=4, ahead=8), GemvConfig("gemv_16x8_a8", 1, ahead=8),
     GemvConfig("gemv_16x8_u4a8", 1, unroll=4, ahead=8), GemvConfig("gemv_16x32_a8", 4, ahead=8),
-    GemvConfig("gemv_16x16_w4a8", 2, warps=4, ahead=8))}
+    GemvConfig("gemv_16x16_w4a8", 2, warps=4, ahead=8), GemvConfig("gemv_16x8_u4", 1, unroll=4),
+    GemvConfig("gemv_16x16_u8", 2, unroll=8))}
 """Schedules `int8nax compare --mode kernel --plans` times beside GEMV_CONFIGS at M <= 16, which
 no rule chooses: deeper load pipelines (unroll), L2 prefetch ahead of the loads (ahead), wider
 blocks and fewer warps, against the weight stream's 2.0 TB/s (docs/results/cuda-h200.md). Not
