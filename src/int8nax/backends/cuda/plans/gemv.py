@@ -29,9 +29,10 @@ against the weight."""
 GEMV_QUANTIZE_INSIDE = False
 """Whether W8A8's GEMV rule takes the fused form (where gemv_x_ok). Off: the quantization kernel
 runs first, then the GEMV reads int8 x. On an H100 (docs/results/cuda-h100.md, the decode GEMV's
-schedules section) the two kernels on 16 x 16 u4 were the fastest W8A8 plan at every M <= 16 timed (K 3584
-to 18944, N 3584 to 37888), 0.6-11.4 us under the fused form, whose x quantization in every block
-takes the registers that a deeper unroll needs. `compare --mode kernel --plans` still times it."""
+schedules section) the two kernels on 16 x 16 u4 were the fastest W8A8 plan at every M <= 16
+timed (K 3584 to 18944, N 3584 to 37888): 0.6-11.4 us under the fused form at M = 1, more at 16
+rows. The fused form's x quantization in every block takes the registers that a deeper unroll
+needs. `compare --mode kernel --plans` still times it."""
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 """Bytes of an activation of each W8A8 dtype (by name)."""
