@@ -1,0 +1,65 @@
+"""tools/gemv_rule_ab.py: mlx-lm's loop under W8A8's two decode-GEMV rules in one process. On the
+CPU box the two rules run the same code, so these check the tool's mechanics: every arm timed
+every trial, the rule switched (and the backend's caches cleared) between W8A8's arms, the rule
+restored after, and bad options refused."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mlx.core")
+pytest.importorskip("transformers", reason="mlx-lm's generation front end needs transformers")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import gemv_rule_ab as ab  # noqa: E402
+
+TINY = ["--model", "qwen2.5-0.5b", "--layers", "1", "--vocab", "200", "--prompt-tokens", "8",
+        "--generation-tokens", "3", "--trials", "3"]
+
+
+def test_each_arm_is_timed_each_trial_under_its_rule(tmp_path, monkeypatch, capsys):
+    from int8nax.backends.cuda import backend as cuda
+    from int8nax.backends.cuda.plans import gemv as rule
+    from int8nax.bench import generate_breakdown
+
+    monkeypatch.setenv("INT8NAX_MODEL_CACHE", str(tmp_path / "models"))
+    seen, cleared = [], []
+    real = generate_breakdown.decode_call
+    def decode_call(model, tok, prompt, n):
+        seen.append((n, rule.GEMV_QUANTIZE_INSIDE))
+        return real(model, tok, prompt, n)
+
+    monkeypatch.setattr(generate_breakdown, "decode_call", decode_call)
+    monkeypatch.setattr(cuda, "clear_caches", lambda: cleared.append(rule.GEMV_QUANTIZE_INSIDE))
+    out = tmp_path / "ab.json"
+    assert ab.main(TINY + ["--peers", "bf16", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert {arm: len(v) for arm, v in got["ms"].items()} == {"bf16": 3, ab.APART: 3, ab.INSIDE: 3}
+    assert all(v > 0 for arms in got["ms"].values() for v in arms)
+    # timed requests: 3 arms x 3 trials, each after its untimed warm request; W8A8's under its own rule
+    timed = [inside for n, inside in seen if n == 3]
+    assert len(timed) == 9 and timed.count(True) == 3
+    # the rule changes only between W8A8's arms (trial order reverses: apart, inside | inside, apart | ...),
+    # then the GPU figures' pass (bf16, apart, inside), then back to the default
+    assert cleared == [True, False, True, False, True, False] and rule.GEMV_QUANTIZE_INSIDE is False
+    assert set(got["gpu"]) == {"bf16", ab.APART, ab.INSIDE} and all(v[0] is None and v[1] for v in got["gpu"].values())
+    text = capsys.readouterr().out
+    assert "inside / apart, trial by trial" in text and "w8a8 inside" in text
+
+
+@pytest.mark.parametrize("args, want", [
+    (["--trials", "0"], "--trials: expected a whole number from 1 to 100"),
+    (["--peers", "bf16,bf16"], "--peers: expected none or some of bf16,mlx-q8"),
+    (["--peers", "w8a8"], "--peers: expected none or some of bf16,mlx-q8"),
+    (["--generation-tokens", "1"], "--generation-tokens: expected a whole number >= 2"),
+    (["--model", "llama"], "--model: invalid choice"),
+    (["--json", "/no/such/folder/ab.json"], "--json: expected a file in an existing folder"),
+])
+def test_bad_options_are_refused_by_name(args, want, capsys):
+    with pytest.raises(SystemExit) as exc:
+        ab.main(args)
+    assert exc.value.code == 2 and want in capsys.readouterr().err
