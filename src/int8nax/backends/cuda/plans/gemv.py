@@ -23,8 +23,8 @@ GEMV_UNROLL = 2
 
 GEMV_X_MAX_BYTES = 64 << 10
 """The GEMV with the quantization fused (one kernel a call) takes x up to this size: every block
-reads x twice from the caches, which costs less than the quantization kernel only while x is small
-against the weight."""
+reads x twice from the caches. A bound on that re-reading, not a break-even: at the sizes timed the
+fused form never beat the two kernels (GEMV_QUANTIZE_INSIDE)."""
 
 GEMV_QUANTIZE_INSIDE = False
 """Whether W8A8's GEMV rule takes the fused form (where gemv_x_ok). Off: the quantization kernel
@@ -87,10 +87,11 @@ GEMV_TRIALS = {c.name: c for c in (
     GemvConfig("gemv_16x16_w4a8", 2, warps=4, ahead=8), GemvConfig("gemv_16x8_u4", 1, unroll=4),
     GemvConfig("gemv_16x16_u8", 2, unroll=8))}
 """Schedules `int8nax compare --mode kernel --plans` times beside GEMV_CONFIGS at M <= 16, which
-no rule chooses: deeper load pipelines (unroll), L2 prefetch ahead of the loads (ahead), wider
-blocks and fewer warps, against the weight stream's 2.0 TB/s (docs/results/cuda-h200.md). Not
-in the catalogue: a run that times them compiles them, or carries them (tools/cuda_cache_offline.py
---plans; tools/cuda_compile_check.py --trials compiles them here)."""
+no rule chooses: the two-step 16 x 16 the rule took before u4 (for comparison), deeper load
+pipelines (unroll), L2 prefetch ahead of the loads (ahead), wider blocks and fewer warps
+(docs/results/cuda-h100.md, the decode GEMV's schedules section). Not in the catalogue: a run
+that times them compiles them, or carries them (tools/cuda_cache_offline.py --plans;
+tools/cuda_compile_check.py --trials compiles them here)."""
 
 
 @dataclass(frozen=True)
