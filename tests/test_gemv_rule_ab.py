@@ -49,6 +49,7 @@ def test_each_arm_is_timed_each_trial_under_its_rule(tmp_path, monkeypatch, caps
     assert set(got["gpu"]) == {"bf16", ab.APART, ab.INSIDE} and all(v[0] is None and v[1] for v in got["gpu"].values())
     text = capsys.readouterr().out
     assert "inside / apart, trial by trial" in text and "w8a8 inside" in text
+    assert "no interval under 5 trials" in text  # generate.median_interval's, from 5 paired trials
 
 
 @pytest.mark.parametrize("args, want", [

@@ -110,9 +110,12 @@ def report(got: dict) -> str:
         busy = f"{gpu[arm][0]:.3f}" if gpu[arm][0] is not None else f"n/a ({gpu[arm][1]})"
         spread = f"{med[arm]:.3f} ({min(v):.3f}-{max(v):.3f})"
         lines.append(f"{arm:12s}   {spread:29s}  {med[APART] / med[arm]:.3f}x           {busy}")
-    pairs = [a / b for a, b in zip(ms[INSIDE], ms[APART])]
+    pairs = generate.paired_ratios(ms[INSIDE], ms[APART])
+    interval = generate.median_interval(pairs)
+    around = (f", {interval[2]:.0%} interval {interval[0]:.3f}-{interval[1]:.3f}" if interval
+              else " (no interval under 5 trials)")
     lines.append(f"inside / apart, trial by trial (ms): {', '.join(f'{p:.3f}' for p in pairs)}; median "
-                 f"{statistics.median(pairs):.3f}")
+                 f"{statistics.median(pairs):.3f}{around}")
     return "\n".join(lines)
 
 
@@ -128,7 +131,7 @@ def main(argv=None) -> int:
           f"prompt, {args.generation_tokens} new tokens, {args.trials} trials (mlx-lm's stream_generate)")
     print(report(got))
     if args.json:
-        Path(args.json).write_text(json.dumps({**got, "args": {k: v for k, v in vars(args).items()}}, indent=1))
+        Path(args.json).write_text(json.dumps({**got, "args": vars(args)}, indent=1))
     return 0
 
 
