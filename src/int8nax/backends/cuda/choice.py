@@ -288,12 +288,15 @@ class Choice:
 
     def describe(self) -> str:
         """"tma-ws-cooperative 128x256 splits=1": the variant, its tile (BM x BN), a GEMV's schedule
-        where it is not the first's (" u4 a8", cuda_plans.GemvConfig.schedule), its K splits, and
+        where it is not the first's (" u4 a8", cuda_plans.GemvConfig.schedule), its K splits,
+        " reduce=atomic" where the splits add into the output (cuda_plans.REDUCTIONS), and
         " quantize=fused" where the plan quantizes x inside the GEMM."""
         cfg = self.plan.cfg
         fused = " quantize=fused" if getattr(self.plan, "fused", None) else ""
+        reduce = getattr(self.plan, "reduce", plans.WORKSPACE)
+        reduce = "" if reduce == plans.WORKSPACE else f" reduce={reduce}"
         schedule = getattr(cfg, "schedule", "")  # a GEMV's, where it is not the first's
-        return f"{self.variant} {cfg.bm}x{cfg.bn}{schedule} splits={self.plan.splits}{fused}"
+        return f"{self.variant} {cfg.bm}x{cfg.bn}{schedule} splits={self.plan.splits}{reduce}{fused}"
 
 
 def choose(m: int, n: int, k: int, *, w8a8: bool = False, bias: bool = False, out_dtype: str | None = None,

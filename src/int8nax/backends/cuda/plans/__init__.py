@@ -33,24 +33,25 @@ from .quant import (CUDA_QUANT_LAUNCHES, QUANT_GROUP, SMEM_PER_BLOCK, STAGED_MAX
                     STAGED_THREADS, SWIGLU_HELD_BYTES, SWIGLU_PAIR_LAUNCH, SWIGLU_QUANT_LAUNCHES, CudaQuantLaunch,
                     CudaStagedLaunch, cuda_quant_launch, cuda_swiglu_quant_launch, cuda_swiglu_staged_launch,
                     staged_max_hidden, swiglu_held_bytes)
-from .tiles import (CUDA_CONFIGS, CUDA_MAX_SHARED_BYTES, CUDA_SIMT_CONFIG, CUDA_SM_SHARED_BYTES, CUDA_SWIZZLE_BYTES,
-                    CUDA_WARPGROUP_ROWS, EPILOGUE_CHUNK, MIN_SPLIT_BLOCKS, TMA_K_MULTIPLE, TMA_MAP_SLOT_BYTES,
-                    CudaTileConfig, blocks_per_sm, epilogue_chunk, split_ranges, tile_count, tma_ok,
-                    tma_shared_bytes)
+from .tiles import (ATOMIC, CUDA_CONFIGS, CUDA_MAX_SHARED_BYTES, CUDA_SIMT_CONFIG, CUDA_SM_SHARED_BYTES,
+                    CUDA_SWIZZLE_BYTES, CUDA_WARPGROUP_ROWS, EPILOGUE_CHUNK, MIN_SPLIT_BLOCKS, REDUCTIONS,
+                    TMA_K_MULTIPLE, TMA_MAP_SLOT_BYTES, WORKSPACE, CudaTileConfig, blocks_per_sm, epilogue_chunk,
+                    reduce_suffix, split_ranges, tile_count, tma_ok, tma_shared_bytes)
 
 __all__ = [
-    "COOPERATIVE_CONFIGS", "CUDA_CONFIGS", "CUDA_MAX_SHARED_BYTES", "CUDA_QUANT_LAUNCHES", "CUDA_SIMT_CONFIG",
+    "ATOMIC", "COOPERATIVE_CONFIGS", "CUDA_CONFIGS", "CUDA_MAX_SHARED_BYTES", "CUDA_QUANT_LAUNCHES", "CUDA_SIMT_CONFIG",
     "CUDA_SM_SHARED_BYTES", "CUDA_SWIZZLE_BYTES", "CUDA_WARPGROUP_ROWS", "CUDA_WS_REGISTERS", "CUDA_WS_THREADS",
     "CooperativeConfig", "CudaPlan", "CudaQuantLaunch", "CudaStagedLaunch", "CudaTileConfig", "EPILOGUE_CHUNK",
     "GEMV_CONFIGS", "GEMV_MAX_M", "GEMV_TRIALS", "GEMV_UNROLL", "GEMV_WARPS", "GEMV_X_MAX_BYTES", "GemvConfig",
     "GemvPlan", "ITEMSIZE", "MIN_SPLIT_BLOCKS", "ONE_WAVE_FILL", "PINGPONG_CONFIGS", "PersistentConfig",
-    "PersistentPlan", "PingPongConfig", "QUANT_GROUP", "SMEM_PER_BLOCK", "STAGED_MAX_HELD", "STAGED_STATIC_SMEM",
-    "STAGED_THREADS", "SWIGLU_HELD_BYTES", "SWIGLU_PAIR_LAUNCH", "SWIGLU_QUANT_LAUNCHES", "TMA_FILL", "TMA_K_MULTIPLE",
-    "TMA_LONG_K_BLOCKS", "TMA_LONG_K_FILL", "TMA_MAP_SLOT_BYTES", "W8A8_COMPUTE_MIN_M", "W8A8_NARROW_MAX_M",
-    "WAVE_MARGIN", "blocks_per_sm", "ceil_div", "cooperative_plan", "cpasync_plan", "cuda_quant_launch",
-    "cuda_swiglu_quant_launch", "cuda_swiglu_staged_launch", "epilogue_chunk", "fill_splits", "gemv_inside",
-    "gemv_ok", "gemv_plan", "gemv_x_ok", "long_k", "one_wave_tile", "persistent_plan", "pingpong_plan", "split_plan",
-    "split_ranges", "staged_max_hidden", "swiglu_held_bytes", "tile_count", "tma_ok", "tma_plan", "tma_shared_bytes",
-    "w8a8_small_tile", "w8a8_wave_tile", "wave_cost", "wave_tile", "ws_group", "ws_unit", "ws_units",
+    "PersistentPlan", "PingPongConfig", "QUANT_GROUP", "REDUCTIONS", "SMEM_PER_BLOCK", "STAGED_MAX_HELD",
+    "STAGED_STATIC_SMEM", "STAGED_THREADS", "SWIGLU_HELD_BYTES", "SWIGLU_PAIR_LAUNCH", "SWIGLU_QUANT_LAUNCHES",
+    "TMA_FILL", "TMA_K_MULTIPLE", "TMA_LONG_K_BLOCKS", "TMA_LONG_K_FILL", "TMA_MAP_SLOT_BYTES", "W8A8_COMPUTE_MIN_M",
+    "W8A8_NARROW_MAX_M", "WAVE_MARGIN", "WORKSPACE", "blocks_per_sm", "ceil_div", "cooperative_plan", "cpasync_plan",
+    "cuda_quant_launch", "cuda_swiglu_quant_launch", "cuda_swiglu_staged_launch", "epilogue_chunk", "fill_splits",
+    "gemv_inside", "gemv_ok", "gemv_plan", "gemv_x_ok", "long_k", "one_wave_tile", "persistent_plan", "pingpong_plan",
+    "reduce_suffix", "split_plan", "split_ranges", "staged_max_hidden", "swiglu_held_bytes", "tile_count", "tma_ok",
+    "tma_plan", "tma_shared_bytes", "w8a8_small_tile", "w8a8_wave_tile", "wave_cost", "wave_tile", "ws_group",
+    "ws_unit", "ws_units",
     "_SPLIT_TILES", "_TMA_TILES", "_WAVE_TILES",  # the TMA plan's tile lists, which the tests walk
 ]

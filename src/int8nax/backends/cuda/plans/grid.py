@@ -7,19 +7,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ....tiling import Launch, TileConfig, ceil_div, launch
-from .tiles import CUDA_CONFIGS, CUDA_SWIZZLE_BYTES, MIN_SPLIT_BLOCKS, TMA_MAP_SLOT_BYTES, blocks_per_sm, tile_count
+from .tiles import (CUDA_CONFIGS, CUDA_SWIZZLE_BYTES, MIN_SPLIT_BLOCKS, TMA_MAP_SLOT_BYTES, WORKSPACE, blocks_per_sm,
+                    reduce_suffix, tile_count)
 
 
 @dataclass(frozen=True)
 class CudaPlan:
-    """What one CUDA GEMM launch runs: a tile configuration and how many K splits."""
+    """What one CUDA GEMM launch runs: a tile configuration, how many K splits, and how the splits
+    meet (reduce: tiles.REDUCTIONS; "atomic" int8_matmul's trial on split plans only)."""
 
     cfg: TileConfig
     splits: int
+    reduce: str = WORKSPACE
+
+    def __post_init__(self):
+        reduce_suffix("CudaPlan", self.reduce, self.splits)
 
     @property
     def name(self) -> str:
-        return f"{self.cfg.name}_s{self.splits}"
+        return f"{self.cfg.name}_s{self.splits}{reduce_suffix('CudaPlan', self.reduce, self.splits)}"
 
     def launch(self, m: int, n: int) -> Launch:
         """The swizzled grid of tiles of an [M, N] output (int8nax.tiling.launch)."""

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ....tiling import TileConfig, ceil_div
-from .tiles import (CUDA_SWIZZLE_BYTES, MIN_SPLIT_BLOCKS, TMA_MAP_SLOT_BYTES, epilogue_chunk, split_ranges, tile_count,
-                    tma_shared_bytes)
+from .tiles import (CUDA_SWIZZLE_BYTES, MIN_SPLIT_BLOCKS, TMA_MAP_SLOT_BYTES, WORKSPACE, epilogue_chunk, reduce_suffix,
+                    split_ranges, tile_count, tma_shared_bytes)
 
 CUDA_WS_THREADS = 384
 """Producer warpgroup + 2 consumer warpgroups (cuda_source.LAUNCH_BOUNDS sets the launch
@@ -120,16 +120,21 @@ PINGPONG_CONFIGS = {
 class PersistentPlan:
     """One launch of a persistent GEMM (gemm_tma_ws_cooperative, or gemm_tma_ws_pingpong with a
     PingPongConfig):
-    tile, K splits, raster band height, blocks."""
+    tile, K splits, raster band height, blocks, and how the splits meet (reduce: as CudaPlan's)."""
 
     cfg: CooperativeConfig | PingPongConfig
     splits: int
     group: int
     blocks: int
+    reduce: str = WORKSPACE
+
+    def __post_init__(self):
+        reduce_suffix("PersistentPlan", self.reduce, self.splits)
 
     @property
     def name(self) -> str:
-        return f"{self.cfg.name}_s{self.splits}_g{self.group}_b{self.blocks}"
+        suffix = reduce_suffix("PersistentPlan", self.reduce, self.splits)
+        return f"{self.cfg.name}_s{self.splits}_g{self.group}_b{self.blocks}{suffix}"
 
     def plan_shape(self) -> tuple[int, int]:
         """The shape of the kernel's `plan` input: (splits, group)."""

@@ -19,7 +19,8 @@ from ....tiling import TileConfig, ceil_div
 #
 # Split-K: grid z = splits, each split owns a contiguous range of K blocks and writes its int32
 # partial sums to slice z of a [splits, M, N] workspace; a reduction kernel sums the slices
-# (integer addition is exact in any order) and, for W8A8, dequantizes.
+# (integer addition is exact in any order) and, for W8A8, dequantizes. int8_matmul's trial plans
+# (reduce="atomic", REDUCTIONS below) add them into one zero-filled [M, N] output instead.
 
 CUDA_WARPGROUP_ROWS = 64
 """Rows of A that one wgmma m64 instruction covers."""
@@ -158,6 +159,30 @@ CUDA_SM_SHARED_BYTES = 233472
 
 MIN_SPLIT_BLOCKS = 8
 """Fewest K blocks (of BK) a split may own: shorter splits spend their time filling the pipeline."""
+
+
+WORKSPACE, ATOMIC = "workspace", "atomic"
+REDUCTIONS = (WORKSPACE, ATOMIC)
+"""How a split plan's K splits meet (a plan's `reduce`). WORKSPACE: split z writes slice z of a
+[splits, M, N] int32 workspace and the reduction kernel sums the slices (every rule's plans; W8A8's
+only, since its reduction dequantizes the exact sum). ATOMIC: every split adds its partial sums
+into one zero-filled int32 [M, N] output (red.global.add.s32, kernels/cuda/epilogue/atomic_add.cuh):
+no workspace, no reduction launch, the same bits (integer addition is associative). int8_matmul's
+trial, which the plans sweep times beside the workspace form and no rule takes: at 128 x 18944 x
+3584 (4 splits of 128 x 112, H100, Nsight) the split GEMM took 32.0 us and the reduction 6.4 us,
+against cuBLASLt's 36.7 us for the whole product."""
+
+
+def reduce_suffix(owner: str, reduce: str, splits: int) -> str:
+    """The plan name's suffix for `reduce` ("" for WORKSPACE, "_atomic"); ValueError naming the
+    argument where `reduce` is not one of REDUCTIONS, or is ATOMIC on an unsplit plan (nothing to
+    add: its one split stores its sums)."""
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"{owner}: 'reduce' must be one of {REDUCTIONS}, got {reduce!r}")
+    if reduce == ATOMIC and splits < 2:
+        raise ValueError(f"{owner}: 'reduce'={ATOMIC!r} adds the partial sums of K splits, but 'splits' is "
+                         f"{splits!r}: an unsplit plan stores its sums ('reduce'={WORKSPACE!r})")
+    return "" if reduce == WORKSPACE else f"_{reduce}"
 
 
 # ---- what the TMA GEMMs ask (kernels/cuda/gemm/tma_*.cuh; which one runs: backends/cuda/choice.py) ----
