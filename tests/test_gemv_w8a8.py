@@ -187,7 +187,7 @@ def test_kernel_specs_plans_and_the_choice():
     assert "epilogue/epilogue.cuh" in cuda_source.walk("gemv")
     assert "DequantStore<TOut, HAS_BIAS, NARROW, int8nax::pointee<decltype(bias)>>{" in w8a8.source
     row = cuda_choice.VARIANTS[cuda_choice.GEMV]
-    assert row.specs(cuda_plans.GEMV_CONFIGS["gemv_16x8"]) == (int32, None, w8a8) and row.quantizing() == fused
+    assert row.specs(cuda_plans.GEMV_CONFIGS["gemv_16x8"]) == (int32, None, w8a8, None) and row.quantizing() == fused
     # Qwen2.5-7B's decode shapes on 132 SMs: 16 rows a block where that still leaves 1.5 blocks an SM
     assert [cuda_plans.gemv_plan(1, n, 3584).cfg.nt for n in (3584, 4608, 37888, 3000)] == [2, 2, 2, 1]
     assert cuda_plans.gemv_plan(1, 3584, 3584, sms=200).cfg.nt == 1

@@ -114,7 +114,7 @@ def trial_instances():
 def instances(arch: str, trials: bool = False):
     """(label, spec, input types, output types, template) for every kernel the backend builds:
     every tile of every cuda_choice.VARIANTS row (the sm90 ones on sm_90*, the sm80 ones from
-    sm_80), with its quantizing W8A8 kernel where it has one, then the quantization (plain and
+    sm_80), with its atomic int32 kernel and its quantizing W8A8 kernel where it has them, then the quantization (plain and
     SwiGLU), reduction and SM-count kernels; with `trials`, then trial_instances()."""
     number = int(re.sub(r"\D", "", arch) or 0)
     for row in cuda_choice.VARIANTS.values():
@@ -128,6 +128,9 @@ def instances(arch: str, trials: bool = False):
             yield (f"{row.name} i32 {cfg.name}", specs.int32, ["int8_t", "int8_t"] + plan_input, ["int32_t"] + maps, tmpl)
             if specs.int32_packed is not None:  # a split W8A8 plan's workspace, of an activation pack
                 yield (f"{row.name} i32pack {cfg.name}", specs.int32_packed, ["int8_t", "int8_t"] + plan_input,
+                       ["int32_t"], tmpl)
+            if specs.int32_atomic is not None:  # int8_matmul's split plans with reduce="atomic" (one output)
+                yield (f"{row.name} i32atomic {cfg.name}", specs.int32_atomic, ["int8_t", "int8_t"] + plan_input,
                        ["int32_t"], tmpl)
             yield from w8a8_instances(f"{row.name} w8a8 {cfg.name}", specs.w8a8, plan_input, tmpl)
             if row.quantizing is not None:  # x, w, scale_w, bias; T is x's and y's type

@@ -101,11 +101,14 @@ def _tile_template(cfg) -> list:
 class Specs(NamedTuple):
     """A variant's kernels for one tile (cuda_source.KernelSpec): int32, int8_matmul's a . b^T;
     int32_packed, the same product of an activation pack's codes (cuda_pack; a split W8A8
-    plan's workspace), None where no W8A8 plan splits; w8a8, the fused W8A8 kernel over a pack."""
+    plan's workspace), None where no W8A8 plan splits; w8a8, the fused W8A8 kernel over a pack;
+    int32_atomic, int8_matmul's a . b^T with the K splits added into one zero-filled output (a plan
+    with reduce="atomic", cuda_plans.REDUCTIONS), None where the variant has no such kernel."""
 
     int32: object
     int32_packed: object
     w8a8: object
+    int32_atomic: object = None
 
 
 VARIANTS = {
@@ -117,20 +120,20 @@ VARIANTS = {
                 (plans.CUDA_SIMT_CONFIG,)),
         Variant(CPASYNC, "sm90", False, False, lambda p: True, lambda p: plans.cpasync_plan(p.m, p.n, p.k, p.sms),
                 lambda c: Specs(cuda_source.gemm_int32("sm90", c), cuda_source.gemm_int32_packed("sm90", c),
-                                cuda_source.gemm_w8a8("sm90", c)), _tile_template,
+                                cuda_source.gemm_w8a8("sm90", c), cuda_source.gemm_int32_atomic(c)), _tile_template,
                 tuple(plans.CUDA_CONFIGS.values()), aliases=("wgmma",)),
         Variant(TMA, "sm90", False, True, _tma_supports, lambda p: plans.tma_plan(p.m, p.n, p.k, p.sms, p.w8a8),
                 lambda c: Specs(cuda_source.gemm_tma_unspecialized(c), cuda_source.gemm_tma_unspecialized_packed(c),
-                                cuda_source.gemm_w8a8_tma_unspecialized(c)),
+                                cuda_source.gemm_w8a8_tma_unspecialized(c), cuda_source.gemm_tma_unspecialized_atomic(c)),
                 lambda c: c.tma_template(), tuple(plans.CUDA_CONFIGS.values()), aliases=("tma_simple",)),
         Variant(COOPERATIVE, "sm90", True, True, _tma_supports, lambda p: plans.cooperative_plan(p.m, p.n, p.k, p.sms),
                 lambda c: Specs(cuda_source.gemm_tma_ws_cooperative(c), cuda_source.gemm_tma_ws_cooperative_packed(c),
-                                cuda_source.gemm_w8a8_tma_ws_cooperative(c)),
+                                cuda_source.gemm_w8a8_tma_ws_cooperative(c), cuda_source.gemm_tma_ws_cooperative_atomic(c)),
                 _tile_template, tuple(plans.COOPERATIVE_CONFIGS.values()), aliases=("tma_ws", "tma")),
         Variant(PINGPONG, "sm90", True, True, _tma_supports,
                 lambda p: plans.pingpong_plan(p.m, p.n, p.k, p.sms, p.w8a8),
                 lambda c: Specs(cuda_source.gemm_tma_ws_pingpong(c), cuda_source.gemm_tma_ws_pingpong_packed(c),
-                                cuda_source.gemm_w8a8_tma_ws_pingpong(c)),
+                                cuda_source.gemm_w8a8_tma_ws_pingpong(c), cuda_source.gemm_tma_ws_pingpong_atomic(c)),
                 _tile_template, tuple(plans.PINGPONG_CONFIGS.values()), aliases=("tma_pp",)),
         Variant(GEMV, "sm80", False, False, lambda p: plans.gemv_ok(p.m, p.k),
                 lambda p: plans.gemv_plan(p.m, p.n, p.k, p.sms, p.out_dtype if p.w8a8 else None),

@@ -62,6 +62,24 @@ _HEADERS = {
 }
 """The header of each kind of kernel (a path under kernels/cuda); it includes the rest."""
 
+ATOMIC_ADD = "epilogue/atomic_add.cuh"
+"""The atomic split-K epilogue (AddInt32: int8_matmul's plans with reduce="atomic",
+cuda_plans.REDUCTIONS), which only the atomic kernels reach."""
+
+ATOMIC_PARTS = ("cpasync", "tma", "cooperative", "pingpong")
+"""The GEMM kinds whose raw int32 kernel has an atomic form: every wgmma GEMM whose raw plans can
+split K. Its part, atomic_part(kind), includes the kind's header and ATOMIC_ADD: the kinds' own
+headers do not include it, so the workspace kernels' text, digest and compiled modules stay what
+they are beside the trial."""
+
+
+def atomic_part(kind: str) -> str:
+    """The header part of a kind's atomic raw GEMM (ATOMIC_PARTS)."""
+    return f"{kind}_atomic"
+
+
+_HEADERS.update({atomic_part(kind): _HEADERS[kind] + (ATOMIC_ADD,) for kind in ATOMIC_PARTS})
+
 LAUNCH_BOUNDS = {"cooperative": (384, 1), "pingpong": (384, 1), "swiglu_quantize_staged": (512, 1)}
 """(threads, blocks an SM) of the kinds whose kernels need a launch bound. MLX writes the kernel as
 `__global__ void custom_kernel_<name>(...)` right after the user header, with no
@@ -71,7 +89,10 @@ translation unit is declared __global__ after it but the kernel. The warp-specia
 (384 threads, 1 block): setmaxnreg needs ptxas to know the register count at entry (otherwise it
 is ignored, warning C7508), and 384 threads x 255 registers would not launch at all. The staged
 SwiGLU quantization (512 threads, 1 block an SM): without a bound ptxas gives it up to 136
-registers a thread (CUDA 13.0, sm_90a), and 512 x 136 exceed an SM's 65536; with it, 128."""
+registers a thread (CUDA 13.0, sm_90a), and 512 x 136 exceed an SM's 65536; with it, 128. An
+atomic part (atomic_part) takes its kind's bound."""
+
+LAUNCH_BOUNDS.update({atomic_part(kind): LAUNCH_BOUNDS[kind] for kind in ATOMIC_PARTS if kind in LAUNCH_BOUNDS})
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*(?://.*|/\*.*)?$', re.M)
 """A quoted #include line as the preprocessor reads it (a comment may follow): the include walk
@@ -293,6 +314,25 @@ def gemm_int32(family: str, cfg: TileConfig) -> KernelSpec:
     )
 
 
+_ADD_INT32 = "int8nax::AddInt32{out, a_shape[0], b_shape[0]}"
+"""The atomic epilogue of an int8_matmul GEMM (kernels/cuda/epilogue/atomic_add.cuh): its sums are
+the first M rows of its output, zero-filled by the launch."""
+
+_MAPS_AFTER_SUMS = "uint8_t* maps = int8nax::map_slots_after_sums(out, a_shape[0], b_shape[0]);\n"
+"""The body line of an atomic TMA GEMM: its one output holds the sums, then the blocks' map slots
+(map_slots_after_sums; graphs.map_rows sizes the output to match)."""
+
+
+@lru_cache(maxsize=None)
+def gemm_int32_atomic(cfg: TileConfig) -> KernelSpec:
+    """int32 out [M, N] = a [M, K] . b [N, K]^T by the cp.async kernel, every K split adding its
+    partial sums into `out`, which the launch zero-fills (a plan with reduce="atomic")."""
+    part = atomic_part(_part("sm90"))
+    body = _gemm_call("sm90", "a", "b", "a_shape[0]", "b_shape[0]", "a_shape[1]", _ADD_INT32)
+    return KernelSpec(_name(f"int8nax_cpasync_i32atomic_{cfg.name}", part), ("a", "b"), ("out",), body, header(part),
+                      _smem("sm90", cfg))
+
+
 @lru_cache(maxsize=None)
 def gemm_int32_packed(family: str, cfg: TileConfig) -> KernelSpec:
     """gemm_int32's out (the split-K workspace of a W8A8 plan) = q . w^T of a pack's codes."""
@@ -323,6 +363,19 @@ def gemm_tma_unspecialized(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
                                    "int8nax::StoreInt32{out, a_shape[0], b_shape[0]}")
     return KernelSpec(_name(f"int8nax_tma_unspecialized_i32_{cfg.name}", "tma"), ("a", "b"), ("out", "maps"), body,
                       header("tma"), cfg.tma_shared_bytes)
+
+
+@lru_cache(maxsize=None)
+def gemm_tma_unspecialized_atomic(cfg: cuda_plans.CudaTileConfig) -> KernelSpec:
+    """gemm_tma_unspecialized's product with every K split adding its partial sums into one
+    zero-filled output (a plan with reduce="atomic"): out int32 [M + R, N], the sums in its first M
+    rows, the blocks' tensor maps after them (kernels/cuda/epilogue/atomic_add.cuh,
+    map_slots_after_sums)."""
+    part = atomic_part("tma")
+    body = _MAPS_AFTER_SUMS + _tma_unspecialized_call("a", "b", "a_shape[0]", "b_shape[0]", "a_shape[1]",
+                                                      _ADD_INT32)
+    return KernelSpec(_name(f"int8nax_tma_unspecialized_i32atomic_{cfg.name}", part), ("a", "b"), ("out",), body,
+                      header(part), cfg.tma_shared_bytes)
 
 
 @lru_cache(maxsize=None)
@@ -358,6 +411,15 @@ def _persistent_int32(fn: str, name: str, part: str, shared: int) -> KernelSpec:
     return KernelSpec(_name(name, part), ("a", "b", "plan"), ("out", "maps"), body, header(part), shared)
 
 
+def _persistent_int32_atomic(fn: str, name: str, kind: str, shared: int) -> KernelSpec:
+    """_persistent_int32's product, every unit adding its partial sums into one zero-filled output
+    laid out as gemm_tma_unspecialized_atomic's (the sums, then the map slots)."""
+    part = atomic_part(kind)
+    body = _MAPS_AFTER_SUMS + _persistent_call(fn, "a", "b", "a_shape[0]", "b_shape[0]", "a_shape[1]",
+                                               f"int8nax::same_epilogue({_ADD_INT32})")
+    return KernelSpec(_name(name, part), ("a", "b", "plan"), ("out",), body, header(part), shared)
+
+
 def _persistent_int32_packed(fn: str, name: str, part: str, shared: int) -> KernelSpec:
     body = _unpack(maps=True) + _persistent_call(fn, "q", "w", "pm", "w_shape[0]", "pk",
                                                  "int8nax::SplitInt32{out, pm, w_shape[0]}")
@@ -377,6 +439,13 @@ def gemm_tma_ws_cooperative(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
     read); maps: uint8 [blocks * 256]."""
     return _persistent_int32(_COOPERATIVE.format(exact="false"), f"int8nax_tma_ws_cooperative_i32_{cfg.name}",
                              "cooperative", cfg.shared_bytes)
+
+
+@lru_cache(maxsize=None)
+def gemm_tma_ws_cooperative_atomic(cfg: cuda_plans.CooperativeConfig) -> KernelSpec:
+    """gemm_tma_ws_cooperative's product with reduce="atomic" (_persistent_int32_atomic)."""
+    return _persistent_int32_atomic(_COOPERATIVE.format(exact="false"),
+                                    f"int8nax_tma_ws_cooperative_i32atomic_{cfg.name}", "cooperative", cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
@@ -400,6 +469,13 @@ def gemm_tma_ws_pingpong(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
     """int32 out [M, N] (or [splits, M, N]) = a . b^T by the ping-pong persistent kernel;
     plan and maps as in gemm_tma_ws_cooperative."""
     return _persistent_int32(_PINGPONG, f"int8nax_tma_ws_pingpong_i32_{cfg.name}", "pingpong", cfg.shared_bytes)
+
+
+@lru_cache(maxsize=None)
+def gemm_tma_ws_pingpong_atomic(cfg: cuda_plans.PingPongConfig) -> KernelSpec:
+    """gemm_tma_ws_pingpong's product with reduce="atomic" (_persistent_int32_atomic)."""
+    return _persistent_int32_atomic(_PINGPONG, f"int8nax_tma_ws_pingpong_i32atomic_{cfg.name}", "pingpong",
+                                    cfg.shared_bytes)
 
 
 @lru_cache(maxsize=None)
