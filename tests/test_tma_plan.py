@@ -304,16 +304,17 @@ def test_persistent_variant_by_tiles_and_rounds(m, n, want):
 
 class RecordingKernel:
     """Stands in for mx.fast.cuda_kernel's kernel object: records each launch (with its inputs'
-    dtypes, which MLX declares the kernel's arguments in), returns zeros."""
+    dtypes, which MLX declares the kernel's arguments in, and the fill its outputs ask for), returns
+    zeros."""
 
     def __init__(self, spec, launches):
         self.spec, self.launches = spec, launches
 
-    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template, **_):
+    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value=None, **_):
         import mlx.core as mx
 
         self.launches.append(dict(name=self.spec.name, outputs=list(output_shapes), grid=grid, block=threadgroup,
-                                  template=list(template), smem=self.spec.shared_memory,
+                                  template=list(template), smem=self.spec.shared_memory, init_value=init_value,
                                   dtypes=[str(x.dtype) for x in inputs], inputs=[x.shape for x in inputs],
                                   bias=next((str(x.dtype) for name, x in zip(self.spec.input_names, inputs) if name == "bias"),
                                             None)))

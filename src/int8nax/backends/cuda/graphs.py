@@ -1,5 +1,6 @@
 """Launches and graphs: the GEMM, quantization, reduction and SwiGLU-quantization kernels launched
-on their grids (row chunks for gridDim.y, persistent plans, split-K workspaces), the W8A8 graphs
+on their grids (row chunks for gridDim.y, persistent plans, split-K workspaces or int8_matmul's
+atomic split-K), the W8A8 graphs
 built from them, and the SwiGLU kernel's first-use check. Nothing here chooses a variant or caches
 per shape (backend.py)."""
 
@@ -94,26 +95,55 @@ def _launch_reduce(spec, inputs, out_dtype, template, lead: tuple[int, ...] | No
     )[0]
 
 
+def _grid(row: cuda_choice.Variant, plan, inputs, m: int, n: int):
+    """(inputs, grid, block) of one GEMM launch of the variant for an [M, N] output: persistent
+    blocks walking the tiles (the plan's (splits, group) as the shape of an extra last input), or
+    one block per tile and split."""
+    if row.persistent:
+        return list(inputs) + [_plan_array(plan.plan_shape())], *plan.grid()
+    return inputs, *plan.grid(m, n)
+
+
 def _launch(row: cuda_choice.Variant, spec, inputs, out_dtype, plan, template, maps: bool,
             lead: tuple[int, ...] | None = None):
-    """One GEMM launch of the variant: persistent blocks walking the tiles (the plan's (splits,
-    group) as the shape of an extra last input), or one block per tile and split; [M, N] out
-    (M = the product of inputs[0]'s leading dims; lead: the output's leading dims in place of M),
-    or the [splits, M, N] workspace; maps: the extra uint8 output of int8_matmul's TMA kernels, a
-    256-byte slot a block for its tensor maps (a kernel over a pack has its scratch there)."""
+    """One GEMM launch of the variant (_grid); [M, N] out (M = the product of inputs[0]'s leading
+    dims; lead: the output's leading dims in place of M), or the [splits, M, N] workspace; maps:
+    the extra uint8 output of int8_matmul's TMA kernels, a 256-byte slot a block for its tensor
+    maps (a kernel over a pack has its scratch there)."""
     m, n = rows_of(inputs[0].shape)[0], inputs[1].shape[0]
     out = (lead if lead is not None else (m,)) + (n,)  # lead () for a 1-D x: y [N]
     shapes, dtypes = [out if plan.splits == 1 else (plan.splits, m, n)], [out_dtype]
     if maps:
         shapes.append((plan.map_bytes(m, n),))
         dtypes.append(mx.uint8)
-    if row.persistent:
-        grid, block = plan.grid()
-        inputs = list(inputs) + [_plan_array(plan.plan_shape())]
-    else:
-        grid, block = plan.grid(m, n)
+    inputs, grid, block = _grid(row, plan, inputs, m, n)
     return kernels._kernel(spec)(inputs=inputs, output_shapes=shapes, output_dtypes=dtypes, grid=grid, threadgroup=block,
                                  template=template)[0]
+
+
+def map_rows(row: cuda_choice.Variant, plan, m: int, n: int) -> int:
+    """Rows of N int32 after the [M, N] sums in the one output of an atomic launch (_launch_atomic)
+    that hold the blocks' tensor-map slots (row.maps), from the first slot boundary after the sums,
+    as the kernel's map_slots_after_sums places them (kernels/cuda/epilogue/atomic_add.cuh); 0
+    without maps."""
+    if not row.maps:
+        return 0
+    align = cuda_plans.TMA_MAP_SLOT_BYTES // 4
+    return ceil_div(ceil_div(m * n, align) * align + plan.map_bytes(m, n) // 4, n) - m
+
+
+def _launch_atomic(row: cuda_choice.Variant, spec, inputs, plan, template):
+    """One launch of a plan with reduce="atomic" (cuda_plans.REDUCTIONS): int32 [M, N] = a . b^T
+    for inputs (a, b), every K split adding its partial sums into the output, which MLX zero-fills
+    first (init_value=0); no workspace, no reduction. The kernels with tensor maps (row.maps) have
+    one output, int32 [M + map_rows, N], the map slots after the sums (the fill is then one kernel,
+    where a second output would take another): the sums are its first M rows, a view."""
+    m, n = inputs[0].shape[0], inputs[1].shape[0]
+    extra = map_rows(row, plan, m, n)
+    inputs, grid, block = _grid(row, plan, inputs, m, n)
+    out = kernels._kernel(spec)(inputs=inputs, output_shapes=[(m + extra, n)], output_dtypes=[mx.int32], grid=grid,
+                                threadgroup=block, template=template, init_value=0)[0]
+    return out[:m] if extra else out
 
 
 def scratch_bytes(row: cuda_choice.Variant, plan, m: int, n: int) -> int:
@@ -122,13 +152,29 @@ def scratch_bytes(row: cuda_choice.Variant, plan, m: int, n: int) -> int:
     return plan.map_bytes(m, n) if row.maps else 0
 
 
+def _reduce_of(plan) -> str:
+    """How a plan's K splits meet (cuda_plans.REDUCTIONS; plans without the field: the workspace)."""
+    return getattr(plan, "reduce", cuda_plans.WORKSPACE)
+
+
 def gemm_graph(a, b, variant: str, plan):
-    """int32 [M, N] = a [M, K] . b [N, K]^T on `variant` (a cuda_choice name or alias) with `plan`."""
+    """int32 [M, N] = a [M, K] . b [N, K]^T on `variant` (a cuda_choice name or alias) with `plan`:
+    a split plan through the workspace and the reduction, or with reduce="atomic" its splits added
+    into each row chunk's own zero-filled output (_launch_atomic). ValueError naming the plan where
+    the variant has no atomic kernel."""
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
-    raw = row.specs(plan.cfg).int32
+    specs = row.specs(plan.cfg)
+    template = row.template(plan.cfg)
+    if _reduce_of(plan) == cuda_plans.ATOMIC:
+        if specs.int32_atomic is None:
+            atomic = sorted(v.name for v in cuda_choice.VARIANTS.values() if v.specs(v.configs[0]).int32_atomic)
+            raise ValueError(f"plan: reduce={cuda_plans.ATOMIC!r} runs on the variants {atomic}, got {row.name!r} "
+                             f"with {plan.name}")
+        return _by_row_chunks(a.shape[0], plan, row, lambda r0, r1: _launch_atomic(
+            row, specs.int32_atomic, [_row_slice(a, r0, r1), b], plan, template))
 
     def one_chunk(r0, r1):
-        out = _launch(row, raw, [_row_slice(a, r0, r1), b], mx.int32, plan, row.template(plan.cfg), row.maps)
+        out = _launch(row, specs.int32, [_row_slice(a, r0, r1), b], mx.int32, plan, template, row.maps)
         return out if plan.splits == 1 else _launch_reduce(cuda_source.reduce_int32(), [out], mx.int32, [])
 
     return _by_row_chunks(a.shape[0], plan, row, one_chunk)
@@ -152,6 +198,10 @@ def dequant_packed(pack, k: int, w, scale_w, bias_arg, out_dtype, variant: str, 
     (bias_arg: backend._bias_arg's): the fused epilogue unsplit, else the int32 workspace and the
     dequantizing reduction; narrow: the narrow epilogue (epilogue_template); lead: y's leading
     dims in place of M (the layer's own x shape: no reshape after the kernel)."""
+    if _reduce_of(plan) != cuda_plans.WORKSPACE:
+        raise ValueError(f"plan: W8A8 dequantizes the exact sum of the K splits, so its split plans take "
+                         f"reduce={cuda_plans.WORKSPACE!r} (reduce={_reduce_of(plan)!r} is int8_matmul's), "
+                         f"got {plan.name}")
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     specs = row.specs(plan.cfg)
     epilogue = epilogue_template(out_dtype, has_bias, narrow)
