@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from ...backends.cuda import choice as cuda_choice, plans as cuda_plans
@@ -90,7 +90,11 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
     - at M <= 64: the cp.async kernel's split plan ("cp.async") and, where it takes the shape, the
       GEMV's plan ("gemv"), each of its configs and trial schedules ("gemv <config>",
       cuda_plans.GEMV_CONFIGS and GEMV_TRIALS) and for W8A8 each with x quantized inside ("gemv
-      <config> fused"; the rule takes it where cuda_plans.gemv_inside says).
+      <config> fused"; the rule takes it where cuda_plans.gemv_inside says);
+    - for the raw GEMM (not w8a8), right after every candidate that splits K on a variant with an
+      atomic kernel, the same plan with its splits added into the zero-filled output
+      ("<its names> atomic": reduce="atomic", cuda_plans.REDUCTIONS), timed beside the workspace
+      form and checked against the default like every other plan (no rule takes it yet).
 
     Only variants the family runs and whose supports() takes the problem are listed (K % 16 != 0:
     no TMA kernel). ValueError naming the argument for a non-positive size or SM count, or an
@@ -136,12 +140,23 @@ def plan_candidates(m: int, n: int, k: int, sms: int = cuda_choice.DEFAULT_SMS, 
             add("cooperative 128x256 unsplit", C.COOPERATIVE,
                 cuda_plans.persistent_plan(m, n, k, large, sms, split=False))
         add("ping-pong", C.PINGPONG)
+    if not w8a8:
+        found = [entry for why, choice in found for entry in [(why, choice)] + _atomic_twin(why, choice)]
     merged: dict[str, tuple[list[str], C.Choice]] = {}
     for why, choice in found:
         names, _ = merged.setdefault(choice.describe(), ([], choice))
         if why not in names:
             names.append(why)
     return [Candidate(tuple(names), choice) for names, choice in merged.values()]
+
+
+def _atomic_twin(why: str, choice: cuda_choice.Choice) -> list[tuple[str, cuda_choice.Choice]]:
+    """[(why + " atomic", the same plan with reduce="atomic")] for a raw GEMM's candidate that splits
+    K on a variant with an atomic kernel (cuda_choice.Specs.int32_atomic), else []."""
+    plan = choice.plan
+    if getattr(plan, "splits", 1) < 2 or cuda_choice.VARIANTS[choice.variant].specs(plan.cfg).int32_atomic is None:
+        return []
+    return [(f"{why} atomic", cuda_choice.Choice(choice.variant, replace(plan, reduce=cuda_plans.ATOMIC)))]
 
 
 # ---- the shapes --------------------------------------------------------------------------------
