@@ -101,6 +101,25 @@ def test_plans_adds_every_candidate_the_sweep_times(offline):
     assert not (trials - {0}) & templates[False] and trials <= templates[True]
 
 
+def test_plans_adds_the_atomic_form_of_every_raw_split_plan(offline):
+    # --plans 128x18944x3584: the sweep times the raw GEMM's split plans also with reduce="atomic"
+    # (their splits added into one zero-filled output): those kernels are handed too, one output each
+    from int8nax.backends.cuda import backend as cuda, choice as cuda_choice, plans as cuda_plans
+    from int8nax.bench.kernel.plans import plan_candidates
+
+    tool, handed, base = offline
+    try:
+        assert tool.main(base + ["--max-tokens", "1", "--plans", "128x18944x3584"]) == 0
+    finally:
+        cuda.clear_caches()
+    atomic = [c.choice for c in plan_candidates(128, 3584, 18944, 132, False)
+              if getattr(c.choice.plan, "reduce", None) == cuda_plans.ATOMIC]
+    want = {(cuda_choice.VARIANTS[c.variant].specs(c.plan.cfg).int32_atomic.name,
+             tuple(cuda_choice.VARIANTS[c.variant].template(c.plan.cfg))) for c in atomic}
+    got = {(i.spec.name, tuple((k, v) for k, v in i.template)) for i in handed if i.outputs == ("int32",)}
+    assert len(want) == len(atomic) > 0 and want <= got
+
+
 @pytest.mark.parametrize("option, value", [
     ("--only", "("), ("--nvcc", "/nonexistent/nvcc"), ("--nvrtc", "/nonexistent/libnvrtc.so"),
     ("--keep", "FILE"), ("--keep", "FILE/sub"), ("--mlx-include", "MISSING"), ("--cuda-include", "MISSING"),
