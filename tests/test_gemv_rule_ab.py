@@ -50,6 +50,18 @@ def test_each_arm_is_timed_each_trial_under_its_rule(tmp_path, monkeypatch, caps
     text = capsys.readouterr().out
     assert "inside / apart, trial by trial" in text and "w8a8 inside" in text
     assert "no interval under 5 trials" in text  # generate.median_interval's, from 5 paired trials
+    # W8A8 over the peer, tok/s (the peer's ms over W8A8's), per rule
+    apart = sorted(b / a for a, b in zip(got["ms"][ab.APART], got["ms"]["bf16"]))[1]
+    assert f"tok/s over bf16, trial by trial: w8a8 apart {apart:.3f} (no interval" in text
+
+
+def test_the_report_gives_w8a8_over_each_peer_with_its_interval():
+    ms = {"mlx-q8": [10.0, 10.0, 10.0, 10.0, 12.0], ab.APART: [8.0, 9.0, 10.0, 10.0, 10.0],
+          ab.INSIDE: [10.0] * 5}
+    text = ab.report({"ms": ms, "gpu": {arm: (None, "no GPU") for arm in ms}})
+    # mlx-q8 / apart trial by trial: 1.25, 1.111, 1.0, 1.0, 1.2 -> median 1.111, 5 trials: min-max (94 %)
+    assert "tok/s over mlx-q8, trial by trial: w8a8 apart 1.111 (94% interval 1.000-1.250), " \
+           "w8a8 inside 1.000 (94% interval 1.000-1.200)" in text
 
 
 @pytest.mark.parametrize("args, want", [

@@ -213,3 +213,31 @@ def test_a_carried_kernel_folder_is_unpacked_once_and_named_to_mlx(tmp_path):
                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "CARD": "h200",
                               "KERNELS_TARBALL": str(tmp_path / "bad.tar.xz"), "KERNELS_DIR": str(tmp_path / "k2")})
     assert got.returncode == 2 and "cannot unpack KERNELS_TARBALL" in got.stderr and not (tmp_path / "k2").exists()
+
+
+def test_the_next_part_runs_the_pending_tables_first_rows_each_within_its_share(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "tools").mkdir(parents=True)
+    shutil.copy(SCRIPT, tree / "tools" / "hopper_verify.sh")
+    (tree / "tools" / "asv_offline_gpu.sh").write_text(STAND_IN)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text('#!/bin/bash\necho "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    run_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "CARD": "h100"}
+    subprocess.run([BASH, "tools/hopper_verify.sh", "next"], cwd=tree, env=run_env, check=True, capture_output=True,
+                   timeout=60)
+    ab = (out / "ab.txt").read_text().split()
+    assert ab[0] == "tools/gemv_rule_ab.py" and ab[ab.index("--trials") + 1] == "5"
+    bench, = re.findall(r"^BENCH=(\S+) SHA=abc1234 MACHINE=h100$", (out / "asv_record.txt").read_text(), re.M)
+    assert re.search(bench, "bench_kernel.DecodeTime.track_w8a8_decode_kernel_us")
+    assert not re.search(bench, "bench_gemm.Int8naxGemm.time_gemm")
+    plans = (out / "plans.txt").read_text().split()
+    assert "--raw-plans" in plans and "128x18944x3584" in plans[plans.index("--shapes") + 1].split(",")
+    assert "tests/test_cuda_atomic.py" in (out / "tests_atomic.txt").read_text().split()
+    steps = (out / "steps.txt").read_text()
+    assert all(f"{step} rc=0" in steps for step in ("gemv_rule_ab", "asv record, bench_kernel", "test_cuda_atomic"))
+    # what comes back from a device call: at most 8 files
+    assert len([p for p in out.iterdir() if p.is_file()]) <= 8

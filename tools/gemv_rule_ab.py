@@ -111,12 +111,21 @@ def report(got: dict) -> str:
         spread = f"{med[arm]:.3f} ({min(v):.3f}-{max(v):.3f})"
         lines.append(f"{arm:12s}   {spread:29s}  {med[APART] / med[arm]:.3f}x           {busy}")
     pairs = generate.paired_ratios(ms[INSIDE], ms[APART])
-    interval = generate.median_interval(pairs)
-    around = (f", {interval[2]:.0%} interval {interval[0]:.3f}-{interval[1]:.3f}" if interval
-              else " (no interval under 5 trials)")
     lines.append(f"inside / apart, trial by trial (ms): {', '.join(f'{p:.3f}' for p in pairs)}; median "
-                 f"{statistics.median(pairs):.3f}{around}")
+                 f"{_median_around(pairs)}")
+    # issue 48's batch-1 generation targets, judged on the interval of the trial-by-trial ratio
+    for peer in (arm for arm in ms if arm not in (APART, INSIDE)):
+        over = ", ".join(f"{arm} {_median_around(generate.paired_ratios(ms[peer], ms[arm]))}" for arm in (APART, INSIDE))
+        lines.append(f"tok/s over {peer}, trial by trial: {over}")
     return "\n".join(lines)
+
+
+def _median_around(ratios: list[float]) -> str:
+    """"1.034 (94% interval 1.010-1.050)": the ratios' median and generate.median_interval's interval."""
+    interval = generate.median_interval(ratios)
+    around = (f" ({interval[2]:.0%} interval {interval[0]:.3f}-{interval[1]:.3f})" if interval
+              else " (no interval under 5 trials)")
+    return f"{statistics.median(ratios):.3f}{around}"
 
 
 def main(argv=None) -> int:

@@ -63,6 +63,11 @@
 #                                      #   at decode against bfloat16, the 4096-token gate/up GEMM and the SwiGLU
 #                                      #   quantization, fused against staged (int8nax.bench.kernel.ncu:
 #                                      #   profile.txt is the summary, profile.ncu-rep the report; PROFILE_SETS: others)
+#   bash tools/hopper_verify.sh next     # ~560 s: the H100 page's next pending runs in one call: mlx-lm's loop under
+#                                      #   both decode-GEMV rules beside the peers (tools/gemv_rule_ab.py, AB_TRIALS=5,
+#                                      #   ~250 s with the model folder built), the record's kernel-time part
+#                                      #   (bench_kernel; the rest: `record` with RECORD_BENCH), the plans sweep at
+#                                      #   NEXT_SHAPES (the trials' shapes), the atomic split-K plans' GPU tests
 #   bash tools/hopper_verify.sh prebuild # ~60-120 s: every kernel instance built into this machine's kernel
 #                                      #   cache on all its CPUs (cuda_compile_check --prebuild), so the parts
 #                                      #   after it in the same call compile nothing in their processes
@@ -83,7 +88,7 @@
 # instances) and name it KERNELS_TARBALL: it is unpacked once into KERNELS_DIR (/tmp/kcache) and
 # MLX_PTX_CACHE_DIR set to that, so no part compiles anything.
 set -u
-part=${1:?usage: hopper_verify.sh record|binaries|generate|first-token|kernel|plans|models|decode|swiglu|mlp-step|swiglu-model|bias|profile|prebuild|kernels|tma|suite}
+part=${1:?usage: hopper_verify.sh next|record|binaries|generate|first-token|kernel|plans|models|decode|swiglu|mlp-step|swiglu-model|bias|profile|prebuild|kernels|tma|suite}
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder for the logs}
 T0=${T0:-$(date +%s)}   # export T0=$(date +%s) first where the call spent time before this script (the wheel install)
@@ -91,6 +96,7 @@ END=${LIMIT:-580}       # seconds after T0 by which a part ends; LIMIT: less, wh
                         # where two parts share one call (the same T0, the second with the larger LIMIT)
 el() { echo $(( $(date +%s) - T0 )); }
 left() { local l=$(( $1 - $(el) )); echo $(( l > 10 ? l : 10 )); }
+upto() { local d=$(( $(el) + $1 )); left $(( d < END ? d : END )); }   # a step's seconds: at most $1, within END
 S=$OUT/steps.txt
 CARD=${CARD:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | grep -o 'H[0-9][0-9]0' | tr H h)}
 case "$CARD" in h100|h200) ;; *) echo "hopper_verify: CARD must be h100 or h200 (nvidia-smi names neither; set CARD)" >&2; exit 2 ;; esac
@@ -112,6 +118,27 @@ if [ -n "${KERNELS_TARBALL:-}" ]; then
 fi
 
 case "$part" in
+  next)
+    # One call for what the pending table asks first, each step cut to its share so that the later
+    # ones run: the loop A/B decides the decode rule where users measure, the record's kernel part
+    # gives DecodeTime its first figures, the sweep and the tests judge the trial plans.
+    timeout $(upto 250) python3 tools/gemv_rule_ab.py --model qwen3-8b --peers mlx-q8,bf16 --trials ${AB_TRIALS:-5} \
+      > "$OUT/ab.txt" 2>&1   # its progress lines hold every trial's figures
+    echo "gemv_rule_ab rc=$? $(el) s" >> "$S"
+    cat "$OUT/ab.txt"
+    SHA=${COMMIT:?set COMMIT} MACHINE=$CARD BENCH='bench_kernel\.' timeout $(upto 200) bash tools/asv_offline_gpu.sh \
+      > "$OUT/asv_record.txt" 2>&1
+    echo "asv record, bench_kernel rc=$? $(el) s" >> "$S"
+    tar -czf "$OUT/asv_results_$CARD.tgz" .asv/results/$CARD .asv/results/benchmarks.json 2>/dev/null
+    budget=$(upto 120)
+    timeout $budget python3 -m int8nax compare --mode kernel --plans --raw-plans --time-limit $(( budget - 8 )) \
+      --shapes ${NEXT_SHAPES:-128x18944x3584,128x4096x4096,1x18944x3584,1x4096x24576,1x3584x4608,16x4096x4096} \
+      --json "$OUT/plans.json" > "$OUT/plans.txt" 2>&1   # eight files come back: logs beside their output
+    echo "compare --mode kernel --plans --raw-plans rc=$? $(el) s" >> "$S"
+    sed -n '/^Default plan against the fastest/,$p' "$OUT/plans.txt"
+    INT8NAX_REQUIRE_GPU=1 timeout -s INT -k 5 $(left $END) $PYTEST tests/test_cuda_atomic.py > "$OUT/tests_atomic.txt" 2>&1
+    echo "test_cuda_atomic rc=$? $(el) s" >> "$S"
+    ;;
   record)
     # INT8NAX_BENCH_SAVE: the generate and first-token measurements also leave their whole results
     # in $OUT (generate-<model>.json, first-token-<model>.json; bench.saved), kept if asv is cut short
