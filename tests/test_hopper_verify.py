@@ -137,17 +137,30 @@ def test_the_plans_part_takes_the_model_layers_at_plans_tokens(tmp_path):
     assert "--shapes" not in (out / "plans.txt").read_text().split()
 
 
-def test_the_record_part_runs_every_suite_class_but_the_models_on_the_cards_machine(tmp_path):
+def run_in_tree(tmp_path: Path, part: str, python3: str | None = None) -> Path:
+    """Run hopper_verify.sh `part` on the H100 in a copy of the script beside the asv stand-in (a
+    part that records runs no asv here), with a stand-in python3 where given (else this Python's);
+    returns OUT."""
     tree = tmp_path / "tree"
     (tree / "tools").mkdir(parents=True)
     shutil.copy(SCRIPT, tree / "tools" / "hopper_verify.sh")
     (tree / "tools" / "asv_offline_gpu.sh").write_text(STAND_IN)
+    bin_dir = Path(sys.executable).parent
+    if python3 is not None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "python3").write_text(f"#!/bin/bash\n{python3}\n")
+        (bin_dir / "python3").chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
-    run_env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234",
-               "CARD": "h100"}
-    subprocess.run([BASH, "tools/hopper_verify.sh", "record"], cwd=tree, env=run_env, check=True,
-                   capture_output=True, timeout=60)
+    run_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "CARD": "h100"}
+    subprocess.run([BASH, "tools/hopper_verify.sh", part], cwd=tree, env=run_env, check=True, capture_output=True,
+                   timeout=60)
+    return out
+
+
+def test_the_record_part_runs_every_suite_class_but_the_models_on_the_cards_machine(tmp_path):
+    out = run_in_tree(tmp_path, "record")
     bench, = re.findall(r"^BENCH=(\S+) SHA=abc1234 MACHINE=h100$", (out / "asv_record.txt").read_text(), re.M)
     assert re.search(bench, "Int8naxGemm") and re.search(bench, "CublasLtGemm")
     assert not re.search(bench, "W8A8ModelCompiled") and not re.search(bench, "ModelRatio")
@@ -216,19 +229,7 @@ def test_a_carried_kernel_folder_is_unpacked_once_and_named_to_mlx(tmp_path):
 
 
 def test_the_next_part_runs_the_pending_tables_first_rows_each_within_its_share(tmp_path):
-    tree = tmp_path / "tree"
-    (tree / "tools").mkdir(parents=True)
-    shutil.copy(SCRIPT, tree / "tools" / "hopper_verify.sh")
-    (tree / "tools" / "asv_offline_gpu.sh").write_text(STAND_IN)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text('#!/bin/bash\necho "$@"\n')
-    (bin_dir / "python3").chmod(0o755)
-    out = tmp_path / "out"
-    out.mkdir()
-    run_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "COMMIT": "abc1234", "CARD": "h100"}
-    subprocess.run([BASH, "tools/hopper_verify.sh", "next"], cwd=tree, env=run_env, check=True, capture_output=True,
-                   timeout=60)
+    out = run_in_tree(tmp_path, "next", python3='echo "$@"')  # python3 prints its command lines
     ab = (out / "ab.txt").read_text().split()
     assert ab[0] == "tools/gemv_rule_ab.py" and ab[ab.index("--trials") + 1] == "5"
     bench, = re.findall(r"^BENCH=(\S+) SHA=abc1234 MACHINE=h100$", (out / "asv_record.txt").read_text(), re.M)
