@@ -79,7 +79,7 @@ def test_no_rule_chooses_an_atomic_plan():
         for w8a8 in (False, True):
             for override in ["auto"] + [v for v in ATOMIC_VARIANTS]:
                 plan = cuda_choice.choose(m, n, k, w8a8=w8a8, override=override).plan
-                assert getattr(plan, "reduce", cuda_plans.WORKSPACE) == cuda_plans.WORKSPACE, (m, k, n, override)
+                assert cuda_plans.reduce_of(plan) == cuda_plans.WORKSPACE, (m, k, n, override)
 
 
 # ---- the kernels' sources ------------------------------------------------------------------------
@@ -232,12 +232,12 @@ def test_the_sweep_times_every_raw_split_plan_also_atomic_right_after_it(m, k, n
     cands = kp.plan_candidates(m, n, k, 132, False)
     for i, c in enumerate(cands):
         plan, row = c.choice.plan, cuda_choice.VARIANTS[c.choice.variant]
-        reduce = getattr(plan, "reduce", cuda_plans.WORKSPACE)
+        reduce = cuda_plans.reduce_of(plan)
         splits_with_adds = plan.splits > 1 and row.specs(plan.cfg).int32_atomic is not None
         if reduce == cuda_plans.WORKSPACE:
             twin = cands[i + 1] if i + 1 < len(cands) else None
             has_twin = (twin is not None and twin.choice.variant == c.choice.variant
-                        and getattr(twin.choice.plan, "reduce", cuda_plans.WORKSPACE) == cuda_plans.ATOMIC
+                        and cuda_plans.reduce_of(twin.choice.plan) == cuda_plans.ATOMIC
                         and replace(twin.choice.plan, reduce=cuda_plans.WORKSPACE) == plan)
             assert has_twin == splits_with_adds, c.describe()
             if has_twin:
@@ -247,7 +247,7 @@ def test_the_sweep_times_every_raw_split_plan_also_atomic_right_after_it(m, k, n
             assert cands[i - 1].choice == cuda_choice.Choice(c.choice.variant, replace(plan, reduce=cuda_plans.WORKSPACE))
     # W8A8's sweep offers none: its reduction dequantizes the exact sum
     w8a8 = kp.plan_candidates(m, n, k, 132, True, out_dtype="bfloat16")
-    assert all(getattr(c.choice.plan, "reduce", cuda_plans.WORKSPACE) == cuda_plans.WORKSPACE for c in w8a8)
+    assert all(cuda_plans.reduce_of(c.choice.plan) == cuda_plans.WORKSPACE for c in w8a8)
 
 
 def test_the_sweep_at_the_trials_shape_times_the_default_atomic():
@@ -257,7 +257,7 @@ def test_the_sweep_at_the_trials_shape_times_the_default_atomic():
     assert default.plan.splits > 1  # the trial's reason: the rule splits K here
     by_plan = {c.choice: c.names for c in cands}
     assert "default atomic" in by_plan[cuda_choice.Choice(default.variant, atomic(default.plan))]
-    atomics = [c for c in cands if getattr(c.choice.plan, "reduce", None) == cuda_plans.ATOMIC]
+    atomics = [c for c in cands if cuda_plans.reduce_of(c.choice.plan) == cuda_plans.ATOMIC]
     assert {c.choice.variant for c in atomics} == {cuda_choice.TMA, cuda_choice.COOPERATIVE, cuda_choice.PINGPONG}
 
 
@@ -304,7 +304,7 @@ def _gpu_plans(m, k, n):
 
     sms = cuda_probe.sm_count()
     found = [(c.choice.variant, c.choice.plan) for c in kp.plan_candidates(m, n, k, sms, False)
-             if getattr(c.choice.plan, "reduce", None) == cuda_plans.ATOMIC]
+             if cuda_plans.reduce_of(c.choice.plan) == cuda_plans.ATOMIC]
     return list(dict.fromkeys(found + [(v, atomic(p)) for v, p in split_plans(m, k, n)]))
 
 

@@ -113,7 +113,7 @@ def test_plans_adds_the_atomic_form_of_every_raw_split_plan(offline):
     finally:
         cuda.clear_caches()
     atomic = [c.choice for c in plan_candidates(128, 3584, 18944, 132, False)
-              if getattr(c.choice.plan, "reduce", None) == cuda_plans.ATOMIC]
+              if cuda_plans.reduce_of(c.choice.plan) == cuda_plans.ATOMIC]
     want = {(cuda_choice.VARIANTS[c.variant].specs(c.plan.cfg).int32_atomic.name,
              tuple(cuda_choice.VARIANTS[c.variant].template(c.plan.cfg))) for c in atomic}
     got = {(i.spec.name, tuple((k, v) for k, v in i.template)) for i in handed if i.outputs == ("int32",)}

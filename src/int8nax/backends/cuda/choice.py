@@ -296,7 +296,7 @@ class Choice:
         " quantize=fused" where the plan quantizes x inside the GEMM."""
         cfg = self.plan.cfg
         fused = " quantize=fused" if getattr(self.plan, "fused", None) else ""
-        reduce = getattr(self.plan, "reduce", plans.WORKSPACE)
+        reduce = plans.reduce_of(self.plan)
         reduce = "" if reduce == plans.WORKSPACE else f" reduce={reduce}"
         schedule = getattr(cfg, "schedule", "")  # a GEMV's, where it is not the first's
         return f"{self.variant} {cfg.bm}x{cfg.bn}{schedule} splits={self.plan.splits}{reduce}{fused}"

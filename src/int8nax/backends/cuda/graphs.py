@@ -152,11 +152,6 @@ def scratch_bytes(row: cuda_choice.Variant, plan, m: int, n: int) -> int:
     return plan.map_bytes(m, n) if row.maps else 0
 
 
-def _reduce_of(plan) -> str:
-    """How a plan's K splits meet (cuda_plans.REDUCTIONS; plans without the field: the workspace)."""
-    return getattr(plan, "reduce", cuda_plans.WORKSPACE)
-
-
 def gemm_graph(a, b, variant: str, plan):
     """int32 [M, N] = a [M, K] . b [N, K]^T on `variant` (a cuda_choice name or alias) with `plan`:
     a split plan through the workspace and the reduction, or with reduce="atomic" its splits added
@@ -165,7 +160,7 @@ def gemm_graph(a, b, variant: str, plan):
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     specs = row.specs(plan.cfg)
     template = row.template(plan.cfg)
-    if _reduce_of(plan) == cuda_plans.ATOMIC:
+    if cuda_plans.reduce_of(plan) == cuda_plans.ATOMIC:
         if specs.int32_atomic is None:
             atomic = sorted(v.name for v in cuda_choice.VARIANTS.values() if v.specs(v.configs[0]).int32_atomic)
             raise ValueError(f"plan: reduce={cuda_plans.ATOMIC!r} runs on the variants {atomic}, got {row.name!r} "
@@ -198,9 +193,9 @@ def dequant_packed(pack, k: int, w, scale_w, bias_arg, out_dtype, variant: str, 
     (bias_arg: backend._bias_arg's): the fused epilogue unsplit, else the int32 workspace and the
     dequantizing reduction; narrow: the narrow epilogue (epilogue_template); lead: y's leading
     dims in place of M (the layer's own x shape: no reshape after the kernel)."""
-    if _reduce_of(plan) != cuda_plans.WORKSPACE:
+    if cuda_plans.reduce_of(plan) != cuda_plans.WORKSPACE:
         raise ValueError(f"plan: W8A8 dequantizes the exact sum of the K splits, so its split plans take "
-                         f"reduce={cuda_plans.WORKSPACE!r} (reduce={_reduce_of(plan)!r} is int8_matmul's), "
+                         f"reduce={cuda_plans.WORKSPACE!r} (reduce={cuda_plans.reduce_of(plan)!r} is int8_matmul's), "
                          f"got {plan.name}")
     row = cuda_choice.VARIANTS[cuda_choice.variant_name(variant)]
     specs = row.specs(plan.cfg)

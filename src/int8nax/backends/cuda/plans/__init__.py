@@ -36,7 +36,7 @@ from .quant import (CUDA_QUANT_LAUNCHES, QUANT_GROUP, SMEM_PER_BLOCK, STAGED_MAX
 from .tiles import (ATOMIC, CUDA_CONFIGS, CUDA_MAX_SHARED_BYTES, CUDA_SIMT_CONFIG, CUDA_SM_SHARED_BYTES,
                     CUDA_SWIZZLE_BYTES, CUDA_WARPGROUP_ROWS, EPILOGUE_CHUNK, MIN_SPLIT_BLOCKS, REDUCTIONS,
                     TMA_K_MULTIPLE, TMA_MAP_SLOT_BYTES, WORKSPACE, CudaTileConfig, blocks_per_sm, epilogue_chunk,
-                    reduce_suffix, split_ranges, tile_count, tma_ok, tma_shared_bytes)
+                    reduce_of, reduce_suffix, split_ranges, tile_count, tma_ok, tma_shared_bytes)
 
 __all__ = [
     "ATOMIC", "COOPERATIVE_CONFIGS", "CUDA_CONFIGS", "CUDA_MAX_SHARED_BYTES", "CUDA_QUANT_LAUNCHES", "CUDA_SIMT_CONFIG",
@@ -50,8 +50,8 @@ __all__ = [
     "W8A8_NARROW_MAX_M", "WAVE_MARGIN", "WORKSPACE", "blocks_per_sm", "ceil_div", "cooperative_plan", "cpasync_plan",
     "cuda_quant_launch", "cuda_swiglu_quant_launch", "cuda_swiglu_staged_launch", "epilogue_chunk", "fill_splits",
     "gemv_inside", "gemv_ok", "gemv_plan", "gemv_x_ok", "long_k", "one_wave_tile", "persistent_plan", "pingpong_plan",
-    "reduce_suffix", "split_plan", "split_ranges", "staged_max_hidden", "swiglu_held_bytes", "tile_count", "tma_ok",
-    "tma_plan", "tma_shared_bytes", "w8a8_small_tile", "w8a8_wave_tile", "wave_cost", "wave_tile", "ws_group",
+    "reduce_of", "reduce_suffix", "split_plan", "split_ranges", "staged_max_hidden", "swiglu_held_bytes", "tile_count",
+    "tma_ok", "tma_plan", "tma_shared_bytes", "w8a8_small_tile", "w8a8_wave_tile", "wave_cost", "wave_tile", "ws_group",
     "ws_unit", "ws_units",
     "_SPLIT_TILES", "_TMA_TILES", "_WAVE_TILES",  # the TMA plan's tile lists, which the tests walk
 ]

@@ -173,6 +173,12 @@ trial, which the plans sweep times beside the workspace form and no rule takes: 
 against cuBLASLt's 36.7 us for the whole product."""
 
 
+def reduce_of(plan) -> str:
+    """How `plan`'s K splits meet (REDUCTIONS): its `reduce`, or WORKSPACE for plans without the
+    field (the GEMV's, the SIMT kernel's), which never add into their output."""
+    return getattr(plan, "reduce", WORKSPACE)
+
+
 def reduce_suffix(owner: str, reduce: str, splits: int) -> str:
     """The plan name's suffix for `reduce` ("" for WORKSPACE, "_atomic"); ValueError naming the
     argument where `reduce` is not one of REDUCTIONS, or is ATOMIC on an unsplit plan (nothing to
